@@ -1,0 +1,331 @@
+// sluice: the command-line entry point (bench, sweep).
+//
+// Each subcommand is a named function over an options struct; parsing stays here, the work lives
+// in src/.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/torchscript/torchscript_backend.h"
+#include "bench/in_process.h"
+#include "bench/results.h"
+#include "bench/stats.h"
+#include "bench/sweep.h"
+#include "common/system_info.h"
+#include "config/model_config.h"
+#include "config/sweep_config.h"
+
+namespace sluice {
+namespace {
+
+// Where the model comes from and how to override its config.
+struct ModelSelection {
+  std::string model;                       // Name in the repository.
+  std::string model_repository = "models"; // Directory of models.
+  std::string model_dir;                   // A model directory; wins over the two above.
+  int workers = 0;                         // Instances; 0: as configured.
+  int threads = 0;                         // Threads per instance; 0: as configured / derived.
+  std::string precision;                   // "", fp32, bf16.
+  std::optional<bool> compile;
+  bool channels_last = false;
+};
+
+struct BenchCommand {
+  ModelSelection model;
+  bool in_process = false;
+  InProcessOptions run;
+  bool compare_ceiling = false;  // Also run the engine ceiling, interleaved, and report the ratio.
+  int rounds = 3;                // Ceiling/pipeline pairs with --compare-ceiling.
+  std::string results_dir = "results";
+  bool write_results = true;
+};
+
+struct SweepCommand {
+  std::string file;
+  ModelSelection model;
+  std::vector<int> batch_sizes;
+  std::vector<std::string> compile;     // "off", "on".
+  std::vector<std::string> precisions;  // "fp32", "bf16".
+  int iterations = 0;
+  std::string results_dir;
+};
+
+std::string CommandLine(int argc, char** argv) {
+  std::string line = "sluice";
+  for (int i = 1; i < argc; ++i) line += fmt::format(" {}", argv[i]);
+  return line;
+}
+
+Result<ModelConfig> ResolveModel(const ModelSelection& s) {
+  std::filesystem::path dir = s.model_dir;
+  if (dir.empty()) {
+    if (s.model.empty()) return Status::InvalidArgument("name a model with --model or --model-dir");
+    if (!IsValidModelName(s.model)) {
+      return Status::InvalidArgument(fmt::format("'{}' is not a valid model name", s.model));
+    }
+    dir = std::filesystem::path(s.model_repository) / s.model;
+  }
+  ModelConfigOverrides o;
+  if (s.workers > 0) o.instance_count = s.workers;
+  if (s.threads > 0) o.threads = s.threads;
+  if (!s.precision.empty()) {
+    auto p = ParsePrecision(s.precision);
+    if (!p) return Status::InvalidArgument(fmt::format("unknown precision '{}'", s.precision));
+    o.precision = *p;
+  }
+  o.freeze = s.compile;
+  if (s.channels_last) o.channels_last = true;
+  return LoadModelConfig(dir, o);
+}
+
+// Instances of a loaded backend; `owned` keeps them alive.
+Result<std::vector<BackendInstance*>> MakeInstances(
+    Backend& backend, int count, std::vector<std::unique_ptr<BackendInstance>>& owned) {
+  std::vector<BackendInstance*> instances;
+  for (int i = 0; i < count; ++i) {
+    auto instance = backend.CreateInstance(i);
+    if (!instance.ok()) return instance.status();
+    instances.push_back(instance->get());
+    owned.push_back(std::move(*instance));
+  }
+  return instances;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int Fail(const Status& status) {
+  fmt::print(stderr, "error: {}\n", status.message());
+  return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound
+             ? 2
+             : 1;
+}
+
+void Describe(const ModelConfig& c, const InProcessOptions& o) {
+  fmt::print("Model: {} ({}), batch size {}, {} timed requests, {} worker(s) x {} thread(s), "
+             "compile {}, precision {}, channels_last {}\n",
+             c.name, c.model_path().string(), o.batch_size, o.iterations, c.instances.count,
+             c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
+             c.optimize.channels_last ? "on" : "off");
+}
+
+int RunBench(const BenchCommand& cmd, const std::string& command_line) {
+  if (!cmd.in_process) {
+    return Fail(Status::InvalidArgument(
+        "this build benchmarks in-process only: pass --in-process"));
+  }
+  auto config = ResolveModel(cmd.model);
+  if (!config.ok()) return Fail(config.status());
+  Describe(*config, cmd.run);
+  auto backend = LoadTorchScriptBackend(*config);
+  if (!backend.ok()) return Fail(backend.status());
+  std::vector<std::unique_ptr<BackendInstance>> owned;
+  auto instances = MakeInstances(**backend, config->instances.count, owned);
+  if (!instances.ok()) return Fail(instances.status());
+  const LoadReport& load = (*backend)->load_report();
+  RunInfo info{command_line, load.runtime};
+
+  if (!cmd.compare_ceiling) {
+    auto run = RunInProcessPipeline(*config, *instances, cmd.run);
+    if (!run.ok()) return Fail(run.status());
+    fmt::print("{}", FormatReport(load, *run));
+    if (cmd.write_results) {
+      auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("bench-{}", config->name));
+      if (!dir.ok()) return Fail(dir.status());
+      Status written = WriteBenchResults(*dir, info, *config, cmd.run, load, *run);
+      if (!written.ok()) return Fail(written);
+      fmt::print("Results: {}\n", dir->string());
+    }
+    return run->summary.ok_requests == run->summary.requests ? 0 : 1;
+  }
+
+  // Ceiling and pipeline alternate (A B A B ...) so machine drift hits both alike.
+  std::vector<double> ceiling, pipeline, ratio;
+  std::optional<BenchRun> last_pipeline;
+  for (int r = 0; r < cmd.rounds; ++r) {
+    auto c = RunEngineCeiling(*config, *instances, cmd.run);
+    if (!c.ok()) return Fail(c.status());
+    auto p = RunInProcessPipeline(*config, *instances, cmd.run);
+    if (!p.ok()) return Fail(p.status());
+    ceiling.push_back(c->summary.samples_per_second);
+    pipeline.push_back(p->summary.samples_per_second);
+    ratio.push_back(pipeline.back() / ceiling.back());
+    fmt::print("round {}: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
+               "ratio {:.3f}\n",
+               r + 1, ceiling.back(), pipeline.back(), ratio.back());
+    last_pipeline = std::move(*p);
+  }
+  fmt::print("median of {} rounds: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
+             "pipeline/ceiling {:.3f}\n",
+             cmd.rounds, Median(ceiling), Median(pipeline), Median(ratio));
+  fmt::print("{}", FormatReport(load, *last_pipeline));
+  if (cmd.write_results) {
+    auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("ceiling-{}", config->name));
+    if (!dir.ok()) return Fail(dir.status());
+    Status written = WriteBenchResults(*dir, info, *config, cmd.run, load, *last_pipeline);
+    if (!written.ok()) return Fail(written);
+    JsonWriter json;
+    json.BeginObject().Key("rounds").BeginArray();
+    for (size_t i = 0; i < ratio.size(); ++i) {
+      json.BeginObject()
+          .Field("ceiling_samples_per_second", ceiling[i])
+          .Field("pipeline_samples_per_second", pipeline[i])
+          .Field("ratio", ratio[i])
+          .EndObject();
+    }
+    json.EndArray()
+        .Field("median_ceiling_samples_per_second", Median(ceiling))
+        .Field("median_pipeline_samples_per_second", Median(pipeline))
+        .Field("median_ratio", Median(ratio))
+        .EndObject();
+    written = WriteTextFile(*dir / "ceiling.json", json.str() + "\n");
+    if (!written.ok()) return Fail(written);
+    fmt::print("Results: {}\n", dir->string());
+  }
+  return 0;
+}
+
+Result<SweepOptions> SweepOptionsFrom(SweepCommand& cmd) {
+  SweepOptions options;
+  if (!cmd.file.empty()) {
+    auto file = LoadSweepConfig(cmd.file);
+    if (!file.ok()) return file.status();
+    // Flags win over the file.
+    if (cmd.model.model.empty() && file->model) cmd.model.model = *file->model;
+    if (file->model_repository && cmd.model.model_repository == "models") {
+      cmd.model.model_repository = *file->model_repository;
+    }
+    if (cmd.model.workers == 0 && file->workers) cmd.model.workers = *file->workers;
+    if (cmd.model.threads == 0 && file->threads) cmd.model.threads = *file->threads;
+    if (cmd.results_dir.empty() && file->results_dir) cmd.results_dir = *file->results_dir;
+    if (file->batch_sizes) options.batch_sizes = *file->batch_sizes;
+    if (file->compile) options.compile = *file->compile;
+    if (file->precisions) options.precisions = *file->precisions;
+    if (file->iterations) options.iterations = *file->iterations;
+  }
+  if (cmd.results_dir.empty()) cmd.results_dir = "results";
+  if (!cmd.batch_sizes.empty()) options.batch_sizes = cmd.batch_sizes;
+  if (!cmd.compile.empty()) {
+    options.compile.clear();
+    for (const std::string& c : cmd.compile) {
+      if (c != "on" && c != "off") {
+        return Status::InvalidArgument(fmt::format("--compile takes on and/or off (got '{}')", c));
+      }
+      options.compile.push_back(c == "on");
+    }
+  }
+  if (!cmd.precisions.empty()) {
+    options.precisions.clear();
+    for (const std::string& name : cmd.precisions) {
+      auto p = ParsePrecision(name);
+      if (!p) return Status::InvalidArgument(fmt::format("unknown precision '{}'", name));
+      options.precisions.push_back(*p);
+    }
+  }
+  if (cmd.iterations > 0) options.iterations = cmd.iterations;
+  return options;
+}
+
+int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
+  auto options = SweepOptionsFrom(cmd);
+  if (!options.ok()) return Fail(options.status());
+  auto config = ResolveModel(cmd.model);
+  if (!config.ok()) return Fail(config.status());
+  const bool tty = isatty(fileno(stderr));
+  auto progress = [&](int index, int count, const std::string& what) {
+    fmt::print(stderr, "{}[{}/{}] {}{}", tty ? "\r\033[K" : "", index + 1, count, what,
+               tty ? "" : "\n");
+  };
+  auto cells = RunSweep(*config, *options, LoadTorchScriptBackend, progress);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  if (!cells.ok()) return Fail(cells.status());
+  fmt::print("Sweep of {} ({} worker(s) x {} thread(s), {} timed requests per cell)\n",
+             config->name, config->instances.count, config->instances.threads,
+             options->iterations);
+  fmt::print("{}", FormatSweepTable(*cells));
+  auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("sweep-{}", config->name));
+  if (!dir.ok()) return Fail(dir.status());
+  Status written =
+      WriteSweepResults(*dir, RunInfo{command_line, TorchRuntimeVersion()}, *config, *options, *cells);
+  if (!written.ok()) return Fail(written);
+  fmt::print("Results: {}/summary.csv\nPlots:   {}/throughput_vs_batch_size.svg\n"
+             "         {}/latency_vs_batch_size.svg\n",
+             dir->string(), dir->string(), dir->string());
+  return 0;
+}
+
+void AddModelOptions(CLI::App& app, ModelSelection& s) {
+  app.add_option("--model,-m", s.model, "Model name in the repository");
+  app.add_option("--model-repository", s.model_repository, "Directory of models")
+      ->capture_default_str();
+  app.add_option("--model-dir,--model_dir", s.model_dir, "A model directory (instead of --model)");
+  app.add_option("--workers,--num-workers,--num_workers", s.workers,
+                 "Model instances, each on its own worker thread (default: config)");
+  app.add_option("--threads", s.threads,
+                 "Intra-op threads per instance (default: config, else cores / workers)");
+  app.add_option("--precision", s.precision, "fp32 or bf16 (default: config)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--channels-last", s.channels_last, "NHWC weights and inputs");
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) {
+  using namespace sluice;
+  spdlog::set_level(spdlog::level::warn);
+  CLI::App app{"Sluice: a C++ inference server for PyTorch models, and its benchmark harness"};
+  app.require_subcommand(1);
+  std::string command_line = CommandLine(argc, argv);
+
+  BenchCommand bench;
+  CLI::App* bench_app = app.add_subcommand("bench", "Measure a model (in-process)");
+  AddModelOptions(*bench_app, bench.model);
+  bench_app->add_flag("--in-process", bench.in_process,
+                      "Drive the model in this process: no HTTP, like PyTorch's benchmark server");
+  bench_app->add_option("--batch-size,--batch_size,-b", bench.run.batch_size, "Samples per request")
+      ->capture_default_str();
+  bench_app->add_option("--iters,--num-iters,--num_iters", bench.run.iterations,
+                        "Timed requests, after one warm-up request")
+      ->capture_default_str();
+  bench_app->add_flag("--compile,!--no-compile", bench.model.compile,
+                      "Freeze + optimize_for_inference (default: config)");
+  bench_app->add_option("--max-in-flight", bench.run.max_in_flight,
+                        "Requests queued or running at once (0: 2 x workers)");
+  bench_app->add_option("--seed", bench.run.seed, "Seed of the random payloads");
+  bench_app->add_flag("--compare-ceiling", bench.compare_ceiling,
+                      "Alternate the engine ceiling (model called in a tight loop) with the "
+                      "pipeline and report the ratio");
+  bench_app->add_option("--rounds", bench.rounds, "Ceiling/pipeline pairs for --compare-ceiling")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench_app->add_option("--results-dir", bench.results_dir, "Where results/<run-id>/ goes")
+      ->capture_default_str();
+  bench_app->add_flag("!--no-results", bench.write_results, "Print only; write no result files");
+
+  SweepCommand sweep;
+  CLI::App* sweep_app = app.add_subcommand("sweep", "Run a batch size x compile x precision grid");
+  sweep_app->add_option("file", sweep.file, "Sweep file (YAML); flags override it");
+  AddModelOptions(*sweep_app, sweep.model);
+  sweep_app->add_option("--batch-sizes", sweep.batch_sizes, "e.g. 1,8,32,64")->delimiter(',');
+  sweep_app->add_option("--compile", sweep.compile, "off,on")->delimiter(',');
+  sweep_app->add_option("--precisions", sweep.precisions, "fp32,bf16")->delimiter(',');
+  sweep_app->add_option("--iters,--num-iters,--num_iters", sweep.iterations,
+                        "Timed requests per cell (default 20)");
+  sweep_app->add_option("--results-dir", sweep.results_dir, "Where results/<run-id>/ goes");
+
+  CLI11_PARSE(app, argc, argv);
+  if (bench_app->parsed()) return RunBench(bench, command_line);
+  if (sweep_app->parsed()) return RunSweepCommand(sweep, command_line);
+  return 2;
+}

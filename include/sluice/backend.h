@@ -1,0 +1,50 @@
+// The narrow boundary between Sluice and a model runtime.
+//
+// A Backend is one loaded model. It hands out instances; each instance runs one whole batch at a
+// time on the thread that attached it. The engine guarantees never two calls at once on one
+// instance, so instances need no locking of their own.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+
+// What loading a model cost, for reports.
+struct LoadReport {
+  double load_seconds = 0;      // Reading and deserialising the model file.
+  double optimize_seconds = 0;  // Freeze / optimise / precision and layout conversion.
+  double warmup_seconds = 0;    // Warm-up runs at the configured batch sizes.
+  std::string runtime;          // e.g. "libtorch 1.13.0".
+};
+
+// Not thread-safe: one thread at a time (see the file comment).
+class BackendInstance {
+ public:
+  virtual ~BackendInstance() = default;
+
+  // Applies this instance's thread budget to the calling thread. Call once from the thread that
+  // will run the instance, before the first Run().
+  virtual Status AttachToCurrentThread() = 0;
+
+  // Runs one batch. `inputs` follow the model's declared inputs, each with the batch as its
+  // leading dimension. Outputs follow the declared outputs, batch first. Never throws.
+  virtual Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) = 0;
+};
+
+// Thread-safe.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Creates instance `index` (0-based, < the configured instance count).
+  virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) = 0;
+
+  virtual const LoadReport& load_report() const = 0;
+};
+
+}  // namespace sluice

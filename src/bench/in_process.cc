@@ -1,0 +1,205 @@
+// In-process pipeline and engine ceiling.
+#include "bench/in_process.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <semaphore>
+#include <thread>
+
+#include "bench/payload.h"
+#include "common/blocking_queue.h"
+
+namespace sluice {
+namespace {
+
+struct Request {
+  const std::vector<Tensor>* inputs = nullptr;
+  RequestRecord record;
+};
+
+Status CheckOptions(const ModelConfig& config, std::span<BackendInstance* const> instances,
+                    const InProcessOptions& o) {
+  if (instances.empty()) return Status::InvalidArgument("no instances to run");
+  if (o.batch_size < 1 || o.batch_size > config.max_batch_size) {
+    return Status::InvalidArgument(fmt::format("batch size {} must be between 1 and the model's "
+                                               "max_batch_size {}",
+                                               o.batch_size, config.max_batch_size));
+  }
+  if (o.iterations < 1) return Status::InvalidArgument("iterations must be >= 1");
+  if (o.distinct_payloads < 1) return Status::InvalidArgument("distinct payloads must be >= 1");
+  if (o.max_in_flight < 0) return Status::InvalidArgument("max in flight must be >= 0");
+  return Status::Ok();
+}
+
+Result<std::vector<std::vector<Tensor>>> BuildPayloads(const ModelConfig& config,
+                                                       const InProcessOptions& o) {
+  std::vector<std::vector<Tensor>> payloads;
+  int count = std::min(o.distinct_payloads, o.iterations + 1);
+  for (int i = 0; i < count; ++i) {
+    auto inputs = MakeRandomInputs(config, o.batch_size, o.seed + static_cast<uint64_t>(i));
+    if (!inputs.ok()) return inputs.status();
+    payloads.push_back(std::move(*inputs));
+  }
+  return payloads;
+}
+
+// Summary, utilisation over the timed region, and the raw samples.
+BenchRun Finish(std::vector<RequestRecord> records, UtilizationSampler& sampler) {
+  sampler.Stop();
+  std::sort(records.begin(), records.end(),
+            [](const auto& a, const auto& b) { return a.request_time < b.request_time; });
+  BenchRun run;
+  run.summary = Summarize(records, /*first_is_warmup=*/true);
+  if (records.size() > 1) {
+    Clock::time_point from = records[1].request_time;
+    Clock::time_point to = records[1].response_time;
+    for (const RequestRecord& r : records) to = std::max(to, r.response_time);
+    run.utilization = sampler.Average(from, to);
+  }
+  run.utilization_samples = sampler.samples();
+  run.records = std::move(records);
+  return run;
+}
+
+}  // namespace
+
+Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
+                                      std::span<BackendInstance* const> instances,
+                                      const InProcessOptions& options) {
+  SLUICE_RETURN_IF_ERROR(CheckOptions(config, instances, options));
+  auto payloads = BuildPayloads(config, options);
+  if (!payloads.ok()) return payloads.status();
+
+  const int total = options.iterations + 1;  // The warm-up request first.
+  const int max_in_flight =
+      options.max_in_flight > 0 ? options.max_in_flight : 2 * static_cast<int>(instances.size());
+  std::counting_semaphore<> slots(max_in_flight);
+  BlockingQueue<Request> requests;
+  BlockingQueue<Request> responses;
+  Clock& clock = Clock::Real();
+
+  UtilizationSampler sampler;
+  sampler.Start();
+
+  std::vector<std::thread> workers;
+  std::vector<Status> attach_errors(instances.size());
+  for (size_t w = 0; w < instances.size(); ++w) {
+    workers.emplace_back([&, w] {
+      attach_errors[w] = instances[w]->AttachToCurrentThread();
+      while (std::optional<Request> request = requests.Pop()) {
+        Status status = attach_errors[w];
+        if (status.ok()) {
+          auto outputs = instances[w]->Run(*request->inputs);
+          status = outputs.status();
+        }
+        request->record.response_time = clock.Now();
+        request->record.outcome = status.code();
+        request->record.worker = static_cast<int>(w);
+        responses.Push(*request);
+      }
+    });
+  }
+
+  std::vector<RequestRecord> records;
+  records.reserve(total);
+  std::thread collector([&] {
+    for (int i = 0; i < total; ++i) {
+      std::optional<Request> response = responses.Pop();
+      if (!response) break;
+      records.push_back(response->record);
+      slots.release();
+    }
+  });
+
+  // The generator: payloads exist already, so request_time is stamped right before hand-over.
+  for (int i = 0; i < total; ++i) {
+    slots.acquire();
+    Request request;
+    request.inputs = &(*payloads)[static_cast<size_t>(i) % payloads->size()];
+    request.record.samples = options.batch_size;
+    request.record.request_time = clock.Now();
+    requests.Push(request);
+  }
+  collector.join();
+  requests.Close();
+  for (std::thread& t : workers) t.join();
+  responses.Close();
+  for (const Status& s : attach_errors) {
+    if (!s.ok()) return s;
+  }
+  return Finish(std::move(records), sampler);
+}
+
+Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
+                                  std::span<BackendInstance* const> instances,
+                                  const InProcessOptions& options) {
+  SLUICE_RETURN_IF_ERROR(CheckOptions(config, instances, options));
+  auto payloads = BuildPayloads(config, options);
+  if (!payloads.ok()) return payloads.status();
+
+  const int total = options.iterations + 1;
+  std::atomic<int> next{0};
+  Clock& clock = Clock::Real();
+  std::vector<std::vector<RequestRecord>> per_worker(instances.size());
+  std::vector<Status> errors(instances.size());
+
+  UtilizationSampler sampler;
+  sampler.Start();
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < instances.size(); ++w) {
+    workers.emplace_back([&, w] {
+      errors[w] = instances[w]->AttachToCurrentThread();
+      if (!errors[w].ok()) return;
+      for (int i = next++; i < total; i = next++) {
+        RequestRecord record;
+        record.samples = options.batch_size;
+        record.worker = static_cast<int>(w);
+        record.request_time = clock.Now();
+        auto outputs = instances[w]->Run((*payloads)[static_cast<size_t>(i) % payloads->size()]);
+        record.response_time = clock.Now();
+        record.outcome = outputs.status().code();
+        per_worker[w].push_back(record);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  for (const Status& s : errors) {
+    if (!s.ok()) return s;
+  }
+  std::vector<RequestRecord> records;
+  for (auto& list : per_worker) records.insert(records.end(), list.begin(), list.end());
+  return Finish(std::move(records), sampler);
+}
+
+std::string FormatReport(const LoadReport& load, const BenchRun& run) {
+  const Summary& s = run.summary;
+  std::string out;
+  auto line = [&](std::string text) { out += text + '\n'; };
+  line(fmt::format("Model load time: {:.5f} s", load.load_seconds));
+  line(fmt::format("Compile/optimise time: {:.5f} s", load.optimize_seconds));
+  line(fmt::format("Engine warm-up time (configured batch sizes): {:.5f} s", load.warmup_seconds));
+  if (s.warmup_latency) line(fmt::format("Warmup latency: {:.5f} s", *s.warmup_latency));
+  line(fmt::format("Requests (exclude warmup): {} ok, {} failed", s.ok_requests, s.requests - s.ok_requests));
+  for (const auto& [kind, count] : s.errors) line(fmt::format("  errors {}: {}", kind, count));
+  const LatencyStats& l = s.latency;
+  line(fmt::format("Average latency (exclude warmup): {:.5f} +/- {:.5f} s", l.mean, l.std));
+  line(fmt::format("Max latency: {:.5f} s", l.max));
+  line(fmt::format("Min latency: {:.5f} s", l.min));
+  line(fmt::format("Latency p50 / p90 / p95 / p99 / p99.9: {:.5f} / {:.5f} / {:.5f} / {:.5f} / {:.5f} s", l.p50,
+       l.p90, l.p95, l.p99, l.p999));
+  line(fmt::format("Throughput (exclude warmup): {:.5f} samples per second ({:.3f} requests per second)",
+       s.samples_per_second, s.requests_per_second));
+  const UtilizationAverages& u = run.utilization;
+  line(fmt::format("Average CPU utilization: machine {:.1f}%, process {:.1f}% (of all cores)",
+       u.machine_cpu_percent, u.process_cpu_percent));
+  if (u.gpu_percent) {
+    line(fmt::format("Average GPU utilization: {:.1f}% ({:.0f} MiB used)", *u.gpu_percent, *u.gpu_memory_mib));
+  } else {
+    line(fmt::format("Average GPU utilization: n/a"));
+  }
+  return out;
+}
+
+}  // namespace sluice

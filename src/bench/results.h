@@ -1,0 +1,46 @@
+// Result files: results/<run-id>/ with run.json, samples.csv and summary.json.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "bench/in_process.h"
+#include "common/json_writer.h"
+#include "config/model_config.h"
+
+namespace sluice {
+
+// What run.json says beside the configuration.
+struct RunInfo {
+  std::string command_line;  // The sluice command as typed.
+  std::string runtime;       // e.g. "libtorch 1.13.0".
+};
+
+// Creates <base>/<YYYYmmdd-HHMMSS>-<label>, with -2, -3... appended when the name is taken.
+Result<std::filesystem::path> CreateRunDirectory(const std::filesystem::path& base,
+                                                 std::string_view label);
+
+Status WriteTextFile(const std::filesystem::path& path, std::string_view content);
+
+// run.json: start time, command, machine (CPU model, cores), versions, git commit, then the
+// "config" object that `write_config` fills.
+std::string RunJson(const RunInfo& info, const std::function<void(JsonWriter&)>& write_config);
+
+// The model configuration as a JSON object (the value of a key already written).
+void WriteModelConfigJson(JsonWriter& json, const ModelConfig& config);
+// Summary fields (as members of an open object).
+void WriteSummaryFields(JsonWriter& json, const Summary& summary, const UtilizationAverages& util);
+void WriteLoadFields(JsonWriter& json, const LoadReport& load);
+
+// One row per request, times in seconds from the first request_time; the warm-up row is marked.
+std::string SamplesCsv(std::span<const RequestRecord> records);
+
+// Writes run.json, samples.csv and summary.json of one in-process run into `dir`.
+Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,
+                         const ModelConfig& config, const InProcessOptions& options,
+                         const LoadReport& load, const BenchRun& run);
+
+}  // namespace sluice

@@ -1,0 +1,232 @@
+// Utilisation sampling from /proc and NVML.
+#include "bench/utilization.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <condition_variable>
+#include <fstream>
+#include <sstream>
+
+#include "common/system_info.h"
+
+namespace sluice {
+namespace {
+
+std::string ReadFile(const char* path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Splits on spaces.
+std::vector<std::string_view> Fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    size_t j = i;
+    while (j < line.size() && line[j] != ' ') ++j;
+    if (j > i) out.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+std::optional<uint64_t> ToU64(std::string_view s) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<CpuTimes> ParseProcStat(std::string_view proc_stat) {
+  std::string_view line = proc_stat.substr(0, proc_stat.find('\n'));
+  std::vector<std::string_view> f = Fields(line);
+  // cpu user nice system idle iowait irq softirq steal [guest guest_nice]
+  if (f.size() < 9 || f[0] != "cpu") return std::nullopt;
+  uint64_t v[8];
+  for (int i = 0; i < 8; ++i) {
+    auto parsed = ToU64(f[i + 1]);
+    if (!parsed) return std::nullopt;
+    v[i] = *parsed;
+  }
+  CpuTimes t;
+  t.busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+  t.total = t.busy + v[3] + v[4];
+  return t;
+}
+
+std::optional<uint64_t> ParseProcessCpuTicks(std::string_view pid_stat) {
+  // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+  size_t close = pid_stat.rfind(')');
+  if (close == std::string_view::npos) return std::nullopt;
+  std::vector<std::string_view> f = Fields(pid_stat.substr(close + 1));
+  // f[0] is field 3 (state); utime is field 14 -> f[11], stime field 15 -> f[12].
+  if (f.size() < 13) return std::nullopt;
+  auto utime = ToU64(f[11]);
+  auto stime = ToU64(f[12]);
+  if (!utime || !stime) return std::nullopt;
+  return *utime + *stime;
+}
+
+// The few NVML entry points used, declared here so no NVML header is needed.
+struct NvmlProbe::Api {
+  struct Utilization {
+    unsigned gpu;
+    unsigned memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  using Device = void*;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*count)(unsigned*) = nullptr;
+  int (*handle)(unsigned, Device*) = nullptr;
+  int (*utilization)(Device, Utilization*) = nullptr;
+  int (*memory)(Device, Memory*) = nullptr;
+};
+
+NvmlProbe::NvmlProbe() : api_(std::make_unique<Api>()) {
+  library_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library_ == nullptr) return;
+  auto load = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library_, name));
+    return fn != nullptr;
+  };
+  bool ok = load(api_->init, "nvmlInit_v2") && load(api_->shutdown, "nvmlShutdown") &&
+            load(api_->count, "nvmlDeviceGetCount_v2") &&
+            load(api_->handle, "nvmlDeviceGetHandleByIndex_v2") &&
+            load(api_->utilization, "nvmlDeviceGetUtilizationRates") &&
+            load(api_->memory, "nvmlDeviceGetMemoryInfo");
+  if (!ok || api_->init() != 0) {
+    dlclose(library_);
+    library_ = nullptr;
+    return;
+  }
+  if (api_->count(&device_count_) != 0) device_count_ = 0;
+}
+
+NvmlProbe::~NvmlProbe() {
+  if (library_ != nullptr) {
+    api_->shutdown();
+    dlclose(library_);
+  }
+}
+
+std::optional<GpuReading> NvmlProbe::Read() {
+  if (!available()) return std::nullopt;
+  GpuReading reading;
+  for (unsigned i = 0; i < device_count_; ++i) {
+    Api::Device device = nullptr;
+    Api::Utilization util{};
+    Api::Memory memory{};
+    if (api_->handle(i, &device) != 0 || api_->utilization(device, &util) != 0 ||
+        api_->memory(device, &memory) != 0) {
+      return std::nullopt;
+    }
+    reading.utilization_percent += util.gpu;
+    reading.memory_used_mib += static_cast<double>(memory.used) / (1024.0 * 1024.0);
+  }
+  reading.utilization_percent /= device_count_;
+  return reading;
+}
+
+UtilizationSampler::UtilizationSampler(Millis period) : period_(period) {}
+
+UtilizationSampler::~UtilizationSampler() { Stop(); }
+
+void UtilizationSampler::Start() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = false;
+    samples_.clear();
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void UtilizationSampler::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<UtilizationSample> UtilizationSampler::samples() const {
+  std::lock_guard lock(mu_);
+  return samples_;
+}
+
+UtilizationAverages UtilizationSampler::Average(Clock::time_point from,
+                                                Clock::time_point to) const {
+  return AverageSamples(samples(), from, to);
+}
+
+void UtilizationSampler::Loop() {
+  NvmlProbe nvml;
+  const double cores = CoreCount();
+  const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+  auto previous_machine = ParseProcStat(ReadFile("/proc/stat"));
+  auto previous_process = ParseProcessCpuTicks(ReadFile("/proc/self/stat"));
+  auto previous_time = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  while (!wake_.wait_for(lock, period_, [&] { return stop_; })) {
+    lock.unlock();
+    auto now = std::chrono::steady_clock::now();
+    auto machine = ParseProcStat(ReadFile("/proc/stat"));
+    auto process = ParseProcessCpuTicks(ReadFile("/proc/self/stat"));
+    UtilizationSample sample;
+    sample.time = now;
+    if (machine && previous_machine && machine->total > previous_machine->total) {
+      sample.machine_cpu_percent = 100.0 * static_cast<double>(machine->busy - previous_machine->busy) /
+                                   static_cast<double>(machine->total - previous_machine->total);
+    }
+    double elapsed = SecondsBetween(previous_time, now);
+    if (process && previous_process && elapsed > 0) {
+      double busy_seconds = static_cast<double>(*process - *previous_process) / ticks_per_second;
+      sample.process_cpu_percent = 100.0 * busy_seconds / (elapsed * cores);
+    }
+    sample.gpu = nvml.Read();
+    previous_machine = machine;
+    previous_process = process;
+    previous_time = now;
+    lock.lock();
+    samples_.push_back(sample);
+  }
+}
+
+UtilizationAverages AverageSamples(const std::vector<UtilizationSample>& samples,
+                                   Clock::time_point from, Clock::time_point to) {
+  UtilizationAverages avg;
+  double gpu = 0, gpu_memory = 0;
+  int gpu_samples = 0;
+  for (const UtilizationSample& s : samples) {
+    if (s.time < from || s.time > to) continue;
+    ++avg.samples;
+    avg.machine_cpu_percent += s.machine_cpu_percent;
+    avg.process_cpu_percent += s.process_cpu_percent;
+    if (s.gpu) {
+      ++gpu_samples;
+      gpu += s.gpu->utilization_percent;
+      gpu_memory += s.gpu->memory_used_mib;
+    }
+  }
+  if (avg.samples > 0) {
+    avg.machine_cpu_percent /= avg.samples;
+    avg.process_cpu_percent /= avg.samples;
+  }
+  if (gpu_samples > 0) {
+    avg.gpu_percent = gpu / gpu_samples;
+    avg.gpu_memory_mib = gpu_memory / gpu_samples;
+  }
+  return avg;
+}
+
+}  // namespace sluice

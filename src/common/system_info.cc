@@ -1,0 +1,65 @@
+// Machine and build facts for run.json.
+#include "common/system_info.h"
+
+#include <sched.h>
+#include <stdio.h>
+
+#include <array>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <thread>
+
+namespace sluice {
+namespace {
+
+// First line of a shell command's output, or "" when it fails.
+std::string FirstLineOf(const char* command) {
+  FILE* pipe = popen(command, "r");
+  if (pipe == nullptr) return "";
+  std::array<char, 256> buffer{};
+  std::string line;
+  if (fgets(buffer.data(), buffer.size(), pipe) != nullptr) line = buffer.data();
+  int rc = pclose(pipe);
+  if (rc != 0) return "";
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+int CoreCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string GitCommit() {
+  std::string commit = FirstLineOf("git rev-parse --short=12 HEAD 2>/dev/null");
+  if (commit.empty()) return "unknown";
+  std::string dirty = FirstLineOf("git status --porcelain --untracked-files=no 2>/dev/null | head -1");
+  return dirty.empty() ? commit : commit + "-dirty";
+}
+
+std::string LocalTimestamp() {
+  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::array<char, 32> text{};
+  std::strftime(text.data(), text.size(), "%Y-%m-%dT%H:%M:%S", &local);
+  return text.data();
+}
+
+}  // namespace sluice

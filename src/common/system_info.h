@@ -1,0 +1,18 @@
+// Facts about the machine and the build, for result files.
+#pragma once
+
+#include <string>
+
+namespace sluice {
+
+// "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown".
+std::string CpuModelName();
+// Logical cores the process may use.
+int CoreCount();
+// The git commit of the working directory's checkout ("abc1234", "-dirty" appended when there
+// are uncommitted changes), or "unknown" outside a checkout.
+std::string GitCommit();
+// Local time as "2026-11-21T16:30:05".
+std::string LocalTimestamp();
+
+}  // namespace sluice

@@ -1,0 +1,336 @@
+// config.yaml: parse -> normalise -> validate.
+#include "config/model_config.h"
+
+#include "config/yaml_reader.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace sluice {
+namespace {
+
+using config_internal::ConfigError;
+using config_internal::Join;
+using config_internal::MapReader;
+using config_internal::ReadList;
+
+std::vector<TensorSpec> ReadTensorSpecs(const YAML::Node& n, const std::string& path) {
+  std::vector<TensorSpec> specs;
+  if (!n.IsDefined() || n.IsNull()) return specs;
+  if (!n.IsSequence()) throw ConfigError{path, "must be a list of {name, datatype, shape}"};
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::string item_path = fmt::format("{}[{}]", path, i);
+    MapReader r(n[i], item_path);
+    TensorSpec spec;
+    r.Read("name", spec.name);
+    std::string datatype = "FP32";
+    r.Read("datatype", datatype);
+    auto parsed = ParseDataType(datatype);
+    if (!parsed) {
+      throw ConfigError{Join(item_path, "datatype"),
+                        fmt::format("unsupported datatype '{}' (use BOOL, UINT8, INT8, INT16, "
+                                    "INT32, INT64, FP16, BF16, FP32 or FP64)",
+                                    datatype)};
+    }
+    spec.datatype = *parsed;
+    YAML::Node shape = r.Get("shape");
+    if (!shape.IsDefined()) throw ConfigError{Join(item_path, "shape"), "is required"};
+    spec.shape = ReadList<int64_t>(shape, Join(item_path, "shape"));
+    r.RejectUnknownKeys();
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+ModelConfig ParseTopLevel(const YAML::Node& root) {
+  ModelConfig c;
+  MapReader top(root, "");
+  top.Read("name", c.name);
+  top.Read("model_file", c.model_file);
+  top.Read("max_batch_size", c.max_batch_size);
+
+  if (YAML::Node n = top.Get("dynamic_batching"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "dynamic_batching");
+    int64_t delay_us = c.dynamic_batching.max_queue_delay.count();
+    int64_t timeout_us = c.dynamic_batching.default_timeout.count();
+    r.Read("max_queue_delay_us", delay_us);
+    r.Read("default_timeout_us", timeout_us);
+    r.Read("max_queue_size", c.dynamic_batching.max_queue_size);
+    c.dynamic_batching.preferred_batch_sizes =
+        ReadList<int>(r.Get("preferred_batch_sizes"), "dynamic_batching.preferred_batch_sizes");
+    c.dynamic_batching.max_queue_delay = Micros(delay_us);
+    c.dynamic_batching.default_timeout = Micros(timeout_us);
+    r.RejectUnknownKeys();
+  }
+  if (YAML::Node n = top.Get("instances"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "instances");
+    r.Read("count", c.instances.count);
+    r.Read("device", c.instances.device);
+    r.Read("threads", c.instances.threads);
+    r.RejectUnknownKeys();
+  }
+  std::string precision = "fp32";
+  top.Read("precision", precision);
+  auto parsed_precision = ParsePrecision(precision);
+  if (!parsed_precision) {
+    throw ConfigError{"precision", fmt::format("must be fp32, bf16 or fp16 (got '{}')", precision)};
+  }
+  c.precision = *parsed_precision;
+  if (YAML::Node n = top.Get("optimize"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "optimize");
+    r.Read("freeze", c.optimize.freeze);
+    r.Read("channels_last", c.optimize.channels_last);
+    r.RejectUnknownKeys();
+  }
+  c.inputs = ReadTensorSpecs(top.Get("inputs"), "inputs");
+  c.outputs = ReadTensorSpecs(top.Get("outputs"), "outputs");
+  if (YAML::Node n = top.Get("preprocess"); n.IsDefined() && !n.IsNull()) {
+    MapReader pre(n, "preprocess");
+    if (YAML::Node img = pre.Get("image"); img.IsDefined() && !img.IsNull()) {
+      MapReader r(img, "preprocess.image");
+      ImagePreprocessConfig image;
+      r.Read("resize", image.resize);
+      r.Read("crop", image.crop);
+      r.Read("channels", image.channels);
+      image.mean = ReadList<float>(r.Get("mean"), "preprocess.image.mean");
+      image.std = ReadList<float>(r.Get("std"), "preprocess.image.std");
+      r.RejectUnknownKeys();
+      c.preprocess_image = std::move(image);
+    }
+    pre.RejectUnknownKeys();
+  }
+  if (YAML::Node n = top.Get("postprocess"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "postprocess");
+    r.Read("topk", c.postprocess_topk);
+    r.RejectUnknownKeys();
+  }
+  if (YAML::Node n = top.Get("warmup"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "warmup");
+    c.warmup_batch_sizes = ReadList<int>(r.Get("batch_sizes"), "warmup.batch_sizes");
+    r.Read("iterations", c.warmup_iterations);
+    r.RejectUnknownKeys();
+  }
+  top.RejectUnknownKeys();
+  return c;
+}
+
+Status Error(std::string_view source, std::string_view key, std::string_view message) {
+  return Status::InvalidArgument(fmt::format("{}: {}: {}", source, key, message));
+}
+
+Status ValidateSpecs(const std::vector<TensorSpec>& specs, std::string_view what,
+                     std::string_view source) {
+  if (specs.empty()) return Error(source, what, "at least one is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string path = fmt::format("{}[{}]", what, i);
+    const TensorSpec& s = specs[i];
+    if (s.name.empty()) return Error(source, path + ".name", "is required");
+    if (!names.insert(s.name).second) {
+      return Error(source, path + ".name", fmt::format("duplicate name '{}'", s.name));
+    }
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (s.shape[d] == 0 || s.shape[d] < -1) {
+        return Error(source, fmt::format("{}.shape[{}]", path, d),
+                     fmt::format("must be >= 1 or -1 for a variable dimension (got {})",
+                                 s.shape[d]));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool IsValidDevice(std::string_view device) {
+  if (device == "cpu" || device == "cuda") return true;
+  if (device.substr(0, 5) != "cuda:" || device.size() == 5) return false;
+  return std::all_of(device.begin() + 5, device.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+}  // namespace
+
+std::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "fp32";
+}
+
+std::optional<Precision> ParsePrecision(std::string_view name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    if (PrecisionName(p) == name) return p;
+  }
+  return std::nullopt;
+}
+
+bool IsValidModelName(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '.' || ch == '-';
+  });
+}
+
+Result<ModelConfig> ParseModelConfig(std::string_view yaml_text, std::string_view source) {
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (!root.IsDefined() || root.IsNull()) {
+      return Status::InvalidArgument(fmt::format("{}: file is empty", source));
+    }
+    return ParseTopLevel(root);
+  } catch (const ConfigError& e) {
+    return Error(source, e.key, e.message);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(
+        fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+void NormalizeModelConfig(ModelConfig& c, int cores) {
+  if (c.instances.threads == 0) c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
+  if (c.warmup_batch_sizes.empty()) {
+    c.warmup_batch_sizes = {1};
+    if (c.max_batch_size > 1) c.warmup_batch_sizes.push_back(c.max_batch_size);
+  }
+}
+
+Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view source) {
+  if (!IsValidModelName(c.name)) {
+    return Error(source, "name", fmt::format("'{}' is not a valid model name (use A-Z a-z 0-9 _ . -)", c.name));
+  }
+  if (c.model_file.empty() || c.model_file.find("..") != std::string::npos || c.model_file.front() == '/') {
+    return Error(source, "model_file", "must be a file name inside the model directory");
+  }
+  if (c.max_batch_size < 1) {
+    return Error(source, "max_batch_size", fmt::format("must be >= 1 (got {})", c.max_batch_size));
+  }
+  const DynamicBatchingConfig& b = c.dynamic_batching;
+  if (b.max_queue_delay.count() < 0) {
+    return Error(source, "dynamic_batching.max_queue_delay_us",
+                 fmt::format("must be >= 0 (got {})", b.max_queue_delay.count()));
+  }
+  if (b.default_timeout.count() < 0) {
+    return Error(source, "dynamic_batching.default_timeout_us",
+                 fmt::format("must be >= 0 (got {})", b.default_timeout.count()));
+  }
+  if (b.max_queue_size < 1) {
+    return Error(source, "dynamic_batching.max_queue_size",
+                 fmt::format("must be >= 1 (got {})", b.max_queue_size));
+  }
+  for (size_t i = 0; i < b.preferred_batch_sizes.size(); ++i) {
+    int size = b.preferred_batch_sizes[i];
+    std::string key = fmt::format("dynamic_batching.preferred_batch_sizes[{}]", i);
+    if (size < 1 || size > c.max_batch_size) {
+      return Error(source, key,
+                   fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
+    }
+    if (i > 0 && size <= b.preferred_batch_sizes[i - 1]) {
+      return Error(source, key, "sizes must be strictly increasing");
+    }
+  }
+  if (c.instances.count < 1) {
+    return Error(source, "instances.count", fmt::format("must be >= 1 (got {})", c.instances.count));
+  }
+  if (c.instances.threads < 1) {
+    return Error(source, "instances.threads", fmt::format("must be >= 1 (got {})", c.instances.threads));
+  }
+  if (!IsValidDevice(c.instances.device)) {
+    return Error(source, "instances.device",
+                 fmt::format("must be cpu, cuda or cuda:N (got '{}')", c.instances.device));
+  }
+  bool on_cpu = c.instances.device == "cpu";
+  if (on_cpu && c.instances.count * c.instances.threads > cores) {
+    return Error(source, "instances",
+                 fmt::format("count {} x threads {} exceeds the machine's {} cores",
+                             c.instances.count, c.instances.threads, cores));
+  }
+  if (on_cpu && c.precision == Precision::kFp16) {
+    return Error(source, "precision", "fp16 needs a CUDA device; use bf16 on CPU");
+  }
+  SLUICE_RETURN_IF_ERROR(ValidateSpecs(c.inputs, "inputs", source));
+  SLUICE_RETURN_IF_ERROR(ValidateSpecs(c.outputs, "outputs", source));
+  if (c.preprocess_image) {
+    const ImagePreprocessConfig& img = *c.preprocess_image;
+    if (img.resize < 0) return Error(source, "preprocess.image.resize", "must be >= 0");
+    if (img.crop < 0) return Error(source, "preprocess.image.crop", "must be >= 0");
+    if (img.resize > 0 && img.crop > img.resize) {
+      return Error(source, "preprocess.image.crop",
+                   fmt::format("crop {} is larger than resize {}", img.crop, img.resize));
+    }
+    if (img.channels != 1 && img.channels != 3) {
+      return Error(source, "preprocess.image.channels", fmt::format("must be 1 or 3 (got {})", img.channels));
+    }
+    for (const auto& [key, values] : {std::pair{"mean", &img.mean}, std::pair{"std", &img.std}}) {
+      if (!values->empty() && values->size() != 1 && static_cast<int>(values->size()) != img.channels) {
+        return Error(source, fmt::format("preprocess.image.{}", key),
+                     fmt::format("needs 1 or {} values (got {})", img.channels, values->size()));
+      }
+    }
+    for (float s : img.std) {
+      if (!(s > 0)) return Error(source, "preprocess.image.std", "values must be > 0");
+    }
+    if (c.inputs.size() != 1) {
+      return Error(source, "preprocess.image", "needs a model with exactly one input");
+    }
+  }
+  if (c.postprocess_topk < 0) {
+    return Error(source, "postprocess.topk", fmt::format("must be >= 0 (got {})", c.postprocess_topk));
+  }
+  for (size_t i = 0; i < c.warmup_batch_sizes.size(); ++i) {
+    int size = c.warmup_batch_sizes[i];
+    if (size < 1 || size > c.max_batch_size) {
+      return Error(source, fmt::format("warmup.batch_sizes[{}]", i),
+                   fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
+    }
+  }
+  if (c.warmup_iterations < 1) {
+    return Error(source, "warmup.iterations", fmt::format("must be >= 1 (got {})", c.warmup_iterations));
+  }
+  return Status::Ok();
+}
+
+void ApplyOverrides(const ModelConfigOverrides& o, ModelConfig& c) {
+  if (o.instance_count) c.instances.count = *o.instance_count;
+  if (o.threads) c.instances.threads = *o.threads;
+  if (o.max_batch_size) c.max_batch_size = *o.max_batch_size;
+  if (o.precision) c.precision = *o.precision;
+  if (o.freeze) c.optimize.freeze = *o.freeze;
+  if (o.channels_last) c.optimize.channels_last = *o.channels_last;
+  if (o.warmup_batch_sizes) c.warmup_batch_sizes = *o.warmup_batch_sizes;
+}
+
+Result<ModelConfig> LoadModelConfig(const std::filesystem::path& model_dir,
+                                    const ModelConfigOverrides& overrides, int cores) {
+  if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::filesystem::path file = model_dir / "config.yaml";
+  std::string source = file.string();
+  std::ifstream in(file);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open", source));
+  std::stringstream text;
+  text << in.rdbuf();
+  Result<ModelConfig> parsed = ParseModelConfig(text.str(), source);
+  if (!parsed.ok()) return parsed;
+  ModelConfig c = std::move(parsed).value();
+  std::string dir_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+  if (dir_name.empty()) dir_name = model_dir.lexically_normal().parent_path().filename().string();
+  if (c.name.empty()) c.name = dir_name;
+  if (c.name != dir_name) {
+    return Error(source, "name",
+                 fmt::format("'{}' differs from the directory name '{}'", c.name, dir_name));
+  }
+  c.directory = model_dir;
+  ApplyOverrides(overrides, c);
+  NormalizeModelConfig(c, cores);
+  SLUICE_RETURN_IF_ERROR(ValidateModelConfig(c, cores, source));
+  return c;
+}
+
+}  // namespace sluice

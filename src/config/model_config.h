@@ -1,0 +1,109 @@
+// Model configuration: models/<name>/config.yaml parsed, normalised and validated.
+//
+// Parse turns YAML into typed fields (unknown keys and wrong types are errors), normalise fills
+// defaults that depend on other fields, validate rejects impossible combinations. Every error
+// names the file and the key, e.g. "models/m/config.yaml: instances.threads: must be >= 1 (got 0)".
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+std::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16".
+std::optional<Precision> ParsePrecision(std::string_view name);
+
+// One declared input or output. `shape` excludes the batch dimension; -1 marks a variable dim.
+struct TensorSpec {
+  std::string name;
+  DataType datatype = DataType::kFp32;
+  Shape shape;
+};
+
+struct DynamicBatchingConfig {
+  Micros max_queue_delay{1000};             // Longest the oldest request waits for company; >= 0.
+  std::vector<int> preferred_batch_sizes;   // Dispatch at once at these sizes; ascending, unique.
+  int max_queue_size = 1024;                // Queued samples beyond which requests get 503; >= 1.
+  Micros default_timeout{0};                // Per-request deadline when the client sets none; 0: none.
+};
+
+struct InstancesConfig {
+  int count = 1;             // Workers (model instances); >= 1.
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N".
+  int threads = 0;           // Intra-op threads per instance; 0: cores / count (at least 1).
+};
+
+struct OptimizeConfig {
+  bool freeze = false;         // torch::jit::freeze + optimize_for_inference ("compile").
+  bool channels_last = false;  // NHWC weights and inputs for 4-D convolutional models.
+};
+
+struct ImagePreprocessConfig {
+  int resize = 0;              // Shorter side resized to this many pixels; 0: no resize.
+  int crop = 0;                // Centre crop to crop x crop; 0: no crop. <= resize when both set.
+  int channels = 3;            // 1 (grey) or 3 (RGB).
+  std::vector<float> mean;     // Per channel, on [0, 1] pixel values; default 0.
+  std::vector<float> std;      // Per channel, > 0; default 1.
+};
+
+struct ModelConfig {
+  std::string name;                    // The model directory's name.
+  std::filesystem::path directory;     // models/<name>.
+  std::string model_file = "model.pt"; // Relative to `directory`.
+  int max_batch_size = 1;              // Samples per batch; >= 1.
+  DynamicBatchingConfig dynamic_batching;
+  InstancesConfig instances;
+  Precision precision = Precision::kFp32;
+  OptimizeConfig optimize;
+  std::vector<TensorSpec> inputs;      // At least one.
+  std::vector<TensorSpec> outputs;     // At least one.
+  std::optional<ImagePreprocessConfig> preprocess_image;
+  int postprocess_topk = 0;            // Top-k classes in classification replies; 0: raw output.
+  std::vector<int> warmup_batch_sizes; // Default: {1, max_batch_size}.
+  int warmup_iterations = 2;           // Runs per warm-up batch size; >= 1.
+
+  std::filesystem::path model_path() const { return directory / model_file; }
+};
+
+// Parses YAML text; `source` names it in errors. Fills only what the text says (no defaults that
+// depend on other fields).
+Result<ModelConfig> ParseModelConfig(std::string_view yaml_text, std::string_view source);
+
+// Fills derived defaults (warm-up sizes, thread counts) given the machine's core count.
+void NormalizeModelConfig(ModelConfig& config, int cores);
+
+// Checks every rule; `source` names the file in errors.
+Status ValidateModelConfig(const ModelConfig& config, int cores, std::string_view source);
+
+// Settings given on the command line, applied over the file before normalising, so derived
+// defaults (threads per instance) follow them.
+struct ModelConfigOverrides {
+  std::optional<int> instance_count;
+  std::optional<int> threads;
+  std::optional<int> max_batch_size;
+  std::optional<Precision> precision;
+  std::optional<bool> freeze;
+  std::optional<bool> channels_last;
+  std::optional<std::vector<int>> warmup_batch_sizes;
+};
+
+// Applies `overrides` to `config`.
+void ApplyOverrides(const ModelConfigOverrides& overrides, ModelConfig& config);
+
+// Reads <model_dir>/config.yaml, parses it, applies `overrides`, normalises and validates.
+// `cores` <= 0 means the machine's core count.
+Result<ModelConfig> LoadModelConfig(const std::filesystem::path& model_dir,
+                                    const ModelConfigOverrides& overrides = {}, int cores = 0);
+
+// Model names are restricted to [A-Za-z0-9_.-], not starting with '.'.
+bool IsValidModelName(std::string_view name);
+
+}  // namespace sluice

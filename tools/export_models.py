@@ -1,0 +1,314 @@
+#!/usr/bin/python3
+"""Writes a Sluice model repository with Debian's python3-torch / python3-torchvision.
+
+Default models (for the demo and benchmarks):
+  resnet18       torchvision architecture, seeded random weights (no weights can be downloaded),
+                 3x224x224 input with ImageNet normalisation, 1000 logits.
+  fashion_mnist  a small CNN trained on Debian's dataset-fashion-mnist IDX files; its test accuracy
+                 is recorded in models/fashion_mnist/training.json.
+
+Test models (--test, generated in seconds for the test suite):
+  tiny_cnn       3x16x16 -> 5 logits, random weights.
+  multi_io       two FP32 inputs of 4 -> (sum, product) as two outputs.
+  identity       16 floats -> the same 16 floats.
+
+Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Python, which the
+C++ backend's test reproduces.
+
+Usage: tools/export_models.py --out models [--only NAME ...] [--force]
+       tools/export_models.py --test --out build/test-models
+"""
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+FASHION_LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                  "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+def fmt_list(values):
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def write_config(model_dir, text):
+    with open(os.path.join(model_dir, "config.yaml"), "w") as f:
+        f.write(text)
+
+
+def write_reference(model_dir, inputs, outputs):
+    """Saves named input/output tensors as raw little-endian files plus a YAML index."""
+    ref_dir = os.path.join(model_dir, "reference")
+    os.makedirs(ref_dir, exist_ok=True)
+    lines = []
+    for kind, tensors in (("inputs", inputs), ("outputs", outputs)):
+        lines.append(f"{kind}:")
+        for name, t in tensors:
+            array = t.detach().contiguous().numpy()
+            file_name = f"{kind[:-1]}_{name}.bin"
+            array.astype(array.dtype.newbyteorder("<")).tofile(os.path.join(ref_dir, file_name))
+            dtype = {np.float32: "FP32", np.int64: "INT64", np.uint8: "UINT8"}[array.dtype.type]
+            lines.append(f"  - name: {name}")
+            lines.append(f"    datatype: {dtype}")
+            lines.append(f"    shape: {fmt_list(array.shape)}")
+            lines.append(f"    file: {file_name}")
+    with open(os.path.join(model_dir, "reference.yaml"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def save_scripted(model, model_dir):
+    os.makedirs(model_dir, exist_ok=True)
+    scripted = torch.jit.script(model.eval())
+    scripted.save(os.path.join(model_dir, "model.pt"))
+    return scripted
+
+
+# --- resnet18 --------------------------------------------------------------------------------
+
+def export_resnet18(out_dir):
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=1000)
+    model_dir = os.path.join(out_dir, "resnet18")
+    scripted = save_scripted(model, model_dir)
+    write_config(model_dir, f"""# ResNet-18 (torchvision architecture, seeded random weights).
+max_batch_size: 64
+dynamic_batching:
+  max_queue_delay_us: 2000
+  max_queue_size: 1024
+instances:
+  count: 1
+  device: cpu
+precision: fp32
+optimize:
+  freeze: false
+  channels_last: false
+inputs:
+  - name: input
+    datatype: FP32
+    shape: [3, 224, 224]
+outputs:
+  - name: logits
+    datatype: FP32
+    shape: [1000]
+preprocess:
+  image:
+    resize: 256
+    crop: 224
+    channels: 3
+    mean: {fmt_list(IMAGENET_MEAN)}
+    std: {fmt_list(IMAGENET_STD)}
+postprocess:
+  topk: 5
+warmup:
+  batch_sizes: [1]
+""")
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        y = scripted(x)
+    write_reference(model_dir, [("input", x)], [("logits", y)])
+    print(f"resnet18: written to {model_dir}")
+
+
+# --- fashion_mnist ---------------------------------------------------------------------------
+
+class FashionCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return self.fc2(x)
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[0:4], "big")
+    ndim = magic & 0xFF
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_fashion(split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(FASHION_DIR, f"{prefix}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(FASHION_DIR, f"{prefix}-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
+    return (x - FASHION_MEAN) / FASHION_STD, torch.from_numpy(labels.astype(np.int64))
+
+
+def accuracy(model, x, y):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), 1000):
+            correct += (model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum().item()
+    return correct / len(x)
+
+
+def export_fashion_mnist(out_dir, epochs):
+    torch.manual_seed(0)
+    train_x, train_y = load_fashion("train")
+    test_x, test_y = load_fashion("test")
+    model = FashionCnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    start = time.time()
+    for epoch in range(epochs):
+        model.train()
+        order = torch.randperm(len(train_x))
+        for i in range(0, len(order), 128):
+            idx = order[i:i + 128]
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            loss.backward()
+            optimizer.step()
+        print(f"fashion_mnist: epoch {epoch + 1}/{epochs} test accuracy "
+              f"{accuracy(model, test_x, test_y):.4f} ({time.time() - start:.0f} s)", flush=True)
+    acc = accuracy(model, test_x, test_y)
+    if acc < 0.88:
+        sys.exit(f"fashion_mnist: test accuracy {acc:.4f} is below 0.88")
+    model_dir = os.path.join(out_dir, "fashion_mnist")
+    scripted = save_scripted(model, model_dir)
+    write_config(model_dir, f"""# Small CNN trained on Fashion-MNIST (28x28 grey images, 10 classes).
+max_batch_size: 64
+dynamic_batching:
+  max_queue_delay_us: 2000
+  max_queue_size: 4096
+instances:
+  count: 1
+  device: cpu
+precision: fp32
+inputs:
+  - name: input
+    datatype: FP32
+    shape: [1, 28, 28]
+outputs:
+  - name: logits
+    datatype: FP32
+    shape: [10]
+preprocess:
+  image:
+    resize: 28
+    crop: 28
+    channels: 1
+    mean: [{FASHION_MEAN}]
+    std: [{FASHION_STD}]
+postprocess:
+  topk: 3
+""")
+    with open(os.path.join(model_dir, "labels.txt"), "w") as f:
+        f.write("\n".join(FASHION_LABELS) + "\n")
+    with open(os.path.join(model_dir, "training.json"), "w") as f:
+        json.dump({"dataset": "Fashion-MNIST (Debian dataset-fashion-mnist)",
+                   "test_images": len(test_x), "test_accuracy": round(acc, 4),
+                   "epochs": epochs, "seed": 0, "train_seconds": round(time.time() - start, 1),
+                   "torch": torch.__version__}, f, indent=2)
+        f.write("\n")
+    x = test_x[:8]
+    with torch.no_grad():
+        y = scripted(x)
+    write_reference(model_dir, [("input", x)], [("logits", y)])
+    print(f"fashion_mnist: test accuracy {acc:.4f}, written to {model_dir}")
+
+
+# --- test models -----------------------------------------------------------------------------
+
+class TinyCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = F.adaptive_avg_pool2d(F.relu(self.conv(x)), 4)
+        return self.fc(torch.flatten(x, 1))
+
+
+class MultiIo(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        return a + b, a * b
+
+
+class Identity(nn.Module):
+    def forward(self, x):
+        return x.clone()
+
+
+def simple_config(inputs, outputs, max_batch_size=8, extra=""):
+    def specs(items):
+        return "".join(f"  - name: {n}\n    datatype: FP32\n    shape: {fmt_list(s)}\n" for n, s in items)
+    return (f"max_batch_size: {max_batch_size}\ninstances:\n  count: 1\n  threads: 1\n"
+            f"inputs:\n{specs(inputs)}outputs:\n{specs(outputs)}{extra}")
+
+
+def export_test_models(out_dir):
+    torch.manual_seed(0)
+    d = os.path.join(out_dir, "tiny_cnn")
+    m = save_scripted(TinyCnn(), d)
+    write_config(d, simple_config([("input", [3, 16, 16])], [("logits", [5])],
+                                  extra="warmup:\n  batch_sizes: [1, 4]\n"))
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        write_reference(d, [("input", x)], [("logits", m(x))])
+
+    d = os.path.join(out_dir, "multi_io")
+    m = save_scripted(MultiIo(), d)
+    write_config(d, simple_config([("a", [4]), ("b", [4])], [("sum", [4]), ("product", [4])]))
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    with torch.no_grad():
+        s, p = m(a, b)
+    write_reference(d, [("a", a), ("b", b)], [("sum", s), ("product", p)])
+
+    d = os.path.join(out_dir, "identity")
+    m = save_scripted(Identity(), d)
+    write_config(d, simple_config([("input", [16])], [("output", [16])], max_batch_size=64))
+    x = torch.randn(2, 16)
+    write_reference(d, [("input", x)], [("output", m(x))])
+    print(f"test models: written to {out_dir}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="models", help="model repository to write")
+    parser.add_argument("--test", action="store_true", help="write the tiny test models instead")
+    parser.add_argument("--only", nargs="*", choices=["resnet18", "fashion_mnist"],
+                        help="default models to write (default: both)")
+    parser.add_argument("--force", action="store_true", help="rewrite models that exist")
+    parser.add_argument("--epochs", type=int, default=3, help="fashion_mnist training epochs")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    os.makedirs(args.out, exist_ok=True)
+    if args.test:
+        export_test_models(args.out)
+        return
+    for name in args.only or ["resnet18", "fashion_mnist"]:
+        if not args.force and os.path.exists(os.path.join(args.out, name, "model.pt")):
+            print(f"{name}: exists in {args.out}, skipped (use --force to rewrite)")
+            continue
+        if name == "resnet18":
+            export_resnet18(args.out)
+        else:
+            export_fashion_mnist(args.out, args.epochs)
+
+
+if __name__ == "__main__":
+    main()
