@@ -93,7 +93,7 @@ instances:
 precision: fp32
 optimize:
   freeze: false
-  channels_last: false
+  channels_last: true
 inputs:
   - name: input
     datatype: FP32

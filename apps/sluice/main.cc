@@ -63,7 +63,8 @@ std::string CommandLine(int argc, char** argv) {
   return line;
 }
 
-Result<ModelConfig> ResolveModel(const ModelSelection& s) {
+// `extra_warmup_sizes` are warmed up besides the configured ones (the sizes a benchmark sends).
+Result<ModelConfig> ResolveModel(const ModelSelection& s, std::vector<int> extra_warmup_sizes = {}) {
   std::filesystem::path dir = s.model_dir;
   if (dir.empty()) {
     if (s.model.empty()) return Status::InvalidArgument("name a model with --model or --model-dir");
@@ -82,7 +83,16 @@ Result<ModelConfig> ResolveModel(const ModelSelection& s) {
   }
   o.freeze = s.compile;
   if (s.channels_last) o.channels_last = true;
-  return LoadModelConfig(dir, o);
+  auto config = LoadModelConfig(dir, o);
+  if (!config.ok() || extra_warmup_sizes.empty()) return config;
+  for (int size : extra_warmup_sizes) {
+    auto& sizes = config->warmup_batch_sizes;
+    if (size >= 1 && size <= config->max_batch_size &&
+        std::find(sizes.begin(), sizes.end(), size) == sizes.end()) {
+      sizes.push_back(size);
+    }
+  }
+  return config;
 }
 
 // Instances of a loaded backend; `owned` keeps them alive.
@@ -124,7 +134,7 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     return Fail(Status::InvalidArgument(
         "this build benchmarks in-process only: pass --in-process"));
   }
-  auto config = ResolveModel(cmd.model);
+  auto config = ResolveModel(cmd.model, {cmd.run.batch_size});
   if (!config.ok()) return Fail(config.status());
   Describe(*config, cmd.run);
   auto backend = LoadTorchScriptBackend(*config);
@@ -149,21 +159,27 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     return run->summary.ok_requests == run->summary.requests ? 0 : 1;
   }
 
-  // Ceiling and pipeline alternate (A B A B ...) so machine drift hits both alike.
+  // Ceiling and pipeline alternate, the order flipping every round (A B B A A B ...), so drift
+  // of the machine's speed hits both alike.
   std::vector<double> ceiling, pipeline, ratio;
   std::optional<BenchRun> last_pipeline;
   for (int r = 0; r < cmd.rounds; ++r) {
-    auto c = RunEngineCeiling(*config, *instances, cmd.run);
-    if (!c.ok()) return Fail(c.status());
-    auto p = RunInProcessPipeline(*config, *instances, cmd.run);
-    if (!p.ok()) return Fail(p.status());
-    ceiling.push_back(c->summary.samples_per_second);
-    pipeline.push_back(p->summary.samples_per_second);
+    std::optional<Result<BenchRun>> c, p;
+    if (r % 2 == 0) c = RunEngineCeiling(*config, *instances, cmd.run);
+    p = RunInProcessPipeline(*config, *instances, cmd.run);
+    if (r % 2 == 1) c = RunEngineCeiling(*config, *instances, cmd.run);
+    if (!c->ok()) return Fail(c->status());
+    if (!p->ok()) return Fail(p->status());
+    const Summary& cs = (*c)->summary;
+    const Summary& ps = (*p)->summary;
+    ceiling.push_back(cs.samples_per_second);
+    pipeline.push_back(ps.samples_per_second);
     ratio.push_back(pipeline.back() / ceiling.back());
-    fmt::print("round {}: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
-               "ratio {:.3f}\n",
-               r + 1, ceiling.back(), pipeline.back(), ratio.back());
-    last_pipeline = std::move(*p);
+    fmt::print("round {}: engine ceiling {:.1f} samples/s ({:.2f} ms per batch), pipeline {:.1f} "
+               "samples/s ({:.2f} ms per batch), ratio {:.3f}\n",
+               r + 1, ceiling.back(), cs.mean_compute_seconds * 1e3, pipeline.back(),
+               ps.mean_compute_seconds * 1e3, ratio.back());
+    last_pipeline = std::move(**p);
   }
   fmt::print("median of {} rounds: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
              "pipeline/ceiling {:.3f}\n",

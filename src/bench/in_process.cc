@@ -90,6 +90,7 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
       attach_errors[w] = instances[w]->AttachToCurrentThread();
       while (std::optional<Request> request = requests.Pop()) {
         Status status = attach_errors[w];
+        request->record.start_time = clock.Now();
         if (status.ok()) {
           auto outputs = instances[w]->Run(*request->inputs);
           status = outputs.status();
@@ -157,6 +158,7 @@ Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
         record.samples = options.batch_size;
         record.worker = static_cast<int>(w);
         record.request_time = clock.Now();
+        record.start_time = record.request_time;
         auto outputs = instances[w]->Run((*payloads)[static_cast<size_t>(i) % payloads->size()]);
         record.response_time = clock.Now();
         record.outcome = outputs.status().code();
@@ -185,6 +187,8 @@ std::string FormatReport(const LoadReport& load, const BenchRun& run) {
   for (const auto& [kind, count] : s.errors) line(fmt::format("  errors {}: {}", kind, count));
   const LatencyStats& l = s.latency;
   line(fmt::format("Average latency (exclude warmup): {:.5f} +/- {:.5f} s", l.mean, l.std));
+  line(fmt::format("Average queue wait / compute: {:.5f} / {:.5f} s", s.mean_queue_seconds,
+                   s.mean_compute_seconds));
   line(fmt::format("Max latency: {:.5f} s", l.max));
   line(fmt::format("Min latency: {:.5f} s", l.min));
   line(fmt::format("Latency p50 / p90 / p95 / p99 / p99.9: {:.5f} / {:.5f} / {:.5f} / {:.5f} / {:.5f} s", l.p50,

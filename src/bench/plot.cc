@@ -44,8 +44,10 @@ std::vector<double> NiceTicks(double lo, double hi, int target) {
     if (step >= raw) break;
   }
   std::vector<double> ticks;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+  // The last tick is the first at or above `hi`, so the ticks cover the data.
+  for (double v = std::ceil(lo / step - 1e-9) * step;; v += step) {
     ticks.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+    if (v >= hi - step * 1e-9 || ticks.size() > 1000) break;
   }
   return ticks;
 }

@@ -25,7 +25,8 @@ struct PlotSpec {
 // A self-contained SVG document: axes with ticks, one polyline with markers per series, a legend.
 std::string RenderLinePlotSvg(const PlotSpec& spec);
 
-// "Nice" tick values covering [lo, hi]: about `target` steps of 1, 2 or 5 x 10^k.
+// "Nice" tick values covering [lo, hi]: about `target` steps of 1, 2 or 5 x 10^k, the last at or
+// above `hi`.
 std::vector<double> NiceTicks(double lo, double hi, int target);
 
 }  // namespace sluice

@@ -9,7 +9,8 @@ namespace sluice {
 
 double NearestRankPercentile(std::span<const double> sorted, double p) {
   const auto n = static_cast<double>(sorted.size());
-  auto rank = static_cast<size_t>(std::ceil(p / 100.0 * n));
+  // The small slack keeps 99.9% of 1000 at rank 999 despite 0.999 * 1000 = 999.0000000000001.
+  auto rank = static_cast<size_t>(std::ceil(p / 100.0 * n - 1e-9));
   rank = std::clamp<size_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
 }
@@ -63,9 +64,17 @@ Summary Summarize(std::span<const RequestRecord> records, bool first_is_warmup) 
       ++s.ok_requests;
       s.ok_samples += r->samples;
       latencies.push_back(r->latency_seconds());
+      if (r->start_time != Clock::time_point{}) {
+        s.mean_compute_seconds += SecondsBetween(r->start_time, r->response_time);
+        s.mean_queue_seconds += SecondsBetween(r->request_time, r->start_time);
+      }
     } else {
       ++s.errors[std::string(StatusCodeName(r->outcome))];
     }
+  }
+  if (s.ok_requests > 0) {
+    s.mean_compute_seconds /= static_cast<double>(s.ok_requests);
+    s.mean_queue_seconds /= static_cast<double>(s.ok_requests);
   }
   s.latency = ComputeLatencyStats(std::move(latencies));
   s.duration_seconds = SecondsBetween(first_request, last_response);

@@ -6,6 +6,8 @@
 //   throughput  = completed samples / (last response_time - first request_time), warm-up excluded.
 //   percentiles = nearest rank: the smallest latency L such that at least p% of latencies <= L.
 //   std         = sample standard deviation (n - 1 denominator); 0 for fewer than two requests.
+//   compute     = response_time - start_time; queue = start_time - request_time (when the driver
+//                 knows when a worker picked the request up).
 // Latency statistics cover successful requests; failed ones are counted by kind.
 #pragma once
 
@@ -23,6 +25,7 @@ namespace sluice {
 // One request as the benchmark saw it.
 struct RequestRecord {
   Clock::time_point request_time;   // Just before hand-over (enqueue / first byte written).
+  Clock::time_point start_time;     // When a worker began running it (in-process only).
   Clock::time_point response_time;  // When the response was in hand.
   int samples = 1;                  // Batch size of the request.
   StatusCode outcome = StatusCode::kOk;
@@ -45,6 +48,8 @@ struct Summary {
   std::map<std::string, int64_t> errors;  // Failed timed requests by StatusCodeName().
   std::optional<double> warmup_latency;   // Seconds; absent when warm-up was not separated.
   LatencyStats latency;
+  double mean_compute_seconds = 0;        // Mean of response_time - start_time (model + split).
+  double mean_queue_seconds = 0;          // Mean of start_time - request_time.
   double duration_seconds = 0;            // last response_time - first request_time (timed).
   double samples_per_second = 0;
   double requests_per_second = 0;

@@ -1,0 +1,176 @@
+// Tests for status, tensor, clock, JSON writing and the blocking queue.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "common/blocking_queue.h"
+#include "common/clock.h"
+#include "common/json_writer.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+namespace {
+
+TEST(StatusTest, CodesMapToHttpStatuses) {
+  EXPECT_EQ(HttpStatusFor(StatusCode::kOk), 200);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kPayloadTooLarge), 413);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInternal), 500);
+}
+
+TEST(StatusTest, ToStringNamesCodeAndMessage) {
+  EXPECT_EQ(Status::Ok().ToString(), "ok");
+  EXPECT_EQ(Status::Unavailable("queue full").ToString(), "unavailable: queue full");
+}
+
+Status FailsWhenNegative(int v) {
+  SLUICE_RETURN_IF_ERROR(v < 0 ? Status::InvalidArgument("negative") : Status::Ok());
+  return Status::Internal("reached the end");
+}
+
+TEST(StatusTest, ReturnIfErrorReturnsEarlyOnlyOnError) {
+  EXPECT_EQ(FailsWhenNegative(-1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FailsWhenNegative(1).code(), StatusCode::kInternal);
+}
+
+TEST(ResultTest, HoldsValueOrStatus) {
+  Result<int> good = 7;
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, 7);
+  EXPECT_TRUE(good.status().ok());
+  Result<int> bad = Status::NotFound("no such model");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+}
+
+TEST(TensorTest, DataTypeNamesRoundTrip) {
+  for (DataType t : {DataType::kBool, DataType::kUInt8, DataType::kInt8, DataType::kInt16,
+                     DataType::kInt32, DataType::kInt64, DataType::kFp16, DataType::kBf16,
+                     DataType::kFp32, DataType::kFp64}) {
+    EXPECT_EQ(ParseDataType(DataTypeName(t)), t);
+  }
+  EXPECT_EQ(DataTypeSize(DataType::kFp16), 2u);
+  EXPECT_EQ(DataTypeSize(DataType::kInt64), 8u);
+  EXPECT_FALSE(ParseDataType("BYTES_OR_WHATEVER").has_value());
+  EXPECT_FALSE(ParseDataType("fp32").has_value());  // Names are upper case, as in KServe v2.
+}
+
+TEST(TensorTest, ElementCountRejectsNegativeAndOverflow) {
+  EXPECT_EQ(ElementCount({2, 3, 4}), 24);
+  EXPECT_EQ(ElementCount({}), 1);
+  EXPECT_EQ(ElementCount({5, 0}), 0);
+  EXPECT_FALSE(ElementCount({2, -1}).has_value());
+  EXPECT_FALSE(ElementCount({1LL << 40, 1LL << 40}).has_value());
+}
+
+TEST(TensorTest, ZerosAllocatesZeroFilledAlignedStorage) {
+  Tensor t = Tensor::Zeros(DataType::kFp32, {2, 3});
+  EXPECT_EQ(t.element_count(), 6);
+  EXPECT_EQ(t.byte_size(), 24u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  for (float v : t.values<float>()) EXPECT_EQ(v, 0.0f);
+  Tensor copy = t;
+  copy.mutable_values<float>()[1] = 5;
+  EXPECT_EQ(t.values<float>()[1], 5);  // Copies share the buffer.
+}
+
+TEST(TensorTest, WrapKeepsOwnerAliveWithoutCopying) {
+  auto buffer = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{1, 2, 3, 4});
+  std::weak_ptr<std::vector<int32_t>> watch = buffer;
+  Tensor t = Tensor::Wrap(DataType::kInt32, {2, 2}, buffer, buffer->data());
+  EXPECT_EQ(t.data(), buffer->data());
+  buffer.reset();
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(t.values<int32_t>()[3], 4);
+  t = Tensor();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(FakeClockTest, MovesOnlyWhenAdvanced) {
+  FakeClock clock;
+  Clock::time_point start = clock.Now();
+  EXPECT_EQ(clock.Now(), start);
+  clock.Advance(Millis(5));
+  EXPECT_EQ(clock.Now() - start, Millis(5));
+  clock.SleepFor(Micros(250));
+  EXPECT_EQ(clock.Now() - start, Micros(5250));
+}
+
+TEST(JsonWriterTest, WritesNestedValuesWithCommas) {
+  JsonWriter json;
+  json.BeginObject().Field("a", 1).Key("b").BeginArray().Int(1).Double(2.5).Null().EndArray();
+  json.Field("c", true).Field("d", "x").Key("e").BeginObject().EndObject().EndObject();
+  EXPECT_EQ(json.str(), R"({"a":1,"b":[1,2.5,null],"c":true,"d":"x","e":{}})");
+}
+
+TEST(JsonWriterTest, NonFiniteNumbersBecomeNull) {
+  JsonWriter json;
+  json.BeginArray().Double(std::numeric_limits<double>::infinity()).Double(std::nan("")).EndArray();
+  EXPECT_EQ(json.str(), "[null,null]");
+}
+
+TEST(JsonQuoteTest, EscapesControlQuotesAndInvalidUtf8) {
+  EXPECT_EQ(JsonQuote("a\"b\\c\n\t\x01"), R"("a\"b\\c\n\t\u0001")");
+  EXPECT_EQ(JsonQuote("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // Valid UTF-8 passes through.
+  EXPECT_EQ(JsonQuote("bad\xff"), R"("bad\ufffd")");
+  EXPECT_EQ(JsonQuote("\xc0\xaf"), R"("\ufffd\ufffd")");  // Overlong '/' is rejected.
+  EXPECT_EQ(JsonQuote("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")");  // A surrogate.
+}
+
+TEST(BlockingQueueTest, FifoAndCloseDrainsThenEnds) {
+  BlockingQueue<int> q;
+  q.Push(1);
+  q.Push(2);
+  q.Close();
+  EXPECT_FALSE(q.Push(3));
+  EXPECT_EQ(q.Pop(), 1);
+  EXPECT_EQ(q.Pop(), 2);
+  EXPECT_EQ(q.Pop(), std::nullopt);
+}
+
+TEST(BlockingQueueTest, PushBlocksWhileFullUntilPopped) {
+  BlockingQueue<int> q(1);
+  q.Push(1);
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    q.Push(2);
+    pushed = true;
+  });
+  std::this_thread::sleep_for(Millis(20));
+  EXPECT_FALSE(pushed.load());
+  EXPECT_EQ(q.Pop(), 1);
+  producer.join();
+  EXPECT_TRUE(pushed.load());
+  EXPECT_EQ(q.Pop(), 2);
+}
+
+TEST(BlockingQueueTest, ManyProducersAndConsumersLoseNothing) {
+  BlockingQueue<int> q(8);
+  constexpr int kPerProducer = 2000;
+  std::atomic<int64_t> sum{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 3; ++p) {
+    threads.emplace_back([&] {
+      for (int i = 1; i <= kPerProducer; ++i) q.Push(i);
+    });
+  }
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 2; ++c) {
+    consumers.emplace_back([&] {
+      while (auto v = q.Pop()) sum += *v;
+    });
+  }
+  for (auto& t : threads) t.join();
+  q.Close();
+  for (auto& t : consumers) t.join();
+  EXPECT_EQ(sum.load(), 3LL * kPerProducer * (kPerProducer + 1) / 2);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,311 @@
+// Tests for config.yaml parsing, normalisation and validation: one test per rule.
+#include "config/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/sweep_config.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kValid = R"(
+name: m
+max_batch_size: 8
+dynamic_batching:
+  max_queue_delay_us: 500
+  preferred_batch_sizes: [4, 8]
+  max_queue_size: 64
+  default_timeout_us: 100000
+instances:
+  count: 2
+  device: cpu
+  threads: 1
+precision: bf16
+optimize:
+  freeze: true
+  channels_last: true
+inputs:
+  - name: input
+    datatype: FP32
+    shape: [3, -1, 16]
+outputs:
+  - name: logits
+    datatype: FP32
+    shape: [5]
+preprocess:
+  image:
+    resize: 20
+    crop: 16
+    channels: 3
+    mean: [0.5, 0.5, 0.5]
+    std: [0.25]
+postprocess:
+  topk: 3
+warmup:
+  batch_sizes: [1, 8]
+  iterations: 3
+)";
+
+// Parses, normalises and validates `yaml` for a 4-core machine; returns the error message or "".
+std::string ErrorOf(const std::string& yaml) {
+  auto parsed = ParseModelConfig(yaml, "models/m/config.yaml");
+  if (!parsed.ok()) return parsed.status().message();
+  ModelConfig c = *parsed;
+  if (c.name.empty()) c.name = "m";
+  NormalizeModelConfig(c, 4);
+  Status s = ValidateModelConfig(c, 4, "models/m/config.yaml");
+  return s.ok() ? "" : s.message();
+}
+
+// kValid with `from` replaced by `to` (which must occur).
+std::string Edit(const std::string& from, const std::string& to) {
+  std::string text = kValid;
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ModelConfigTest, ParsesEveryField) {
+  auto parsed = ParseModelConfig(kValid, "config.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const ModelConfig& c = *parsed;
+  EXPECT_EQ(c.max_batch_size, 8);
+  EXPECT_EQ(c.dynamic_batching.max_queue_delay, Micros(500));
+  EXPECT_EQ(c.dynamic_batching.preferred_batch_sizes, (std::vector<int>{4, 8}));
+  EXPECT_EQ(c.dynamic_batching.max_queue_size, 64);
+  EXPECT_EQ(c.dynamic_batching.default_timeout, Micros(100000));
+  EXPECT_EQ(c.instances.count, 2);
+  EXPECT_EQ(c.instances.threads, 1);
+  EXPECT_EQ(c.precision, Precision::kBf16);
+  EXPECT_TRUE(c.optimize.freeze);
+  EXPECT_TRUE(c.optimize.channels_last);
+  ASSERT_EQ(c.inputs.size(), 1u);
+  EXPECT_EQ(c.inputs[0].shape, (Shape{3, -1, 16}));
+  EXPECT_EQ(c.outputs[0].name, "logits");
+  ASSERT_TRUE(c.preprocess_image.has_value());
+  EXPECT_EQ(c.preprocess_image->crop, 16);
+  EXPECT_EQ(c.postprocess_topk, 3);
+  EXPECT_EQ(c.warmup_iterations, 3);
+  EXPECT_EQ(ErrorOf(kValid), "");
+}
+
+TEST(ModelConfigTest, NormalizeDerivesThreadsAndWarmupSizes) {
+  auto parsed = ParseModelConfig(
+      "max_batch_size: 16\ninstances: {count: 2}\ninputs: [{name: x, shape: [4]}]\n"
+      "outputs: [{name: y, shape: [4]}]\n",
+      "c.yaml");
+  ASSERT_TRUE(parsed.ok());
+  ModelConfig c = *parsed;
+  NormalizeModelConfig(c, 4);
+  EXPECT_EQ(c.instances.threads, 2);  // 4 cores / 2 instances.
+  EXPECT_EQ(c.warmup_batch_sizes, (std::vector<int>{1, 16}));
+  EXPECT_EQ(c.inputs[0].datatype, DataType::kFp32);  // The default datatype.
+  NormalizeModelConfig(c, 1);
+  EXPECT_EQ(c.instances.threads, 2);  // Already set: left alone.
+}
+
+TEST(ModelConfigTest, ErrorsNameTheFileAndTheKey) {
+  EXPECT_THAT(ErrorOf(Edit("threads: 1", "threads: -2")),
+              HasSubstr("models/m/config.yaml: instances.threads: must be >= 1 (got -2)"));
+}
+
+TEST(ModelConfigTest, RejectsUnknownKeysAtEveryLevel) {
+  EXPECT_THAT(ErrorOf(Edit("max_batch_size: 8", "max_batch_size: 8\nmax_batch: 3")),
+              HasSubstr(": max_batch: unknown key"));
+  EXPECT_THAT(ErrorOf(Edit("  count: 2", "  count: 2\n  gpus: 1")),
+              HasSubstr("instances.gpus: unknown key"));
+  EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [3",
+                           "    datatype: FP32\n    dims: 1\n    shape: [3")),
+              HasSubstr("inputs[0].dims: unknown key"));
+  EXPECT_THAT(ErrorOf(Edit("    crop: 16", "    crop: 16\n    flip: true")),
+              HasSubstr("preprocess.image.flip: unknown key"));
+}
+
+TEST(ModelConfigTest, RejectsWrongTypes) {
+  EXPECT_THAT(ErrorOf(Edit("max_batch_size: 8", "max_batch_size: eight")),
+              HasSubstr("max_batch_size: cannot read 'eight' as an integer"));
+  EXPECT_THAT(ErrorOf(Edit("freeze: true", "freeze: maybe")),
+              HasSubstr("optimize.freeze: cannot read 'maybe' as a boolean"));
+  EXPECT_THAT(ErrorOf(Edit("preferred_batch_sizes: [4, 8]", "preferred_batch_sizes: 4")),
+              HasSubstr("dynamic_batching.preferred_batch_sizes: must be a list"));
+  EXPECT_THAT(ErrorOf(Edit("instances:\n  count: 2", "instances: 2\nx:\n  count: 2")),
+              HasSubstr("instances: must be a mapping"));
+}
+
+TEST(ModelConfigTest, RejectsInvalidYaml) {
+  EXPECT_THAT(ErrorOf("max_batch_size: [1, 2\n"), HasSubstr("invalid YAML"));
+  EXPECT_THAT(ErrorOf(""), HasSubstr("file is empty"));
+}
+
+TEST(ModelConfigTest, MaxBatchSizeMustBePositive) {
+  EXPECT_THAT(ErrorOf(Edit("max_batch_size: 8", "max_batch_size: 0")),
+              HasSubstr("max_batch_size: must be >= 1 (got 0)"));
+}
+
+TEST(ModelConfigTest, QueueDelayAndTimeoutMustNotBeNegative) {
+  EXPECT_THAT(ErrorOf(Edit("max_queue_delay_us: 500", "max_queue_delay_us: -1")),
+              HasSubstr("dynamic_batching.max_queue_delay_us: must be >= 0"));
+  EXPECT_THAT(ErrorOf(Edit("default_timeout_us: 100000", "default_timeout_us: -5")),
+              HasSubstr("dynamic_batching.default_timeout_us: must be >= 0"));
+}
+
+TEST(ModelConfigTest, QueueSizeMustBePositive) {
+  EXPECT_THAT(ErrorOf(Edit("max_queue_size: 64", "max_queue_size: 0")),
+              HasSubstr("dynamic_batching.max_queue_size: must be >= 1"));
+}
+
+TEST(ModelConfigTest, PreferredSizesWithinMaxAndIncreasing) {
+  EXPECT_THAT(ErrorOf(Edit("[4, 8]", "[4, 16]")),
+              HasSubstr("preferred_batch_sizes[1]: must be between 1 and max_batch_size 8"));
+  EXPECT_THAT(ErrorOf(Edit("[4, 8]", "[8, 4]")),
+              HasSubstr("preferred_batch_sizes[1]: sizes must be strictly increasing"));
+  EXPECT_THAT(ErrorOf(Edit("[4, 8]", "[0]")), HasSubstr("preferred_batch_sizes[0]"));
+}
+
+TEST(ModelConfigTest, InstancesTimesThreadsMustFitTheCores) {
+  EXPECT_THAT(ErrorOf(Edit("threads: 1", "threads: 3")),
+              HasSubstr("instances: count 2 x threads 3 exceeds the machine's 4 cores"));
+  EXPECT_THAT(ErrorOf(Edit("count: 2", "count: 0")), HasSubstr("instances.count: must be >= 1"));
+}
+
+TEST(ModelConfigTest, DeviceMustBeCpuOrCuda) {
+  EXPECT_THAT(ErrorOf(Edit("device: cpu", "device: tpu")),
+              HasSubstr("instances.device: must be cpu, cuda or cuda:N (got 'tpu')"));
+  EXPECT_EQ(ErrorOf(Edit("device: cpu", "device: cuda:1")), "");
+  EXPECT_THAT(ErrorOf(Edit("device: cpu", "device: 'cuda:'")), HasSubstr("instances.device"));
+}
+
+TEST(ModelConfigTest, PrecisionMustBeKnownAndFp16NeedsCuda) {
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: int4")),
+              HasSubstr("precision: must be fp32, bf16 or fp16 (got 'int4')"));
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: fp16")),
+              HasSubstr("precision: fp16 needs a CUDA device"));
+}
+
+TEST(ModelConfigTest, TensorSpecsNeedNamesUniqueAndValidShapes) {
+  EXPECT_EQ(ErrorOf(Edit("  - name: logits\n", "  - name: input\n")), "");  // Outputs apart.
+  EXPECT_THAT(ErrorOf(Edit("    shape: [3, -1, 16]", "    shape: [3, 0, 16]")),
+              HasSubstr("inputs[0].shape[1]: must be >= 1 or -1"));
+  EXPECT_THAT(ErrorOf(Edit("    shape: [3, -1, 16]", "    shape: [3, -2, 16]")),
+              HasSubstr("inputs[0].shape[1]"));
+  EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [5]", "    datatype: STRING\n    shape: [5]")),
+              HasSubstr("outputs[0].datatype: unsupported datatype 'STRING'"));
+  EXPECT_THAT(ErrorOf(Edit("    shape: [5]", "    shape: [5]\n    name2: x")), HasSubstr("outputs[0].name2: unknown key"));
+  EXPECT_THAT(ErrorOf(Edit("  - name: logits\n    datatype: FP32\n    shape: [5]\n", "  []\n")),
+              HasSubstr("outputs: at least one is required"));
+  std::string two_inputs = Edit("    shape: [3, -1, 16]\n",
+                                "    shape: [3, -1, 16]\n  - name: input\n    shape: [2]\n");
+  EXPECT_THAT(ErrorOf(two_inputs), HasSubstr("inputs[1].name: duplicate name 'input'"));
+  EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [5]", "    datatype: FP32")),
+              HasSubstr("outputs[0].shape: is required"));
+}
+
+TEST(ModelConfigTest, ImagePreprocessRules) {
+  EXPECT_THAT(ErrorOf(Edit("crop: 16", "crop: 24")),
+              HasSubstr("preprocess.image.crop: crop 24 is larger than resize 20"));
+  EXPECT_THAT(ErrorOf(Edit("channels: 3", "channels: 2")),
+              HasSubstr("preprocess.image.channels: must be 1 or 3"));
+  EXPECT_THAT(ErrorOf(Edit("mean: [0.5, 0.5, 0.5]", "mean: [0.5, 0.5]")),
+              HasSubstr("preprocess.image.mean: needs 1 or 3 values (got 2)"));
+  EXPECT_THAT(ErrorOf(Edit("std: [0.25]", "std: [0]")),
+              HasSubstr("preprocess.image.std: values must be > 0"));
+}
+
+TEST(ModelConfigTest, TopkAndWarmupRules) {
+  EXPECT_THAT(ErrorOf(Edit("topk: 3", "topk: -1")), HasSubstr("postprocess.topk: must be >= 0"));
+  EXPECT_THAT(ErrorOf(Edit("batch_sizes: [1, 8]", "batch_sizes: [1, 9]")),
+              HasSubstr("warmup.batch_sizes[1]: must be between 1 and max_batch_size 8"));
+  EXPECT_THAT(ErrorOf(Edit("iterations: 3", "iterations: 0")),
+              HasSubstr("warmup.iterations: must be >= 1"));
+}
+
+TEST(ModelConfigTest, ModelNamesAreRestricted) {
+  EXPECT_TRUE(IsValidModelName("resnet18"));
+  EXPECT_TRUE(IsValidModelName("fashion_mnist-v1.2"));
+  EXPECT_FALSE(IsValidModelName(""));
+  EXPECT_FALSE(IsValidModelName(".."));
+  EXPECT_FALSE(IsValidModelName("../etc"));
+  EXPECT_FALSE(IsValidModelName("a/b"));
+  EXPECT_FALSE(IsValidModelName("caf\xc3\xa9"));
+  EXPECT_THAT(ErrorOf(Edit("name: m", "name: ../m")), HasSubstr("name: '../m' is not a valid model name"));
+  EXPECT_THAT(ErrorOf(Edit("name: m", "name: m\nmodel_file: ../other.pt")),
+              HasSubstr("model_file: must be a file name inside the model directory"));
+}
+
+class LoadModelConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sluice_config_test_" + std::to_string(::getpid())) / "m";
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_.parent_path()); }
+  void Write(const std::string& text) { std::ofstream(dir_ / "config.yaml") << text; }
+  std::filesystem::path dir_;
+};
+
+TEST_F(LoadModelConfigTest, LoadsNormalisesAndAppliesOverrides) {
+  Write(std::string(kValid));
+  auto c = LoadModelConfig(dir_, {}, 4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->directory, dir_);
+  EXPECT_EQ(c->model_path(), dir_ / "model.pt");
+
+  ModelConfigOverrides o;
+  o.instance_count = 1;
+  o.threads = 4;
+  o.precision = Precision::kFp32;
+  o.freeze = false;
+  auto over = LoadModelConfig(dir_, o, 4);
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_EQ(over->instances.count, 1);
+  EXPECT_EQ(over->instances.threads, 4);
+  EXPECT_EQ(over->precision, Precision::kFp32);
+  EXPECT_FALSE(over->optimize.freeze);
+  o.threads = 8;  // 1 x 8 > 4 cores: overrides are validated like the file.
+  EXPECT_THAT(LoadModelConfig(dir_, o, 4).status().message(), HasSubstr("exceeds the machine's 4 cores"));
+}
+
+TEST_F(LoadModelConfigTest, NameMustMatchTheDirectory) {
+  Write(Edit("name: m", "name: other"));
+  EXPECT_THAT(LoadModelConfig(dir_, {}, 4).status().message(),
+              HasSubstr("name: 'other' differs from the directory name 'm'"));
+  Write(Edit("name: m\n", ""));
+  auto c = LoadModelConfig(dir_, {}, 4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->name, "m");  // Taken from the directory.
+}
+
+TEST_F(LoadModelConfigTest, MissingFileIsNotFound) {
+  auto c = LoadModelConfig(dir_ / "nope", {}, 4);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("config.yaml: cannot open"));
+}
+
+TEST(SweepConfigTest, ParsesGridAndRejectsUnknownKeys) {
+  auto c = ParseSweepConfig(
+      "model: resnet18\nbatch_sizes: [1, 8]\ncompile: [false, true]\nprecisions: [fp32, bf16]\n"
+      "iterations: 7\nworkers: 2\n",
+      "sweep.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->model, "resnet18");
+  EXPECT_EQ(*c->batch_sizes, (std::vector<int>{1, 8}));
+  EXPECT_EQ(*c->compile, (std::vector<bool>{false, true}));
+  EXPECT_EQ(*c->precisions, (std::vector<Precision>{Precision::kFp32, Precision::kBf16}));
+  EXPECT_EQ(*c->iterations, 7);
+  EXPECT_EQ(*c->workers, 2);
+  EXPECT_FALSE(c->threads.has_value());
+  EXPECT_THAT(ParseSweepConfig("batch_size: [1]\n", "sweep.yaml").status().message(),
+              HasSubstr("sweep.yaml: batch_size: unknown key"));
+  EXPECT_THAT(ParseSweepConfig("precisions: [fp8]\n", "sweep.yaml").status().message(),
+              HasSubstr("precisions[0]: must be fp32, bf16 or fp16 (got 'fp8')"));
+}
+
+}  // namespace
+}  // namespace sluice
