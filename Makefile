@@ -1,0 +1,51 @@
+# Sluice: the commands a newcomer uses. `make demo` and `make test` work on a new Debian 12
+# machine: both install what is missing first (scripts/install-deps.sh).
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+MODELS ?= models
+PYTHON ?= /usr/bin/python3
+SLUICE := $(BUILD_DIR)/sluice
+
+.PHONY: all deps configure build test demo bench models clean format
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Unit tests, the backend's reference checks on tiny generated models, and black-box CLI tests.
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained).
+models: deps
+	$(PYTHON) tools/export_models.py --out $(MODELS)
+
+# A short sweep of both default models: batch size x compile x precision, table and SVG plots.
+demo: build models
+	$(SLUICE) sweep --model-repository $(MODELS) --model fashion_mnist --iters 50
+	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5
+
+# The in-process pipeline against the raw engine ceiling, interleaved, at the headline settings.
+bench: build models
+	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --batch-size 32 \
+	  --precision fp32 --iters 20 --compare-ceiling --rounds 5
+	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --batch-size 32 \
+	  --precision bf16 --iters 40 --compare-ceiling --rounds 5
+	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
+	  --batch-size 64 --iters 400 --compare-ceiling --rounds 5
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR)
