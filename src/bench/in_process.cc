@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <semaphore>
 #include <thread>
 
 #include "bench/payload.h"
@@ -75,7 +74,10 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
   const int total = options.iterations + 1;  // The warm-up request first.
   const int max_in_flight =
       options.max_in_flight > 0 ? options.max_in_flight : 2 * static_cast<int>(instances.size());
-  std::counting_semaphore<> slots(max_in_flight);
+  // In-flight slots as tokens in a queue: the generator blocks on a condition variable while none
+  // is free. (libstdc++ 12's counting_semaphore spins in acquire(), taking a core from the model.)
+  BlockingQueue<int> slots;
+  for (int i = 0; i < max_in_flight; ++i) slots.Push(i);
   BlockingQueue<Request> requests;
   BlockingQueue<Request> responses;
   Clock& clock = Clock::Real();
@@ -110,13 +112,13 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
       std::optional<Request> response = responses.Pop();
       if (!response) break;
       records.push_back(response->record);
-      slots.release();
+      slots.Push(0);
     }
   });
 
   // The generator: payloads exist already, so request_time is stamped right before hand-over.
   for (int i = 0; i < total; ++i) {
-    slots.acquire();
+    if (!slots.Pop()) break;
     Request request;
     request.inputs = &(*payloads)[static_cast<size_t>(i) % payloads->size()];
     request.record.samples = options.batch_size;
