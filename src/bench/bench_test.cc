@@ -100,6 +100,10 @@ TEST(PipelineTest, EveryRequestAnsweredOnceByAttachedWorkers) {
     workers.insert(r.worker);
   }
   EXPECT_EQ(workers, (std::set<int>{0, 1}));
+  // The warm-up request runs alone: no timed request is sent before its response.
+  for (size_t i = 1; i < run->records.size(); ++i) {
+    EXPECT_GE(run->records[i].request_time, run->records[0].response_time);
+  }
   EXPECT_EQ(run->summary.requests, 200);
   EXPECT_EQ(run->summary.ok_samples, 800);
   EXPECT_GT(run->summary.samples_per_second, 0);
@@ -156,6 +160,7 @@ TEST(CeilingTest, RunsTheSameNumberOfRequestsWithoutAQueue) {
   EXPECT_EQ(run->summary.ok_samples, 100);
   for (size_t i = 1; i < run->records.size(); ++i) {
     EXPECT_LE(run->records[i - 1].request_time, run->records[i].request_time);  // Sorted.
+    EXPECT_GE(run->records[i].request_time, run->records[0].response_time);    // Warm-up alone.
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "bench/payload.h"
@@ -76,8 +77,10 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
       options.max_in_flight > 0 ? options.max_in_flight : 2 * static_cast<int>(instances.size());
   // In-flight slots as tokens in a queue: the generator blocks on a condition variable while none
   // is free. (libstdc++ 12's counting_semaphore spins in acquire(), taking a core from the model.)
+  // One token at first: the warm-up request runs alone, so its latency is the cold start and the
+  // timed region does not begin behind it.
   BlockingQueue<int> slots;
-  for (int i = 0; i < max_in_flight; ++i) slots.Push(i);
+  slots.Push(0);
   BlockingQueue<Request> requests;
   BlockingQueue<Request> responses;
   Clock& clock = Clock::Real();
@@ -112,7 +115,7 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
       std::optional<Request> response = responses.Pop();
       if (!response) break;
       records.push_back(response->record);
-      slots.Push(0);
+      for (int t = 0; t < (i == 0 ? max_in_flight : 1); ++t) slots.Push(0);
     }
   });
 
@@ -143,7 +146,9 @@ Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
   if (!payloads.ok()) return payloads.status();
 
   const int total = options.iterations + 1;
-  std::atomic<int> next{0};
+  std::atomic<int> next{1};  // Request 0, the warm-up, runs alone on worker 0 first.
+  std::promise<void> warmed_up;
+  std::shared_future<void> warmup_done = warmed_up.get_future().share();
   Clock& clock = Clock::Real();
   std::vector<std::vector<RequestRecord>> per_worker(instances.size());
   std::vector<Status> errors(instances.size());
@@ -154,8 +159,7 @@ Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
   for (size_t w = 0; w < instances.size(); ++w) {
     workers.emplace_back([&, w] {
       errors[w] = instances[w]->AttachToCurrentThread();
-      if (!errors[w].ok()) return;
-      for (int i = next++; i < total; i = next++) {
+      auto run_one = [&](int i) {
         RequestRecord record;
         record.samples = options.batch_size;
         record.worker = static_cast<int>(w);
@@ -165,7 +169,15 @@ Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
         record.response_time = clock.Now();
         record.outcome = outputs.status().code();
         per_worker[w].push_back(record);
+      };
+      if (w == 0) {
+        if (errors[w].ok()) run_one(0);
+        warmed_up.set_value();
+      } else {
+        warmup_done.wait();
       }
+      if (!errors[w].ok()) return;
+      for (int i = next++; i < total; i = next++) run_one(i);
     });
   }
   for (std::thread& t : workers) t.join();

@@ -4,7 +4,8 @@
 // backend instance and each with its own thread budget, takes them from the queue and runs the
 // model; a collector thread records the responses. No HTTP is involved. The engine ceiling runs
 // the same instances on the same kind of threads in a tight loop, with no queue at all, so the
-// pipeline's cost is the ratio of the two.
+// pipeline's cost is the ratio of the two. In both, the warm-up request runs alone before the
+// timed ones are sent: its latency is the cold start, and the timed region never opens behind it.
 #pragma once
 
 #include <cstdint>
