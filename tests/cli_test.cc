@@ -28,7 +28,8 @@ CommandResult RunSluice(const std::string& args) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer{};
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
@@ -62,7 +63,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, InProcessBenchPrintsTheSeedReportAndWritesResults) {
   CommandResult r = RunSluice("bench --in-process --model-dir " + (kModels / "tiny_cnn").string() +
                               " --batch-size 4 --num_iters 12 --num_workers 2 --threads 1"
-                              " --results-dir " + results_.string());
+                              " --results-dir " +
+                              results_.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line : {"Model load time:", "Compile/optimise time:", "Warmup latency:",
                            "Average latency (exclude warmup):", "Max latency:", "Min latency:",
@@ -82,7 +84,8 @@ TEST_F(CliTest, InProcessBenchPrintsTheSeedReportAndWritesResults) {
 TEST_F(CliTest, CompareCeilingReportsTheRatioPerRound) {
   CommandResult r = RunSluice("bench --in-process --model-dir " + (kModels / "tiny_cnn").string() +
                               " --batch-size 4 --iters 10 --compare-ceiling --rounds 2"
-                              " --results-dir " + results_.string());
+                              " --results-dir " +
+                              results_.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("round 2: engine ceiling"));
   EXPECT_THAT(r.output, HasSubstr("pipeline/ceiling"));
@@ -91,10 +94,11 @@ TEST_F(CliTest, CompareCeilingReportsTheRatioPerRound) {
 
 TEST_F(CliTest, SweepWritesSummaryAndPlots) {
   std::filesystem::create_directories(results_);
-  std::ofstream(results_ / "grid.yaml") << "batch_sizes: [1, 4]\nprecisions: [fp32]\niterations: 3\n";
-  CommandResult r = RunSluice("sweep " + (results_ / "grid.yaml").string() + " --model-repository " +
-                              kModels.string() + " --model tiny_cnn --results-dir " +
-                              (results_ / "out").string());
+  std::ofstream(results_ / "grid.yaml")
+      << "batch_sizes: [1, 4]\nprecisions: [fp32]\niterations: 3\n";
+  CommandResult r = RunSluice("sweep " + (results_ / "grid.yaml").string() +
+                              " --model-repository " + kModels.string() +
+                              " --model tiny_cnn --results-dir " + (results_ / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("samples/s"));
   EXPECT_THAT(r.output, HasSubstr("throughput_vs_batch_size.svg"));
@@ -117,14 +121,15 @@ TEST_F(CliTest, BadConfigFailsNamingFileAndKey) {
 }
 
 TEST_F(CliTest, UsageErrorsAreClear) {
-  CommandResult unknown = RunSluice("bench --in-process --model no_such_model --model-repository " +
-                                    kModels.string());
+  CommandResult unknown =
+      RunSluice("bench --in-process --model no_such_model --model-repository " + kModels.string());
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("no_such_model/config.yaml: cannot open"));
   CommandResult traversal = RunSluice("bench --in-process --model ../etc");
   EXPECT_THAT(traversal.output, HasSubstr("not a valid model name"));
-  CommandResult too_big = RunSluice("bench --in-process --model-dir " +
-                                    (kModels / "tiny_cnn").string() + " --batch-size 99 --no-results");
+  CommandResult too_big =
+      RunSluice("bench --in-process --model-dir " + (kModels / "tiny_cnn").string() +
+                " --batch-size 99 --no-results");
   EXPECT_NE(too_big.exit_code, 0);
   EXPECT_THAT(too_big.output, HasSubstr("max_batch_size 8"));
   EXPECT_NE(RunSluice("").exit_code, 0);

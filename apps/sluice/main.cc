@@ -2,10 +2,10 @@
 //
 // Each subcommand is a named function over an options struct; parsing stays here, the work lives
 // in src/.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -27,12 +27,12 @@ namespace {
 
 // Where the model comes from and how to override its config.
 struct ModelSelection {
-  std::string model;                       // Name in the repository.
-  std::string model_repository = "models"; // Directory of models.
-  std::string model_dir;                   // A model directory; wins over the two above.
-  int workers = 0;                         // Instances; 0: as configured.
-  int threads = 0;                         // Threads per instance; 0: as configured / derived.
-  std::string precision;                   // "", fp32, bf16.
+  std::string model;                        // Name in the repository.
+  std::string model_repository = "models";  // Directory of models.
+  std::string model_dir;                    // A model directory; wins over the two above.
+  int workers = 0;                          // Instances; 0: as configured.
+  int threads = 0;                          // Threads per instance; 0: as configured / derived.
+  std::string precision;                    // "", fp32, bf16.
   std::optional<bool> compile;
   bool channels_last = false;
 };
@@ -64,7 +64,8 @@ std::string CommandLine(int argc, char** argv) {
 }
 
 // `extra_warmup_sizes` are warmed up besides the configured ones (the sizes a benchmark sends).
-Result<ModelConfig> ResolveModel(const ModelSelection& s, std::vector<int> extra_warmup_sizes = {}) {
+Result<ModelConfig> ResolveModel(const ModelSelection& s,
+                                 std::vector<int> extra_warmup_sizes = {}) {
   std::filesystem::path dir = s.model_dir;
   if (dir.empty()) {
     if (s.model.empty()) return Status::InvalidArgument("name a model with --model or --model-dir");
@@ -122,17 +123,18 @@ int Fail(const Status& status) {
 }
 
 void Describe(const ModelConfig& c, const InProcessOptions& o) {
-  fmt::print("Model: {} ({}), batch size {}, {} timed requests, {} worker(s) x {} thread(s), "
-             "compile {}, precision {}, channels_last {}\n",
-             c.name, c.model_path().string(), o.batch_size, o.iterations, c.instances.count,
-             c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
-             c.optimize.channels_last ? "on" : "off");
+  fmt::print(
+      "Model: {} ({}), batch size {}, {} timed requests, {} worker(s) x {} thread(s), "
+      "compile {}, precision {}, channels_last {}\n",
+      c.name, c.model_path().string(), o.batch_size, o.iterations, c.instances.count,
+      c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
+      c.optimize.channels_last ? "on" : "off");
 }
 
 int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   if (!cmd.in_process) {
-    return Fail(Status::InvalidArgument(
-        "this build benchmarks in-process only: pass --in-process"));
+    return Fail(
+        Status::InvalidArgument("this build benchmarks in-process only: pass --in-process"));
   }
   auto config = ResolveModel(cmd.model, {cmd.run.batch_size});
   if (!config.ok()) return Fail(config.status());
@@ -175,15 +177,17 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     ceiling.push_back(cs.samples_per_second);
     pipeline.push_back(ps.samples_per_second);
     ratio.push_back(pipeline.back() / ceiling.back());
-    fmt::print("round {}: engine ceiling {:.1f} samples/s ({:.2f} ms per batch), pipeline {:.1f} "
-               "samples/s ({:.2f} ms per batch), ratio {:.3f}\n",
-               r + 1, ceiling.back(), cs.mean_compute_seconds * 1e3, pipeline.back(),
-               ps.mean_compute_seconds * 1e3, ratio.back());
+    fmt::print(
+        "round {}: engine ceiling {:.1f} samples/s ({:.2f} ms per batch), pipeline {:.1f} "
+        "samples/s ({:.2f} ms per batch), ratio {:.3f}\n",
+        r + 1, ceiling.back(), cs.mean_compute_seconds * 1e3, pipeline.back(),
+        ps.mean_compute_seconds * 1e3, ratio.back());
     last_pipeline = std::move(**p);
   }
-  fmt::print("median of {} rounds: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
-             "pipeline/ceiling {:.3f}\n",
-             cmd.rounds, Median(ceiling), Median(pipeline), Median(ratio));
+  fmt::print(
+      "median of {} rounds: engine ceiling {:.1f} samples/s, pipeline {:.1f} samples/s, "
+      "pipeline/ceiling {:.3f}\n",
+      cmd.rounds, Median(ceiling), Median(pipeline), Median(ratio));
   fmt::print("{}", FormatReport(load, *last_pipeline));
   if (cmd.write_results) {
     auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("ceiling-{}", config->name));
@@ -266,17 +270,17 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
   if (tty) fmt::print(stderr, "\r\033[K");
   if (!cells.ok()) return Fail(cells.status());
   fmt::print("Sweep of {} ({} worker(s) x {} thread(s), {} timed requests per cell)\n",
-             config->name, config->instances.count, config->instances.threads,
-             options->iterations);
+             config->name, config->instances.count, config->instances.threads, options->iterations);
   fmt::print("{}", FormatSweepTable(*cells));
   auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("sweep-{}", config->name));
   if (!dir.ok()) return Fail(dir.status());
-  Status written =
-      WriteSweepResults(*dir, RunInfo{command_line, TorchRuntimeVersion()}, *config, *options, *cells);
+  Status written = WriteSweepResults(*dir, RunInfo{command_line, TorchRuntimeVersion()}, *config,
+                                     *options, *cells);
   if (!written.ok()) return Fail(written);
-  fmt::print("Results: {}/summary.csv\nPlots:   {}/throughput_vs_batch_size.svg\n"
-             "         {}/latency_vs_batch_size.svg\n",
-             dir->string(), dir->string(), dir->string());
+  fmt::print(
+      "Results: {}/summary.csv\nPlots:   {}/throughput_vs_batch_size.svg\n"
+      "         {}/latency_vs_batch_size.svg\n",
+      dir->string(), dir->string(), dir->string());
   return 0;
 }
 
@@ -311,8 +315,9 @@ int main(int argc, char** argv) {
                       "Drive the model in this process: no HTTP, like PyTorch's benchmark server");
   bench_app->add_option("--batch-size,--batch_size,-b", bench.run.batch_size, "Samples per request")
       ->capture_default_str();
-  bench_app->add_option("--iters,--num-iters,--num_iters", bench.run.iterations,
-                        "Timed requests, after one warm-up request")
+  bench_app
+      ->add_option("--iters,--num-iters,--num_iters", bench.run.iterations,
+                   "Timed requests, after one warm-up request")
       ->capture_default_str();
   bench_app->add_flag("--compile,!--no-compile", bench.model.compile,
                       "Freeze + optimize_for_inference (default: config)");

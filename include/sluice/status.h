@@ -35,9 +35,13 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-  static Status PayloadTooLarge(std::string m) { return {StatusCode::kPayloadTooLarge, std::move(m)}; }
+  static Status PayloadTooLarge(std::string m) {
+    return {StatusCode::kPayloadTooLarge, std::move(m)};
+  }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status DeadlineExceeded(std::string m) {
     return {StatusCode::kDeadlineExceeded, std::move(m)};
@@ -60,7 +64,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design.
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design.
   Result(Status status) : value_(std::move(status)) {}  // NOLINT: must not be OK.
 
   bool ok() const { return std::holds_alternative<T>(value_); }
@@ -82,8 +86,8 @@ class [[nodiscard]] Result {
 }  // namespace sluice
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define SLUICE_RETURN_IF_ERROR(expr)           \
-  do {                                         \
-    ::sluice::Status sluice_status_ = (expr);  \
+#define SLUICE_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::sluice::Status sluice_status_ = (expr);        \
     if (!sluice_status_.ok()) return sluice_status_; \
   } while (false)

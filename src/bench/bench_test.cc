@@ -160,7 +160,7 @@ TEST(CeilingTest, RunsTheSameNumberOfRequestsWithoutAQueue) {
   EXPECT_EQ(run->summary.ok_samples, 100);
   for (size_t i = 1; i < run->records.size(); ++i) {
     EXPECT_LE(run->records[i - 1].request_time, run->records[i].request_time);  // Sorted.
-    EXPECT_GE(run->records[i].request_time, run->records[0].response_time);    // Warm-up alone.
+    EXPECT_GE(run->records[i].request_time, run->records[0].response_time);     // Warm-up alone.
   }
 }
 
@@ -272,7 +272,8 @@ TEST(PlotTest, SvgHasSeriesLegendAndEscapedText) {
   EXPECT_THAT(svg, HasSubstr("resnet18 &lt;fp32 &amp; bf16&gt;"));
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 10, true);
   size_t polylines = 0;
-  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+  for (size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1)) {
     ++polylines;
   }
   EXPECT_EQ(polylines, 2u);
@@ -318,9 +319,8 @@ TEST_F(ResultFilesTest, BenchWritesRunSamplesAndSummary) {
   ASSERT_TRUE(run.ok());
   auto dir = CreateRunDirectory(base_, "bench-echo");
   ASSERT_TRUE(dir.ok());
-  ASSERT_TRUE(WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, config, o,
-                                LoadReport{}, *run)
-                  .ok());
+  ASSERT_TRUE(
+      WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, config, o, LoadReport{}, *run).ok());
   std::string run_json = Read(*dir / "run.json");
   EXPECT_THAT(run_json, HasSubstr("\"command\":\"sluice bench\""));
   EXPECT_THAT(run_json, HasSubstr("\"cpu_model\":"));
@@ -330,7 +330,7 @@ TEST_F(ResultFilesTest, BenchWritesRunSamplesAndSummary) {
   EXPECT_THAT(run_json, HasSubstr("\"batch_size\":2"));
   std::string csv = Read(*dir / "samples.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);  // Header + 6 requests.
-  EXPECT_THAT(csv, HasSubstr("\n0,0.000000000,"));       // Times from the first request.
+  EXPECT_THAT(csv, HasSubstr("\n0,0.000000000,"));         // Times from the first request.
   std::string summary = Read(*dir / "summary.json");
   EXPECT_THAT(summary, HasSubstr("\"requests\":5"));
   EXPECT_THAT(summary, HasSubstr("\"p99\":"));
@@ -348,10 +348,9 @@ TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
   options.batch_sizes = {1, 4, 8};
   options.iterations = 3;
   std::vector<std::string> progress;
-  auto cells = RunSweep(EchoConfig(), options, loader,
-                        [&](int i, int n, const std::string& what) {
-                          progress.push_back(fmt::format("{}/{} {}", i + 1, n, what));
-                        });
+  auto cells = RunSweep(EchoConfig(), options, loader, [&](int i, int n, const std::string& what) {
+    progress.push_back(fmt::format("{}/{} {}", i + 1, n, what));
+  });
   ASSERT_TRUE(cells.ok()) << cells.status().ToString();
   ASSERT_EQ(cells->size(), 12u);  // 3 batch sizes x 2 compile x 2 precisions.
   ASSERT_EQ(loaded.size(), 4u);   // One load per (compile, precision).
@@ -365,7 +364,8 @@ TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
 
   auto dir = CreateRunDirectory(base_, "sweep-echo");
   ASSERT_TRUE(dir.ok());
-  ASSERT_TRUE(WriteSweepResults(*dir, RunInfo{"sluice sweep", "echo"}, EchoConfig(), options, *cells).ok());
+  ASSERT_TRUE(
+      WriteSweepResults(*dir, RunInfo{"sluice sweep", "echo"}, EchoConfig(), options, *cells).ok());
   std::string csv = Read(*dir / "summary.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 13);
   EXPECT_THAT(csv, HasSubstr("\n8,on,bf16,3,0,"));
@@ -388,7 +388,8 @@ TEST(SweepTest, RejectsBatchSizesOverTheModelsMaximum) {
     return Status::InvalidArgument("cannot load");
   };
   options.batch_sizes = {1};
-  EXPECT_THAT(RunSweep(EchoConfig(8), options, failing).status().message(), HasSubstr("cannot load"));
+  EXPECT_THAT(RunSweep(EchoConfig(8), options, failing).status().message(),
+              HasSubstr("cannot load"));
 }
 
 }  // namespace

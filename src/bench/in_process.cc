@@ -23,9 +23,10 @@ Status CheckOptions(const ModelConfig& config, std::span<BackendInstance* const>
                     const InProcessOptions& o) {
   if (instances.empty()) return Status::InvalidArgument("no instances to run");
   if (o.batch_size < 1 || o.batch_size > config.max_batch_size) {
-    return Status::InvalidArgument(fmt::format("batch size {} must be between 1 and the model's "
-                                               "max_batch_size {}",
-                                               o.batch_size, config.max_batch_size));
+    return Status::InvalidArgument(
+        fmt::format("batch size {} must be between 1 and the model's "
+                    "max_batch_size {}",
+                    o.batch_size, config.max_batch_size));
   }
   if (o.iterations < 1) return Status::InvalidArgument("iterations must be >= 1");
   if (o.distinct_payloads < 1) return Status::InvalidArgument("distinct payloads must be >= 1");
@@ -197,7 +198,8 @@ std::string FormatReport(const LoadReport& load, const BenchRun& run) {
   line(fmt::format("Compile/optimise time: {:.5f} s", load.optimize_seconds));
   line(fmt::format("Engine warm-up time (configured batch sizes): {:.5f} s", load.warmup_seconds));
   if (s.warmup_latency) line(fmt::format("Warmup latency: {:.5f} s", *s.warmup_latency));
-  line(fmt::format("Requests (exclude warmup): {} ok, {} failed", s.ok_requests, s.requests - s.ok_requests));
+  line(fmt::format("Requests (exclude warmup): {} ok, {} failed", s.ok_requests,
+                   s.requests - s.ok_requests));
   for (const auto& [kind, count] : s.errors) line(fmt::format("  errors {}: {}", kind, count));
   const LatencyStats& l = s.latency;
   line(fmt::format("Average latency (exclude warmup): {:.5f} +/- {:.5f} s", l.mean, l.std));
@@ -205,15 +207,18 @@ std::string FormatReport(const LoadReport& load, const BenchRun& run) {
                    s.mean_compute_seconds));
   line(fmt::format("Max latency: {:.5f} s", l.max));
   line(fmt::format("Min latency: {:.5f} s", l.min));
-  line(fmt::format("Latency p50 / p90 / p95 / p99 / p99.9: {:.5f} / {:.5f} / {:.5f} / {:.5f} / {:.5f} s", l.p50,
-       l.p90, l.p95, l.p99, l.p999));
-  line(fmt::format("Throughput (exclude warmup): {:.5f} samples per second ({:.3f} requests per second)",
-       s.samples_per_second, s.requests_per_second));
+  line(fmt::format(
+      "Latency p50 / p90 / p95 / p99 / p99.9: {:.5f} / {:.5f} / {:.5f} / {:.5f} / {:.5f} s", l.p50,
+      l.p90, l.p95, l.p99, l.p999));
+  line(fmt::format(
+      "Throughput (exclude warmup): {:.5f} samples per second ({:.3f} requests per second)",
+      s.samples_per_second, s.requests_per_second));
   const UtilizationAverages& u = run.utilization;
   line(fmt::format("Average CPU utilization: machine {:.1f}%, process {:.1f}% (of all cores)",
-       u.machine_cpu_percent, u.process_cpu_percent));
+                   u.machine_cpu_percent, u.process_cpu_percent));
   if (u.gpu_percent) {
-    line(fmt::format("Average GPU utilization: {:.1f}% ({:.0f} MiB used)", *u.gpu_percent, *u.gpu_memory_mib));
+    line(fmt::format("Average GPU utilization: {:.1f}% ({:.0f} MiB used)", *u.gpu_percent,
+                     *u.gpu_memory_mib));
   } else {
     line(fmt::format("Average GPU utilization: n/a"));
   }

@@ -22,7 +22,7 @@ uint16_t FloatToHalf(float value) {
   if (std::isnan(value)) return sign | 0x7E00;
   float magnitude = std::fabs(value);
   if (magnitude >= 65520.0f) return sign | 0x7C00;  // Overflows to infinity.
-  if (magnitude < 6.103515625e-05f) {                // Subnormal: multiples of 2^-24.
+  if (magnitude < 6.103515625e-05f) {               // Subnormal: multiples of 2^-24.
     return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
   }
   uint32_t exponent = ((bits >> 23) & 0xFF) - 127 + 15;
@@ -43,9 +43,9 @@ Result<std::vector<Tensor>> MakeRandomInputs(const ModelConfig& config, int batc
     Shape shape{batch_size};
     for (int64_t d : spec.shape) {
       if (d < 0) {
-        return Status::InvalidArgument(fmt::format(
-            "input '{}' has a variable dimension {}; random payloads need fixed shapes", spec.name,
-            ShapeToString(spec.shape)));
+        return Status::InvalidArgument(
+            fmt::format("input '{}' has a variable dimension {}; random payloads need fixed shapes",
+                        spec.name, ShapeToString(spec.shape)));
       }
       shape.push_back(d);
     }
@@ -54,16 +54,36 @@ Result<std::vector<Tensor>> MakeRandomInputs(const ModelConfig& config, int batc
       for (auto& v : span) v = make();
     };
     switch (spec.datatype) {
-      case DataType::kFp32: fill(t.mutable_values<float>(), [&] { return normal(rng); }); break;
-      case DataType::kFp64: fill(t.mutable_values<double>(), [&] { return double{normal(rng)}; }); break;
-      case DataType::kFp16: fill(t.mutable_values<uint16_t>(), [&] { return FloatToHalf(normal(rng)); }); break;
-      case DataType::kBf16: fill(t.mutable_values<uint16_t>(), [&] { return FloatToBf16(normal(rng)); }); break;
-      case DataType::kBool: fill(t.mutable_values<uint8_t>(), [&] { return uint8_t(small(rng) & 1); }); break;
-      case DataType::kUInt8: fill(t.mutable_values<uint8_t>(), [&] { return uint8_t(small(rng)); }); break;
-      case DataType::kInt8: fill(t.mutable_values<int8_t>(), [&] { return int8_t(small(rng)); }); break;
-      case DataType::kInt16: fill(t.mutable_values<int16_t>(), [&] { return int16_t(small(rng)); }); break;
-      case DataType::kInt32: fill(t.mutable_values<int32_t>(), [&] { return int32_t(small(rng)); }); break;
-      case DataType::kInt64: fill(t.mutable_values<int64_t>(), [&] { return int64_t(small(rng)); }); break;
+      case DataType::kFp32:
+        fill(t.mutable_values<float>(), [&] { return normal(rng); });
+        break;
+      case DataType::kFp64:
+        fill(t.mutable_values<double>(), [&] { return double{normal(rng)}; });
+        break;
+      case DataType::kFp16:
+        fill(t.mutable_values<uint16_t>(), [&] { return FloatToHalf(normal(rng)); });
+        break;
+      case DataType::kBf16:
+        fill(t.mutable_values<uint16_t>(), [&] { return FloatToBf16(normal(rng)); });
+        break;
+      case DataType::kBool:
+        fill(t.mutable_values<uint8_t>(), [&] { return uint8_t(small(rng) & 1); });
+        break;
+      case DataType::kUInt8:
+        fill(t.mutable_values<uint8_t>(), [&] { return uint8_t(small(rng)); });
+        break;
+      case DataType::kInt8:
+        fill(t.mutable_values<int8_t>(), [&] { return int8_t(small(rng)); });
+        break;
+      case DataType::kInt16:
+        fill(t.mutable_values<int16_t>(), [&] { return int16_t(small(rng)); });
+        break;
+      case DataType::kInt32:
+        fill(t.mutable_values<int32_t>(), [&] { return int32_t(small(rng)); });
+        break;
+      case DataType::kInt64:
+        fill(t.mutable_values<int64_t>(), [&] { return int64_t(small(rng)); });
+        break;
     }
     inputs.push_back(std::move(t));
   }

@@ -26,7 +26,8 @@ Result<std::filesystem::path> CreateRunDirectory(const std::filesystem::path& ba
   for (int n = 1; n < 1000; ++n) {
     std::filesystem::path dir = base / (n == 1 ? name : fmt::format("{}-{}", name, n));
     if (std::filesystem::create_directory(dir, ec)) return dir;
-    if (ec) return Status::Internal(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+    if (ec)
+      return Status::Internal(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   }
   return Status::Internal(fmt::format("no free run directory name under {}", base.string()));
 }
@@ -139,17 +140,17 @@ void WriteSummaryFields(JsonWriter& json, const Summary& s, const UtilizationAve
 }
 
 std::string SamplesCsv(std::span<const RequestRecord> records) {
-  std::string csv = "index,request_time_s,response_time_s,latency_s,samples,outcome,worker,warmup\n";
+  std::string csv =
+      "index,request_time_s,response_time_s,latency_s,samples,outcome,worker,warmup\n";
   if (records.empty()) return csv;
   Clock::time_point origin = records.front().request_time;
   for (const RequestRecord& r : records) origin = std::min(origin, r.request_time);
   for (size_t i = 0; i < records.size(); ++i) {
     const RequestRecord& r = records[i];
-    csv += fmt::format("{},{:.9f},{:.9f},{:.9f},{},{},{},{}\n", i,
-                       SecondsBetween(origin, r.request_time),
-                       SecondsBetween(origin, r.response_time), r.latency_seconds(), r.samples,
-                       StatusCodeName(r.outcome), r.worker,
-                       r.request_time == origin && i == 0 ? 1 : 0);
+    csv += fmt::format(
+        "{},{:.9f},{:.9f},{:.9f},{},{},{},{}\n", i, SecondsBetween(origin, r.request_time),
+        SecondsBetween(origin, r.response_time), r.latency_seconds(), r.samples,
+        StatusCodeName(r.outcome), r.worker, r.request_time == origin && i == 0 ? 1 : 0);
   }
   return csv;
 }
@@ -158,19 +159,19 @@ Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,
                          const ModelConfig& config, const InProcessOptions& options,
                          const LoadReport& load, const BenchRun& run) {
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "run.json", RunJson(info, [&](JsonWriter& json) {
-    json.BeginObject().Key("model");
-    WriteModelConfigJson(json, config);
-    json.Key("bench")
-        .BeginObject()
-        .Field("mode", "in-process")
-        .Field("batch_size", options.batch_size)
-        .Field("iterations", options.iterations)
-        .Field("max_in_flight", options.max_in_flight)
-        .Field("distinct_payloads", options.distinct_payloads)
-        .Field("seed", static_cast<int64_t>(options.seed))
-        .EndObject()
-        .EndObject();
-  })));
+                                         json.BeginObject().Key("model");
+                                         WriteModelConfigJson(json, config);
+                                         json.Key("bench")
+                                             .BeginObject()
+                                             .Field("mode", "in-process")
+                                             .Field("batch_size", options.batch_size)
+                                             .Field("iterations", options.iterations)
+                                             .Field("max_in_flight", options.max_in_flight)
+                                             .Field("distinct_payloads", options.distinct_payloads)
+                                             .Field("seed", static_cast<int64_t>(options.seed))
+                                             .EndObject()
+                                             .EndObject();
+                                       })));
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "samples.csv", SamplesCsv(run.records)));
   JsonWriter summary;
   summary.BeginObject();

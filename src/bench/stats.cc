@@ -43,9 +43,8 @@ Summary Summarize(std::span<const RequestRecord> records, bool first_is_warmup) 
   std::vector<const RequestRecord*> ordered;
   ordered.reserve(records.size());
   for (const RequestRecord& r : records) ordered.push_back(&r);
-  std::stable_sort(ordered.begin(), ordered.end(), [](const auto* a, const auto* b) {
-    return a->request_time < b->request_time;
-  });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto* a, const auto* b) { return a->request_time < b->request_time; });
   std::span<const RequestRecord* const> timed(ordered);
   if (first_is_warmup) {
     s.warmup_latency = ordered.front()->latency_seconds();

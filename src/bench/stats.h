@@ -29,7 +29,7 @@ struct RequestRecord {
   Clock::time_point response_time;  // When the response was in hand.
   int samples = 1;                  // Batch size of the request.
   StatusCode outcome = StatusCode::kOk;
-  int worker = -1;                  // Instance that ran it, where known.
+  int worker = -1;  // Instance that ran it, where known.
 
   double latency_seconds() const { return SecondsBetween(request_time, response_time); }
 };
@@ -42,15 +42,15 @@ struct LatencyStats {
 };
 
 struct Summary {
-  int64_t requests = 0;     // Timed requests (warm-up excluded), any outcome.
-  int64_t ok_requests = 0;  // Of those, successful.
-  int64_t ok_samples = 0;   // Samples in successful timed requests.
+  int64_t requests = 0;                   // Timed requests (warm-up excluded), any outcome.
+  int64_t ok_requests = 0;                // Of those, successful.
+  int64_t ok_samples = 0;                 // Samples in successful timed requests.
   std::map<std::string, int64_t> errors;  // Failed timed requests by StatusCodeName().
   std::optional<double> warmup_latency;   // Seconds; absent when warm-up was not separated.
   LatencyStats latency;
-  double mean_compute_seconds = 0;        // Mean of response_time - start_time (model + split).
-  double mean_queue_seconds = 0;          // Mean of start_time - request_time.
-  double duration_seconds = 0;            // last response_time - first request_time (timed).
+  double mean_compute_seconds = 0;  // Mean of response_time - start_time (model + split).
+  double mean_queue_seconds = 0;    // Mean of start_time - request_time.
+  double duration_seconds = 0;      // last response_time - first request_time (timed).
   double samples_per_second = 0;
   double requests_per_second = 0;
 };

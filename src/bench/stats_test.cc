@@ -24,11 +24,11 @@ RequestRecord Record(double request, double response, int samples = 1,
 
 TEST(PercentileTest, NearestRankDefinition) {
   std::vector<double> v{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  EXPECT_EQ(NearestRankPercentile(v, 50), 5);    // ceil(0.5 * 10) = 5th value.
+  EXPECT_EQ(NearestRankPercentile(v, 50), 5);  // ceil(0.5 * 10) = 5th value.
   EXPECT_EQ(NearestRankPercentile(v, 90), 9);
-  EXPECT_EQ(NearestRankPercentile(v, 95), 10);   // ceil(9.5) = 10th.
+  EXPECT_EQ(NearestRankPercentile(v, 95), 10);  // ceil(9.5) = 10th.
   EXPECT_EQ(NearestRankPercentile(v, 99), 10);
-  EXPECT_EQ(NearestRankPercentile(v, 0), 1);     // Clamped to the first rank.
+  EXPECT_EQ(NearestRankPercentile(v, 0), 1);  // Clamped to the first rank.
   EXPECT_EQ(NearestRankPercentile(v, 100), 10);
   std::vector<double> one{42};
   EXPECT_EQ(NearestRankPercentile(one, 99.9), 42);
@@ -57,8 +57,7 @@ TEST(LatencyStatsTest, MeanSampleStdMinMax) {
 
 TEST(SummarizeTest, WarmupIsTheEarliestRequestAndIsExcluded) {
   // Given out of order: the warm-up (request at 0) is slow.
-  std::vector<RequestRecord> records{Record(1.0, 1.5, 4), Record(0.0, 0.9, 4),
-                                     Record(1.1, 2.0, 4)};
+  std::vector<RequestRecord> records{Record(1.0, 1.5, 4), Record(0.0, 0.9, 4), Record(1.1, 2.0, 4)};
   Summary s = Summarize(records, /*first_is_warmup=*/true);
   ASSERT_TRUE(s.warmup_latency.has_value());
   EXPECT_DOUBLE_EQ(*s.warmup_latency, 0.9);
@@ -71,8 +70,8 @@ TEST(SummarizeTest, WarmupIsTheEarliestRequestAndIsExcluded) {
 
 TEST(SummarizeTest, ThroughputIsSamplesOverFirstRequestToLastResponse) {
   // Timed region: first request at 1.0, last response at 3.0 -> 2 s; 3 x 8 samples.
-  std::vector<RequestRecord> records{Record(0.0, 0.5, 8), Record(1.0, 2.0, 8),
-                                     Record(1.5, 3.0, 8), Record(2.0, 2.5, 8)};
+  std::vector<RequestRecord> records{Record(0.0, 0.5, 8), Record(1.0, 2.0, 8), Record(1.5, 3.0, 8),
+                                     Record(2.0, 2.5, 8)};
   Summary s = Summarize(records, true);
   EXPECT_DOUBLE_EQ(s.duration_seconds, 2.0);
   EXPECT_DOUBLE_EQ(s.samples_per_second, 12.0);

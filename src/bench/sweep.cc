@@ -24,9 +24,9 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
   }
   for (int b : options.batch_sizes) {
     if (b < 1 || b > base.max_batch_size) {
-      return Status::InvalidArgument(fmt::format(
-          "sweep: batch size {} must be between 1 and the model's max_batch_size {}", b,
-          base.max_batch_size));
+      return Status::InvalidArgument(
+          fmt::format("sweep: batch size {} must be between 1 and the model's max_batch_size {}", b,
+                      base.max_batch_size));
     }
   }
   const int count = static_cast<int>(options.batch_sizes.size() * options.compile.size() *
@@ -63,8 +63,8 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
         run_options.max_in_flight = options.max_in_flight;
         auto run = RunInProcessPipeline(config, instances, run_options);
         if (!run.ok()) return run.status();
-        cells.push_back(SweepCell{batch, compile, precision, (*backend)->load_report(),
-                                  std::move(*run)});
+        cells.push_back(
+            SweepCell{batch, compile, precision, (*backend)->load_report(), std::move(*run)});
       }
     }
   }
@@ -92,9 +92,9 @@ std::string SweepSummaryCsv(const std::vector<SweepCell>& cells) {
 }
 
 std::string FormatSweepTable(const std::vector<SweepCell>& cells) {
-  std::string out = fmt::format("{:>5} {:>7} {:>9} {:>12} {:>11} {:>11} {:>11} {:>6}\n", "batch",
-                                "compile", "precision", "samples/s", "mean ms", "p50 ms",
-                                "p99 ms", "cpu %");
+  std::string out =
+      fmt::format("{:>5} {:>7} {:>9} {:>12} {:>11} {:>11} {:>11} {:>6}\n", "batch", "compile",
+                  "precision", "samples/s", "mean ms", "p50 ms", "p99 ms", "cpu %");
   for (const SweepCell& c : cells) {
     const Summary& s = c.run.summary;
     out += fmt::format("{:>5} {:>7} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}\n",
@@ -109,17 +109,18 @@ std::string FormatSweepTable(const std::vector<SweepCell>& cells) {
 Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
                          const ModelConfig& base, const SweepOptions& options,
                          const std::vector<SweepCell>& cells) {
-  SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "run.json", RunJson(info, [&](JsonWriter& json) {
-    json.BeginObject().Key("model");
-    WriteModelConfigJson(json, base);
-    json.Key("sweep").BeginObject().Key("batch_sizes").BeginArray();
-    for (int b : options.batch_sizes) json.Int(b);
-    json.EndArray().Key("compile").BeginArray();
-    for (bool c : options.compile) json.Bool(c);
-    json.EndArray().Key("precisions").BeginArray();
-    for (Precision p : options.precisions) json.String(PrecisionName(p));
-    json.EndArray().Field("iterations", options.iterations).EndObject().EndObject();
-  })));
+  SLUICE_RETURN_IF_ERROR(WriteTextFile(
+      dir / "run.json", RunJson(info, [&](JsonWriter& json) {
+        json.BeginObject().Key("model");
+        WriteModelConfigJson(json, base);
+        json.Key("sweep").BeginObject().Key("batch_sizes").BeginArray();
+        for (int b : options.batch_sizes) json.Int(b);
+        json.EndArray().Key("compile").BeginArray();
+        for (bool c : options.compile) json.Bool(c);
+        json.EndArray().Key("precisions").BeginArray();
+        for (Precision p : options.precisions) json.String(PrecisionName(p));
+        json.EndArray().Field("iterations", options.iterations).EndObject().EndObject();
+      })));
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.csv", SweepSummaryCsv(cells)));
 
   JsonWriter summary;

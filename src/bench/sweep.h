@@ -18,11 +18,11 @@
 namespace sluice {
 
 struct SweepOptions {
-  std::vector<int> batch_sizes{1, 8, 32, 64};           // Each <= the model's max_batch_size.
-  std::vector<bool> compile{false, true};               // optimize.freeze off / on.
+  std::vector<int> batch_sizes{1, 8, 32, 64};  // Each <= the model's max_batch_size.
+  std::vector<bool> compile{false, true};      // optimize.freeze off / on.
   std::vector<Precision> precisions{Precision::kFp32, Precision::kBf16};
-  int iterations = 20;                                  // Timed requests per cell; >= 1.
-  int max_in_flight = 0;                                // As InProcessOptions.
+  int iterations = 20;    // Timed requests per cell; >= 1.
+  int max_in_flight = 0;  // As InProcessOptions.
 };
 
 struct SweepCell {

@@ -185,7 +185,8 @@ void UtilizationSampler::Loop() {
     UtilizationSample sample;
     sample.time = now;
     if (machine && previous_machine && machine->total > previous_machine->total) {
-      sample.machine_cpu_percent = 100.0 * static_cast<double>(machine->busy - previous_machine->busy) /
+      sample.machine_cpu_percent = 100.0 *
+                                   static_cast<double>(machine->busy - previous_machine->busy) /
                                    static_cast<double>(machine->total - previous_machine->total);
     }
     double elapsed = SecondsBetween(previous_time, now);

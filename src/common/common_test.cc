@@ -50,9 +50,9 @@ TEST(ResultTest, HoldsValueOrStatus) {
 }
 
 TEST(TensorTest, DataTypeNamesRoundTrip) {
-  for (DataType t : {DataType::kBool, DataType::kUInt8, DataType::kInt8, DataType::kInt16,
-                     DataType::kInt32, DataType::kInt64, DataType::kFp16, DataType::kBf16,
-                     DataType::kFp32, DataType::kFp64}) {
+  for (DataType t :
+       {DataType::kBool, DataType::kUInt8, DataType::kInt8, DataType::kInt16, DataType::kInt32,
+        DataType::kInt64, DataType::kFp16, DataType::kBf16, DataType::kFp32, DataType::kFp64}) {
     EXPECT_EQ(ParseDataType(DataTypeName(t)), t);
   }
   EXPECT_EQ(DataTypeSize(DataType::kFp16), 2u);
@@ -119,7 +119,7 @@ TEST(JsonQuoteTest, EscapesControlQuotesAndInvalidUtf8) {
   EXPECT_EQ(JsonQuote("a\"b\\c\n\t\x01"), R"("a\"b\\c\n\t\u0001")");
   EXPECT_EQ(JsonQuote("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // Valid UTF-8 passes through.
   EXPECT_EQ(JsonQuote("bad\xff"), R"("bad\ufffd")");
-  EXPECT_EQ(JsonQuote("\xc0\xaf"), R"("\ufffd\ufffd")");  // Overlong '/' is rejected.
+  EXPECT_EQ(JsonQuote("\xc0\xaf"), R"("\ufffd\ufffd")");            // Overlong '/' is rejected.
   EXPECT_EQ(JsonQuote("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")");  // A surrogate.
 }
 

@@ -21,8 +21,8 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
   if (len == 2 && c < 0xC2) return 0;
   if (len == 3 && c == 0xE0 && byte(i + 1) < 0xA0) return 0;
   if (len == 3 && c == 0xED && byte(i + 1) >= 0xA0) return 0;
-  if (len == 4 && (c > 0xF4 || (c == 0xF0 && byte(i + 1) < 0x90) ||
-                   (c == 0xF4 && byte(i + 1) >= 0x90))) {
+  if (len == 4 &&
+      (c > 0xF4 || (c == 0xF0 && byte(i + 1) < 0x90) || (c == 0xF4 && byte(i + 1) >= 0x90))) {
     return 0;
   }
   return len;
@@ -48,13 +48,27 @@ std::string JsonQuote(std::string_view s) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           out += fmt::format("\\u{:04x}", c);

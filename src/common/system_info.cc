@@ -49,7 +49,8 @@ int CoreCount() {
 std::string GitCommit() {
   std::string commit = FirstLineOf("git rev-parse --short=12 HEAD 2>/dev/null");
   if (commit.empty()) return "unknown";
-  std::string dirty = FirstLineOf("git status --porcelain --untracked-files=no 2>/dev/null | head -1");
+  std::string dirty =
+      FirstLineOf("git status --porcelain --untracked-files=no 2>/dev/null | head -1");
   return dirty.empty() ? commit : commit + "-dirty";
 }
 

@@ -56,7 +56,9 @@ std::optional<int64_t> ElementCount(const Shape& shape) {
   return count;
 }
 
-std::string ShapeToString(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string ShapeToString(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 Tensor Tensor::Zeros(DataType dtype, Shape shape) {
   Tensor t;
@@ -68,7 +70,8 @@ Tensor Tensor::Zeros(DataType dtype, Shape shape) {
   void* data = std::aligned_alloc(64, bytes);
   if (data == nullptr) throw std::bad_alloc();
   std::memset(data, 0, bytes);
-  t.owner_ = std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); });
+  t.owner_ =
+      std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); });
   t.data_ = data;
   return t;
 }

@@ -1,8 +1,6 @@
 // config.yaml: parse -> normalise -> validate.
 #include "config/model_config.h"
 
-#include "config/yaml_reader.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
@@ -12,6 +10,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include "config/yaml_reader.h"
 
 namespace sluice {
 namespace {
@@ -138,9 +138,9 @@ Status ValidateSpecs(const std::vector<TensorSpec>& specs, std::string_view what
     }
     for (size_t d = 0; d < s.shape.size(); ++d) {
       if (s.shape[d] == 0 || s.shape[d] < -1) {
-        return Error(source, fmt::format("{}.shape[{}]", path, d),
-                     fmt::format("must be >= 1 or -1 for a variable dimension (got {})",
-                                 s.shape[d]));
+        return Error(
+            source, fmt::format("{}.shape[{}]", path, d),
+            fmt::format("must be >= 1 or -1 for a variable dimension (got {})", s.shape[d]));
       }
     }
   }
@@ -150,16 +150,20 @@ Status ValidateSpecs(const std::vector<TensorSpec>& specs, std::string_view what
 bool IsValidDevice(std::string_view device) {
   if (device == "cpu" || device == "cuda") return true;
   if (device.substr(0, 5) != "cuda:" || device.size() == 5) return false;
-  return std::all_of(device.begin() + 5, device.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  return std::all_of(device.begin() + 5, device.end(),
+                     [](char ch) { return ch >= '0' && ch <= '9'; });
 }
 
 }  // namespace
 
 std::string_view PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
   }
   return "fp32";
 }
@@ -189,13 +193,14 @@ Result<ModelConfig> ParseModelConfig(std::string_view yaml_text, std::string_vie
   } catch (const ConfigError& e) {
     return Error(source, e.key, e.message);
   } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(
-        fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: invalid YAML: {}", source,
+                                               e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
 void NormalizeModelConfig(ModelConfig& c, int cores) {
-  if (c.instances.threads == 0) c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
+  if (c.instances.threads == 0)
+    c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
   if (c.warmup_batch_sizes.empty()) {
     c.warmup_batch_sizes = {1};
     if (c.max_batch_size > 1) c.warmup_batch_sizes.push_back(c.max_batch_size);
@@ -204,9 +209,11 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
 
 Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view source) {
   if (!IsValidModelName(c.name)) {
-    return Error(source, "name", fmt::format("'{}' is not a valid model name (use A-Z a-z 0-9 _ . -)", c.name));
+    return Error(source, "name",
+                 fmt::format("'{}' is not a valid model name (use A-Z a-z 0-9 _ . -)", c.name));
   }
-  if (c.model_file.empty() || c.model_file.find("..") != std::string::npos || c.model_file.front() == '/') {
+  if (c.model_file.empty() || c.model_file.find("..") != std::string::npos ||
+      c.model_file.front() == '/') {
     return Error(source, "model_file", "must be a file name inside the model directory");
   }
   if (c.max_batch_size < 1) {
@@ -229,18 +236,21 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
     int size = b.preferred_batch_sizes[i];
     std::string key = fmt::format("dynamic_batching.preferred_batch_sizes[{}]", i);
     if (size < 1 || size > c.max_batch_size) {
-      return Error(source, key,
-                   fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
+      return Error(
+          source, key,
+          fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
     }
     if (i > 0 && size <= b.preferred_batch_sizes[i - 1]) {
       return Error(source, key, "sizes must be strictly increasing");
     }
   }
   if (c.instances.count < 1) {
-    return Error(source, "instances.count", fmt::format("must be >= 1 (got {})", c.instances.count));
+    return Error(source, "instances.count",
+                 fmt::format("must be >= 1 (got {})", c.instances.count));
   }
   if (c.instances.threads < 1) {
-    return Error(source, "instances.threads", fmt::format("must be >= 1 (got {})", c.instances.threads));
+    return Error(source, "instances.threads",
+                 fmt::format("must be >= 1 (got {})", c.instances.threads));
   }
   if (!IsValidDevice(c.instances.device)) {
     return Error(source, "instances.device",
@@ -266,10 +276,12 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
                    fmt::format("crop {} is larger than resize {}", img.crop, img.resize));
     }
     if (img.channels != 1 && img.channels != 3) {
-      return Error(source, "preprocess.image.channels", fmt::format("must be 1 or 3 (got {})", img.channels));
+      return Error(source, "preprocess.image.channels",
+                   fmt::format("must be 1 or 3 (got {})", img.channels));
     }
     for (const auto& [key, values] : {std::pair{"mean", &img.mean}, std::pair{"std", &img.std}}) {
-      if (!values->empty() && values->size() != 1 && static_cast<int>(values->size()) != img.channels) {
+      if (!values->empty() && values->size() != 1 &&
+          static_cast<int>(values->size()) != img.channels) {
         return Error(source, fmt::format("preprocess.image.{}", key),
                      fmt::format("needs 1 or {} values (got {})", img.channels, values->size()));
       }
@@ -282,17 +294,20 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
     }
   }
   if (c.postprocess_topk < 0) {
-    return Error(source, "postprocess.topk", fmt::format("must be >= 0 (got {})", c.postprocess_topk));
+    return Error(source, "postprocess.topk",
+                 fmt::format("must be >= 0 (got {})", c.postprocess_topk));
   }
   for (size_t i = 0; i < c.warmup_batch_sizes.size(); ++i) {
     int size = c.warmup_batch_sizes[i];
     if (size < 1 || size > c.max_batch_size) {
-      return Error(source, fmt::format("warmup.batch_sizes[{}]", i),
-                   fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
+      return Error(
+          source, fmt::format("warmup.batch_sizes[{}]", i),
+          fmt::format("must be between 1 and max_batch_size {} (got {})", c.max_batch_size, size));
     }
   }
   if (c.warmup_iterations < 1) {
-    return Error(source, "warmup.iterations", fmt::format("must be >= 1 (got {})", c.warmup_iterations));
+    return Error(source, "warmup.iterations",
+                 fmt::format("must be >= 1 (got {})", c.warmup_iterations));
   }
   return Status::Ok();
 }

@@ -29,16 +29,16 @@ struct TensorSpec {
 };
 
 struct DynamicBatchingConfig {
-  Micros max_queue_delay{1000};             // Longest the oldest request waits for company; >= 0.
-  std::vector<int> preferred_batch_sizes;   // Dispatch at once at these sizes; ascending, unique.
-  int max_queue_size = 1024;                // Queued samples beyond which requests get 503; >= 1.
-  Micros default_timeout{0};                // Per-request deadline when the client sets none; 0: none.
+  Micros max_queue_delay{1000};            // Longest the oldest request waits for company; >= 0.
+  std::vector<int> preferred_batch_sizes;  // Dispatch at once at these sizes; ascending, unique.
+  int max_queue_size = 1024;               // Queued samples beyond which requests get 503; >= 1.
+  Micros default_timeout{0};  // Per-request deadline when the client sets none; 0: none.
 };
 
 struct InstancesConfig {
-  int count = 1;             // Workers (model instances); >= 1.
+  int count = 1;               // Workers (model instances); >= 1.
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N".
-  int threads = 0;           // Intra-op threads per instance; 0: cores / count (at least 1).
+  int threads = 0;             // Intra-op threads per instance; 0: cores / count (at least 1).
 };
 
 struct OptimizeConfig {
@@ -47,28 +47,28 @@ struct OptimizeConfig {
 };
 
 struct ImagePreprocessConfig {
-  int resize = 0;              // Shorter side resized to this many pixels; 0: no resize.
-  int crop = 0;                // Centre crop to crop x crop; 0: no crop. <= resize when both set.
-  int channels = 3;            // 1 (grey) or 3 (RGB).
-  std::vector<float> mean;     // Per channel, on [0, 1] pixel values; default 0.
-  std::vector<float> std;      // Per channel, > 0; default 1.
+  int resize = 0;           // Shorter side resized to this many pixels; 0: no resize.
+  int crop = 0;             // Centre crop to crop x crop; 0: no crop. <= resize when both set.
+  int channels = 3;         // 1 (grey) or 3 (RGB).
+  std::vector<float> mean;  // Per channel, on [0, 1] pixel values; default 0.
+  std::vector<float> std;   // Per channel, > 0; default 1.
 };
 
 struct ModelConfig {
-  std::string name;                    // The model directory's name.
-  std::filesystem::path directory;     // models/<name>.
-  std::string model_file = "model.pt"; // Relative to `directory`.
-  int max_batch_size = 1;              // Samples per batch; >= 1.
+  std::string name;                     // The model directory's name.
+  std::filesystem::path directory;      // models/<name>.
+  std::string model_file = "model.pt";  // Relative to `directory`.
+  int max_batch_size = 1;               // Samples per batch; >= 1.
   DynamicBatchingConfig dynamic_batching;
   InstancesConfig instances;
   Precision precision = Precision::kFp32;
   OptimizeConfig optimize;
-  std::vector<TensorSpec> inputs;      // At least one.
-  std::vector<TensorSpec> outputs;     // At least one.
+  std::vector<TensorSpec> inputs;   // At least one.
+  std::vector<TensorSpec> outputs;  // At least one.
   std::optional<ImagePreprocessConfig> preprocess_image;
-  int postprocess_topk = 0;            // Top-k classes in classification replies; 0: raw output.
-  std::vector<int> warmup_batch_sizes; // Default: {1, max_batch_size}.
-  int warmup_iterations = 2;           // Runs per warm-up batch size; >= 1.
+  int postprocess_topk = 0;             // Top-k classes in classification replies; 0: raw output.
+  std::vector<int> warmup_batch_sizes;  // Default: {1, max_batch_size}.
+  int warmup_iterations = 2;            // Runs per warm-up batch size; >= 1.
 
   std::filesystem::path model_path() const { return directory / model_file; }
 };

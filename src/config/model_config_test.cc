@@ -194,13 +194,15 @@ TEST(ModelConfigTest, TensorSpecsNeedNamesUniqueAndValidShapes) {
               HasSubstr("inputs[0].shape[1]: must be >= 1 or -1"));
   EXPECT_THAT(ErrorOf(Edit("    shape: [3, -1, 16]", "    shape: [3, -2, 16]")),
               HasSubstr("inputs[0].shape[1]"));
-  EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [5]", "    datatype: STRING\n    shape: [5]")),
-              HasSubstr("outputs[0].datatype: unsupported datatype 'STRING'"));
-  EXPECT_THAT(ErrorOf(Edit("    shape: [5]", "    shape: [5]\n    name2: x")), HasSubstr("outputs[0].name2: unknown key"));
+  EXPECT_THAT(
+      ErrorOf(Edit("    datatype: FP32\n    shape: [5]", "    datatype: STRING\n    shape: [5]")),
+      HasSubstr("outputs[0].datatype: unsupported datatype 'STRING'"));
+  EXPECT_THAT(ErrorOf(Edit("    shape: [5]", "    shape: [5]\n    name2: x")),
+              HasSubstr("outputs[0].name2: unknown key"));
   EXPECT_THAT(ErrorOf(Edit("  - name: logits\n    datatype: FP32\n    shape: [5]\n", "  []\n")),
               HasSubstr("outputs: at least one is required"));
-  std::string two_inputs = Edit("    shape: [3, -1, 16]\n",
-                                "    shape: [3, -1, 16]\n  - name: input\n    shape: [2]\n");
+  std::string two_inputs =
+      Edit("    shape: [3, -1, 16]\n", "    shape: [3, -1, 16]\n  - name: input\n    shape: [2]\n");
   EXPECT_THAT(ErrorOf(two_inputs), HasSubstr("inputs[1].name: duplicate name 'input'"));
   EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [5]", "    datatype: FP32")),
               HasSubstr("outputs[0].shape: is required"));
@@ -233,7 +235,8 @@ TEST(ModelConfigTest, ModelNamesAreRestricted) {
   EXPECT_FALSE(IsValidModelName("../etc"));
   EXPECT_FALSE(IsValidModelName("a/b"));
   EXPECT_FALSE(IsValidModelName("caf\xc3\xa9"));
-  EXPECT_THAT(ErrorOf(Edit("name: m", "name: ../m")), HasSubstr("name: '../m' is not a valid model name"));
+  EXPECT_THAT(ErrorOf(Edit("name: m", "name: ../m")),
+              HasSubstr("name: '../m' is not a valid model name"));
   EXPECT_THAT(ErrorOf(Edit("name: m", "name: m\nmodel_file: ../other.pt")),
               HasSubstr("model_file: must be a file name inside the model directory"));
 }
@@ -269,7 +272,8 @@ TEST_F(LoadModelConfigTest, LoadsNormalisesAndAppliesOverrides) {
   EXPECT_EQ(over->precision, Precision::kFp32);
   EXPECT_FALSE(over->optimize.freeze);
   o.threads = 8;  // 1 x 8 > 4 cores: overrides are validated like the file.
-  EXPECT_THAT(LoadModelConfig(dir_, o, 4).status().message(), HasSubstr("exceeds the machine's 4 cores"));
+  EXPECT_THAT(LoadModelConfig(dir_, o, 4).status().message(),
+              HasSubstr("exceeds the machine's 4 cores"));
 }
 
 TEST_F(LoadModelConfigTest, NameMustMatchTheDirectory) {

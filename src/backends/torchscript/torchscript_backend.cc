@@ -15,16 +15,26 @@ namespace {
 
 std::optional<at::ScalarType> ToScalarType(DataType dtype) {
   switch (dtype) {
-    case DataType::kBool: return at::kBool;
-    case DataType::kUInt8: return at::kByte;
-    case DataType::kInt8: return at::kChar;
-    case DataType::kInt16: return at::kShort;
-    case DataType::kInt32: return at::kInt;
-    case DataType::kInt64: return at::kLong;
-    case DataType::kFp16: return at::kHalf;
-    case DataType::kBf16: return at::kBFloat16;
-    case DataType::kFp32: return at::kFloat;
-    case DataType::kFp64: return at::kDouble;
+    case DataType::kBool:
+      return at::kBool;
+    case DataType::kUInt8:
+      return at::kByte;
+    case DataType::kInt8:
+      return at::kChar;
+    case DataType::kInt16:
+      return at::kShort;
+    case DataType::kInt32:
+      return at::kInt;
+    case DataType::kInt64:
+      return at::kLong;
+    case DataType::kFp16:
+      return at::kHalf;
+    case DataType::kBf16:
+      return at::kBFloat16;
+    case DataType::kFp32:
+      return at::kFloat;
+    case DataType::kFp64:
+      return at::kDouble;
   }
   return std::nullopt;
 }
@@ -53,8 +63,8 @@ class TorchScriptInstance final : public BackendInstance {
       at::set_num_threads(model_->config.instances.threads);
       return Status::Ok();
     } catch (const std::exception& e) {
-      return Status::Internal(fmt::format("setting {} threads failed: {}",
-                                          model_->config.instances.threads, e.what()));
+      return Status::Internal(
+          fmt::format("setting {} threads failed: {}", model_->config.instances.threads, e.what()));
     }
   }
 
@@ -90,9 +100,9 @@ class TorchScriptInstance final : public BackendInstance {
                                                  DataTypeName(in.dtype())));
     }
     if (in.shape().size() != spec.shape.size() + 1) {
-      return Status::InvalidArgument(fmt::format("input '{}' must have {} dims (batch first), got {}",
-                                                 spec.name, spec.shape.size() + 1,
-                                                 ShapeToString(in.shape())));
+      return Status::InvalidArgument(
+          fmt::format("input '{}' must have {} dims (batch first), got {}", spec.name,
+                      spec.shape.size() + 1, ShapeToString(in.shape())));
     }
     // Zero copy: the tensor views the caller's buffer, which outlives this call.
     at::Tensor t = torch::from_blob(const_cast<void*>(in.data()), in.shape(),
@@ -117,8 +127,7 @@ class TorchScriptInstance final : public BackendInstance {
     } else if (result.isTensorList()) {
       for (const at::Tensor& t : result.toTensorVector()) tensors.push_back(t);
     } else {
-      return Status::Internal(
-          fmt::format("model returned {}, expected tensors", result.tagKind()));
+      return Status::Internal(fmt::format("model returned {}, expected tensors", result.tagKind()));
     }
     const ModelConfig& config = model_->config;
     if (tensors.size() != config.outputs.size()) {
@@ -129,8 +138,7 @@ class TorchScriptInstance final : public BackendInstance {
     outputs.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       DataType dtype = config.outputs[i].datatype;
-      auto holder = std::make_shared<at::Tensor>(
-          tensors[i].to(*ToScalarType(dtype)).contiguous());
+      auto holder = std::make_shared<at::Tensor>(tensors[i].to(*ToScalarType(dtype)).contiguous());
       void* data = holder->data_ptr();
       Shape shape(holder->sizes().begin(), holder->sizes().end());
       // The aliasing shared_ptr keeps the torch tensor (and so its storage) alive.
@@ -149,8 +157,8 @@ class TorchScriptBackend final : public Backend {
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
     if (index < 0 || index >= model_->config.instances.count) {
-      return Status::InvalidArgument(fmt::format("instance {} out of range [0, {})", index,
-                                                 model_->config.instances.count));
+      return Status::InvalidArgument(
+          fmt::format("instance {} out of range [0, {})", index, model_->config.instances.count));
     }
     return std::unique_ptr<BackendInstance>(std::make_unique<TorchScriptInstance>(model_));
   }
@@ -219,8 +227,8 @@ Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& confi
     }
     model->report.optimize_seconds = SecondsSince(start);
   } catch (const c10::Error& e) {
-    return Status::InvalidArgument(
-        fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what_without_backtrace()));
+    return Status::InvalidArgument(fmt::format("model '{}': loading {} failed: {}", config.name,
+                                               path, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));

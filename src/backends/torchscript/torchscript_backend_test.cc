@@ -171,8 +171,8 @@ TEST(TorchScriptBackendTest, OutputsOutliveTheCallAndHaveTheBatchFirst) {
   backend->reset();  // The outputs keep their own storage alive.
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].shape(), (Shape{2, 4}));
-  EXPECT_EQ(out[0].values<float>()[7], 9);   // 7 + 2.
-  EXPECT_EQ(out[1].values<float>()[3], 6);   // 3 * 2.
+  EXPECT_EQ(out[0].values<float>()[7], 9);  // 7 + 2.
+  EXPECT_EQ(out[1].values<float>()[3], 6);  // 3 * 2.
 }
 
 TEST(TorchScriptBackendTest, InstancesRunConcurrentlyOnTheirOwnThreads) {
@@ -208,7 +208,8 @@ TEST(TorchScriptBackendTest, MissingOrCorruptModelFileIsAClearError) {
   std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("sluice_ts_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "broken");
-  std::filesystem::copy_file(kTestModels / "tiny_cnn" / "config.yaml", dir / "broken" / "config.yaml");
+  std::filesystem::copy_file(kTestModels / "tiny_cnn" / "config.yaml",
+                             dir / "broken" / "config.yaml");
   ModelConfig config = Config(dir / "broken");
   auto missing = LoadTorchScriptBackend(config);
   EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
