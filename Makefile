@@ -42,7 +42,7 @@ bench: build models
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --batch-size 32 \
 	  --precision bf16 --iters 40 --compare-ceiling --rounds 5
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
-	  --batch-size 64 --iters 400 --compare-ceiling --rounds 5
+	  --batch-size 64 --iters 1500 --compare-ceiling --rounds 7
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
