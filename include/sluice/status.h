@@ -21,6 +21,7 @@ enum class StatusCode {
   kCancelled,         // The caller gave up (client disconnect); nobody is waiting.
   kInternal,          // A failure inside Sluice or the model: 500.
 };
+inline constexpr int kStatusCodeCount = static_cast<int>(StatusCode::kInternal) + 1;
 
 // Short lower-case name of a code, e.g. "invalid_argument"; used in metrics labels.
 std::string_view StatusCodeName(StatusCode code);

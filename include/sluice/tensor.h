@@ -41,6 +41,8 @@ class Tensor {
 
   // Allocates zero-filled storage for `shape` (which must have non-negative dims).
   static Tensor Zeros(DataType dtype, Shape shape);
+  // Allocates storage for `shape` without clearing it, for buffers about to be overwritten.
+  static Tensor Uninitialized(DataType dtype, Shape shape);
   // Wraps `data` without copying; `owner` keeps it alive. `data` must hold the full shape.
   static Tensor Wrap(DataType dtype, Shape shape, std::shared_ptr<const void> owner, void* data);
 
@@ -49,6 +51,10 @@ class Tensor {
   int64_t element_count() const { return element_count_; }
   size_t byte_size() const { return static_cast<size_t>(element_count_) * DataTypeSize(dtype_); }
   bool empty() const { return data_ == nullptr; }
+
+  // Rows [begin, begin + count) of the leading dimension, sharing this tensor's buffer (no copy).
+  // Requires a tensor of rank >= 1 and 0 <= begin <= begin + count <= shape()[0].
+  Tensor SliceRows(int64_t begin, int64_t count) const;
 
   const void* data() const { return data_; }
   void* mutable_data() { return data_; }

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 namespace sluice {
@@ -21,6 +23,11 @@ class Clock {
   virtual time_point Now() const = 0;
   virtual void SleepFor(duration d) = 0;
 
+  // Waits on `cv` (whose mutex `lock` holds) until notified or until `deadline` on this clock.
+  // May return early (spuriously): callers re-check their condition in a loop.
+  virtual void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                         time_point deadline) = 0;
+
   // The process-wide real clock.
   static Clock& Real();
 };
@@ -30,16 +37,31 @@ class SteadyClock final : public Clock {
  public:
   time_point Now() const override { return std::chrono::steady_clock::now(); }
   void SleepFor(duration d) override { std::this_thread::sleep_for(d); }
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 time_point deadline) override {
+    if (deadline == time_point::max()) {
+      cv.wait(lock);
+    } else {
+      cv.wait_until(lock, deadline);
+    }
+  }
 };
 
 // Thread-safe. Time moves only when a test calls Advance() (SleepFor advances it too, so code
-// that sleeps finishes at once while still seeing time pass).
+// that sleeps finishes at once while still seeing time pass). WaitUntil() with a deadline in the
+// future returns after a short real-time pause (or a notify), so waiting code re-reads the fake
+// time and sees Advance() without the test sleeping.
 class FakeClock final : public Clock {
  public:
   FakeClock() : now_ns_(1'000'000'000) {}  // Not zero, so "unset" time points stand out.
 
   time_point Now() const override { return time_point(std::chrono::nanoseconds(now_ns_.load())); }
   void SleepFor(duration d) override { Advance(d); }
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 time_point deadline) override {
+    if (Now() >= deadline) return;
+    cv.wait_for(lock, std::chrono::microseconds(200));
+  }
   void Advance(duration d) {
     now_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   }

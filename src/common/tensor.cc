@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -61,6 +62,12 @@ std::string ShapeToString(const Shape& shape) {
 }
 
 Tensor Tensor::Zeros(DataType dtype, Shape shape) {
+  Tensor t = Uninitialized(dtype, std::move(shape));
+  std::memset(t.data_, 0, t.byte_size());
+  return t;
+}
+
+Tensor Tensor::Uninitialized(DataType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.element_count_ = ElementCount(shape).value_or(0);
@@ -69,7 +76,6 @@ Tensor Tensor::Zeros(DataType dtype, Shape shape) {
   size_t bytes = (std::max<size_t>(t.byte_size(), 1) + 63) / 64 * 64;
   void* data = std::aligned_alloc(64, bytes);
   if (data == nullptr) throw std::bad_alloc();
-  std::memset(data, 0, bytes);
   t.owner_ =
       std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); });
   t.data_ = data;
@@ -83,6 +89,19 @@ Tensor Tensor::Wrap(DataType dtype, Shape shape, std::shared_ptr<const void> own
   t.shape_ = std::move(shape);
   t.owner_ = std::move(owner);
   t.data_ = data;
+  return t;
+}
+
+Tensor Tensor::SliceRows(int64_t begin, int64_t count) const {
+  assert(!shape_.empty() && begin >= 0 && count >= 0 && begin + count <= shape_[0]);
+  Tensor t;
+  t.dtype_ = dtype_;
+  t.shape_ = shape_;
+  t.shape_[0] = count;
+  t.element_count_ = ElementCount(t.shape_).value_or(0);
+  const size_t row_bytes = shape_[0] == 0 ? 0 : byte_size() / static_cast<size_t>(shape_[0]);
+  t.owner_ = owner_;
+  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) * row_bytes;
   return t;
 }
 

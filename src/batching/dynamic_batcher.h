@@ -1,0 +1,117 @@
+// A model's request queue and dynamic batcher: requests arrive one by one and leave in batches.
+//
+// Semantics (DESIGN.md, "Batching"): a batch is formed when an instance is free, from queued
+// requests in arrival order, up to max_batch_size samples (a request of 4 samples takes 4). It goes
+// at once when a preferred size is reached, when it cannot grow (full, or the next request does not
+// fit), or when the oldest request has waited max_queue_delay; otherwise the free instance sleeps
+// until the earliest of those. Requests past their deadline, or cancelled, leave the queue without
+// running. A full queue rejects at once with kUnavailable, so memory stays bounded.
+//
+// The batcher only moves requests; it never calls their callbacks. Requests it drops (expired,
+// cancelled, left over at shutdown) are handed back to the caller, which completes them.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/thread_annotations.h"
+#include "sluice/request.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct BatcherOptions {
+  int max_batch_size = 8;                  // Samples per batch; >= 1.
+  Micros max_queue_delay{1000};            // Longest the oldest request waits for company; >= 0.
+  std::vector<int> preferred_batch_sizes;  // Dispatch at once on reaching one; ascending, each
+                                           // <= max_batch_size. Empty: only max_batch_size.
+  int max_queue_size = 1024;  // Queued samples; beyond this Enqueue() fails with kUnavailable.
+};
+
+// Requests taken from the queue together, in arrival order.
+struct Batch {
+  std::vector<std::unique_ptr<InferRequest>> requests;
+  int64_t samples = 0;
+};
+
+// What a free instance gets from the batcher.
+struct BatcherPoll {
+  Batch batch;  // Empty when no batch should go yet.
+  // Requests whose deadline passed while queued: complete them with kDeadlineExceeded.
+  std::vector<std::unique_ptr<InferRequest>> expired;
+  // When to poll again if `batch` is empty: the oldest request's delay expiry or the earliest
+  // deadline, whichever is sooner; time_point::max() when the queue is empty.
+  Clock::time_point wake_at = Clock::time_point::max();
+};
+
+// Thread-safe. No method blocks beyond taking mu_, except WaitForBatch() and WaitForExpiry().
+class DynamicBatcher {
+ public:
+  DynamicBatcher(BatcherOptions options, Clock& clock);
+  DynamicBatcher(const DynamicBatcher&) = delete;
+  DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+
+  // Queues `request` and stamps times.enqueue. On OK takes the request; on error leaves it with
+  // the caller, who must answer it: kInvalidArgument when it has no samples or more than
+  // max_batch_size, kDeadlineExceeded when its deadline has passed, kUnavailable when the queue
+  // is full or closed.
+  Status Enqueue(std::unique_ptr<InferRequest>& request);
+
+  // Removes a queued request. Returns it (the caller completes it with kCancelled), or nullptr
+  // when it is not queued (already dispatched, completed, or unknown).
+  std::unique_ptr<InferRequest> Cancel(RequestId id);
+
+  // Non-blocking, for a free instance: drops expired requests into `expired` and forms a batch if
+  // one should go at `now` (after Close(), whatever is queued goes at once).
+  BatcherPoll Poll(Clock::time_point now);
+
+  // Blocking, for a free instance: waits until Poll() would return a batch or expired requests,
+  // and returns that. Returns an empty poll (no batch, nothing expired) once the batcher is closed
+  // and empty: the instance should stop.
+  BatcherPoll WaitForBatch();
+
+  // Blocking, for a timer thread: returns requests as their deadlines pass even while every
+  // instance is busy. Returns an empty list once the batcher is closed.
+  std::vector<std::unique_ptr<InferRequest>> WaitForExpiry();
+
+  // Stops accepting requests (Enqueue() fails with kUnavailable) and wakes every waiter. Queued
+  // requests still leave through Poll()/WaitForBatch(), at once and without waiting for company.
+  void Close();
+
+  // Removes and returns every queued request (for a stop that does not run them).
+  std::vector<std::unique_ptr<InferRequest>> TakeAll();
+
+  int64_t queued_requests() const;
+  int64_t queued_samples() const;
+  const BatcherOptions& options() const { return options_; }
+
+ private:
+  BatcherPoll PollLocked(Clock::time_point now) REQUIRES(mu_);
+  void ExpireLocked(Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired)
+      REQUIRES(mu_);
+  std::unique_ptr<InferRequest> RemoveAtLocked(size_t index) REQUIRES(mu_);
+  Clock::time_point EarliestDeadlineLocked() const REQUIRES(mu_);
+
+  const BatcherOptions options_;
+  Clock& clock_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;      // Free instances wait here.
+  std::condition_variable deadline_cv_;  // The expiry timer waits here.
+  std::deque<std::unique_ptr<InferRequest>> queue_ GUARDED_BY(mu_);
+  std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
+  int64_t queued_samples_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
+};
+
+// True when `a` and `b` can share a batch: the same number of inputs, and each input with the
+// same datatype and the same shape beyond the leading (batch) dimension.
+bool SameSampleShape(const InferRequest& a, const InferRequest& b);
+
+}  // namespace sluice

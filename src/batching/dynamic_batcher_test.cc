@@ -1,0 +1,275 @@
+// Dynamic batcher rules, one test each, on a FakeClock: no test sleeps.
+#include "batching/dynamic_batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A request of `samples` rows of 2 floats, tagged by `id`.
+std::unique_ptr<InferRequest> MakeRequest(RequestId id, int64_t samples = 1, int64_t width = 2) {
+  auto request = std::make_unique<InferRequest>();
+  request->id = id;
+  request->inputs.push_back(Tensor::Zeros(DataType::kFp32, {samples, width}));
+  request->done = [](InferResponse&&) {};
+  return request;
+}
+
+std::vector<RequestId> Ids(const std::vector<std::unique_ptr<InferRequest>>& requests) {
+  std::vector<RequestId> ids;
+  for (const auto& r : requests) ids.push_back(r->id);
+  return ids;
+}
+
+class BatcherTest : public ::testing::Test {
+ protected:
+  void Make(BatcherOptions options) {
+    batcher_ = std::make_unique<DynamicBatcher>(std::move(options), clock_);
+  }
+  void Add(RequestId id, int64_t samples = 1) {
+    auto request = MakeRequest(id, samples);
+    ASSERT_TRUE(batcher_->Enqueue(request).ok()) << "request " << id;
+  }
+  BatcherPoll Poll() { return batcher_->Poll(clock_.Now()); }
+
+  FakeClock clock_;
+  std::unique_ptr<DynamicBatcher> batcher_;
+};
+
+BatcherOptions Options(int max_batch_size, Micros delay, std::vector<int> preferred = {},
+                       int max_queue_size = 1024) {
+  BatcherOptions o;
+  o.max_batch_size = max_batch_size;
+  o.max_queue_delay = delay;
+  o.preferred_batch_sizes = std::move(preferred);
+  o.max_queue_size = max_queue_size;
+  return o;
+}
+
+TEST_F(BatcherTest, DispatchesAtOnceWhenTheBatchIsFull) {
+  Make(Options(4, Micros(1'000'000)));
+  for (RequestId id = 1; id <= 3; ++id) Add(id);
+  EXPECT_TRUE(Poll().batch.requests.empty());
+  Add(4);
+  BatcherPoll poll = Poll();
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{1, 2, 3, 4}));
+  EXPECT_EQ(poll.batch.samples, 4);
+  EXPECT_EQ(batcher_->queued_requests(), 0);
+}
+
+TEST_F(BatcherTest, DelayIsMeasuredFromTheOldestRequest) {
+  Make(Options(8, Micros(2000)));
+  const Clock::time_point t0 = clock_.Now();
+  Add(1);
+  clock_.Advance(milliseconds(1));
+  Add(2);
+  BatcherPoll early = Poll();
+  EXPECT_TRUE(early.batch.requests.empty());
+  EXPECT_EQ(early.wake_at, t0 + milliseconds(2));  // The oldest's expiry, not the newest's.
+  clock_.Advance(Micros(999));
+  EXPECT_TRUE(Poll().batch.requests.empty());
+  clock_.Advance(Micros(1));
+  BatcherPoll due = Poll();
+  EXPECT_EQ(Ids(due.batch.requests), (std::vector<RequestId>{1, 2}));
+  for (const auto& r : due.batch.requests) EXPECT_EQ(r->times.dispatch, t0 + milliseconds(2));
+}
+
+TEST_F(BatcherTest, ZeroDelayDispatchesWhatIsThere) {
+  Make(Options(8, Micros(0)));
+  Add(1);
+  Add(2);
+  EXPECT_EQ(Poll().batch.samples, 2);
+}
+
+TEST_F(BatcherTest, PreferredSizeDispatchesAtOnce) {
+  Make(Options(8, Micros(1'000'000), {2, 4}));
+  Add(1);
+  EXPECT_TRUE(Poll().batch.requests.empty());
+  Add(2);
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{1, 2}));
+}
+
+TEST_F(BatcherTest, LargestReachablePreferredSizeWinsAndTheRestWaits) {
+  Make(Options(8, Micros(1'000'000), {2, 4}));
+  // Not polled in between: five single-sample requests queue up.
+  for (RequestId id = 1; id <= 5; ++id) Add(id);
+  BatcherPoll poll = Poll();
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{1, 2, 3, 4}));
+  EXPECT_EQ(batcher_->queued_requests(), 1);
+  EXPECT_TRUE(Poll().batch.requests.empty());  // One left: below every preferred size.
+}
+
+TEST_F(BatcherTest, CountsSamplesNotRequests) {
+  Make(Options(8, Micros(1'000'000)));
+  Add(1, 4);
+  Add(2, 3);
+  EXPECT_EQ(batcher_->queued_samples(), 7);
+  EXPECT_TRUE(Poll().batch.requests.empty());  // 7 of 8 samples: may still grow.
+  Add(3, 2);                                   // Would make 9: the batch cannot grow.
+  BatcherPoll poll = Poll();
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(poll.batch.samples, 7);
+  EXPECT_EQ(batcher_->queued_samples(), 2);
+}
+
+TEST_F(BatcherTest, MultiSampleRequestsFillABatchExactly) {
+  Make(Options(8, Micros(1'000'000)));
+  Add(1, 4);
+  Add(2, 4);
+  EXPECT_EQ(Poll().batch.samples, 8);
+}
+
+TEST_F(BatcherTest, RequestLargerThanMaxBatchIsInvalidAndLeftWithTheCaller) {
+  Make(Options(4, Micros(0)));
+  auto request = MakeRequest(1, 5);
+  Status status = batcher_->Enqueue(request);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("max_batch_size is 4"), std::string::npos);
+  EXPECT_NE(request, nullptr);
+  auto empty = MakeRequest(2, 0);
+  EXPECT_EQ(batcher_->Enqueue(empty).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(BatcherTest, FullQueueRejectsWithUnavailableUntilSpaceFrees) {
+  Make(Options(2, Micros(1'000'000), {}, /*max_queue_size=*/4));
+  Add(1, 2);
+  Add(2, 2);
+  auto extra = MakeRequest(3);
+  Status status = batcher_->Enqueue(extra);
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find("queue full"), std::string::npos);
+  EXPECT_NE(extra, nullptr);
+  EXPECT_EQ(Poll().batch.samples, 2);  // Full batch: goes at once and frees two slots.
+  EXPECT_TRUE(batcher_->Enqueue(extra).ok());
+}
+
+TEST_F(BatcherTest, RequestPastItsDeadlineExpiresWithoutRunning) {
+  Make(Options(8, Micros(5000)));
+  auto request = MakeRequest(1);
+  request->deadline = clock_.Now() + milliseconds(1);
+  ASSERT_TRUE(batcher_->Enqueue(request).ok());
+  Add(2);
+  BatcherPoll before = Poll();
+  EXPECT_TRUE(before.expired.empty());
+  EXPECT_EQ(before.wake_at, clock_.Now() + milliseconds(1));  // The deadline comes first.
+  clock_.Advance(milliseconds(1));
+  BatcherPoll after = Poll();
+  EXPECT_EQ(Ids(after.expired), (std::vector<RequestId>{1}));
+  EXPECT_TRUE(after.batch.requests.empty());
+  clock_.Advance(milliseconds(4));
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{2}));
+}
+
+TEST_F(BatcherTest, RequestWhoseDeadlineHasPassedIsRefused) {
+  Make(Options(8, Micros(0)));
+  auto request = MakeRequest(1);
+  request->deadline = clock_.Now();
+  EXPECT_EQ(batcher_->Enqueue(request).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(request, nullptr);
+}
+
+TEST_F(BatcherTest, CancelledRequestLeavesAndFreesItsSlot) {
+  Make(Options(8, Micros(1000), {}, /*max_queue_size=*/2));
+  Add(1);
+  Add(2);
+  auto cancelled = batcher_->Cancel(1);
+  ASSERT_NE(cancelled, nullptr);
+  EXPECT_EQ(cancelled->id, 1u);
+  EXPECT_EQ(batcher_->queued_samples(), 1);
+  EXPECT_EQ(batcher_->Cancel(1), nullptr);   // Already gone.
+  EXPECT_EQ(batcher_->Cancel(99), nullptr);  // Unknown.
+  Add(3);                                    // The freed slot is usable.
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{2, 3}));
+}
+
+TEST_F(BatcherTest, DelayRestartsFromTheNewOldestAfterACancel) {
+  Make(Options(8, Micros(2000)));
+  const Clock::time_point t0 = clock_.Now();
+  Add(1);
+  clock_.Advance(milliseconds(1));
+  Add(2);
+  ASSERT_NE(batcher_->Cancel(1), nullptr);
+  EXPECT_EQ(Poll().wake_at, t0 + milliseconds(3));
+}
+
+TEST_F(BatcherTest, RequestsOfDifferentShapesDoNotShareABatch) {
+  Make(Options(8, Micros(1'000'000)));
+  Add(1);
+  auto wide = MakeRequest(2, 1, /*width=*/3);
+  ASSERT_TRUE(batcher_->Enqueue(wide).ok());
+  Add(3);
+  // Request 2 cannot join request 1's batch, so that batch cannot grow and goes now.
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{1}));
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{2}));
+}
+
+TEST_F(BatcherTest, CloseRejectsNewRequestsAndFlushesQueuedOnesAtOnce) {
+  Make(Options(8, Micros(1'000'000)));
+  Add(1);
+  Add(2);
+  batcher_->Close();
+  auto late = MakeRequest(3);
+  EXPECT_EQ(batcher_->Enqueue(late).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{1, 2}));
+  BatcherPoll done = batcher_->WaitForBatch();  // Closed and empty: returns at once.
+  EXPECT_TRUE(done.batch.requests.empty() && done.expired.empty());
+}
+
+TEST_F(BatcherTest, TakeAllEmptiesTheQueue) {
+  Make(Options(8, Micros(1000)));
+  Add(1);
+  Add(2, 3);
+  EXPECT_EQ(Ids(batcher_->TakeAll()), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(batcher_->queued_samples(), 0);
+  EXPECT_EQ(batcher_->queued_requests(), 0);
+}
+
+TEST_F(BatcherTest, WaitingInstanceWakesWhenTheDelayPassesOnTheFakeClock) {
+  Make(Options(8, Micros(2000)));
+  Add(1);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  EXPECT_EQ(waiter.wait_for(milliseconds(20)), std::future_status::timeout);
+  clock_.Advance(milliseconds(2));
+  BatcherPoll poll = waiter.get();
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{1}));
+}
+
+TEST_F(BatcherTest, WaitingInstanceWakesWhenTheBatchFills) {
+  Make(Options(2, Micros(1'000'000)));
+  Add(1);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  Add(2);
+  EXPECT_EQ(waiter.get().batch.samples, 2);
+}
+
+TEST_F(BatcherTest, ExpiryTimerReturnsExpiredRequestsWithoutAnInstance) {
+  Make(Options(8, Micros(1'000'000)));
+  auto timer = std::async(std::launch::async, [&] { return batcher_->WaitForExpiry(); });
+  auto request = MakeRequest(7);
+  request->deadline = clock_.Now() + milliseconds(3);
+  ASSERT_TRUE(batcher_->Enqueue(request).ok());
+  clock_.Advance(milliseconds(3));
+  EXPECT_EQ(Ids(timer.get()), (std::vector<RequestId>{7}));
+  auto closed = std::async(std::launch::async, [&] { return batcher_->WaitForExpiry(); });
+  batcher_->Close();
+  EXPECT_TRUE(closed.get().empty());
+}
+
+TEST(SameSampleShapeTest, ComparesEverythingButTheBatchDimension) {
+  auto a = MakeRequest(1, 1, 2);
+  auto b = MakeRequest(2, 5, 2);
+  auto c = MakeRequest(3, 1, 3);
+  EXPECT_TRUE(SameSampleShape(*a, *b));
+  EXPECT_FALSE(SameSampleShape(*a, *c));
+  b->inputs[0] = Tensor::Zeros(DataType::kInt64, {5, 2});
+  EXPECT_FALSE(SameSampleShape(*a, *b));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,88 @@
+// Model registry.
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace sluice {
+
+Result<std::vector<std::shared_ptr<BackendInstance>>> CreateInstances(const ModelConfig& config,
+                                                                      Backend& backend) {
+  std::vector<std::shared_ptr<BackendInstance>> instances;
+  for (int i = 0; i < config.instances.count; ++i) {
+    auto instance = backend.CreateInstance(i);
+    if (!instance.ok()) return instance.status();
+    instances.push_back(std::move(*instance));
+  }
+  return instances;
+}
+
+Engine::Engine(BackendLoader loader, Clock& clock) : loader_(std::move(loader)), clock_(clock) {}
+
+Engine::~Engine() { Stop(); }
+
+Status Engine::AddModel(const ModelConfig& config) {
+  {
+    std::lock_guard lock(mu_);
+    if (models_.count(config.name)) {
+      return Status::InvalidArgument(fmt::format("model '{}' is already loaded", config.name));
+    }
+  }
+  // Loading takes seconds: done without the lock, so other models keep serving.
+  auto backend = loader_(config);
+  if (!backend.ok()) return backend.status();
+  auto instances = CreateInstances(config, **backend);
+  if (!instances.ok()) return instances.status();
+  auto scheduler = ModelScheduler::Start(config, std::move(*instances), clock_);
+  if (!scheduler.ok()) return scheduler.status();
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = models_.emplace(config.name, std::move(*scheduler));
+  if (!inserted) {
+    return Status::InvalidArgument(fmt::format("model '{}' is already loaded", config.name));
+  }
+  return Status::Ok();
+}
+
+Status Engine::RemoveModel(const std::string& name) {
+  std::shared_ptr<ModelScheduler> scheduler;
+  {
+    std::lock_guard lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
+    scheduler = std::move(it->second);
+    models_.erase(it);
+  }
+  scheduler->Stop(StopMode::kDrain);
+  return Status::Ok();
+}
+
+std::shared_ptr<ModelScheduler> Engine::Find(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = models_.find(name);
+  return it == models_.end() ? nullptr : it->second;
+}
+
+Result<RequestId> Engine::Submit(const std::string& model, std::unique_ptr<InferRequest> request) {
+  std::shared_ptr<ModelScheduler> scheduler = Find(model);
+  if (!scheduler) return Status::NotFound(fmt::format("model '{}' is not loaded", model));
+  return scheduler->Submit(std::move(request));
+}
+
+std::vector<std::string> Engine::ModelNames() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, scheduler] : models_) names.push_back(name);
+  return names;
+}
+
+void Engine::Stop(StopMode mode) {
+  std::map<std::string, std::shared_ptr<ModelScheduler>> models;
+  {
+    std::lock_guard lock(mu_);
+    models.swap(models_);
+  }
+  for (auto& [name, scheduler] : models) scheduler->Stop(mode);
+}
+
+}  // namespace sluice

@@ -1,0 +1,114 @@
+// Backends for tests and micro-benchmarks of the engine: no model, exact behaviour.
+//
+// EchoInstance returns its inputs as its outputs (no copy), so a test can check that each request
+// got its own rows back. It can hold every batch at a gate (to keep an instance busy), fail any
+// batch that contains a marker value (to test per-request retry), and it logs every batch.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sluice/backend.h"
+
+namespace sluice::testing {
+
+// Shared by a test and its instances. Thread-safe.
+class EchoLog {
+ public:
+  // Batches wait in Run() while the gate is closed (it starts open).
+  void CloseGate() {
+    std::lock_guard lock(mu_);
+    gate_open_ = false;
+  }
+  void OpenGate() {
+    {
+      std::lock_guard lock(mu_);
+      gate_open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until `n` batches have entered Run() (including ones waiting at the gate).
+  void WaitForBatchesStarted(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return batch_sizes_.size() >= n; });
+  }
+  // Samples of each batch that entered Run(), in order.
+  std::vector<int64_t> batch_sizes() const {
+    std::lock_guard lock(mu_);
+    return batch_sizes_;
+  }
+  int attached() const {
+    std::lock_guard lock(mu_);
+    return attached_;
+  }
+
+  // Called by instances.
+  void RecordAttach() {
+    std::lock_guard lock(mu_);
+    ++attached_;
+  }
+  void EnterRun(int64_t samples) {
+    std::unique_lock lock(mu_);
+    batch_sizes_.push_back(samples);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return gate_open_; });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool gate_open_ = true;
+  std::vector<int64_t> batch_sizes_;
+  int attached_ = 0;
+};
+
+// A float input value that makes a batch fail.
+inline constexpr float kFailMarker = -12345.0f;
+
+class EchoInstance : public BackendInstance {
+ public:
+  // `log` may be nullptr (no logging, no gate): the fast path for micro-benchmarks.
+  explicit EchoInstance(EchoLog* log = nullptr) : log_(log) {}
+
+  Status AttachToCurrentThread() override {
+    thread_ = std::this_thread::get_id();
+    if (log_) log_->RecordAttach();
+    return Status::Ok();
+  }
+
+  Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    if (std::this_thread::get_id() != thread_) {
+      return Status::Internal("instance called from a thread it is not attached to");
+    }
+    if (log_) log_->EnterRun(inputs.empty() ? 0 : inputs[0].shape()[0]);
+    for (const Tensor& input : inputs) {
+      if (input.dtype() != DataType::kFp32) continue;
+      for (float v : input.values<float>()) {
+        if (v == kFailMarker) return Status::Internal("marker input");
+      }
+    }
+    return inputs;
+  }
+
+ private:
+  EchoLog* log_;
+  std::thread::id thread_;
+};
+
+class EchoBackend : public Backend {
+ public:
+  explicit EchoBackend(EchoLog* log = nullptr) : log_(log) {}
+  Result<std::unique_ptr<BackendInstance>> CreateInstance(int) override {
+    return std::unique_ptr<BackendInstance>(std::make_unique<EchoInstance>(log_));
+  }
+  const LoadReport& load_report() const override { return report_; }
+
+ private:
+  EchoLog* log_;
+  LoadReport report_{0, 0, 0, "echo"};
+};
+
+}  // namespace sluice::testing

@@ -1,0 +1,280 @@
+// Model scheduler: workers that take batches, collate, run, split and complete.
+#include "engine/model_scheduler.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <future>
+#include <span>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+// One input tensor for the whole batch: the requests' rows back to back. A single request's
+// tensors pass through without a copy.
+std::vector<Tensor> Collate(std::span<const std::unique_ptr<InferRequest>> requests,
+                            int64_t samples) {
+  if (requests.size() == 1) return requests[0]->inputs;
+  const size_t input_count = requests[0]->inputs.size();
+  std::vector<Tensor> batch;
+  batch.reserve(input_count);
+  for (size_t i = 0; i < input_count; ++i) {
+    const Tensor& first = requests[0]->inputs[i];
+    Shape shape = first.shape();
+    shape[0] = samples;
+    Tensor joined = Tensor::Uninitialized(first.dtype(), std::move(shape));
+    char* out = static_cast<char*>(joined.mutable_data());
+    for (const auto& request : requests) {
+      const Tensor& part = request->inputs[i];
+      std::memcpy(out, part.data(), part.byte_size());
+      out += part.byte_size();
+    }
+    batch.push_back(std::move(joined));
+  }
+  return batch;
+}
+
+// Runs `requests` as one batch and returns each request's outputs (rows of the batch outputs,
+// shared without a copy).
+Result<std::vector<std::vector<Tensor>>> RunAndSplit(
+    BackendInstance& instance, std::span<const std::unique_ptr<InferRequest>> requests,
+    int64_t samples) {
+  auto outputs = instance.Run(Collate(requests, samples));
+  if (!outputs.ok()) return outputs.status();
+  for (const Tensor& output : *outputs) {
+    if (output.shape().empty() || output.shape()[0] != samples) {
+      return Status::Internal(
+          fmt::format("model returned an output of shape {} for a batch of {} samples",
+                      ShapeToString(output.shape()), samples));
+    }
+  }
+  std::vector<std::vector<Tensor>> per_request(requests.size());
+  int64_t row = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int64_t rows = requests[r]->samples();
+    per_request[r].reserve(outputs->size());
+    for (const Tensor& output : *outputs) per_request[r].push_back(output.SliceRows(row, rows));
+    row += rows;
+  }
+  return per_request;
+}
+
+}  // namespace
+
+SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
+  SchedulerOptions options;
+  options.batcher.max_batch_size = config.max_batch_size;
+  options.batcher.max_queue_delay = config.dynamic_batching.max_queue_delay;
+  options.batcher.preferred_batch_sizes = config.dynamic_batching.preferred_batch_sizes;
+  options.batcher.max_queue_size = config.dynamic_batching.max_queue_size;
+  options.default_timeout = config.dynamic_batching.default_timeout;
+  return options;
+}
+
+Status ValidateRequestInputs(const ModelConfig& config, const InferRequest& request) {
+  if (request.inputs.size() != config.inputs.size()) {
+    return Status::InvalidArgument(fmt::format("model '{}' takes {} input(s), got {}", config.name,
+                                               config.inputs.size(), request.inputs.size()));
+  }
+  const int64_t samples = request.samples();
+  for (size_t i = 0; i < config.inputs.size(); ++i) {
+    const TensorSpec& spec = config.inputs[i];
+    const Tensor& tensor = request.inputs[i];
+    if (tensor.dtype() != spec.datatype) {
+      return Status::InvalidArgument(fmt::format("input '{}': datatype {} expected, got {}",
+                                                 spec.name, DataTypeName(spec.datatype),
+                                                 DataTypeName(tensor.dtype())));
+    }
+    const Shape& shape = tensor.shape();
+    bool shape_ok = shape.size() == spec.shape.size() + 1 && shape[0] == samples;
+    for (size_t d = 0; shape_ok && d < spec.shape.size(); ++d) {
+      shape_ok = shape[d + 1] >= 0 && (spec.shape[d] < 0 || shape[d + 1] == spec.shape[d]);
+    }
+    if (!shape_ok) {
+      Shape expected = spec.shape;
+      expected.insert(expected.begin(), -1);
+      return Status::InvalidArgument(fmt::format(
+          "input '{}': shape {} does not match {} (batch first, {} samples in the first input)",
+          spec.name, ShapeToString(shape), ShapeToString(expected), samples));
+    }
+  }
+  if (samples < 1 || samples > config.max_batch_size) {
+    return Status::InvalidArgument(
+        fmt::format("request has {} samples; model '{}' takes 1 to {} (max_batch_size)", samples,
+                    config.name, config.max_batch_size));
+  }
+  return Status::Ok();
+}
+
+ModelScheduler::ModelScheduler(ModelConfig config,
+                               std::vector<std::shared_ptr<BackendInstance>> instances,
+                               Clock& clock)
+    : config_(std::move(config)),
+      options_(SchedulerOptionsFromConfig(config_)),
+      clock_(clock),
+      instances_(std::move(instances)),
+      batcher_(options_.batcher, clock),
+      stats_(config_.max_batch_size, static_cast<int>(instances_.size())) {}
+
+Result<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
+    ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances, Clock& clock) {
+  if (instances.empty()) return Status::InvalidArgument("a model needs at least one instance");
+  std::unique_ptr<ModelScheduler> scheduler(
+      new ModelScheduler(std::move(config), std::move(instances), clock));
+  std::vector<std::promise<Status>> attached(scheduler->instances_.size());
+  for (size_t i = 0; i < scheduler->instances_.size(); ++i) {
+    scheduler->workers_.emplace_back([s = scheduler.get(), i, &attached] {
+      Status status = s->instances_[i]->AttachToCurrentThread();
+      const bool ok = status.ok();
+      attached[i].set_value(std::move(status));  // `attached` is not touched after this.
+      if (ok) s->WorkerLoop(i);
+    });
+  }
+  scheduler->timer_ = std::thread([s = scheduler.get()] { s->TimerLoop(); });
+  Status first_error;
+  for (auto& promise : attached) {
+    Status status = promise.get_future().get();
+    if (!status.ok() && first_error.ok()) first_error = std::move(status);
+  }
+  if (!first_error.ok()) {
+    scheduler->Stop(StopMode::kReject);
+    return Status(first_error.code(), fmt::format("model '{}': instance failed to start: {}",
+                                                  scheduler->config_.name, first_error.message()));
+  }
+  return scheduler;
+}
+
+ModelScheduler::~ModelScheduler() { Stop(StopMode::kDrain); }
+
+Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) {
+  stats_.RecordSubmitted();
+  Status status = ValidateRequestInputs(config_, *request);
+  if (status.ok() && !request->done) status = Status::InvalidArgument("request has no callback");
+  if (status.ok()) {
+    if (!request->deadline && options_.default_timeout.count() > 0) {
+      request->deadline = clock_.Now() + options_.default_timeout;
+    }
+    const RequestId id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+    request->id = id;
+    status = batcher_.Enqueue(request);
+    if (status.ok()) return id;
+  }
+  stats_.RecordRefused(status.code());
+  return status;
+}
+
+bool ModelScheduler::Cancel(RequestId id) {
+  std::unique_ptr<InferRequest> request = batcher_.Cancel(id);
+  if (!request) return false;
+  InferResponse response;
+  response.status = Status::Cancelled("request cancelled while queued");
+  Complete(std::move(request), std::move(response));
+  return true;
+}
+
+void ModelScheduler::Stop(StopMode mode) {
+  std::call_once(stop_once_, [&] {
+    batcher_.Close();
+    if (mode == StopMode::kReject) {
+      for (auto& request : batcher_.TakeAll()) {
+        InferResponse response;
+        response.status = Status::Unavailable("model stopped before the request ran");
+        Complete(std::move(request), std::move(response));
+      }
+    }
+    // Workers run whatever is still queued (nothing, after kReject) and exit when it is empty.
+    for (std::thread& worker : workers_) worker.join();
+    if (timer_.joinable()) timer_.join();
+  });
+}
+
+ModelStatsSnapshot ModelScheduler::stats() const {
+  return stats_.Snapshot(batcher_.queued_requests(), batcher_.queued_samples());
+}
+
+void ModelScheduler::WorkerLoop(size_t index) {
+  BackendInstance& instance = *instances_[index];
+  while (true) {
+    BatcherPoll poll = batcher_.WaitForBatch();
+    if (poll.batch.requests.empty() && poll.expired.empty()) return;  // Closed and empty.
+    for (auto& request : poll.expired) {
+      InferResponse response;
+      response.status = Status::DeadlineExceeded("request deadline passed while queued");
+      Complete(std::move(request), std::move(response));
+    }
+    if (!poll.batch.requests.empty()) RunBatch(instance, poll.batch);
+  }
+}
+
+void ModelScheduler::TimerLoop() {
+  while (true) {
+    std::vector<std::unique_ptr<InferRequest>> expired = batcher_.WaitForExpiry();
+    if (expired.empty()) return;  // Closed.
+    for (auto& request : expired) {
+      InferResponse response;
+      response.status = Status::DeadlineExceeded("request deadline passed while queued");
+      Complete(std::move(request), std::move(response));
+    }
+  }
+}
+
+void ModelScheduler::RunBatch(BackendInstance& instance, Batch& batch) {
+  const uint64_t batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
+  const Clock::time_point start = clock_.Now();
+  for (auto& request : batch.requests) request->times.compute_start = start;
+
+  auto results = RunAndSplit(instance, batch.requests, batch.samples);
+  const bool failed = !results.ok();
+  std::vector<Status> statuses(batch.requests.size());
+  std::vector<std::vector<Tensor>> outputs;
+  if (results.ok()) {
+    outputs = std::move(*results);
+  } else if (batch.requests.size() == 1) {
+    statuses[0] = results.status();
+    outputs.resize(1);
+  } else {
+    // One bad input must not fail its neighbours: run each request alone.
+    spdlog::warn("model '{}': batch of {} requests failed ({}); retrying one by one", config_.name,
+                 batch.requests.size(), results.status().message());
+    outputs.resize(batch.requests.size());
+    for (size_t r = 0; r < batch.requests.size(); ++r) {
+      auto single = RunAndSplit(instance, std::span(batch.requests).subspan(r, 1),
+                                batch.requests[r]->samples());
+      if (single.ok()) {
+        outputs[r] = std::move((*single)[0]);
+      } else {
+        statuses[r] = single.status();
+      }
+    }
+  }
+  const Clock::time_point end = clock_.Now();
+  stats_.RecordBatch(batch.samples, SecondsBetween(start, end), failed);
+
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    batch.requests[r]->times.compute_end = end;
+    InferResponse response;
+    response.status = std::move(statuses[r]);
+    response.outputs = std::move(outputs[r]);
+    response.batch_id = batch_id;
+    response.batch_size = static_cast<int>(batch.samples);
+    Complete(std::move(batch.requests[r]), std::move(response));
+  }
+}
+
+void ModelScheduler::Complete(std::unique_ptr<InferRequest> request, InferResponse response) {
+  response.times = request->times;
+  stats_.RecordCompletion(response.status.code(), request->times, clock_.Now());
+  InferCallback done = std::move(request->done);
+  request.reset();  // Inputs are released before the caller's callback runs.
+  try {
+    done(std::move(response));
+  } catch (const std::exception& e) {
+    spdlog::error("model '{}': a completion callback threw: {}", config_.name, e.what());
+  } catch (...) {
+    spdlog::error("model '{}': a completion callback threw", config_.name);
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,97 @@
+// One model's scheduler: its dynamic batcher and its pool of instances, each on its own worker
+// thread.
+//
+// Guarantees, which callers and backends may rely on:
+//  - One batch at a time per instance: an instance is only ever called from its own worker
+//    thread, and a worker asks the batcher for a batch only when its instance is free.
+//  - Every accepted request completes exactly once (its callback runs once), whatever happens:
+//    success, model failure, deadline, cancellation or shutdown.
+//  - A batch that fails in the model is retried request by request, so one bad input fails alone.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "batching/dynamic_batcher.h"
+#include "config/model_config.h"
+#include "engine/model_stats.h"
+#include "sluice/backend.h"
+#include "sluice/request.h"
+
+namespace sluice {
+
+// What happens to queued requests when the scheduler stops.
+enum class StopMode {
+  kDrain,   // They run (batched at once, without waiting for company), then the workers exit.
+  kReject,  // They complete with kUnavailable without running.
+};
+
+struct SchedulerOptions {
+  BatcherOptions batcher;
+  Micros default_timeout{0};  // Deadline for requests that set none; 0: none.
+};
+
+// The batcher and timeout settings of a validated model config.
+SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config);
+
+// Checks `request`'s inputs against the model's declared inputs: count, datatype, rank, fixed
+// dimensions, one leading (batch) dimension shared by all inputs, 1..max_batch_size samples.
+Status ValidateRequestInputs(const ModelConfig& config, const InferRequest& request);
+
+// Thread-safe. Submit() and Cancel() never wait on a model run.
+class ModelScheduler {
+ public:
+  // Starts one worker per instance (each attaches its instance to its thread) and a deadline
+  // timer. Fails, with nothing left running, when an instance cannot attach.
+  static Result<std::unique_ptr<ModelScheduler>> Start(
+      ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances,
+      Clock& clock = Clock::Real());
+
+  ModelScheduler(const ModelScheduler&) = delete;
+  ModelScheduler& operator=(const ModelScheduler&) = delete;
+  ~ModelScheduler();  // Stop(StopMode::kDrain).
+
+  // On OK takes the request, assigns and returns its id, and will call its callback exactly once.
+  // On error the callback is never called and the request is dropped; the caller answers with the
+  // status: kInvalidArgument (inputs do not match the model), kDeadlineExceeded, kUnavailable
+  // (queue full or stopping: retry later).
+  Result<RequestId> Submit(std::unique_ptr<InferRequest> request);
+
+  // Cancels a queued request: it completes with kCancelled, is never run, and its queue slot is
+  // freed at once. Returns false when it is no longer queued (running or done) or unknown.
+  bool Cancel(RequestId id);
+
+  // Stops accepting requests, deals with queued ones per `mode`, waits for running batches and
+  // joins every thread. Idempotent; the first call's mode wins.
+  void Stop(StopMode mode = StopMode::kDrain);
+
+  ModelStatsSnapshot stats() const;
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelScheduler(ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances,
+                 Clock& clock);
+
+  void WorkerLoop(size_t index);
+  void TimerLoop();
+  void RunBatch(BackendInstance& instance, Batch& batch);
+  void Complete(std::unique_ptr<InferRequest> request, InferResponse response);
+
+  const ModelConfig config_;
+  const SchedulerOptions options_;
+  Clock& clock_;
+  std::vector<std::shared_ptr<BackendInstance>> instances_;
+  DynamicBatcher batcher_;
+  ModelStats stats_;
+  std::atomic<RequestId> next_request_id_{1};
+  std::atomic<uint64_t> next_batch_id_{1};
+
+  std::vector<std::thread> workers_;
+  std::thread timer_;
+  std::once_flag stop_once_;
+};
+
+}  // namespace sluice
