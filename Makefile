@@ -7,7 +7,7 @@ MODELS ?= models
 PYTHON ?= /usr/bin/python3
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test demo bench models clean format
+.PHONY: all deps configure build test test-tsan demo bench models clean format
 
 all: build
 
@@ -25,6 +25,13 @@ build: configure
 # Unit tests, the backend's reference checks on tiny generated models, and black-box CLI tests.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The parts without libtorch and their tests (batcher, scheduler, stress test) under
+# ThreadSanitizer, in build-tsan/.
+test-tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan -j $(JOBS)
 
 # The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained).
 models: deps
@@ -48,4 +55,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-tsan
