@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,12 +36,18 @@ struct ModelSelection {
   std::string precision;                    // "", fp32, bf16.
   std::optional<bool> compile;
   bool channels_last = false;
+  int max_batch_size = 0;           // 0: as configured.
+  int64_t max_queue_delay_us = -1;  // < 0: as configured.
 };
 
 struct BenchCommand {
   ModelSelection model;
   bool in_process = false;
   InProcessOptions run;
+  // > 0: the batched pipeline, with this many clients each keeping one request of
+  // `samples_per_request` samples in flight through the dynamic batcher.
+  int concurrency = 0;
+  int samples_per_request = 1;
   bool compare_ceiling = false;  // Also run the engine ceiling, interleaved, and report the ratio.
   int rounds = 3;                // Ceiling/pipeline pairs with --compare-ceiling.
   std::string results_dir = "results";
@@ -84,6 +91,8 @@ Result<ModelConfig> ResolveModel(const ModelSelection& s,
   }
   o.freeze = s.compile;
   if (s.channels_last) o.channels_last = true;
+  if (s.max_batch_size > 0) o.max_batch_size = s.max_batch_size;
+  if (s.max_queue_delay_us >= 0) o.max_queue_delay = Micros(s.max_queue_delay_us);
   auto config = LoadModelConfig(dir, o);
   if (!config.ok() || extra_warmup_sizes.empty()) return config;
   for (int size : extra_warmup_sizes) {
@@ -131,14 +140,47 @@ void Describe(const ModelConfig& c, const InProcessOptions& o) {
       c.optimize.channels_last ? "on" : "off");
 }
 
+void DescribeBatched(const ModelConfig& c, const InProcessOptions& o) {
+  fmt::print(
+      "Model: {} ({}), batched: {} clients x {} sample(s) per request, max_batch_size {}, "
+      "max_queue_delay {} us, {} timed requests, {} worker(s) x {} thread(s), compile {}, "
+      "precision {}, channels_last {}\n",
+      c.name, c.model_path().string(), o.max_in_flight, o.batch_size, c.max_batch_size,
+      c.dynamic_batching.max_queue_delay.count(), o.iterations, c.instances.count,
+      c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
+      c.optimize.channels_last ? "on" : "off");
+}
+
 int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   if (!cmd.in_process) {
     return Fail(
         Status::InvalidArgument("this build benchmarks in-process only: pass --in-process"));
   }
-  auto config = ResolveModel(cmd.model, {cmd.run.batch_size});
+  const bool batched = cmd.concurrency > 0;
+  InProcessOptions pipeline_options = cmd.run;
+  if (batched) {
+    pipeline_options.batch_size = cmd.samples_per_request;
+    pipeline_options.max_in_flight = cmd.concurrency;
+  }
+  auto config = ResolveModel(cmd.model, {pipeline_options.batch_size});
   if (!config.ok()) return Fail(config.status());
-  Describe(*config, cmd.run);
+  // The ceiling runs full batches: the batched pipeline's best case.
+  InProcessOptions ceiling_options = pipeline_options;
+  if (batched) {
+    ceiling_options.batch_size = config->max_batch_size;
+    ceiling_options.max_in_flight = 0;
+    const int64_t samples =
+        static_cast<int64_t>(pipeline_options.iterations) * pipeline_options.batch_size;
+    ceiling_options.iterations =
+        static_cast<int>(std::max<int64_t>(1, samples / config->max_batch_size));
+    DescribeBatched(*config, pipeline_options);
+  } else {
+    Describe(*config, cmd.run);
+  }
+  auto run_pipeline = [&](std::span<BackendInstance* const> instances) {
+    return batched ? RunBatchedPipeline(*config, instances, pipeline_options)
+                   : RunInProcessPipeline(*config, instances, pipeline_options);
+  };
   auto backend = LoadTorchScriptBackend(*config);
   if (!backend.ok()) return Fail(backend.status());
   std::vector<std::unique_ptr<BackendInstance>> owned;
@@ -148,13 +190,13 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   RunInfo info{command_line, load.runtime};
 
   if (!cmd.compare_ceiling) {
-    auto run = RunInProcessPipeline(*config, *instances, cmd.run);
+    auto run = run_pipeline(*instances);
     if (!run.ok()) return Fail(run.status());
     fmt::print("{}", FormatReport(load, *run));
     if (cmd.write_results) {
       auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("bench-{}", config->name));
       if (!dir.ok()) return Fail(dir.status());
-      Status written = WriteBenchResults(*dir, info, *config, cmd.run, load, *run);
+      Status written = WriteBenchResults(*dir, info, *config, pipeline_options, load, *run);
       if (!written.ok()) return Fail(written);
       fmt::print("Results: {}\n", dir->string());
     }
@@ -167,9 +209,9 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   std::optional<BenchRun> last_pipeline;
   for (int r = 0; r < cmd.rounds; ++r) {
     std::optional<Result<BenchRun>> c, p;
-    if (r % 2 == 0) c = RunEngineCeiling(*config, *instances, cmd.run);
-    p = RunInProcessPipeline(*config, *instances, cmd.run);
-    if (r % 2 == 1) c = RunEngineCeiling(*config, *instances, cmd.run);
+    if (r % 2 == 0) c = RunEngineCeiling(*config, *instances, ceiling_options);
+    p = run_pipeline(*instances);
+    if (r % 2 == 1) c = RunEngineCeiling(*config, *instances, ceiling_options);
     if (!c->ok()) return Fail(c->status());
     if (!p->ok()) return Fail(p->status());
     const Summary& cs = (*c)->summary;
@@ -178,10 +220,12 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     pipeline.push_back(ps.samples_per_second);
     ratio.push_back(pipeline.back() / ceiling.back());
     fmt::print(
-        "round {}: engine ceiling {:.1f} samples/s ({:.2f} ms per batch), pipeline {:.1f} "
-        "samples/s ({:.2f} ms per batch), ratio {:.3f}\n",
-        r + 1, ceiling.back(), cs.mean_compute_seconds * 1e3, pipeline.back(),
-        ps.mean_compute_seconds * 1e3, ratio.back());
+        "round {}: engine ceiling {:.1f} samples/s ({:.2f} ms per batch of {}), pipeline {:.1f} "
+        "samples/s ({:.2f} ms per batch{}), ratio {:.3f}\n",
+        r + 1, ceiling.back(), cs.mean_compute_seconds * 1e3, ceiling_options.batch_size,
+        pipeline.back(), ps.mean_compute_seconds * 1e3,
+        batched ? fmt::format(", mean batch {:.1f}", ps.mean_batch_size) : std::string(),
+        ratio.back());
     last_pipeline = std::move(**p);
   }
   fmt::print(
@@ -192,7 +236,7 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   if (cmd.write_results) {
     auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("ceiling-{}", config->name));
     if (!dir.ok()) return Fail(dir.status());
-    Status written = WriteBenchResults(*dir, info, *config, cmd.run, load, *last_pipeline);
+    Status written = WriteBenchResults(*dir, info, *config, pipeline_options, load, *last_pipeline);
     if (!written.ok()) return Fail(written);
     JsonWriter json;
     json.BeginObject().Key("rounds").BeginArray();
@@ -324,6 +368,21 @@ int main(int argc, char** argv) {
   bench_app->add_option("--max-in-flight", bench.run.max_in_flight,
                         "Requests queued or running at once (0: 2 x workers)");
   bench_app->add_option("--seed", bench.run.seed, "Seed of the random payloads");
+  bench_app
+      ->add_option("--concurrency,-c", bench.concurrency,
+                   "Batched pipeline: this many clients, each with one request in flight, "
+                   "through the dynamic batcher (0: whole batches, no batcher)")
+      ->check(CLI::NonNegativeNumber);
+  bench_app
+      ->add_option("--samples-per-request,--requests-per-batch", bench.samples_per_request,
+                   "Batched pipeline: samples in each request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench_app->add_option("--max-batch-size", bench.model.max_batch_size,
+                        "Batched pipeline: the batcher's max_batch_size (default: config)");
+  bench_app->add_option("--max-queue-delay-us", bench.model.max_queue_delay_us,
+                        "Batched pipeline: longest wait for company in microseconds "
+                        "(default: config)");
   bench_app->add_flag("--compare-ceiling", bench.compare_ceiling,
                       "Alternate the engine ceiling (model called in a tight loop) with the "
                       "pipeline and report the ratio");

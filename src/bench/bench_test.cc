@@ -146,6 +146,62 @@ TEST(PipelineTest, RejectsBadOptions) {
   EXPECT_EQ(log.runs, 0);
 }
 
+TEST(BatchedPipelineTest, SingleSampleClientsAreBatchedByTheScheduler) {
+  EchoLog log;
+  EchoInstance a(&log);
+  std::vector<BackendInstance*> instances{&a};
+  ModelConfig config = EchoConfig(/*max_batch_size=*/4);
+  // Long enough that only full batches go: 8 clients keep two batches of 4 coming.
+  config.dynamic_batching.max_queue_delay = Micros(200'000);
+  InProcessOptions o;
+  o.batch_size = 1;
+  o.iterations = 40;
+  o.max_in_flight = 8;
+  auto run = RunBatchedPipeline(config, instances, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_EQ(run->records.size(), 41u);
+  EXPECT_EQ(run->summary.ok_requests, 40);
+  EXPECT_EQ(run->summary.batches_by_size, (std::map<int, int64_t>{{4, 10}}));
+  EXPECT_DOUBLE_EQ(run->summary.mean_batch_size, 4.0);
+  EXPECT_EQ(log.runs, 11);  // The warm-up alone, then ten full batches.
+  EXPECT_EQ(log.threads.count(std::this_thread::get_id()), 0u);
+  for (size_t i = 1; i < run->records.size(); ++i) {
+    EXPECT_GE(run->records[i].request_time, run->records[0].response_time);
+  }
+  std::string report = FormatReport(LoadReport{}, *run);
+  EXPECT_NE(report.find("Batches: 10, mean size 4.00 samples; by size: 4: 10 (100.0%)"),
+            std::string::npos)
+      << report;
+}
+
+// An echo whose every batch takes 2 ms, like a small model.
+class SlowEchoInstance : public EchoInstance {
+ public:
+  using EchoInstance::EchoInstance;
+  Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return EchoInstance::Run(inputs);
+  }
+};
+
+TEST(BatchedPipelineTest, RefusedRequestsAreRecordedAndTheirSlotsReused) {
+  EchoLog log;
+  SlowEchoInstance a(&log);
+  std::vector<BackendInstance*> instances{&a};
+  ModelConfig config = EchoConfig(/*max_batch_size=*/2);
+  config.dynamic_batching.max_queue_size = 2;
+  config.dynamic_batching.max_queue_delay = Micros(20'000);
+  InProcessOptions o;
+  o.batch_size = 1;
+  o.iterations = 30;
+  o.max_in_flight = 6;  // More clients than queue slots: some are told to come back later.
+  auto run = RunBatchedPipeline(config, instances, o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->summary.requests, 30);
+  EXPECT_GT(run->summary.errors["unavailable"], 0);
+  EXPECT_EQ(run->summary.ok_requests + run->summary.errors["unavailable"], 30);
+}
+
 TEST(CeilingTest, RunsTheSameNumberOfRequestsWithoutAQueue) {
   EchoLog log;
   EchoInstance a(&log), b(&log);

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "bench/payload.h"
 #include "common/blocking_queue.h"
+#include "engine/model_scheduler.h"
 
 namespace sluice {
 namespace {
@@ -139,6 +142,74 @@ Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
   return Finish(std::move(records), sampler);
 }
 
+Result<BenchRun> RunBatchedPipeline(const ModelConfig& config,
+                                    std::span<BackendInstance* const> instances,
+                                    const InProcessOptions& options) {
+  SLUICE_RETURN_IF_ERROR(CheckOptions(config, instances, options));
+  if (options.max_in_flight < 1) {
+    return Status::InvalidArgument("the batched pipeline needs a concurrency >= 1");
+  }
+  auto payloads = BuildPayloads(config, options);
+  if (!payloads.ok()) return payloads.status();
+
+  // The caller keeps ownership of the instances; the scheduler only borrows them for this run.
+  std::vector<std::shared_ptr<BackendInstance>> borrowed;
+  for (BackendInstance* instance : instances) {
+    borrowed.emplace_back(instance, [](BackendInstance*) {});
+  }
+  ModelConfig run_config = config;
+  run_config.instances.count = static_cast<int>(instances.size());
+  auto scheduler = ModelScheduler::Start(run_config, std::move(borrowed));
+  if (!scheduler.ok()) return scheduler.status();
+
+  const int total = options.iterations + 1;  // The warm-up request first, alone.
+  const int concurrency = options.max_in_flight;
+  std::vector<RequestRecord> records(static_cast<size_t>(total));
+  BlockingQueue<int> slots;
+  slots.Push(0);
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int completed = 0;
+  Clock& clock = Clock::Real();
+  auto finish_one = [&](int index) {
+    for (int t = 0; t < (index == 0 ? concurrency : 1); ++t) slots.Push(0);
+    std::lock_guard lock(done_mu);
+    if (++completed == total) done_cv.notify_all();
+  };
+
+  UtilizationSampler sampler;
+  sampler.Start();
+  for (int i = 0; i < total; ++i) {
+    if (!slots.Pop()) break;
+    RequestRecord& record = records[static_cast<size_t>(i)];
+    auto request = std::make_unique<InferRequest>();
+    request->inputs = (*payloads)[static_cast<size_t>(i) % payloads->size()];
+    request->done = [&, i](InferResponse&& response) {
+      RequestRecord& r = records[static_cast<size_t>(i)];
+      r.response_time = clock.Now();
+      r.start_time = response.times.compute_start;
+      r.outcome = response.status.code();
+      r.batch_id = response.batch_id;
+      r.batch_size = response.batch_size;
+      finish_one(i);
+    };
+    record.samples = options.batch_size;
+    record.request_time = clock.Now();
+    auto id = (*scheduler)->Submit(std::move(request));
+    if (!id.ok()) {
+      record.response_time = clock.Now();
+      record.outcome = id.status().code();
+      finish_one(i);
+    }
+  }
+  {
+    std::unique_lock lock(done_mu);
+    done_cv.wait(lock, [&] { return completed == total; });
+  }
+  (*scheduler)->Stop();
+  return Finish(std::move(records), sampler);
+}
+
 Result<BenchRun> RunEngineCeiling(const ModelConfig& config,
                                   std::span<BackendInstance* const> instances,
                                   const InProcessOptions& options) {
@@ -205,6 +276,22 @@ std::string FormatReport(const LoadReport& load, const BenchRun& run) {
   line(fmt::format("Average latency (exclude warmup): {:.5f} +/- {:.5f} s", l.mean, l.std));
   line(fmt::format("Average queue wait / compute: {:.5f} / {:.5f} s", s.mean_queue_seconds,
                    s.mean_compute_seconds));
+  if (!s.batches_by_size.empty()) {
+    int64_t batches = 0;
+    for (const auto& [size, count] : s.batches_by_size) batches += count;
+    std::string sizes;
+    int shown = 0;
+    for (auto it = s.batches_by_size.rbegin(); it != s.batches_by_size.rend(); ++it) {
+      if (shown++ == 8) {
+        sizes += ", ...";
+        break;
+      }
+      sizes += fmt::format("{}{}: {} ({:.1f}%)", sizes.empty() ? "" : ", ", it->first, it->second,
+                           100.0 * static_cast<double>(it->second) / batches);
+    }
+    line(fmt::format("Batches: {}, mean size {:.2f} samples; by size: {}", batches,
+                     s.mean_batch_size, sizes));
+  }
   line(fmt::format("Max latency: {:.5f} s", l.max));
   line(fmt::format("Min latency: {:.5f} s", l.min));
   line(fmt::format(

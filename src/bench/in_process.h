@@ -24,7 +24,8 @@ struct InProcessOptions {
   int batch_size = 32;        // Samples per request; 1..max_batch_size.
   int iterations = 100;       // Timed requests after the one warm-up request; >= 1.
   int max_in_flight = 0;      // Requests queued or running at once; 0: 2 x instances, which
-                              // keeps every worker fed without an unbounded queue.
+                              // keeps every worker fed without an unbounded queue. In the
+                              // batched pipeline: the concurrency (clients), >= 1.
   int distinct_payloads = 4;  // Pre-built input batches sent in turn; >= 1.
   uint64_t seed = 0;          // For the random payloads.
 };
@@ -41,6 +42,16 @@ struct BenchRun {
 Result<BenchRun> RunInProcessPipeline(const ModelConfig& config,
                                       std::span<BackendInstance* const> instances,
                                       const InProcessOptions& options);
+
+// Runs the batched pipeline, exactly as a server drives the engine: a closed loop of
+// `max_in_flight` (the concurrency) outstanding requests of `batch_size` samples each (usually 1)
+// submitted one by one to a ModelScheduler, whose dynamic batcher groups them per the config's
+// max_batch_size and dynamic_batching settings onto the instances. Records carry the batch each
+// request ran in, so the summary reports the achieved batch-size distribution. A request the
+// scheduler refuses (queue full) is recorded with its error and its slot reused.
+Result<BenchRun> RunBatchedPipeline(const ModelConfig& config,
+                                    std::span<BackendInstance* const> instances,
+                                    const InProcessOptions& options);
 
 // Runs the engine ceiling: each instance on its own thread calls Run() back to back on a
 // pre-built batch, together making the same number of requests as the pipeline.

@@ -76,6 +76,19 @@ Summary Summarize(std::span<const RequestRecord> records, bool first_is_warmup) 
     s.mean_queue_seconds /= static_cast<double>(s.ok_requests);
   }
   s.latency = ComputeLatencyStats(std::move(latencies));
+  std::map<uint64_t, int> batch_sizes;  // batch_id -> size.
+  for (const RequestRecord* r : timed) {
+    if (r->batch_id != 0) batch_sizes[r->batch_id] = r->batch_size;
+  }
+  int64_t batched_samples = 0;
+  for (const auto& [id, size] : batch_sizes) {
+    ++s.batches_by_size[size];
+    batched_samples += size;
+  }
+  if (!batch_sizes.empty()) {
+    s.mean_batch_size =
+        static_cast<double>(batched_samples) / static_cast<double>(batch_sizes.size());
+  }
   s.duration_seconds = SecondsBetween(first_request, last_response);
   if (s.duration_seconds > 0) {
     s.samples_per_second = static_cast<double>(s.ok_samples) / s.duration_seconds;

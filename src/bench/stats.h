@@ -11,6 +11,7 @@
 // Latency statistics cover successful requests; failed ones are counted by kind.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <span>
@@ -29,7 +30,9 @@ struct RequestRecord {
   Clock::time_point response_time;  // When the response was in hand.
   int samples = 1;                  // Batch size of the request.
   StatusCode outcome = StatusCode::kOk;
-  int worker = -1;  // Instance that ran it, where known.
+  int worker = -1;        // Instance that ran it, where known.
+  uint64_t batch_id = 0;  // The engine batch it ran in (batched runs only; 0: none or unknown).
+  int batch_size = 0;     // Samples in that batch (batched runs only).
 
   double latency_seconds() const { return SecondsBetween(request_time, response_time); }
 };
@@ -51,6 +54,9 @@ struct Summary {
   double mean_compute_seconds = 0;  // Mean of response_time - start_time (model + split).
   double mean_queue_seconds = 0;    // Mean of start_time - request_time.
   double duration_seconds = 0;      // last response_time - first request_time (timed).
+  // Batched runs: engine batches that ran timed requests, by size in samples, and their mean size.
+  std::map<int, int64_t> batches_by_size;
+  double mean_batch_size = 0;
   double samples_per_second = 0;
   double requests_per_second = 0;
 };

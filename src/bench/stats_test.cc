@@ -109,6 +109,25 @@ TEST(SummarizeTest, QueueAndComputeSplitWhenStartIsKnown) {
   EXPECT_DOUBLE_EQ(s.mean_compute_seconds, (0.75 + 1.0) / 2);
 }
 
+TEST(SummarizeTest, BatchDistributionCountsDistinctTimedBatches) {
+  auto in_batch = [](double t, uint64_t id, int size) {
+    RequestRecord r = Record(t, t + 1);
+    r.batch_id = id;
+    r.batch_size = size;
+    return r;
+  };
+  // Warm-up alone in batch 1; then batch 2 of 3 requests, batch 3 of 3, batch 4 of 1.
+  std::vector<RequestRecord> records{in_batch(0, 1, 1),   in_batch(1, 2, 3), in_batch(1.1, 2, 3),
+                                     in_batch(1.2, 2, 3), in_batch(2, 3, 3), in_batch(2.1, 3, 3),
+                                     in_batch(2.2, 3, 3), in_batch(3, 4, 1)};
+  Summary s = Summarize(records, /*first_is_warmup=*/true);
+  EXPECT_EQ(s.batches_by_size, (std::map<int, int64_t>{{1, 1}, {3, 2}}));
+  EXPECT_DOUBLE_EQ(s.mean_batch_size, 7.0 / 3.0);
+  Summary unbatched = Summarize(std::vector<RequestRecord>{Record(0, 1), Record(1, 2)}, false);
+  EXPECT_TRUE(unbatched.batches_by_size.empty());
+  EXPECT_EQ(unbatched.mean_batch_size, 0);
+}
+
 TEST(SummarizeTest, EmptyAndWarmupOnly) {
   EXPECT_EQ(Summarize({}, true).requests, 0);
   std::vector<RequestRecord> one{Record(0, 1)};

@@ -316,6 +316,7 @@ void ApplyOverrides(const ModelConfigOverrides& o, ModelConfig& c) {
   if (o.instance_count) c.instances.count = *o.instance_count;
   if (o.threads) c.instances.threads = *o.threads;
   if (o.max_batch_size) c.max_batch_size = *o.max_batch_size;
+  if (o.max_queue_delay) c.dynamic_batching.max_queue_delay = *o.max_queue_delay;
   if (o.precision) c.precision = *o.precision;
   if (o.freeze) c.optimize.freeze = *o.freeze;
   if (o.channels_last) c.optimize.channels_last = *o.channels_last;

@@ -89,6 +89,7 @@ struct ModelConfigOverrides {
   std::optional<int> instance_count;
   std::optional<int> threads;
   std::optional<int> max_batch_size;
+  std::optional<Micros> max_queue_delay;
   std::optional<Precision> precision;
   std::optional<bool> freeze;
   std::optional<bool> channels_last;
