@@ -7,7 +7,7 @@ MODELS ?= models
 PYTHON ?= /usr/bin/python3
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-tsan demo bench models clean format
+.PHONY: all deps configure build test test-tsan demo bench bench-batched bench-micro models clean format
 
 all: build
 
@@ -50,6 +50,21 @@ bench: build models
 	  --precision bf16 --iters 40 --compare-ceiling --rounds 5
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
 	  --batch-size 64 --iters 1500 --compare-ceiling --rounds 7
+	$(MAKE) bench-batched bench-micro
+
+# Single-sample clients through the dynamic batcher against whole batches on the raw engine.
+bench-batched: build models
+	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
+	  --concurrency 64 --max-batch-size 64 --max-queue-delay-us 2000 --iters 12000 \
+	  --compare-ceiling --rounds 7
+	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --precision bf16 \
+	  --concurrency 64 --max-batch-size 8 --max-queue-delay-us 2000 --iters 800 \
+	  --compare-ceiling --rounds 5
+
+# What the batcher and instance pool add per request (echo backend, no model).
+bench-micro: build
+	$(BUILD_DIR)/scheduler_benchmark --benchmark_repetitions=5 \
+	  --benchmark_report_aggregates_only=true
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

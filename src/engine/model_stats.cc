@@ -17,15 +17,13 @@ ModelStats::ModelStats(int max_batch_size, int instances)
       request_seconds_(Histogram::LatencySecondsBuckets()) {}
 
 void ModelStats::RecordRefused(StatusCode code) {
-  outcomes_[static_cast<int>(code)].fetch_add(1, std::memory_order_relaxed);
+  outcomes_[static_cast<int>(code)].fetch_add(1, std::memory_order_release);
   rejected_.fetch_add(1, std::memory_order_relaxed);
-  inflight_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ModelStats::RecordCompletion(StatusCode code, const RequestTimes& times,
                                   Clock::time_point now) {
-  outcomes_[static_cast<int>(code)].fetch_add(1, std::memory_order_relaxed);
-  inflight_.fetch_sub(1, std::memory_order_relaxed);
+  outcomes_[static_cast<int>(code)].fetch_add(1, std::memory_order_release);
   if (times.dispatch != Clock::time_point{}) {
     queue_seconds_.Observe(SecondsBetween(times.enqueue, times.dispatch));
   }
@@ -44,10 +42,12 @@ ModelStatsSnapshot ModelStats::Snapshot(int64_t queued_requests, int64_t queued_
   ModelStatsSnapshot s;
   s.queued_requests = queued_requests;
   s.queued_samples = queued_samples;
-  s.inflight_requests = inflight_.load(std::memory_order_relaxed);
+  // Answers are read first: a request answered after this read is still counted in flight,
+  // never the reverse (which could make the count negative).
   for (int i = 0; i < kStatusCodeCount; ++i) {
-    s.requests_by_outcome[i] = outcomes_[i].load(std::memory_order_relaxed);
+    s.requests_by_outcome[i] = outcomes_[i].load(std::memory_order_acquire);
   }
+  s.inflight_requests = submitted_.load(std::memory_order_acquire) - s.answered_requests();
   s.rejected_requests = rejected_.load(std::memory_order_relaxed);
   s.batches = batches_.load(std::memory_order_relaxed);
   s.failed_batches = failed_batches_.load(std::memory_order_relaxed);
