@@ -9,30 +9,6 @@
 
 namespace sluice {
 
-uint16_t FloatToBf16(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value)) return 0x7FC0;
-  bits += 0x7FFF + ((bits >> 16) & 1);  // Round to nearest even.
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-uint16_t FloatToHalf(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  if (std::isnan(value)) return sign | 0x7E00;
-  float magnitude = std::fabs(value);
-  if (magnitude >= 65520.0f) return sign | 0x7C00;  // Overflows to infinity.
-  if (magnitude < 6.103515625e-05f) {               // Subnormal: multiples of 2^-24.
-    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
-  }
-  uint32_t exponent = ((bits >> 23) & 0xFF) - 127 + 15;
-  uint32_t mantissa = bits & 0x7FFFFF;
-  uint32_t half = (exponent << 10) | (mantissa >> 13);
-  uint32_t rest = mantissa & 0x1FFF;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // Carries into the exponent.
-  return sign | static_cast<uint16_t>(half);
-}
-
 Result<std::vector<Tensor>> MakeRandomInputs(const ModelConfig& config, int batch_size,
                                              uint64_t seed) {
   std::mt19937_64 rng(seed);

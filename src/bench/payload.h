@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/half.h"
 #include "config/model_config.h"
 #include "sluice/status.h"
 #include "sluice/tensor.h"
@@ -15,9 +16,5 @@ namespace sluice {
 // dims (-1) are an error: the benchmark cannot guess them.
 Result<std::vector<Tensor>> MakeRandomInputs(const ModelConfig& config, int batch_size,
                                              uint64_t seed);
-
-// IEEE half and bfloat16 encodings of a float (round to nearest even).
-uint16_t FloatToHalf(float value);
-uint16_t FloatToBf16(float value);
 
 }  // namespace sluice

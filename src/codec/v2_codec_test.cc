@@ -1,0 +1,279 @@
+// KServe v2 codec: JSON and binary request forms, every datatype path, and the errors.
+#include "codec/v2_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/half.h"
+
+namespace sluice {
+namespace {
+
+ModelConfig TwoInputModel() {
+  ModelConfig c;
+  c.name = "m";
+  c.max_batch_size = 8;
+  c.inputs = {{"a", DataType::kFp32, {2, 2}}, {"b", DataType::kInt64, {-1}}};
+  c.outputs = {{"y", DataType::kFp32, {3}}, {"z", DataType::kInt32, {1}}};
+  return c;
+}
+
+ModelConfig OneInputModel(DataType dtype, Shape shape) {
+  ModelConfig c;
+  c.name = "one";
+  c.max_batch_size = 8;
+  c.inputs = {{"x", dtype, std::move(shape)}};
+  c.outputs = {{"y", dtype, {1}}};
+  return c;
+}
+
+Status ParseError(std::string_view json, const ModelConfig& config, std::string_view binary = {}) {
+  auto parsed = ParseV2InferRequest(json, binary, config);
+  return parsed.ok() ? Status::Ok() : parsed.status();
+}
+
+void ExpectError(std::string_view json, const ModelConfig& config, std::string_view fragment,
+                 StatusCode code = StatusCode::kInvalidArgument) {
+  Status status = ParseError(json, config);
+  EXPECT_EQ(status.code(), code) << json;
+  EXPECT_NE(status.message().find(fragment), std::string::npos)
+      << "message: " << status.message() << "\nexpected: " << fragment;
+}
+
+TEST(V2CodecTest, ParsesNestedAndFlatDataInDeclaredOrder) {
+  auto parsed = ParseV2InferRequest(
+      R"({"id":"r1","inputs":[
+            {"name":"b","shape":[1,3],"datatype":"INT64","data":[7,8,9]},
+            {"name":"a","shape":[1,2,2],"datatype":"FP32","data":[[[1,2],[3,4.5]]]}],
+          "outputs":[{"name":"z","parameters":{"binary_data":true}}]})",
+      "", TwoInputModel());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->id, "r1");
+  ASSERT_EQ(parsed->inputs.size(), 2u);
+  EXPECT_EQ(parsed->inputs[0].shape(), (Shape{1, 2, 2}));
+  EXPECT_EQ(std::vector<float>(parsed->inputs[0].values<float>().begin(),
+                               parsed->inputs[0].values<float>().end()),
+            (std::vector<float>{1, 2, 3, 4.5}));
+  EXPECT_EQ(parsed->inputs[1].values<int64_t>()[2], 9);
+  ASSERT_EQ(parsed->outputs.size(), 1u);
+  EXPECT_EQ(parsed->outputs[0].name, "z");
+  EXPECT_TRUE(parsed->outputs[0].binary);
+}
+
+TEST(V2CodecTest, BinaryDataExtensionTakesBytesInInputOrder) {
+  float a[4] = {1, 2, 3, 4};
+  int64_t b[2] = {5, 6};
+  std::string binary(reinterpret_cast<const char*>(a), sizeof(a));
+  binary.append(reinterpret_cast<const char*>(b), sizeof(b));
+  auto parsed = ParseV2InferRequest(
+      R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":16}},
+                    {"name":"b","shape":[1,2],"datatype":"INT64","parameters":{"binary_data_size":16}}],
+          "parameters":{"binary_data_output":true}})",
+      binary, TwoInputModel());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->inputs[0].values<float>()[3], 4.0f);
+  EXPECT_EQ(parsed->inputs[1].values<int64_t>()[1], 6);
+  EXPECT_TRUE(parsed->binary_data_output);
+
+  Status short_body = ParseError(
+      R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":16}},
+                    {"name":"b","shape":[1,2],"datatype":"INT64","data":[1,2]}]})",
+      TwoInputModel(), std::string_view(binary).substr(0, 10));
+  EXPECT_NE(short_body.message().find("10 binary bytes after the JSON header, 16 needed"),
+            std::string::npos)
+      << short_body.message();
+  Status wrong_size = ParseError(
+      R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":12}},
+                    {"name":"b","shape":[1,2],"datatype":"INT64","data":[1,2]}]})",
+      TwoInputModel(), binary);
+  EXPECT_NE(wrong_size.message().find("binary_data_size 12 but shape [1, 2, 2] of FP32 needs 16"),
+            std::string::npos);
+  Status extra = ParseError(
+      R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]},
+                    {"name":"b","shape":[1,2],"datatype":"INT64","data":[1,2]}]})",
+      TwoInputModel(), "xx");
+  EXPECT_NE(extra.message().find("2 binary bytes follow the JSON header but inputs use 0"),
+            std::string::npos);
+}
+
+TEST(V2CodecTest, RawBodyIsTheOnlyInputsBytes) {
+  ModelConfig config = OneInputModel(DataType::kFp32, {4});
+  float values[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto parsed =
+      ParseV2RawInput(std::string_view(reinterpret_cast<const char*>(values), 32), config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->inputs[0].shape(), (Shape{2, 4}));
+  EXPECT_TRUE(parsed->binary_data_output);
+  EXPECT_EQ(ParseV2RawInput("abc", config).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseV2RawInput("", config).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseV2RawInput(std::string(32, 'x'), TwoInputModel()).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(V2CodecTest, EveryNumericDatatypeRoundTripsThroughJson) {
+  struct Case {
+    DataType dtype;
+    const char* data;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {DataType::kBool, "[true,false]", "[true,false]"},
+      {DataType::kUInt8, "[0,255]", "[0,255]"},
+      {DataType::kInt8, "[-128,127]", "[-128,127]"},
+      {DataType::kInt16, "[-32768,32767]", "[-32768,32767]"},
+      {DataType::kInt32, "[-2147483648,2147483647]", "[-2147483648,2147483647]"},
+      {DataType::kInt64, "[-9223372036854775808,9223372036854775807]",
+       "[-9223372036854775808,9223372036854775807]"},
+      {DataType::kFp16, "[1.5,-2]", "[1.5,-2]"},
+      {DataType::kBf16, "[1.5,-2]", "[1.5,-2]"},
+      {DataType::kFp32, "[0.1,-2]", "[0.1,-2]"},
+      {DataType::kFp64, "[0.1,1e300]", "[0.1,1e+300]"},
+  };
+  for (const Case& c : cases) {
+    ModelConfig config = OneInputModel(c.dtype, {2});
+    std::string json = std::string(R"({"inputs":[{"name":"x","shape":[1,2],"datatype":")") +
+                       std::string(DataTypeName(c.dtype)) + R"(","data":)" + c.data + "}]}";
+    auto parsed = ParseV2InferRequest(json, "", config);
+    ASSERT_TRUE(parsed.ok()) << DataTypeName(c.dtype) << ": " << parsed.status().message();
+    std::string out;
+    AppendJsonValues(parsed->inputs[0], out);
+    EXPECT_EQ(out, c.expected) << DataTypeName(c.dtype);
+  }
+}
+
+TEST(V2CodecTest, ValuesOutOfRangeOrOfTheWrongTypeAreRefused) {
+  auto json = [](const char* dtype, const char* data) {
+    return std::string(R"({"inputs":[{"name":"x","shape":[1,2],"datatype":")") + dtype +
+           R"(","data":)" + data + "}]}";
+  };
+  ExpectError(json("UINT8", "[0,256]"), OneInputModel(DataType::kUInt8, {2}),
+              "data element 1 (256) is out of range for UINT8");
+  ExpectError(json("INT8", "[1.5,2]"), OneInputModel(DataType::kInt8, {2}),
+              "data element 0 is a number, expected an integer for INT8");
+  ExpectError(json("INT64", "[1,18446744073709551615]"), OneInputModel(DataType::kInt64, {2}),
+              "out of range for INT64");
+  ExpectError(json("FP32", "[1,1e39]"), OneInputModel(DataType::kFp32, {2}),
+              "out of range for FP32");
+  ExpectError(json("FP32", R"([1,"2"])"), OneInputModel(DataType::kFp32, {2}),
+              "data element 1 is a string, expected a number for FP32");
+  ExpectError(json("BOOL", "[1,0]"), OneInputModel(DataType::kBool, {2}),
+              "expected true or false");
+  ExpectError(json("FP32", "[1,null]"), OneInputModel(DataType::kFp32, {2}), "is null");
+  // JSON has no NaN or Infinity tokens: they are malformed JSON.
+  ExpectError(json("FP32", "[1,NaN]"), OneInputModel(DataType::kFp32, {2}), "malformed JSON");
+}
+
+TEST(V2CodecTest, DataMustMatchTheShapeExactly) {
+  ModelConfig config = TwoInputModel();
+  auto json = [](const char* a_shape, const char* a_data) {
+    return std::string(R"({"inputs":[{"name":"a","shape":)") + a_shape +
+           R"(,"datatype":"FP32","data":)" + a_data +
+           R"(},{"name":"b","shape":[1,1],"datatype":"INT64","data":[1]}]})";
+  };
+  ExpectError(json("[1,2,2]", "[[[1,2],[3]]]"), config, "ragged or mis-nested");
+  ExpectError(json("[1,2,2]", "[[1,2],[3,4]]"), config, "has 2 entries at depth 0");
+  ExpectError(json("[1,2,2]", "[[[[1],2],[3,4]]]"), config, "nested deeper than shape");
+  ExpectError(json("[1,2,2]", "[1,2,3]"), config, "data holds 3 elements, shape [1, 2, 2] needs 4");
+  ExpectError(json("[1,2,2]", "[1,2,3,4,5]"), config, "more than the 4 elements");
+  ExpectError(json("[1,2,3]", "[1,2,3,4,5,6]"), config,
+              "shape [1, 2, 3] does not match the model's [-1, 2, 2]");
+  ExpectError(json("[1,2]", "[1,2]"), config, "does not match the model's");
+  ExpectError(json("[1,-2,2]", "[1]"), config, "non-negative integers");
+  ExpectError(json("\"x\"", "[1]"), config, "must be an array of integers");
+  ExpectError(json("[1,2,2]", "{}"), config, "\"data\" must be an array");
+}
+
+TEST(V2CodecTest, HugeShapeClaimsAreRefusedBeforeAllocating) {
+  ModelConfig config = OneInputModel(DataType::kFp32, {-1});
+  ExpectError(R"({"inputs":[{"name":"x","shape":[1,1000000000000],"datatype":"FP32","data":[1]}]})",
+              config, "limit", StatusCode::kPayloadTooLarge);
+  ExpectError(R"({"inputs":[{"name":"x","shape":[1,1000000],"datatype":"FP32","data":[1]}]})",
+              config, "claims 1000000 elements, more than the request holds");
+  ExpectError(
+      R"({"inputs":[{"name":"x","shape":[4294967296,4294967296,4294967296],"datatype":"FP32","data":[1]}]})",
+      OneInputModel(DataType::kFp32, {-1, -1}), "overflows");
+}
+
+TEST(V2CodecTest, StructuralErrorsNameTheProblem) {
+  ModelConfig config = TwoInputModel();
+  ExpectError("", config, "malformed JSON");
+  ExpectError("{", config, "malformed JSON");
+  ExpectError("[]", config, "must be a JSON object");
+  ExpectError("{}", config, "no \"inputs\"");
+  ExpectError(R"({"inputs":{}})", config, "\"inputs\" must be an array");
+  ExpectError(R"({"inputs":[{"name":"nope","shape":[1],"datatype":"FP32","data":[1]}]})", config,
+              "model 'm' has no input \"nope\"");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP64","data":[1,2,3,4]}]})",
+              config, "datatype \"FP64\" does not match the model's FP32");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]})",
+              config, "input 'b' is missing");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32"}]})", config,
+              "neither \"data\" nor parameters.binary_data_size");
+  ExpectError(
+      R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]},
+                    {"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]})",
+      config, "input 'a' is given twice");
+  ExpectError(
+      R"({"inputs":[{"name":"a","shape":[2,2,2],"datatype":"FP32","data":[1,2,3,4,5,6,7,8]},
+                    {"name":"b","shape":[1,1],"datatype":"INT64","data":[1]}]})",
+      config, "inputs disagree on the batch size");
+  ExpectError(R"({"outputs":[{"name":"q"}],"inputs":[]})", config, "has no output \"q\"");
+  ExpectError(R"({"id":5,"inputs":[]})", config, "\"id\" must be a string");
+  // Names are quoted and escaped in messages, never echoed raw.
+  ExpectError(R"({"inputs":[{"name":"<b>\u0001","shape":[1],"datatype":"FP32","data":[1]}]})",
+              config, R"("<b>\u0001")");
+  // Deep nesting is refused by the parser's depth limit or the shape check, never a crash.
+  std::string deep = R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":)" +
+                     std::string(5000, '[') + std::string(5000, ']') + "}]}";
+  EXPECT_EQ(ParseError(deep, config).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(V2CodecTest, EncodesJsonAndBinaryOutputs) {
+  ModelConfig config = TwoInputModel();
+  Tensor y = Tensor::Zeros(DataType::kFp32, {1, 3});
+  y.mutable_values<float>()[0] = 0.5f;
+  y.mutable_values<float>()[2] = -1.25f;
+  Tensor z = Tensor::Zeros(DataType::kInt32, {1, 1});
+  z.mutable_values<int32_t>()[0] = 42;
+
+  V2InferRequest request;
+  request.id = "q\"1";
+  auto json = EncodeV2InferResponse(config, request, {y, z});
+  ASSERT_TRUE(json.ok());
+  EXPECT_FALSE(json->has_binary);
+  EXPECT_EQ(json->body,
+            R"({"model_name":"m","model_version":"1","id":"q\"1","outputs":[)"
+            R"({"name":"y","datatype":"FP32","shape":[1,3],"data":[0.5,0,-1.25]},)"
+            R"({"name":"z","datatype":"INT32","shape":[1,1],"data":[42]}]})");
+
+  request.id.clear();
+  request.outputs = {{"y", true}};
+  auto binary = EncodeV2InferResponse(config, request, {y, z});
+  ASSERT_TRUE(binary.ok());
+  EXPECT_TRUE(binary->has_binary);
+  std::string_view header(binary->body.data(), binary->json_size);
+  EXPECT_EQ(header,
+            R"({"model_name":"m","model_version":"1","outputs":[)"
+            R"({"name":"y","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}}]})");
+  ASSERT_EQ(binary->body.size(), binary->json_size + 12);
+  float back[3];
+  std::memcpy(back, binary->body.data() + binary->json_size, 12);
+  EXPECT_EQ(back[2], -1.25f);
+
+  EXPECT_EQ(EncodeV2InferResponse(config, request, {y}).status().code(), StatusCode::kInternal);
+}
+
+TEST(HalfTest, ConversionsRoundTrip) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 5.9604645e-08f, 0.333251953125f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7C00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(0x7E00)));
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.5f)), 1.5f);
+  EXPECT_EQ(Bf16ToFloat(0xC000), -2.0f);
+}
+
+}  // namespace
+}  // namespace sluice
