@@ -22,6 +22,7 @@
 #include "common/system_info.h"
 #include "config/model_config.h"
 #include "config/sweep_config.h"
+#include "server/serve.h"
 
 namespace sluice {
 namespace {
@@ -68,6 +69,13 @@ std::string CommandLine(int argc, char** argv) {
   std::string line = "sluice";
   for (int i = 1; i < argc; ++i) line += fmt::format(" {}", argv[i]);
   return line;
+}
+
+// The binary's backend loader: TorchScript.
+Result<std::shared_ptr<Backend>> LoadBackend(const ModelConfig& config) {
+  auto backend = LoadTorchScriptBackend(config);
+  if (!backend.ok()) return backend.status();
+  return std::shared_ptr<Backend>(std::move(*backend));
 }
 
 // `extra_warmup_sizes` are warmed up besides the configured ones (the sizes a benchmark sends).
@@ -310,7 +318,7 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
     fmt::print(stderr, "{}[{}/{}] {}{}", tty ? "\r\033[K" : "", index + 1, count, what,
                tty ? "" : "\n");
   };
-  auto cells = RunSweep(*config, *options, LoadTorchScriptBackend, progress);
+  auto cells = RunSweep(*config, *options, LoadBackend, progress);
   if (tty) fmt::print(stderr, "\r\033[K");
   if (!cells.ok()) return Fail(cells.status());
   fmt::print("Sweep of {} ({} worker(s) x {} thread(s), {} timed requests per cell)\n",
@@ -325,6 +333,12 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
       "Results: {}/summary.csv\nPlots:   {}/throughput_vs_batch_size.svg\n"
       "         {}/latency_vs_batch_size.svg\n",
       dir->string(), dir->string(), dir->string());
+  return 0;
+}
+
+int RunServe(const ServeOptions& options) {
+  Status status = RunServer(options, LoadBackend);
+  if (!status.ok()) return Fail(status);
   return 0;
 }
 
@@ -404,7 +418,43 @@ int main(int argc, char** argv) {
                         "Timed requests per cell (default 20)");
   sweep_app->add_option("--results-dir", sweep.results_dir, "Where results/<run-id>/ goes");
 
+  ServeOptions serve;
+  CLI::App* serve_app =
+      app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST)");
+  serve_app->add_option("--model-repository", serve.model_repository, "Directory of models")
+      ->capture_default_str();
+  serve_app->add_option("--model,-m", serve.models, "Serve only these models (repeatable)");
+  serve_app->add_option("--host", serve.http.host, "Address to bind")->capture_default_str();
+  serve_app->add_option("--port,-p", serve.http.port, "Port; 0 picks a free one")
+      ->capture_default_str();
+  serve_app->add_option("--io-threads", serve.http.io_threads, "HTTP event-loop threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  serve_app->add_option("--max-body-bytes", serve.http.max_body_bytes, "Larger bodies get 413")
+      ->capture_default_str();
+  serve_app->add_option("--max-header-bytes", serve.http.max_header_bytes, "Larger headers get 431")
+      ->capture_default_str();
+  serve_app
+      ->add_option("--max-connections", serve.http.max_connections,
+                   "Open connections beyond which new ones are closed")
+      ->capture_default_str();
+  double idle_seconds = serve.http.idle_timeout.count();
+  serve_app
+      ->add_option("--idle-timeout", idle_seconds,
+                   "Seconds a connection may wait for a complete request")
+      ->capture_default_str();
+  double grace_seconds = serve.shutdown_grace.count();
+  serve_app
+      ->add_option("--shutdown-grace", grace_seconds,
+                   "Seconds to finish in-flight requests after SIGTERM/SIGINT")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+  if (serve_app->parsed()) {
+    serve.http.idle_timeout = Seconds(idle_seconds);
+    serve.shutdown_grace = Seconds(grace_seconds);
+    return RunServe(serve);
+  }
   if (bench_app->parsed()) return RunBench(bench, command_line);
   if (sweep_app->parsed()) return RunSweepCommand(sweep, command_line);
   return 2;

@@ -396,9 +396,9 @@ TEST_F(ResultFilesTest, BenchWritesRunSamplesAndSummary) {
 TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
   EchoLog log;
   std::vector<ModelConfig> loaded;
-  BackendLoader loader = [&](const ModelConfig& c) -> Result<std::unique_ptr<Backend>> {
+  BackendLoader loader = [&](const ModelConfig& c) -> Result<std::shared_ptr<Backend>> {
     loaded.push_back(c);
-    return std::unique_ptr<Backend>(std::make_unique<EchoBackend>(&log));
+    return std::shared_ptr<Backend>(std::make_unique<EchoBackend>(&log));
   };
   SweepOptions options;
   options.batch_sizes = {1, 4, 8};
@@ -435,12 +435,12 @@ TEST(SweepTest, RejectsBatchSizesOverTheModelsMaximum) {
   EchoLog log;
   SweepOptions options;
   options.batch_sizes = {1, 16};
-  BackendLoader loader = [&](const ModelConfig&) -> Result<std::unique_ptr<Backend>> {
-    return std::unique_ptr<Backend>(std::make_unique<EchoBackend>(&log));
+  BackendLoader loader = [&](const ModelConfig&) -> Result<std::shared_ptr<Backend>> {
+    return std::shared_ptr<Backend>(std::make_unique<EchoBackend>(&log));
   };
   EXPECT_THAT(RunSweep(EchoConfig(8), options, loader).status().message(),
               HasSubstr("batch size 16 must be between 1 and the model's max_batch_size 8"));
-  BackendLoader failing = [](const ModelConfig&) -> Result<std::unique_ptr<Backend>> {
+  BackendLoader failing = [](const ModelConfig&) -> Result<std::shared_ptr<Backend>> {
     return Status::InvalidArgument("cannot load");
   };
   options.batch_sizes = {1};

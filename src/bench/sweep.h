@@ -13,6 +13,7 @@
 #include "bench/in_process.h"
 #include "bench/results.h"
 #include "config/model_config.h"
+#include "engine/engine.h"
 #include "sluice/backend.h"
 
 namespace sluice {
@@ -33,8 +34,6 @@ struct SweepCell {
   BenchRun run;
 };
 
-// Loads a backend for a configuration (the TorchScript loader in the binary; fakes in tests).
-using BackendLoader = std::function<Result<std::unique_ptr<Backend>>(const ModelConfig&)>;
 // Called before each cell with its 0-based index, the cell count and a description.
 using SweepProgress = std::function<void(int index, int count, const std::string& what)>;
 

@@ -29,9 +29,10 @@ class ValueWriter {
 
   Status Put(element value) {
     if (index_ >= tensor_.element_count()) {
-      return Invalid(fmt::format("input '{}': data holds more than the {} elements its shape "
-                                 "declares",
-                                 input_, tensor_.element_count()));
+      return Invalid(
+          fmt::format("input '{}': data holds more than the {} elements its shape "
+                      "declares",
+                      input_, tensor_.element_count()));
     }
     switch (tensor_.dtype()) {
       case DataType::kBool: {
@@ -143,9 +144,10 @@ Status FillFromJson(element data, const Shape& shape, std::string_view input, Te
     };
     std::vector<Frame> stack;
     if (static_cast<int64_t>(top.size()) != shape[0]) {
-      return Invalid(fmt::format("input '{}': \"data\" has {} entries at depth 0, shape {} "
-                                 "needs {}",
-                                 input, top.size(), ShapeToString(shape), shape[0]));
+      return Invalid(
+          fmt::format("input '{}': \"data\" has {} entries at depth 0, shape {} "
+                      "needs {}",
+                      input, top.size(), ShapeToString(shape), shape[0]));
     }
     stack.push_back({top.begin(), top.end()});
     while (!stack.empty()) {
@@ -159,8 +161,7 @@ Status FillFromJson(element data, const Shape& shape, std::string_view input, Te
       const size_t depth = stack.size();  // Depth of `value`.
       if (depth < shape.size()) {
         simdjson::dom::array inner;
-        if (value.get_array().get(inner) ||
-            static_cast<int64_t>(inner.size()) != shape[depth]) {
+        if (value.get_array().get(inner) || static_cast<int64_t>(inner.size()) != shape[depth]) {
           return Invalid(fmt::format(
               "input '{}': \"data\" does not match shape {} at depth {} (ragged or mis-nested)",
               input, ShapeToString(shape), depth));
@@ -226,8 +227,7 @@ Result<Shape> ReadShape(element value, std::string_view input) {
   for (element dim : dims) {
     int64_t d;
     if (dim.type() != element_type::INT64 || dim.get_int64().get(d) || d < 0) {
-      return Invalid(
-          fmt::format("input '{}': \"shape\" must hold non-negative integers", input));
+      return Invalid(fmt::format("input '{}': \"shape\" must hold non-negative integers", input));
     }
     shape.push_back(d);
     if (shape.size() > 16) return Invalid(fmt::format("input '{}': shape has over 16 dims", input));
@@ -283,8 +283,8 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         }
         size_t index;
         if (!FindSpec(config.outputs, name, &index)) {
-          return Status::InvalidArgument(fmt::format("model '{}' has no output {}", config.name,
-                                                     JsonQuote(name)));
+          return Status::InvalidArgument(
+              fmt::format("model '{}' has no output {}", config.name, JsonQuote(name)));
         }
         V2RequestedOutput requested{std::string(name), false};
         element flag;
@@ -333,20 +333,22 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         if (!fields["parameters"]["binary_data_size"].get(size_value)) {
           uint64_t size;
           if (size_value.get_uint64().get(size)) {
-            return Invalid(fmt::format("input '{}': binary_data_size must be a non-negative "
-                                       "integer",
-                                       spec->name));
+            return Invalid(
+                fmt::format("input '{}': binary_data_size must be a non-negative "
+                            "integer",
+                            spec->name));
           }
           if (size != bytes) {
-            return Invalid(fmt::format("input '{}': binary_data_size {} but shape {} of {} needs "
-                                       "{} bytes",
-                                       spec->name, size, ShapeToString(*shape),
-                                       DataTypeName(spec->datatype), bytes));
+            return Invalid(fmt::format(
+                "input '{}': binary_data_size {} but shape {} of {} needs "
+                "{} bytes",
+                spec->name, size, ShapeToString(*shape), DataTypeName(spec->datatype), bytes));
           }
           if (binary.size() - binary_offset < size) {
-            return Invalid(fmt::format("input '{}': the body holds {} binary bytes after the "
-                                       "JSON header, {} needed",
-                                       spec->name, binary.size() - binary_offset, size));
+            return Invalid(
+                fmt::format("input '{}': the body holds {} binary bytes after the "
+                            "JSON header, {} needed",
+                            spec->name, binary.size() - binary_offset, size));
           }
           Tensor tensor = Tensor::Uninitialized(spec->datatype, *shape);
           std::memcpy(tensor.mutable_data(), binary.data() + binary_offset, bytes);
@@ -355,16 +357,18 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         } else {
           element data;
           if (fields["data"].get(data)) {
-            return Invalid(fmt::format("input '{}': neither \"data\" nor "
-                                       "parameters.binary_data_size is given",
-                                       spec->name));
+            return Invalid(
+                fmt::format("input '{}': neither \"data\" nor "
+                            "parameters.binary_data_size is given",
+                            spec->name));
           }
           // Each JSON value takes at least one byte of the header: a cheap bound that stops a
           // shape claiming billions of elements before anything is allocated.
           if (static_cast<uint64_t>(count) > header.size()) {
-            return Invalid(fmt::format("input '{}': shape {} claims {} elements, more than the "
-                                       "request holds",
-                                       spec->name, ShapeToString(*shape), count));
+            return Invalid(
+                fmt::format("input '{}': shape {} claims {} elements, more than the "
+                            "request holds",
+                            spec->name, ShapeToString(*shape), count));
           }
           Tensor tensor = Tensor::Uninitialized(spec->datatype, *shape);
           SLUICE_RETURN_IF_ERROR(FillFromJson(data, *shape, spec->name, tensor));
@@ -410,9 +414,10 @@ Result<V2InferRequest> ParseV2RawInput(std::string_view body, const ModelConfig&
     sample_bytes *= d;
   }
   if (sample_bytes == 0 || body.empty() || body.size() % static_cast<size_t>(sample_bytes) != 0) {
-    return Invalid(fmt::format("a raw body for input '{}' must be a whole number of {}-byte "
-                               "samples; got {} bytes",
-                               spec.name, sample_bytes, body.size()));
+    return Invalid(
+        fmt::format("a raw body for input '{}' must be a whole number of {}-byte "
+                    "samples; got {} bytes",
+                    spec.name, sample_bytes, body.size()));
   }
   shape[0] = static_cast<int64_t>(body.size()) / sample_bytes;
   Tensor tensor = Tensor::Uninitialized(spec.datatype, shape);

@@ -48,8 +48,8 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
 Result<V2InferRequest> ParseV2RawInput(std::string_view body, const ModelConfig& config);
 
 struct V2EncodedResponse {
-  std::string body;        // JSON, followed by binary output bytes when there are any.
-  size_t json_size = 0;    // Bytes of JSON at the front (Inference-Header-Content-Length).
+  std::string body;      // JSON, followed by binary output bytes when there are any.
+  size_t json_size = 0;  // Bytes of JSON at the front (Inference-Header-Content-Length).
   bool has_binary = false;
 };
 

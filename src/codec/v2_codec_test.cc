@@ -158,8 +158,7 @@ TEST(V2CodecTest, ValuesOutOfRangeOrOfTheWrongTypeAreRefused) {
               "out of range for FP32");
   ExpectError(json("FP32", R"([1,"2"])"), OneInputModel(DataType::kFp32, {2}),
               "data element 1 is a string, expected a number for FP32");
-  ExpectError(json("BOOL", "[1,0]"), OneInputModel(DataType::kBool, {2}),
-              "expected true or false");
+  ExpectError(json("BOOL", "[1,0]"), OneInputModel(DataType::kBool, {2}), "expected true or false");
   ExpectError(json("FP32", "[1,null]"), OneInputModel(DataType::kFp32, {2}), "is null");
   // JSON has no NaN or Infinity tokens: they are malformed JSON.
   ExpectError(json("FP32", "[1,NaN]"), OneInputModel(DataType::kFp32, {2}), "malformed JSON");
@@ -243,10 +242,9 @@ TEST(V2CodecTest, EncodesJsonAndBinaryOutputs) {
   auto json = EncodeV2InferResponse(config, request, {y, z});
   ASSERT_TRUE(json.ok());
   EXPECT_FALSE(json->has_binary);
-  EXPECT_EQ(json->body,
-            R"({"model_name":"m","model_version":"1","id":"q\"1","outputs":[)"
-            R"({"name":"y","datatype":"FP32","shape":[1,3],"data":[0.5,0,-1.25]},)"
-            R"({"name":"z","datatype":"INT32","shape":[1,1],"data":[42]}]})");
+  EXPECT_EQ(json->body, R"({"model_name":"m","model_version":"1","id":"q\"1","outputs":[)"
+                        R"({"name":"y","datatype":"FP32","shape":[1,3],"data":[0.5,0,-1.25]},)"
+                        R"({"name":"z","datatype":"INT32","shape":[1,1],"data":[42]}]})");
 
   request.id.clear();
   request.outputs = {{"y", true}};
@@ -254,9 +252,10 @@ TEST(V2CodecTest, EncodesJsonAndBinaryOutputs) {
   ASSERT_TRUE(binary.ok());
   EXPECT_TRUE(binary->has_binary);
   std::string_view header(binary->body.data(), binary->json_size);
-  EXPECT_EQ(header,
-            R"({"model_name":"m","model_version":"1","outputs":[)"
-            R"({"name":"y","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}}]})");
+  EXPECT_EQ(
+      header,
+      R"({"model_name":"m","model_version":"1","outputs":[)"
+      R"({"name":"y","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}}]})");
   ASSERT_EQ(binary->body.size(), binary->json_size + 12);
   float back[3];
   std::memcpy(back, binary->body.data() + binary->json_size, 12);

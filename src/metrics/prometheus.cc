@@ -1,0 +1,140 @@
+// Prometheus text rendering.
+#include "metrics/prometheus.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iterator>
+
+namespace sluice {
+
+std::string LabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size() + 2);
+  out.push_back('"');
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+void PrometheusWriter::Family(std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void PrometheusWriter::Sample(std::string_view name, std::string_view labels, double value) {
+  if (labels.empty()) {
+    fmt::format_to(std::back_inserter(out_), "{} {}\n", name, value);
+  } else {
+    fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name, labels, value);
+  }
+}
+
+void PrometheusWriter::Histogram(std::string_view name, std::string_view labels,
+                                 const HistogramSnapshot& h) {
+  const std::string prefix = labels.empty() ? std::string() : std::string(labels) + ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
+    cumulative += h.counts[i];
+    fmt::format_to(std::back_inserter(out_), "{}_bucket{{{}le=\"{}\"}} {}\n", name, prefix,
+                   h.upper_bounds[i], cumulative);
+  }
+  fmt::format_to(std::back_inserter(out_), "{}_bucket{{{}le=\"+Inf\"}} {}\n", name, prefix,
+                 h.count);
+  Sample(std::string(name) + "_sum", labels, h.sum);
+  Sample(std::string(name) + "_count", labels, static_cast<double>(h.count));
+}
+
+std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSnapshot>>& models,
+                          const HttpStats& http) {
+  PrometheusWriter w;
+  auto model_label = [](const std::string& name) { return "model=" + LabelValue(name); };
+
+  w.Family("sluice_requests_total", "counter",
+           "Requests answered by the engine, by model and outcome (refusals included).");
+  for (const auto& [name, s] : models) {
+    for (int code = 0; code < kStatusCodeCount; ++code) {
+      w.Sample("sluice_requests_total",
+               model_label(name) +
+                   ",outcome=" + LabelValue(StatusCodeName(static_cast<StatusCode>(code))),
+               static_cast<double>(s.requests_by_outcome[code]));
+    }
+  }
+  struct Gauge {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const ModelStatsSnapshot&);
+  };
+  const Gauge gauges[] = {
+      {"sluice_queue_requests", "gauge", "Requests waiting in the model's queue.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.queued_requests); }},
+      {"sluice_queue_samples", "gauge", "Samples waiting in the model's queue.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.queued_samples); }},
+      {"sluice_inflight_requests", "gauge", "Accepted requests not yet answered.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.inflight_requests); }},
+      {"sluice_rejected_requests_total", "counter", "Requests refused at submission.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.rejected_requests); }},
+      {"sluice_batches_total", "counter", "Batches run.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.batches); }},
+      {"sluice_failed_batches_total", "counter",
+       "Batches that failed and were retried request by request.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.failed_batches); }},
+      {"sluice_instance_busy_seconds_total", "counter",
+       "Time instances spent running batches, summed over instances; divide its rate by "
+       "sluice_instances for the busy ratio.",
+       [](const ModelStatsSnapshot& s) { return s.busy_seconds; }},
+      {"sluice_instances", "gauge", "Model instances (workers).",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instances); }},
+  };
+  for (const Gauge& g : gauges) {
+    w.Family(g.name, g.type, g.help);
+    for (const auto& [name, s] : models) w.Sample(g.name, model_label(name), g.value(s));
+  }
+  struct Hist {
+    const char* name;
+    const char* help;
+    const HistogramSnapshot ModelStatsSnapshot::*field;
+  };
+  const Hist hists[] = {
+      {"sluice_batch_size", "Samples per batch.", &ModelStatsSnapshot::batch_size},
+      {"sluice_queue_seconds", "Time from enqueue to dispatch, per request that ran.",
+       &ModelStatsSnapshot::queue_seconds},
+      {"sluice_compute_seconds", "Time per batch on an instance (collate, model, split).",
+       &ModelStatsSnapshot::compute_seconds},
+      {"sluice_request_seconds", "Time from enqueue to completion, per request.",
+       &ModelStatsSnapshot::request_seconds},
+  };
+  for (const Hist& h : hists) {
+    w.Family(h.name, "histogram", h.help);
+    for (const auto& [name, s] : models) w.Histogram(h.name, model_label(name), s.*h.field);
+  }
+
+  w.Family("sluice_http_responses_total", "counter", "HTTP responses by status code.");
+  for (const auto& [code, count] : http.responses_by_status) {
+    w.Sample("sluice_http_responses_total", "code=\"" + std::to_string(code) + "\"",
+             static_cast<double>(count));
+  }
+  w.Family("sluice_http_open_connections", "gauge", "Open client connections.");
+  w.Sample("sluice_http_open_connections", "", static_cast<double>(http.open_connections));
+  w.Family("sluice_http_connections_total", "counter", "Connections accepted.");
+  w.Sample("sluice_http_connections_total", "", static_cast<double>(http.accepted_connections));
+  w.Family("sluice_http_refused_connections_total", "counter",
+           "Connections closed at once because the connection limit was reached.");
+  w.Sample("sluice_http_refused_connections_total", "",
+           static_cast<double>(http.refused_connections));
+  w.Family("sluice_http_request_seconds", "histogram",
+           "Time from a request fully read to its response handed to the socket.");
+  w.Histogram("sluice_http_request_seconds", "", http.request_seconds);
+  return w.text();
+}
+
+}  // namespace sluice

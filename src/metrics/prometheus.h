@@ -1,0 +1,44 @@
+// Prometheus text exposition (format 0.0.4) of the engine's and the HTTP server's statistics.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/histogram.h"
+#include "engine/model_stats.h"
+
+namespace sluice {
+
+// Counters kept by the HTTP server.
+struct HttpStats {
+  std::vector<std::pair<int, int64_t>> responses_by_status;  // (HTTP status, responses).
+  int64_t open_connections = 0;
+  int64_t accepted_connections = 0;
+  int64_t refused_connections = 0;    // Over the connection limit.
+  HistogramSnapshot request_seconds;  // Request fully read -> response handed to the socket.
+};
+
+// Builds the exposition text, one metric family at a time (HELP, TYPE, samples).
+class PrometheusWriter {
+ public:
+  void Family(std::string_view name, std::string_view type, std::string_view help);
+  // `labels` is preformatted ("model=\"m\",outcome=\"ok\""), may be empty.
+  void Sample(std::string_view name, std::string_view labels, double value);
+  // name_bucket{labels,le="..."} (cumulative), name_sum and name_count.
+  void Histogram(std::string_view name, std::string_view labels, const HistogramSnapshot& h);
+  const std::string& text() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// A label value, escaped (backslash, quote, newline).
+std::string LabelValue(std::string_view value);
+
+// Everything /metrics serves: per-model series labelled model="<name>", then the HTTP series.
+std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSnapshot>>& models,
+                          const HttpStats& http);
+
+}  // namespace sluice

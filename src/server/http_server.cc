@@ -1,0 +1,326 @@
+// Boost.Beast HTTP/1.1 server: acceptor, sessions, limits, graceful shutdown.
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <future>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/json_writer.h"
+
+namespace sluice {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class HttpServer::Impl {
+ public:
+  Impl(HttpServerOptions options, const Router& router)
+      : options_(std::move(options)),
+        router_(router),
+        ioc_(std::max(1, options_.io_threads)),
+        acceptor_(net::make_strand(ioc_)),
+        request_seconds_(Histogram::LatencySecondsBuckets()) {
+    for (auto& count : responses_) count.store(0);
+  }
+
+  Status Start();
+  uint16_t port() const { return port_; }
+  void Shutdown(Clock::duration grace);
+  HttpStats stats() const;
+
+  // Used by sessions.
+  const HttpServerOptions& options() const { return options_; }
+  const Router& router() const { return router_; }
+  bool draining() const { return draining_.load(); }
+  void RequestStarted() { inflight_.fetch_add(1); }
+  void RequestFinished(int status, Clock::time_point received) {
+    if (status >= 100 && status < 600) responses_[static_cast<size_t>(status)].fetch_add(1);
+    request_seconds_.Observe(SecondsBetween(received, Clock::Real().Now()));
+    inflight_.fetch_sub(1);
+  }
+  void ConnectionOpened() {
+    open_connections_.fetch_add(1);
+    accepted_connections_.fetch_add(1);
+  }
+  void ConnectionClosed() { open_connections_.fetch_sub(1); }
+
+ private:
+  void Accept();
+  void OnAccept(beast::error_code ec, tcp::socket socket);
+
+  const HttpServerOptions options_;
+  const Router& router_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> open_connections_{0};
+  std::atomic<int64_t> accepted_connections_{0};
+  std::atomic<int64_t> refused_connections_{0};
+  std::array<std::atomic<int64_t>, 600> responses_;
+  Histogram request_seconds_;
+  std::once_flag shutdown_once_;
+};
+
+namespace {
+
+// One client connection. Requests are read one at a time and answered in order; the next request
+// is read only after the response is written, so pipelined requests queue in the read buffer.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl& server)
+      : stream_(std::move(socket)), server_(server) {
+    server_.ConnectionOpened();
+  }
+  ~Session() { server_.ConnectionClosed(); }
+
+  void Start() {
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&Session::ReadHeader, shared_from_this()));
+  }
+
+ private:
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(server_.options().max_header_bytes));
+    parser_->body_limit(server_.options().max_body_bytes);
+    stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        server_.options().idle_timeout));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  }
+
+  void OnHeader(beast::error_code ec, size_t) {
+    if (ec) return OnReadError(ec);
+    auto& request = parser_->get();
+    if (beast::iequals(request[http::field::expect], "100-continue")) {
+      // The client waits for permission before sending a large body.
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                     request.version());
+      http::async_write(stream_, *cont,
+                        [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                          if (ec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof) {
+      return Close();
+    }
+    if (ec == http::error::body_limit) {
+      return WriteError(413, fmt::format("request body exceeds the limit of {} bytes",
+                                         server_.options().max_body_bytes));
+    }
+    if (ec == http::error::header_limit) {
+      return WriteError(431, fmt::format("request header exceeds the limit of {} bytes",
+                                         server_.options().max_header_bytes));
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      return WriteError(400, fmt::format("malformed HTTP request: {}", ec.message()));
+    }
+    Close();
+  }
+
+  void OnRead(beast::error_code ec, size_t) {
+    if (ec) return OnReadError(ec);
+    http::request<http::string_body>& raw = parser_->get();
+    keep_alive_ = raw.keep_alive();
+    version_ = raw.version();
+
+    HttpRequest request;
+    request.method = std::string(raw.method_string());
+    std::string_view target = raw.target();
+    request.path = std::string(target.substr(0, target.find('?')));
+    request.content_type = std::string(raw[http::field::content_type]);
+    std::string_view header_length = raw["Inference-Header-Content-Length"];
+    if (!header_length.empty()) {
+      size_t value = 0;
+      auto [end, err] =
+          std::from_chars(header_length.data(), header_length.data() + header_length.size(), value);
+      if (err != std::errc() || end != header_length.data() + header_length.size()) {
+        return WriteError(400, "Inference-Header-Content-Length must be a non-negative integer");
+      }
+      request.inference_header_length = value;
+    }
+    request.body = std::move(raw.body());
+    request.received = Clock::Real().Now();
+    received_ = request.received;
+    auto self = shared_from_this();
+    request.post = [self](std::function<void()> work) {
+      net::post(self->stream_.get_executor(), std::move(work));
+    };
+    // The handler owns the request now; no read deadline while it runs.
+    stream_.expires_never();
+    server_.RequestStarted();
+    server_.router().Dispatch(request, [self](HttpResponse response) {
+      net::dispatch(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->Write(std::move(response), /*counted=*/true);
+      });
+    });
+  }
+
+  // A protocol-level error: answered, then the connection closes.
+  void WriteError(int status, std::string message) {
+    keep_alive_ = false;
+    version_ = 11;
+    received_ = Clock::Real().Now();
+    server_.RequestStarted();
+    HttpResponse response = HttpResponse::Json(status, "{\"error\":" + JsonQuote(message) + "}");
+    Write(std::move(response), /*counted=*/true);
+  }
+
+  void Write(HttpResponse response, bool counted) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(response.status), version_);
+    res->set(http::field::server, "sluice");
+    res->set(http::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) res->set(name, value);
+    res->keep_alive(keep_alive_ && !server_.draining());
+    res->body() = std::move(response.body);
+    res->prepare_payload();
+    const int status = response.status;
+    stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        server_.options().idle_timeout));
+    http::async_write(
+        stream_, *res,
+        [self = shared_from_this(), res, status, counted](beast::error_code ec, size_t) {
+          if (counted) self->server_.RequestFinished(status, self->received_);
+          if (ec || res->need_eof()) return self->Close();
+          self->ReadHeader();
+        });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl& server_;
+  bool keep_alive_ = false;
+  unsigned version_ = 11;
+  Clock::time_point received_;
+};
+
+}  // namespace
+
+Status HttpServer::Impl::Start() {
+  beast::error_code ec;
+  net::ip::address address = net::ip::make_address(options_.host, ec);
+  if (ec) return Status::InvalidArgument(fmt::format("invalid host '{}'", options_.host));
+  tcp::endpoint endpoint(address, options_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(options_.backlog, ec);
+  if (ec) {
+    return Status::Unavailable(
+        fmt::format("cannot listen on {}:{}: {}", options_.host, options_.port, ec.message()));
+  }
+  port_ = acceptor_.local_endpoint().port();
+  Accept();
+  for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
+    threads_.emplace_back([this] { ioc_.run(); });
+  }
+  return Status::Ok();
+}
+
+void HttpServer::Impl::Accept() {
+  acceptor_.async_accept(net::make_strand(ioc_), beast::bind_front_handler(&Impl::OnAccept, this));
+}
+
+void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+  if (!ec) {
+    if (open_connections_.load() >= options_.max_connections) {
+      refused_connections_.fetch_add(1);
+      beast::error_code ignored;
+      socket.close(ignored);
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Session>(std::move(socket), *this)->Start();
+    }
+  } else {
+    spdlog::warn("accept failed: {}", ec.message());
+  }
+  Accept();
+}
+
+void HttpServer::Impl::Shutdown(Clock::duration grace) {
+  std::call_once(shutdown_once_, [&] {
+    draining_ = true;
+    if (!threads_.empty()) {
+      std::promise<void> closed;
+      net::post(acceptor_.get_executor(), [&] {
+        beast::error_code ignored;
+        acceptor_.close(ignored);
+        closed.set_value();
+      });
+      closed.get_future().wait();
+      // Requests already read are answered; new connections are no longer accepted.
+      const Clock::time_point until = Clock::Real().Now() + grace;
+      while (inflight_.load() > 0 && Clock::Real().Now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    ioc_.stop();
+    for (std::thread& t : threads_) t.join();
+  });
+}
+
+HttpStats HttpServer::Impl::stats() const {
+  HttpStats s;
+  for (size_t code = 100; code < responses_.size(); ++code) {
+    int64_t n = responses_[code].load();
+    if (n > 0) s.responses_by_status.emplace_back(static_cast<int>(code), n);
+  }
+  s.open_connections = open_connections_.load();
+  s.accepted_connections = accepted_connections_.load();
+  s.refused_connections = refused_connections_.load();
+  s.request_seconds = request_seconds_.Snapshot();
+  return s;
+}
+
+HttpServer::HttpServer(HttpServerOptions options, const Router& router)
+    : impl_(std::make_unique<Impl>(std::move(options), router)) {}
+
+HttpServer::~HttpServer() { Shutdown(Clock::duration::zero()); }
+
+Status HttpServer::Start() { return impl_->Start(); }
+uint16_t HttpServer::port() const { return impl_->port(); }
+void HttpServer::Shutdown(Clock::duration grace) { impl_->Shutdown(grace); }
+HttpStats HttpServer::stats() const { return impl_->stats(); }
+
+}  // namespace sluice

@@ -1,0 +1,57 @@
+// The HTTP/1.1 server: Boost.Beast on Asio, a small pool of I/O threads, keep-alive (also for
+// HTTP/1.0 clients that ask for it), TCP_NODELAY, one write per response. It parses requests,
+// hands them to the route table, and writes whatever the handlers answer, in order per
+// connection. Limits on header size, body size, idle time and open connections keep a hostile or
+// broken client from costing more than it should.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "metrics/prometheus.h"
+#include "server/router.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";       // Address to bind; 127.0.0.1 unless told otherwise.
+  uint16_t port = 8000;                 // 0: an ephemeral port (see HttpServer::port()).
+  int io_threads = 2;                   // Threads running the event loop; >= 1.
+  int backlog = 1024;                   // listen() backlog; >= 512 recommended.
+  size_t max_body_bytes = 64u << 20;    // Larger bodies are answered 413.
+  size_t max_header_bytes = 16u << 10;  // Larger headers are answered 431.
+  Seconds idle_timeout{60};    // A connection with no complete request for this long is closed.
+  int max_connections = 4096;  // Beyond this, new connections are closed at once.
+};
+
+// Thread-safe. Start() once; Shutdown() once, from any thread.
+class HttpServer {
+ public:
+  // `router` must outlive the server.
+  HttpServer(HttpServerOptions options, const Router& router);
+  ~HttpServer();  // Shutdown() with no grace.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, listens and starts the I/O threads. kUnavailable when the address cannot be bound.
+  Status Start();
+
+  // The bound port (the real one when options.port was 0).
+  uint16_t port() const;
+
+  // Stops accepting connections, waits (up to `grace`) until every request already read has
+  // been answered, then closes all connections and joins the I/O threads.
+  void Shutdown(Clock::duration grace);
+
+  HttpStats stats() const;
+
+  class Impl;  // Defined in http_server.cc (keeps Beast out of this header).
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,91 @@
+// Route table.
+#include "server/router.h"
+
+#include <fmt/format.h>
+
+#include "common/json_writer.h"
+
+namespace sluice {
+namespace {
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> segments;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (slash > start) segments.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return segments;
+}
+
+}  // namespace
+
+HttpResponse HttpResponse::Json(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse HttpResponse::Error(const Status& status) {
+  HttpResponse r =
+      Json(HttpStatusFor(status.code()), "{\"error\":" + JsonQuote(status.message()) + "}");
+  if (status.code() == StatusCode::kUnavailable) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+std::string_view PathParams::Get(std::string_view name) const {
+  for (const auto& [key, value] : values) {
+    if (key == name) return value;
+  }
+  return {};
+}
+
+void Router::Add(std::string method, std::string_view pattern, Handler handler) {
+  Route route{std::move(method), {}, std::move(handler)};
+  for (std::string_view segment : SplitPath(pattern)) route.segments.emplace_back(segment);
+  routes_.push_back(std::move(route));
+}
+
+void Router::Dispatch(const HttpRequest& request, Responder respond) const {
+  const std::vector<std::string_view> segments = SplitPath(request.path);
+  std::string allowed;
+  for (const Route& route : routes_) {
+    if (route.segments.size() != segments.size()) continue;
+    PathParams params;
+    bool match = true;
+    for (size_t i = 0; match && i < segments.size(); ++i) {
+      const std::string& want = route.segments[i];
+      if (want.size() > 2 && want.front() == '{' && want.back() == '}') {
+        params.values.emplace_back(want.substr(1, want.size() - 2), std::string(segments[i]));
+      } else {
+        match = want == segments[i];
+      }
+    }
+    if (!match) continue;
+    if (route.method != request.method) {
+      if (allowed.find(route.method) == std::string::npos) {
+        allowed += allowed.empty() ? route.method : ", " + route.method;
+      }
+      continue;
+    }
+    route.handler(request, params, std::move(respond));
+    return;
+  }
+  if (!allowed.empty()) {
+    HttpResponse r =
+        HttpResponse::Json(405, "{\"error\":" +
+                                    JsonQuote(fmt::format("method {} is not allowed here; use {}",
+                                                          request.method, allowed)) +
+                                    "}");
+    r.headers.emplace_back("Allow", allowed);
+    respond(std::move(r));
+    return;
+  }
+  respond(HttpResponse::Error(
+      Status::NotFound(fmt::format("no route for {} {}", request.method, request.path))));
+}
+
+}  // namespace sluice

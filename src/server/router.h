@@ -1,0 +1,77 @@
+// HTTP requests and responses as handlers see them, and the route table.
+//
+// Handlers never see Boost.Beast: the server turns each parsed HTTP request into an HttpRequest and
+// writes whatever HttpResponse the handler's responder is given. Routes live in one table, apart
+// from the named handler functions they point to.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// Runs a function on the connection's I/O strand (for work that should leave engine threads).
+using Poster = std::function<void(std::function<void()>)>;
+
+struct HttpRequest {
+  std::string method;                             // "GET", "POST", ...
+  std::string path;                               // Without the query string.
+  std::string content_type;                       // As sent; may be empty.
+  std::optional<size_t> inference_header_length;  // Inference-Header-Content-Length.
+  std::string body;
+  Clock::time_point received;  // When the whole request had been read.
+  Poster post;                 // Set by the server; runs work on this connection's strand.
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // Extra headers.
+
+  static HttpResponse Json(int status, std::string body);
+  // {"error": "<message>"} with the status's HTTP code; 503 adds Retry-After.
+  static HttpResponse Error(const Status& status);
+};
+
+// Answers a request exactly once, from any thread.
+using Responder = std::function<void(HttpResponse)>;
+
+// Path parameters captured by {name} segments, in pattern order.
+struct PathParams {
+  std::vector<std::pair<std::string, std::string>> values;
+  // The value of `name`; empty when absent.
+  std::string_view Get(std::string_view name) const;
+};
+
+using Handler = std::function<void(const HttpRequest&, const PathParams&, Responder)>;
+
+// Thread-compatible: built before the server starts, then only read.
+class Router {
+ public:
+  // `pattern` is a path whose segments are literals or {name}, e.g. "/v2/models/{model}/ready".
+  void Add(std::string method, std::string_view pattern, Handler handler);
+  void Get(std::string_view pattern, Handler handler) { Add("GET", pattern, std::move(handler)); }
+  void Post(std::string_view pattern, Handler handler) { Add("POST", pattern, std::move(handler)); }
+
+  // Calls the matching handler; 404 when no pattern matches the path, 405 (with Allow) when one
+  // matches but not for this method.
+  void Dispatch(const HttpRequest& request, Responder respond) const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::vector<std::string> segments;  // "{name}" for parameters.
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,87 @@
+// The serve command's lifecycle: signals, model loading, HTTP, graceful shutdown.
+#include "server/serve.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "config/model_config.h"
+#include "server/v2_handlers.h"
+
+namespace sluice {
+
+Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
+  // Termination signals are taken synchronously by this thread with sigwait(); every thread
+  // started from here on inherits the block, so no other thread is interrupted by them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  namespace fs = std::filesystem;
+  const fs::path repository = options.model_repository;
+  std::error_code ec;
+  if (!fs::is_directory(repository, ec)) {
+    return Status::InvalidArgument(
+        fmt::format("model repository '{}' is not a directory", repository.string()));
+  }
+  std::vector<std::string> names = options.models;
+  if (names.empty()) {
+    for (const auto& entry : fs::directory_iterator(repository, ec)) {
+      if (entry.is_directory() && fs::exists(entry.path() / "config.yaml")) {
+        names.push_back(entry.path().filename().string());
+      }
+    }
+    std::sort(names.begin(), names.end());
+  }
+
+  Engine engine(loader);
+  HttpServer* server_ptr = nullptr;
+  V2Handlers handlers(engine,
+                      [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; });
+  for (const std::string& name : names) {
+    if (!IsValidModelName(name)) {
+      handlers.SetLoadError(name, "invalid model name");
+      continue;
+    }
+    auto config = LoadModelConfig(repository / name);
+    Status status = config.ok() ? engine.AddModel(*config) : config.status();
+    if (status.ok()) {
+      fmt::print(
+          "loaded model '{}': {} instance(s) x {} thread(s), max_batch_size {}, "
+          "max_queue_delay {} us\n",
+          name, config->instances.count, config->instances.threads, config->max_batch_size,
+          config->dynamic_batching.max_queue_delay.count());
+    } else {
+      spdlog::error("model '{}' failed to load: {}", name, status.message());
+      handlers.SetLoadError(name, status.message());
+    }
+  }
+
+  Router router;
+  handlers.AddRoutes(router);
+  HttpServer server(options.http, router);
+  server_ptr = &server;
+  SLUICE_RETURN_IF_ERROR(server.Start());
+  fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  fmt::print("received signal {}: finishing in-flight requests\n", signal);
+  std::fflush(stdout);
+  // Stop taking connections and answer every request already read; then drain the engine (the
+  // server stays alive, so late completions still have a loop to post to), then close.
+  server.Shutdown(std::chrono::duration_cast<Clock::duration>(options.shutdown_grace));
+  engine.Stop(StopMode::kDrain);
+  server_ptr = nullptr;
+  return Status::Ok();
+}
+
+}  // namespace sluice

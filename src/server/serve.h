@@ -1,0 +1,25 @@
+// `sluice serve`: load a model repository into the engine, serve it over HTTP until SIGTERM or
+// SIGINT, then shut down without losing an accepted request.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/http_server.h"
+
+namespace sluice {
+
+struct ServeOptions {
+  std::string model_repository = "models";  // Directory of models/<name>/config.yaml.
+  std::vector<std::string> models;          // Only these; empty: every model in the repository.
+  HttpServerOptions http;
+  Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
+};
+
+// Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once
+// ready. A model that fails to load is reported (not ready, with its error) while the others
+// serve. Returns an error only when the server cannot start at all.
+Status RunServer(const ServeOptions& options, const BackendLoader& loader);
+
+}  // namespace sluice

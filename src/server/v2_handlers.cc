@@ -1,0 +1,255 @@
+// KServe v2, stats and metrics handlers.
+#include "server/v2_handlers.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/json_writer.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::string_view kServerVersion = "0.1.0";
+
+void WriteTensorSpecs(JsonWriter& json, std::string_view key,
+                      const std::vector<TensorSpec>& specs) {
+  json.Key(key).BeginArray();
+  for (const TensorSpec& spec : specs) {
+    json.BeginObject().Field("name", spec.name).Field("datatype", DataTypeName(spec.datatype));
+    json.Key("shape").BeginArray().Int(-1);
+    for (int64_t d : spec.shape) json.Int(d);
+    json.EndArray().EndObject();
+  }
+  json.EndArray();
+}
+
+double StageMillis(Clock::time_point from, Clock::time_point to) {
+  return from == Clock::time_point{} || to < from ? 0 : SecondsBetween(from, to) * 1e3;
+}
+
+void WriteHistogram(JsonWriter& json, std::string_view key, const HistogramSnapshot& h) {
+  json.Key(key).BeginObject().Field("count", static_cast<int64_t>(h.count)).Field("sum", h.sum);
+  json.Key("buckets").BeginArray();
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    json.BeginObject();
+    if (i < h.upper_bounds.size()) {
+      json.Field("le", h.upper_bounds[i]);
+    } else {
+      json.Field("le", "+Inf");
+    }
+    json.Field("count", static_cast<int64_t>(h.counts[i])).EndObject();
+  }
+  json.EndArray().EndObject();
+}
+
+}  // namespace
+
+V2Handlers::V2Handlers(Engine& engine, std::function<HttpStats()> http_stats, V2Limits limits)
+    : engine_(engine), http_stats_(std::move(http_stats)), limits_(limits) {}
+
+void V2Handlers::SetLoadError(const std::string& model, std::string error) {
+  std::lock_guard lock(mu_);
+  load_errors_[model] = std::move(error);
+}
+
+void V2Handlers::AddRoutes(Router& router) {
+  auto bind = [this](auto method) {
+    return [this, method](const HttpRequest& r, const PathParams& p, Responder respond) {
+      (this->*method)(r, p, std::move(respond));
+    };
+  };
+  router.Get("/v2", bind(&V2Handlers::ServerMetadata));
+  router.Get("/v2/health/live", bind(&V2Handlers::Live));
+  router.Get("/v2/health/ready", bind(&V2Handlers::Ready));
+  router.Get("/v2/models/{model}", bind(&V2Handlers::ModelMetadata));
+  router.Get("/v2/models/{model}/versions/{version}", bind(&V2Handlers::ModelMetadata));
+  router.Get("/v2/models/{model}/ready", bind(&V2Handlers::ModelReady));
+  router.Get("/v2/models/{model}/versions/{version}/ready", bind(&V2Handlers::ModelReady));
+  router.Post("/v2/models/{model}/infer", bind(&V2Handlers::Infer));
+  router.Post("/v2/models/{model}/versions/{version}/infer", bind(&V2Handlers::Infer));
+  router.Get("/v2/models/{model}/stats", bind(&V2Handlers::ModelStats));
+  router.Get("/metrics", bind(&V2Handlers::Metrics));
+}
+
+void V2Handlers::ServerMetadata(const HttpRequest&, const PathParams&, Responder respond) {
+  JsonWriter json;
+  json.BeginObject().Field("name", "sluice").Field("version", kServerVersion);
+  json.Key("extensions").BeginArray().String("binary_tensor_data").EndArray().EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void V2Handlers::Live(const HttpRequest&, const PathParams&, Responder respond) {
+  respond(HttpResponse::Json(200, "{\"live\":true}"));
+}
+
+void V2Handlers::Ready(const HttpRequest&, const PathParams&, Responder respond) {
+  // Ready when every model of the repository loaded.
+  bool ready;
+  {
+    std::lock_guard lock(mu_);
+    ready = load_errors_.empty();
+  }
+  respond(HttpResponse::Json(ready ? 200 : 503, fmt::format("{{\"ready\":{}}}", ready)));
+}
+
+Result<std::shared_ptr<ModelScheduler>> V2Handlers::FindModel(const PathParams& params) const {
+  std::string_view name = params.Get("model");
+  if (!IsValidModelName(name)) {
+    return Status::InvalidArgument(
+        fmt::format("invalid model name {}: use letters, digits, '_', '.', '-'", JsonQuote(name)));
+  }
+  std::string_view version = params.Get("version");
+  if (!version.empty() && version != "1") {
+    return Status::NotFound(fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
+  }
+  std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(name));
+  if (!scheduler) {
+    std::lock_guard lock(mu_);
+    auto it = load_errors_.find(std::string(name));
+    if (it != load_errors_.end()) {
+      return Status::Unavailable(fmt::format("model '{}' failed to load: {}", name, it->second));
+    }
+    return Status::NotFound(fmt::format("unknown model '{}'", name));
+  }
+  return scheduler;
+}
+
+void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Responder respond) {
+  auto model = FindModel(params);
+  if (!model.ok()) {
+    respond(HttpResponse::Error(model.status()));
+    return;
+  }
+  const ModelConfig& config = (*model)->config();
+  JsonWriter json;
+  json.BeginObject().Field("name", config.name).Key("versions").BeginArray().String("1").EndArray();
+  json.Field("platform", "pytorch_libtorch");
+  WriteTensorSpecs(json, "inputs", config.inputs);
+  WriteTensorSpecs(json, "outputs", config.outputs);
+  json.EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void V2Handlers::ModelReady(const HttpRequest&, const PathParams& params, Responder respond) {
+  auto model = FindModel(params);
+  if (!model.ok()) {
+    respond(HttpResponse::Error(model.status()));
+    return;
+  }
+  respond(HttpResponse::Json(
+      200, fmt::format("{{\"name\":{},\"ready\":true}}", JsonQuote((*model)->config().name))));
+}
+
+void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Responder respond) {
+  auto model = FindModel(params);
+  if (!model.ok()) {
+    respond(HttpResponse::Error(model.status()));
+    return;
+  }
+  const ModelConfig& config = (*model)->config();
+  Result<V2InferRequest> parsed = Status::Internal("unset");
+  if (request.inference_header_length) {
+    const size_t header_size = *request.inference_header_length;
+    if (header_size == 0) {
+      parsed = ParseV2RawInput(request.body, config);
+    } else if (header_size > request.body.size()) {
+      parsed = Status::InvalidArgument(
+          fmt::format("Inference-Header-Content-Length {} exceeds the body's {} bytes", header_size,
+                      request.body.size()));
+    } else {
+      std::string_view body = request.body;
+      parsed = ParseV2InferRequest(body.substr(0, header_size), body.substr(header_size), config,
+                                   limits_);
+    }
+  } else {
+    parsed = ParseV2InferRequest(request.body, {}, config, limits_);
+  }
+  if (!parsed.ok()) {
+    respond(HttpResponse::Error(parsed.status()));
+    return;
+  }
+
+  auto infer = std::make_unique<InferRequest>();
+  infer->inputs = std::move(parsed->inputs);
+  auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
+  std::shared_ptr<ModelScheduler> scheduler = *model;
+  const Clock::time_point received = request.received;
+  // The engine calls back on a worker thread: encoding moves to the connection's strand, so model
+  // instances never wait on JSON.
+  infer->done = [scheduler, meta, received, post = request.post,
+                 respond](InferResponse&& response) mutable {
+    post([scheduler, meta, received, respond = std::move(respond),
+          response = std::move(response)]() mutable {
+      if (!response.status.ok()) {
+        respond(HttpResponse::Error(response.status));
+        return;
+      }
+      const Clock::time_point encode_start = Clock::Real().Now();
+      auto encoded = EncodeV2InferResponse(scheduler->config(), *meta, response.outputs);
+      if (!encoded.ok()) {
+        respond(HttpResponse::Error(encoded.status()));
+        return;
+      }
+      HttpResponse http;
+      http.body = std::move(encoded->body);
+      if (encoded->has_binary) {
+        http.content_type = "application/octet-stream";
+        http.headers.emplace_back("Inference-Header-Content-Length",
+                                  std::to_string(encoded->json_size));
+      }
+      const RequestTimes& t = response.times;
+      http.headers.emplace_back(
+          "Server-Timing",
+          fmt::format("decode;dur={:.3f}, queue;dur={:.3f}, infer;dur={:.3f}, encode;dur={:.3f}",
+                      StageMillis(received, t.enqueue), StageMillis(t.enqueue, t.compute_start),
+                      StageMillis(t.compute_start, t.compute_end),
+                      StageMillis(encode_start, Clock::Real().Now())));
+      respond(std::move(http));
+    });
+  };
+  auto id = scheduler->Submit(std::move(infer));
+  if (!id.ok()) respond(HttpResponse::Error(id.status()));
+}
+
+void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Responder respond) {
+  auto model = FindModel(params);
+  if (!model.ok()) {
+    respond(HttpResponse::Error(model.status()));
+    return;
+  }
+  ModelStatsSnapshot s = (*model)->stats();
+  JsonWriter json;
+  json.BeginObject().Field("model", (*model)->config().name);
+  json.Field("queued_requests", s.queued_requests)
+      .Field("queued_samples", s.queued_samples)
+      .Field("inflight_requests", s.inflight_requests)
+      .Field("rejected_requests", s.rejected_requests)
+      .Field("batches", s.batches)
+      .Field("failed_batches", s.failed_batches)
+      .Field("busy_seconds", s.busy_seconds)
+      .Field("instances", static_cast<int64_t>(s.instances));
+  json.Key("requests").BeginObject();
+  for (int code = 0; code < kStatusCodeCount; ++code) {
+    json.Field(StatusCodeName(static_cast<StatusCode>(code)), s.requests_by_outcome[code]);
+  }
+  json.EndObject();
+  WriteHistogram(json, "batch_size", s.batch_size);
+  WriteHistogram(json, "queue_seconds", s.queue_seconds);
+  WriteHistogram(json, "compute_seconds", s.compute_seconds);
+  WriteHistogram(json, "request_seconds", s.request_seconds);
+  json.EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void V2Handlers::Metrics(const HttpRequest&, const PathParams&, Responder respond) {
+  std::vector<std::pair<std::string, ModelStatsSnapshot>> models;
+  for (const std::string& name : engine_.ModelNames()) {
+    if (auto scheduler = engine_.Find(name)) models.emplace_back(name, scheduler->stats());
+  }
+  HttpResponse response;
+  response.content_type = "text/plain; version=0.0.4";
+  response.body = RenderMetrics(models, http_stats_ ? http_stats_() : HttpStats{});
+  respond(std::move(response));
+}
+
+}  // namespace sluice

@@ -1,0 +1,50 @@
+// The handlers behind Sluice's routes: KServe v2 (health, metadata, infer), per-model stats and
+// Prometheus metrics. Each is a named member function; AddRoutes() puts them in the route table.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "codec/v2_codec.h"
+#include "common/thread_annotations.h"
+#include "engine/engine.h"
+#include "metrics/prometheus.h"
+#include "server/router.h"
+
+namespace sluice {
+
+// Thread-safe.
+class V2Handlers {
+ public:
+  // `http_stats` reads the server's counters for /metrics.
+  V2Handlers(Engine& engine, std::function<HttpStats()> http_stats, V2Limits limits = {});
+
+  // Records why a model of the repository failed to load, so its metadata can say so.
+  void SetLoadError(const std::string& model, std::string error);
+
+  void AddRoutes(Router& router);
+
+  void ServerMetadata(const HttpRequest&, const PathParams&, Responder respond);
+  void Live(const HttpRequest&, const PathParams&, Responder respond);
+  void Ready(const HttpRequest&, const PathParams&, Responder respond);
+  void ModelMetadata(const HttpRequest&, const PathParams& params, Responder respond);
+  void ModelReady(const HttpRequest&, const PathParams& params, Responder respond);
+  void Infer(const HttpRequest& request, const PathParams& params, Responder respond);
+  void ModelStats(const HttpRequest&, const PathParams& params, Responder respond);
+  void Metrics(const HttpRequest&, const PathParams&, Responder respond);
+
+ private:
+  // The scheduler of the model named in `params` (and version, when given), or the error.
+  Result<std::shared_ptr<ModelScheduler>> FindModel(const PathParams& params) const;
+
+  Engine& engine_;
+  std::function<HttpStats()> http_stats_;
+  const V2Limits limits_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);
+};
+
+}  // namespace sluice
