@@ -167,7 +167,9 @@ class Session : public std::enable_shared_from_this<Session> {
       auto [end, err] =
           std::from_chars(header_length.data(), header_length.data() + header_length.size(), value);
       if (err != std::errc() || end != header_length.data() + header_length.size()) {
-        return WriteError(400, "Inference-Header-Content-Length must be a non-negative integer");
+        // The request itself was read whole: answer it and keep the connection.
+        return WriteError(400, "Inference-Header-Content-Length must be a non-negative integer",
+                          /*close=*/false);
       }
       request.inference_header_length = value;
     }
@@ -188,10 +190,13 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  // A protocol-level error: answered, then the connection closes.
-  void WriteError(int status, std::string message) {
-    keep_alive_ = false;
-    version_ = 11;
+  // An error found before the request reached a handler. With `close` (a request that could not
+  // be read whole), the connection closes after the answer.
+  void WriteError(int status, std::string message, bool close = true) {
+    if (close) {
+      keep_alive_ = false;
+      version_ = 11;
+    }
     received_ = Clock::Real().Now();
     server_.RequestStarted();
     HttpResponse response = HttpResponse::Json(status, "{\"error\":" + JsonQuote(message) + "}");

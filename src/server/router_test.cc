@@ -1,0 +1,107 @@
+// Route table and response helpers, without sockets.
+#include "server/router.h"
+
+#include <gtest/gtest.h>
+
+#include "metrics/prometheus.h"
+
+namespace sluice {
+namespace {
+
+HttpResponse Dispatch(const Router& router, std::string method, std::string path) {
+  HttpRequest request;
+  request.method = std::move(method);
+  request.path = std::move(path);
+  HttpResponse out;
+  int calls = 0;
+  router.Dispatch(request, [&](HttpResponse r) {
+    out = std::move(r);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+  return out;
+}
+
+TEST(RouterTest, MatchesLiteralsAndCapturesParameters) {
+  Router router;
+  router.Get("/v2/models/{model}/versions/{version}",
+             [](const HttpRequest&, const PathParams& p, Responder respond) {
+               respond(HttpResponse::Json(
+                   200, std::string(p.Get("model")) + "@" + std::string(p.Get("version"))));
+             });
+  router.Get("/v2/models/{model}", [](const HttpRequest&, const PathParams& p, Responder respond) {
+    respond(HttpResponse::Json(200, std::string(p.Get("model"))));
+  });
+  EXPECT_EQ(Dispatch(router, "GET", "/v2/models/m/versions/3").body, "m@3");
+  EXPECT_EQ(Dispatch(router, "GET", "/v2/models/m").body, "m");
+  EXPECT_EQ(Dispatch(router, "GET", "/v2/models/m/").body, "m");  // Trailing slash.
+  EXPECT_EQ(Dispatch(router, "GET", "/v2/models").status, 404);
+  EXPECT_EQ(Dispatch(router, "GET", "/v2/models/m/versions/3/x").status, 404);
+}
+
+TEST(RouterTest, WrongMethodIs405WithAllow) {
+  Router router;
+  auto ok = [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, "{}"));
+  };
+  router.Post("/infer", ok);
+  router.Get("/infer", ok);
+  router.Get("/only-get", ok);
+  EXPECT_EQ(Dispatch(router, "PUT", "/infer").headers,
+            (std::vector<std::pair<std::string, std::string>>{{"Allow", "POST, GET"}}));
+  HttpResponse r = Dispatch(router, "DELETE", "/only-get");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.body, R"({"error":"method DELETE is not allowed here; use GET"})");
+}
+
+TEST(RouterTest, ErrorsAreJsonWithTheRightStatusAndEscaping) {
+  HttpResponse busy = HttpResponse::Error(Status::Unavailable("queue full"));
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(busy.body, R"({"error":"queue full"})");
+  EXPECT_EQ(busy.headers.at(0).first, "Retry-After");
+  HttpResponse bad = HttpResponse::Error(Status::InvalidArgument("bad \"x\"\n"));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body, R"({"error":"bad \"x\"\n"})");
+  EXPECT_EQ(HttpResponse::Error(Status::DeadlineExceeded("late")).status, 504);
+  EXPECT_EQ(HttpResponse::Error(Status::PayloadTooLarge("big")).status, 413);
+  EXPECT_EQ(HttpResponse::Error(Status::Internal("boom")).status, 500);
+}
+
+TEST(PrometheusTest, HistogramsAreCumulativeWithSumAndCount) {
+  PrometheusWriter w;
+  HistogramSnapshot h;
+  h.upper_bounds = {1, 2};
+  h.counts = {3, 1, 2};
+  h.count = 6;
+  h.sum = 20;
+  w.Family("x_seconds", "histogram", "Test.");
+  w.Histogram("x_seconds", "model=\"m\"", h);
+  EXPECT_EQ(w.text(),
+            "# HELP x_seconds Test.\n# TYPE x_seconds histogram\n"
+            "x_seconds_bucket{model=\"m\",le=\"1\"} 3\n"
+            "x_seconds_bucket{model=\"m\",le=\"2\"} 4\n"
+            "x_seconds_bucket{model=\"m\",le=\"+Inf\"} 6\n"
+            "x_seconds_sum{model=\"m\"} 20\n"
+            "x_seconds_count{model=\"m\"} 6\n");
+  EXPECT_EQ(LabelValue("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
+}
+
+TEST(PrometheusTest, RendersEveryModelSeries) {
+  ModelStatsSnapshot s;
+  s.requests_by_outcome[static_cast<int>(StatusCode::kOk)] = 7;
+  s.queued_requests = 2;
+  s.instances = 2;
+  s.batch_size.upper_bounds = {1, 2};
+  s.batch_size.counts = {1, 1, 0};
+  s.batch_size.count = 2;
+  std::string text = RenderMetrics({{"fashion", s}}, HttpStats{});
+  EXPECT_NE(text.find("sluice_requests_total{model=\"fashion\",outcome=\"ok\"} 7\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("sluice_queue_requests{model=\"fashion\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_instances{model=\"fashion\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_batch_size_bucket{model=\"fashion\",le=\"2\"} 2\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice

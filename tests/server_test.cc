@@ -1,0 +1,462 @@
+// Black-box tests of `sluice serve`: the real binary on an ephemeral loopback port, with the tiny
+// test models, spoken to over real HTTP/1.1 sockets.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// A running `sluice serve`, stopped by its PID (SIGTERM) at the end.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra_args = {},
+                         std::string repository = SLUICE_TEST_MODELS) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      std::vector<std::string> args = {SLUICE_BINARY, "serve",  "--model-repository",
+                                       repository,    "--port", "0"};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    stdout_ = fdopen(out[0], "r");
+    char line[512];
+    while (stdout_ && fgets(line, sizeof(line), stdout_)) {
+      output_ += line;
+      const char* marker = strstr(line, "Sluice listening on http://127.0.0.1:");
+      if (marker) {
+        port_ = atoi(marker + strlen("Sluice listening on http://127.0.0.1:"));
+        break;
+      }
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !stopped_) Stop();
+    if (stdout_) fclose(stdout_);
+  }
+  // SIGTERM, then the exit status (as from waitpid).
+  int Stop() {
+    stopped_ = true;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    return status;
+  }
+  int port() const { return port_; }
+  const std::string& output() const { return output_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* stdout_ = nullptr;
+  int port_ = 0;
+  bool stopped_ = false;
+  std::string output_;
+};
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // Lower-case names.
+  std::string body;
+  bool closed = false;  // The server closed the connection after this response.
+};
+
+// A minimal HTTP/1.1 client over a blocking socket; responses carry Content-Length.
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    timeval timeout{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  ~Client() { close(fd_); }
+  bool connected() const { return connected_; }
+
+  bool SendRaw(std::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads one response (status 0 when the connection closed or timed out first).
+  Response Read() {
+    Response r;
+    size_t header_end;
+    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return r;
+    }
+    std::istringstream head(buffer_.substr(0, header_end));
+    std::string line;
+    std::getline(head, line);
+    if (line.size() >= 12) r.status = std::stoi(line.substr(9, 3));
+    while (std::getline(head, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      r.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+    size_t length = r.headers.count("content-length") ? std::stoul(r.headers["content-length"]) : 0;
+    buffer_.erase(0, header_end + 4);
+    while (buffer_.size() < length) {
+      if (!Fill()) return Response{};
+    }
+    r.body = buffer_.substr(0, length);
+    buffer_.erase(0, length);
+    std::string connection = r.headers["connection"];
+    r.closed = connection == "close" || (r.headers.count("connection") == 0 && http10_);
+    return r;
+  }
+
+  Response Request(const std::string& method, const std::string& path, const std::string& body = "",
+                   const std::string& extra_headers = "") {
+    std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers +
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (!SendRaw(request)) return Response{};
+    return Read();
+  }
+
+  // True when the server has closed the connection (reads EOF within `ms`).
+  bool ClosedByServer(int ms = 2000) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) return false;
+    char c;
+    return recv(fd_, &c, 1, MSG_PEEK) == 0;
+  }
+
+  void set_http10(bool v) { http10_ = v; }
+
+ private:
+  bool Fill() {
+    char chunk[65536];
+    ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  bool http10_ = false;
+  std::string buffer_;
+};
+
+std::string IdentityJson(int first, const std::string& id = "") {
+  std::string data;
+  for (int i = 0; i < 16; ++i) {
+    if (i) data += ',';
+    data += std::to_string(first + i);
+  }
+  return std::string("{") + (id.empty() ? "" : "\"id\":\"" + id + "\",") +
+         R"("inputs":[{"name":"input","shape":[1,16],"datatype":"FP32","data":[)" + data + "]}]}";
+}
+
+std::string ExpectedIdentityData(int first) {
+  std::string data;
+  for (int i = 0; i < 16; ++i) {
+    if (i) data += ',';
+    data += std::to_string(first + i);
+  }
+  return "\"data\":[" + data + "]";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--max-body-bytes", "200000", "--max-header-bytes", "4096"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_GT(server_->port(), 0) << server_->output(); }
+  int port() const { return server_->port(); }
+
+  static ServerProcess* server_;
+};
+ServerProcess* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, HealthAndMetadata) {
+  Client c(port());
+  Response v2 = c.Request("GET", "/v2");
+  EXPECT_EQ(v2.status, 200);
+  EXPECT_NE(v2.body.find(R"("extensions":["binary_tensor_data"])"), std::string::npos);
+  EXPECT_EQ(c.Request("GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(c.Request("GET", "/v2/health/ready").body, R"({"ready":true})");
+  Response meta = c.Request("GET", "/v2/models/tiny_cnn");
+  EXPECT_EQ(meta.status, 200);
+  EXPECT_NE(meta.body.find(R"({"name":"input","datatype":"FP32","shape":[-1,3,16,16]})"),
+            std::string::npos)
+      << meta.body;
+  EXPECT_EQ(c.Request("GET", "/v2/models/tiny_cnn/versions/1").body, meta.body);
+  EXPECT_EQ(c.Request("GET", "/v2/models/identity/ready").status, 200);
+  EXPECT_EQ(c.Request("GET", "/v2/models/identity/versions/1/ready").status, 200);
+  Response unknown = c.Request("GET", "/v2/models/nope");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.body, R"({"error":"unknown model 'nope'"})");
+  EXPECT_EQ(c.Request("GET", "/v2/models/identity/versions/7").status, 404);
+  EXPECT_EQ(c.Request("GET", "/v2/models/..%2Fetc/ready").status, 400);
+}
+
+TEST_F(ServerTest, JsonInferReturnsTheModelsOutput) {
+  Client c(port());
+  Response r = c.Request("POST", "/v2/models/identity/infer", IdentityJson(3, "req-7"),
+                         "Content-Type: application/json\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "application/json");
+  EXPECT_NE(r.body.find(R"("model_name":"identity","model_version":"1","id":"req-7")"),
+            std::string::npos);
+  EXPECT_NE(r.body.find(R"("shape":[1,16],)" + ExpectedIdentityData(3)), std::string::npos)
+      << r.body;
+  EXPECT_NE(r.headers["server-timing"].find("queue;dur="), std::string::npos);
+  EXPECT_NE(r.headers["server-timing"].find("infer;dur="), std::string::npos);
+  Response versioned = c.Request("POST", "/v2/models/identity/versions/1/infer", IdentityJson(5));
+  EXPECT_NE(versioned.body.find(ExpectedIdentityData(5)), std::string::npos);
+}
+
+TEST_F(ServerTest, BinaryInferMatchesThePythonReference) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/tiny_cnn/reference/";
+  const std::string input = ReadFile(dir + "input_input.bin");
+  const std::string expected = ReadFile(dir + "output_logits.bin");
+  ASSERT_EQ(input.size(), 4u * 3 * 16 * 16 * 4);
+  ASSERT_EQ(expected.size(), 4u * 5 * 4);
+  std::string header =
+      R"({"inputs":[{"name":"input","shape":[4,3,16,16],"datatype":"FP32","parameters":{"binary_data_size":)" +
+      std::to_string(input.size()) +
+      R"(}}],"outputs":[{"name":"logits","parameters":{"binary_data":true}}]})";
+  Client c(port());
+  Response r = c.Request("POST", "/v2/models/tiny_cnn/infer", header + input,
+                         "Content-Type: application/octet-stream\r\n"
+                         "Inference-Header-Content-Length: " +
+                             std::to_string(header.size()) + "\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(r.headers.count("inference-header-content-length"));
+  size_t json_size = std::stoul(r.headers["inference-header-content-length"]);
+  EXPECT_NE(r.body.substr(0, json_size).find(R"("binary_data_size":80)"), std::string::npos);
+  ASSERT_EQ(r.body.size(), json_size + expected.size());
+  std::vector<float> got(20), want(20);
+  std::memcpy(got.data(), r.body.data() + json_size, 80);
+  std::memcpy(want.data(), expected.data(), 80);
+  for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+TEST_F(ServerTest, RawBodyInferForASingleInputModel) {
+  std::vector<float> values(32);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
+  std::string body(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  Client c(port());
+  Response r = c.Request("POST", "/v2/models/identity/infer", body,
+                         "Inference-Header-Content-Length: 0\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  size_t json_size = std::stoul(r.headers["inference-header-content-length"]);
+  ASSERT_EQ(r.body.size(), json_size + body.size());
+  EXPECT_EQ(r.body.substr(json_size), body);
+  EXPECT_NE(r.body.find(R"("shape":[2,16])"), std::string::npos);
+}
+
+TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
+  Client c(port());
+  struct Case {
+    std::string method, path, body, headers;
+    int status;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"POST", "/v2/models/identity/infer", "{not json", "", 400, "malformed JSON"},
+      {"POST", "/v2/models/identity/infer", "", "", 400, "malformed JSON"},
+      {"POST", "/v2/models/identity/infer",
+       R"({"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":[1]}]})", "", 400,
+       "has no input \\\"x\\\""},
+      {"POST", "/v2/models/identity/infer",
+       R"({"inputs":[{"name":"input","shape":[1,16],"datatype":"INT64","data":[1]}]})", "", 400,
+       "datatype \\\"INT64\\\" does not match the model's FP32"},
+      {"POST", "/v2/models/identity/infer",
+       R"({"inputs":[{"name":"input","shape":[1,16],"datatype":"FP32","data":[1,2]}]})", "", 400,
+       "data holds 2 elements"},
+      {"POST", "/v2/models/identity/infer",
+       R"({"inputs":[{"name":"input","shape":[1,1000000000000],"datatype":"FP32","data":[1]}]})",
+       "", 400, "does not match"},
+      {"POST", "/v2/models/identity/infer",
+       R"({"inputs":[{"name":"input","shape":[65,16],"datatype":"FP32","parameters":{"binary_data_size":4160}}]})",
+       "", 400, "0 binary bytes after the JSON header"},
+      {"POST", "/v2/models/identity/infer", "{}", "Inference-Header-Content-Length: 99\r\n", 400,
+       "exceeds the body"},
+      {"POST", "/v2/models/identity/infer", "{}", "Inference-Header-Content-Length: x\r\n", 400,
+       "must be a non-negative integer"},
+      {"POST", "/v2/models/nope/infer", "{}", "", 404, "unknown model 'nope'"},
+      {"GET", "/v2/models/identity/infer", "", "", 405, "use POST"},
+      {"GET", "/nowhere", "", "", 404, "no route for GET /nowhere"},
+  };
+  for (const Case& k : cases) {
+    Response r = c.Request(k.method, k.path, k.body, k.headers);
+    EXPECT_EQ(r.status, k.status) << k.path << " " << k.body << "\n" << r.body;
+    EXPECT_EQ(r.headers["content-type"], "application/json");
+    EXPECT_NE(r.body.find(k.fragment), std::string::npos) << r.body;
+    EXPECT_EQ(r.body.rfind("{\"error\":", 0), 0u) << r.body;
+  }
+  // More samples than max_batch_size (64) is refused by the engine.
+  std::string data;
+  for (int i = 0; i < 65 * 16; ++i) data += (i ? ",1" : "1");
+  Response big = c.Request(
+      "POST", "/v2/models/identity/infer",
+      R"({"inputs":[{"name":"input","shape":[65,16],"datatype":"FP32","data":[)" + data + "]}]}");
+  EXPECT_EQ(big.status, 400);
+  EXPECT_NE(big.body.find("max_batch_size"), std::string::npos) << big.body;
+  // Still serving on the same connection.
+  EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 200);
+}
+
+TEST_F(ServerTest, OversizedBodiesAndHeadersAreRefused) {
+  Client body_client(port());
+  Response big = body_client.Request("POST", "/v2/models/identity/infer", std::string(300000, ' '));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_NE(big.body.find("exceeds the limit of 200000 bytes"), std::string::npos) << big.body;
+  Client header_client(port());
+  Response huge =
+      header_client.Request("GET", "/v2", "", "X-Filler: " + std::string(8000, 'a') + "\r\n");
+  EXPECT_EQ(huge.status, 431);
+  Client garbage(port());
+  garbage.SendRaw("THIS IS NOT HTTP\r\n\r\n");
+  EXPECT_EQ(garbage.Read().status, 400);
+  EXPECT_EQ(Client(port()).Request("GET", "/v2/health/live").status, 200);
+}
+
+TEST_F(ServerTest, KeepAliveOverManyRequestsAndPipelining) {
+  Client c(port());
+  for (int i = 0; i < 200; ++i) {
+    Response r = c.Request("POST", "/v2/models/identity/infer", IdentityJson(i));
+    ASSERT_EQ(r.status, 200);
+    ASSERT_NE(r.body.find(ExpectedIdentityData(i)), std::string::npos);
+    ASSERT_FALSE(r.closed);
+  }
+  // Two requests in one write: two responses, in order.
+  std::string a = IdentityJson(100), b = IdentityJson(200);
+  c.SendRaw("POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+            std::to_string(a.size()) + "\r\n\r\n" + a +
+            "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+            std::to_string(b.size()) + "\r\n\r\n" + b);
+  EXPECT_NE(c.Read().body.find(ExpectedIdentityData(100)), std::string::npos);
+  EXPECT_NE(c.Read().body.find(ExpectedIdentityData(200)), std::string::npos);
+}
+
+TEST_F(ServerTest, Http10KeepAliveOnlyWhenAsked) {
+  Client keep(port());
+  keep.set_http10(true);
+  keep.SendRaw("GET /v2/health/live HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  Response first = keep.Read();
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.headers["connection"], "keep-alive");
+  keep.SendRaw("GET /v2/health/live HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(keep.Read().status, 200);
+
+  Client once(port());
+  once.set_http10(true);
+  once.SendRaw("GET /v2/health/live HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(once.Read().status, 200);
+  EXPECT_TRUE(once.ClosedByServer());
+}
+
+TEST_F(ServerTest, ConcurrentClientsEachGetTheirOwnAnswers) {
+  std::atomic<int> good{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&, t] {
+      Client c(port());
+      for (int i = 0; i < 40; ++i) {
+        int first = t * 1000 + i;
+        Response r = c.Request("POST", "/v2/models/identity/infer", IdentityJson(first));
+        if (r.status == 200 && r.body.find(ExpectedIdentityData(first)) != std::string::npos) {
+          ++good;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(good.load(), 16 * 40);
+  Client c(port());
+  Response stats = c.Request("GET", "/v2/models/identity/stats");
+  EXPECT_EQ(stats.status, 200);
+  EXPECT_NE(stats.body.find("\"batch_size\""), std::string::npos);
+  Response metrics = c.Request("GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.headers["content-type"], "text/plain; version=0.0.4");
+  EXPECT_NE(metrics.body.find("sluice_requests_total{model=\"identity\",outcome=\"ok\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("sluice_batch_size_bucket{model=\"identity\",le=\"64\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("sluice_http_request_seconds_count"), std::string::npos);
+}
+
+TEST(ServerLifecycleTest, SigtermAnswersEveryRequestInFlightAndExitsZero) {
+  ServerProcess server;
+  ASSERT_GT(server.port(), 0) << server.output();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 32; ++i) {
+    clients.push_back(std::make_unique<Client>(server.port()));
+    std::string body = IdentityJson(i);
+    ASSERT_TRUE(
+        clients.back()->SendRaw("POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                                "Content-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body));
+  }
+  // Wait for the first answer, so requests are read and in flight when the signal lands.
+  Response first = clients[0]->Read();
+  EXPECT_EQ(first.status, 200);
+  std::thread stopper([&] { EXPECT_EQ(server.Stop(), 0); });
+  int answered = 1;
+  for (int i = 1; i < 32; ++i) {
+    Response r = clients[static_cast<size_t>(i)]->Read();
+    if (r.status == 200 && r.body.find(ExpectedIdentityData(i)) != std::string::npos) ++answered;
+  }
+  stopper.join();
+  EXPECT_EQ(answered, 32);
+}
+
+TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {
+  ServerProcess server({}, "/nonexistent/models");
+  EXPECT_EQ(server.port(), 0);
+  EXPECT_EQ(WEXITSTATUS(server.Stop()), 2);
+}
+
+}  // namespace
