@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -451,6 +452,56 @@ TEST(ServerLifecycleTest, SigtermAnswersEveryRequestInFlightAndExitsZero) {
   }
   stopper.join();
   EXPECT_EQ(answered, 32);
+}
+
+// A repository with one model, "slow": the identity model whose batcher waits 3 s for company,
+// so a single request stays queued long enough to watch.
+std::string MakeSlowRepository() {
+  std::string dir = testing::TempDir() + "/slow-repo-" + std::to_string(getpid());
+  std::string model = dir + "/slow";
+  std::system(("mkdir -p " + model).c_str());
+  std::ofstream(model + "/model.pt", std::ios::binary)
+      << ReadFile(std::string(SLUICE_TEST_MODELS) + "/identity/model.pt");
+  std::ofstream(model + "/config.yaml")
+      << "max_batch_size: 64\n"
+         "dynamic_batching: {max_queue_delay_us: 3000000}\n"
+         "instances: {count: 1, threads: 1}\n"
+         "inputs: [{name: input, datatype: FP32, shape: [16]}]\n"
+         "outputs: [{name: output, datatype: FP32, shape: [16]}]\n";
+  return dir;
+}
+
+// Polls /v2/models/slow/stats until `needle` appears (at most ~2 s).
+bool WaitForStats(int port, const std::string& needle) {
+  for (int i = 0; i < 400; ++i) {
+    Client c(port);
+    if (c.Request("GET", "/v2/models/slow/stats").body.find(needle) != std::string::npos) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(ServerLifecycleTest, ClientDisconnectCancelsItsQueuedRequest) {
+  ServerProcess server({}, MakeSlowRepository());
+  ASSERT_GT(server.port(), 0) << server.output();
+  {
+    Client leaver(server.port());
+    std::string body = IdentityJson(1);
+    ASSERT_TRUE(
+        leaver.SendRaw("POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body));
+    ASSERT_TRUE(WaitForStats(server.port(), "\"queued_requests\":1,"));
+  }  // The client closes its socket while the request waits for company.
+  // Cancelled and its slot freed long before the 3 s delay could have run it.
+  EXPECT_TRUE(WaitForStats(server.port(), "\"queued_requests\":0,"));
+  EXPECT_TRUE(WaitForStats(server.port(), "\"cancelled\":1"));
+  Client c(server.port());
+  Response stats = c.Request("GET", "/v2/models/slow/stats");
+  EXPECT_NE(stats.body.find("\"ok\":0"), std::string::npos) << stats.body;
+  EXPECT_EQ(server.Stop(), 0);
 }
 
 TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {

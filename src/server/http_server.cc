@@ -16,6 +16,7 @@
 #include <future>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/histogram.h"
@@ -180,14 +181,51 @@ class Session : public std::enable_shared_from_this<Session> {
     request.post = [self](std::function<void()> work) {
       net::post(self->stream_.get_executor(), std::move(work));
     };
+    request.on_disconnect = [self](std::function<void()> cancel) {
+      self->cancel_ = std::move(cancel);
+    };
     // The handler owns the request now; no read deadline while it runs.
     stream_.expires_never();
     server_.RequestStarted();
+    awaiting_response_ = true;
     server_.router().Dispatch(request, [self](HttpResponse response) {
       net::dispatch(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
         self->Write(std::move(response), /*counted=*/true);
       });
     });
+    // Still unanswered and cancellable: watch the socket so a disconnect cancels the request.
+    if (awaiting_response_ && cancel_) WatchForDisconnect();
+  }
+
+  // Reads while a request waits for its answer: end-of-stream means the client left. Bytes that
+  // arrive (a pipelined request) are kept for the next read.
+  void WatchForDisconnect() {
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->watching_ = false;
+                              if (!ec) {
+                                self->buffer_.commit(n);
+                                if (self->pending_) return self->WritePending();
+                                if (self->awaiting_response_ && self->buffer_.size() < 65536) {
+                                  self->WatchForDisconnect();
+                                }
+                                return;
+                              }
+                              if (ec == net::error::operation_aborted) {
+                                if (self->pending_) self->WritePending();
+                                return;
+                              }
+                              self->client_gone_ = true;
+                              if (self->cancel_) std::exchange(self->cancel_, nullptr)();
+                              if (self->pending_) self->WritePending();
+                            });
+  }
+
+  void WritePending() {
+    HttpResponse response = std::move(*pending_);
+    pending_.reset();
+    Write(std::move(response), /*counted=*/true);
   }
 
   // An error found before the request reached a handler. With `close` (a request that could not
@@ -204,6 +242,20 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Write(HttpResponse response, bool counted) {
+    awaiting_response_ = false;
+    cancel_ = nullptr;
+    if (client_gone_) {
+      // Nobody to answer (499, as nginx logs it); the connection is closed.
+      if (counted) server_.RequestFinished(499, received_);
+      return Close();
+    }
+    if (watching_) {
+      // The watch read must end before the write: cancel it; its handler writes this.
+      pending_ = std::move(response);
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      return;
+    }
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(response.status), version_);
     res->set(http::field::server, "sluice");
@@ -237,6 +289,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
+  // While a handler works on a request (all on the strand):
+  bool awaiting_response_ = false;
+  bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
+  bool client_gone_ = false;             // The client closed its side.
+  std::function<void()> cancel_;         // From the handler: cancels its queued request.
+  std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
 };
 
 }  // namespace

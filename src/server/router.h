@@ -28,6 +28,9 @@ struct HttpRequest {
   std::string body;
   Clock::time_point received;  // When the whole request had been read.
   Poster post;                 // Set by the server; runs work on this connection's strand.
+  // Registers what to do if the client disconnects before it is answered (cancel the queued
+  // request). Call at most once, from the handler itself (not from a later callback).
+  std::function<void(std::function<void()>)> on_disconnect;
 };
 
 struct HttpResponse {

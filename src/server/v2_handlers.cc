@@ -208,7 +208,14 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
     });
   };
   auto id = scheduler->Submit(std::move(infer));
-  if (!id.ok()) respond(HttpResponse::Error(id.status()));
+  if (!id.ok()) {
+    respond(HttpResponse::Error(id.status()));
+    return;
+  }
+  // A client that goes away while its request is queued frees the slot; the request never runs.
+  if (request.on_disconnect) {
+    request.on_disconnect([scheduler, id = *id] { scheduler->Cancel(id); });
+  }
 }
 
 void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Responder respond) {
