@@ -430,6 +430,13 @@ int main(int argc, char** argv) {
   serve_app->add_option("--io-threads", serve.http.io_threads, "HTTP event-loop threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  serve_app
+      ->add_option("--decode-threads", serve.decode_threads,
+                   "Image decode threads for /predict and /predictions")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  serve_app->add_option("--predict-model", serve.predict_model,
+                        "Model behind /predict (default: the first with preprocess.image)");
   serve_app->add_option("--max-body-bytes", serve.http.max_body_bytes, "Larger bodies get 413")
       ->capture_default_str();
   serve_app->add_option("--max-header-bytes", serve.http.max_header_bytes, "Larger headers get 431")

@@ -56,6 +56,9 @@ class Tensor {
   // Requires a tensor of rank >= 1 and 0 <= begin <= begin + count <= shape()[0].
   Tensor SliceRows(int64_t begin, int64_t count) const;
 
+  // The same buffer under another shape with the same element count (no copy).
+  Tensor Reshaped(Shape shape) const;
+
   const void* data() const { return data_; }
   void* mutable_data() { return data_; }
 

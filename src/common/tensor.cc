@@ -92,6 +92,13 @@ Tensor Tensor::Wrap(DataType dtype, Shape shape, std::shared_ptr<const void> own
   return t;
 }
 
+Tensor Tensor::Reshaped(Shape shape) const {
+  assert(ElementCount(shape).value_or(-1) == element_count_);
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 Tensor Tensor::SliceRows(int64_t begin, int64_t count) const {
   assert(!shape_.empty() && begin >= 0 && count >= 0 && begin + count <= shape_[0]);
   Tensor t;

@@ -14,6 +14,9 @@ struct ServeOptions {
   std::string model_repository = "models";  // Directory of models/<name>/config.yaml.
   std::vector<std::string> models;          // Only these; empty: every model in the repository.
   HttpServerOptions http;
+  int decode_threads = 2;      // Image decode pool for /predict and /predictions.
+  std::string predict_model;   // Serves /predict bodies that name no model; empty: the first
+                               // model with preprocess.image.
   Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
 };
 

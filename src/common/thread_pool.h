@@ -1,0 +1,39 @@
+// A fixed pool of threads with a bounded queue of tasks, for CPU work that should leave the I/O
+// threads (image decoding).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/thread_annotations.h"
+
+namespace sluice {
+
+// Thread-safe. TrySubmit() never blocks: a full queue refuses the task (back-pressure).
+class ThreadPool {
+ public:
+  // `threads` >= 1; `max_queued` tasks may wait beyond those running.
+  ThreadPool(int threads, size_t max_queued);
+  ~ThreadPool();  // Runs what is queued, then joins.
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Queues `task`; false (and `task` dropped unrun) when the queue is full or the pool stopping.
+  bool TrySubmit(std::function<void()> task);
+
+ private:
+  void Loop();
+
+  const size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace sluice
