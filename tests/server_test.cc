@@ -7,10 +7,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <spng.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -501,6 +503,130 @@ TEST(ServerLifecycleTest, ClientDisconnectCancelsItsQueuedRequest) {
   Client c(server.port());
   Response stats = c.Request("GET", "/v2/models/slow/stats");
   EXPECT_NE(stats.body.find("\"ok\":0"), std::string::npos) << stats.body;
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+// A repository with "vision": tiny_cnn (3x16x16 input, 5 classes) behind preprocess.image, with
+// labels.
+std::string MakeVisionRepository() {
+  std::string dir = testing::TempDir() + "/vision-repo-" + std::to_string(getpid());
+  std::string model = dir + "/vision";
+  std::system(("mkdir -p " + model).c_str());
+  std::ofstream(model + "/model.pt", std::ios::binary)
+      << ReadFile(std::string(SLUICE_TEST_MODELS) + "/tiny_cnn/model.pt");
+  std::ofstream(model + "/config.yaml")
+      << "max_batch_size: 8\n"
+         "instances: {count: 1, threads: 1}\n"
+         "inputs: [{name: input, datatype: FP32, shape: [3, 16, 16]}]\n"
+         "outputs: [{name: logits, datatype: FP32, shape: [5]}]\n"
+         "preprocess: {image: {resize: 16, crop: 16, channels: 3}}\n"
+         "postprocess: {topk: 3}\n";
+  std::ofstream(model + "/labels.txt") << "zero\none\ntwo\nthree\nfour\n";
+  return dir;
+}
+
+// A 16x16 RGB PNG of varied pixels.
+std::string TestPng(std::vector<float>* as_tensor) {
+  std::vector<uint8_t> rgb(16 * 16 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 37) % 251);
+  as_tensor->assign(3 * 16 * 16, 0);
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 16; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        (*as_tensor)[static_cast<size_t>((c * 16 + y) * 16 + x)] =
+            static_cast<float>(rgb[static_cast<size_t>((y * 16 + x) * 3 + c)]) / 255.0f;
+      }
+    }
+  }
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = 16;
+  ihdr.height = 16;
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  spng_set_ihdr(ctx, &ihdr);
+  spng_encode_image(ctx, rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+  size_t size = 0;
+  int err = 0;
+  void* buffer = spng_get_png_buffer(ctx, &size, &err);
+  std::string png(static_cast<const char*>(buffer), size);
+  free(buffer);
+  spng_ctx_free(ctx);
+  return png;
+}
+
+std::string Base64(std::string_view in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < in.size() ? k[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
+  ServerProcess server({}, MakeVisionRepository());
+  ASSERT_GT(server.port(), 0) << server.output();
+  std::vector<float> tensor;
+  const std::string png = TestPng(&tensor);
+  Client c(server.port());
+
+  // The same pixels as a tensor through KServe v2: the reference logits.
+  std::string data;
+  for (size_t i = 0; i < tensor.size(); ++i) {
+    if (i) data += ',';
+    data += std::to_string(tensor[i]);
+  }
+  Response v2 =
+      c.Request("POST", "/v2/models/vision/infer",
+                R"({"inputs":[{"name":"input","shape":[1,3,16,16],"datatype":"FP32","data":[)" +
+                    data + "]}]}");
+  ASSERT_EQ(v2.status, 200) << v2.body;
+  std::vector<double> logits;
+  size_t at = v2.body.find("\"data\":[") + 8;
+  for (int i = 0; i < 5; ++i) {
+    size_t end = v2.body.find_first_of(",]", at);
+    logits.push_back(std::stod(v2.body.substr(at, end - at)));
+    at = end + 1;
+  }
+  const int best =
+      static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const char* names[] = {"zero", "one", "two", "three", "four"};
+
+  Response torchserve = c.Request("POST", "/predictions/vision", png);
+  ASSERT_EQ(torchserve.status, 200) << torchserve.body;
+  EXPECT_EQ(torchserve.body.find(std::string("{\"") + names[best] + "\":"), 0u) << torchserve.body;
+  EXPECT_NE(torchserve.headers["server-timing"].find("decode;dur="), std::string::npos);
+
+  Response litserve = c.Request("POST", "/predict", "{\"image\":\"" + Base64(png) + "\"}");
+  ASSERT_EQ(litserve.status, 200) << litserve.body;
+  EXPECT_EQ(litserve.body.find("{\"output\":" + std::to_string(best) + ",\"label\":\"" +
+                               names[best] + "\""),
+            0u)
+      << litserve.body;
+  EXPECT_NE(litserve.body.find("\"topk\":[{\"index\":" + std::to_string(best)), std::string::npos);
+
+  // Bad images and bodies: clear errors, and the server goes on.
+  EXPECT_EQ(c.Request("POST", "/predictions/vision", "").status, 400);
+  Response not_image = c.Request("POST", "/predictions/vision", "GIF89a-not-supported");
+  EXPECT_EQ(not_image.body, R"({"error":"not a PNG or JPEG image"})");
+  EXPECT_EQ(c.Request("POST", "/predictions/vision", png.substr(0, png.size() / 2)).status, 400);
+  EXPECT_NE(c.Request("POST", "/predict", R"({"image":"%%%"})").body.find("invalid base64"),
+            std::string::npos);
+  EXPECT_EQ(c.Request("POST", "/predict", R"({"picture":"x"})").status, 400);
+  EXPECT_EQ(c.Request("POST", "/predictions/nope", png).status, 404);
+  EXPECT_EQ(c.Request("POST", "/predictions/vision", png).status, 200);
   EXPECT_EQ(server.Stop(), 0);
 }
 
