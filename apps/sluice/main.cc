@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/torchscript/torchscript_backend.h"
+#include "bench/http_bench.h"
 #include "bench/in_process.h"
 #include "bench/results.h"
 #include "bench/stats.h"
@@ -47,8 +48,11 @@ struct BenchCommand {
   InProcessOptions run;
   // > 0: the batched pipeline, with this many clients each keeping one request of
   // `samples_per_request` samples in flight through the dynamic batcher.
-  int concurrency = 0;
+  std::vector<int> concurrency;  // In-process: one value. --url: the closed-loop levels.
   int samples_per_request = 1;
+  // --url: an HTTP server to measure instead of an in-process model.
+  std::string url;
+  HttpBenchOptions http;
   bool compare_ceiling = false;  // Also run the engine ceiling, interleaved, and report the ratio.
   int rounds = 3;                // Ceiling/pipeline pairs with --compare-ceiling.
   std::string results_dir = "results";
@@ -159,16 +163,47 @@ void DescribeBatched(const ModelConfig& c, const InProcessOptions& o) {
       c.optimize.channels_last ? "on" : "off");
 }
 
-int RunBench(const BenchCommand& cmd, const std::string& command_line) {
-  if (!cmd.in_process) {
-    return Fail(
-        Status::InvalidArgument("this build benchmarks in-process only: pass --in-process"));
+int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line) {
+  HttpBenchOptions o = cmd.http;
+  o.url = cmd.url;
+  o.model = cmd.model.model;
+  if (!cmd.concurrency.empty()) o.concurrency = cmd.concurrency;
+  if (!cmd.http.rates.empty() && cmd.concurrency.empty()) o.concurrency.clear();
+  o.samples_per_request = cmd.samples_per_request;
+  if (!o.input_file.empty() && o.endpoint == "v2") o.endpoint = "predict";
+  auto levels = RunHttpBench(o, [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  });
+  if (!levels.ok()) return Fail(levels.status());
+  fmt::print("{}", FormatHttpTable(o, *levels));
+  if (cmd.write_results) {
+    auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("http-{}", o.model));
+    if (!dir.ok()) return Fail(dir.status());
+    Status written = WriteHttpBenchResults(*dir, RunInfo{command_line, "http"}, o, *levels);
+    if (!written.ok()) return Fail(written);
+    fmt::print(
+        "Results: {}/summary.csv\nPlots:   {}/throughput_vs_concurrency.svg\n"
+        "         {}/latency_vs_concurrency.svg\n",
+        dir->string(), dir->string(), dir->string());
   }
-  const bool batched = cmd.concurrency > 0;
+  return 0;
+}
+
+int RunBench(const BenchCommand& cmd, const std::string& command_line) {
+  if (!cmd.url.empty()) return RunHttpBenchCommand(cmd, command_line);
+  if (!cmd.in_process) {
+    return Fail(Status::InvalidArgument(
+        "say what to measure: --in-process (the model in this process) or --url URL"));
+  }
+  if (cmd.concurrency.size() > 1) {
+    return Fail(Status::InvalidArgument("--in-process takes a single --concurrency value"));
+  }
+  const bool batched = !cmd.concurrency.empty() && cmd.concurrency[0] > 0;
   InProcessOptions pipeline_options = cmd.run;
   if (batched) {
     pipeline_options.batch_size = cmd.samples_per_request;
-    pipeline_options.max_in_flight = cmd.concurrency;
+    pipeline_options.max_in_flight = cmd.concurrency[0];
   }
   auto config = ResolveModel(cmd.model, {pipeline_options.batch_size});
   if (!config.ok()) return Fail(config.status());
@@ -384,9 +419,36 @@ int main(int argc, char** argv) {
   bench_app->add_option("--seed", bench.run.seed, "Seed of the random payloads");
   bench_app
       ->add_option("--concurrency,-c", bench.concurrency,
-                   "Batched pipeline: this many clients, each with one request in flight, "
-                   "through the dynamic batcher (0: whole batches, no batcher)")
+                   "In-process: N clients, each with one request in flight, through the dynamic "
+                   "batcher. --url: closed-loop levels, e.g. 1,8,32,64")
+      ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
+  bench_app->add_option("--url", bench.url,
+                        "Measure a KServe v2 server, e.g. http://127.0.0.1:8000");
+  bench_app->add_option("--rate", bench.http.rates, "--url: open-loop levels in requests/s")
+      ->delimiter(',');
+  bench_app
+      ->add_option("--rate-connections", bench.http.rate_connections,
+                   "--url: connection pool of open-loop levels")
+      ->capture_default_str();
+  double http_duration = bench.http.duration.count();
+  double http_warmup = bench.http.warmup.count();
+  bench_app->add_option("--duration", http_duration, "--url: measured seconds per level")
+      ->capture_default_str();
+  bench_app->add_option("--warmup", http_warmup, "--url: warm-up seconds per level (excluded)")
+      ->capture_default_str();
+  bench_app
+      ->add_option("--endpoint", bench.http.endpoint,
+                   "--url: v2 (random tensors), predict (base64 image) or predictions "
+                   "(raw image)")
+      ->check(CLI::IsMember({"v2", "predict", "predictions"}));
+  bench_app->add_option("--input", bench.http.input_file,
+                        "--url: PNG/JPEG to send (implies --endpoint predict)");
+  bench_app->add_flag("--binary,!--json", bench.http.binary,
+                      "--url v2: binary-data extension instead of JSON tensors");
+  bool random_payload = false;
+  bench_app->add_flag("--random", random_payload,
+                      "--url v2: random tensors shaped from the model's metadata (the default)");
   bench_app
       ->add_option("--samples-per-request,--requests-per-batch", bench.samples_per_request,
                    "Batched pipeline: samples in each request")
@@ -457,6 +519,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
+  bench.http.duration = Seconds(http_duration);
+  bench.http.warmup = Seconds(http_warmup);
+  bench.http.seed = bench.run.seed;
   if (serve_app->parsed()) {
     serve.http.idle_timeout = Seconds(idle_seconds);
     serve.shutdown_grace = Seconds(grace_seconds);

@@ -1,0 +1,323 @@
+// Asynchronous Beast load generator.
+#include "bench/http_load.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+
+namespace sluice {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+StatusCode OutcomeOf(int http_status) {
+  switch (http_status) {
+    case 200:
+      return StatusCode::kOk;
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 404:
+      return StatusCode::kNotFound;
+    case 413:
+      return StatusCode::kPayloadTooLarge;
+    case 503:
+      return StatusCode::kUnavailable;
+    case 504:
+      return StatusCode::kDeadlineExceeded;
+    default:
+      return StatusCode::kInternal;
+  }
+}
+
+std::string SerializeRequest(const HttpTarget& target, const HttpPayload& p) {
+  std::string out =
+      fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\n", p.method, p.path, target.host, target.port);
+  if (!p.body.empty() || p.method == "POST") {
+    out += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", p.content_type, p.body.size());
+  }
+  for (const auto& [name, value] : p.headers) out += fmt::format("{}: {}\r\n", name, value);
+  out += "\r\n";
+  out += p.body;
+  return out;
+}
+
+// Drives all connections of one level from the calling thread.
+class LoadRunner {
+ public:
+  explicit LoadRunner(const HttpLoadOptions& options)
+      : options_(options),
+        request_(SerializeRequest(options.target, options.payload)),
+        timer_(ioc_),
+        rng_(options.seed) {}
+
+  Result<HttpLoadRun> Run() {
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    auto endpoints =
+        resolver.resolve(options_.target.host, std::to_string(options_.target.port), ec);
+    if (ec) return Status::InvalidArgument(fmt::format("cannot resolve {}", options_.target.host));
+    endpoint_ = *endpoints.begin();
+    {
+      // One connection first, synchronously: a server that is not there is a clear error.
+      tcp::socket probe(ioc_);
+      probe.connect(endpoint_, ec);
+      if (ec) {
+        return Status::Unavailable(fmt::format("cannot connect to {}:{}: {}", options_.target.host,
+                                               options_.target.port, ec.message()));
+      }
+    }
+    start_ = Clock::Real().Now();
+    measure_from_ = start_ + std::chrono::duration_cast<Clock::duration>(options_.warmup);
+    end_ = measure_from_ + std::chrono::duration_cast<Clock::duration>(options_.duration);
+    UtilizationSampler sampler;
+    sampler.Start();
+    for (int i = 0; i < options_.concurrency; ++i) {
+      auto conn = std::make_shared<Conn>(ioc_);
+      conns_.push_back(conn);
+      Connect(conn);
+    }
+    if (open_loop()) {
+      next_arrival_ = start_;
+      ScheduleArrival();
+    }
+    ioc_.run();
+    sampler.Stop();
+    HttpLoadRun run;
+    run.summary = Summarize(records_, /*first_is_warmup=*/false);
+    run.utilization = sampler.Average(measure_from_, end_);
+    run.records = std::move(records_);
+    run.transport_errors = transport_errors_;
+    run.unsent = static_cast<int64_t>(pending_.size());
+    return run;
+  }
+
+ private:
+  struct Conn {
+    explicit Conn(net::io_context& ioc) : socket(ioc) {}
+    tcp::socket socket;
+    beast::flat_buffer buffer;
+    std::optional<http::response_parser<http::string_body>> parser;
+    Clock::time_point sent;       // When the request went out.
+    Clock::time_point scheduled;  // Open loop: when it was due.
+    bool connected = false;
+    bool busy = false;
+  };
+
+  bool open_loop() const { return options_.rate > 0; }
+  bool sending_time_over(Clock::time_point now) const { return now >= end_; }
+
+  void Connect(const std::shared_ptr<Conn>& conn) {
+    conn->socket.async_connect(endpoint_, [this, conn](beast::error_code ec) {
+      if (ec) {
+        ++transport_errors_;
+        if (sending_time_over(Clock::Real().Now())) return;
+        conn->socket = tcp::socket(ioc_);
+        return Connect(conn);
+      }
+      conn->socket.set_option(tcp::no_delay(true));
+      conn->connected = true;
+      Next(conn);
+    });
+  }
+
+  // Gives an idle connection its next request, if there is one.
+  void Next(const std::shared_ptr<Conn>& conn) {
+    const Clock::time_point now = Clock::Real().Now();
+    if (open_loop()) {
+      if (pending_.empty()) {
+        conn->busy = false;
+        if (sending_time_over(now)) Close(conn);
+        return;
+      }
+      conn->scheduled = pending_.front();
+      pending_.pop_front();
+    } else {
+      if (sending_time_over(now)) return Close(conn);
+      conn->scheduled = now;
+    }
+    conn->busy = true;
+    conn->sent = Clock::Real().Now();
+    net::async_write(conn->socket, net::buffer(request_),
+                     [this, conn](beast::error_code ec, size_t) {
+                       if (ec) return Lost(conn);
+                       Read(conn);
+                     });
+  }
+
+  void Read(const std::shared_ptr<Conn>& conn) {
+    conn->parser.emplace();
+    conn->parser->body_limit(std::numeric_limits<uint64_t>::max());
+    http::async_read(conn->socket, conn->buffer, *conn->parser,
+                     [this, conn](beast::error_code ec, size_t) {
+                       if (ec) return Lost(conn);
+                       const Clock::time_point now = Clock::Real().Now();
+                       const auto& response = conn->parser->get();
+                       Record(conn, now, OutcomeOf(static_cast<int>(response.result_int())));
+                       if (!response.keep_alive()) return Reconnect(conn);
+                       Next(conn);
+                     });
+  }
+
+  void Record(const std::shared_ptr<Conn>& conn, Clock::time_point now, StatusCode outcome) {
+    const Clock::time_point origin = open_loop() ? conn->scheduled : conn->sent;
+    if (origin < measure_from_) return;  // Warm-up.
+    RequestRecord record;
+    record.request_time = origin;
+    record.start_time = conn->sent;
+    record.response_time = now;
+    record.samples = options_.payload.samples;
+    record.outcome = outcome;
+    records_.push_back(record);
+  }
+
+  // The connection failed mid-request: record the failure and carry on with a new one.
+  void Lost(const std::shared_ptr<Conn>& conn) {
+    ++transport_errors_;
+    Record(conn, Clock::Real().Now(), StatusCode::kUnavailable);
+    Reconnect(conn);
+  }
+
+  void Reconnect(const std::shared_ptr<Conn>& conn) {
+    beast::error_code ignored;
+    conn->socket.close(ignored);
+    conn->buffer.clear();
+    conn->connected = false;
+    conn->busy = false;
+    if (sending_time_over(Clock::Real().Now()) && (!open_loop() || pending_.empty())) return;
+    conn->socket = tcp::socket(ioc_);
+    Connect(conn);
+  }
+
+  void Close(const std::shared_ptr<Conn>& conn) {
+    beast::error_code ignored;
+    conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    conn->socket.close(ignored);
+    conn->busy = false;
+  }
+
+  // Open loop: the next Poisson arrival, then hand it to an idle connection.
+  void ScheduleArrival() {
+    std::exponential_distribution<double> gap(options_.rate);
+    next_arrival_ += std::chrono::duration_cast<Clock::duration>(Seconds(gap(rng_)));
+    if (next_arrival_ >= end_) {
+      // No more arrivals: idle connections close; busy ones close after their answer.
+      for (auto& conn : conns_) {
+        if (!conn->busy && pending_.empty()) Close(conn);
+      }
+      return;
+    }
+    timer_.expires_at(next_arrival_);
+    timer_.async_wait([this](beast::error_code ec) {
+      if (ec) return;
+      pending_.push_back(next_arrival_);
+      for (auto& conn : conns_) {
+        if (pending_.empty()) break;
+        if (conn->connected && !conn->busy) Next(conn);
+      }
+      ScheduleArrival();
+    });
+  }
+
+  const HttpLoadOptions& options_;
+  const std::string request_;
+  net::io_context ioc_{1};
+  tcp::endpoint endpoint_;
+  net::steady_timer timer_;
+  std::mt19937_64 rng_;
+  std::vector<std::shared_ptr<Conn>> conns_;
+  std::deque<Clock::time_point> pending_;
+  Clock::time_point start_, measure_from_, end_, next_arrival_;
+  std::vector<RequestRecord> records_;
+  int64_t transport_errors_ = 0;
+};
+
+}  // namespace
+
+Result<HttpTarget> ParseHttpUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return Status::InvalidArgument(fmt::format("URL '{}' must start with http://", url));
+  }
+  url.remove_prefix(kScheme.size());
+  url = url.substr(0, url.find('/'));
+  HttpTarget target;
+  size_t colon = url.rfind(':');
+  if (colon == std::string_view::npos) {
+    target.host = std::string(url);
+    target.port = 80;
+  } else {
+    target.host = std::string(url.substr(0, colon));
+    std::string_view port = url.substr(colon + 1);
+    unsigned value = 0;
+    auto [end, err] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (err != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+      return Status::InvalidArgument(fmt::format("bad port in URL: '{}'", port));
+    }
+    target.port = static_cast<uint16_t>(value);
+  }
+  if (target.host.empty()) return Status::InvalidArgument("URL has no host");
+  return target;
+}
+
+Result<std::string> HttpGet(const HttpTarget& target, const std::string& path) {
+  try {
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    beast::tcp_stream stream(ioc);
+    stream.expires_after(std::chrono::seconds(10));
+    stream.connect(resolver.resolve(target.host, std::to_string(target.port)));
+    http::request<http::empty_body> request(http::verb::get, path, 11);
+    request.set(http::field::host, fmt::format("{}:{}", target.host, target.port));
+    http::write(stream, request);
+    beast::flat_buffer buffer;
+    http::response<http::string_body> response;
+    http::read(stream, buffer, response);
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    if (response.result_int() / 100 != 2) {
+      return Status(
+          OutcomeOf(static_cast<int>(response.result_int())),
+          fmt::format("GET {} answered {}: {}", path, response.result_int(), response.body()));
+    }
+    return std::move(response.body());
+  } catch (const std::exception& e) {
+    return Status::Unavailable(
+        fmt::format("GET http://{}:{}{} failed: {}", target.host, target.port, path, e.what()));
+  }
+}
+
+Result<HttpLoadRun> RunHttpLoad(const HttpLoadOptions& options) {
+  if (options.concurrency < 1) return Status::InvalidArgument("concurrency must be >= 1");
+  if (options.rate < 0) return Status::InvalidArgument("rate must be >= 0");
+  LoadRunner runner(options);
+  return runner.Run();
+}
+
+std::pair<double, double> ScrapeHistogram(std::string_view metrics, std::string_view name,
+                                          std::string_view model) {
+  auto value_of = [&](std::string_view suffix) {
+    const std::string key = fmt::format("{}{}{{model=\"{}\"}} ", name, suffix, model);
+    size_t at = metrics.find(key);
+    if (at == std::string_view::npos) return 0.0;
+    at += key.size();
+    size_t end = metrics.find('\n', at);
+    return std::stod(std::string(metrics.substr(at, end - at)));
+  };
+  return {value_of("_sum"), value_of("_count")};
+}
+
+}  // namespace sluice
