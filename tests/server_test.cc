@@ -431,6 +431,51 @@ TEST_F(ServerTest, ConcurrentClientsEachGetTheirOwnAnswers) {
   EXPECT_NE(metrics.body.find("sluice_http_request_seconds_count"), std::string::npos);
 }
 
+std::string RunCommand(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), pipe)) > 0) out.append(chunk, n);
+  pclose(pipe);
+  return out;
+}
+
+TEST_F(ServerTest, LoadGeneratorMeasuresTheServer) {
+  const std::string url = "http://127.0.0.1:" + std::to_string(port());
+  for (const char* mode : {"--json", "--binary"}) {
+    std::string out =
+        RunCommand(std::string(SLUICE_BINARY) + " bench --url " + url +
+                   " --model identity --concurrency 1,4 --duration 0.5 --warmup 0.2 " + mode +
+                   " --no-results 2>&1");
+    // One row per level, no errors, and the server's batch sizes scraped from /metrics.
+    std::istringstream lines(out);
+    std::string line;
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      std::istringstream row(line);
+      std::string conns, rate;
+      double rps, sps, p50, p90, p99, mean, errors, batch;
+      if (row >> conns >> rate >> rps >> sps >> p50 >> p90 >> p99 >> mean >> errors >> batch &&
+          rate == "closed") {
+        ++rows;
+        EXPECT_GT(rps, 10) << line;
+        EXPECT_EQ(errors, 0) << line;
+        EXPECT_GE(batch, 1.0) << line;
+        EXPECT_LE(p50, p99) << line;
+      }
+    }
+    EXPECT_EQ(rows, 2) << out;
+  }
+  std::string open_loop = RunCommand(std::string(SLUICE_BINARY) + " bench --url " + url +
+                                     " --model identity --rate 200 --duration 0.5 --warmup 0.2"
+                                     " --no-results 2>&1");
+  EXPECT_NE(open_loop.find("open loop 200 requests/s"), std::string::npos) << open_loop;
+  std::string refused = RunCommand(std::string(SLUICE_BINARY) +
+                                   " bench --url http://127.0.0.1:1 --model identity 2>&1");
+  EXPECT_NE(refused.find("error: "), std::string::npos) << refused;
+}
+
 TEST(ServerLifecycleTest, SigtermAnswersEveryRequestInFlightAndExitsZero) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0) << server.output();

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "bench/http_load.h"
 #include "bench/in_process.h"
 #include "bench/payload.h"
 #include "bench/plot.h"
@@ -200,6 +201,22 @@ TEST(BatchedPipelineTest, RefusedRequestsAreRecordedAndTheirSlotsReused) {
   EXPECT_EQ(run->summary.requests, 30);
   EXPECT_GT(run->summary.errors["unavailable"], 0);
   EXPECT_EQ(run->summary.ok_requests + run->summary.errors["unavailable"], 30);
+}
+
+TEST(HttpLoadTest, ParsesUrlsAndScrapesHistograms) {
+  auto target = ParseHttpUrl("http://127.0.0.1:8000/v2");
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(target->host, "127.0.0.1");
+  EXPECT_EQ(target->port, 8000);
+  EXPECT_EQ(ParseHttpUrl("http://localhost")->port, 80);
+  EXPECT_FALSE(ParseHttpUrl("https://x:1").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://x:99999").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://:80").ok());
+  const std::string metrics =
+      "sluice_batch_size_sum{model=\"a\"} 10\nsluice_batch_size_count{model=\"a\"} 4\n"
+      "sluice_batch_size_sum{model=\"b\"} 99\n";
+  EXPECT_EQ(ScrapeHistogram(metrics, "sluice_batch_size", "a"), std::make_pair(10.0, 4.0));
+  EXPECT_EQ(ScrapeHistogram(metrics, "sluice_batch_size", "c"), std::make_pair(0.0, 0.0));
 }
 
 TEST(CeilingTest, RunsTheSameNumberOfRequestsWithoutAQueue) {
