@@ -37,10 +37,13 @@ test-tsan: deps
 models: deps
 	$(PYTHON) tools/export_models.py --out $(MODELS)
 
-# A short sweep of both default models: batch size x compile x precision, table and SVG plots.
+# A short sweep of both default models in-process (batch size x compile x precision), then over
+# HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables and SVG plots.
 demo: build models
 	$(SLUICE) sweep --model-repository $(MODELS) --model fashion_mnist --iters 50
 	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5
+	./scripts/http-demo.sh $(SLUICE) $(MODELS) fashion_mnist resnet18 -- \
+	  --concurrency 1,8,32,64 --duration 3 --warmup 1 --binary
 
 # The in-process pipeline against the raw engine ceiling, interleaved, at the headline settings.
 bench: build models
