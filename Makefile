@@ -52,12 +52,13 @@ bench: build models
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --batch-size 32 \
 	  --precision bf16 --iters 40 --compare-ceiling --rounds 5
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
-	  --batch-size 64 --iters 1500 --compare-ceiling --rounds 7
+	  --workers 1 --threads 2 --no-compile --batch-size 64 --iters 1500 --compare-ceiling --rounds 7
 	$(MAKE) bench-batched bench-micro
 
 # Single-sample clients through the dynamic batcher against whole batches on the raw engine.
 bench-batched: build models
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model fashion_mnist \
+	  --workers 1 --threads 2 --no-compile \
 	  --concurrency 64 --max-batch-size 64 --max-queue-delay-us 2000 --iters 12000 \
 	  --compare-ceiling --rounds 7
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --precision bf16 \

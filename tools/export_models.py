@@ -192,10 +192,14 @@ def export_fashion_mnist(out_dir, epochs):
 max_batch_size: 64
 dynamic_batching:
   max_queue_delay_us: 2000
+  preferred_batch_sizes: [32, 64]
   max_queue_size: 4096
 instances:
-  count: 1
+  count: 2
   device: cpu
+  threads: 1
+optimize:
+  freeze: true
 precision: fp32
 inputs:
   - name: input

@@ -2,12 +2,14 @@
 #include "backends/torchscript/torchscript_backend.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
 #include <chrono>
+#include <mutex>
 #include <optional>
 
 namespace sluice {
@@ -202,7 +204,27 @@ Status WarmUp(const std::shared_ptr<LoadedModel>& model) {
 
 std::string TorchRuntimeVersion() { return fmt::format("libtorch {}", TORCH_VERSION); }
 
+namespace {
+
+// Each instance's intra-op parallelism is libtorch's (OpenMP) thread budget, set per worker
+// thread. OpenBLAS, which libtorch calls for some matrix products, keeps its own thread pool
+// whose idle threads spin in sched_yield() between calls: on a loaded server they took a quarter
+// of the CPU. BLAS calls therefore run on the calling thread. Looked up at run time, so any
+// system BLAS works (OpenBLAS is the one Debian's libtorch gets with libopenblas0).
+void MakeBlasSingleThreaded() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+      set(1);
+    }
+  });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& config) {
+  MakeBlasSingleThreaded();
   if (config.instances.device != "cpu") {
     return Status::InvalidArgument(fmt::format(
         "model '{}': device '{}' is not available: this build of Sluice runs on CPU only",
