@@ -10,6 +10,7 @@
 #include <spng.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -661,6 +662,26 @@ TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
             0u)
       << litserve.body;
   EXPECT_NE(litserve.body.find("\"topk\":[{\"index\":" + std::to_string(best)), std::string::npos);
+
+  // A JPEG of the same pixels: lossy, so only the form of the answer is checked.
+  tjhandle compressor = tjInitCompress();
+  std::vector<uint8_t> rgb(16 * 16 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 37) % 251);
+  unsigned char* jpeg_data = nullptr;
+  unsigned long jpeg_size = 0;
+  ASSERT_EQ(tjCompress2(compressor, rgb.data(), 16, 0, 16, TJPF_RGB, &jpeg_data, &jpeg_size,
+                        TJSAMP_444, 95, 0),
+            0);
+  std::string jpeg(reinterpret_cast<const char*>(jpeg_data), jpeg_size);
+  tjFree(jpeg_data);
+  tjDestroy(compressor);
+  Response from_jpeg = c.Request("POST", "/predictions/vision", jpeg);
+  ASSERT_EQ(from_jpeg.status, 200) << from_jpeg.body;
+  int labels_in_reply = 0;
+  for (const char* name : names) {
+    labels_in_reply += from_jpeg.body.find(std::string("\"") + name + "\":") != std::string::npos;
+  }
+  EXPECT_EQ(labels_in_reply, 3) << from_jpeg.body;  // postprocess.topk: 3.
 
   // Bad images and bodies: clear errors, and the server goes on.
   EXPECT_EQ(c.Request("POST", "/predictions/vision", "").status, 400);

@@ -314,6 +314,15 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         if (fields["datatype"].get_string().get(datatype)) {
           return Invalid(fmt::format("input '{}': \"datatype\" is missing", spec->name));
         }
+        if (!ParseDataType(datatype)) {
+          const bool known = datatype == "BYTES" || datatype == "UINT16" || datatype == "UINT32" ||
+                             datatype == "UINT64";
+          return Invalid(fmt::format(
+              "input '{}': datatype {} {}", spec->name, JsonQuote(datatype),
+              known ? "is a KServe v2 type that libtorch tensors cannot hold, so Sluice does "
+                      "not accept it"
+                    : "is not a KServe v2 datatype"));
+        }
         if (datatype != DataTypeName(spec->datatype)) {
           return Invalid(fmt::format("input '{}': datatype {} does not match the model's {}",
                                      spec->name, JsonQuote(datatype),

@@ -208,6 +208,12 @@ TEST(V2CodecTest, StructuralErrorsNameTheProblem) {
               config, "datatype \"FP64\" does not match the model's FP32");
   ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]})",
               config, "input 'b' is missing");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"BYTES","data":["x"]}]})",
+              config, "datatype \"BYTES\" is a KServe v2 type that libtorch tensors cannot hold");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"UINT32","data":[1]}]})", config,
+              "libtorch tensors cannot hold");
+  ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP8","data":[1]}]})", config,
+              "is not a KServe v2 datatype");
   ExpectError(R"({"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32"}]})", config,
               "neither \"data\" nor parameters.binary_data_size");
   ExpectError(
