@@ -10,7 +10,7 @@ PACKAGES=(
   # default makes small-model fp32 inference 2-5x slower.
   libtorch-dev libopenblas0 libopenblas-dev
   # Model export tools (Debian's Python only).
-  python3 python3-torch python3-torchvision python3-numpy
+  python3 python3-torch python3-torchvision python3-numpy python3-pil
   # Serving and codec libraries.
   libboost-dev libboost-system-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
