@@ -489,12 +489,11 @@ TEST(ServerLifecycleTest, SigtermAnswersEveryRequestInFlightAndExitsZero) {
                                 "Content-Length: " +
                                 std::to_string(body.size()) + "\r\n\r\n" + body));
   }
-  // Wait for the first answer, so requests are read and in flight when the signal lands.
-  Response first = clients[0]->Read();
-  EXPECT_EQ(first.status, 200);
+  // The signal lands while requests are queued, running, read but not parsed, or still in the
+  // kernel's accept queue: every one of them is answered.
   std::thread stopper([&] { EXPECT_EQ(server.Stop(), 0); });
-  int answered = 1;
-  for (int i = 1; i < 32; ++i) {
+  int answered = 0;
+  for (int i = 0; i < 32; ++i) {
     Response r = clients[static_cast<size_t>(i)]->Read();
     if (r.status == 200 && r.body.find(ExpectedIdentityData(i)) != std::string::npos) ++answered;
   }

@@ -14,6 +14,7 @@
 #include <boost/beast/http.hpp>
 #include <charconv>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -28,6 +29,22 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+
+namespace {
+
+// What the server needs of a session at shutdown.
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  // Called from any thread once the server drains: an idle connection closes soon; one with
+  // bytes waiting still has its request read and answered.
+  virtual void BeginDrain() = 0;
+};
+
+// How long a connection may take to deliver a request's first bytes once the server drains.
+constexpr std::chrono::milliseconds kDrainReadTimeout{200};
+
+}  // namespace
 
 class HttpServer::Impl {
  public:
@@ -64,6 +81,8 @@ class HttpServer::Impl {
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
+  // Starts a session on `socket` and remembers it for shutdown.
+  void StartSession(tcp::socket socket);
 
   const HttpServerOptions options_;
   const Router& router_;
@@ -79,13 +98,15 @@ class HttpServer::Impl {
   std::array<std::atomic<int64_t>, 600> responses_;
   Histogram request_seconds_;
   std::once_flag shutdown_once_;
+  std::mutex sessions_mu_;
+  std::vector<std::weak_ptr<SessionBase>> sessions_;  // Pruned as it grows.
 };
 
 namespace {
 
 // One client connection. Requests are read one at a time and answered in order; the next request
 // is read only after the response is written, so pipelined requests queue in the read buffer.
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public SessionBase, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
       : stream_(std::move(socket)), server_(server) {
@@ -98,18 +119,32 @@ class Session : public std::enable_shared_from_this<Session> {
                   beast::bind_front_handler(&Session::ReadHeader, shared_from_this()));
   }
 
+  void BeginDrain() override {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->reading_header_ && self->buffer_.size() == 0) {
+        self->stream_.expires_after(kDrainReadTimeout);
+      }
+    });
+  }
+
  private:
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_.options().max_header_bytes));
     parser_->body_limit(server_.options().max_body_bytes);
-    stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        server_.options().idle_timeout));
+    reading_header_ = true;
+    if (server_.draining() && buffer_.size() == 0) {
+      stream_.expires_after(kDrainReadTimeout);
+    } else {
+      stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          server_.options().idle_timeout));
+    }
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
   }
 
   void OnHeader(beast::error_code ec, size_t) {
+    reading_header_ = false;
     if (ec) return OnReadError(ec);
     auto& request = parser_->get();
     if (beast::iequals(request[http::field::expect], "100-continue")) {
@@ -289,6 +324,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
+  bool reading_header_ = false;  // Waiting for a request's header.
   // While a handler works on a request (all on the strand):
   bool awaiting_response_ = false;
   bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
@@ -325,36 +361,69 @@ void HttpServer::Impl::Accept() {
 }
 
 void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
-  if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+  if (ec == net::error::operation_aborted) return;
+  // A connection accepted just as shutdown closed the acceptor is still served.
   if (!ec) {
     if (open_connections_.load() >= options_.max_connections) {
       refused_connections_.fetch_add(1);
       beast::error_code ignored;
       socket.close(ignored);
     } else {
-      socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), *this)->Start();
+      StartSession(std::move(socket));
     }
-  } else {
+  } else if (acceptor_.is_open()) {
     spdlog::warn("accept failed: {}", ec.message());
   }
-  Accept();
+  if (acceptor_.is_open()) Accept();
+}
+
+void HttpServer::Impl::StartSession(tcp::socket socket) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto session = std::make_shared<Session>(std::move(socket), *this);
+  {
+    std::lock_guard lock(sessions_mu_);
+    if (sessions_.size() >= 1024 && sessions_.size() % 1024 == 0) {
+      std::erase_if(sessions_, [](const auto& weak) { return weak.expired(); });
+    }
+    sessions_.push_back(session);
+  }
+  session->Start();
 }
 
 void HttpServer::Impl::Shutdown(Clock::duration grace) {
   std::call_once(shutdown_once_, [&] {
     draining_ = true;
     if (!threads_.empty()) {
+      // Connections the kernel completed before the signal are taken (and their requests
+      // answered); then the listening socket closes.
       std::promise<void> closed;
       net::post(acceptor_.get_executor(), [&] {
-        beast::error_code ignored;
-        acceptor_.close(ignored);
+        beast::error_code ec;
+        acceptor_.non_blocking(true, ec);
+        while (!ec) {
+          tcp::socket socket(net::make_strand(ioc_));
+          acceptor_.accept(socket, ec);
+          if (!ec) StartSession(std::move(socket));
+        }
+        acceptor_.close(ec);
         closed.set_value();
       });
       closed.get_future().wait();
-      // Requests already read are answered; new connections are no longer accepted.
+      std::vector<std::shared_ptr<SessionBase>> live;
+      {
+        std::lock_guard lock(sessions_mu_);
+        for (const auto& weak : sessions_) {
+          if (auto session = weak.lock()) live.push_back(std::move(session));
+        }
+      }
+      for (const auto& session : live) session->BeginDrain();
+      live.clear();
+      // Every connection finishes: requests read (or arriving within the drain timeout) are
+      // answered with Connection: close; idle ones close.
       const Clock::time_point until = Clock::Real().Now() + grace;
-      while (inflight_.load() > 0 && Clock::Real().Now() < until) {
+      while ((open_connections_.load() > 0 || inflight_.load() > 0) &&
+             Clock::Real().Now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     }

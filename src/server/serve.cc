@@ -2,10 +2,11 @@
 #include "server/serve.h"
 
 #include <fmt/format.h>
-#include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -15,15 +16,27 @@
 #include "server/v2_handlers.h"
 
 namespace sluice {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnTerminationSignal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);
+}
+
+}  // namespace
 
 Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
-  // Termination signals are taken synchronously by this thread with sigwait(); every thread
-  // started from here on inherits the block, so no other thread is interrupted by them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Termination signals: a handler (async-signal-safe) writes the signal number to a pipe that
+  // this thread reads. A handler, not a blocked mask, because libraries start threads before
+  // main() (OpenBLAS's pool) and a process signal may be delivered to any of them.
+  if (pipe(g_signal_pipe) != 0) return Status::Internal("cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = OnTerminationSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
 
   namespace fs = std::filesystem;
   const fs::path repository = options.model_repository;
@@ -82,8 +95,9 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
   fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
   std::fflush(stdout);
 
-  int signal = 0;
-  sigwait(&signals, &signal);
+  unsigned char signal = 0;
+  while (read(g_signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
+  }
   fmt::print("received signal {}: finishing in-flight requests\n", signal);
   std::fflush(stdout);
   // Stop taking connections and answer every request already read; then drain the engine (the
