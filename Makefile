@@ -7,7 +7,7 @@ MODELS ?= models
 PYTHON ?= /usr/bin/python3
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-tsan demo bench bench-batched bench-micro models clean format
+.PHONY: all deps configure build test test-asan test-tsan demo bench bench-batched bench-micro models clean format
 
 all: build
 
@@ -22,9 +22,18 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Unit tests, the backend's reference checks on tiny generated models, and black-box CLI tests.
+# Unit tests, the backend's reference checks on tiny generated models, black-box CLI and server
+# tests; then all of them again built with AddressSanitizer + UndefinedBehaviorSanitizer.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+
+# Every test under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included), in
+# build-asan/.
+test-asan: deps
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS)
 
 # The parts without libtorch and their tests (batcher, scheduler, stress test) under
 # ThreadSanitizer, in build-tsan/.
@@ -74,4 +83,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-tsan
