@@ -695,6 +695,50 @@ TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+TEST(ServerSecurityTest, ApiKeyGuardsEveryRouteButHealth) {
+  setenv("SLUICE_API_KEY", "s3cret-key", 1);
+  ServerProcess server;
+  unsetenv("SLUICE_API_KEY");
+  ASSERT_GT(server.port(), 0) << server.output();
+  Client c(server.port());
+  EXPECT_EQ(c.Request("GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(c.Request("GET", "/v2/health/ready").status, 200);
+  Response missing = c.Request("GET", "/v2/models/identity");
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(missing.body, R"({"error":"missing or invalid API key"})");
+  EXPECT_EQ(c.Request("GET", "/metrics", "", "X-API-Key: s3cret-kez\r\n").status, 401);
+  EXPECT_EQ(c.Request("GET", "/metrics", "", "X-API-Key: s3cret-key-longer\r\n").status, 401);
+  EXPECT_EQ(c.Request("GET", "/v2/models/identity", "", "X-API-Key: s3cret-key\r\n").status, 200);
+  Response bearer = c.Request("POST", "/v2/models/identity/infer", IdentityJson(2),
+                              "Authorization: Bearer s3cret-key\r\n");
+  EXPECT_EQ(bearer.status, 200);
+  EXPECT_NE(bearer.body.find(ExpectedIdentityData(2)), std::string::npos);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+TEST(ServerSecurityTest, SlowClientsAreTimedOut) {
+  ServerProcess server({"--header-timeout", "0.5", "--body-timeout", "0.5", "--idle-timeout", "1"});
+  ASSERT_GT(server.port(), 0) << server.output();
+  // A header that never completes: 408, then closed.
+  Client slow_header(server.port());
+  slow_header.SendRaw("GET /v2/health/live HTTP/1.1\r\nHost: x\r\n");
+  Response header_timeout = slow_header.Read();
+  EXPECT_EQ(header_timeout.status, 408);
+  EXPECT_TRUE(slow_header.ClosedByServer());
+  // A body shorter than its Content-Length: 408 as well.
+  Client short_body(server.port());
+  short_body.SendRaw(
+      "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+      "Content-Length: 100\r\n\r\n{\"inputs\":");
+  EXPECT_EQ(short_body.Read().status, 408);
+  // An idle connection is closed without a word.
+  Client idle(server.port());
+  EXPECT_TRUE(idle.ClosedByServer(3000));
+  // Others are served meanwhile.
+  EXPECT_EQ(Client(server.port()).Request("GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
 TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {
   ServerProcess server({}, "/nonexistent/models");
   EXPECT_EQ(server.port(), 0);

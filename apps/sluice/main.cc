@@ -512,6 +512,21 @@ int main(int argc, char** argv) {
       ->add_option("--idle-timeout", idle_seconds,
                    "Seconds a connection may wait for a complete request")
       ->capture_default_str();
+  double header_seconds = serve.http.header_timeout.count();
+  serve_app
+      ->add_option("--header-timeout", header_seconds,
+                   "Seconds from a request's first byte to its complete header (408)")
+      ->capture_default_str();
+  double body_seconds = serve.http.body_timeout.count();
+  serve_app
+      ->add_option("--body-timeout", body_seconds,
+                   "Seconds from the header to the complete body (408)")
+      ->capture_default_str();
+  serve_app
+      ->add_option("--api-key", serve.http.api_key,
+                   "Require this key (Authorization: Bearer or X-API-Key) on every route but "
+                   "health")
+      ->envname("SLUICE_API_KEY");
   double grace_seconds = serve.shutdown_grace.count();
   serve_app
       ->add_option("--shutdown-grace", grace_seconds,
@@ -524,6 +539,8 @@ int main(int argc, char** argv) {
   bench.http.seed = bench.run.seed;
   if (serve_app->parsed()) {
     serve.http.idle_timeout = Seconds(idle_seconds);
+    serve.http.header_timeout = Seconds(header_seconds);
+    serve.http.body_timeout = Seconds(body_seconds);
     serve.shutdown_grace = Seconds(grace_seconds);
     return RunServe(serve);
   }

@@ -9,6 +9,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -43,6 +44,23 @@ class SessionBase {
 
 // How long a connection may take to deliver a request's first bytes once the server drains.
 constexpr std::chrono::milliseconds kDrainReadTimeout{200};
+
+// Equal strings, in time that depends only on the lengths (not on where they differ).
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+template <typename Duration>
+std::chrono::steady_clock::duration Steady(Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+}
 
 }  // namespace
 
@@ -121,8 +139,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 
   void BeginDrain() override {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
+      // Idle between requests: end the wait now (a pending read keeps its old deadline).
       if (self->reading_header_ && self->buffer_.size() == 0) {
-        self->stream_.expires_after(kDrainReadTimeout);
+        beast::error_code ignored;
+        self->stream_.socket().cancel(ignored);
       }
     });
   }
@@ -133,18 +153,53 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     parser_->header_limit(static_cast<uint32_t>(server_.options().max_header_bytes));
     parser_->body_limit(server_.options().max_body_bytes);
     reading_header_ = true;
-    if (server_.draining() && buffer_.size() == 0) {
-      stream_.expires_after(kDrainReadTimeout);
-    } else {
-      stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          server_.options().idle_timeout));
-    }
+    if (buffer_.size() > 0) return ReadRestOfHeader();
+    // Idle until the request's first bytes (idle timeout), then the header must complete within
+    // the header timeout: a client trickling a byte a second cannot hold the connection for long.
+    stream_.expires_after(server_.draining() ? Steady(kDrainReadTimeout)
+                                             : Steady(server_.options().idle_timeout));
+    stream_.async_read_some(
+        buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          if (ec == net::error::operation_aborted && self->server_.draining()) {
+            // Cancelled by the drain: a request whose bytes already wait is still read and
+            // answered.
+            beast::error_code available_ec;
+            if (self->stream_.socket().available(available_ec) > 0 && !available_ec) {
+              return self->ReadHeader();
+            }
+          }
+          if (ec) {
+            self->reading_header_ = false;
+            return self->OnReadError(ec);
+          }
+          self->buffer_.commit(n);
+          self->ReadRestOfHeader();
+        });
+  }
+
+  // Beast's own timeout closes the socket, leaving no way to answer; a request that is too slow
+  // gets its 408 through this timer, which cancels the read instead.
+  void ArmRequestTimer(Seconds timeout) {
+    stream_.expires_never();
+    request_timer_.expires_after(Steady(timeout));
+    request_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;  // Cancelled: the read finished in time.
+      self->request_timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+  }
+
+  void ReadRestOfHeader() {
+    request_in_progress_ = true;
+    ArmRequestTimer(server_.options().header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
   }
 
   void OnHeader(beast::error_code ec, size_t) {
     reading_header_ = false;
+    request_timer_.cancel();
     if (ec) return OnReadError(ec);
     auto& request = parser_->get();
     if (beast::iequals(request[http::field::expect], "100-continue")) {
@@ -162,11 +217,17 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   void ReadBody() {
+    ArmRequestTimer(server_.options().body_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }
 
   void OnReadError(beast::error_code ec) {
+    if (ec == net::error::operation_aborted && request_timed_out_) {
+      // Part of a request arrived, but not all of it in time.
+      request_timed_out_ = false;
+      return WriteError(408, "request not received in time");
+    }
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
         ec == net::error::eof) {
@@ -187,7 +248,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   void OnRead(beast::error_code ec, size_t) {
+    request_timer_.cancel();
     if (ec) return OnReadError(ec);
+    request_in_progress_ = false;
     http::request<http::string_body>& raw = parser_->get();
     keep_alive_ = raw.keep_alive();
     version_ = raw.version();
@@ -208,6 +271,17 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                           /*close=*/false);
       }
       request.inference_header_length = value;
+    }
+    const std::string& api_key = server_.options().api_key;
+    if (!api_key.empty() && request.path.rfind("/v2/health/", 0) != 0) {
+      std::string_view presented = raw["X-API-Key"];
+      std::string_view authorization = raw[http::field::authorization];
+      if (presented.empty() && authorization.substr(0, 7) == "Bearer ") {
+        presented = authorization.substr(7);
+      }
+      if (!ConstantTimeEquals(presented, api_key)) {
+        return WriteError(401, "missing or invalid API key", /*close=*/false);
+      }
     }
     request.body = std::move(raw.body());
     request.received = Clock::Real().Now();
@@ -300,8 +374,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     res->body() = std::move(response.body);
     res->prepare_payload();
     const int status = response.status;
-    stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        server_.options().idle_timeout));
+    stream_.expires_after(Steady(server_.options().idle_timeout));
     http::async_write(
         stream_, *res,
         [self = shared_from_this(), res, status, counted](beast::error_code ec, size_t) {
@@ -312,6 +385,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   void Close() {
+    request_timer_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
@@ -324,7 +398,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
-  bool reading_header_ = false;  // Waiting for a request's header.
+  bool reading_header_ = false;       // Waiting for a request's header.
+  bool request_in_progress_ = false;  // Some of a request has arrived, not all of it.
+  bool request_timed_out_ = false;    // request_timer_ fired and cancelled the read.
+  net::steady_timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the strand):
   bool awaiting_response_ = false;
   bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
@@ -425,6 +502,10 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
       while ((open_connections_.load() > 0 || inflight_.load() > 0) &&
              Clock::Real().Now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (open_connections_.load() > 0 || inflight_.load() > 0) {
+        spdlog::warn("shutdown grace expired with {} connection(s) and {} request(s) open",
+                     open_connections_.load(), inflight_.load());
       }
     }
     ioc_.stop();

@@ -23,7 +23,12 @@ struct HttpServerOptions {
   int backlog = 1024;                   // listen() backlog; >= 512 recommended.
   size_t max_body_bytes = 64u << 20;    // Larger bodies are answered 413.
   size_t max_header_bytes = 16u << 10;  // Larger headers are answered 431.
-  Seconds idle_timeout{60};    // A connection with no complete request for this long is closed.
+  Seconds idle_timeout{60};    // A connection waiting this long for a request's first byte closes.
+  Seconds header_timeout{10};  // From a request's first byte to its complete header; 408 after.
+  Seconds body_timeout{60};    // From the complete header to the complete body; 408 after.
+  // When set, every route but /v2/health/* needs "Authorization: Bearer <key>" or
+  // "X-API-Key: <key>" (compared in constant time); otherwise 401.
+  std::string api_key;
   int max_connections = 4096;  // Beyond this, new connections are closed at once.
 };
 
