@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spng.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <turbojpeg.h>
@@ -736,6 +737,72 @@ TEST(ServerSecurityTest, SlowClientsAreTimedOut) {
   EXPECT_TRUE(idle.ClosedByServer(3000));
   // Others are served meanwhile.
   EXPECT_EQ(Client(server.port()).Request("GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+TEST(ServerLifecycleTest, ModelThatFailsToLoadLeavesTheServerUp) {
+  std::string dir = testing::TempDir() + "/broken-repo-" + std::to_string(getpid());
+  std::system(("mkdir -p " + dir + "/broken " + dir + "/identity").c_str());
+  std::ofstream(dir + "/broken/model.pt") << "this is not TorchScript";
+  std::ofstream(dir + "/broken/config.yaml")
+      << "max_batch_size: 4\ninputs: [{name: x, datatype: FP32, shape: [2]}]\n"
+         "outputs: [{name: y, datatype: FP32, shape: [2]}]\n";
+  std::ofstream(dir + "/identity/model.pt", std::ios::binary)
+      << ReadFile(std::string(SLUICE_TEST_MODELS) + "/identity/model.pt");
+  std::ofstream(dir + "/identity/config.yaml")
+      << ReadFile(std::string(SLUICE_TEST_MODELS) + "/identity/config.yaml");
+  ServerProcess server({}, dir);
+  ASSERT_GT(server.port(), 0) << server.output();
+  Client c(server.port());
+  Response ready = c.Request("GET", "/v2/health/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, R"({"ready":false})");
+  Response broken = c.Request("GET", "/v2/models/broken");
+  EXPECT_EQ(broken.status, 503);
+  EXPECT_NE(broken.body.find("model 'broken' failed to load"), std::string::npos) << broken.body;
+  EXPECT_EQ(c.Request("GET", "/v2/models/broken/ready").status, 503);
+  EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(4)).status, 200);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+TEST_F(ServerTest, PathTraversalInModelNamesIsRefused) {
+  Client c(port());
+  for (const char* path : {"/v2/models/../ready", "/v2/models/..%2F..%2Fetc%2Fpasswd/ready",
+                           "/v2/models/.hidden", "/predictions/..", "/v2/models/a%00b/infer"}) {
+    Response r = c.Request(
+        path[1] == 'p' || std::string(path).find("infer") != std::string::npos ? "POST" : "GET",
+        path, "{}");
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_NE(r.body.find("invalid model name"), std::string::npos) << r.body;
+  }
+}
+
+TEST(ServerSecurityTest, ConnectionLimitRefusesTheExcessAndKeepsServing) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 4096);
+  setrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur < 1400) GTEST_SKIP() << "needs 1400 file descriptors";
+  ServerProcess server({"--max-connections", "500"});
+  ASSERT_GT(server.port(), 0) << server.output();
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 600; ++i) idle.push_back(std::make_unique<Client>(server.port()));
+  // The first 500 hold their slots; the rest are closed by the server at once.
+  int closed = 0;
+  for (size_t i = 500; i < idle.size(); ++i) closed += idle[i]->ClosedByServer(2000);
+  EXPECT_GE(closed, 90);
+  // Freeing slots lets new clients in.
+  idle.resize(100);
+  bool served = false;
+  for (int attempt = 0; attempt < 50 && !served; ++attempt) {
+    served = Client(server.port()).Request("GET", "/v2/health/live").status == 200;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(served);
+  Client metrics(server.port());
+  EXPECT_NE(metrics.Request("GET", "/metrics").body.find("sluice_http_refused_connections_total"),
+            std::string::npos);
+  idle.clear();
   EXPECT_EQ(server.Stop(), 0);
 }
 
