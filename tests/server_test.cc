@@ -765,6 +765,38 @@ TEST(ServerLifecycleTest, ModelThatFailsToLoadLeavesTheServerUp) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+TEST_F(ServerTest, ModelFailureFailsOnlyTheBadRequestOfItsBatch) {
+  // Four concurrent requests make one batch ("faulty" dispatches at 4); the third holds the
+  // marker that makes the TorchScript model raise. The batch fails, is retried request by
+  // request, and only the bad one fails.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<Client>(port()));
+    std::string value = i == 2 ? "-12345" : std::to_string(i + 1);
+    std::string body = R"({"inputs":[{"name":"input","shape":[1,2],"datatype":"FP32","data":[)" +
+                       value + ",0.5]}]}";
+    ASSERT_TRUE(
+        clients.back()->SendRaw("POST /v2/models/faulty/infer HTTP/1.1\r\nHost: x\r\n"
+                                "Content-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body));
+  }
+  for (int i = 0; i < 4; ++i) {
+    Response r = clients[static_cast<size_t>(i)]->Read();
+    if (i == 2) {
+      EXPECT_EQ(r.status, 500);
+      EXPECT_NE(r.body.find("marker input"), std::string::npos) << r.body;
+    } else {
+      EXPECT_EQ(r.status, 200) << r.body;
+      EXPECT_NE(r.body.find("\"data\":[" + std::to_string(2 * (i + 1)) + ",1]"), std::string::npos)
+          << r.body;
+    }
+  }
+  Client c(port());
+  Response stats = c.Request("GET", "/v2/models/faulty/stats");
+  EXPECT_NE(stats.body.find("\"failed_batches\":1,"), std::string::npos) << stats.body;
+  EXPECT_NE(stats.body.find("\"internal\":1"), std::string::npos) << stats.body;
+}
+
 TEST_F(ServerTest, PathTraversalInModelNamesIsRefused) {
   Client c(port());
   for (const char* path : {"/v2/models/../ready", "/v2/models/..%2F..%2Fetc%2Fpasswd/ready",

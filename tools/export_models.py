@@ -11,6 +11,7 @@ Test models (--test, generated in seconds for the test suite):
   tiny_cnn       3x16x16 -> 5 logits, random weights.
   multi_io       two FP32 inputs of 4 -> (sum, product) as two outputs.
   identity       16 floats -> the same 16 floats.
+  faulty         2 floats -> doubled; raises on the marker value -12345 (fault-injection tests).
 
 Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Python, which the
 C++ backend's test reproduces.
@@ -257,6 +258,15 @@ class Identity(nn.Module):
         return x.clone()
 
 
+class Faulty(nn.Module):
+    """Doubles its input, but fails the whole call when any value is the marker -12345."""
+
+    def forward(self, x):
+        if bool((x == -12345.0).any()):
+            raise RuntimeError("marker input")
+        return x * 2
+
+
 def simple_config(inputs, outputs, max_batch_size=8, extra=""):
     def specs(items):
         return "".join(f"  - name: {n}\n    datatype: FP32\n    shape: {fmt_list(s)}\n" for n, s in items)
@@ -286,6 +296,14 @@ def export_test_models(out_dir):
     m = save_scripted(Identity(), d)
     write_config(d, simple_config([("input", [16])], [("output", [16])], max_batch_size=64))
     x = torch.randn(2, 16)
+    write_reference(d, [("input", x)], [("output", m(x))])
+
+    # Batches go when 4 requests are in (or after 0.5 s), so concurrent requests share a batch.
+    d = os.path.join(out_dir, "faulty")
+    m = save_scripted(Faulty(), d)
+    write_config(d, simple_config([("input", [2])], [("output", [2])], extra=(
+        "dynamic_batching:\n  max_queue_delay_us: 500000\n  preferred_batch_sizes: [4]\n")))
+    x = torch.randn(2, 2)
     write_reference(d, [("input", x)], [("output", m(x))])
     print(f"test models: written to {out_dir}")
 
