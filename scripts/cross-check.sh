@@ -14,22 +14,8 @@ seconds=${4:-10}
 sluice=${SLUICE:-build/sluice}
 command -v wrk >/dev/null || { echo "error: wrk is not installed (scripts/install-deps.sh)" >&2; exit 1; }
 
-work=$(mktemp -d)
-"$sluice" serve --model-repository "$repository" --model "$model" --port 0 >"$work/server.log" 2>&1 &
-server=$!
-cleanup() {
-  kill -TERM "$server" 2>/dev/null || true
-  wait "$server" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|^Sluice listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$work/server.log")
-  [[ -n $port ]] && break
-  kill -0 "$server" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-  sleep 0.1
-done
+. scripts/lib/serve.sh
+start_server "$sluice" --model-repository "$repository" --model "$model"
 url="http://127.0.0.1:$port"
 
 # The request body both clients send: random values shaped from the model's metadata.

@@ -15,28 +15,8 @@ done
 [[ $# -gt 0 ]] && shift
 bench_flags=("$@")
 
-log=$(mktemp)
-"$sluice" serve --model-repository "$repository" --port 0 >"$log" 2>&1 &
-server=$!
-cleanup() {
-  kill -TERM "$server" 2>/dev/null || true
-  wait "$server" 2>/dev/null || true
-  rm -f "$log"
-}
-trap cleanup EXIT
-
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|^Sluice listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$log")
-  [[ -n $port ]] && break
-  if ! kill -0 "$server" 2>/dev/null; then
-    cat "$log" >&2
-    echo "error: the server exited before listening" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-[[ -n $port ]] || { cat "$log" >&2; echo "error: the server did not start" >&2; exit 1; }
+. "$(dirname "$0")/lib/serve.sh"
+start_server "$sluice" --model-repository "$repository"
 echo "server pid $server on http://127.0.0.1:$port"
 
 for model in "${models[@]}"; do

@@ -165,11 +165,6 @@ Result<DecodedImage> DecodeImage(std::string_view bytes, int channels, const Ima
   return Status::InvalidArgument("not a PNG or JPEG image");
 }
 
-std::optional<Shape> PreprocessedShape(const ImagePreprocessConfig& p) {
-  if (p.crop > 0) return Shape{p.channels, p.crop, p.crop};
-  return std::nullopt;
-}
-
 Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& p) {
   const DecodedImage* current = &image;
   DecodedImage resized;

@@ -36,8 +36,4 @@ Result<DecodedImage> DecodeImage(std::string_view bytes, int channels,
 // Applies `preprocess` to `image` and returns a [channels, height, width] FP32 tensor.
 Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& preprocess);
 
-// The shape PreprocessImage() produces for `preprocess`, when it does not depend on the image
-// (a crop is set, or a resize to a square); nullopt otherwise.
-std::optional<Shape> PreprocessedShape(const ImagePreprocessConfig& preprocess);
-
 }  // namespace sluice

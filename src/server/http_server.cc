@@ -191,7 +191,6 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   void ReadRestOfHeader() {
-    request_in_progress_ = true;
     ArmRequestTimer(server_.options().header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
@@ -250,7 +249,6 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   void OnRead(beast::error_code ec, size_t) {
     request_timer_.cancel();
     if (ec) return OnReadError(ec);
-    request_in_progress_ = false;
     http::request<http::string_body>& raw = parser_->get();
     keep_alive_ = raw.keep_alive();
     version_ = raw.version();
@@ -398,9 +396,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
-  bool reading_header_ = false;       // Waiting for a request's header.
-  bool request_in_progress_ = false;  // Some of a request has arrived, not all of it.
-  bool request_timed_out_ = false;    // request_timer_ fired and cancelled the read.
+  bool reading_header_ = false;     // Waiting for a request's header.
+  bool request_timed_out_ = false;  // request_timer_ fired and cancelled the read.
   net::steady_timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the strand):
   bool awaiting_response_ = false;
