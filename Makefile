@@ -5,9 +5,10 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 MODELS ?= models
 PYTHON ?= /usr/bin/python3
+FUZZ_SECONDS ?= 60
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-asan test-tsan demo bench bench-batched bench-micro models clean format
+.PHONY: all deps configure build test test-asan test-tsan fuzz demo bench bench-batched bench-micro models clean format
 
 all: build
 
@@ -41,6 +42,11 @@ test-tsan: deps
 	cmake --preset tsan
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS)
+
+# Every libFuzzer target for FUZZ_SECONDS each (clang, ASan + UBSan, in build-fuzz/); the seed
+# corpora are in fuzz/corpus/, and `make test` replays them. FUZZ_JOBS=2 runs two at once.
+fuzz: deps
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained).
 models: deps

@@ -16,6 +16,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev wrk
+  # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.
+  clang libclang-rt-dev
   # The Fashion-MNIST data set the fashion_mnist model is trained on.
   dataset-fashion-mnist
 )
