@@ -8,7 +8,7 @@ PYTHON ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-asan test-tsan fuzz demo bench bench-batched bench-micro models clean format
+.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz demo bench bench-batched bench-micro models clean format
 
 all: build
 
@@ -24,10 +24,18 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Unit tests, the backend's reference checks on tiny generated models, black-box CLI and server
-# tests; then all of them again built with AddressSanitizer + UndefinedBehaviorSanitizer.
+# tests and the fuzz corpora; clang's thread-safety analysis; then all of the tests again built
+# with AddressSanitizer + UndefinedBehaviorSanitizer.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) check-thread-safety
 	$(MAKE) test-asan
+
+# Compiles the parts without libtorch with clang -Wthread-safety, warnings as errors: every
+# GUARDED_BY field is touched only with its mutex held (in build-thread-safety/).
+check-thread-safety: deps
+	cmake --preset thread-safety
+	cmake --build --preset thread-safety -j $(JOBS)
 
 # Every test under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included), in
 # build-asan/.

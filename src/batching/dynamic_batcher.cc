@@ -2,7 +2,6 @@
 #include "batching/dynamic_batcher.h"
 
 #include <fmt/format.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -35,7 +34,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
   bool wake_instance = false;
   bool wake_timer = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return Status::Unavailable("model is stopping and accepts no new requests");
     const Clock::time_point now = clock_.Now();
     if (request->deadline && *request->deadline <= now) {
@@ -59,13 +58,13 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
     queued_samples_ += samples;
     queue_.push_back(std::move(request));
   }
-  if (wake_instance) work_cv_.notify_one();
-  if (wake_timer) deadline_cv_.notify_one();
+  if (wake_instance) work_cv_.Signal();
+  if (wake_timer) deadline_cv_.Signal();
   return Status::Ok();
 }
 
 std::unique_ptr<InferRequest> DynamicBatcher::Cancel(RequestId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < queue_.size(); ++i) {
     if (queue_[i]->id == id) return RemoveAtLocked(i);
   }
@@ -73,17 +72,17 @@ std::unique_ptr<InferRequest> DynamicBatcher::Cancel(RequestId id) {
 }
 
 BatcherPoll DynamicBatcher::Poll(Clock::time_point now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return PollLocked(now);
 }
 
 BatcherPoll DynamicBatcher::WaitForBatch() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
     BatcherPoll poll = PollLocked(clock_.Now());
     if (!poll.batch.requests.empty() || !poll.expired.empty()) {
       // Another free instance may be able to take what is left.
-      if (!queue_.empty()) work_cv_.notify_one();
+      if (!queue_.empty()) work_cv_.Signal();
       return poll;
     }
     if (closed_ && queue_.empty()) return {};
@@ -92,7 +91,7 @@ BatcherPoll DynamicBatcher::WaitForBatch() {
 }
 
 std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::WaitForExpiry() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!closed_) {
     std::vector<std::unique_ptr<InferRequest>> expired;
     ExpireLocked(clock_.Now(), expired);
@@ -104,15 +103,15 @@ std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::WaitForExpiry() {
 
 void DynamicBatcher::Close() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
   }
-  work_cv_.notify_all();
-  deadline_cv_.notify_all();
+  work_cv_.SignalAll();
+  deadline_cv_.SignalAll();
 }
 
 std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::TakeAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::unique_ptr<InferRequest>> all;
   all.reserve(queue_.size());
   for (auto& request : queue_) all.push_back(std::move(request));
@@ -123,12 +122,12 @@ std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::TakeAll() {
 }
 
 int64_t DynamicBatcher::queued_requests() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int64_t>(queue_.size());
 }
 
 int64_t DynamicBatcher::queued_samples() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return queued_samples_;
 }
 

@@ -11,16 +11,14 @@
 // cancelled, left over at shutdown) are handed back to the caller, which completes them.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <vector>
 
 #include "common/clock.h"
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 #include "sluice/request.h"
 #include "sluice/status.h"
 
@@ -101,9 +99,9 @@ class DynamicBatcher {
   const BatcherOptions options_;
   Clock& clock_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;      // Free instances wait here.
-  std::condition_variable deadline_cv_;  // The expiry timer waits here.
+  mutable Mutex mu_;
+  CondVar work_cv_;      // Free instances wait here.
+  CondVar deadline_cv_;  // The expiry timer waits here.
   std::deque<std::unique_ptr<InferRequest>> queue_ GUARDED_BY(mu_);
   std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
   int64_t queued_samples_ GUARDED_BY(mu_) = 0;

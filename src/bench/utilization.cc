@@ -3,9 +3,7 @@
 
 #include <dlfcn.h>
 #include <unistd.h>
-
 #include <charconv>
-#include <condition_variable>
 #include <fstream>
 #include <sstream>
 
@@ -143,7 +141,7 @@ UtilizationSampler::~UtilizationSampler() { Stop(); }
 
 void UtilizationSampler::Start() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = false;
     samples_.clear();
   }
@@ -152,15 +150,15 @@ void UtilizationSampler::Start() {
 
 void UtilizationSampler::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 std::vector<UtilizationSample> UtilizationSampler::samples() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return samples_;
 }
 
@@ -176,9 +174,12 @@ void UtilizationSampler::Loop() {
   auto previous_machine = ParseProcStat(ReadFile("/proc/stat"));
   auto previous_process = ParseProcessCpuTicks(ReadFile("/proc/self/stat"));
   auto previous_time = std::chrono::steady_clock::now();
-  std::unique_lock lock(mu_);
-  while (!wake_.wait_for(lock, period_, [&] { return stop_; })) {
-    lock.unlock();
+  MutexLock lock(mu_);
+  while (true) {
+    const auto wake_at = std::chrono::steady_clock::now() + period_;
+    while (!stop_ && std::chrono::steady_clock::now() < wake_at) wake_.WaitUntil(lock, wake_at);
+    if (stop_) break;
+    lock.Unlock();
     auto now = std::chrono::steady_clock::now();
     auto machine = ParseProcStat(ReadFile("/proc/stat"));
     auto process = ParseProcessCpuTicks(ReadFile("/proc/self/stat"));
@@ -198,7 +199,7 @@ void UtilizationSampler::Loop() {
     previous_machine = machine;
     previous_process = process;
     previous_time = now;
-    lock.lock();
+    lock.Lock();
     samples_.push_back(sample);
   }
 }

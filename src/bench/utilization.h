@@ -4,10 +4,8 @@
 // all cores. GPU: NVML, loaded with dlopen so Sluice neither links nor needs it; absent -> "n/a".
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace sluice {
 
@@ -81,10 +80,10 @@ class UtilizationSampler {
   void Loop();
 
   const Millis period_;
-  mutable std::mutex mu_;
-  std::vector<UtilizationSample> samples_;  // Guarded by mu_.
-  bool stop_ = false;                       // Guarded by mu_.
-  std::condition_variable wake_;
+  mutable Mutex mu_;
+  std::vector<UtilizationSample> samples_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  CondVar wake_;
   std::thread thread_;
 };
 

@@ -3,9 +3,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace sluice {
 
@@ -25,8 +25,7 @@ class Clock {
 
   // Waits on `cv` (whose mutex `lock` holds) until notified or until `deadline` on this clock.
   // May return early (spuriously): callers re-check their condition in a loop.
-  virtual void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                         time_point deadline) = 0;
+  virtual void WaitUntil(CondVar& cv, MutexLock& lock, time_point deadline) = 0;
 
   // The process-wide real clock.
   static Clock& Real();
@@ -37,12 +36,11 @@ class SteadyClock final : public Clock {
  public:
   time_point Now() const override { return std::chrono::steady_clock::now(); }
   void SleepFor(duration d) override { std::this_thread::sleep_for(d); }
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 time_point deadline) override {
+  void WaitUntil(CondVar& cv, MutexLock& lock, time_point deadline) override {
     if (deadline == time_point::max()) {
-      cv.wait(lock);
+      cv.Wait(lock);
     } else {
-      cv.wait_until(lock, deadline);
+      cv.WaitUntil(lock, deadline);
     }
   }
 };
@@ -57,10 +55,9 @@ class FakeClock final : public Clock {
 
   time_point Now() const override { return time_point(std::chrono::nanoseconds(now_ns_.load())); }
   void SleepFor(duration d) override { Advance(d); }
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 time_point deadline) override {
+  void WaitUntil(CondVar& cv, MutexLock& lock, time_point deadline) override {
     if (Now() >= deadline) return;
-    cv.wait_for(lock, std::chrono::microseconds(200));
+    cv.WaitFor(lock, std::chrono::microseconds(200));
   }
   void Advance(duration d) {
     now_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

@@ -11,20 +11,20 @@ ThreadPool::ThreadPool(int threads, size_t max_queued) : max_queued_(max_queued)
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
 bool ThreadPool::TrySubmit(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ || tasks_.size() >= max_queued_) return false;
     tasks_.push_back(std::move(task));
   }
-  cv_.notify_one();
+  cv_.Signal();
   return true;
 }
 
@@ -32,8 +32,8 @@ void ThreadPool::Loop() {
   while (true) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && tasks_.empty()) cv_.Wait(lock);
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());
       tasks_.pop_front();

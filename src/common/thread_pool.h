@@ -2,14 +2,12 @@
 // threads (image decoding).
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace sluice {
 
@@ -29,8 +27,8 @@ class ThreadPool {
   void Loop();
 
   const size_t max_queued_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;

@@ -2,7 +2,6 @@
 #include "engine/engine.h"
 
 #include <fmt/format.h>
-
 #include <utility>
 
 namespace sluice {
@@ -24,7 +23,7 @@ Engine::~Engine() { Stop(); }
 
 Status Engine::AddModel(const ModelConfig& config) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (models_.count(config.name)) {
       return Status::InvalidArgument(fmt::format("model '{}' is already loaded", config.name));
     }
@@ -36,7 +35,7 @@ Status Engine::AddModel(const ModelConfig& config) {
   if (!instances.ok()) return instances.status();
   auto scheduler = ModelScheduler::Start(config, std::move(*instances), clock_);
   if (!scheduler.ok()) return scheduler.status();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto [it, inserted] = models_.emplace(config.name, std::move(*scheduler));
   if (!inserted) {
     return Status::InvalidArgument(fmt::format("model '{}' is already loaded", config.name));
@@ -47,7 +46,7 @@ Status Engine::AddModel(const ModelConfig& config) {
 Status Engine::RemoveModel(const std::string& name) {
   std::shared_ptr<ModelScheduler> scheduler;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = models_.find(name);
     if (it == models_.end()) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
     scheduler = std::move(it->second);
@@ -58,7 +57,7 @@ Status Engine::RemoveModel(const std::string& name) {
 }
 
 std::shared_ptr<ModelScheduler> Engine::Find(const std::string& name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = models_.find(name);
   return it == models_.end() ? nullptr : it->second;
 }
@@ -70,7 +69,7 @@ Result<RequestId> Engine::Submit(const std::string& model, std::unique_ptr<Infer
 }
 
 std::vector<std::string> Engine::ModelNames() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> names;
   for (const auto& [name, scheduler] : models_) names.push_back(name);
   return names;
@@ -79,7 +78,7 @@ std::vector<std::string> Engine::ModelNames() const {
 void Engine::Stop(StopMode mode) {
   std::map<std::string, std::shared_ptr<ModelScheduler>> models;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     models.swap(models_);
   }
   for (auto& [name, scheduler] : models) scheduler->Stop(mode);

@@ -4,11 +4,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 #include "config/model_config.h"
 #include "engine/model_scheduler.h"
 #include "sluice/backend.h"
@@ -47,7 +46,7 @@ class Engine {
  private:
   BackendLoader loader_;
   Clock& clock_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<ModelScheduler>> models_ GUARDED_BY(mu_);
 };
 

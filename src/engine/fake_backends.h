@@ -5,12 +5,11 @@
 // batch that contains a marker value (to test per-request retry), and it logs every batch.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "sluice/backend.h"
 
 namespace sluice::testing {
@@ -20,49 +19,49 @@ class EchoLog {
  public:
   // Batches wait in Run() while the gate is closed (it starts open).
   void CloseGate() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     gate_open_ = false;
   }
   void OpenGate() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       gate_open_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   // Blocks until `n` batches have entered Run() (including ones waiting at the gate).
   void WaitForBatchesStarted(size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return batch_sizes_.size() >= n; });
+    MutexLock lock(mu_);
+    while (batch_sizes_.size() < n) cv_.Wait(lock);
   }
   // Samples of each batch that entered Run(), in order.
   std::vector<int64_t> batch_sizes() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return batch_sizes_;
   }
   int attached() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return attached_;
   }
 
   // Called by instances.
   void RecordAttach() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++attached_;
   }
   void EnterRun(int64_t samples) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     batch_sizes_.push_back(samples);
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return gate_open_; });
+    cv_.SignalAll();
+    while (!gate_open_) cv_.Wait(lock);
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool gate_open_ = true;
-  std::vector<int64_t> batch_sizes_;
-  int attached_ = 0;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool gate_open_ GUARDED_BY(mu_) = true;
+  std::vector<int64_t> batch_sizes_ GUARDED_BY(mu_);
+  int attached_ GUARDED_BY(mu_) = 0;
 };
 
 // A float input value that makes a batch fail.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/histogram.h"
+#include "common/mutex.h"
 #include "common/json_writer.h"
 
 namespace sluice {
@@ -116,8 +117,8 @@ class HttpServer::Impl {
   std::array<std::atomic<int64_t>, 600> responses_;
   Histogram request_seconds_;
   std::once_flag shutdown_once_;
-  std::mutex sessions_mu_;
-  std::vector<std::weak_ptr<SessionBase>> sessions_;  // Pruned as it grows.
+  Mutex sessions_mu_;
+  std::vector<std::weak_ptr<SessionBase>> sessions_ GUARDED_BY(sessions_mu_);  // Pruned as it grows.
 };
 
 namespace {
@@ -456,7 +457,7 @@ void HttpServer::Impl::StartSession(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ignored);
   auto session = std::make_shared<Session>(std::move(socket), *this);
   {
-    std::lock_guard lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     if (sessions_.size() >= 1024 && sessions_.size() % 1024 == 0) {
       std::erase_if(sessions_, [](const auto& weak) { return weak.expired(); });
     }
@@ -486,7 +487,7 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
       closed.get_future().wait();
       std::vector<std::shared_ptr<SessionBase>> live;
       {
-        std::lock_guard lock(sessions_mu_);
+        MutexLock lock(sessions_mu_);
         for (const auto& weak : sessions_) {
           if (auto session = weak.lock()) live.push_back(std::move(session));
         }

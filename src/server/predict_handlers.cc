@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -58,7 +57,7 @@ PredictHandlers::PredictHandlers(Engine& engine, ThreadPool& decode_pool, std::s
       limits_(limits) {}
 
 void PredictHandlers::SetLabels(const std::string& model, std::vector<std::string> labels) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   labels_[model] = std::move(labels);
 }
 
@@ -209,7 +208,7 @@ std::string PredictHandlers::FormatReply(const ModelConfig& config, const Tensor
                     [&](size_t a, size_t b) { return p[a] > p[b]; });
   std::vector<std::string> labels;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = labels_.find(config.name);
     if (it != labels_.end()) labels = it->second;
   }

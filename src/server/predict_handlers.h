@@ -8,12 +8,11 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "codec/image.h"
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "engine/engine.h"
 #include "server/router.h"
@@ -46,7 +45,7 @@ class PredictHandlers {
   ThreadPool& decode_pool_;
   const std::string default_model_;
   const ImageLimits limits_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::vector<std::string>> labels_ GUARDED_BY(mu_);
 };
 

@@ -48,7 +48,7 @@ V2Handlers::V2Handlers(Engine& engine, std::function<HttpStats()> http_stats, V2
     : engine_(engine), http_stats_(std::move(http_stats)), limits_(limits) {}
 
 void V2Handlers::SetLoadError(const std::string& model, std::string error) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   load_errors_[model] = std::move(error);
 }
 
@@ -86,7 +86,7 @@ void V2Handlers::Ready(const HttpRequest&, const PathParams&, Responder respond)
   // Ready when every model of the repository loaded.
   bool ready;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ready = load_errors_.empty();
   }
   respond(HttpResponse::Json(ready ? 200 : 503, fmt::format("{{\"ready\":{}}}", ready)));
@@ -104,7 +104,7 @@ Result<std::shared_ptr<ModelScheduler>> V2Handlers::FindModel(const PathParams& 
   }
   std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(name));
   if (!scheduler) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = load_errors_.find(std::string(name));
     if (it != load_errors_.end()) {
       return Status::Unavailable(fmt::format("model '{}' failed to load: {}", name, it->second));

@@ -5,11 +5,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "codec/v2_codec.h"
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 #include "engine/engine.h"
 #include "metrics/prometheus.h"
 #include "server/router.h"
@@ -43,7 +42,7 @@ class V2Handlers {
   Engine& engine_;
   std::function<HttpStats()> http_stats_;
   const V2Limits limits_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);
 };
 
