@@ -385,6 +385,58 @@ TEST_F(ServerTest, KeepAliveOverManyRequestsAndPipelining) {
   EXPECT_NE(c.Read().body.find(ExpectedIdentityData(200)), std::string::npos);
 }
 
+TEST_F(ServerTest, ChunkedRequestBodiesAreReassembledAndLimited) {
+  Client c(port());
+  const std::string body = IdentityJson(7);
+  std::string chunked = "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n";
+  for (size_t at = 0; at < body.size(); at += 50) {
+    std::string part = body.substr(at, 50);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", part.size());
+    chunked += std::string(size) + (at == 0 ? ";ext=1" : "") + "\r\n" + part + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  ASSERT_TRUE(c.SendRaw(chunked));
+  Response r = c.Read();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find(ExpectedIdentityData(7)), std::string::npos) << r.body;
+  EXPECT_FALSE(r.closed);
+
+  // Chunks adding up to more than --max-body-bytes (200000): 413 before the rest is read.
+  Client big(port());
+  std::string head = "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n";
+  const std::string chunk = "10000\r\n" + std::string(0x10000, ' ') + "\r\n";
+  big.SendRaw(head + chunk + chunk + chunk + chunk);
+  Response refused = big.Read();
+  EXPECT_EQ(refused.status, 413);
+  EXPECT_TRUE(refused.closed);
+
+  // A chunk size that is not hex: 400, connection closed.
+  Client bad(port());
+  bad.SendRaw(head + "zz\r\nabc\r\n0\r\n\r\n");
+  Response malformed = bad.Read();
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_TRUE(malformed.closed);
+}
+
+TEST_F(ServerTest, ContentLengthShorterThanTheBodyIsAClearError) {
+  // The declared 10 bytes are parsed as the body (400: not JSON); the bytes after them are not
+  // HTTP (400, connection closed). Nothing hangs.
+  Client c(port());
+  const std::string body = IdentityJson(1);
+  c.SendRaw("POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n" +
+            body);
+  Response first = c.Read();
+  EXPECT_EQ(first.status, 400);
+  EXPECT_NE(first.body.find("\"error\""), std::string::npos) << first.body;
+  Response second = c.Read();
+  EXPECT_EQ(second.status, 400);
+  EXPECT_TRUE(second.closed);
+  EXPECT_EQ(Client(port()).Request("GET", "/v2/health/live").status, 200);
+}
+
 TEST_F(ServerTest, Http10KeepAliveOnlyWhenAsked) {
   Client keep(port());
   keep.set_http10(true);
