@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/http_load.h"
+
 namespace {
 
 // A running `sluice serve`, stopped by its PID (SIGTERM) at the end.
@@ -74,6 +76,7 @@ class ServerProcess {
     return status;
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   const std::string& output() const { return output_; }
 
  private:
@@ -894,6 +897,115 @@ TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {
   ServerProcess server({}, "/nonexistent/models");
   EXPECT_EQ(server.port(), 0);
   EXPECT_EQ(WEXITSTATUS(server.Stop()), 2);
+}
+
+
+// A repository with "busy": a few milliseconds of arithmetic per sample, one sample per batch,
+// a queue bounded at 32 samples and a 0.5 s default deadline (the latency bound).
+std::string MakeOverloadRepository() {
+  std::string dir = testing::TempDir() + "/overload-repo-" + std::to_string(getpid());
+  std::string model = dir + "/busy";
+  std::system(("mkdir -p " + model).c_str());
+  std::ofstream(model + "/model.pt", std::ios::binary)
+      << ReadFile(std::string(SLUICE_TEST_MODELS) + "/busy/model.pt");
+  std::ofstream(model + "/config.yaml")
+      << "max_batch_size: 1\n"
+         "dynamic_batching: {max_queue_delay_us: 0, max_queue_size: 32,"
+         " default_timeout_us: 500000}\n"
+         "instances: {count: 1, threads: 1}\n"
+         "inputs: [{name: input, datatype: FP32, shape: [16]}]\n"
+         "outputs: [{name: output, datatype: FP32, shape: [16]}]\n";
+  return dir;
+}
+
+// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM"); 0 when unreadable.
+int64_t ProcStatusKib(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return 0;
+}
+
+TEST(ServerOverloadTest, FourTimesCapacityForThirtySecondsAnswersEveryRequest) {
+  ServerProcess server({"--model", "busy"}, MakeOverloadRepository());
+  ASSERT_GT(server.port(), 0) << server.output();
+  sluice::HttpLoadOptions load;
+  load.target.port = static_cast<uint16_t>(server.port());
+  load.payload.path = "/v2/models/busy/infer";
+  load.payload.body = R"({"inputs":[{"name":"input","shape":[1,16],"datatype":"FP32","data":[)"
+                      "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}";
+
+  // Capacity: closed loop, enough clients to keep the instance busy.
+  load.concurrency = 4;
+  load.duration = sluice::Seconds(3);
+  load.warmup = sluice::Seconds(1);
+  auto measured = sluice::RunHttpLoad(load);
+  ASSERT_TRUE(measured.ok()) << measured.status().message();
+  const double capacity = measured->summary.requests_per_second;
+  ASSERT_GT(capacity, 10);
+  ASSERT_EQ(measured->summary.ok_requests, measured->summary.requests);
+
+  // 4x that, open loop (Poisson arrivals), for 30 s, while the server's memory is sampled.
+  const int64_t rss_before_kib = ProcStatusKib(server.pid(), "VmRSS");
+  std::atomic<bool> loading{true};
+  std::atomic<int64_t> peak_rss_kib{rss_before_kib};
+  std::thread sampler([&] {
+    while (loading.load()) {
+      int64_t rss = ProcStatusKib(server.pid(), "VmRSS");
+      if (rss > peak_rss_kib.load()) peak_rss_kib.store(rss);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  load.rate = 4 * capacity;
+  load.concurrency = 256;  // Connections enough that arrivals never wait for one.
+  load.duration = sluice::Seconds(30);
+  load.warmup = sluice::Seconds(0);
+  auto overload = sluice::RunHttpLoad(load);
+  loading = false;
+  sampler.join();
+  ASSERT_TRUE(overload.ok()) << overload.status().message();
+
+  // Every request sent was answered, with 200 or 503 + Retry-After.
+  const auto& run = *overload;
+  EXPECT_EQ(run.transport_errors, 0);
+  EXPECT_EQ(run.unsent, 0);
+  EXPECT_EQ(run.sent, run.answered);
+  EXPECT_EQ(static_cast<int64_t>(run.records.size()), run.sent);
+  EXPECT_EQ(run.unavailable_without_retry_after, 0);
+  int64_t ok = 0, rejected = 0, other = 0;
+  std::vector<double> ok_latencies;
+  for (const auto& record : run.records) {
+    if (record.outcome == sluice::StatusCode::kOk) {
+      ++ok;
+      ok_latencies.push_back(record.latency_seconds());
+    } else if (record.outcome == sluice::StatusCode::kUnavailable) {
+      ++rejected;
+    } else {
+      ++other;
+    }
+  }
+  EXPECT_EQ(other, 0);
+  EXPECT_GT(rejected, run.sent / 2);  // The overload was real...
+  // ...and the server kept serving at close to its capacity meanwhile.
+  EXPECT_GT(static_cast<double>(ok), 0.5 * capacity * 30);
+  // Accepted requests stay under the configured 0.5 s deadline (none ran late: no 504s).
+  const sluice::LatencyStats latency = sluice::ComputeLatencyStats(ok_latencies);
+  EXPECT_LT(latency.p99, 0.5);
+  // Memory: queues are bounded, so 30 s of overload leaves no trace.
+  const int64_t peak_kib = peak_rss_kib.load();
+  EXPECT_LT(peak_kib - rss_before_kib, 64 * 1024);
+  std::printf(
+      "overload: capacity %.0f req/s, offered %.0f req/s for 30 s; sent %lld, answered %lld "
+      "(200: %lld, 503: %lld, lost: %lld); p99 of accepted %.1f ms; server RSS %lld MiB before, "
+      "peak %lld MiB, high-water mark %lld MiB\n",
+      capacity, load.rate, static_cast<long long>(run.sent), static_cast<long long>(run.answered),
+      static_cast<long long>(ok), static_cast<long long>(rejected),
+      static_cast<long long>(run.sent - run.answered), latency.p99 * 1e3,
+      static_cast<long long>(rss_before_kib / 1024), static_cast<long long>(peak_kib / 1024),
+      static_cast<long long>(ProcStatusKib(server.pid(), "VmHWM") / 1024));
+  EXPECT_EQ(server.Stop(), 0);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@ Test models (--test, generated in seconds for the test suite):
   multi_io       two FP32 inputs of 4 -> (sum, product) as two outputs.
   identity       16 floats -> the same 16 floats.
   faulty         2 floats -> doubled; raises on the marker value -12345 (fault-injection tests).
+  busy           16 floats -> 16 floats through 40 dense 256x256 layers, 5 times over: a fixed
+                 cost per sample, a few milliseconds (overload tests).
 
 Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Python, which the
 C++ backend's test reproduces.
@@ -267,6 +269,24 @@ class Faulty(nn.Module):
         return x * 2
 
 
+class Busy(nn.Module):
+    """A fixed amount of arithmetic per sample (about 13 M multiply-adds)."""
+
+    def __init__(self, layers=40, width=256, passes=5):
+        super().__init__()
+        self.inp = nn.Linear(16, width)
+        self.hidden = nn.ModuleList([nn.Linear(width, width) for _ in range(layers)])
+        self.out = nn.Linear(width, 16)
+        self.passes = passes
+
+    def forward(self, x):
+        h = self.inp(x)
+        for _ in range(self.passes):
+            for layer in self.hidden:
+                h = torch.tanh(layer(h))
+        return self.out(h)
+
+
 def simple_config(inputs, outputs, max_batch_size=8, extra=""):
     def specs(items):
         return "".join(f"  - name: {n}\n    datatype: FP32\n    shape: {fmt_list(s)}\n" for n, s in items)
@@ -305,6 +325,13 @@ def export_test_models(out_dir):
         "dynamic_batching:\n  max_queue_delay_us: 500000\n  preferred_batch_sizes: [4]\n")))
     x = torch.randn(2, 2)
     write_reference(d, [("input", x)], [("output", m(x))])
+
+    d = os.path.join(out_dir, "busy")
+    m = save_scripted(Busy(), d)
+    write_config(d, simple_config([("input", [16])], [("output", [16])], max_batch_size=1))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        write_reference(d, [("input", x)], [("output", m(x))])
     print(f"test models: written to {out_dir}")
 
 

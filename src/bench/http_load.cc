@@ -102,6 +102,9 @@ class LoadRunner {
     run.records = std::move(records_);
     run.transport_errors = transport_errors_;
     run.unsent = static_cast<int64_t>(pending_.size());
+    run.sent = sent_;
+    run.answered = answered_;
+    run.unavailable_without_retry_after = unavailable_without_retry_after_;
     return run;
   }
 
@@ -154,6 +157,7 @@ class LoadRunner {
     net::async_write(conn->socket, net::buffer(request_),
                      [this, conn](beast::error_code ec, size_t) {
                        if (ec) return Lost(conn);
+                       ++sent_;
                        Read(conn);
                      });
   }
@@ -166,6 +170,11 @@ class LoadRunner {
                        if (ec) return Lost(conn);
                        const Clock::time_point now = Clock::Real().Now();
                        const auto& response = conn->parser->get();
+                       ++answered_;
+                       if (response.result() == http::status::service_unavailable &&
+                           response.find(http::field::retry_after) == response.end()) {
+                         ++unavailable_without_retry_after_;
+                       }
                        Record(conn, now, OutcomeOf(static_cast<int>(response.result_int())));
                        if (!response.keep_alive()) return Reconnect(conn);
                        Next(conn);
@@ -243,6 +252,9 @@ class LoadRunner {
   Clock::time_point start_, measure_from_, end_, next_arrival_;
   std::vector<RequestRecord> records_;
   int64_t transport_errors_ = 0;
+  int64_t sent_ = 0;
+  int64_t answered_ = 0;
+  int64_t unavailable_without_retry_after_ = 0;
 };
 
 }  // namespace

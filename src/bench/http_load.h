@@ -58,6 +58,9 @@ struct HttpLoadRun {
   UtilizationAverages utilization;  // This machine (client and server when local).
   int64_t transport_errors = 0;     // Connections lost or refused (each retried).
   int64_t unsent = 0;  // Open loop: scheduled but never sent before the end (server too slow).
+  int64_t sent = 0;      // Requests written, warm-up included.
+  int64_t answered = 0;  // Responses read, warm-up included; sent - answered were lost.
+  int64_t unavailable_without_retry_after = 0;  // 503 answers lacking Retry-After.
 };
 
 // Runs one load level. Fails only when no connection can be opened at all.
