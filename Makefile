@@ -6,9 +6,10 @@ JOBS ?= $(shell nproc)
 MODELS ?= models
 PYTHON ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 600
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz demo bench bench-batched bench-micro models clean format
+.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro models clean format
 
 all: build
 
@@ -55,6 +56,11 @@ test-tsan: deps
 # corpora are in fuzz/corpus/, and `make test` replays them. FUZZ_JOBS=2 runs two at once.
 fuzz: deps
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# SOAK_SECONDS of valid, invalid and disconnecting traffic against one server; reports its RSS
+# and open descriptors at start and end, and fails on 5% RSS growth or a leaked descriptor.
+soak: build
+	./scripts/soak.sh $(SOAK_SECONDS) $(SLUICE) $(BUILD_DIR)/test-models
 
 # The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained).
 models: deps
