@@ -869,15 +869,19 @@ TEST(ServerSecurityTest, ConnectionLimitRefusesTheExcessAndKeepsServing) {
   getrlimit(RLIMIT_NOFILE, &limit);
   limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 4096);
   setrlimit(RLIMIT_NOFILE, &limit);
-  if (limit.rlim_cur < 1400) GTEST_SKIP() << "needs 1400 file descriptors";
-  ServerProcess server({"--max-connections", "500"});
+  if (limit.rlim_cur < 2200) GTEST_SKIP() << "needs 2200 file descriptors";
+  ServerProcess server({"--max-connections", "1500"});
   ASSERT_GT(server.port(), 0) << server.output();
   std::vector<std::unique_ptr<Client>> idle;
-  for (int i = 0; i < 600; ++i) idle.push_back(std::make_unique<Client>(server.port()));
-  // The first 500 hold their slots; the rest are closed by the server at once.
+  for (int i = 0; i < 2000; ++i) idle.push_back(std::make_unique<Client>(server.port()));
+  // The first 1500 hold their slots; the rest are closed by the server at once.
   int closed = 0;
-  for (size_t i = 500; i < idle.size(); ++i) closed += idle[i]->ClosedByServer(2000);
-  EXPECT_GE(closed, 90);
+  for (size_t i = 1500; i < idle.size(); ++i) closed += idle[i]->ClosedByServer(2000);
+  EXPECT_GE(closed, 450);
+  // With 1500 connections open, those within the limit are still served.
+  for (size_t i : {size_t{0}, size_t{750}, size_t{1499}}) {
+    EXPECT_EQ(idle[i]->Request("GET", "/v2/health/live").status, 200) << i;
+  }
   // Freeing slots lets new clients in.
   idle.resize(100);
   bool served = false;
