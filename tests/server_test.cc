@@ -904,6 +904,63 @@ TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {
 }
 
 
+TEST(ServerSecurityTest, ModelControlIsOffUnlessEnabled) {
+  ServerProcess locked;
+  ASSERT_GT(locked.port(), 0) << locked.output();
+  Client c(locked.port());
+  Response load = c.Request("POST", "/v2/repository/models/identity/load");
+  EXPECT_EQ(load.status, 403);
+  EXPECT_NE(load.body.find("--model-control"), std::string::npos) << load.body;
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/unload").status, 403);
+  EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 200);
+  // Listing the repository is allowed either way.
+  Response index = c.Request("POST", "/v2/repository/index");
+  EXPECT_EQ(index.status, 200);
+  EXPECT_NE(index.body.find(R"({"name":"identity","version":"1","state":"READY"})"),
+            std::string::npos)
+      << index.body;
+  EXPECT_EQ(locked.Stop(), 0);
+}
+
+TEST(ServerLifecycleTest, ModelsLoadReloadAndUnloadWithModelControl) {
+  const std::string dir = testing::TempDir() + "/control-repo-" + std::to_string(getpid());
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir + " && cp -r " +
+               std::string(SLUICE_TEST_MODELS) + "/identity " + dir + "/")
+                  .c_str());
+  ServerProcess server({"--model-control"}, dir);
+  ASSERT_GT(server.port(), 0) << server.output();
+  Client c(server.port());
+  ASSERT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 200);
+
+  // Unload: the model is gone, the repository still lists it, with why.
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/unload").status, 200);
+  EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 404);
+  EXPECT_NE(c.Request("POST", "/v2/repository/index").body.find(
+                R"({"name":"identity","version":"1","state":"UNAVAILABLE","reason":"not loaded"})"),
+            std::string::npos);
+  EXPECT_EQ(c.Request("POST", "/v2/repository/index", R"({"ready":true})").body, "[]");
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/unload").status, 404);
+
+  // Load it back; load again (a reload) while it serves.
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/load").status, 200);
+  Response r = c.Request("POST", "/v2/models/identity/infer", IdentityJson(4));
+  EXPECT_NE(r.body.find(ExpectedIdentityData(4)), std::string::npos) << r.body;
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/load").status, 200);
+  EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(5)).status, 200);
+
+  // A model added to the repository after start, with a broken config: 400 naming the problem,
+  // reported by /v2/models/{m}; one that does not exist: 404; a bad name: 400.
+  std::system(("mkdir -p " + dir + "/late").c_str());
+  std::ofstream(dir + "/late/config.yaml") << "max_batch_size: 0\n";
+  Response late = c.Request("POST", "/v2/repository/models/late/load");
+  EXPECT_EQ(late.status, 400);
+  EXPECT_NE(late.body.find("max_batch_size"), std::string::npos) << late.body;
+  EXPECT_NE(c.Request("GET", "/v2/models/late").body.find("failed to load"), std::string::npos);
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/nope/load").status, 404);
+  EXPECT_EQ(c.Request("POST", "/v2/repository/models/..%2Fetc/load").status, 400);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
 // A repository with "busy": a few milliseconds of arithmetic per sample, one sample per batch,
 // a queue bounded at 32 samples and a 0.5 s default deadline (the latency bound).
 std::string MakeOverloadRepository() {

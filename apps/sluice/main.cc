@@ -527,6 +527,8 @@ int main(int argc, char** argv) {
                    "Require this key (Authorization: Bearer or X-API-Key) on every route but "
                    "health")
       ->envname("SLUICE_API_KEY");
+  serve_app->add_flag("--model-control", serve.model_control,
+                      "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
   double grace_seconds = serve.shutdown_grace.count();
   serve_app
       ->add_option("--shutdown-grace", grace_seconds,

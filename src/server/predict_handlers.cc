@@ -61,6 +61,14 @@ void PredictHandlers::SetLabels(const std::string& model, std::vector<std::strin
   labels_[model] = std::move(labels);
 }
 
+std::string PredictHandlers::FirstImageModel() const {
+  for (const std::string& name : engine_.ModelNames()) {
+    std::shared_ptr<ModelScheduler> scheduler = engine_.Find(name);
+    if (scheduler && scheduler->config().preprocess_image) return name;
+  }
+  return "";
+}
+
 void PredictHandlers::AddRoutes(Router& router) {
   router.Post("/predict", [this](const HttpRequest& r, const PathParams& p, Responder respond) {
     Predict(r, p, std::move(respond));
@@ -85,7 +93,8 @@ void PredictHandlers::Predict(const HttpRequest& request, const PathParams&, Res
         Status::InvalidArgument("the body must be {\"image\": \"<base64 PNG or JPEG>\"}")));
     return;
   }
-  std::string_view model = default_model_;
+  std::string fallback = default_model_.empty() ? FirstImageModel() : default_model_;
+  std::string_view model = fallback;
   simdjson::dom::element model_field;
   if (!doc["model"].get(model_field) && model_field.get_string().get(model)) {
     respond(HttpResponse::Error(Status::InvalidArgument("\"model\" must be a string")));

@@ -22,7 +22,8 @@ namespace sluice {
 // Thread-safe.
 class PredictHandlers {
  public:
-  // `default_model` serves /predict bodies that name no model.
+  // `default_model` serves /predict bodies that name no model; empty: the first loaded model (by
+  // name) with preprocess.image.
   PredictHandlers(Engine& engine, ThreadPool& decode_pool, std::string default_model,
                   ImageLimits limits = {});
 
@@ -39,6 +40,7 @@ class PredictHandlers {
   // Decodes `image` on the pool, submits it to `model`, answers in `style`.
   void Classify(const HttpRequest& request, std::string model, std::string image, Style style,
                 Responder respond);
+  std::string FirstImageModel() const;
   std::string FormatReply(const ModelConfig& config, const Tensor& scores, Style style) const;
 
   Engine& engine_;

@@ -13,6 +13,7 @@
 
 #include "config/model_config.h"
 #include "server/predict_handlers.h"
+#include "server/repository_handlers.h"
 #include "server/v2_handlers.h"
 
 namespace sluice {
@@ -59,36 +60,23 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
   HttpServer* server_ptr = nullptr;
   V2Handlers handlers(engine,
                       [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; });
-  std::string predict_model = options.predict_model;
-  std::vector<std::pair<std::string, std::vector<std::string>>> labels;
+  auto decode_pool = std::make_unique<ThreadPool>(options.decode_threads, 4096);
+  PredictHandlers predict(engine, *decode_pool, options.predict_model);
+  // One thread: loads and unloads run one at a time, in the order asked.
+  auto control_pool = std::make_unique<ThreadPool>(1, 16);
+  RepositoryHandlers repository_handlers(engine, handlers, predict, *control_pool,
+                                         {repository, options.model_control});
   for (const std::string& name : names) {
-    if (!IsValidModelName(name)) {
-      handlers.SetLoadError(name, "invalid model name");
-      continue;
-    }
-    auto config = LoadModelConfig(repository / name);
-    Status status = config.ok() ? engine.AddModel(*config) : config.status();
-    if (status.ok()) {
-      if (predict_model.empty() && config->preprocess_image) predict_model = name;
-      labels.emplace_back(name, LoadLabels((repository / name / "labels.txt").string()));
-      fmt::print(
-          "loaded model '{}': {} instance(s) x {} thread(s), max_batch_size {}, "
-          "max_queue_delay {} us\n",
-          name, config->instances.count, config->instances.threads, config->max_batch_size,
-          config->dynamic_batching.max_queue_delay.count());
-    } else {
-      spdlog::error("model '{}' failed to load: {}", name, status.message());
+    Status status = repository_handlers.LoadModel(name);
+    if (!status.ok() && status.code() == StatusCode::kNotFound) {
       handlers.SetLoadError(name, status.message());
     }
   }
 
-  auto decode_pool = std::make_unique<ThreadPool>(options.decode_threads, 4096);
-  PredictHandlers predict(engine, *decode_pool, predict_model);
-  for (auto& [name, list] : labels) predict.SetLabels(name, std::move(list));
-
   Router router;
   handlers.AddRoutes(router);
   predict.AddRoutes(router);
+  repository_handlers.AddRoutes(router);
   HttpServer server(options.http, router);
   server_ptr = &server;
   SLUICE_RETURN_IF_ERROR(server.Start());
@@ -103,7 +91,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
   // Stop taking connections and answer every request already read; then drain the engine (the
   // server stays alive, so late completions still have a loop to post to), then close.
   server.Shutdown(std::chrono::duration_cast<Clock::duration>(options.shutdown_grace));
-  decode_pool.reset();  // Joins decode tasks (they refer to the handlers) before they go.
+  control_pool.reset();  // Finishes a load or unload under way.
+  decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
   server_ptr = nullptr;
   return Status::Ok();

@@ -18,6 +18,7 @@ struct ServeOptions {
   std::string predict_model;   // Serves /predict bodies that name no model; empty: the first
                                // model with preprocess.image.
   Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
+  bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once

@@ -52,6 +52,17 @@ void V2Handlers::SetLoadError(const std::string& model, std::string error) {
   load_errors_[model] = std::move(error);
 }
 
+void V2Handlers::ClearLoadError(const std::string& model) {
+  MutexLock lock(mu_);
+  load_errors_.erase(model);
+}
+
+std::string V2Handlers::LoadError(const std::string& model) const {
+  MutexLock lock(mu_);
+  auto it = load_errors_.find(model);
+  return it == load_errors_.end() ? "" : it->second;
+}
+
 void V2Handlers::AddRoutes(Router& router) {
   auto bind = [this](auto method) {
     return [this, method](const HttpRequest& r, const PathParams& p, Responder respond) {

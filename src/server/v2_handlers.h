@@ -23,6 +23,10 @@ class V2Handlers {
 
   // Records why a model of the repository failed to load, so its metadata can say so.
   void SetLoadError(const std::string& model, std::string error);
+  // Forgets a model's load error (it has loaded since).
+  void ClearLoadError(const std::string& model);
+  // The recorded load error of `model`; empty when none.
+  std::string LoadError(const std::string& model) const;
 
   void AddRoutes(Router& router);
 

@@ -1,0 +1,55 @@
+// The KServe v2 model repository extension: list the repository's models with their state, and
+// (only when model control is enabled) load, reload and unload models while the server runs.
+//   POST /v2/repository/index                  [{"name", "version", "state", "reason"}, ...]
+//   POST /v2/repository/models/{model}/load    loads models/<model> (reloads it when loaded)
+//   POST /v2/repository/models/{model}/unload  drains the model's queue, then removes it
+// With model control off, load and unload answer 403: a server exposed to clients cannot have its
+// models swapped by them unless its operator says so.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "common/thread_pool.h"
+#include "engine/engine.h"
+#include "server/predict_handlers.h"
+#include "server/router.h"
+#include "server/v2_handlers.h"
+
+namespace sluice {
+
+struct RepositoryOptions {
+  std::filesystem::path repository;  // Holds <name>/config.yaml for each model.
+  bool model_control = false;        // Load and unload routes allowed; off: 403.
+};
+
+// Thread-safe. Loads and unloads run on `control_pool` (they take seconds and block on draining),
+// never on an I/O thread; a full pool answers 503.
+class RepositoryHandlers {
+ public:
+  RepositoryHandlers(Engine& engine, V2Handlers& v2, PredictHandlers& predict,
+                     ThreadPool& control_pool, RepositoryOptions options);
+
+  // Loads `name` from the repository (reloading it when already loaded) and records the outcome
+  // where /v2/models/{name} reports it. Blocks for the load; the caller picks the thread.
+  Status LoadModel(const std::string& name);
+
+  void AddRoutes(Router& router);
+  void Index(const HttpRequest& request, const PathParams&, Responder respond);
+  void Load(const HttpRequest&, const PathParams& params, Responder respond);
+  void Unload(const HttpRequest&, const PathParams& params, Responder respond);
+
+ private:
+  // 403 when model control is off, 400 for a bad name; otherwise runs `work` on the pool and
+  // answers with its status.
+  void Control(const PathParams& params, std::function<Status(const std::string&)> work,
+               Responder respond);
+
+  Engine& engine_;
+  V2Handlers& v2_;
+  PredictHandlers& predict_;
+  ThreadPool& control_pool_;
+  const RepositoryOptions options_;
+};
+
+}  // namespace sluice
