@@ -101,6 +101,7 @@ class LoadRunner {
     run.utilization = sampler.Average(measure_from_, end_);
     run.records = std::move(records_);
     run.transport_errors = transport_errors_;
+    run.first_transport_errors = std::move(first_transport_errors_);
     run.unsent = static_cast<int64_t>(pending_.size());
     run.sent = sent_;
     run.answered = answered_;
@@ -127,6 +128,9 @@ class LoadRunner {
     conn->socket.async_connect(endpoint_, [this, conn](beast::error_code ec) {
       if (ec) {
         ++transport_errors_;
+        if (first_transport_errors_.size() < 5) {
+          first_transport_errors_.push_back(fmt::format("connect: {}", ec.message()));
+        }
         if (sending_time_over(Clock::Real().Now())) return;
         conn->socket = tcp::socket(ioc_);
         return Connect(conn);
@@ -156,7 +160,7 @@ class LoadRunner {
     conn->sent = Clock::Real().Now();
     net::async_write(conn->socket, net::buffer(request_),
                      [this, conn](beast::error_code ec, size_t) {
-                       if (ec) return Lost(conn);
+                       if (ec) return Lost(conn, "write", ec);
                        ++sent_;
                        Read(conn);
                      });
@@ -167,7 +171,7 @@ class LoadRunner {
     conn->parser->body_limit(std::numeric_limits<uint64_t>::max());
     http::async_read(conn->socket, conn->buffer, *conn->parser,
                      [this, conn](beast::error_code ec, size_t) {
-                       if (ec) return Lost(conn);
+                       if (ec) return Lost(conn, "read", ec);
                        const Clock::time_point now = Clock::Real().Now();
                        const auto& response = conn->parser->get();
                        ++answered_;
@@ -194,8 +198,11 @@ class LoadRunner {
   }
 
   // The connection failed mid-request: record the failure and carry on with a new one.
-  void Lost(const std::shared_ptr<Conn>& conn) {
+  void Lost(const std::shared_ptr<Conn>& conn, std::string_view during, beast::error_code ec) {
     ++transport_errors_;
+    if (first_transport_errors_.size() < 5) {
+      first_transport_errors_.push_back(fmt::format("{}: {}", during, ec.message()));
+    }
     Record(conn, Clock::Real().Now(), StatusCode::kUnavailable);
     Reconnect(conn);
   }
@@ -252,6 +259,7 @@ class LoadRunner {
   Clock::time_point start_, measure_from_, end_, next_arrival_;
   std::vector<RequestRecord> records_;
   int64_t transport_errors_ = 0;
+  std::vector<std::string> first_transport_errors_;
   int64_t sent_ = 0;
   int64_t answered_ = 0;
   int64_t unavailable_without_retry_after_ = 0;
