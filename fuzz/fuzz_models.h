@@ -27,8 +27,8 @@ inline ModelConfig TypesConfig() {
   c.max_batch_size = 4;
   c.dynamic_batching.max_queue_delay = Micros(0);
   c.instances.threads = 1;
-  c.inputs = {{"h", DataType::kFp16, {2}},  {"b", DataType::kBf16, {2}},
-              {"d", DataType::kFp64, {1}},  {"i8", DataType::kInt8, {2}},
+  c.inputs = {{"h", DataType::kFp16, {2}},   {"b", DataType::kBf16, {2}},
+              {"d", DataType::kFp64, {1}},   {"i8", DataType::kInt8, {2}},
               {"u8", DataType::kUInt8, {2}}, {"i16", DataType::kInt16, {1}},
               {"i32", DataType::kInt32, {1}}};
   c.outputs = c.inputs;

@@ -393,8 +393,9 @@ TEST_F(ServerTest, KeepAliveOverManyRequestsAndPipelining) {
 TEST_F(ServerTest, ChunkedRequestBodiesAreReassembledAndLimited) {
   Client c(port());
   const std::string body = IdentityJson(7);
-  std::string chunked = "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
-                        "Transfer-Encoding: chunked\r\n\r\n";
+  std::string chunked =
+      "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
   for (size_t at = 0; at < body.size(); at += 50) {
     std::string part = body.substr(at, 50);
     char size[16];
@@ -410,8 +411,9 @@ TEST_F(ServerTest, ChunkedRequestBodiesAreReassembledAndLimited) {
 
   // Chunks adding up to more than --max-body-bytes (200000): 413 before the rest is read.
   Client big(port());
-  std::string head = "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n";
+  std::string head =
+      "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
   const std::string chunk = "10000\r\n" + std::string(0x10000, ' ') + "\r\n";
   big.SendRaw(head + chunk + chunk + chunk + chunk);
   Response refused = big.Read();
@@ -905,7 +907,6 @@ TEST(ServerLifecycleTest, UnusableRepositoryIsAClearError) {
   EXPECT_EQ(WEXITSTATUS(server.Stop()), 2);
 }
 
-
 TEST(ServerSecurityTest, ModelControlIsOffUnlessEnabled) {
   ServerProcess locked;
   ASSERT_GT(locked.port(), 0) << locked.output();
@@ -937,9 +938,11 @@ TEST(ServerLifecycleTest, ModelsLoadReloadAndUnloadWithModelControl) {
   // Unload: the model is gone, the repository still lists it, with why.
   EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/unload").status, 200);
   EXPECT_EQ(c.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 404);
-  EXPECT_NE(c.Request("POST", "/v2/repository/index").body.find(
-                R"({"name":"identity","version":"1","state":"UNAVAILABLE","reason":"not loaded"})"),
-            std::string::npos);
+  EXPECT_NE(
+      c.Request("POST", "/v2/repository/index")
+          .body.find(
+              R"({"name":"identity","version":"1","state":"UNAVAILABLE","reason":"not loaded"})"),
+      std::string::npos);
   EXPECT_EQ(c.Request("POST", "/v2/repository/index", R"({"ready":true})").body, "[]");
   EXPECT_EQ(c.Request("POST", "/v2/repository/models/identity/unload").status, 404);
 
@@ -1035,7 +1038,8 @@ TEST(ServerOverloadTest, FourTimesCapacityForThirtySecondsAnswersEveryRequest) {
   const auto& run = *overload;
   // A write the kernel refuses never reaches the server; allow one in 10,000 of those, and show
   // them.
-  const std::string transport_errors = fmt::format("{}", fmt::join(run.first_transport_errors, "; "));
+  const std::string transport_errors =
+      fmt::format("{}", fmt::join(run.first_transport_errors, "; "));
   EXPECT_LE(run.transport_errors, run.sent / 10000) << transport_errors;
   EXPECT_EQ(run.unsent, 0);
   EXPECT_EQ(run.sent, run.answered);

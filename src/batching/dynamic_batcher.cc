@@ -2,6 +2,7 @@
 #include "batching/dynamic_batcher.h"
 
 #include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 

@@ -55,10 +55,10 @@ struct HttpLoadOptions {
 struct HttpLoadRun {
   std::vector<RequestRecord> records;  // Measured requests only.
   Summary summary;
-  UtilizationAverages utilization;  // This machine (client and server when local).
-  int64_t transport_errors = 0;     // Connections lost or refused (each retried).
+  UtilizationAverages utilization;                  // This machine (client and server when local).
+  int64_t transport_errors = 0;                     // Connections lost or refused (each retried).
   std::vector<std::string> first_transport_errors;  // The first few, e.g. "read: end of stream".
-  int64_t unsent = 0;  // Open loop: scheduled but never sent before the end (server too slow).
+  int64_t unsent = 0;    // Open loop: scheduled but never sent before the end (server too slow).
   int64_t sent = 0;      // Requests written, warm-up included.
   int64_t answered = 0;  // Responses read, warm-up included; sent - answered were lost.
   int64_t unavailable_without_retry_after = 0;  // 503 answers lacking Retry-After.

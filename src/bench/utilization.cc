@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <unistd.h>
+
 #include <charconv>
 #include <fstream>
 #include <sstream>

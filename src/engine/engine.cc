@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <fmt/format.h>
+
 #include <utility>
 
 namespace sluice {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "common/mutex.h"
 #include "common/json_writer.h"
+#include "common/mutex.h"
 
 namespace sluice {
 
@@ -118,7 +118,8 @@ class HttpServer::Impl {
   Histogram request_seconds_;
   std::once_flag shutdown_once_;
   Mutex sessions_mu_;
-  std::vector<std::weak_ptr<SessionBase>> sessions_ GUARDED_BY(sessions_mu_);  // Pruned as it grows.
+  std::vector<std::weak_ptr<SessionBase>> sessions_
+      GUARDED_BY(sessions_mu_);  // Pruned as it grows.
 };
 
 namespace {
