@@ -94,11 +94,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   address.sin_family = AF_INET;
   address.sin_port = htons(fixture->port());
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) Fail("connect");
+  // libFuzzer's timeout alarm interrupts system calls (EINTR); an interrupted connect goes on
+  // in the background (EALREADY until it completes, then EISCONN).
+  while (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    if (errno == EISCONN) break;
+    if (errno != EINTR && errno != EALREADY) Fail("connect");
+  }
   // The server may answer early (413, 431, 400) and close before reading everything.
   size_t sent = 0;
   while (sent < size) {
     ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
