@@ -2,17 +2,26 @@
 // variable dimension, several inputs, and an image model with preprocessing.
 #pragma once
 
+#include <string>
+#include <utility>
+
 #include "config/model_config.h"
 
 namespace sluice::fuzz {
 
-// Three inputs (FP32 with a variable dimension, INT64, BOOL) and two outputs.
-inline ModelConfig MultiInputConfig() {
+// What every fuzz model shares: dispatch at once, one thread.
+inline ModelConfig BaseConfig(std::string name, int max_batch_size) {
   ModelConfig c;
-  c.name = "multi";
-  c.max_batch_size = 8;
+  c.name = std::move(name);
+  c.max_batch_size = max_batch_size;
   c.dynamic_batching.max_queue_delay = Micros(0);
   c.instances.threads = 1;
+  return c;
+}
+
+// Three inputs (FP32 with a variable dimension, INT64, BOOL) and two outputs.
+inline ModelConfig MultiInputConfig() {
+  ModelConfig c = BaseConfig("multi", 8);
   c.inputs = {{"x", DataType::kFp32, {-1, 3}},
               {"ids", DataType::kInt64, {2}},
               {"mask", DataType::kBool, {2}}};
@@ -22,11 +31,7 @@ inline ModelConfig MultiInputConfig() {
 
 // One input of each of the remaining datatypes, so their parsers run too.
 inline ModelConfig TypesConfig() {
-  ModelConfig c;
-  c.name = "types";
-  c.max_batch_size = 4;
-  c.dynamic_batching.max_queue_delay = Micros(0);
-  c.instances.threads = 1;
+  ModelConfig c = BaseConfig("types", 4);
   c.inputs = {{"h", DataType::kFp16, {2}},   {"b", DataType::kBf16, {2}},
               {"d", DataType::kFp64, {1}},   {"i8", DataType::kInt8, {2}},
               {"u8", DataType::kUInt8, {2}}, {"i16", DataType::kInt16, {1}},
@@ -37,11 +42,7 @@ inline ModelConfig TypesConfig() {
 
 // A single FP32 input: the form the raw-body (header length 0) extension accepts.
 inline ModelConfig EchoConfig() {
-  ModelConfig c;
-  c.name = "echo";
-  c.max_batch_size = 8;
-  c.dynamic_batching.max_queue_delay = Micros(0);
-  c.instances.threads = 1;
+  ModelConfig c = BaseConfig("echo", 8);
   c.inputs = {{"x", DataType::kFp32, {4}}};
   c.outputs = {{"y", DataType::kFp32, {4}}};
   return c;
@@ -49,11 +50,7 @@ inline ModelConfig EchoConfig() {
 
 // A grey 8x8 image classifier (the echo backend returns the pixels as its "scores").
 inline ModelConfig ImageConfig() {
-  ModelConfig c;
-  c.name = "image";
-  c.max_batch_size = 4;
-  c.dynamic_batching.max_queue_delay = Micros(0);
-  c.instances.threads = 1;
+  ModelConfig c = BaseConfig("image", 4);
   c.inputs = {{"image", DataType::kFp32, {1, 8, 8}}};
   c.outputs = {{"scores", DataType::kFp32, {1, 8, 8}}};
   ImagePreprocessConfig pre;

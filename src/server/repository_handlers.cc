@@ -12,6 +12,18 @@
 
 namespace sluice {
 
+std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repository) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(repository, ec)) {
+    if (entry.is_directory(ec) && std::filesystem::exists(entry.path() / "config.yaml", ec)) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 RepositoryHandlers::RepositoryHandlers(Engine& engine, V2Handlers& v2, PredictHandlers& predict,
                                        ThreadPool& control_pool, RepositoryOptions options)
     : engine_(engine),
@@ -88,13 +100,8 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
   // Every model directory of the repository, and every loaded model (one may have been removed
   // from disk since it loaded).
   std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(options_.repository, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory(ec) && IsValidModelName(name) &&
-        std::filesystem::exists(entry.path() / "config.yaml", ec)) {
-      names.insert(name);
-    }
+  for (const std::string& name : ListRepositoryModels(options_.repository)) {
+    if (IsValidModelName(name)) names.insert(name);
   }
   for (const std::string& name : engine_.ModelNames()) names.insert(name);
   JsonWriter json;

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "engine/engine.h"
@@ -17,6 +18,9 @@
 #include "server/v2_handlers.h"
 
 namespace sluice {
+
+// The names of the repository's model directories (those holding a config.yaml), sorted.
+std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repository);
 
 struct RepositoryOptions {
   std::filesystem::path repository;  // Holds <name>/config.yaml for each model.

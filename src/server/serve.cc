@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -46,15 +45,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
     return Status::InvalidArgument(
         fmt::format("model repository '{}' is not a directory", repository.string()));
   }
-  std::vector<std::string> names = options.models;
-  if (names.empty()) {
-    for (const auto& entry : fs::directory_iterator(repository, ec)) {
-      if (entry.is_directory() && fs::exists(entry.path() / "config.yaml")) {
-        names.push_back(entry.path().filename().string());
-      }
-    }
-    std::sort(names.begin(), names.end());
-  }
+  std::vector<std::string> names =
+      options.models.empty() ? ListRepositoryModels(repository) : options.models;
 
   Engine engine(loader);
   HttpServer* server_ptr = nullptr;
