@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package Sluice needs to build, test, export its models and benchmark.
-# Idempotent: packages already present are not touched, and apt runs only when one is missing.
+# Installs everything Sluice needs to build, test, export its models and benchmark on Debian 12:
+# Debian packages (toolchain and C++ libraries), then the git-ignored .venv with the exactly pinned
+# PyPI packages of requirements.txt (PyTorch 2.11, whose libtorch the C++ build links).
+# Idempotent: apt runs only when a package is missing, pip only when requirements.txt changed
+# since the venv was last made (a stamp in .venv holds its hash).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   # Toolchain.
   build-essential cmake make pkg-config git
-  # libtorch 1.13 (C++), with OpenBLAS as the system BLAS: the reference BLAS Debian installs by
-  # default makes small-model fp32 inference 2-5x slower.
-  libtorch-dev libopenblas0 libopenblas-dev
-  # Model export tools (Debian's Python only).
-  python3 python3-torch python3-torchvision python3-numpy python3-pil
+  # Python for the venv; its headers, which torch.compile and AOTInductor compile against.
+  python3 python3-venv python3-dev
   # Serving and codec libraries.
   libboost-dev libboost-system-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
@@ -18,8 +19,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev wrk
   # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.
   clang libclang-rt-dev
-  # The Fashion-MNIST data set the fashion_mnist model is trained on.
+  # The Fashion-MNIST data set the fashion_mnist model is trained and calibrated on.
   dataset-fashion-mnist
+  # unzip, to read AOTInductor packages (.pt2 files are zip archives) in the tests.
+  unzip
 )
 
 missing=()
@@ -29,17 +32,34 @@ for pkg in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
   SUDO="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The venv is made with Debian's Python (not whatever python3 comes first on PATH), so a new
+# machine and CI get the same interpreter.
+VENV=.venv
+stamp="$VENV/.requirements.sha256"
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "install-deps: $VENV matches requirements.txt"
+  exit 0
+fi
+echo "install-deps: installing requirements.txt into $VENV (about 2.8 GB to download)"
+start=$(date +%s)
+[ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+  -r requirements.txt
+echo "$want" >"$stamp"
+echo "install-deps: $VENV ready in $(( $(date +%s) - start )) s"

@@ -105,8 +105,42 @@ TEST_F(CliTest, SweepWritesSummaryAndPlots) {
   std::filesystem::path dir;
   for (const auto& e : std::filesystem::directory_iterator(results_ / "out")) dir = e.path();
   std::string csv = ReadFile(dir / "summary.csv");
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);  // Header + 2 sizes x 2 compile.
+  // Header + 2 sizes x torchscript with and without freeze (tiny_cnn has no package).
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
   EXPECT_TRUE(std::filesystem::exists(dir / "latency_vs_batch_size.svg"));
+}
+
+TEST_F(CliTest, SweepHasABackendAxis) {
+  CommandResult r = RunSluice("sweep --model-repository " + kModels.string() +
+                              " --model tiny_cnn_aot --batch-sizes 1,4 --iters 3"
+                              " --backends torchscript,torchscript+freeze,aotinductor"
+                              " --precisions fp32,int8 --results-dir " +
+                              (results_ / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::filesystem::path dir;
+  for (const auto& e : std::filesystem::directory_iterator(results_ / "out")) dir = e.path();
+  std::string csv = ReadFile(dir / "summary.csv");
+  // Header + 2 sizes x (3 backends in fp32 + aotinductor in int8).
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 9) << csv;
+  EXPECT_THAT(csv, HasSubstr("\n4,torchscript+freeze,fp32,3,0,"));
+  EXPECT_THAT(csv, HasSubstr("\n4,aotinductor,int8,3,0,"));
+  EXPECT_THAT(r.output, HasSubstr("aotinductor"));
+  EXPECT_THAT(ReadFile(dir / "throughput_vs_batch_size.svg"), HasSubstr("aotinductor int8"));
+}
+
+TEST_F(CliTest, BenchRunsTheAotInductorPackageOfThePrecision) {
+  CommandResult r =
+      RunSluice("bench --in-process --model-dir " + (kModels / "tiny_cnn_aot").string() +
+                " --precision int8 --batch-size 4 --iters 5 --no-results");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model_int8.pt2"));
+  EXPECT_THAT(r.output, HasSubstr("backend aotinductor, precision int8"));
+  EXPECT_THAT(r.output, HasSubstr("Requests (exclude warmup): 5 ok, 0 failed"));
+  CommandResult ts =
+      RunSluice("bench --in-process --model-dir " + (kModels / "tiny_cnn_aot").string() +
+                " --backend torchscript --precision int8 --no-results");
+  EXPECT_EQ(ts.exit_code, 2);
+  EXPECT_THAT(ts.output, HasSubstr("int8 needs the aotinductor backend"));
 }
 
 TEST_F(CliTest, BadConfigFailsNamingFileAndKey) {

@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""Writes a Sluice model repository with Debian's python3-torch / python3-torchvision.
+#!/usr/bin/env python3
+"""Writes a Sluice model repository with the PyTorch 2 of the project's .venv (requirements.txt).
 
 Default models (for the demo and benchmarks):
   resnet18       torchvision architecture, seeded random weights (no weights can be downloaded),
@@ -14,9 +14,17 @@ Test models (--test, generated in seconds for the test suite):
   faulty         2 floats -> doubled; raises on the marker value -12345 (fault-injection tests).
   busy           16 floats -> 16 floats through 40 dense 256x256 layers, 5 times over: a fixed
                  cost per sample, a few milliseconds (overload tests).
+  tiny_cnn_aot   tiny_cnn's weights as AOTInductor packages (fp32, bf16, int8) beside model.pt,
+                 with no backend in its config (inferred: the package).
+
+Each default model gets model.pt (TorchScript) and AOTInductor packages (tools/sluice_export.py):
+model.pt2 (fp32), model_bf16.pt2 and model_int8.pt2 (PT2E static quantisation, calibrated on
+Fashion-MNIST training images for fashion_mnist and, labelled as such in its config, on random
+images for resnet18). Its config.yaml serves the AOTInductor package of its `precision`.
 
 Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Python, which the
-C++ backend's test reproduces.
+C++ backends' tests reproduce; each bf16 or int8 package also gets reference_<precision>.yaml and
+reference_<precision>/, the outputs of the same package run by Python on the same inputs.
 
 Usage: tools/export_models.py --out models [--only NAME ...] [--force]
        tools/export_models.py --test --out build/test-models
@@ -32,6 +40,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import sluice_export
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
@@ -50,9 +60,10 @@ def write_config(model_dir, text):
         f.write(text)
 
 
-def write_reference(model_dir, inputs, outputs):
-    """Saves named input/output tensors as raw little-endian files plus a YAML index."""
-    ref_dir = os.path.join(model_dir, "reference")
+def write_reference(model_dir, inputs, outputs, suffix=""):
+    """Saves named input/output tensors as raw little-endian files plus a YAML index
+    (reference{suffix}.yaml, reference{suffix}/)."""
+    ref_dir = os.path.join(model_dir, f"reference{suffix}")
     os.makedirs(ref_dir, exist_ok=True)
     lines = []
     for kind, tensors in (("inputs", inputs), ("outputs", outputs)):
@@ -66,8 +77,31 @@ def write_reference(model_dir, inputs, outputs):
             lines.append(f"    datatype: {dtype}")
             lines.append(f"    shape: {fmt_list(array.shape)}")
             lines.append(f"    file: {file_name}")
-    with open(os.path.join(model_dir, "reference.yaml"), "w") as f:
+    with open(os.path.join(model_dir, f"reference{suffix}.yaml"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def export_packages(model, model_dir, example, reference, precisions, max_batch_size,
+                    calibration=None):
+    """Writes one AOTInductor package per precision, and for bf16 and int8 the outputs the package
+    itself gives in Python on the reference inputs. `reference` is ([(input name, tensor)],
+    [output names])."""
+    reference_inputs, output_names = reference
+    for precision in precisions:
+        start = time.time()
+        compiled = sluice_export.precision_model(model, precision, example, calibration,
+                                                 max_batch_size)
+        path = os.path.join(model_dir, sluice_export.package_name(precision))
+        sluice_export.export_package(compiled, example, path, max_batch_size, precision)
+        if precision != "fp32":
+            runner = sluice_export.load_package(path)
+            with torch.no_grad():
+                out = runner(*(x for _, x in reference_inputs))
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            write_reference(model_dir, reference_inputs, list(zip(output_names, outs)),
+                            suffix=f"_{precision}")
+        print(f"{os.path.basename(model_dir)}: {os.path.basename(path)} in "
+              f"{time.time() - start:.0f} s", flush=True)
 
 
 def save_scripted(model, model_dir):
@@ -86,6 +120,10 @@ def export_resnet18(out_dir):
     model_dir = os.path.join(out_dir, "resnet18")
     scripted = save_scripted(model, model_dir)
     write_config(model_dir, f"""# ResNet-18 (torchvision architecture, seeded random weights).
+# Serves the AOTInductor package of `precision`: model.pt2 (fp32), model_bf16.pt2, or
+# model_int8.pt2 (calibrated on random images, as no real ones can be downloaded). model.pt
+# (TorchScript) is there too: backend: torchscript serves it.
+backend: aotinductor
 max_batch_size: 64
 dynamic_batching:
   max_queue_delay_us: 2000
@@ -122,6 +160,11 @@ warmup:
     with torch.no_grad():
         y = scripted(x)
     write_reference(model_dir, [("input", x)], [("logits", y)])
+    # Random calibration images, drawn like normalised ImageNet pixels (zero mean, unit variance).
+    generator = torch.Generator().manual_seed(2)
+    calibration = [(torch.randn(16, 3, 224, 224, generator=generator),) for _ in range(4)]
+    export_packages(model, model_dir, (torch.randn(2, 3, 224, 224),),
+                    ([("input", x)], ["logits"]), sluice_export.PRECISIONS, 64, calibration)
     print(f"resnet18: written to {model_dir}")
 
 
@@ -192,6 +235,10 @@ def export_fashion_mnist(out_dir, epochs):
     model_dir = os.path.join(out_dir, "fashion_mnist")
     scripted = save_scripted(model, model_dir)
     write_config(model_dir, f"""# Small CNN trained on Fashion-MNIST (28x28 grey images, 10 classes).
+# Serves the AOTInductor package of `precision`: model.pt2 (fp32), model_bf16.pt2, or
+# model_int8.pt2 (calibrated on 2,048 Fashion-MNIST training images). model.pt (TorchScript) is
+# there too: backend: torchscript serves it.
+backend: aotinductor
 max_batch_size: 64
 dynamic_batching:
   max_queue_delay_us: 2000
@@ -234,7 +281,16 @@ postprocess:
     with torch.no_grad():
         y = scripted(x)
     write_reference(model_dir, [("input", x)], [("logits", y)])
+    export_fashion_packages(model, model_dir, train_x, x)
     print(f"fashion_mnist: test accuracy {acc:.4f}, written to {model_dir}")
+
+
+def export_fashion_packages(model, model_dir, train_x, reference_x):
+    # Calibrated on real training images (the first 2,048 of a fixed shuffle), never on test ones.
+    order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(3))[:2048]
+    calibration = [(train_x[order[i:i + 64]],) for i in range(0, len(order), 64)]
+    export_packages(model.eval(), model_dir, (train_x[:2],), ([("input", reference_x)], ["logits"]),
+                    sluice_export.PRECISIONS, 64, calibration)
 
 
 # --- test models -----------------------------------------------------------------------------
@@ -297,12 +353,25 @@ def simple_config(inputs, outputs, max_batch_size=8, extra=""):
 def export_test_models(out_dir):
     torch.manual_seed(0)
     d = os.path.join(out_dir, "tiny_cnn")
-    m = save_scripted(TinyCnn(), d)
+    tiny = TinyCnn()
+    m = save_scripted(tiny, d)
     write_config(d, simple_config([("input", [3, 16, 16])], [("logits", [5])],
                                   extra="warmup:\n  batch_sizes: [1, 4]\n"))
     x = torch.randn(4, 3, 16, 16)
     with torch.no_grad():
         write_reference(d, [("input", x)], [("logits", m(x))])
+
+    # The same weights as AOTInductor packages beside model.pt; no backend in the config, so the
+    # packages are inferred. Calibrated on random inputs.
+    d = os.path.join(out_dir, "tiny_cnn_aot")
+    save_scripted(m, d)
+    write_config(d, simple_config([("input", [3, 16, 16])], [("logits", [5])],
+                                  extra="warmup:\n  batch_sizes: [1, 4]\n"))
+    with torch.no_grad():
+        write_reference(d, [("input", x)], [("logits", m(x))])
+    calibration = [(torch.randn(8, 3, 16, 16),) for _ in range(8)]
+    export_packages(tiny, d, (torch.randn(2, 3, 16, 16),), ([("input", x)], ["logits"]),
+                    sluice_export.PRECISIONS, 8, calibration)
 
     d = os.path.join(out_dir, "multi_io")
     m = save_scripted(MultiIo(), d)

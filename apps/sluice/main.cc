@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/torchscript/torchscript_backend.h"
+#include "backends/load_backend.h"
 #include "bench/http_bench.h"
 #include "bench/in_process.h"
 #include "bench/results.h"
@@ -35,7 +35,8 @@ struct ModelSelection {
   std::string model_dir;                    // A model directory; wins over the two above.
   int workers = 0;                          // Instances; 0: as configured.
   int threads = 0;                          // Threads per instance; 0: as configured / derived.
-  std::string precision;                    // "", fp32, bf16.
+  std::string precision;                    // "", fp32, bf16, int8.
+  std::string backend;                      // "", torchscript, aotinductor.
   std::optional<bool> compile;
   bool channels_last = false;
   int max_batch_size = 0;           // 0: as configured.
@@ -63,8 +64,9 @@ struct SweepCommand {
   std::string file;
   ModelSelection model;
   std::vector<int> batch_sizes;
-  std::vector<std::string> compile;     // "off", "on".
-  std::vector<std::string> precisions;  // "fp32", "bf16".
+  std::vector<std::string> compile;     // "off", "on": torchscript without / with freeze.
+  std::vector<std::string> backends;    // torchscript, torchscript+freeze, aotinductor.
+  std::vector<std::string> precisions;  // "fp32", "bf16", "int8".
   int iterations = 0;
   std::string results_dir;
 };
@@ -75,9 +77,9 @@ std::string CommandLine(int argc, char** argv) {
   return line;
 }
 
-// The binary's backend loader: TorchScript.
-Result<std::shared_ptr<Backend>> LoadBackend(const ModelConfig& config) {
-  auto backend = LoadTorchScriptBackend(config);
+// The binary's backend loader: TorchScript or AOTInductor, as the config says.
+Result<std::shared_ptr<Backend>> LoadSharedBackend(const ModelConfig& config) {
+  auto backend = LoadBackend(config);
   if (!backend.ok()) return backend.status();
   return std::shared_ptr<Backend>(std::move(*backend));
 }
@@ -101,6 +103,7 @@ Result<ModelConfig> ResolveModel(const ModelSelection& s,
     if (!p) return Status::InvalidArgument(fmt::format("unknown precision '{}'", s.precision));
     o.precision = *p;
   }
+  if (!s.backend.empty()) o.backend = ParseBackendKind(s.backend);
   o.freeze = s.compile;
   if (s.channels_last) o.channels_last = true;
   if (s.max_batch_size > 0) o.max_batch_size = s.max_batch_size;
@@ -143,23 +146,28 @@ int Fail(const Status& status) {
              : 1;
 }
 
+// "torchscript", "torchscript+freeze" or "aotinductor".
+std::string BackendLabel(const ModelConfig& c) {
+  return BackendVariantName({c.backend.value_or(BackendKind::kTorchScript), c.optimize.freeze});
+}
+
 void Describe(const ModelConfig& c, const InProcessOptions& o) {
   fmt::print(
       "Model: {} ({}), batch size {}, {} timed requests, {} worker(s) x {} thread(s), "
-      "compile {}, precision {}, channels_last {}\n",
+      "backend {}, precision {}, channels_last {}\n",
       c.name, c.model_path().string(), o.batch_size, o.iterations, c.instances.count,
-      c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
+      c.instances.threads, BackendLabel(c), PrecisionName(c.precision),
       c.optimize.channels_last ? "on" : "off");
 }
 
 void DescribeBatched(const ModelConfig& c, const InProcessOptions& o) {
   fmt::print(
       "Model: {} ({}), batched: {} clients x {} sample(s) per request, max_batch_size {}, "
-      "max_queue_delay {} us, {} timed requests, {} worker(s) x {} thread(s), compile {}, "
+      "max_queue_delay {} us, {} timed requests, {} worker(s) x {} thread(s), backend {}, "
       "precision {}, channels_last {}\n",
       c.name, c.model_path().string(), o.max_in_flight, o.batch_size, c.max_batch_size,
       c.dynamic_batching.max_queue_delay.count(), o.iterations, c.instances.count,
-      c.instances.threads, c.optimize.freeze ? "on" : "off", PrecisionName(c.precision),
+      c.instances.threads, BackendLabel(c), PrecisionName(c.precision),
       c.optimize.channels_last ? "on" : "off");
 }
 
@@ -224,7 +232,7 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     return batched ? RunBatchedPipeline(*config, instances, pipeline_options)
                    : RunInProcessPipeline(*config, instances, pipeline_options);
   };
-  auto backend = LoadTorchScriptBackend(*config);
+  auto backend = LoadBackend(*config);
   if (!backend.ok()) return Fail(backend.status());
   std::vector<std::unique_ptr<BackendInstance>> owned;
   auto instances = MakeInstances(**backend, config->instances.count, owned);
@@ -316,19 +324,36 @@ Result<SweepOptions> SweepOptionsFrom(SweepCommand& cmd) {
     if (cmd.model.threads == 0 && file->threads) cmd.model.threads = *file->threads;
     if (cmd.results_dir.empty() && file->results_dir) cmd.results_dir = *file->results_dir;
     if (file->batch_sizes) options.batch_sizes = *file->batch_sizes;
-    if (file->compile) options.compile = *file->compile;
+    if (file->compile) {
+      options.backends.clear();
+      for (bool freeze : *file->compile)
+        options.backends.push_back({BackendKind::kTorchScript, freeze});
+    }
+    if (file->backends) options.backends = *file->backends;
     if (file->precisions) options.precisions = *file->precisions;
     if (file->iterations) options.iterations = *file->iterations;
   }
   if (cmd.results_dir.empty()) cmd.results_dir = "results";
   if (!cmd.batch_sizes.empty()) options.batch_sizes = cmd.batch_sizes;
   if (!cmd.compile.empty()) {
-    options.compile.clear();
+    options.backends.clear();
     for (const std::string& c : cmd.compile) {
       if (c != "on" && c != "off") {
         return Status::InvalidArgument(fmt::format("--compile takes on and/or off (got '{}')", c));
       }
-      options.compile.push_back(c == "on");
+      options.backends.push_back({BackendKind::kTorchScript, c == "on"});
+    }
+  }
+  if (!cmd.backends.empty()) {
+    options.backends.clear();
+    for (const std::string& name : cmd.backends) {
+      auto b = ParseBackendVariant(name);
+      if (!b) {
+        return Status::InvalidArgument(fmt::format(
+            "--backends takes torchscript, torchscript+freeze and/or aotinductor (got '{}')",
+            name));
+      }
+      options.backends.push_back(*b);
     }
   }
   if (!cmd.precisions.empty()) {
@@ -348,12 +373,26 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
   if (!options.ok()) return Fail(options.status());
   auto config = ResolveModel(cmd.model);
   if (!config.ok()) return Fail(config.status());
+  // Unless told otherwise, the grid covers the AOTInductor packages the model directory holds.
+  std::optional<SweepFileConfig> file;
+  if (!cmd.file.empty()) file = *LoadSweepConfig(cmd.file);
+  auto has = [&](const std::string& name) {
+    return std::filesystem::exists(config->directory / name);
+  };
+  if (cmd.compile.empty() && cmd.backends.empty() && !(file && (file->compile || file->backends)) &&
+      has(DefaultModelFile(BackendKind::kAotInductor, Precision::kFp32))) {
+    options->backends.push_back({BackendKind::kAotInductor, false});
+  }
+  if (cmd.precisions.empty() && !(file && file->precisions) &&
+      has(DefaultModelFile(BackendKind::kAotInductor, Precision::kInt8))) {
+    options->precisions.push_back(Precision::kInt8);
+  }
   const bool tty = isatty(fileno(stderr));
   auto progress = [&](int index, int count, const std::string& what) {
     fmt::print(stderr, "{}[{}/{}] {}{}", tty ? "\r\033[K" : "", index + 1, count, what,
                tty ? "" : "\n");
   };
-  auto cells = RunSweep(*config, *options, LoadBackend, progress);
+  auto cells = RunSweep(*config, *options, LoadSharedBackend, progress);
   if (tty) fmt::print(stderr, "\r\033[K");
   if (!cells.ok()) return Fail(cells.status());
   fmt::print("Sweep of {} ({} worker(s) x {} thread(s), {} timed requests per cell)\n",
@@ -372,7 +411,7 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
 }
 
 int RunServe(const ServeOptions& options) {
-  Status status = RunServer(options, LoadBackend);
+  Status status = RunServer(options, LoadSharedBackend);
   if (!status.ok()) return Fail(status);
   return 0;
 }
@@ -386,8 +425,13 @@ void AddModelOptions(CLI::App& app, ModelSelection& s) {
                  "Model instances, each on its own worker thread (default: config)");
   app.add_option("--threads", s.threads,
                  "Intra-op threads per instance (default: config, else cores / workers)");
-  app.add_option("--precision", s.precision, "fp32 or bf16 (default: config)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--precision", s.precision,
+                 "fp32, bf16 or int8 (int8: AOTInductor only; default: config)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8"}));
+  app.add_option("--backend", s.backend,
+                 "torchscript (model.pt) or aotinductor (model.pt2; default: config, else the "
+                 "package when present)")
+      ->check(CLI::IsMember({"torchscript", "aotinductor"}));
   app.add_flag("--channels-last", s.channels_last, "NHWC weights and inputs");
 }
 
@@ -470,12 +514,21 @@ int main(int argc, char** argv) {
   bench_app->add_flag("!--no-results", bench.write_results, "Print only; write no result files");
 
   SweepCommand sweep;
-  CLI::App* sweep_app = app.add_subcommand("sweep", "Run a batch size x compile x precision grid");
+  CLI::App* sweep_app = app.add_subcommand("sweep", "Run a batch size x backend x precision grid");
   sweep_app->add_option("file", sweep.file, "Sweep file (YAML); flags override it");
   AddModelOptions(*sweep_app, sweep.model);
   sweep_app->add_option("--batch-sizes", sweep.batch_sizes, "e.g. 1,8,32,64")->delimiter(',');
-  sweep_app->add_option("--compile", sweep.compile, "off,on")->delimiter(',');
-  sweep_app->add_option("--precisions", sweep.precisions, "fp32,bf16")->delimiter(',');
+  sweep_app->add_option("--compile", sweep.compile, "off,on: torchscript, torchscript+freeze")
+      ->delimiter(',');
+  sweep_app
+      ->add_option("--backends", sweep.backends,
+                   "torchscript,torchscript+freeze,aotinductor (default: the TorchScript pair, "
+                   "and aotinductor when the model has model.pt2)")
+      ->delimiter(',');
+  sweep_app
+      ->add_option("--precisions", sweep.precisions,
+                   "fp32,bf16,int8 (default: fp32,bf16, and int8 when model_int8.pt2 exists)")
+      ->delimiter(',');
   sweep_app->add_option("--iters,--num-iters,--num_iters", sweep.iterations,
                         "Timed requests per cell (default 20)");
   sweep_app->add_option("--results-dir", sweep.results_dir, "Where results/<run-id>/ goes");

@@ -419,21 +419,32 @@ TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
   };
   SweepOptions options;
   options.batch_sizes = {1, 4, 8};
+  options.backends = {{BackendKind::kTorchScript, false},
+                      {BackendKind::kTorchScript, true},
+                      {BackendKind::kAotInductor, false}};
+  options.precisions = {Precision::kFp32, Precision::kInt8};
   options.iterations = 3;
   std::vector<std::string> progress;
   auto cells = RunSweep(EchoConfig(), options, loader, [&](int i, int n, const std::string& what) {
     progress.push_back(fmt::format("{}/{} {}", i + 1, n, what));
   });
   ASSERT_TRUE(cells.ok()) << cells.status().ToString();
-  ASSERT_EQ(cells->size(), 12u);  // 3 batch sizes x 2 compile x 2 precisions.
-  ASSERT_EQ(loaded.size(), 4u);   // One load per (compile, precision).
-  EXPECT_EQ(loaded[1].optimize.freeze, true);
-  EXPECT_EQ(loaded[2].precision, Precision::kBf16);
+  // 3 batch sizes x (3 backends in fp32 + aotinductor alone in int8: TorchScript has none).
+  ASSERT_EQ(cells->size(), 12u);
+  ASSERT_EQ(loaded.size(), 4u);  // One load per (backend, precision).
+  EXPECT_EQ(loaded[0].backend, BackendKind::kTorchScript);
+  EXPECT_EQ(loaded[0].model_file, "model.pt");
+  EXPECT_FALSE(loaded[0].optimize.freeze);
+  EXPECT_TRUE(loaded[1].optimize.freeze);
+  EXPECT_EQ(loaded[2].backend, BackendKind::kAotInductor);
+  EXPECT_EQ(loaded[2].model_file, "model.pt2");
+  EXPECT_EQ(loaded[3].precision, Precision::kInt8);
+  EXPECT_EQ(loaded[3].model_file, "model_int8.pt2");
   EXPECT_EQ(loaded[0].warmup_batch_sizes, (std::vector<int>{1, 4, 8}));
   EXPECT_EQ(log.runs, 12 * 4);
   EXPECT_EQ((*cells)[5].batch_size, 8);
-  EXPECT_TRUE((*cells)[5].compile);
-  EXPECT_THAT(progress.back(), HasSubstr("12/12 batch 8 bf16 compile=on"));
+  EXPECT_EQ(BackendVariantName((*cells)[5].backend), "torchscript+freeze");
+  EXPECT_THAT(progress.back(), HasSubstr("12/12 batch 8 aotinductor int8"));
 
   auto dir = CreateRunDirectory(base_, "sweep-echo");
   ASSERT_TRUE(dir.ok());
@@ -441,10 +452,13 @@ TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
       WriteSweepResults(*dir, RunInfo{"sluice sweep", "echo"}, EchoConfig(), options, *cells).ok());
   std::string csv = Read(*dir / "summary.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 13);
-  EXPECT_THAT(csv, HasSubstr("\n8,on,bf16,3,0,"));
-  EXPECT_THAT(Read(*dir / "throughput_vs_batch_size.svg"), HasSubstr("fp32 compile=off"));
+  EXPECT_THAT(csv, HasSubstr("\n8,torchscript+freeze,fp32,3,0,"));
+  EXPECT_THAT(csv, HasSubstr("\n8,aotinductor,int8,3,0,"));
+  EXPECT_THAT(Read(*dir / "throughput_vs_batch_size.svg"), HasSubstr("torchscript fp32"));
+  EXPECT_THAT(Read(*dir / "throughput_vs_batch_size.svg"), HasSubstr("aotinductor int8"));
   EXPECT_THAT(Read(*dir / "latency_vs_batch_size.svg"), HasSubstr("average latency (ms)"));
-  EXPECT_THAT(Read(*dir / "summary.json"), HasSubstr("\"precision\":\"bf16\""));
+  EXPECT_THAT(Read(*dir / "summary.json"), HasSubstr("\"precision\":\"int8\""));
+  EXPECT_THAT(Read(*dir / "run.json"), HasSubstr("\"backends\":[\"torchscript\""));
   EXPECT_THAT(FormatSweepTable(*cells), HasSubstr("samples/s"));
 }
 

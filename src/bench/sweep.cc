@@ -1,4 +1,4 @@
-// The batch size x compile x precision sweep.
+// The batch size x backend x precision sweep.
 #include "bench/sweep.h"
 
 #include <fmt/format.h>
@@ -10,17 +10,21 @@
 namespace sluice {
 namespace {
 
-std::string CellName(bool compile, Precision precision) {
-  return fmt::format("{} compile={}", PrecisionName(precision), compile ? "on" : "off");
+std::string CellName(BackendVariant backend, Precision precision) {
+  return fmt::format("{} {}", BackendVariantName(backend), PrecisionName(precision));
 }
 
 }  // namespace
 
+bool SweepRuns(BackendVariant backend, Precision precision) {
+  return precision != Precision::kInt8 || backend.kind == BackendKind::kAotInductor;
+}
+
 Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOptions& options,
                                         const BackendLoader& loader,
                                         const SweepProgress& progress) {
-  if (options.batch_sizes.empty() || options.compile.empty() || options.precisions.empty()) {
-    return Status::InvalidArgument("sweep: batch sizes, compile and precision need a value each");
+  if (options.batch_sizes.empty() || options.backends.empty() || options.precisions.empty()) {
+    return Status::InvalidArgument("sweep: batch sizes, backends and precisions need a value each");
   }
   for (int b : options.batch_sizes) {
     if (b < 1 || b > base.max_batch_size) {
@@ -29,25 +33,32 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
                       base.max_batch_size));
     }
   }
-  const int count = static_cast<int>(options.batch_sizes.size() * options.compile.size() *
-                                     options.precisions.size());
+  int pairs = 0;
+  for (Precision precision : options.precisions) {
+    for (BackendVariant backend : options.backends) pairs += SweepRuns(backend, precision);
+  }
+  if (pairs == 0) return Status::InvalidArgument("sweep: int8 runs on aotinductor only");
+  const int count = static_cast<int>(options.batch_sizes.size()) * pairs;
   std::vector<SweepCell> cells;
   for (Precision precision : options.precisions) {
-    for (bool compile : options.compile) {
+    for (BackendVariant backend : options.backends) {
+      if (!SweepRuns(backend, precision)) continue;
       ModelConfig config = base;
       config.precision = precision;
-      config.optimize.freeze = compile;
+      config.backend = backend.kind;
+      config.model_file = DefaultModelFile(backend.kind, precision);
+      config.optimize.freeze = backend.freeze;
       config.warmup_batch_sizes = options.batch_sizes;
       if (progress) {
         progress(static_cast<int>(cells.size()), count,
-                 fmt::format("loading {}", CellName(compile, precision)));
+                 fmt::format("loading {}", CellName(backend, precision)));
       }
-      auto backend = loader(config);
-      if (!backend.ok()) return backend.status();
+      auto backend_loaded = loader(config);
+      if (!backend_loaded.ok()) return backend_loaded.status();
       std::vector<std::unique_ptr<BackendInstance>> owned;
       std::vector<BackendInstance*> instances;
       for (int i = 0; i < config.instances.count; ++i) {
-        auto instance = (*backend)->CreateInstance(i);
+        auto instance = (*backend_loaded)->CreateInstance(i);
         if (!instance.ok()) return instance.status();
         instances.push_back(instance->get());
         owned.push_back(std::move(*instance));
@@ -55,7 +66,7 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
       for (int batch : options.batch_sizes) {
         if (progress) {
           progress(static_cast<int>(cells.size()), count,
-                   fmt::format("batch {} {}", batch, CellName(compile, precision)));
+                   fmt::format("batch {} {}", batch, CellName(backend, precision)));
         }
         InProcessOptions run_options;
         run_options.batch_size = batch;
@@ -63,8 +74,8 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
         run_options.max_in_flight = options.max_in_flight;
         auto run = RunInProcessPipeline(config, instances, run_options);
         if (!run.ok()) return run.status();
-        cells.push_back(
-            SweepCell{batch, compile, precision, (*backend)->load_report(), std::move(*run)});
+        cells.push_back(SweepCell{batch, backend, precision, (*backend_loaded)->load_report(),
+                                  std::move(*run)});
       }
     }
   }
@@ -73,7 +84,7 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
 
 std::string SweepSummaryCsv(const std::vector<SweepCell>& cells) {
   std::string csv =
-      "batch_size,compile,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,"
+      "batch_size,backend,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,"
       "latency_std_s,latency_min_s,latency_max_s,p50_s,p90_s,p95_s,p99_s,warmup_latency_s,"
       "machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s\n";
   for (const SweepCell& c : cells) {
@@ -82,7 +93,7 @@ std::string SweepSummaryCsv(const std::vector<SweepCell>& cells) {
     csv += fmt::format(
         "{},{},{},{},{},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},"
         "{:.6f},{:.1f},{:.1f},{:.4f},{:.4f}\n",
-        c.batch_size, c.compile ? "on" : "off", PrecisionName(c.precision), s.requests,
+        c.batch_size, BackendVariantName(c.backend), PrecisionName(c.precision), s.requests,
         s.requests - s.ok_requests, s.samples_per_second, s.requests_per_second, l.mean, l.std,
         l.min, l.max, l.p50, l.p90, l.p95, l.p99, s.warmup_latency.value_or(0),
         c.run.utilization.machine_cpu_percent, c.run.utilization.process_cpu_percent,
@@ -93,12 +104,12 @@ std::string SweepSummaryCsv(const std::vector<SweepCell>& cells) {
 
 std::string FormatSweepTable(const std::vector<SweepCell>& cells) {
   std::string out =
-      fmt::format("{:>5} {:>7} {:>9} {:>12} {:>11} {:>11} {:>11} {:>6}\n", "batch", "compile",
+      fmt::format("{:>5} {:>18} {:>9} {:>12} {:>11} {:>11} {:>11} {:>6}\n", "batch", "backend",
                   "precision", "samples/s", "mean ms", "p50 ms", "p99 ms", "cpu %");
   for (const SweepCell& c : cells) {
     const Summary& s = c.run.summary;
-    out += fmt::format("{:>5} {:>7} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}\n",
-                       c.batch_size, c.compile ? "on" : "off", PrecisionName(c.precision),
+    out += fmt::format("{:>5} {:>18} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}\n",
+                       c.batch_size, BackendVariantName(c.backend), PrecisionName(c.precision),
                        s.samples_per_second, s.latency.mean * 1e3, s.latency.p50 * 1e3,
                        s.latency.p99 * 1e3, c.run.utilization.machine_cpu_percent,
                        s.requests == s.ok_requests ? "" : "  (errors)");
@@ -115,8 +126,8 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
         WriteModelConfigJson(json, base);
         json.Key("sweep").BeginObject().Key("batch_sizes").BeginArray();
         for (int b : options.batch_sizes) json.Int(b);
-        json.EndArray().Key("compile").BeginArray();
-        for (bool c : options.compile) json.Bool(c);
+        json.EndArray().Key("backends").BeginArray();
+        for (BackendVariant b : options.backends) json.String(BackendVariantName(b));
         json.EndArray().Key("precisions").BeginArray();
         for (Precision p : options.precisions) json.String(PrecisionName(p));
         json.EndArray().Field("iterations", options.iterations).EndObject().EndObject();
@@ -128,7 +139,7 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
   for (const SweepCell& c : cells) {
     summary.BeginObject()
         .Field("batch_size", c.batch_size)
-        .Field("compile", c.compile)
+        .Field("backend", BackendVariantName(c.backend))
         .Field("precision", PrecisionName(c.precision));
     WriteLoadFields(summary, c.load);
     WriteSummaryFields(summary, c.run.summary, c.run.utilization);
@@ -137,11 +148,11 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
   summary.EndArray().EndObject();
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.json", summary.str() + "\n"));
 
-  // One series per (precision, compile), in the order first seen.
+  // One series per (backend, precision), in the order first seen.
   std::vector<std::string> order;
   std::map<std::string, PlotSeries> throughput, latency;
   for (const SweepCell& c : cells) {
-    std::string name = CellName(c.compile, c.precision);
+    std::string name = CellName(c.backend, c.precision);
     if (!throughput.count(name)) order.push_back(name);
     throughput[name].name = name;
     latency[name].name = name;

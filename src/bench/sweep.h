@@ -1,7 +1,8 @@
 // The sweep: the PyTorch seed's runner.sh grid, run in one process and written to one folder.
 //
-// Batch sizes x compile {off, on} x precision {fp32, bf16} by default. The model is loaded once
-// per (compile, precision) pair and every batch size runs on that load, as runner.sh does.
+// Batch sizes x backend {torchscript, torchscript+freeze, aotinductor} x precision {fp32, bf16,
+// int8}. The model is loaded once per (backend, precision) pair and every batch size runs on that
+// load, as runner.sh does. TorchScript has no int8: those pairs are left out of the grid.
 #pragma once
 
 #include <filesystem>
@@ -20,7 +21,9 @@ namespace sluice {
 
 struct SweepOptions {
   std::vector<int> batch_sizes{1, 8, 32, 64};  // Each <= the model's max_batch_size.
-  std::vector<bool> compile{false, true};      // optimize.freeze off / on.
+  // TorchScript without and with freeze ("compile"), and the AOTInductor packages.
+  std::vector<BackendVariant> backends{{BackendKind::kTorchScript, false},
+                                       {BackendKind::kTorchScript, true}};
   std::vector<Precision> precisions{Precision::kFp32, Precision::kBf16};
   int iterations = 20;    // Timed requests per cell; >= 1.
   int max_in_flight = 0;  // As InProcessOptions.
@@ -28,7 +31,7 @@ struct SweepOptions {
 
 struct SweepCell {
   int batch_size = 0;
-  bool compile = false;
+  BackendVariant backend;
   Precision precision = Precision::kFp32;
   LoadReport load;
   BenchRun run;
@@ -36,6 +39,9 @@ struct SweepCell {
 
 // Called before each cell with its 0-based index, the cell count and a description.
 using SweepProgress = std::function<void(int index, int count, const std::string& what)>;
+
+// Whether the sweep runs `backend` at `precision` (TorchScript has no int8).
+bool SweepRuns(BackendVariant backend, Precision precision);
 
 // Runs the grid over `base` (instances, threads and the rest stay as configured).
 Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOptions& options,

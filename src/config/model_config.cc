@@ -54,6 +54,15 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
   MapReader top(root, "");
   top.Read("name", c.name);
   top.Read("model_file", c.model_file);
+  if (YAML::Node n = top.Get("backend"); n.IsDefined() && !n.IsNull()) {
+    std::string backend;
+    top.Read("backend", backend);
+    c.backend = ParseBackendKind(backend);
+    if (!c.backend) {
+      throw ConfigError{"backend",
+                        fmt::format("must be torchscript or aotinductor (got '{}')", backend)};
+    }
+  }
   top.Read("max_batch_size", c.max_batch_size);
 
   if (YAML::Node n = top.Get("dynamic_batching"); n.IsDefined() && !n.IsNull()) {
@@ -80,7 +89,8 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
   top.Read("precision", precision);
   auto parsed_precision = ParsePrecision(precision);
   if (!parsed_precision) {
-    throw ConfigError{"precision", fmt::format("must be fp32, bf16 or fp16 (got '{}')", precision)};
+    throw ConfigError{"precision",
+                      fmt::format("must be fp32, bf16, fp16 or int8 (got '{}')", precision)};
   }
   c.precision = *parsed_precision;
   if (YAML::Node n = top.Get("optimize"); n.IsDefined() && !n.IsNull()) {
@@ -164,15 +174,48 @@ std::string_view PrecisionName(Precision p) {
       return "bf16";
     case Precision::kFp16:
       return "fp16";
+    case Precision::kInt8:
+      return "int8";
   }
   return "fp32";
 }
 
 std::optional<Precision> ParsePrecision(std::string_view name) {
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kInt8}) {
     if (PrecisionName(p) == name) return p;
   }
   return std::nullopt;
+}
+
+std::string_view BackendKindName(BackendKind kind) {
+  return kind == BackendKind::kAotInductor ? "aotinductor" : "torchscript";
+}
+
+std::optional<BackendKind> ParseBackendKind(std::string_view name) {
+  for (BackendKind k : {BackendKind::kTorchScript, BackendKind::kAotInductor}) {
+    if (BackendKindName(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+std::string BackendVariantName(BackendVariant variant) {
+  if (variant.kind == BackendKind::kAotInductor) return "aotinductor";
+  return variant.freeze ? "torchscript+freeze" : "torchscript";
+}
+
+std::optional<BackendVariant> ParseBackendVariant(std::string_view name) {
+  for (BackendVariant v : {BackendVariant{BackendKind::kTorchScript, false},
+                           BackendVariant{BackendKind::kTorchScript, true},
+                           BackendVariant{BackendKind::kAotInductor, false}}) {
+    if (BackendVariantName(v) == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::string DefaultModelFile(BackendKind kind, Precision precision) {
+  if (kind == BackendKind::kTorchScript) return "model.pt";
+  if (precision == Precision::kFp32) return "model.pt2";
+  return fmt::format("model_{}.pt2", PrecisionName(precision));
 }
 
 bool IsValidModelName(std::string_view name) {
@@ -199,6 +242,21 @@ Result<ModelConfig> ParseModelConfig(std::string_view yaml_text, std::string_vie
 }
 
 void NormalizeModelConfig(ModelConfig& c, int cores) {
+  if (!c.backend) {
+    if (!c.model_file.empty()) {
+      c.backend = std::filesystem::path(c.model_file).extension() == ".pt2"
+                      ? BackendKind::kAotInductor
+                      : BackendKind::kTorchScript;
+    } else {
+      std::error_code ignored;
+      bool has_package =
+          !c.directory.empty() &&
+          std::filesystem::exists(
+              c.directory / DefaultModelFile(BackendKind::kAotInductor, c.precision), ignored);
+      c.backend = has_package ? BackendKind::kAotInductor : BackendKind::kTorchScript;
+    }
+  }
+  if (c.model_file.empty()) c.model_file = DefaultModelFile(*c.backend, c.precision);
   if (c.instances.threads == 0)
     c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
   if (c.warmup_batch_sizes.empty()) {
@@ -265,6 +323,11 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
   if (on_cpu && c.precision == Precision::kFp16) {
     return Error(source, "precision", "fp16 needs a CUDA device; use bf16 on CPU");
   }
+  if (c.precision == Precision::kInt8 && c.backend != BackendKind::kAotInductor) {
+    return Error(source, "precision",
+                 "int8 needs the aotinductor backend (a quantised package, model_int8.pt2, "
+                 "written by tools/export_models.py)");
+  }
   SLUICE_RETURN_IF_ERROR(ValidateSpecs(c.inputs, "inputs", source));
   SLUICE_RETURN_IF_ERROR(ValidateSpecs(c.outputs, "outputs", source));
   if (c.preprocess_image) {
@@ -318,6 +381,10 @@ void ApplyOverrides(const ModelConfigOverrides& o, ModelConfig& c) {
   if (o.max_batch_size) c.max_batch_size = *o.max_batch_size;
   if (o.max_queue_delay) c.dynamic_batching.max_queue_delay = *o.max_queue_delay;
   if (o.precision) c.precision = *o.precision;
+  if (o.backend) {
+    c.backend = *o.backend;
+    c.model_file.clear();
+  }
   if (o.freeze) c.optimize.freeze = *o.freeze;
   if (o.channels_last) c.optimize.channels_last = *o.channels_last;
   if (o.warmup_batch_sizes) c.warmup_batch_sizes = *o.warmup_batch_sizes;

@@ -17,9 +17,33 @@
 
 namespace sluice {
 
-enum class Precision { kFp32, kBf16, kFp16 };
-std::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16".
+// kInt8: statically quantised weights and activations (PT2E, x86), AOTInductor packages only.
+enum class Precision { kFp32, kBf16, kFp16, kInt8 };
+std::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16", "int8".
 std::optional<Precision> ParsePrecision(std::string_view name);
+
+// Which runtime runs the model file.
+enum class BackendKind {
+  kTorchScript,  // model.pt, torch::jit; optimize.freeze is its "compile".
+  kAotInductor,  // model.pt2 (model_bf16.pt2, model_int8.pt2): an AOTInductor package.
+};
+std::string_view BackendKindName(BackendKind kind);  // "torchscript", "aotinductor".
+std::optional<BackendKind> ParseBackendKind(std::string_view name);
+
+// A way to run a model, as sweeps and reports name it: "torchscript", "torchscript+freeze"
+// (freeze + optimize_for_inference) or "aotinductor".
+struct BackendVariant {
+  BackendKind kind = BackendKind::kTorchScript;
+  bool freeze = false;  // TorchScript only.
+  bool operator==(const BackendVariant&) const = default;
+};
+std::string BackendVariantName(BackendVariant variant);
+std::optional<BackendVariant> ParseBackendVariant(std::string_view name);
+
+// The file a backend loads by default for a precision: "model.pt" for TorchScript (which converts
+// precision at load time); "model.pt2", "model_bf16.pt2" or "model_int8.pt2" for AOTInductor,
+// whose packages are compiled for one precision each.
+std::string DefaultModelFile(BackendKind kind, Precision precision);
 
 // One declared input or output. `shape` excludes the batch dimension; -1 marks a variable dim.
 struct TensorSpec {
@@ -55,10 +79,14 @@ struct ImagePreprocessConfig {
 };
 
 struct ModelConfig {
-  std::string name;                     // The model directory's name.
-  std::filesystem::path directory;      // models/<name>.
-  std::string model_file = "model.pt";  // Relative to `directory`.
-  int max_batch_size = 1;               // Samples per batch; >= 1.
+  std::string name;                 // The model directory's name.
+  std::filesystem::path directory;  // models/<name>.
+  // `backend: torchscript | aotinductor`. Unset: inferred by NormalizeModelConfig from
+  // `model_file`'s extension, else from the files present (the AOTInductor package for the
+  // precision when it exists, else model.pt).
+  std::optional<BackendKind> backend;
+  std::string model_file;  // Relative to `directory`. Empty: DefaultModelFile(backend, precision).
+  int max_batch_size = 1;  // Samples per batch; >= 1.
   DynamicBatchingConfig dynamic_batching;
   InstancesConfig instances;
   Precision precision = Precision::kFp32;
@@ -77,7 +105,8 @@ struct ModelConfig {
 // depend on other fields).
 Result<ModelConfig> ParseModelConfig(std::string_view yaml_text, std::string_view source);
 
-// Fills derived defaults (warm-up sizes, thread counts) given the machine's core count.
+// Fills derived defaults (warm-up sizes, thread counts) given the machine's core count, and
+// resolves `backend` and `model_file` (looking into `directory` when neither is given).
 void NormalizeModelConfig(ModelConfig& config, int cores);
 
 // Checks every rule; `source` names the file in errors.
@@ -91,6 +120,7 @@ struct ModelConfigOverrides {
   std::optional<int> max_batch_size;
   std::optional<Micros> max_queue_delay;
   std::optional<Precision> precision;
+  std::optional<BackendKind> backend;  // Also clears a model_file the file set.
   std::optional<bool> freeze;
   std::optional<bool> channels_last;
   std::optional<std::vector<int>> warmup_batch_sizes;

@@ -183,7 +183,7 @@ TEST(ModelConfigTest, DeviceMustBeCpuOrCuda) {
 
 TEST(ModelConfigTest, PrecisionMustBeKnownAndFp16NeedsCuda) {
   EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: int4")),
-              HasSubstr("precision: must be fp32, bf16 or fp16 (got 'int4')"));
+              HasSubstr("precision: must be fp32, bf16, fp16 or int8 (got 'int4')"));
   EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: fp16")),
               HasSubstr("precision: fp16 needs a CUDA device"));
 }
@@ -276,6 +276,44 @@ TEST_F(LoadModelConfigTest, LoadsNormalisesAndAppliesOverrides) {
               HasSubstr("exceeds the machine's 4 cores"));
 }
 
+TEST_F(LoadModelConfigTest, BackendIsSaidOrInferredFromTheFilesPresent) {
+  Write(std::string(kValid));  // precision: bf16, no backend key.
+  auto c = LoadModelConfig(dir_, {}, 4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->backend, BackendKind::kTorchScript);  // No package: model.pt.
+  std::ofstream(dir_ / "model_bf16.pt2") << "package";
+  c = LoadModelConfig(dir_, {}, 4);
+  EXPECT_EQ(c->backend, BackendKind::kAotInductor);  // The package of the precision.
+  EXPECT_EQ(c->model_path(), dir_ / "model_bf16.pt2");
+  ModelConfigOverrides o;
+  o.precision = Precision::kFp32;  // No model.pt2: back to TorchScript.
+  EXPECT_EQ(LoadModelConfig(dir_, o, 4)->model_file, "model.pt");
+  o.precision = Precision::kInt8;
+  o.backend = BackendKind::kAotInductor;
+  EXPECT_EQ(LoadModelConfig(dir_, o, 4)->model_file, "model_int8.pt2");
+
+  Write(Edit("name: m", "name: m\nbackend: torchscript"));
+  EXPECT_EQ(LoadModelConfig(dir_, {}, 4)->model_file, "model.pt");  // Said beats inferred.
+  Write(Edit("name: m", "name: m\nmodel_file: custom.pt2"));
+  EXPECT_EQ(LoadModelConfig(dir_, {}, 4)->backend, BackendKind::kAotInductor);
+  Write(Edit("name: m", "name: m\nbackend: onnx"));
+  EXPECT_THAT(LoadModelConfig(dir_, {}, 4).status().message(),
+              HasSubstr("backend: must be torchscript or aotinductor (got 'onnx')"));
+  Write(Edit("precision: bf16", "precision: int8\nbackend: torchscript"));
+  EXPECT_THAT(LoadModelConfig(dir_, {}, 4).status().message(),
+              HasSubstr("precision: int8 needs the aotinductor backend"));
+}
+
+TEST(BackendVariantTest, NamesRoundTrip) {
+  for (const char* name : {"torchscript", "torchscript+freeze", "aotinductor"}) {
+    auto v = ParseBackendVariant(name);
+    ASSERT_TRUE(v.has_value()) << name;
+    EXPECT_EQ(BackendVariantName(*v), name);
+  }
+  EXPECT_FALSE(ParseBackendVariant("aotinductor+freeze").has_value());
+  EXPECT_EQ(DefaultModelFile(BackendKind::kAotInductor, Precision::kBf16), "model_bf16.pt2");
+}
+
 TEST_F(LoadModelConfigTest, NameMustMatchTheDirectory) {
   Write(Edit("name: m", "name: other"));
   EXPECT_THAT(LoadModelConfig(dir_, {}, 4).status().message(),
@@ -301,6 +339,12 @@ TEST(SweepConfigTest, ParsesGridAndRejectsUnknownKeys) {
   EXPECT_EQ(*c->model, "resnet18");
   EXPECT_EQ(*c->batch_sizes, (std::vector<int>{1, 8}));
   EXPECT_EQ(*c->compile, (std::vector<bool>{false, true}));
+  auto b = ParseSweepConfig("backends: [torchscript+freeze, aotinductor]\n", "sweep.yaml");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->backends->size(), 2u);
+  EXPECT_EQ((*b->backends)[1].kind, BackendKind::kAotInductor);
+  EXPECT_THAT(ParseSweepConfig("backends: [tensorrt]\n", "sweep.yaml").status().message(),
+              HasSubstr("backends[0]: must be torchscript, torchscript+freeze or aotinductor"));
   EXPECT_EQ(*c->precisions, (std::vector<Precision>{Precision::kFp32, Precision::kBf16}));
   EXPECT_EQ(*c->iterations, 7);
   EXPECT_EQ(*c->workers, 2);
@@ -308,7 +352,7 @@ TEST(SweepConfigTest, ParsesGridAndRejectsUnknownKeys) {
   EXPECT_THAT(ParseSweepConfig("batch_size: [1]\n", "sweep.yaml").status().message(),
               HasSubstr("sweep.yaml: batch_size: unknown key"));
   EXPECT_THAT(ParseSweepConfig("precisions: [fp8]\n", "sweep.yaml").status().message(),
-              HasSubstr("precisions[0]: must be fp32, bf16 or fp16 (got 'fp8')"));
+              HasSubstr("precisions[0]: must be fp32, bf16, fp16 or int8 (got 'fp8')"));
 }
 
 }  // namespace

@@ -35,6 +35,21 @@ Result<SweepFileConfig> ParseSweepConfig(std::string_view yaml_text, std::string
       c.batch_sizes = ReadList<int>(n, "batch_sizes");
     }
     if (YAML::Node n = r.Get("compile"); n.IsDefined()) c.compile = ReadList<bool>(n, "compile");
+    if (YAML::Node n = r.Get("backends"); n.IsDefined()) {
+      std::vector<BackendVariant> backends;
+      std::vector<std::string> names = ReadList<std::string>(n, "backends");
+      for (size_t i = 0; i < names.size(); ++i) {
+        auto b = ParseBackendVariant(names[i]);
+        if (!b) {
+          throw ConfigError{fmt::format("backends[{}]", i),
+                            fmt::format("must be torchscript, torchscript+freeze or aotinductor "
+                                        "(got '{}')",
+                                        names[i])};
+        }
+        backends.push_back(*b);
+      }
+      c.backends = backends;
+    }
     if (YAML::Node n = r.Get("precisions"); n.IsDefined()) {
       std::vector<Precision> precisions;
       std::vector<std::string> names = ReadList<std::string>(n, "precisions");
@@ -42,7 +57,7 @@ Result<SweepFileConfig> ParseSweepConfig(std::string_view yaml_text, std::string
         auto p = ParsePrecision(names[i]);
         if (!p) {
           throw ConfigError{fmt::format("precisions[{}]", i),
-                            fmt::format("must be fp32, bf16 or fp16 (got '{}')", names[i])};
+                            fmt::format("must be fp32, bf16, fp16 or int8 (got '{}')", names[i])};
         }
         precisions.push_back(*p);
       }

@@ -15,7 +15,9 @@ struct SweepFileConfig {
   std::optional<std::string> model;             // Model name in the repository.
   std::optional<std::string> model_repository;  // Directory of models.
   std::optional<std::vector<int>> batch_sizes;
-  std::optional<std::vector<bool>> compile;  // [false, true] = off, on.
+  std::optional<std::vector<bool>> compile;  // [false, true]: torchscript, torchscript+freeze.
+  // torchscript, torchscript+freeze, aotinductor; wins over `compile`.
+  std::optional<std::vector<BackendVariant>> backends;
   std::optional<std::vector<Precision>> precisions;
   std::optional<int> iterations;  // Timed requests per cell.
   std::optional<int> workers;     // Instances.

@@ -16,7 +16,4 @@ namespace sluice {
 // The returned backend's instances share the loaded weights; each applies its own thread budget.
 Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& config);
 
-// "libtorch 1.13.0".
-std::string TorchRuntimeVersion();
-
 }  // namespace sluice

@@ -1,0 +1,220 @@
+// AOTInductor backend. With the TorchScript backend, the only code of the CPU path that includes
+// torch headers.
+//
+// Concurrency. torch::inductor::AOTIModelPackageLoader wraps an AOTIModelContainer that holds
+// `num_runners` compiled-model objects sharing one set of constants (weights). Its run() is
+// thread-safe: each call takes a free model object (waiting on a condition variable when all are
+// busy), runs it with that object's own intermediate buffers, and hands it back. So one loaded
+// package serves every instance: it is loaded once with one runner per instance, and each instance
+// thread calls run() on it at once with no lock of Sluice's; with fewer runners than instances,
+// instances would queue inside run() instead of computing side by side.
+#include "backends/aotinductor/aotinductor_backend.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <unordered_map>
+
+#include "backends/torch_tensors.h"
+
+namespace sluice {
+namespace {
+
+using torch_backend::SecondsSince;
+
+struct LoadedPackage {
+  ModelConfig config;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  LoadReport report;
+};
+
+// The compiled code trusts its inputs' shapes (see CheckPackage), so they are checked here: the
+// batch within 1..max_batch_size, every fixed dimension as declared.
+Status CheckShape(const Tensor& in, const TensorSpec& spec, int max_batch_size) {
+  const Shape& shape = in.shape();
+  if (shape.size() != spec.shape.size() + 1) return Status::Ok();  // WrapInput names it.
+  bool fits = shape[0] >= 1 && shape[0] <= max_batch_size;
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    if (spec.shape[d] >= 0 && shape[d + 1] != spec.shape[d]) fits = false;
+  }
+  if (fits) return Status::Ok();
+  Shape declared{max_batch_size};
+  declared.insert(declared.end(), spec.shape.begin(), spec.shape.end());
+  return Status::InvalidArgument(
+      fmt::format("input '{}' has shape {}; the model takes {} (batch "
+                  "up to {}, -1 any size)",
+                  spec.name, ShapeToString(shape), ShapeToString(declared), max_batch_size));
+}
+
+class AotInductorInstance final : public BackendInstance {
+ public:
+  explicit AotInductorInstance(std::shared_ptr<LoadedPackage> package)
+      : package_(std::move(package)) {}
+
+  Status AttachToCurrentThread() override {
+    // The package's kernels open OpenMP regions without a fixed thread count (exported with
+    // cpp.dynamic_threads) and its oneDNN calls use ATen's budget: both follow this thread's.
+    return torch_backend::SetIntraOpThreads(package_->config.instances.threads);
+  }
+
+  Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    const ModelConfig& config = package_->config;
+    if (inputs.size() != config.inputs.size()) {
+      return Status::InvalidArgument(fmt::format("model '{}' takes {} inputs, got {}", config.name,
+                                                 config.inputs.size(), inputs.size()));
+    }
+    try {
+      c10::InferenceMode inference_mode;
+      std::vector<at::Tensor> args;
+      args.reserve(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        SLUICE_RETURN_IF_ERROR(CheckShape(inputs[i], config.inputs[i], config.max_batch_size));
+        Result<at::Tensor> t = torch_backend::WrapInput(inputs[i], config.inputs[i]);
+        if (!t.ok()) return t.status();
+        args.push_back(std::move(*t));
+      }
+      std::vector<at::Tensor> outputs = package_->loader->run(args);
+      return torch_backend::WrapOutputs(outputs, config);
+    } catch (const c10::Error& e) {
+      return Status::Internal(fmt::format("forward failed: {}", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return Status::Internal(fmt::format("forward failed: {}", e.what()));
+    }
+  }
+
+ private:
+  std::shared_ptr<LoadedPackage> package_;
+};
+
+class AotInductorBackend final : public Backend {
+ public:
+  explicit AotInductorBackend(std::shared_ptr<LoadedPackage> package)
+      : package_(std::move(package)) {}
+
+  Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
+    if (index < 0 || index >= package_->config.instances.count) {
+      return Status::InvalidArgument(
+          fmt::format("instance {} out of range [0, {})", index, package_->config.instances.count));
+    }
+    return std::unique_ptr<BackendInstance>(std::make_unique<AotInductorInstance>(package_));
+  }
+
+  const LoadReport& load_report() const override { return package_->report; }
+
+ private:
+  std::shared_ptr<LoadedPackage> package_;
+};
+
+// Checked from the package's metadata before its library is loaded. The compiled code runs only
+// where its device and instruction set exist: a CUDA package needs a CUDA build, and kernels
+// compiled for AVX-512 would die of SIGILL on a CPU without it. And it checks no input shapes of
+// its own (only with AOTI_RUNTIME_CHECK_INPUTS set): a batch beyond the exported range would run
+// off its buffers, so a config whose max_batch_size exceeds the range that
+// tools/export_models.py records (sluice.max_batch_size) is refused.
+Status CheckPackage(const std::unordered_map<std::string, std::string>& metadata,
+                    const ModelConfig& config) {
+  auto get = [&](const char* key) {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? std::string() : it->second;
+  };
+  std::string device = get("AOTI_DEVICE_KEY");
+  if (!device.empty() && device != "cpu") {
+    return Status::InvalidArgument(fmt::format(
+        "the package was compiled for device '{}'; this build of Sluice runs CPU packages only",
+        device));
+  }
+  std::string isa = get("AOTI_CPU_ISA");
+  bool supported = true;
+  if (isa == "AVX2") {
+    supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  } else if (isa.rfind("AVX512", 0) == 0) {
+    supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  if (!supported) {
+    return Status::InvalidArgument(fmt::format(
+        "the package was compiled for {} instructions, which this CPU lacks; export it on the "
+        "machine that serves it",
+        isa));
+  }
+  std::string max_batch = get("sluice.max_batch_size");
+  if (max_batch.empty()) {
+    return Status::InvalidArgument(
+        "the package does not record its batch range (sluice.max_batch_size in its metadata, "
+        "which tools/export_models.py writes)");
+  }
+  int exported_max = 0;
+  try {
+    exported_max = std::stoi(max_batch);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument(
+        fmt::format("the package's sluice.max_batch_size '{}' is not a number", max_batch));
+  }
+  if (config.max_batch_size > exported_max) {
+    return Status::InvalidArgument(
+        fmt::format("max_batch_size {} exceeds the batch range 1..{} the package was exported "
+                    "with; export it again for the larger size",
+                    config.max_batch_size, exported_max));
+  }
+  std::string precision = get("sluice.precision");
+  if (!precision.empty() && precision != PrecisionName(config.precision)) {
+    return Status::InvalidArgument(
+        fmt::format("the package holds a {} model, the config asks for {}", precision,
+                    PrecisionName(config.precision)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& config) {
+  if (config.instances.device != "cpu") {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': device '{}' is not available: this build of Sluice runs on CPU only",
+        config.name, config.instances.device));
+  }
+  std::string path = config.model_path().string();
+  std::error_code ignored;
+  if (!std::filesystem::is_regular_file(config.model_path(), ignored)) {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': no AOTInductor package {} for precision {} (tools/export_models.py writes "
+        "model.pt2, model_bf16.pt2 and model_int8.pt2)",
+        config.name, path, PrecisionName(config.precision)));
+  }
+  auto package = std::make_shared<LoadedPackage>();
+  package->config = config;
+  package->report.runtime = fmt::format("libtorch {} (AOTInductor)", TORCH_VERSION);
+  try {
+    auto start = std::chrono::steady_clock::now();
+    Status target = CheckPackage(
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model"), config);
+    if (!target.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("model '{}': {}: {}", config.name, path, target.message()));
+    }
+    package->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, "model", /*run_single_threaded=*/false,
+        /*num_runners=*/static_cast<size_t>(config.instances.count));
+    package->report.load_seconds = SecondsSince(start);
+  } catch (const c10::Error& e) {
+    return Status::InvalidArgument(fmt::format("model '{}': loading {} failed: {}", config.name,
+                                               path, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(
+        fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
+  }
+  auto start = std::chrono::steady_clock::now();
+  AotInductorInstance warm_instance(package);
+  Status warm = torch_backend::WarmUp(warm_instance, config);
+  if (!warm.ok()) {
+    return Status::Internal(fmt::format("model '{}': {}", config.name, warm.message()));
+  }
+  package->report.warmup_seconds = SecondsSince(start);
+  return std::unique_ptr<Backend>(std::make_unique<AotInductorBackend>(std::move(package)));
+}
+
+}  // namespace sluice

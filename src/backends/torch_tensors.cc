@@ -1,0 +1,107 @@
+#include "backends/torch_tensors.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace sluice::torch_backend {
+
+at::ScalarType ToScalarType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kBool:
+      return at::kBool;
+    case DataType::kUInt8:
+      return at::kByte;
+    case DataType::kInt8:
+      return at::kChar;
+    case DataType::kInt16:
+      return at::kShort;
+    case DataType::kInt32:
+      return at::kInt;
+    case DataType::kInt64:
+      return at::kLong;
+    case DataType::kFp16:
+      return at::kHalf;
+    case DataType::kBf16:
+      return at::kBFloat16;
+    case DataType::kFp32:
+      return at::kFloat;
+    case DataType::kFp64:
+      return at::kDouble;
+  }
+  return at::kFloat;
+}
+
+Result<at::Tensor> WrapInput(const Tensor& in, const TensorSpec& spec) {
+  if (in.dtype() != spec.datatype) {
+    return Status::InvalidArgument(fmt::format("input '{}' must be {}, got {}", spec.name,
+                                               DataTypeName(spec.datatype),
+                                               DataTypeName(in.dtype())));
+  }
+  if (in.shape().size() != spec.shape.size() + 1) {
+    return Status::InvalidArgument(fmt::format("input '{}' must have {} dims (batch first), got {}",
+                                               spec.name, spec.shape.size() + 1,
+                                               ShapeToString(in.shape())));
+  }
+  return at::from_blob(const_cast<void*>(in.data()), in.shape(),
+                       at::TensorOptions().dtype(ToScalarType(in.dtype())));
+}
+
+Result<std::vector<Tensor>> WrapOutputs(const std::vector<at::Tensor>& tensors,
+                                        const ModelConfig& config) {
+  if (tensors.size() != config.outputs.size()) {
+    return Status::Internal(fmt::format("model returned {} outputs, config declares {}",
+                                        tensors.size(), config.outputs.size()));
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    DataType dtype = config.outputs[i].datatype;
+    auto holder = std::make_shared<at::Tensor>(tensors[i].to(ToScalarType(dtype)).contiguous());
+    void* data = holder->data_ptr();
+    Shape shape(holder->sizes().begin(), holder->sizes().end());
+    // The aliasing shared_ptr keeps the torch tensor (and so its storage) alive.
+    outputs.push_back(
+        Tensor::Wrap(dtype, std::move(shape), std::shared_ptr<const void>(holder, data), data));
+  }
+  return outputs;
+}
+
+Status SetIntraOpThreads(int threads) {
+  try {
+    // The first query initialises this thread's OpenMP state; the set then makes the budget this
+    // thread's own.
+    (void)at::get_num_threads();
+    at::set_num_threads(threads);
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("setting {} threads failed: {}", threads, e.what()));
+  }
+}
+
+Status WarmUp(BackendInstance& instance, const ModelConfig& config) {
+  SLUICE_RETURN_IF_ERROR(instance.AttachToCurrentThread());
+  for (int batch : config.warmup_batch_sizes) {
+    std::vector<Tensor> inputs;
+    for (const TensorSpec& spec : config.inputs) {
+      Shape shape{batch};
+      for (int64_t d : spec.shape) shape.push_back(d < 0 ? 1 : d);
+      inputs.push_back(Tensor::Zeros(spec.datatype, std::move(shape)));
+    }
+    for (int i = 0; i < config.warmup_iterations; ++i) {
+      Result<std::vector<Tensor>> out = instance.Run(inputs);
+      if (!out.ok()) {
+        return Status::Internal(
+            fmt::format("warm-up at batch {} failed: {}", batch, out.status().message()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace sluice::torch_backend

@@ -1,0 +1,37 @@
+// What the libtorch backends share: Sluice tensors to and from at::Tensor, thread budgets,
+// warm-up. Includes torch headers, so only backends/ may include it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <vector>
+
+#include "config/model_config.h"
+#include "sluice/backend.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+namespace sluice::torch_backend {
+
+at::ScalarType ToScalarType(DataType dtype);
+
+// Views `in` (zero copy; the caller's buffer must outlive the returned tensor) after checking it
+// against the declared input `spec`: same datatype, batch dimension first.
+Result<at::Tensor> WrapInput(const Tensor& in, const TensorSpec& spec);
+
+// Converts each output to its declared datatype (contiguous) and wraps it without a copy; the
+// returned tensors keep the torch storage alive. Fails if the count differs from the config's.
+Result<std::vector<Tensor>> WrapOutputs(const std::vector<at::Tensor>& outputs,
+                                        const ModelConfig& config);
+
+// Makes `threads` the calling thread's intra-op budget (OpenMP keeps it per thread).
+Status SetIntraOpThreads(int threads);
+
+// Runs `instance` on zero inputs at each configured warm-up batch size, warmup_iterations times,
+// on the calling thread (variable dimensions as 1).
+Status WarmUp(BackendInstance& instance, const ModelConfig& config);
+
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
+}  // namespace sluice::torch_backend
