@@ -93,6 +93,12 @@ def export_packages(model, model_dir, example, reference, precisions, max_batch_
                                                  max_batch_size)
         path = os.path.join(model_dir, sluice_export.package_name(precision))
         sluice_export.export_package(compiled, example, path, max_batch_size, precision)
+        try:
+            sluice_export.verify_package(path, compiled, [x for _, x in reference_inputs],
+                                         precision)
+        except RuntimeError:
+            os.remove(path)
+            raise
         if precision != "fp32":
             runner = sluice_export.load_package(path)
             with torch.no_grad():
@@ -160,12 +166,17 @@ warmup:
     with torch.no_grad():
         y = scripted(x)
     write_reference(model_dir, [("input", x)], [("logits", y)])
+    export_resnet18_packages(model, model_dir, x)
+    print(f"resnet18: written to {model_dir}")
+
+
+def export_resnet18_packages(model, model_dir, reference_x):
     # Random calibration images, drawn like normalised ImageNet pixels (zero mean, unit variance).
     generator = torch.Generator().manual_seed(2)
     calibration = [(torch.randn(16, 3, 224, 224, generator=generator),) for _ in range(4)]
-    export_packages(model, model_dir, (torch.randn(2, 3, 224, 224),),
-                    ([("input", x)], ["logits"]), sluice_export.PRECISIONS, 64, calibration)
-    print(f"resnet18: written to {model_dir}")
+    export_packages(model.eval(), model_dir, (torch.randn(2, 3, 224, 224, generator=generator),),
+                    ([("input", reference_x)], ["logits"]), sluice_export.PRECISIONS, 64,
+                    calibration)
 
 
 # --- fashion_mnist ---------------------------------------------------------------------------
@@ -283,6 +294,33 @@ postprocess:
     write_reference(model_dir, [("input", x)], [("logits", y)])
     export_fashion_packages(model, model_dir, train_x, x)
     print(f"fashion_mnist: test accuracy {acc:.4f}, written to {model_dir}")
+
+
+def export_packages_only(out_dir, name):
+    """Recompiles a default model's packages from its model.pt, on the same calibration data."""
+    model_dir = os.path.join(out_dir, name)
+    scripted = torch.jit.load(os.path.join(model_dir, "model.pt"))
+    if name == "resnet18":
+        import torchvision
+        model = torchvision.models.resnet18(weights=None, num_classes=1000)
+    else:
+        model = FashionCnn()
+    model.load_state_dict(scripted.state_dict())
+    model.eval()
+    x = read_reference_input(model_dir)
+    if name == "resnet18":
+        export_resnet18_packages(model, model_dir, x)
+    else:
+        train_x, _ = load_fashion("train")
+        export_fashion_packages(model, model_dir, train_x, x)
+
+
+def read_reference_input(model_dir):
+    with open(os.path.join(model_dir, "reference.yaml")) as f:
+        lines = f.read().splitlines()
+    shape = [int(v) for v in lines[3].split("[", 1)[1].rstrip("]").split(",")]
+    data = np.fromfile(os.path.join(model_dir, "reference", "input_input.bin"), dtype="<f4")
+    return torch.from_numpy(data.reshape(shape).copy())
 
 
 def export_fashion_packages(model, model_dir, train_x, reference_x):
@@ -412,6 +450,10 @@ def main():
                         help="default models to write (default: both)")
     parser.add_argument("--force", action="store_true", help="rewrite models that exist")
     parser.add_argument("--epochs", type=int, default=3, help="fashion_mnist training epochs")
+    parser.add_argument("--packages-only", action="store_true",
+                        help="rewrite only the AOTInductor packages (and their references) from "
+                             "the existing model.pt: packages are compiled for the exporting CPU, "
+                             "so a repository moved to another machine needs this")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     os.makedirs(args.out, exist_ok=True)
@@ -419,6 +461,9 @@ def main():
         export_test_models(args.out)
         return
     for name in args.only or ["resnet18", "fashion_mnist"]:
+        if args.packages_only:
+            export_packages_only(args.out, name)
+            continue
         if not args.force and os.path.exists(os.path.join(args.out, name, "model.pt")):
             print(f"{name}: exists in {args.out}, skipped (use --force to rewrite)")
             continue

@@ -1,12 +1,13 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Fashion-MNIST test accuracy through a running Sluice server.
 
 Sends each of the 10,000 test images as a PNG to POST /predictions/<model> (one keep-alive
 connection, in order), takes the top label of each answer, and compares the accuracy with the
-one recorded at training time (models/<model>/training.json).
+one recorded at training time (models/<model>/training.json, fp32): equal to 4 decimals, or
+within --tolerance points (for a bf16 or int8 package; scripts/fashion-accuracy.sh).
 
 Usage: tools/fashion_accuracy.py --url http://127.0.0.1:8000 [--model fashion_mnist]
-       [--models models] [--limit N]
+       [--models models] [--limit N] [--tolerance POINTS] [--label TEXT]
 """
 import argparse
 import gzip
@@ -37,6 +38,10 @@ def main():
     parser.add_argument("--model", default="fashion_mnist")
     parser.add_argument("--models", default="models", help="model repository (for labels and the recorded accuracy)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N images")
+    parser.add_argument("--tolerance", type=float, default=0.0,
+                        help="accuracy points the result may differ from the recorded one "
+                             "(0: equal to 4 decimals)")
+    parser.add_argument("--label", default="", help="what is measured, for the report line")
     args = parser.parse_args()
 
     (count, rows, cols), pixels = read_idx(os.path.join(FASHION_DIR, "t10k-images-idx3-ubyte.gz"))
@@ -66,10 +71,17 @@ def main():
         top = next(iter(json.loads(body)))  # Labels come in descending probability.
         correct += top == names[labels[i]]
     accuracy = correct / count
-    print(f"{args.model}: {correct}/{count} correct through /predictions, accuracy {accuracy:.4f}; "
-          f"recorded at training {recorded:.4f}; "
-          f"{'equal' if round(accuracy, 4) == round(recorded, 4) else 'DIFFERENT'}")
-    return 0 if count < 10000 or round(accuracy, 4) == round(recorded, 4) else 1
+    points = (accuracy - recorded) * 100
+    if args.tolerance > 0:
+        ok = abs(points) <= args.tolerance
+        verdict = f"{points:+.2f} points, {'within' if ok else 'BEYOND'} {args.tolerance} points"
+    else:
+        ok = round(accuracy, 4) == round(recorded, 4)
+        verdict = "equal" if ok else "DIFFERENT"
+    label = f" ({args.label})" if args.label else ""
+    print(f"{args.model}{label}: {correct}/{count} correct through /predictions, accuracy "
+          f"{accuracy:.4f}; recorded at training (fp32) {recorded:.4f}; {verdict}")
+    return 0 if count < 10000 or ok else 1
 
 
 if __name__ == "__main__":

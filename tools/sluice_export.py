@@ -7,7 +7,12 @@ users' own scripts: README, "Serving your own model").
   model_bf16.pt2  the same model in bf16: the weights converted, fp32 in and out (the casts fuse
                   into the first and last kernels).
   model_int8.pt2  PT2E static quantisation for x86 (X86InductorQuantizer, now in torchao),
-                  calibrated on the images given, then compiled the same way.
+                  calibrated on the images given, compiled once per batch size bucket (1, 2, 4,
+                  ... up to the maximum): Inductor 2.11 miscompiles frozen int8 convolutions and
+                  linears when the batch dimension is dynamic (outputs off by up to 100%, while
+                  the same graph with a static batch matches eager to 1e-6), so each bucket is
+                  static and Sluice pads a batch up to the next bucket. The models are named
+                  "model" (the largest bucket) and "model_b<N>" in one package.
 
 The packages are compiled for the CPU that exports them (-march=native), with kernels that take
 the serving thread's OpenMP budget (cpp.dynamic_threads), linked against nothing but what the
@@ -53,16 +58,23 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
 
+    # Strict (TorchDynamo) capture: the quantizer finds convolutions and linears by the
+    # source_fn_stack it records on each node, which the default non-strict export leaves out
+    # (and then nothing is quantised, silently).
     graph = torch.export.export(
-        model, example_inputs,
-        dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size)).module()
+        model, example_inputs, dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size),
+        strict=True).module()
     quantizer = xiq.X86InductorQuantizer()
     quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
         for inputs in calibration:
             prepared(*inputs)
-    return convert_pt2e(prepared)
+    converted = convert_pt2e(prepared)
+    quantized = [n for n in converted.graph.nodes if "quantize_per" in str(n.target)]
+    if not quantized:
+        raise RuntimeError("int8: the quantizer annotated no operator of the model")
+    return converted
 
 
 def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64):
@@ -80,28 +92,112 @@ def precision_model(model, precision, example_inputs, calibration=None, max_batc
     raise ValueError(f"unknown precision {precision!r} (use {', '.join(PRECISIONS)})")
 
 
+def batch_buckets(max_batch_size):
+    """1, 2, 4, ... below max_batch_size, then max_batch_size."""
+    buckets, b = [], 1
+    while b < max_batch_size:
+        buckets.append(b)
+        b *= 2
+    return buckets + [max_batch_size]
+
+
+def _inductor_configs(metadata):
+    return {"freezing": True, "cpp.dynamic_threads": True, "aot_inductor.link_libtorch": False,
+            "aot_inductor.metadata": metadata}
+
+
 def export_package(model, example_inputs, path, max_batch_size, precision="fp32"):
     """Compiles `model` (already in `precision`, see precision_model) to an AOTInductor package
-    accepting batches of 1..max_batch_size; returns the path."""
+    accepting batches of 1..max_batch_size; returns the path. int8: one static model per batch
+    bucket (see the file comment)."""
     example_inputs = tuple(example_inputs)
+    metadata = {"sluice.max_batch_size": str(max_batch_size), "sluice.precision": precision}
     with torch.no_grad():
-        program = torch.export.export(
-            model, example_inputs, dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size))
-        return torch._inductor.aoti_compile_and_package(
-            program, package_path=path,
-            inductor_configs={
-                "freezing": True,
-                "cpp.dynamic_threads": True,
-                "aot_inductor.link_libtorch": False,
-                "aot_inductor.metadata": {"sluice.max_batch_size": str(max_batch_size),
-                                          "sluice.precision": precision},
-            })
+        if precision != "int8":
+            program = torch.export.export(
+                model, example_inputs,
+                dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size))
+            return torch._inductor.aoti_compile_and_package(
+                program, package_path=path, inductor_configs=_inductor_configs(metadata))
+        from torch._inductor.package import package_aoti
+        buckets = batch_buckets(max_batch_size)
+        metadata["sluice.batch_buckets"] = ",".join(str(b) for b in buckets)
+        files = {}
+        for bucket in buckets:
+            inputs = tuple(_resize_batch(x, bucket) for x in example_inputs)
+            program = torch.export.export(model, inputs)
+            options = dict(_inductor_configs(metadata), **{"aot_inductor.package": True})
+            name = "model" if bucket == max_batch_size else f"model_b{bucket}"
+            files[name] = torch._inductor.aot_compile(program.module(), inputs, options=options)
+        return package_aoti(path, files)
+
+
+def verify_package(path, model, inputs, precision):
+    """Runs the package as Sluice will (PackageRunner) and compares it with `model` (the module
+    it was compiled from) on `inputs`: a miscompiled package fails the export instead of
+    serving wrong answers (a miscompile shows as 20-100% of the output scale). Tolerance: 1e-3
+    of the output scale in fp32; 2% in bf16, where a fused kernel may round at another point
+    than eager; 5% in int8, where a fused kernel requantises (one step is 1/127 of a tensor's
+    range) at other points than eager's quantize/dequantize pairs, a few steps in all."""
+    with torch.no_grad():
+        want = model(*inputs)
+        got = load_package(path)(*inputs)
+    wants = want if isinstance(want, (list, tuple)) else [want]
+    gots = got if isinstance(got, (list, tuple)) else [got]
+    tolerance = {"fp32": 1e-3, "bf16": 2e-2, "int8": 5e-2}[precision]
+    for w, g in zip(wants, gots):
+        scale = max(w.float().abs().max().item(), 1e-6)
+        error = (w.float() - g.float()).abs().max().item()
+        if g.shape != w.shape or error > tolerance * scale:
+            raise RuntimeError(f"{path}: the compiled package differs from its model by {error:.3g}"
+                               f" (output scale {scale:.3g}); not written")
+
+
+def _resize_batch(x, batch):
+    """`x` with `batch` samples: its own, repeated as needed."""
+    reps = -(-batch // x.shape[0])
+    return x.repeat(reps, *([1] * (x.dim() - 1)))[:batch].contiguous()
+
+
+class PackageRunner:
+    """Runs a package as Sluice does: a dynamic-batch package directly; a bucketed (int8) one by
+    padding each batch with zeros up to the next bucket and returning the first rows."""
+
+    def __init__(self, path):
+        import json
+        import zipfile
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        from torch._inductor.package import load_package as load
+        self.runners = {}
+        with zipfile.ZipFile(path) as archive:
+            names = {n.split("/")[3] for n in archive.namelist()
+                     if "/data/aotinductor/" in n and n.count("/") >= 4}
+        first = load(path, "model")
+        buckets = first.get_metadata().get("sluice.batch_buckets", "")
+        if not buckets:
+            self.runners[None] = first
+            return
+        for bucket in (int(b) for b in buckets.split(",")):
+            name = "model" if f"model_b{bucket}" not in names else f"model_b{bucket}"
+            self.runners[bucket] = first if name == "model" else load(path, name)
+
+    def __call__(self, *inputs):
+        if None in self.runners:
+            return self.runners[None](*inputs)
+        n = inputs[0].shape[0]
+        bucket = min(b for b in self.runners if b >= n)
+        padded = [torch.cat([x, x.new_zeros((bucket - n, *x.shape[1:]))]) if bucket > n else x
+                  for x in inputs]
+        out = self.runners[bucket](*padded)
+        if isinstance(out, (list, tuple)):
+            return type(out)(o[:n] for o in out)
+        return out[:n]
 
 
 def load_package(path):
-    """Loads a package in this Python process (torch._inductor.aoti_load_package). Packages built
-    without linking libtorch find its symbols in the process's global scope, where Python's
-    import of torch does not put them: the already loaded libtorch_cpu is promoted first."""
-    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
-    return torch._inductor.aoti_load_package(path)
+    """Loads a package in this Python process (torch._inductor.aoti_load_package underneath).
+    Packages built without linking libtorch find its symbols in the process's global scope,
+    where Python's import of torch does not put them: the already loaded libtorch_cpu is
+    promoted first (PackageRunner does it)."""
+    return PackageRunner(path)

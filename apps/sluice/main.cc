@@ -383,9 +383,17 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
       has(DefaultModelFile(BackendKind::kAotInductor, Precision::kFp32))) {
     options->backends.push_back({BackendKind::kAotInductor, false});
   }
-  if (cmd.precisions.empty() && !(file && file->precisions) &&
-      has(DefaultModelFile(BackendKind::kAotInductor, Precision::kInt8))) {
-    options->precisions.push_back(Precision::kInt8);
+  if (cmd.precisions.empty() && !(file && file->precisions)) {
+    if (has(DefaultModelFile(BackendKind::kAotInductor, Precision::kInt8))) {
+      options->precisions.push_back(Precision::kInt8);
+    }
+    // Emulated bf16 only shows how slow emulation is, at length: asked for, it still runs.
+    if (!CpuHasNativeBf16()) {
+      std::erase(options->precisions, Precision::kBf16);
+      fmt::print(
+          "bf16 left out: this CPU has no native bf16 (avx512_bf16 or amx_bf16); "
+          "--precisions fp32,bf16 runs it anyway\n");
+    }
   }
   const bool tty = isatty(fileno(stderr));
   auto progress = [&](int index, int count, const std::string& what) {

@@ -40,6 +40,18 @@ std::string CpuModelName() {
   return "unknown";
 }
 
+bool CpuHasFlag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    return (line + " ").find(" " + flag + " ") != std::string::npos;
+  }
+  return false;
+}
+
+bool CpuHasNativeBf16() { return CpuHasFlag("avx512_bf16") || CpuHasFlag("amx_bf16"); }
+
 int CoreCount() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);

@@ -7,6 +7,11 @@ namespace sluice {
 
 // "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown".
 std::string CpuModelName();
+// Whether /proc/cpuinfo lists an instruction-set flag, e.g. "avx512_bf16", "amx_bf16".
+bool CpuHasFlag(const std::string& flag);
+// Whether the CPU computes bf16 natively (AVX-512 BF16 or AMX); elsewhere libtorch emulates it
+// in fp32, several times slower than fp32 itself.
+bool CpuHasNativeBf16();
 // Logical cores the process may use.
 int CoreCount();
 // The git commit of the working directory's checkout ("abc1234", "-dirty" appended when there

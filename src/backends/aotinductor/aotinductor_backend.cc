@@ -7,7 +7,8 @@
 // busy), runs it with that object's own intermediate buffers, and hands it back. So one loaded
 // package serves every instance: it is loaded once with one runner per instance, and each instance
 // thread calls run() on it at once with no lock of Sluice's; with fewer runners than instances,
-// instances would queue inside run() instead of computing side by side.
+// instances would queue inside run() instead of computing side by side. A bucketed package has
+// one such loader per bucket, each with one runner per instance.
 #include "backends/aotinductor/aotinductor_backend.h"
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -26,11 +28,58 @@ namespace {
 
 using torch_backend::SecondsSince;
 
+// A package holds one model with a dynamic batch dimension, or (int8; tools/sluice_export.py says
+// why) one static model per batch bucket, named "model" (the largest) and "model_b<N>".
 struct LoadedPackage {
   ModelConfig config;
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  // Batch bucket -> its model; one entry keyed 0 for a dynamic-batch package.
+  std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> loaders;
   LoadReport report;
 };
+
+// Runs `inputs` (batch n) on the package: a dynamic-batch model directly; otherwise the smallest
+// bucket >= n, the inputs padded with zero rows up to it and the outputs cut back to n rows.
+std::vector<at::Tensor> RunPackage(const LoadedPackage& package, std::vector<at::Tensor> inputs) {
+  auto dynamic = package.loaders.find(0);
+  if (dynamic != package.loaders.end()) return dynamic->second->run(inputs);
+  const int64_t n = inputs.empty() ? 1 : inputs[0].size(0);
+  auto bucket = package.loaders.lower_bound(n);  // CheckShape keeps n <= the largest bucket.
+  if (bucket->first > n) {
+    for (at::Tensor& t : inputs) {
+      std::vector<int64_t> sizes = t.sizes().vec();
+      sizes[0] = bucket->first;
+      at::Tensor padded = at::zeros(sizes, t.options());
+      padded.narrow(0, 0, n).copy_(t);
+      t = std::move(padded);
+    }
+  }
+  std::vector<at::Tensor> outputs = bucket->second->run(inputs);
+  if (bucket->first > n) {
+    for (at::Tensor& t : outputs) t = t.narrow(0, 0, n);
+  }
+  return outputs;
+}
+
+// "1,2,4" -> {1, 2, 4}; empty on a malformed list.
+std::vector<int64_t> ParseBuckets(const std::string& text) {
+  std::vector<int64_t> buckets;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    try {
+      size_t used = 0;
+      int64_t b = std::stoll(item, &used);
+      if (used != item.size() || b < 1) return {};
+      buckets.push_back(b);
+    } catch (const std::exception&) {
+      return {};
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return buckets;
+}
 
 // The compiled code trusts its inputs' shapes (see CheckPackage), so they are checked here: the
 // batch within 1..max_batch_size, every fixed dimension as declared.
@@ -77,7 +126,7 @@ class AotInductorInstance final : public BackendInstance {
         if (!t.ok()) return t.status();
         args.push_back(std::move(*t));
       }
-      std::vector<at::Tensor> outputs = package_->loader->run(args);
+      std::vector<at::Tensor> outputs = RunPackage(*package_, std::move(args));
       return torch_backend::WrapOutputs(outputs, config);
     } catch (const c10::Error& e) {
       return Status::Internal(fmt::format("forward failed: {}", e.what_without_backtrace()));
@@ -190,15 +239,32 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
   package->report.runtime = fmt::format("libtorch {} (AOTInductor)", TORCH_VERSION);
   try {
     auto start = std::chrono::steady_clock::now();
-    Status target = CheckPackage(
-        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model"), config);
+    auto metadata =
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model");
+    Status target = CheckPackage(metadata, config);
     if (!target.ok()) {
       return Status::InvalidArgument(
           fmt::format("model '{}': {}: {}", config.name, path, target.message()));
     }
-    package->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, "model", /*run_single_threaded=*/false,
-        /*num_runners=*/static_cast<size_t>(config.instances.count));
+    auto load = [&](const std::string& model_name) {
+      return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          path, model_name, /*run_single_threaded=*/false,
+          /*num_runners=*/static_cast<size_t>(config.instances.count));
+    };
+    auto buckets_entry = metadata.find("sluice.batch_buckets");
+    if (buckets_entry == metadata.end()) {
+      package->loaders[0] = load("model");
+    } else {
+      std::vector<int64_t> buckets = ParseBuckets(buckets_entry->second);
+      if (buckets.empty() || buckets.back() < config.max_batch_size) {
+        return Status::InvalidArgument(
+            fmt::format("model '{}': {}: batch buckets '{}' do not cover max_batch_size {}",
+                        config.name, path, buckets_entry->second, config.max_batch_size));
+      }
+      for (int64_t b : buckets) {
+        package->loaders[b] = load(b == buckets.back() ? "model" : fmt::format("model_b{}", b));
+      }
+    }
     package->report.load_seconds = SecondsSince(start);
   } catch (const c10::Error& e) {
     return Status::InvalidArgument(fmt::format("model '{}': loading {} failed: {}", config.name,
