@@ -95,7 +95,7 @@ def export_packages(model, model_dir, example, reference, precisions, max_batch_
         sluice_export.export_package(compiled, example, path, max_batch_size, precision)
         try:
             sluice_export.verify_package(path, compiled, [x for _, x in reference_inputs],
-                                         precision)
+                                         precision, max_batch_size)
         except RuntimeError:
             os.remove(path)
             raise

@@ -12,7 +12,9 @@ users' own scripts: README, "Serving your own model").
                   linears when the batch dimension is dynamic (outputs off by up to 100%, while
                   the same graph with a static batch matches eager to 1e-6), so each bucket is
                   static and Sluice pads a batch up to the next bucket. The models are named
-                  "model" (the largest bucket) and "model_b<N>" in one package.
+                  "model" (the largest bucket) and "bucket_0001", "bucket_0002", ... in one
+                  package: the loaders find a model by name prefix, so no name may be the prefix
+                  of another ("model_b1" would also find "model_b16").
 
 The packages are compiled for the CPU that exports them (-march=native), with kernels that take
 the serving thread's OpenMP budget (cpp.dynamic_threads), linked against nothing but what the
@@ -101,6 +103,10 @@ def batch_buckets(max_batch_size):
     return buckets + [max_batch_size]
 
 
+def bucket_model_name(bucket, max_batch_size):
+    return "model" if bucket == max_batch_size else f"bucket_{bucket:04d}"
+
+
 def _inductor_configs(metadata):
     return {"freezing": True, "cpp.dynamic_threads": True, "aot_inductor.link_libtorch": False,
             "aot_inductor.metadata": metadata}
@@ -127,30 +133,35 @@ def export_package(model, example_inputs, path, max_batch_size, precision="fp32"
             inputs = tuple(_resize_batch(x, bucket) for x in example_inputs)
             program = torch.export.export(model, inputs)
             options = dict(_inductor_configs(metadata), **{"aot_inductor.package": True})
-            name = "model" if bucket == max_batch_size else f"model_b{bucket}"
+            name = bucket_model_name(bucket, max_batch_size)
             files[name] = torch._inductor.aot_compile(program.module(), inputs, options=options)
         return package_aoti(path, files)
 
 
-def verify_package(path, model, inputs, precision):
+def verify_package(path, model, inputs, precision, max_batch_size):
     """Runs the package as Sluice will (PackageRunner) and compares it with `model` (the module
-    it was compiled from) on `inputs`: a miscompiled package fails the export instead of
-    serving wrong answers (a miscompile shows as 20-100% of the output scale). Tolerance: 1e-3
-    of the output scale in fp32; 2% in bf16, where a fused kernel may round at another point
-    than eager; 5% in int8, where a fused kernel requantises (one step is 1/127 of a tensor's
-    range) at other points than eager's quantize/dequantize pairs, a few steps in all."""
-    with torch.no_grad():
-        want = model(*inputs)
-        got = load_package(path)(*inputs)
-    wants = want if isinstance(want, (list, tuple)) else [want]
-    gots = got if isinstance(got, (list, tuple)) else [got]
+    it was compiled from) on `inputs`, resized to batches of 1, 3 and max_batch_size (so every
+    path, bucket padding included, is checked): a miscompiled package fails the export instead
+    of serving wrong answers (a miscompile shows as 20-100% of the output scale). Tolerance:
+    1e-3 of the output scale in fp32; 2% in bf16, where a fused kernel may round at another
+    point than eager; 5% in int8, where a fused kernel requantises (one step is 1/127 of a
+    tensor's range) at other points than eager's quantize/dequantize pairs, a few steps in all."""
+    runner = load_package(path)
     tolerance = {"fp32": 1e-3, "bf16": 2e-2, "int8": 5e-2}[precision]
-    for w, g in zip(wants, gots):
-        scale = max(w.float().abs().max().item(), 1e-6)
-        error = (w.float() - g.float()).abs().max().item()
-        if g.shape != w.shape or error > tolerance * scale:
-            raise RuntimeError(f"{path}: the compiled package differs from its model by {error:.3g}"
-                               f" (output scale {scale:.3g}); not written")
+    for batch in sorted({1, min(3, max_batch_size), max_batch_size}):
+        batch_inputs = [_resize_batch(x, batch) for x in inputs]
+        with torch.no_grad():
+            want = model(*batch_inputs)
+            got = runner(*batch_inputs)
+        wants = want if isinstance(want, (list, tuple)) else [want]
+        gots = got if isinstance(got, (list, tuple)) else [got]
+        for w, g in zip(wants, gots):
+            scale = max(w.float().abs().max().item(), 1e-6)
+            error = (w.float() - g.float()).abs().max().item()
+            if g.shape != w.shape or error > tolerance * scale:
+                raise RuntimeError(
+                    f"{path}: at batch {batch} the compiled package differs from its model by "
+                    f"{error:.3g} (output scale {scale:.3g}); not written")
 
 
 def _resize_batch(x, batch):
@@ -164,22 +175,17 @@ class PackageRunner:
     padding each batch with zeros up to the next bucket and returning the first rows."""
 
     def __init__(self, path):
-        import json
-        import zipfile
         lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
         from torch._inductor.package import load_package as load
         self.runners = {}
-        with zipfile.ZipFile(path) as archive:
-            names = {n.split("/")[3] for n in archive.namelist()
-                     if "/data/aotinductor/" in n and n.count("/") >= 4}
         first = load(path, "model")
         buckets = first.get_metadata().get("sluice.batch_buckets", "")
         if not buckets:
             self.runners[None] = first
             return
         for bucket in (int(b) for b in buckets.split(",")):
-            name = "model" if f"model_b{bucket}" not in names else f"model_b{bucket}"
+            name = bucket_model_name(bucket, max(int(b) for b in buckets.split(",")))
             self.runners[bucket] = first if name == "model" else load(path, name)
 
     def __call__(self, *inputs):

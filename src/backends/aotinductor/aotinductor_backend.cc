@@ -29,7 +29,8 @@ namespace {
 using torch_backend::SecondsSince;
 
 // A package holds one model with a dynamic batch dimension, or (int8; tools/sluice_export.py says
-// why) one static model per batch bucket, named "model" (the largest) and "model_b<N>".
+// why) one static model per batch bucket, named "model" (the largest) and "bucket_<NNNN>" (fixed
+// width: the loader finds a model by name prefix).
 struct LoadedPackage {
   ModelConfig config;
   // Batch bucket -> its model; one entry keyed 0 for a dynamic-batch package.
@@ -262,7 +263,7 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
                         config.name, path, buckets_entry->second, config.max_batch_size));
       }
       for (int64_t b : buckets) {
-        package->loaders[b] = load(b == buckets.back() ? "model" : fmt::format("model_b{}", b));
+        package->loaders[b] = load(b == buckets.back() ? "model" : fmt::format("bucket_{:04d}", b));
       }
     }
     package->report.load_seconds = SecondsSince(start);
