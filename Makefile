@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro models clean format
+.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro bench-python accuracy models clean format
 
 all: build
 
@@ -62,7 +62,8 @@ fuzz: deps
 soak: build
 	./scripts/soak.sh $(SOAK_SECONDS) $(SLUICE) $(BUILD_DIR)/test-models
 
-# The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained).
+# The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained),
+# each as model.pt (TorchScript) and AOTInductor packages (fp32, bf16, int8) compiled for this CPU.
 models: deps
 	$(PYTHON) tools/export_models.py --out $(MODELS)
 
@@ -93,6 +94,20 @@ bench-batched: build models
 	$(SLUICE) bench --in-process --model-repository $(MODELS) --model resnet18 --precision bf16 \
 	  --concurrency 64 --max-batch-size 8 --max-queue-delay-us 2000 --iters 800 \
 	  --compare-ceiling --rounds 5
+
+# Sluice's in-process pipeline against PyTorch in Python on the same models: eager,
+# torch.compile(mode="max-autotune") and the same .pt2 files, every variant once per round.
+bench-python: build models
+	$(PYTHON) benchmarks/python_compare.py --model fashion_mnist --batch-size 64 --iters 40 \
+	  --rounds 3
+	$(PYTHON) benchmarks/python_compare.py --model resnet18 --batch-size 32 --iters 4 --rounds 3
+
+# Fashion-MNIST test accuracy of each fashion_mnist package through /predictions on a real server
+# (fp32 must equal the training figure; bf16 and int8 within 1 point of it).
+accuracy: build models
+	./scripts/fashion-accuracy.sh $(SLUICE) $(MODELS) fp32 0
+	./scripts/fashion-accuracy.sh $(SLUICE) $(MODELS) bf16 1.0
+	./scripts/fashion-accuracy.sh $(SLUICE) $(MODELS) int8 1.0
 
 # What the batcher and instance pool add per request (echo backend, no model).
 bench-micro: build
