@@ -100,7 +100,7 @@ bench-batched: build models
 bench-python: build models
 	$(PYTHON) benchmarks/python_compare.py --model fashion_mnist --batch-size 64 --iters 40 \
 	  --rounds 3
-	$(PYTHON) benchmarks/python_compare.py --model resnet18 --batch-size 32 --iters 4 --rounds 3
+	$(PYTHON) benchmarks/python_compare.py --model resnet18 --batch-size 32 --iters 4 --rounds 3 --precisions fp32,int8
 
 # Fashion-MNIST test accuracy of each fashion_mnist package through /predictions on a real server
 # (fp32 must equal the training figure; bf16 and int8 within 1 point of it).

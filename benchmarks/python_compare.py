@@ -6,8 +6,9 @@ For one model and batch size, on the same thread budget:
            aotinductor; each precision the backend has (fp32, bf16; int8 on aotinductor).
   Python   eager (fp32, bf16), torch.compile(mode="max-autotune") with Inductor's freezing (the
            CPU inference recipe; fp32, bf16, and int8 from the same PT2E quantised graph the
-           package holds), and torch._inductor.aoti_load_package on the very .pt2 files Sluice
-           serves, called in a tight loop.
+           package holds), and torch._inductor's package loader on the very .pt2 files Sluice serves,
+           called in a tight loop (sluice_export.PackageRunner: each batch bucket's model loaded
+           by name, as the C++ backend does).
 
 Every variant runs once per round, rounds in alternating order (A B ... B A), and the table
 reports medians. The headline pair, Sluice's pipeline vs Python's loop on the same .pt2, is also
@@ -130,6 +131,9 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--iters", type=int, default=10, help="timed calls per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precisions", default="fp32,bf16,int8",
+                        help="which columns to measure, e.g. fp32,int8 (bf16 is emulated, and "
+                             "slow, on CPUs without AVX-512 BF16 or AMX)")
     parser.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     parser.add_argument("--results-dir", default=os.path.join(ROOT, "results"))
     args = parser.parse_args()
@@ -139,13 +143,16 @@ def main():
     shape = {"resnet18": (3, 224, 224), "fashion_mnist": (1, 28, 28)}[args.model]
     example = torch.randn(args.batch_size, *shape)
 
-    sluice_cells = [(b, p) for b in ("torchscript", "torchscript+freeze") for p in ("fp32", "bf16")]
-    sluice_cells += [("aotinductor", p) for p in sluice_export.PRECISIONS
-                     if os.path.exists(os.path.join(model_dir, sluice_export.package_name(p)))]
+    precisions = args.precisions.split(",")
+    sluice_cells = [(b, p) for b in ("torchscript", "torchscript+freeze") for p in ("fp32", "bf16")
+                    if p in precisions]
+    sluice_cells += [("aotinductor", p) for p in sluice_export.PRECISIONS if p in precisions
+                     and os.path.exists(os.path.join(model_dir, sluice_export.package_name(p)))]
     print(f"{args.model} batch {args.batch_size}, {args.threads} threads, {cpu_model()}",
           flush=True)
     start = time.time()
-    variants = python_variants(args, model_dir, example)
+    variants = {cell: v for cell, v in python_variants(args, model_dir, example).items()
+                if cell[1] in precisions}
     print(f"python variants built in {time.time() - start:.0f} s", flush=True)
 
     cells = [("sluice " + b, p) for b, p in sluice_cells] + list(variants)
@@ -163,15 +170,16 @@ def main():
         print(f"  {kind:38s} {precision:5s} {value:10.1f} samples/s", flush=True)
         return value
 
+    headline = "fp32" in precisions
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
-        # The headline pair, A B B A.
-        a1 = measure(("sluice aotinductor", "fp32"))
-        b1 = measure(("python aoti_load_package", "fp32"))
-        b2 = measure(("python aoti_load_package", "fp32"))
-        a2 = measure(("sluice aotinductor", "fp32"))
-        ratios.append((a1 + a2) / (b1 + b2))
-        print(f"  sluice/python on the same .pt2: {ratios[-1]:.3f}", flush=True)
+        if headline:  # The headline pair, A B B A.
+            a1 = measure(("sluice aotinductor", "fp32"))
+            b1 = measure(("python aoti_load_package", "fp32"))
+            b2 = measure(("python aoti_load_package", "fp32"))
+            a2 = measure(("sluice aotinductor", "fp32"))
+            ratios.append((a1 + a2) / (b1 + b2))
+            print(f"  sluice/python on the same .pt2: {ratios[-1]:.3f}", flush=True)
         rest = [c for c in cells if c not in (("sluice aotinductor", "fp32"),
                                               ("python aoti_load_package", "fp32"))]
         for cell in (rest if r % 2 == 0 else list(reversed(rest))):
@@ -184,6 +192,8 @@ def main():
     for kind in kinds:
         row = [f"{medians[(kind, p)]:.1f}" if (kind, p) in medians else "n/a"
                for p in sluice_export.PRECISIONS]
+        if all(v == "n/a" for v in row):
+            continue
         lines.append(f"| {kind} | " + " | ".join(row) + " |")
     best = {}
     for p in sluice_export.PRECISIONS:
@@ -195,8 +205,9 @@ def main():
         f"{best[p]:.2f}" if p in best else "n/a" for p in sluice_export.PRECISIONS) + " |")
     table = "\n".join(lines)
     print(table)
-    print(f"Sluice .pt2 pipeline / Python .pt2 loop (fp32), per round: "
-          f"{', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")
+    if ratios:
+        print(f"Sluice .pt2 pipeline / Python .pt2 loop (fp32), per round: "
+              f"{', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")
 
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-python-{args.model}"
     out_dir = os.path.join(args.results_dir, run_id)

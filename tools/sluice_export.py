@@ -2,19 +2,23 @@
 users' own scripts: README, "Serving your own model").
 
   model.pt        TorchScript (torch.jit.script), for the torchscript backend.
-  model.pt2       AOTInductor package (torch.export with a dynamic batch dimension, then
-                  torch._inductor.aoti_compile_and_package with freezing), fp32.
+  model.pt2       AOTInductor package (torch.export, then torch._inductor.aot_compile with
+                  freezing), fp32.
   model_bf16.pt2  the same model in bf16: the weights converted, fp32 in and out (the casts fuse
                   into the first and last kernels).
   model_int8.pt2  PT2E static quantisation for x86 (X86InductorQuantizer, now in torchao),
-                  calibrated on the images given, compiled once per batch size bucket (1, 2, 4,
-                  ... up to the maximum): Inductor 2.11 miscompiles frozen int8 convolutions and
-                  linears when the batch dimension is dynamic (outputs off by up to 100%, while
-                  the same graph with a static batch matches eager to 1e-6), so each bucket is
-                  static and Sluice pads a batch up to the next bucket. The models are named
-                  "model" (the largest bucket) and "bucket_0001", "bucket_0002", ... in one
-                  package: the loaders find a model by name prefix, so no name may be the prefix
-                  of another ("model_b1" would also find "model_b16").
+                  calibrated on the images given, then compiled the same way.
+
+Each package holds one model per batch bucket (1, 2, 4, ... up to the maximum), each exported
+with a static batch, and Sluice pads a batch up to the next bucket. A single model with a dynamic
+batch dimension (what the README's five lines make, and what Sluice also serves) is both slower
+and, in int8, wrong on Inductor 2.11: its oneDNN convolutions cannot be prepacked for a known
+input size, which made fashion_mnist 3.6x slower (5.2k against 18.9k samples/s at batch 64 on 2
+AMD EPYC cores), and its frozen int8 convolutions and linears are miscompiled (outputs off by up
+to 100%, while the same graph with a static batch matches eager to 1e-6). The models are named
+"model" (the largest bucket) and "bucket_0001", "bucket_0002", ... in one package: the loaders
+find a model by name prefix, so no name may be the prefix of another ("b1" would also find
+"b16"). Padding costs at most 2x the compute of the batch.
 
 The packages are compiled for the CPU that exports them (-march=native), with kernels that take
 the serving thread's OpenMP budget (cpp.dynamic_threads), linked against nothing but what the
@@ -114,17 +118,11 @@ def _inductor_configs(metadata):
 
 def export_package(model, example_inputs, path, max_batch_size, precision="fp32"):
     """Compiles `model` (already in `precision`, see precision_model) to an AOTInductor package
-    accepting batches of 1..max_batch_size; returns the path. int8: one static model per batch
-    bucket (see the file comment)."""
+    accepting batches of 1..max_batch_size, one static model per batch bucket (see the file
+    comment); returns the path."""
     example_inputs = tuple(example_inputs)
     metadata = {"sluice.max_batch_size": str(max_batch_size), "sluice.precision": precision}
     with torch.no_grad():
-        if precision != "int8":
-            program = torch.export.export(
-                model, example_inputs,
-                dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size))
-            return torch._inductor.aoti_compile_and_package(
-                program, package_path=path, inductor_configs=_inductor_configs(metadata))
         from torch._inductor.package import package_aoti
         buckets = batch_buckets(max_batch_size)
         metadata["sluice.batch_buckets"] = ",".join(str(b) for b in buckets)

@@ -28,9 +28,11 @@ namespace {
 
 using torch_backend::SecondsSince;
 
-// A package holds one model with a dynamic batch dimension, or (int8; tools/sluice_export.py says
-// why) one static model per batch bucket, named "model" (the largest) and "bucket_<NNNN>" (fixed
-// width: the loader finds a model by name prefix).
+// A package holds one model with a dynamic batch dimension (what torch.export with a dynamic
+// batch makes), or one static model per batch bucket (what tools/sluice_export.py makes: faster,
+// and correct in int8, where Inductor 2.11 miscompiles a dynamic batch; that file says more),
+// named "model" (the largest) and "bucket_<NNNN>" (fixed width: the loader finds a model by name
+// prefix).
 struct LoadedPackage {
   ModelConfig config;
   // Batch bucket -> its model; one entry keyed 0 for a dynamic-batch package.
