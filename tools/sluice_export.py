@@ -37,11 +37,9 @@ def package_name(precision):
     return "model.pt2" if precision == "fp32" else f"model_{precision}.pt2"
 
 
-def _batch_dims(model, example_inputs, max_batch_size):
+def _batch_dims(example_inputs, max_batch_size):
     batch = torch.export.Dim("batch", min=1, max=max_batch_size)
-    dims = tuple({0: batch} for _ in example_inputs)
-    # A forward(*inputs) takes all inputs as one (variadic) argument.
-    return (dims,) if isinstance(model, _Bf16) else dims
+    return tuple({0: batch} for _ in example_inputs)
 
 
 class _Bf16(torch.nn.Module):
@@ -68,7 +66,7 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
     # source_fn_stack it records on each node, which the default non-strict export leaves out
     # (and then nothing is quantised, silently).
     graph = torch.export.export(
-        model, example_inputs, dynamic_shapes=_batch_dims(model, example_inputs, max_batch_size),
+        model, example_inputs, dynamic_shapes=_batch_dims(example_inputs, max_batch_size),
         strict=True).module()
     quantizer = xiq.X86InductorQuantizer()
     quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
@@ -120,20 +118,21 @@ def export_package(model, example_inputs, path, max_batch_size, precision="fp32"
     """Compiles `model` (already in `precision`, see precision_model) to an AOTInductor package
     accepting batches of 1..max_batch_size, one static model per batch bucket (see the file
     comment); returns the path."""
-    example_inputs = tuple(example_inputs)
-    metadata = {"sluice.max_batch_size": str(max_batch_size), "sluice.precision": precision}
+    from torch._inductor.package import package_aoti
+    buckets = batch_buckets(max_batch_size)
+    options = _inductor_configs({"sluice.max_batch_size": str(max_batch_size),
+                                 "sluice.precision": precision,
+                                 "sluice.batch_buckets": ",".join(str(b) for b in buckets)})
+    options["aot_inductor.package"] = True
+    files = {}
     with torch.no_grad():
-        from torch._inductor.package import package_aoti
-        buckets = batch_buckets(max_batch_size)
-        metadata["sluice.batch_buckets"] = ",".join(str(b) for b in buckets)
-        files = {}
         for bucket in buckets:
             inputs = tuple(_resize_batch(x, bucket) for x in example_inputs)
             program = torch.export.export(model, inputs)
-            options = dict(_inductor_configs(metadata), **{"aot_inductor.package": True})
             name = bucket_model_name(bucket, max_batch_size)
-            files[name] = torch._inductor.aot_compile(program.module(), inputs, options=options)
-        return package_aoti(path, files)
+            files[name] = torch._inductor.aot_compile(program.module(), inputs,
+                                                      options=dict(options))
+    return package_aoti(path, files)
 
 
 def verify_package(path, model, inputs, precision, max_batch_size):
@@ -169,7 +168,7 @@ def _resize_batch(x, batch):
 
 
 class PackageRunner:
-    """Runs a package as Sluice does: a dynamic-batch package directly; a bucketed (int8) one by
+    """Runs a package as Sluice does: a dynamic-batch package directly; a bucketed one by
     padding each batch with zeros up to the next bucket and returning the first rows."""
 
     def __init__(self, path):
@@ -182,8 +181,9 @@ class PackageRunner:
         if not buckets:
             self.runners[None] = first
             return
-        for bucket in (int(b) for b in buckets.split(",")):
-            name = bucket_model_name(bucket, max(int(b) for b in buckets.split(",")))
+        sizes = [int(b) for b in buckets.split(",")]
+        for bucket in sizes:
+            name = bucket_model_name(bucket, max(sizes))
             self.runners[bucket] = first if name == "model" else load(path, name)
 
     def __call__(self, *inputs):

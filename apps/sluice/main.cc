@@ -310,8 +310,17 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   return 0;
 }
 
-Result<SweepOptions> SweepOptionsFrom(SweepCommand& cmd) {
+// The grid from the sweep file and the flags, and whether either named the backends or the
+// precisions (otherwise RunSweepCommand fits them to the model directory and the CPU).
+struct ResolvedSweep {
   SweepOptions options;
+  bool backends_given = false;
+  bool precisions_given = false;
+};
+
+Result<ResolvedSweep> SweepOptionsFrom(SweepCommand& cmd) {
+  ResolvedSweep resolved;
+  SweepOptions& options = resolved.options;
   if (!cmd.file.empty()) {
     auto file = LoadSweepConfig(cmd.file);
     if (!file.ok()) return file.status();
@@ -332,7 +341,11 @@ Result<SweepOptions> SweepOptionsFrom(SweepCommand& cmd) {
     if (file->backends) options.backends = *file->backends;
     if (file->precisions) options.precisions = *file->precisions;
     if (file->iterations) options.iterations = *file->iterations;
+    resolved.backends_given = file->compile || file->backends;
+    resolved.precisions_given = file->precisions.has_value();
   }
+  resolved.backends_given |= !cmd.compile.empty() || !cmd.backends.empty();
+  resolved.precisions_given |= !cmd.precisions.empty();
   if (cmd.results_dir.empty()) cmd.results_dir = "results";
   if (!cmd.batch_sizes.empty()) options.batch_sizes = cmd.batch_sizes;
   if (!cmd.compile.empty()) {
@@ -365,25 +378,24 @@ Result<SweepOptions> SweepOptionsFrom(SweepCommand& cmd) {
     }
   }
   if (cmd.iterations > 0) options.iterations = cmd.iterations;
-  return options;
+  return resolved;
 }
 
 int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
-  auto options = SweepOptionsFrom(cmd);
-  if (!options.ok()) return Fail(options.status());
+  auto resolved = SweepOptionsFrom(cmd);
+  if (!resolved.ok()) return Fail(resolved.status());
+  SweepOptions* options = &resolved->options;
   auto config = ResolveModel(cmd.model);
   if (!config.ok()) return Fail(config.status());
   // Unless told otherwise, the grid covers the AOTInductor packages the model directory holds.
-  std::optional<SweepFileConfig> file;
-  if (!cmd.file.empty()) file = *LoadSweepConfig(cmd.file);
   auto has = [&](const std::string& name) {
     return std::filesystem::exists(config->directory / name);
   };
-  if (cmd.compile.empty() && cmd.backends.empty() && !(file && (file->compile || file->backends)) &&
+  if (!resolved->backends_given &&
       has(DefaultModelFile(BackendKind::kAotInductor, Precision::kFp32))) {
     options->backends.push_back({BackendKind::kAotInductor, false});
   }
-  if (cmd.precisions.empty() && !(file && file->precisions)) {
+  if (!resolved->precisions_given) {
     if (has(DefaultModelFile(BackendKind::kAotInductor, Precision::kInt8))) {
       options->precisions.push_back(Precision::kInt8);
     }

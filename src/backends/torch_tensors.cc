@@ -80,7 +80,27 @@ Status SetIntraOpThreads(int threads) {
   }
 }
 
-Status WarmUp(BackendInstance& instance, const ModelConfig& config) {
+Status CheckCpuDevice(const ModelConfig& config) {
+  if (config.instances.device == "cpu") return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("model '{}': device '{}' is not available: this build of Sluice runs on CPU only",
+                  config.name, config.instances.device));
+}
+
+Status CheckInstanceIndex(int index, const ModelConfig& config) {
+  if (index >= 0 && index < config.instances.count) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("instance {} out of range [0, {})", index, config.instances.count));
+}
+
+Status CheckInputCount(const std::vector<Tensor>& inputs, const ModelConfig& config) {
+  if (inputs.size() == config.inputs.size()) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("model '{}' takes {} inputs, got {}", config.name,
+                                             config.inputs.size(), inputs.size()));
+}
+
+Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& report) {
+  auto start = std::chrono::steady_clock::now();
   SLUICE_RETURN_IF_ERROR(instance.AttachToCurrentThread());
   for (int batch : config.warmup_batch_sizes) {
     std::vector<Tensor> inputs;
@@ -92,11 +112,12 @@ Status WarmUp(BackendInstance& instance, const ModelConfig& config) {
     for (int i = 0; i < config.warmup_iterations; ++i) {
       Result<std::vector<Tensor>> out = instance.Run(inputs);
       if (!out.ok()) {
-        return Status::Internal(
-            fmt::format("warm-up at batch {} failed: {}", batch, out.status().message()));
+        return Status::Internal(fmt::format("model '{}': warm-up at batch {} failed: {}",
+                                            config.name, batch, out.status().message()));
       }
     }
   }
+  report.warmup_seconds = SecondsSince(start);
   return Status::Ok();
 }
 

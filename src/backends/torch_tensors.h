@@ -28,9 +28,16 @@ Result<std::vector<Tensor>> WrapOutputs(const std::vector<at::Tensor>& outputs,
 // Makes `threads` the calling thread's intra-op budget (OpenMP keeps it per thread).
 Status SetIntraOpThreads(int threads);
 
+// The checks every backend makes: the model runs on the CPU (the only device of this build),
+// `index` is one of the configured instances, `inputs` has one tensor per declared input.
+Status CheckCpuDevice(const ModelConfig& config);
+Status CheckInstanceIndex(int index, const ModelConfig& config);
+Status CheckInputCount(const std::vector<Tensor>& inputs, const ModelConfig& config);
+
 // Runs `instance` on zero inputs at each configured warm-up batch size, warmup_iterations times,
-// on the calling thread (variable dimensions as 1).
-Status WarmUp(BackendInstance& instance, const ModelConfig& config);
+// on the calling thread (variable dimensions as 1), and records the time in
+// report.warmup_seconds. A failure names the model.
+Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& report);
 
 double SecondsSince(std::chrono::steady_clock::time_point start);
 

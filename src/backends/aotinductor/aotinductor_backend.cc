@@ -115,10 +115,7 @@ class AotInductorInstance final : public BackendInstance {
 
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const ModelConfig& config = package_->config;
-    if (inputs.size() != config.inputs.size()) {
-      return Status::InvalidArgument(fmt::format("model '{}' takes {} inputs, got {}", config.name,
-                                                 config.inputs.size(), inputs.size()));
-    }
+    SLUICE_RETURN_IF_ERROR(torch_backend::CheckInputCount(inputs, config));
     try {
       c10::InferenceMode inference_mode;
       std::vector<at::Tensor> args;
@@ -148,10 +145,7 @@ class AotInductorBackend final : public Backend {
       : package_(std::move(package)) {}
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
-    if (index < 0 || index >= package_->config.instances.count) {
-      return Status::InvalidArgument(
-          fmt::format("instance {} out of range [0, {})", index, package_->config.instances.count));
-    }
+    SLUICE_RETURN_IF_ERROR(torch_backend::CheckInstanceIndex(index, package_->config));
     return std::unique_ptr<BackendInstance>(std::make_unique<AotInductorInstance>(package_));
   }
 
@@ -224,11 +218,7 @@ Status CheckPackage(const std::unordered_map<std::string, std::string>& metadata
 }  // namespace
 
 Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& config) {
-  if (config.instances.device != "cpu") {
-    return Status::InvalidArgument(fmt::format(
-        "model '{}': device '{}' is not available: this build of Sluice runs on CPU only",
-        config.name, config.instances.device));
-  }
+  SLUICE_RETURN_IF_ERROR(torch_backend::CheckCpuDevice(config));
   std::string path = config.model_path().string();
   std::error_code ignored;
   if (!std::filesystem::is_regular_file(config.model_path(), ignored)) {
@@ -276,13 +266,8 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  auto start = std::chrono::steady_clock::now();
   AotInductorInstance warm_instance(package);
-  Status warm = torch_backend::WarmUp(warm_instance, config);
-  if (!warm.ok()) {
-    return Status::Internal(fmt::format("model '{}': {}", config.name, warm.message()));
-  }
-  package->report.warmup_seconds = SecondsSince(start);
+  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, package->report));
   return std::unique_ptr<Backend>(std::make_unique<AotInductorBackend>(std::move(package)));
 }
 

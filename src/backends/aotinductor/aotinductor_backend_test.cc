@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "backends/load_backend.h"
+#include "backends/reference_test_util.h"
 
 namespace sluice {
 namespace {
@@ -37,50 +38,10 @@ constexpr double kPackageTolerance = 0.02;
 constexpr double kBf16VsFp32 = 0.05;
 constexpr double kInt8VsFp32 = 0.10;
 
-struct Reference {
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> outputs;
-};
-
-Tensor ReadTensor(const std::filesystem::path& dir, const YAML::Node& entry) {
-  DataType dtype = *ParseDataType(entry["datatype"].as<std::string>());
-  Shape shape = entry["shape"].as<std::vector<int64_t>>();
-  Tensor t = Tensor::Zeros(dtype, shape);
-  std::ifstream in(dir / entry["file"].as<std::string>(), std::ios::binary);
-  in.read(static_cast<char*>(t.mutable_data()), static_cast<std::streamsize>(t.byte_size()));
-  EXPECT_EQ(static_cast<size_t>(in.gcount()), t.byte_size()) << entry["file"].as<std::string>();
-  return t;
-}
-
-// reference.yaml (suffix "") or reference_<precision>.yaml.
-Reference ReadReference(const std::filesystem::path& dir, const std::string& suffix = "") {
-  YAML::Node index = YAML::LoadFile((dir / ("reference" + suffix + ".yaml")).string());
-  Reference ref;
-  for (const auto& e : index["inputs"]) {
-    ref.inputs.push_back(ReadTensor(dir / ("reference" + suffix), e));
-  }
-  for (const auto& e : index["outputs"]) {
-    ref.outputs.push_back(ReadTensor(dir / ("reference" + suffix), e));
-  }
-  return ref;
-}
-
-double MaxAbs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.values<float>()) m = std::max(m, static_cast<double>(std::fabs(v)));
-  return m;
-}
-
-double MaxAbsError(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double worst = 0;
-  auto x = a.values<float>();
-  auto y = b.values<float>();
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
-  }
-  return worst;
-}
+using testing::MaxAbs;
+using testing::MaxAbsError;
+using testing::ReadReference;
+using testing::Reference;
 
 ModelConfig Config(const std::filesystem::path& dir, ModelConfigOverrides o = {}) {
   auto c = LoadModelConfig(dir, o, 4);

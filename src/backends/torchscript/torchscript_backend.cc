@@ -33,10 +33,7 @@ class TorchScriptInstance final : public BackendInstance {
 
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const ModelConfig& config = model_->config;
-    if (inputs.size() != config.inputs.size()) {
-      return Status::InvalidArgument(fmt::format("model '{}' takes {} inputs, got {}", config.name,
-                                                 config.inputs.size(), inputs.size()));
-    }
+    SLUICE_RETURN_IF_ERROR(torch_backend::CheckInputCount(inputs, config));
     try {
       c10::InferenceMode inference_mode;
       std::vector<c10::IValue> args;
@@ -93,10 +90,7 @@ class TorchScriptBackend final : public Backend {
   explicit TorchScriptBackend(std::shared_ptr<LoadedModel> model) : model_(std::move(model)) {}
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
-    if (index < 0 || index >= model_->config.instances.count) {
-      return Status::InvalidArgument(
-          fmt::format("instance {} out of range [0, {})", index, model_->config.instances.count));
-    }
+    SLUICE_RETURN_IF_ERROR(torch_backend::CheckInstanceIndex(index, model_->config));
     return std::unique_ptr<BackendInstance>(std::make_unique<TorchScriptInstance>(model_));
   }
 
@@ -117,11 +111,7 @@ void ToChannelsLast(torch::jit::Module& module) {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& config) {
-  if (config.instances.device != "cpu") {
-    return Status::InvalidArgument(fmt::format(
-        "model '{}': device '{}' is not available: this build of Sluice runs on CPU only",
-        config.name, config.instances.device));
-  }
+  SLUICE_RETURN_IF_ERROR(torch_backend::CheckCpuDevice(config));
   auto model = std::make_shared<LoadedModel>();
   model->config = config;
   model->report.runtime = fmt::format("libtorch {} (TorchScript)", TORCH_VERSION);
@@ -147,13 +137,8 @@ Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  auto start = std::chrono::steady_clock::now();
   TorchScriptInstance warm_instance(model);
-  Status warm = torch_backend::WarmUp(warm_instance, config);
-  if (!warm.ok()) {
-    return Status::Internal(fmt::format("model '{}': {}", config.name, warm.message()));
-  }
-  model->report.warmup_seconds = SecondsSince(start);
+  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, model->report));
   return std::unique_ptr<Backend>(std::make_unique<TorchScriptBackend>(std::move(model)));
 }
 

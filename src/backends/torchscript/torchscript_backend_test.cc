@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/reference_test_util.h"
+
 namespace sluice {
 namespace {
 
@@ -21,39 +23,9 @@ using ::testing::HasSubstr;
 const std::filesystem::path kTestModels = SLUICE_TEST_MODELS;
 const std::filesystem::path kDefaultModels = std::filesystem::path(SLUICE_SOURCE_DIR) / "models";
 
-struct Reference {
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> outputs;
-};
-
-Tensor ReadTensor(const std::filesystem::path& dir, const YAML::Node& entry) {
-  DataType dtype = *ParseDataType(entry["datatype"].as<std::string>());
-  Shape shape = entry["shape"].as<std::vector<int64_t>>();
-  Tensor t = Tensor::Zeros(dtype, shape);
-  std::ifstream in(dir / "reference" / entry["file"].as<std::string>(), std::ios::binary);
-  in.read(static_cast<char*>(t.mutable_data()), static_cast<std::streamsize>(t.byte_size()));
-  EXPECT_EQ(static_cast<size_t>(in.gcount()), t.byte_size()) << entry["file"].as<std::string>();
-  return t;
-}
-
-Reference ReadReference(const std::filesystem::path& dir) {
-  YAML::Node index = YAML::LoadFile((dir / "reference.yaml").string());
-  Reference ref;
-  for (const auto& e : index["inputs"]) ref.inputs.push_back(ReadTensor(dir, e));
-  for (const auto& e : index["outputs"]) ref.outputs.push_back(ReadTensor(dir, e));
-  return ref;
-}
-
-double MaxAbsError(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double worst = 0;
-  auto x = a.values<float>();
-  auto y = b.values<float>();
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
-  }
-  return worst;
-}
+using testing::MaxAbsError;
+using testing::ReadReference;
+using testing::Reference;
 
 // The TorchScript model (model.pt), whatever else the directory holds.
 ModelConfig Config(const std::filesystem::path& dir, ModelConfigOverrides o = {}) {
