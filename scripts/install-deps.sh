@@ -60,6 +60,6 @@ echo "install-deps: installing requirements.txt into $VENV (about 2.8 GB to down
 start=$(date +%s)
 [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  -r requirements.txt
+  --no-deps -r requirements.txt
 echo "$want" >"$stamp"
 echo "install-deps: $VENV ready in $(( $(date +%s) - start )) s"
