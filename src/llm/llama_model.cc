@@ -1,0 +1,390 @@
+// The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
+// grouped-query attention with at::scaled_dot_product_attention over a static per-slot KV cache,
+// SwiGLU, tied or untied output; fp32, bf16, or int8 weight-only linear layers
+// (at::_weight_int8pack_mm, per-output-channel scales) with bf16 activations.
+//
+// One step runs every chunk of the batch through each weight matrix once: the tokens of all
+// chunks are stacked into one [T, hidden] activation, so a decode step over 16 slots reads the
+// weights once, not 16 times. Attention is the only per-sequence part: decode chunks share one
+// batched call over a contiguous range of slots; each prefill chunk has its own.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+#include <thread>
+
+#include "llm/safetensors.h"
+#include "llm/step_model.h"
+
+namespace sluice::llm {
+namespace {
+
+// A linear layer y = x W^T: a plain weight, or int8 weight + per-row scales.
+struct Linear {
+  at::Tensor weight;  // [out, in]: compute dtype, or int8.
+  at::Tensor scales;  // [out], compute dtype: int8 only.
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    if (scales.defined()) return at::_weight_int8pack_mm(x, weight, scales);
+    return at::linear(x, weight);
+  }
+  int64_t bytes() const {
+    return weight.nbytes() + (scales.defined() ? static_cast<int64_t>(scales.nbytes()) : 0);
+  }
+};
+
+struct Layer {
+  at::Tensor attn_norm, ffn_norm;  // [hidden], compute dtype.
+  Linear qkv;                      // q, k, v projections stacked: [(H + 2 KV) D, hidden].
+  Linear out;                      // [hidden, H D].
+  Linear gate_up;                  // gate and up stacked: [2 I, hidden].
+  Linear down;                     // [hidden, I].
+};
+
+at::ScalarType TorchDtype(const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F16") return at::kHalf;
+  return at::kByte;  // Rejected by the caller.
+}
+
+// Per output row: scale = max |w| / 127, q = round(w / scale).
+Linear QuantizeInt8(const at::Tensor& weight, at::ScalarType scale_dtype) {
+  at::Tensor w = weight.to(at::kFloat);
+  at::Tensor scales = w.abs().amax(1).clamp_min(1e-8) / 127.0;
+  at::Tensor q = at::round(w / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
+  return Linear{q, scales.to(scale_dtype).contiguous()};
+}
+
+class LlamaModel final : public StepModel {
+ public:
+  static Result<std::unique_ptr<StepModel>> Load(const ModelLoadOptions& options);
+
+  const ModelArchitecture& architecture() const override { return arch_; }
+  int slots() const override { return serve_.slots; }
+  int context_length() const override { return serve_.context_length; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+
+ private:
+  Status LoadWeights(const SafetensorsFile& file);
+  void BuildRope();
+  at::Tensor Attention(int layer, const at::Tensor& q, const std::vector<SequenceChunk>& chunks,
+                       const std::vector<int64_t>& offsets);
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+
+  ModelArchitecture arch_;
+  LlmServeConfig serve_;
+  at::ScalarType dtype_ = at::kFloat;  // Activations, norms, KV cache.
+  at::Tensor embedding_;               // [vocab, hidden].
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_;
+  Linear lm_head_;
+  at::Tensor rope_cos_, rope_sin_;            // [context, D/2], fp32.
+  std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [slots, KV, context, D].
+  int64_t weight_bytes_ = 0;
+};
+
+Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
+  namespace fs = std::filesystem;
+  auto model = std::make_unique<LlamaModel>();
+  auto arch = ParseArchitecture((fs::path(options.dir) / "config.json").string());
+  if (!arch.ok()) return arch.status();
+  model->arch_ = *arch;
+  model->serve_ = options.serve;
+  if (model->serve_.context_length > model->arch_.max_position_embeddings) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: context_length {} exceeds the model's max_position_embeddings {}", options.dir,
+        model->serve_.context_length, model->arch_.max_position_embeddings));
+  }
+  model->dtype_ = options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
+  auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
+  if (!file.ok()) return file.status();
+  try {
+    c10::InferenceMode guard;
+    SLUICE_RETURN_IF_ERROR(model->LoadWeights(**file));
+    model->BuildRope();
+    const auto& a = model->arch_;
+    for (int i = 0; i < a.layers; ++i) {
+      auto shape = std::vector<int64_t>{model->serve_.slots, a.kv_heads,
+                                        model->serve_.context_length, a.head_dim};
+      model->cache_k_.push_back(at::zeros(shape, at::TensorOptions().dtype(model->dtype_)));
+      model->cache_v_.push_back(at::zeros(shape, at::TensorOptions().dtype(model->dtype_)));
+    }
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("{}: loading the model failed: {}", options.dir,
+                                        e.what_without_backtrace()));
+  }
+  return std::unique_ptr<StepModel>(std::move(model));
+}
+
+Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
+  const ModelArchitecture& a = arch_;
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> Result<at::Tensor> {
+    const SafetensorsEntry* entry = file.Find(name);
+    if (entry == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), name));
+    }
+    if (entry->shape != shape) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
+                                                 file.path(), name,
+                                                 fmt::join(entry->shape, ", "),
+                                                 fmt::join(shape, ", ")));
+    }
+    const at::ScalarType type = TorchDtype(entry->dtype);
+    if (type == at::kByte) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has dtype {}; F32, BF16 or "
+                                                 "F16 expected",
+                                                 file.path(), name, entry->dtype));
+    }
+    // The mapping is read-only; from_blob never writes, and to() copies out of it.
+    at::Tensor view = at::from_blob(const_cast<void*>(entry->data), shape,
+                                    at::TensorOptions().dtype(type));
+    return view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  };
+  const bool int8 = serve_.precision == LlmPrecision::kInt8;
+  auto linear = [&](std::vector<at::Tensor> parts) {
+    at::Tensor w = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+    Linear result = int8 ? QuantizeInt8(w, dtype_) : Linear{w.to(dtype_).contiguous(), {}};
+    weight_bytes_ += result.bytes();
+    return result;
+  };
+  auto norm = [&](const at::Tensor& w) {
+    weight_bytes_ += w.numel() * at::elementSize(dtype_);
+    return w.to(dtype_).contiguous();
+  };
+  const int64_t hidden = a.hidden_size, q_rows = int64_t{a.heads} * a.head_dim,
+                kv_rows = int64_t{a.kv_heads} * a.head_dim;
+  auto embedding = get("model.embed_tokens.weight", {a.vocab_size, hidden});
+  if (!embedding.ok()) return embedding.status();
+  embedding_ = embedding->to(dtype_).contiguous();
+  for (int i = 0; i < a.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    auto q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
+    auto k = get(p + "self_attn.k_proj.weight", {kv_rows, hidden});
+    auto v = get(p + "self_attn.v_proj.weight", {kv_rows, hidden});
+    auto o = get(p + "self_attn.o_proj.weight", {hidden, q_rows});
+    auto gate = get(p + "mlp.gate_proj.weight", {a.intermediate_size, hidden});
+    auto up = get(p + "mlp.up_proj.weight", {a.intermediate_size, hidden});
+    auto down = get(p + "mlp.down_proj.weight", {hidden, a.intermediate_size});
+    auto attn_norm = get(p + "input_layernorm.weight", {hidden});
+    auto ffn_norm = get(p + "post_attention_layernorm.weight", {hidden});
+    for (const auto* t : {&q, &k, &v, &o, &gate, &up, &down, &attn_norm, &ffn_norm}) {
+      if (!t->ok()) return t->status();
+    }
+    Layer layer;
+    layer.qkv = linear({*q, *k, *v});
+    layer.out = linear({*o});
+    layer.gate_up = linear({*gate, *up});
+    layer.down = linear({*down});
+    layer.attn_norm = norm(*attn_norm);
+    layer.ffn_norm = norm(*ffn_norm);
+    layers_.push_back(std::move(layer));
+  }
+  auto final_norm = get("model.norm.weight", {hidden});
+  if (!final_norm.ok()) return final_norm.status();
+  final_norm_ = norm(*final_norm);
+  if (a.tie_word_embeddings && file.Find("lm_head.weight") == nullptr) {
+    lm_head_ = linear({*embedding});
+  } else {
+    auto head = get("lm_head.weight", {a.vocab_size, hidden});
+    if (!head.ok()) return head.status();
+    lm_head_ = linear({*head});
+  }
+  return Status::Ok();
+}
+
+// cos/sin of position x inverse frequency, in fp32 as transformers computes them.
+void LlamaModel::BuildRope() {
+  const ModelArchitecture& a = arch_;
+  const int64_t half = a.head_dim / 2;
+  at::Tensor exponents = at::arange(0, a.head_dim, 2, at::kLong).to(at::kFloat) / a.head_dim;
+  at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
+  if (a.rope_scaling == RopeScaling::kLinear) {
+    inv_freq = inv_freq / a.rope_factor;
+  } else if (a.rope_scaling == RopeScaling::kLlama3) {
+    const double original = a.rope_original_max_positions;
+    const double low_wavelen = original / a.rope_low_freq_factor;
+    const double high_wavelen = original / a.rope_high_freq_factor;
+    at::Tensor wavelen = 2 * std::numbers::pi / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / a.rope_factor, inv_freq);
+    at::Tensor smooth = (original / wavelen - a.rope_low_freq_factor) /
+                        (a.rope_high_freq_factor - a.rope_low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / a.rope_factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv_freq = at::where(medium, smoothed, scaled);
+  }
+  at::Tensor positions = at::arange(serve_.context_length, at::kFloat).unsqueeze(1);
+  at::Tensor freqs = positions.matmul(inv_freq.unsqueeze(0));  // [context, half]
+  rope_cos_ = freqs.cos().contiguous();
+  rope_sin_ = freqs.sin().contiguous();
+  TORCH_CHECK(rope_cos_.size(1) == half);
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  // In fp32, then back to the compute dtype before the weight, as transformers does.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
+  return weight * normed.to(dtype_);
+}
+
+// x: [T, heads, D]; cos/sin: [T, 1, D/2] in the compute dtype. Halves rotated (HF layout).
+at::Tensor LlamaModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
+                              const at::Tensor& sin) const {
+  const int64_t half = arch_.head_dim / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+// q: [T, H, D], after this step's keys and values were written to the cache. Returns [T, H D].
+at::Tensor LlamaModel::Attention(int layer, const at::Tensor& q,
+                                 const std::vector<SequenceChunk>& chunks,
+                                 const std::vector<int64_t>& offsets) {
+  const ModelArchitecture& a = arch_;
+  const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = q.size(0);
+  at::Tensor out = at::empty({total, int64_t{a.heads} * d}, q.options());
+  const at::Tensor& cache_k = cache_k_[static_cast<size_t>(layer)];
+  const at::Tensor& cache_v = cache_v_[static_cast<size_t>(layer)];
+
+  // Decode chunks (one token each) in one call over the slot range they span. Each query head
+  // group becomes G "query positions" of its KV head, so no key or value is repeated.
+  std::vector<size_t> decode;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) decode.push_back(i);
+  }
+  if (!decode.empty()) {
+    int lo = chunks[decode[0]].slot, hi = lo, length = 0;
+    for (size_t i : decode) {
+      lo = std::min(lo, chunks[i].slot);
+      hi = std::max(hi, chunks[i].slot);
+      length = std::max(length, chunks[i].start + 1);
+    }
+    const int64_t n = hi - lo + 1;
+    at::Tensor mask = at::zeros({n, 1, 1, length}, at::kBool);
+    mask.select(3, 0).fill_(true);  // Slots in the range but not in the step see one key.
+    at::Tensor query = at::zeros({n, a.kv_heads, groups, d}, q.options());
+    for (size_t i : decode) {
+      const int64_t row = chunks[i].slot - lo;
+      mask[row].narrow(2, 0, chunks[i].start + 1).fill_(true);
+      query[row].copy_(q[offsets[i]].view({a.kv_heads, groups, d}));
+    }
+    at::Tensor keys = cache_k.narrow(0, lo, n).narrow(2, 0, length);
+    at::Tensor values = cache_v.narrow(0, lo, n).narrow(2, 0, length);
+    at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
+    for (size_t i : decode) {
+      out[offsets[i]].copy_(result[chunks[i].slot - lo].reshape({-1}));
+    }
+  }
+  // Prefill chunks: queries ordered (KV head, group, token); causal within the chunk.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (std::find(decode.begin(), decode.end(), i) != decode.end()) continue;
+    const SequenceChunk& chunk = chunks[i];
+    const int64_t len = static_cast<int64_t>(chunk.tokens.size()), end = chunk.start + len;
+    at::Tensor query = q.narrow(0, offsets[i], len)
+                           .view({len, a.kv_heads, groups, d})
+                           .permute({1, 2, 0, 3})
+                           .reshape({1, a.kv_heads, groups * len, d});
+    at::Tensor rows = at::arange(chunk.start, end, at::kLong).repeat({groups}).unsqueeze(1);
+    at::Tensor mask = at::arange(end, at::kLong).unsqueeze(0) <= rows;  // [G len, end]
+    at::Tensor keys = cache_k[chunk.slot].narrow(1, 0, end).unsqueeze(0);
+    at::Tensor values = cache_v[chunk.slot].narrow(1, 0, end).unsqueeze(0);
+    at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
+    out.narrow(0, offsets[i], len)
+        .copy_(result.view({a.kv_heads, groups, len, d}).permute({2, 0, 1, 3}).reshape(
+            {len, int64_t{a.heads} * d}));
+  }
+  return out;
+}
+
+Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
+  if (chunks.empty()) return Status::Ok();
+  const ModelArchitecture& a = arch_;
+  std::vector<int64_t> tokens, positions, offsets, logit_rows;
+  std::vector<bool> used(static_cast<size_t>(serve_.slots), false);
+  for (const SequenceChunk& chunk : chunks) {
+    const int64_t len = static_cast<int64_t>(chunk.tokens.size());
+    if (chunk.slot < 0 || chunk.slot >= serve_.slots || used[static_cast<size_t>(chunk.slot)]) {
+      return Status::Internal(fmt::format("step names slot {} twice or out of range", chunk.slot));
+    }
+    used[static_cast<size_t>(chunk.slot)] = true;
+    if (len == 0 || chunk.start < 0 || chunk.start + len > serve_.context_length) {
+      return Status::Internal(fmt::format("chunk of {} tokens at {} exceeds the context of {}",
+                                          len, chunk.start, serve_.context_length));
+    }
+    offsets.push_back(static_cast<int64_t>(tokens.size()));
+    for (int64_t j = 0; j < len; ++j) {
+      const int32_t token = chunk.tokens[static_cast<size_t>(j)];
+      if (token < 0 || token >= a.vocab_size) {
+        return Status::InvalidArgument(fmt::format("token id {} is outside the vocab", token));
+      }
+      if (chunk.all_logits || j == len - 1) {
+        logit_rows.push_back(static_cast<int64_t>(tokens.size()));
+      }
+      tokens.push_back(token);
+      positions.push_back(chunk.start + j);
+    }
+  }
+  thread_local int threads_set = -1;
+  const int threads = serve_.threads > 0
+                          ? serve_.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads_set != threads) {
+    at::set_num_threads(threads);
+    threads_set = threads;
+  }
+  try {
+    c10::InferenceMode guard;
+    const int64_t total = static_cast<int64_t>(tokens.size()), d = a.head_dim;
+    at::Tensor token_ids = at::tensor(tokens, at::kLong);
+    at::Tensor position_ids = at::tensor(positions, at::kLong);
+    at::Tensor cos = rope_cos_.index_select(0, position_ids).unsqueeze(1).to(dtype_);
+    at::Tensor sin = rope_sin_.index_select(0, position_ids).unsqueeze(1).to(dtype_);
+    at::Tensor x = embedding_.index_select(0, token_ids);
+    const int64_t q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d;
+    for (int l = 0; l < a.layers; ++l) {
+      const Layer& layer = layers_[static_cast<size_t>(l)];
+      at::Tensor qkv = layer.qkv(RmsNorm(x, layer.attn_norm));
+      at::Tensor q = Rotate(qkv.narrow(1, 0, q_cols).view({total, a.heads, d}), cos, sin);
+      at::Tensor k = Rotate(qkv.narrow(1, q_cols, kv_cols).view({total, a.kv_heads, d}), cos, sin);
+      at::Tensor v = qkv.narrow(1, q_cols + kv_cols, kv_cols).view({total, a.kv_heads, d});
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        const int64_t len = static_cast<int64_t>(chunks[i].tokens.size());
+        cache_k_[static_cast<size_t>(l)][chunks[i].slot]
+            .narrow(1, chunks[i].start, len)
+            .copy_(k.narrow(0, offsets[i], len).transpose(0, 1));
+        cache_v_[static_cast<size_t>(l)][chunks[i].slot]
+            .narrow(1, chunks[i].start, len)
+            .copy_(v.narrow(0, offsets[i], len).transpose(0, 1));
+      }
+      x = x + layer.out(Attention(l, q, chunks, offsets));
+      at::Tensor gate_up = layer.gate_up(RmsNorm(x, layer.ffn_norm));
+      const int64_t inter = a.intermediate_size;
+      x = x + layer.down(at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter));
+    }
+    at::Tensor last = x.index_select(0, at::tensor(logit_rows, at::kLong));
+    at::Tensor out = lm_head_(RmsNorm(last, final_norm_)).to(at::kFloat).contiguous();
+    const size_t before = logits->size();
+    logits->resize(before + static_cast<size_t>(out.numel()));
+    std::copy_n(out.data_ptr<float>(), out.numel(), logits->data() + before);
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("model step failed: {}", e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StepModel>> LoadLlamaModel(const ModelLoadOptions& options) {
+  return LlamaModel::Load(options);
+}
+
+std::string LlmRuntimeVersion() { return fmt::format("libtorch {}", TORCH_VERSION); }
+
+}  // namespace sluice::llm

@@ -1,0 +1,210 @@
+// The Llama decoder against transformers' LlamaForCausalLM on the same tiny weights
+// (tools/llm_export.py --test writes them with reference logits and greedy continuations).
+#include "llm/step_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "llm/safetensors.h"
+
+namespace sluice::llm {
+namespace {
+
+std::string ModelDir(const std::string& name) { return std::string(SLUICE_TEST_MODELS) + "/" + name; }
+
+struct Reference {
+  std::vector<int32_t> input_ids;
+  std::vector<float> logits;  // [tokens, vocab]
+  std::vector<int32_t> greedy;
+};
+
+std::vector<Reference> ReadReference(const std::string& dir) {
+  auto file = SafetensorsFile::Open(dir + "/reference.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  std::vector<Reference> references;
+  for (int i = 0;; ++i) {
+    const SafetensorsEntry* ids = (*file)->Find("input_ids_" + std::to_string(i));
+    if (ids == nullptr) break;
+    const SafetensorsEntry* logits = (*file)->Find("logits_" + std::to_string(i));
+    const SafetensorsEntry* greedy = (*file)->Find("greedy_" + std::to_string(i));
+    EXPECT_EQ(ids->dtype, "I64");
+    EXPECT_EQ(logits->dtype, "F32");
+    Reference r;
+    const auto* id_data = static_cast<const int64_t*>(ids->data);
+    r.input_ids.assign(id_data, id_data + ids->bytes / 8);
+    const auto* logit_data = static_cast<const float*>(logits->data);
+    r.logits.assign(logit_data, logit_data + logits->bytes / 4);
+    const auto* greedy_data = static_cast<const int64_t*>(greedy->data);
+    r.greedy.assign(greedy_data, greedy_data + greedy->bytes / 8);
+    references.push_back(std::move(r));
+  }
+  EXPECT_GE(references.size(), 3u);
+  return references;
+}
+
+std::unique_ptr<StepModel> Load(const std::string& name, LlmPrecision precision, int slots = 8) {
+  ModelLoadOptions options;
+  options.dir = ModelDir(name);
+  options.serve.precision = precision;
+  options.serve.slots = slots;
+  options.serve.context_length = 256;
+  options.serve.threads = 1;
+  auto model = LoadLlamaModel(options);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+int Argmax(const float* row, int n) { return static_cast<int>(std::max_element(row, row + n) - row); }
+
+// Prefills `prompt` in chunks of `chunk` tokens on `slot`, then decodes `steps` greedy tokens.
+std::vector<int32_t> Greedy(StepModel& model, int slot, const std::vector<int32_t>& prompt,
+                            int steps, size_t chunk) {
+  const int vocab = model.architecture().vocab_size;
+  std::vector<float> logits;
+  for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
+    SequenceChunk c;
+    c.slot = slot;
+    c.start = static_cast<int>(begin);
+    c.tokens.assign(prompt.begin() + static_cast<long>(begin),
+                    prompt.begin() + static_cast<long>(std::min(prompt.size(), begin + chunk)));
+    logits.clear();
+    EXPECT_TRUE(model.Run({c}, &logits).ok());
+  }
+  std::vector<int32_t> out;
+  int position = static_cast<int>(prompt.size());
+  for (int i = 0; i < steps; ++i) {
+    const int next = Argmax(logits.data(), vocab);
+    out.push_back(next);
+    SequenceChunk c{slot, position++, {next}, false};
+    logits.clear();
+    EXPECT_TRUE(model.Run({c}, &logits).ok());
+  }
+  return out;
+}
+
+class LlamaModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaModelTest, Fp32LogitsEqualTransformers) {
+  auto model = Load(GetParam(), LlmPrecision::kFp32);
+  ASSERT_NE(model, nullptr);
+  const int vocab = model->architecture().vocab_size;
+  for (const Reference& r : ReadReference(ModelDir(GetParam()))) {
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Run({SequenceChunk{0, 0, r.input_ids, true}}, &logits).ok());
+    ASSERT_EQ(logits.size(), r.input_ids.size() * static_cast<size_t>(vocab));
+    float worst = 0;
+    for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::abs(logits[i] - r.logits[i]));
+    EXPECT_LE(worst, 1e-4) << "prompt of " << r.input_ids.size() << " tokens";
+  }
+}
+
+TEST_P(LlamaModelTest, IncrementalDecodingEqualsFullForward) {
+  auto model = Load(GetParam(), LlmPrecision::kFp32);
+  ASSERT_NE(model, nullptr);
+  const int vocab = model->architecture().vocab_size;
+  for (const Reference& r : ReadReference(ModelDir(GetParam()))) {
+    // Chunks of 5, then each remaining token alone: every row's logits equal the full forward's.
+    const size_t n = r.input_ids.size();
+    float worst = 0;
+    for (size_t begin = 0; begin < n;) {
+      const size_t len = begin < n / 2 ? std::min<size_t>(5, n / 2 - begin) : 1;
+      SequenceChunk c{3, static_cast<int>(begin), {}, false};
+      c.tokens.assign(r.input_ids.begin() + static_cast<long>(begin),
+                      r.input_ids.begin() + static_cast<long>(begin + len));
+      std::vector<float> logits;
+      ASSERT_TRUE(model->Run({c}, &logits).ok());
+      const float* expected = r.logits.data() + (begin + len - 1) * static_cast<size_t>(vocab);
+      for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(logits[static_cast<size_t>(v)] - expected[v]));
+      begin += len;
+    }
+    EXPECT_LE(worst, 1e-4);
+  }
+}
+
+TEST_P(LlamaModelTest, GreedyContinuationEqualsTransformers) {
+  auto model = Load(GetParam(), LlmPrecision::kFp32);
+  ASSERT_NE(model, nullptr);
+  for (const Reference& r : ReadReference(ModelDir(GetParam()))) {
+    EXPECT_EQ(Greedy(*model, 1, r.input_ids, static_cast<int>(r.greedy.size()), 7), r.greedy);
+  }
+}
+
+// A request's greedy output is the same alone and decoded in one batch with 7 others, whatever
+// slots they take and however their prompts are chunked.
+TEST_P(LlamaModelTest, BatchInvariance) {
+  for (LlmPrecision precision : {LlmPrecision::kFp32, LlmPrecision::kBf16, LlmPrecision::kInt8}) {
+    auto model = Load(GetParam(), precision);
+    ASSERT_NE(model, nullptr);
+    const int vocab = model->architecture().vocab_size;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const Reference& r : ReadReference(ModelDir(GetParam()))) prompts.push_back(r.input_ids);
+    while (prompts.size() < 8) {  // Variations of different lengths.
+      std::vector<int32_t> p = prompts[prompts.size() % 3];
+      p.resize(p.size() - prompts.size() % 3);
+      p.push_back(static_cast<int32_t>(prompts.size() * 7 % vocab));
+      prompts.push_back(p);
+    }
+    const int steps = 12;
+    std::vector<std::vector<int32_t>> alone;
+    for (const auto& p : prompts) alone.push_back(Greedy(*model, 0, p, steps, 4));
+
+    // Together: slot i = 7 - i, each prefilled whole, then all decode as one batch per step.
+    const int n = static_cast<int>(prompts.size());
+    std::vector<std::vector<int32_t>> together(static_cast<size_t>(n));
+    std::vector<int> next(static_cast<size_t>(n)), position(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> logits;
+      ASSERT_TRUE(model->Run({SequenceChunk{7 - i, 0, prompts[static_cast<size_t>(i)], false}}, &logits).ok());
+      next[static_cast<size_t>(i)] = Argmax(logits.data(), vocab);
+      position[static_cast<size_t>(i)] = static_cast<int>(prompts[static_cast<size_t>(i)].size());
+    }
+    for (int s = 0; s < steps; ++s) {
+      std::vector<SequenceChunk> chunks;
+      for (int i = 0; i < n; ++i) {
+        together[static_cast<size_t>(i)].push_back(next[static_cast<size_t>(i)]);
+        chunks.push_back(SequenceChunk{7 - i, position[static_cast<size_t>(i)]++, {next[static_cast<size_t>(i)]}, false});
+      }
+      std::vector<float> logits;
+      ASSERT_TRUE(model->Run(chunks, &logits).ok());
+      for (int i = 0; i < n; ++i) next[static_cast<size_t>(i)] = Argmax(logits.data() + static_cast<size_t>(i) * vocab, vocab);
+    }
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(together[static_cast<size_t>(i)], alone[static_cast<size_t>(i)])
+          << "prompt " << i << " precision " << LlmPrecisionName(precision);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
+                         ::testing::Values("tiny_llm", "tiny_llm_scaled"));
+
+TEST(LlamaModelLoadTest, ErrorsNameTheProblem) {
+  ModelLoadOptions options;
+  options.dir = ModelDir("no_such_model");
+  auto missing = LoadLlamaModel(options);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("config.json"), std::string::npos);
+
+  options.dir = ModelDir("tiny_llm");
+  options.serve.context_length = 100000;
+  auto too_long = LoadLlamaModel(options);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("max_position_embeddings"), std::string::npos);
+}
+
+TEST(LlamaModelLoadTest, RejectsBadSteps) {
+  auto model = Load("tiny_llm", LlmPrecision::kFp32, 2);
+  ASSERT_NE(model, nullptr);
+  std::vector<float> logits;
+  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false}}, &logits).ok());      // No slot 2.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 255, {1, 2}, false}}, &logits).ok());  // Past context.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {100000}, false}}, &logits).ok());  // Bad token.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false}, SequenceChunk{0, 1, {1}, false}}, &logits).ok());
+  EXPECT_TRUE(logits.empty());
+}
+
+}  // namespace
+}  // namespace sluice::llm

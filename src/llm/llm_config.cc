@@ -1,0 +1,256 @@
+#include "llm/llm_config.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <set>
+
+namespace sluice::llm {
+namespace {
+
+using simdjson::dom::element;
+
+Status Bad(const std::string& path, std::string_view key, std::string_view why) {
+  return Status::InvalidArgument(fmt::format("{}: '{}' {}", path, key, why));
+}
+
+// An integer field; `fallback` when absent (required when fallback < 0 is not allowed).
+Result<int> IntField(const element& root, const std::string& path, const char* key,
+                     std::optional<int> fallback) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) {
+    if (fallback) return *fallback;
+    return Bad(path, key, "is missing");
+  }
+  int64_t number = 0;
+  if (value.get(number) != simdjson::SUCCESS || number < 0 || number > (1 << 30)) {
+    return Bad(path, key, "must be a non-negative integer");
+  }
+  return static_cast<int>(number);
+}
+
+Result<double> DoubleField(const element& object, const std::string& path, const char* key,
+                           double fallback) {
+  element value;
+  if (object[key].get(value) != simdjson::SUCCESS || value.is_null()) return fallback;
+  double number = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    int64_t integer = 0;
+    if (value.get(integer) != simdjson::SUCCESS) return Bad(path, key, "must be a number");
+    number = static_cast<double>(integer);
+  }
+  return number;
+}
+
+Status ParseRope(const element& root, const std::string& path, ModelArchitecture& arch) {
+  // transformers 5 writes rope_parameters; older checkpoints rope_theta + rope_scaling.
+  element rope;
+  const bool has_parameters =
+      root["rope_parameters"].get(rope) == simdjson::SUCCESS && rope.is_object();
+  auto theta = DoubleField(root, path, "rope_theta", 10000.0);
+  if (!theta.ok()) return theta.status();
+  arch.rope_theta = *theta;
+  if (has_parameters) {
+    auto value = DoubleField(rope, path, "rope_theta", arch.rope_theta);
+    if (!value.ok()) return value.status();
+    arch.rope_theta = *value;
+  }
+  element scaling;
+  if (!(root["rope_scaling"].get(scaling) == simdjson::SUCCESS && scaling.is_object())) {
+    if (!has_parameters) return Status::Ok();
+    scaling = rope;
+  }
+  std::string_view type;
+  if (scaling["rope_type"].get(type) != simdjson::SUCCESS &&
+      scaling["type"].get(type) != simdjson::SUCCESS) {
+    type = "default";
+  }
+  if (type == "default") return Status::Ok();
+  auto factor = DoubleField(scaling, path, "factor", 1.0);
+  if (!factor.ok()) return factor.status();
+  arch.rope_factor = *factor;
+  if (type == "linear") {
+    arch.rope_scaling = RopeScaling::kLinear;
+  } else if (type == "llama3") {
+    arch.rope_scaling = RopeScaling::kLlama3;
+    auto low = DoubleField(scaling, path, "low_freq_factor", 1.0);
+    auto high = DoubleField(scaling, path, "high_freq_factor", 4.0);
+    auto original = IntField(scaling, path, "original_max_position_embeddings", std::nullopt);
+    if (!low.ok()) return low.status();
+    if (!high.ok()) return high.status();
+    if (!original.ok()) return original.status();
+    arch.rope_low_freq_factor = *low;
+    arch.rope_high_freq_factor = *high;
+    arch.rope_original_max_positions = *original;
+    if (arch.rope_high_freq_factor <= arch.rope_low_freq_factor) {
+      return Bad(path, "rope_scaling", "needs high_freq_factor > low_freq_factor");
+    }
+  } else {
+    return Bad(path, "rope_scaling",
+               fmt::format("type '{}' is not supported (default, linear, llama3)", type));
+  }
+  if (arch.rope_factor <= 0) return Bad(path, "rope_scaling.factor", "must be positive");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view LlmPrecisionName(LlmPrecision precision) {
+  switch (precision) {
+    case LlmPrecision::kFp32:
+      return "fp32";
+    case LlmPrecision::kBf16:
+      return "bf16";
+    case LlmPrecision::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.load(path).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return Status::InvalidArgument(fmt::format("{}: cannot read it as a JSON object", path));
+  }
+  std::string_view model_type;
+  if (root["model_type"].get(model_type) == simdjson::SUCCESS && model_type != "llama") {
+    return Bad(path, "model_type", fmt::format("is '{}'; Sluice serves 'llama'", model_type));
+  }
+  std::string_view activation;
+  if (root["hidden_act"].get(activation) == simdjson::SUCCESS && activation != "silu") {
+    return Bad(path, "hidden_act", fmt::format("is '{}'; only silu is supported", activation));
+  }
+  bool flag = false;
+  if ((root["attention_bias"].get(flag) == simdjson::SUCCESS && flag) ||
+      (root["mlp_bias"].get(flag) == simdjson::SUCCESS && flag)) {
+    return Bad(path, "attention_bias", "biases are not supported");
+  }
+  ModelArchitecture arch;
+  struct IntKey {
+    const char* key;
+    int* field;
+    std::optional<int> fallback;
+  };
+  for (const IntKey& item : std::initializer_list<IntKey>{
+           {"vocab_size", &arch.vocab_size, std::nullopt},
+           {"hidden_size", &arch.hidden_size, std::nullopt},
+           {"intermediate_size", &arch.intermediate_size, std::nullopt},
+           {"num_hidden_layers", &arch.layers, std::nullopt},
+           {"num_attention_heads", &arch.heads, std::nullopt},
+           {"max_position_embeddings", &arch.max_position_embeddings, 2048}}) {
+    auto value = IntField(root, path, item.key, item.fallback);
+    if (!value.ok()) return value.status();
+    *item.field = *value;
+  }
+  auto kv = IntField(root, path, "num_key_value_heads", arch.heads);
+  if (!kv.ok()) return kv.status();
+  arch.kv_heads = *kv;
+  if (arch.heads == 0 || arch.kv_heads == 0 || arch.heads % arch.kv_heads != 0) {
+    return Bad(path, "num_key_value_heads", "must divide num_attention_heads");
+  }
+  auto head_dim = IntField(root, path, "head_dim", arch.hidden_size / arch.heads);
+  if (!head_dim.ok()) return head_dim.status();
+  arch.head_dim = *head_dim;
+  if (arch.head_dim == 0 || arch.head_dim % 2 != 0) return Bad(path, "head_dim", "must be even");
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"}) {
+    auto value = IntField(root, path, key, std::nullopt);
+    if (*value == 0) return Bad(path, key, "must be positive");
+  }
+  auto eps = DoubleField(root, path, "rms_norm_eps", 1e-5);
+  if (!eps.ok()) return eps.status();
+  arch.rms_norm_eps = *eps;
+  SLUICE_RETURN_IF_ERROR(ParseRope(root, path, arch));
+  if (root["tie_word_embeddings"].get(flag) == simdjson::SUCCESS) arch.tie_word_embeddings = flag;
+  int64_t id = 0;
+  if (root["bos_token_id"].get(id) == simdjson::SUCCESS) arch.bos_token_id = static_cast<int>(id);
+  simdjson::dom::array eos_list;
+  if (root["eos_token_id"].get(id) == simdjson::SUCCESS) {
+    arch.eos_token_ids.push_back(static_cast<int>(id));
+  } else if (root["eos_token_id"].get(eos_list) == simdjson::SUCCESS) {
+    for (auto item : eos_list) {
+      if (item.get(id) == simdjson::SUCCESS) arch.eos_token_ids.push_back(static_cast<int>(id));
+    }
+  }
+  for (int eos : arch.eos_token_ids) {
+    if (eos < 0 || eos >= arch.vocab_size) return Bad(path, "eos_token_id", "is outside the vocab");
+  }
+  return arch;
+}
+
+Result<LlmServeConfig> ParseServeConfig(const std::string& path,
+                                        const ModelArchitecture& architecture) {
+  LlmServeConfig config;
+  config.context_length = std::min(config.context_length, architecture.max_position_embeddings);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return config;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, e.what()));
+  }
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    if (key != "llm") return Bad(path, key, "is not a language-model setting (expected 'llm:')");
+  }
+  const YAML::Node llm = root["llm"];
+  if (!llm) return config;
+  if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
+  static const std::set<std::string> kKeys = {"precision",     "slots",   "context_length",
+                                              "prefill_chunk", "threads", "max_waiting",
+                                              "default_max_tokens"};
+  try {
+    for (const auto& item : llm) {
+      const std::string key = item.first.as<std::string>();
+      if (!kKeys.count(key)) return Bad(path, "llm." + key, "is not a known key");
+    }
+    if (llm["precision"]) {
+      const std::string value = llm["precision"].as<std::string>();
+      if (value == "fp32") {
+        config.precision = LlmPrecision::kFp32;
+      } else if (value == "bf16") {
+        config.precision = LlmPrecision::kBf16;
+      } else if (value == "int8") {
+        config.precision = LlmPrecision::kInt8;
+      } else {
+        return Bad(path, "llm.precision", fmt::format("'{}' is not fp32, bf16 or int8", value));
+      }
+    }
+    struct IntKey {
+      const char* key;
+      int* field;
+      int min;
+      int max;
+    };
+    for (const IntKey& item : std::initializer_list<IntKey>{
+             {"slots", &config.slots, 1, 256},
+             {"context_length", &config.context_length, 2,
+              architecture.max_position_embeddings},
+             {"prefill_chunk", &config.prefill_chunk, 1, 8192},
+             {"threads", &config.threads, 0, 1024},
+             {"max_waiting", &config.max_waiting, 0, 1 << 20},
+             {"default_max_tokens", &config.default_max_tokens, 1, 1 << 20}}) {
+      if (!llm[item.key]) continue;
+      const int value = llm[item.key].as<int>();
+      if (value < item.min || value > item.max) {
+        return Bad(path, std::string("llm.") + item.key,
+                   fmt::format("is {}; it must lie in [{}, {}]", value, item.min, item.max));
+      }
+      *item.field = value;
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, e.what()));
+  }
+  return config;
+}
+
+bool IsLanguageModelDir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec) &&
+         std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec);
+}
+
+}  // namespace sluice::llm

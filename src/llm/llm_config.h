@@ -1,0 +1,61 @@
+// A language model's configuration: its architecture (the Hugging Face config.json beside the
+// weights) and how Sluice serves it (the `llm:` section of the model's config.yaml).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+enum class RopeScaling { kNone, kLinear, kLlama3 };
+
+// A Llama-architecture decoder, as config.json describes it.
+struct ModelArchitecture {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;  // Grouped-query attention: heads % kv_heads == 0.
+  int head_dim = 0;  // hidden_size / heads unless config.json says otherwise.
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  double rope_factor = 1.0;             // kLinear, kLlama3.
+  double rope_low_freq_factor = 1.0;    // kLlama3.
+  double rope_high_freq_factor = 4.0;   // kLlama3.
+  int rope_original_max_positions = 0;  // kLlama3.
+  bool tie_word_embeddings = false;
+  int bos_token_id = -1;  // -1: none.
+  std::vector<int> eos_token_ids;
+};
+
+enum class LlmPrecision { kFp32, kBf16, kInt8 };
+std::string_view LlmPrecisionName(LlmPrecision precision);
+
+// How a model is served. Every field has a default, so config.yaml may be absent.
+struct LlmServeConfig {
+  LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
+  int slots = 8;              // Sequences decoded together; a KV cache is allocated for each.
+  int context_length = 2048;  // Tokens per slot, prompt + generated; <= max_position_embeddings.
+  int prefill_chunk = 64;     // Prompt tokens run per step beside the decoding slots; >= 1.
+  int threads = 0;            // Intra-op threads; 0: every core.
+  int max_waiting = 256;      // Requests waiting for a slot; beyond it: kUnavailable.
+  int default_max_tokens = 256;  // When a request gives no max_tokens (capped by the context).
+};
+
+// Parses config.json. Errors name the file and key.
+Result<ModelArchitecture> ParseArchitecture(const std::string& config_json_path);
+// Parses the `llm:` section of config.yaml; a missing file gives the defaults. The context
+// length is checked against `architecture`.
+Result<LlmServeConfig> ParseServeConfig(const std::string& config_yaml_path,
+                                        const ModelArchitecture& architecture);
+
+// True when `dir` holds a language model (config.json and model.safetensors).
+bool IsLanguageModelDir(const std::string& dir);
+
+}  // namespace sluice::llm

@@ -1,0 +1,53 @@
+// What the generation loop needs of a model: run one step over a batch of sequence chunks, each
+// in its own KV-cache slot. No torch here; the Llama decoder (llama_model.h) implements it, and
+// the scheduler's tests use a fake.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llm/llm_config.h"
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+// A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled
+// (decode). The tokens take cache positions [start, start + tokens.size()) of `slot`; positions
+// below `start` already hold this sequence's keys and values.
+struct SequenceChunk {
+  int slot = 0;
+  int start = 0;
+  std::vector<int32_t> tokens;
+  bool all_logits = false;  // Logits of every token (tests); otherwise of the last one only.
+};
+
+// Thread-compatible: one step at a time, from one thread (the scheduler's loop).
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  virtual const ModelArchitecture& architecture() const = 0;
+  virtual int slots() const = 0;
+  virtual int context_length() const = 0;
+
+  // Runs `chunks` (distinct slots) as one step and appends rows of vocab_size floats to
+  // `logits`: for each chunk in order, its last token's (or every token's, with all_logits).
+  virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
+
+  // Bytes of weights read per decode step (for the bandwidth roofline in reports).
+  virtual int64_t weight_bytes() const = 0;
+};
+
+struct ModelLoadOptions {
+  std::string dir;  // config.json + model.safetensors.
+  LlmServeConfig serve;
+};
+
+// Loads the Llama decoder on the CPU (llama_model.cc). Errors name the file and tensor.
+Result<std::unique_ptr<StepModel>> LoadLlamaModel(const ModelLoadOptions& options);
+
+// "libtorch 2.11.0": the runtime the model runs on.
+std::string LlmRuntimeVersion();
+
+}  // namespace sluice::llm
