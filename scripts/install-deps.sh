@@ -15,6 +15,8 @@ PACKAGES=(
   # Serving and codec libraries.
   libboost-dev libboost-system-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
+  # The tokenizer's pre-tokenizer regular expressions (Unicode classes, look-ahead).
+  libpcre2-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev wrk
   # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.

@@ -1,0 +1,129 @@
+// The C++ tokenizer against the tokenizers package: SmolLM2's tokenizer and the tiny models'
+// on the strings tools/llm_export.py --test wrote with the ids the package gives them.
+#include "llm/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <fstream>
+#include <string>
+
+namespace sluice::llm {
+namespace {
+
+std::string Dir(const std::string& name) { return std::string(SLUICE_TEST_MODELS) + "/" + name; }
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+std::vector<Case> ReadCases(const std::string& path) {
+  std::vector<Case> cases;
+  std::ifstream in(path);
+  simdjson::dom::parser parser;
+  std::string line;
+  while (std::getline(in, line)) {
+    simdjson::dom::element row;
+    EXPECT_EQ(parser.parse(line).get(row), simdjson::SUCCESS);
+    Case c;
+    std::string_view text;
+    EXPECT_EQ(row["text"].get(text), simdjson::SUCCESS);
+    c.text = std::string(text);
+    for (auto id : row["ids"].get_array()) c.ids.push_back(static_cast<int32_t>(int64_t(id)));
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+class TokenizerCasesTest : public ::testing::TestWithParam<std::pair<std::string, size_t>> {};
+
+TEST_P(TokenizerCasesTest, SameIdsAsTheTokenizersPackageAndRoundTrips) {
+  const std::string dir = Dir(GetParam().first);
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::vector<Case> cases = ReadCases(dir + "/tokenizer_cases.jsonl");
+  ASSERT_GE(cases.size(), GetParam().second);
+  int id_mismatches = 0, round_trip_failures = 0, stream_failures = 0;
+  for (const Case& c : cases) {
+    const std::vector<int32_t> ids = (*tokenizer)->Encode(c.text);
+    if (ids != c.ids && ++id_mismatches <= 5) {
+      ADD_FAILURE() << "ids differ for " << ::testing::PrintToString(c.text) << ": got "
+                    << ::testing::PrintToString(ids) << ", expected "
+                    << ::testing::PrintToString(c.ids);
+    }
+    if ((*tokenizer)->Decode(ids) != c.text && ++round_trip_failures <= 5) {
+      ADD_FAILURE() << "decode(encode(s)) != s for " << ::testing::PrintToString(c.text);
+    }
+    StreamDecoder stream(**tokenizer, /*skip_special=*/false);
+    std::string streamed;
+    bool whole_characters = true;
+    for (int32_t id : ids) {
+      const std::string piece = stream.Push(id);
+      whole_characters &= IsValidUtf8(piece);
+      streamed += piece;
+    }
+    streamed += stream.Flush();
+    if ((streamed != c.text || !whole_characters) && ++stream_failures <= 5) {
+      ADD_FAILURE() << "streaming decode differs for " << ::testing::PrintToString(c.text);
+    }
+  }
+  EXPECT_EQ(id_mismatches, 0) << "of " << cases.size();
+  EXPECT_EQ(round_trip_failures, 0);
+  EXPECT_EQ(stream_failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerCasesTest,
+                         ::testing::Values(std::make_pair("smollm2_tokenizer", size_t{10000}),
+                                           std::make_pair("tiny_llm", size_t{2000})));
+
+TEST(TokenizerTest, SpecialTokensAndConfig) {
+  auto tokenizer = Tokenizer::Load(Dir("smollm2_tokenizer"));
+  ASSERT_TRUE(tokenizer.ok());
+  const Tokenizer& t = **tokenizer;
+  EXPECT_EQ(t.bos_token(), "<|im_start|>");
+  EXPECT_EQ(t.eos_token(), "<|im_end|>");
+  EXPECT_NE(t.chat_template().find("<|im_start|>"), std::string::npos);
+  const int32_t start = t.TokenId("<|im_start|>"), end = t.TokenId("<|im_end|>");
+  ASSERT_GE(start, 0);
+  EXPECT_TRUE(t.IsSpecial(start));
+  const std::vector<int32_t> ids = t.Encode("<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(ids.front(), start);
+  EXPECT_EQ(ids.back(), end);
+  EXPECT_EQ(t.Decode(ids, /*skip_special=*/true), "user\nhi");
+  EXPECT_EQ(t.Decode(ids), "<|im_start|>user\nhi<|im_end|>");
+}
+
+TEST(TokenizerTest, StreamDecoderHoldsBackHalfCharacters) {
+  auto tokenizer = Tokenizer::Load(Dir("tiny_llm"));
+  ASSERT_TRUE(tokenizer.ok());
+  // The tiny vocab has no token for "😀": it is four byte tokens, emitted only when complete.
+  const std::vector<int32_t> ids = (*tokenizer)->Encode("😀");
+  ASSERT_EQ(ids.size(), 4u);
+  StreamDecoder stream(**tokenizer, false);
+  EXPECT_EQ(stream.Push(ids[0]), "");
+  EXPECT_EQ(stream.Push(ids[1]), "");
+  EXPECT_EQ(stream.Push(ids[2]), "");
+  EXPECT_EQ(stream.Push(ids[3]), "😀");
+  // A character cut short at the end is flushed as U+FFFD.
+  EXPECT_EQ(stream.Push(ids[0]), "");
+  EXPECT_EQ(stream.Flush(), "\xEF\xBF\xBD");
+}
+
+TEST(Utf8Test, PrefixesAndLossyDecoding) {
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82"), 2u);
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);
+  EXPECT_EQ(CompleteUtf8Prefix("\xFF" "a"), 2u);  // Invalid bytes are "complete".
+  EXPECT_EQ(Utf8Lossy("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo"));
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // A surrogate.
+  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));      // Overlong.
+}
+
+TEST(TokenizerTest, MissingOrUnsupportedFilesAreErrors) {
+  EXPECT_FALSE(Tokenizer::Load(Dir("no_such_dir")).ok());
+  EXPECT_FALSE(Tokenizer::Load(Dir("tiny_cnn")).ok());
+}
+
+}  // namespace
+}  // namespace sluice::llm
