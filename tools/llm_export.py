@@ -354,6 +354,54 @@ def chat_conversations():
     ]
 
 
+# Templates that use more of Jinja than SmolLM2's: whitespace control, namespace, slices,
+# filters, methods, loop variables, raise_exception, lstrip_blocks/trim_blocks.
+FEATURE_TEMPLATES = [
+    """{%- set ns = namespace(system='') -%}
+{%- if messages[0]['role'] == 'system' -%}
+  {%- set ns.system = messages[0]['content'] | trim -%}
+  {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+  {%- set loop_messages = messages -%}
+{%- endif -%}
+{{ '<s>' }}{% if ns.system %}[SYS]{{ ns.system }}[/SYS]
+{% endif %}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif -%}
+    {%- if message.role == 'user' %}
+[INST] {{ message.content | trim }} [/INST]
+    {%- else %} {{ message['content'] ~ ' </s>' }}{% if not loop.last %}|{% endif %}
+    {%- endif %}
+{%- endfor %}
+{% if add_generation_prompt and loop_messages | length > 0 %}{{ 'A:' if loop_messages[-1].role == 'user' else 'B:' }}{% endif %}""",
+    """{% for message in messages %}
+  {% if message.role == 'system' %}
+<<{{ message.content.strip() | upper }}>>
+  {% elif message.content is defined and message.content.startswith('!') %}
+!{{ message.content[1:] }} ({{ loop.index }}/{{ loop.length }})
+  {% else %}
+{{ message.role }}: {{ message.content }}{{ '' if loop.last else ',' }}
+  {% endif %}
+{% endfor %}
+{# a comment #}
+{% if add_generation_prompt %}assistant:{% endif %}""",
+]
+
+
+def render_like_transformers(template, messages, add_generation_prompt):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages,
+                                            add_generation_prompt=add_generation_prompt)
+
+
 def write_chat_template_cases(tokenizer_dir):
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -362,8 +410,16 @@ def write_chat_template_cases(tokenizer_dir):
         for generation_prompt in (True, False):
             text = tokenizer.apply_chat_template(messages, tokenize=False,
                                                  add_generation_prompt=generation_prompt)
-            cases.append({"messages": messages, "add_generation_prompt": generation_prompt,
-                          "text": text})
+            cases.append({"template": tokenizer.chat_template, "messages": messages,
+                          "add_generation_prompt": generation_prompt, "text": text})
+            for template in FEATURE_TEMPLATES:
+                case = {"template": template, "messages": messages,
+                        "add_generation_prompt": generation_prompt}
+                try:
+                    case["text"] = render_like_transformers(template, messages, generation_prompt)
+                except ValueError as e:
+                    case["error"] = str(e)
+                cases.append(case)
     with open(os.path.join(tokenizer_dir, "chat_template_cases.json"), "w") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
     return len(cases)

@@ -1,0 +1,933 @@
+#include "llm/chat_template.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <stdexcept>
+#include <variant>
+
+#include "common/json_writer.h"
+
+namespace sluice::llm {
+namespace {
+
+// ---- Values ----------------------------------------------------------------------------------
+
+struct Value;
+using List = std::vector<Value>;
+using Dict = std::map<std::string, Value>;
+struct Undefined {};
+
+struct Value {
+  std::variant<Undefined, std::nullptr_t, bool, int64_t, std::string, std::shared_ptr<List>,
+               std::shared_ptr<Dict>>
+      v;
+  Value() = default;
+  Value(std::nullptr_t) : v(nullptr) {}                   // NOLINT
+  Value(bool b) : v(b) {}                                 // NOLINT
+  Value(int64_t i) : v(i) {}                              // NOLINT
+  Value(std::string s) : v(std::move(s)) {}               // NOLINT
+  Value(const char* s) : v(std::string(s)) {}             // NOLINT
+  Value(List l) : v(std::make_shared<List>(std::move(l))) {}  // NOLINT
+  Value(Dict d) : v(std::make_shared<Dict>(std::move(d))) {}  // NOLINT
+
+  bool undefined() const { return std::holds_alternative<Undefined>(v); }
+  bool none() const { return std::holds_alternative<std::nullptr_t>(v); }
+  const std::string* str() const { return std::get_if<std::string>(&v); }
+  const int64_t* integer() const { return std::get_if<int64_t>(&v); }
+  List* list() const {
+    auto p = std::get_if<std::shared_ptr<List>>(&v);
+    return p ? p->get() : nullptr;
+  }
+  Dict* dict() const {
+    auto p = std::get_if<std::shared_ptr<Dict>>(&v);
+    return p ? p->get() : nullptr;
+  }
+  bool Truthy() const {
+    if (undefined() || none()) return false;
+    if (auto b = std::get_if<bool>(&v)) return *b;
+    if (auto i = integer()) return *i != 0;
+    if (auto s = str()) return !s->empty();
+    if (auto l = list()) return !l->empty();
+    if (auto d = dict()) return !d->empty();
+    return false;
+  }
+};
+
+struct TemplateError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string ToText(const Value& value);
+
+void WriteJson(const Value& value, JsonWriter& json) {
+  if (value.undefined() || value.none()) {
+    json.Null();
+  } else if (auto b = std::get_if<bool>(&value.v)) {
+    json.Bool(*b);
+  } else if (auto i = value.integer()) {
+    json.Int(*i);
+  } else if (auto s = value.str()) {
+    json.String(*s);
+  } else if (auto l = value.list()) {
+    json.BeginArray();
+    for (const Value& item : *l) WriteJson(item, json);
+    json.EndArray();
+  } else if (auto d = value.dict()) {
+    json.BeginObject();
+    for (const auto& [key, item] : *d) {
+      json.Key(key);
+      WriteJson(item, json);
+    }
+    json.EndObject();
+  }
+}
+
+std::string ToText(const Value& value) {
+  if (value.undefined()) return "";
+  if (value.none()) return "None";
+  if (auto b = std::get_if<bool>(&value.v)) return *b ? "True" : "False";
+  if (auto i = value.integer()) return std::to_string(*i);
+  if (auto s = value.str()) return *s;
+  JsonWriter json;
+  WriteJson(value, json);
+  return json.str();
+}
+
+bool Equal(const Value& a, const Value& b) {
+  if (a.str() && b.str()) return *a.str() == *b.str();
+  if (a.integer() && b.integer()) return *a.integer() == *b.integer();
+  if (std::holds_alternative<bool>(a.v) && std::holds_alternative<bool>(b.v)) {
+    return std::get<bool>(a.v) == std::get<bool>(b.v);
+  }
+  if ((a.none() || a.undefined()) && (b.none() || b.undefined())) return a.none() == b.none();
+  if (a.list() && b.list()) {
+    if (a.list()->size() != b.list()->size()) return false;
+    for (size_t i = 0; i < a.list()->size(); ++i) {
+      if (!Equal((*a.list())[i], (*b.list())[i])) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+// ---- Scopes ----------------------------------------------------------------------------------
+
+struct Context {
+  std::vector<Dict> scopes;
+  std::string out;
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+};
+
+using Expr = std::function<Value(Context&)>;
+
+// ---- Expression lexer and parser -------------------------------------------------------------
+
+struct Token {
+  enum Kind { kName, kString, kNumber, kOp, kEnd } kind;
+  std::string text;
+};
+
+std::vector<Token> Lex(const std::string& source) {
+  std::vector<Token> tokens;
+  size_t i = 0;
+  while (i < source.size()) {
+    const char c = source[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i;
+      while (j < source.size() && (std::isalnum(static_cast<unsigned char>(source[j])) || source[j] == '_')) ++j;
+      tokens.push_back({Token::kName, source.substr(i, j - i)});
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      while (j < source.size() && std::isdigit(static_cast<unsigned char>(source[j]))) ++j;
+      tokens.push_back({Token::kNumber, source.substr(i, j - i)});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string text;
+      size_t j = i + 1;
+      for (; j < source.size() && source[j] != c; ++j) {
+        if (source[j] == '\\' && j + 1 < source.size()) {
+          const char e = source[++j];
+          text += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        } else {
+          text += source[j];
+        }
+      }
+      if (j >= source.size()) throw TemplateError("unterminated string literal");
+      tokens.push_back({Token::kString, text});
+      i = j + 1;
+    } else {
+      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*",
+                                   "/",  "%",  "~",  "(",  ")",  "[",  "]", "{", "}", ",", ":",
+                                   ".",  "|",  "="};
+      bool matched = false;
+      for (const char* op : kOps) {
+        const size_t n = std::char_traits<char>::length(op);
+        if (source.compare(i, n, op) == 0) {
+          tokens.push_back({Token::kOp, op});
+          i += n;
+          matched = true;
+          break;
+        }
+      }
+      if (!matched) throw TemplateError(fmt::format("unexpected character '{}'", c));
+    }
+  }
+  tokens.push_back({Token::kEnd, ""});
+  return tokens;
+}
+
+Value CallMethod(const Value& self, const std::string& name, const List& args);
+Value ApplyFilter(const std::string& name, const Value& value, const List& args);
+
+class ExprParser {
+ public:
+  explicit ExprParser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  bool AtEnd() const { return tokens_[pos_].kind == Token::kEnd; }
+  bool PeekName(const char* name) const {
+    return tokens_[pos_].kind == Token::kName && tokens_[pos_].text == name;
+  }
+  bool PeekOp(const char* op) const {
+    return tokens_[pos_].kind == Token::kOp && tokens_[pos_].text == op;
+  }
+  bool AcceptName(const char* name) {
+    if (!PeekName(name)) return false;
+    ++pos_;
+    return true;
+  }
+  bool AcceptOp(const char* op) {
+    if (!PeekOp(op)) return false;
+    ++pos_;
+    return true;
+  }
+  void ExpectOp(const char* op) {
+    if (!AcceptOp(op)) throw TemplateError(fmt::format("expected '{}' near '{}'", op, tokens_[pos_].text));
+  }
+  std::string Name() {
+    if (tokens_[pos_].kind != Token::kName) {
+      throw TemplateError(fmt::format("expected a name near '{}'", tokens_[pos_].text));
+    }
+    return tokens_[pos_++].text;
+  }
+  void ExpectEnd() {
+    if (!AtEnd()) throw TemplateError(fmt::format("unexpected '{}'", tokens_[pos_].text));
+  }
+
+  Expr Expression() {
+    Expr value = Or();
+    if (AcceptName("if")) {
+      Expr condition = Or();
+      Expr otherwise = AcceptName("else") ? Expression() : Expr([](Context&) { return Value(); });
+      return [=](Context& c) { return condition(c).Truthy() ? value(c) : otherwise(c); };
+    }
+    return value;
+  }
+
+  // Without the conditional form: a for loop's `if` filter follows its iterable.
+  Expr Or() {
+    Expr left = And();
+    while (AcceptName("or")) {
+      Expr right = And();
+      left = [=](Context& c) {
+        Value a = left(c);
+        return a.Truthy() ? a : right(c);
+      };
+    }
+    return left;
+  }
+
+ private:
+  Expr And() {
+    Expr left = Not();
+    while (AcceptName("and")) {
+      Expr right = Not();
+      left = [=](Context& c) {
+        Value a = left(c);
+        return a.Truthy() ? right(c) : a;
+      };
+    }
+    return left;
+  }
+  Expr Not() {
+    if (AcceptName("not")) {
+      Expr inner = Not();
+      return [=](Context& c) { return Value(!inner(c).Truthy()); };
+    }
+    return Compare();
+  }
+  Expr Compare() {
+    Expr left = Concat();
+    for (;;) {
+      if (tokens_[pos_].kind == Token::kOp &&
+          (PeekOp("==") || PeekOp("!=") || PeekOp("<") || PeekOp(">") || PeekOp("<=") || PeekOp(">="))) {
+        const std::string op = tokens_[pos_++].text;
+        Expr right = Concat();
+        left = [=](Context& c) { return Value(CompareValues(op, left(c), right(c))); };
+      } else if (PeekName("in") || (PeekName("not") && tokens_[pos_ + 1].text == "in")) {
+        const bool negate = AcceptName("not");
+        AcceptName("in");
+        Expr right = Concat();
+        left = [=](Context& c) { return Value(Contains(right(c), left(c)) != negate); };
+      } else if (AcceptName("is")) {
+        const bool negate = AcceptName("not");
+        const std::string test = Name();
+        left = [=](Context& c) { return Value(Test(test, left(c)) != negate); };
+      } else {
+        return left;
+      }
+    }
+  }
+  static bool CompareValues(const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return Equal(a, b);
+    if (op == "!=") return !Equal(a, b);
+    int order = 0;
+    if (a.integer() && b.integer()) {
+      order = *a.integer() < *b.integer() ? -1 : *a.integer() > *b.integer() ? 1 : 0;
+    } else if (a.str() && b.str()) {
+      order = a.str()->compare(*b.str());
+    } else {
+      throw TemplateError("'" + op + "' compares values of different types");
+    }
+    if (op == "<") return order < 0;
+    if (op == ">") return order > 0;
+    if (op == "<=") return order <= 0;
+    return order >= 0;
+  }
+  static bool Contains(const Value& container, const Value& item) {
+    if (auto s = container.str()) {
+      return item.str() && s->find(*item.str()) != std::string::npos;
+    }
+    if (auto l = container.list()) {
+      return std::any_of(l->begin(), l->end(), [&](const Value& v) { return Equal(v, item); });
+    }
+    if (auto d = container.dict()) return item.str() && d->count(*item.str());
+    return false;
+  }
+  static bool Test(const std::string& test, const Value& v) {
+    if (test == "defined") return !v.undefined();
+    if (test == "undefined") return v.undefined();
+    if (test == "none") return v.none();
+    if (test == "string") return v.str() != nullptr;
+    if (test == "number" || test == "integer") return v.integer() != nullptr;
+    if (test == "boolean") return std::holds_alternative<bool>(v.v);
+    if (test == "mapping") return v.dict() != nullptr;
+    if (test == "iterable" || test == "sequence") return v.list() || v.str() || v.dict();
+    if (test == "true") return std::holds_alternative<bool>(v.v) && std::get<bool>(v.v);
+    if (test == "false") return std::holds_alternative<bool>(v.v) && !std::get<bool>(v.v);
+    throw TemplateError("unknown test '" + test + "'");
+  }
+  Expr Concat() {
+    Expr left = Add();
+    while (AcceptOp("~")) {
+      Expr right = Add();
+      left = [=](Context& c) { return Value(ToText(left(c)) + ToText(right(c))); };
+    }
+    return left;
+  }
+  Expr Add() {
+    Expr left = Mul();
+    for (;;) {
+      if (AcceptOp("+")) {
+        Expr right = Mul();
+        left = [=](Context& c) {
+          Value a = left(c), b = right(c);
+          if (a.integer() && b.integer()) return Value(*a.integer() + *b.integer());
+          if (a.str() && b.str()) return Value(*a.str() + *b.str());
+          if (a.list() && b.list()) {
+            List joined = *a.list();
+            joined.insert(joined.end(), b.list()->begin(), b.list()->end());
+            return Value(joined);
+          }
+          throw TemplateError("'+' on values of different types");
+        };
+      } else if (AcceptOp("-")) {
+        Expr right = Mul();
+        left = [=](Context& c) { return Value(Int(left(c)) - Int(right(c))); };
+      } else {
+        return left;
+      }
+    }
+  }
+  static int64_t Int(const Value& v) {
+    if (!v.integer()) throw TemplateError("arithmetic on a value that is not an integer");
+    return *v.integer();
+  }
+  Expr Mul() {
+    Expr left = Unary();
+    for (;;) {
+      std::string op;
+      if (PeekOp("*") || PeekOp("//") || PeekOp("%") || PeekOp("/")) {
+        op = tokens_[pos_++].text;
+      } else {
+        return left;
+      }
+      Expr right = Unary();
+      left = [=](Context& c) {
+        const int64_t a = Int(left(c)), b = Int(right(c));
+        if (op == "*") return Value(a * b);
+        if (b == 0) throw TemplateError("division by zero");
+        return Value(op == "%" ? a % b : a / b);
+      };
+    }
+  }
+  Expr Unary() {
+    if (AcceptOp("-")) {
+      Expr inner = Unary();
+      return [=](Context& c) { return Value(-Int(inner(c))); };
+    }
+    return Postfix(Primary());
+  }
+  std::vector<Expr> Arguments() {  // After '(' up to and including ')'.
+    std::vector<Expr> args;
+    if (AcceptOp(")")) return args;
+    do {
+      if (tokens_[pos_].kind == Token::kName && tokens_[pos_ + 1].text == "=" ) {
+        pos_ += 2;  // Keyword arguments are taken by position.
+      }
+      args.push_back(Expression());
+    } while (AcceptOp(","));
+    ExpectOp(")");
+    return args;
+  }
+  static List Evaluate(const std::vector<Expr>& args, Context& c) {
+    List values;
+    for (const Expr& arg : args) values.push_back(arg(c));
+    return values;
+  }
+  Expr Postfix(Expr value) {
+    for (;;) {
+      if (AcceptOp(".")) {
+        const std::string name = Name();
+        if (AcceptOp("(")) {
+          std::vector<Expr> args = Arguments();
+          value = [=](Context& c) { return CallMethod(value(c), name, Evaluate(args, c)); };
+        } else {
+          value = [=](Context& c) { return Attribute(value(c), Value(name)); };
+        }
+      } else if (AcceptOp("[")) {
+        Expr start, stop;
+        bool slice = false;
+        if (!PeekOp(":")) start = Expression();
+        if (AcceptOp(":")) {
+          slice = true;
+          if (!PeekOp("]")) stop = Expression();
+        }
+        ExpectOp("]");
+        if (slice) {
+          value = [=](Context& c) { return Slice(value(c), start ? start(c) : Value(), stop ? stop(c) : Value()); };
+        } else {
+          value = [=](Context& c) { return Attribute(value(c), start(c)); };
+        }
+      } else if (AcceptOp("|")) {
+        const std::string name = Name();
+        std::vector<Expr> args;
+        if (AcceptOp("(")) args = Arguments();
+        value = [=](Context& c) { return ApplyFilter(name, value(c), Evaluate(args, c)); };
+      } else {
+        return value;
+      }
+    }
+  }
+  static Value Attribute(const Value& object, const Value& key) {
+    if (auto d = object.dict()) {
+      if (!key.str()) return Value();
+      auto it = d->find(*key.str());
+      return it == d->end() ? Value() : it->second;
+    }
+    if (key.integer() && (object.list() || object.str())) {
+      const int64_t size = object.list() ? static_cast<int64_t>(object.list()->size())
+                                         : static_cast<int64_t>(object.str()->size());
+      int64_t index = *key.integer();
+      if (index < 0) index += size;
+      if (index < 0 || index >= size) return Value();
+      if (object.list()) return (*object.list())[static_cast<size_t>(index)];
+      return Value(object.str()->substr(static_cast<size_t>(index), 1));
+    }
+    return Value();
+  }
+  static Value Slice(const Value& object, const Value& start, const Value& stop) {
+    const int64_t size = object.list() ? static_cast<int64_t>(object.list()->size())
+                         : object.str() ? static_cast<int64_t>(object.str()->size())
+                                        : -1;
+    if (size < 0) throw TemplateError("slice of a value that is not a list or string");
+    auto clamp = [&](const Value& v, int64_t fallback) {
+      if (!v.integer()) return fallback;
+      int64_t i = *v.integer();
+      if (i < 0) i += size;
+      return std::clamp<int64_t>(i, 0, size);
+    };
+    const int64_t a = clamp(start, 0), b = std::max(a, clamp(stop, size));
+    if (object.str()) return Value(object.str()->substr(static_cast<size_t>(a), static_cast<size_t>(b - a)));
+    return Value(List(object.list()->begin() + a, object.list()->begin() + b));
+  }
+  Expr Primary() {
+    const Token token = tokens_[pos_++];
+    if (token.kind == Token::kString) {
+      std::string text = token.text;
+      while (tokens_[pos_].kind == Token::kString) text += tokens_[pos_++].text;  // Adjacent.
+      return [text](Context&) { return Value(text); };
+    }
+    if (token.kind == Token::kNumber) {
+      const int64_t number = std::stoll(token.text);
+      return [number](Context&) { return Value(number); };
+    }
+    if (token.kind == Token::kName) {
+      if (token.text == "true" || token.text == "True") return [](Context&) { return Value(true); };
+      if (token.text == "false" || token.text == "False") return [](Context&) { return Value(false); };
+      if (token.text == "none" || token.text == "None") return [](Context&) { return Value(nullptr); };
+      const std::string name = token.text;
+      if (AcceptOp("(")) {
+        std::vector<Expr> args = Arguments();
+        return [=](Context& c) { return CallFunction(name, Evaluate(args, c)); };
+      }
+      return [name](Context& c) { return c.Lookup(name); };
+    }
+    if (token.kind == Token::kOp && token.text == "(") {
+      Expr inner = Expression();
+      ExpectOp(")");
+      return inner;
+    }
+    if (token.kind == Token::kOp && token.text == "[") {
+      std::vector<Expr> items;
+      if (!AcceptOp("]")) {
+        do items.push_back(Expression());
+        while (AcceptOp(","));
+        ExpectOp("]");
+      }
+      return [=](Context& c) { return Value(Evaluate(items, c)); };
+    }
+    if (token.kind == Token::kOp && token.text == "{") {
+      std::vector<std::pair<Expr, Expr>> items;
+      if (!AcceptOp("}")) {
+        do {
+          Expr key = Expression();
+          ExpectOp(":");
+          items.emplace_back(key, Expression());
+        } while (AcceptOp(","));
+        ExpectOp("}");
+      }
+      return [=](Context& c) {
+        Dict d;
+        for (const auto& [key, value] : items) d[ToText(key(c))] = value(c);
+        return Value(d);
+      };
+    }
+    throw TemplateError(fmt::format("unexpected '{}'", token.text));
+  }
+  static Value CallFunction(const std::string& name, const List& args) {
+    if (name == "raise_exception") {
+      throw TemplateError(args.empty() ? "the template raised an exception" : ToText(args[0]));
+    }
+    if (name == "namespace") return Value(Dict());
+    if (name == "range") {
+      if (args.empty()) throw TemplateError("range() needs an argument");
+      const int64_t begin = args.size() > 1 ? Int(args[0]) : 0;
+      const int64_t end = Int(args.size() > 1 ? args[1] : args[0]);
+      List out;
+      for (int64_t i = begin; i < end && out.size() < 100000; ++i) out.push_back(Value(i));
+      return Value(out);
+    }
+    if (name == "strftime_now") return Value("");
+    throw TemplateError("unknown function '" + name + "'");
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+};
+
+std::string Strip(const std::string& s, const std::string& chars) {
+  const size_t begin = s.find_first_not_of(chars);
+  if (begin == std::string::npos) return "";
+  return s.substr(begin, s.find_last_not_of(chars) - begin + 1);
+}
+
+const std::string kWhitespace = " \t\n\r\f\v";
+
+Value CallMethod(const Value& self, const std::string& name, const List& args) {
+  if (auto s = self.str()) {
+    const std::string chars = args.empty() || !args[0].str() ? kWhitespace : *args[0].str();
+    if (name == "strip") return Value(Strip(*s, chars));
+    if (name == "lstrip") {
+      const size_t begin = s->find_first_not_of(chars);
+      return Value(begin == std::string::npos ? "" : s->substr(begin));
+    }
+    if (name == "rstrip") {
+      const size_t end = s->find_last_not_of(chars);
+      return Value(end == std::string::npos ? "" : s->substr(0, end + 1));
+    }
+    if (name == "upper" || name == "lower") {
+      std::string out = *s;
+      for (char& ch : out) ch = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(ch)) : std::tolower(static_cast<unsigned char>(ch)));
+      return Value(out);
+    }
+    if ((name == "startswith" || name == "endswith") && !args.empty() && args[0].str()) {
+      const std::string& affix = *args[0].str();
+      if (affix.size() > s->size()) return Value(false);
+      return Value(name == "startswith" ? s->compare(0, affix.size(), affix) == 0
+                                        : s->compare(s->size() - affix.size(), affix.size(), affix) == 0);
+    }
+    if (name == "split") {
+      List parts;
+      const std::string sep = args.empty() || !args[0].str() ? " " : *args[0].str();
+      size_t begin = 0;
+      for (size_t at; !sep.empty() && (at = s->find(sep, begin)) != std::string::npos; begin = at + sep.size()) {
+        parts.push_back(Value(s->substr(begin, at - begin)));
+      }
+      parts.push_back(Value(s->substr(begin)));
+      return Value(parts);
+    }
+    if (name == "replace" && args.size() >= 2 && args[0].str() && args[1].str()) {
+      std::string out = *s;
+      const std::string& from = *args[0].str();
+      const std::string& to = *args[1].str();
+      for (size_t at = 0; !from.empty() && (at = out.find(from, at)) != std::string::npos; at += to.size()) {
+        out.replace(at, from.size(), to);
+      }
+      return Value(out);
+    }
+  }
+  if (auto d = self.dict()) {
+    if (name == "get" && !args.empty() && args[0].str()) {
+      auto it = d->find(*args[0].str());
+      return it != d->end() ? it->second : args.size() > 1 ? args[1] : Value(nullptr);
+    }
+    if (name == "items") {
+      List items;
+      for (const auto& [key, value] : *d) items.push_back(Value(List{Value(key), value}));
+      return Value(items);
+    }
+    if (name == "keys" || name == "values") {
+      List out;
+      for (const auto& [key, value] : *d) out.push_back(name == "keys" ? Value(key) : value);
+      return Value(out);
+    }
+  }
+  throw TemplateError("unknown method '" + name + "'");
+}
+
+Value ApplyFilter(const std::string& name, const Value& value, const List& args) {
+  if (name == "trim") return Value(Strip(ToText(value), kWhitespace));
+  if (name == "length" || name == "count") {
+    if (auto s = value.str()) return Value(static_cast<int64_t>(s->size()));
+    if (auto l = value.list()) return Value(static_cast<int64_t>(l->size()));
+    if (auto d = value.dict()) return Value(static_cast<int64_t>(d->size()));
+    return Value(int64_t{0});
+  }
+  if (name == "upper" || name == "lower") return CallMethod(Value(ToText(value)), name, {});
+  if (name == "string") return Value(ToText(value));
+  if (name == "tojson") {
+    JsonWriter json;
+    WriteJson(value, json);
+    return Value(json.str());
+  }
+  if (name == "default" || name == "d") {
+    return value.undefined() && !args.empty() ? args[0] : value;
+  }
+  if (name == "join") {
+    std::string out;
+    const std::string sep = args.empty() ? "" : ToText(args[0]);
+    if (auto l = value.list()) {
+      for (size_t i = 0; i < l->size(); ++i) out += (i ? sep : "") + ToText((*l)[i]);
+    }
+    return Value(out);
+  }
+  if (name == "first" || name == "last") {
+    if (auto l = value.list(); l && !l->empty()) return name == "first" ? l->front() : l->back();
+    return Value();
+  }
+  throw TemplateError("unknown filter '" + name + "'");
+}
+
+}  // namespace
+
+// ---- Statements ------------------------------------------------------------------------------
+
+struct ChatTemplate::Node {
+  enum Kind { kText, kOutput, kIf, kFor, kSet } kind = kText;
+  std::string text;                                               // kText
+  Expr expr;                                                      // kOutput, kFor (iterable), kSet
+  std::vector<std::pair<Expr, std::vector<std::unique_ptr<Node>>>> branches;  // kIf
+  std::vector<std::unique_ptr<Node>> body, otherwise;              // kFor (+else), kIf's else
+  std::vector<std::string> names;                                  // kFor variables; kSet target
+  Expr filter;                                                     // kFor's `if`
+};
+
+namespace {
+
+using Node = ChatTemplate::Node;
+using Body = std::vector<std::unique_ptr<Node>>;
+
+// The template cut into text, {{ output }} and {% statement %} pieces, with Jinja's whitespace
+// control ({%- -%}) and transformers' trim_blocks + lstrip_blocks applied to the text.
+struct Piece {
+  enum Kind { kText, kOutput, kStatement } kind;
+  std::string text;
+};
+
+std::vector<Piece> Segment(const std::string& source) {
+  std::vector<Piece> pieces;
+  size_t i = 0;
+  bool strip_next = false, trim_newline = false;
+  while (i <= source.size()) {
+    size_t open = source.find('{', i);
+    while (open != std::string::npos && open + 1 < source.size() &&
+           source[open + 1] != '{' && source[open + 1] != '%' && source[open + 1] != '#') {
+      open = source.find('{', open + 1);
+    }
+    if (open + 1 >= source.size()) open = std::string::npos;
+    std::string text = source.substr(i, open == std::string::npos ? std::string::npos : open - i);
+    if (trim_newline && !text.empty() && text[0] == '\n') text.erase(0, 1);
+    if (strip_next) text.erase(0, text.find_first_not_of(kWhitespace) == std::string::npos ? text.size() : text.find_first_not_of(kWhitespace));
+    strip_next = trim_newline = false;
+    if (open == std::string::npos) {
+      if (!text.empty()) pieces.push_back({Piece::kText, text});
+      break;
+    }
+    const char kind = source[open + 1];
+    const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+    const size_t end = source.find(close, open + 2);
+    if (end == std::string::npos) throw TemplateError("unclosed tag");
+    std::string inner = source.substr(open + 2, end - open - 2);
+    bool strip_before = false, keep_lstrip = false;
+    if (!inner.empty() && inner[0] == '-') strip_before = true, inner.erase(0, 1);
+    else if (!inner.empty() && inner[0] == '+') keep_lstrip = true, inner.erase(0, 1);
+    if (!inner.empty() && inner.back() == '-') strip_next = true, inner.pop_back();
+    if (strip_before) {
+      const size_t last = text.find_last_not_of(kWhitespace);
+      text.erase(last == std::string::npos ? 0 : last + 1);
+    } else if (kind != '{' && !keep_lstrip) {
+      // lstrip_blocks: spaces and tabs between the start of a line and a block tag go.
+      size_t k = open;
+      while (k > i && (source[k - 1] == ' ' || source[k - 1] == '\t')) --k;
+      const bool at_line_start = k == 0 || source[k - 1] == '\n';
+      if (at_line_start) text.erase(text.size() - std::min(text.size(), open - k));
+    }
+    if (!text.empty()) pieces.push_back({Piece::kText, text});
+    if (kind == '{') pieces.push_back({Piece::kOutput, inner});
+    if (kind == '%') pieces.push_back({Piece::kStatement, inner});
+    if (kind != '{') trim_newline = true;  // trim_blocks.
+    i = end + 2;
+  }
+  return pieces;
+}
+
+class StatementParser {
+ public:
+  explicit StatementParser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
+
+  // Parses until one of `terminators` (returned, its parser positioned after the keyword).
+  std::string Parse(Body& body, std::initializer_list<const char*> terminators, ExprParser** rest) {
+    while (pos_ < pieces_.size()) {
+      const Piece& piece = pieces_[pos_++];
+      if (piece.kind == Piece::kText) {
+        auto node = std::make_unique<Node>();
+        node->text = piece.text;
+        body.push_back(std::move(node));
+        continue;
+      }
+      parsers_.push_back(std::make_unique<ExprParser>(Lex(piece.text)));
+      ExprParser& p = *parsers_.back();
+      if (piece.kind == Piece::kOutput) {
+        auto node = std::make_unique<Node>();
+        node->kind = Node::kOutput;
+        node->expr = p.Expression();
+        p.ExpectEnd();
+        body.push_back(std::move(node));
+        continue;
+      }
+      const std::string keyword = p.Name();
+      for (const char* terminator : terminators) {
+        if (keyword == terminator) {
+          *rest = &p;
+          return keyword;
+        }
+      }
+      auto node = std::make_unique<Node>();
+      if (keyword == "if") {
+        node->kind = Node::kIf;
+        Expr condition = p.Expression();
+        p.ExpectEnd();
+        for (;;) {
+          Body branch;
+          ExprParser* next = nullptr;
+          const std::string end = Parse(branch, {"elif", "else", "endif"}, &next);
+          node->branches.emplace_back(condition, std::move(branch));
+          if (end == "elif") {
+            condition = next->Expression();
+            next->ExpectEnd();
+          } else if (end == "else") {
+            next->ExpectEnd();
+            if (Parse(node->otherwise, {"endif"}, &next) != "endif") throw TemplateError("if without endif");
+            break;
+          } else if (end == "endif") {
+            break;
+          } else {
+            throw TemplateError("if without endif");
+          }
+        }
+      } else if (keyword == "for") {
+        node->kind = Node::kFor;
+        node->names.push_back(p.Name());
+        while (p.AcceptOp(",")) node->names.push_back(p.Name());
+        if (!p.AcceptName("in")) throw TemplateError("for without in");
+        node->expr = p.Or();
+        if (p.AcceptName("if")) node->filter = p.Or();
+        p.ExpectEnd();
+        ExprParser* next = nullptr;
+        std::string end = Parse(node->body, {"else", "endfor"}, &next);
+        if (end == "else") end = Parse(node->otherwise, {"endfor"}, &next);
+        if (end != "endfor") throw TemplateError("for without endfor");
+      } else if (keyword == "set") {
+        node->kind = Node::kSet;
+        node->names.push_back(p.Name());
+        if (p.AcceptOp(".")) node->names.push_back(p.Name());
+        p.ExpectOp("=");
+        node->expr = p.Expression();
+        p.ExpectEnd();
+      } else {
+        throw TemplateError("unsupported statement '" + keyword + "'");
+      }
+      body.push_back(std::move(node));
+    }
+    return "";
+  }
+
+ private:
+  std::vector<Piece> pieces_;
+  size_t pos_ = 0;
+  std::vector<std::unique_ptr<ExprParser>> parsers_;  // Kept: closures refer to nothing in them.
+};
+
+void Execute(const Body& body, Context& c);
+
+void ExecuteNode(const Node& node, Context& c) {
+  switch (node.kind) {
+    case Node::kText:
+      c.out += node.text;
+      return;
+    case Node::kOutput:
+      c.out += ToText(node.expr(c));
+      return;
+    case Node::kIf:
+      for (const auto& [condition, branch] : node.branches) {
+        if (condition(c).Truthy()) return Execute(branch, c);
+      }
+      return Execute(node.otherwise, c);
+    case Node::kSet: {
+      Value value = node.expr(c);
+      if (node.names.size() == 2) {
+        Value target = c.Lookup(node.names[0]);
+        if (!target.dict()) throw TemplateError("set on an attribute of a non-namespace");
+        (*target.dict())[node.names[1]] = value;
+      } else {
+        c.scopes.back()[node.names[0]] = value;
+      }
+      return;
+    }
+    case Node::kFor: {
+      Value iterable = node.expr(c);
+      List items;
+      if (auto l = iterable.list()) {
+        items = *l;
+      } else if (auto d = iterable.dict()) {
+        for (const auto& [key, value] : *d) items.push_back(Value(key));
+      } else if (auto s = iterable.str()) {
+        for (char ch : *s) items.push_back(Value(std::string(1, ch)));
+      } else if (!iterable.undefined() && !iterable.none()) {
+        throw TemplateError("for over a value that is not iterable");
+      }
+      List kept;
+      for (const Value& item : items) {
+        if (!node.filter) {
+          kept.push_back(item);
+          continue;
+        }
+        c.scopes.push_back({{node.names[0], item}});
+        if (node.filter(c).Truthy()) kept.push_back(item);
+        c.scopes.pop_back();
+      }
+      if (kept.empty()) return Execute(node.otherwise, c);
+      const auto n = static_cast<int64_t>(kept.size());
+      for (int64_t i = 0; i < n; ++i) {
+        Dict scope;
+        const Value& item = kept[static_cast<size_t>(i)];
+        if (node.names.size() == 1) {
+          scope[node.names[0]] = item;
+        } else if (auto pair = item.list()) {
+          for (size_t k = 0; k < node.names.size() && k < pair->size(); ++k) scope[node.names[k]] = (*pair)[k];
+        }
+        scope["loop"] = Value(Dict{{"index0", Value(i)},
+                                   {"index", Value(i + 1)},
+                                   {"first", Value(i == 0)},
+                                   {"last", Value(i == n - 1)},
+                                   {"length", Value(n)},
+                                   {"revindex", Value(n - i)},
+                                   {"revindex0", Value(n - i - 1)},
+                                   {"previtem", i > 0 ? kept[static_cast<size_t>(i - 1)] : Value()},
+                                   {"nextitem", i < n - 1 ? kept[static_cast<size_t>(i + 1)] : Value()}});
+        c.scopes.push_back(std::move(scope));
+        Execute(node.body, c);
+        c.scopes.pop_back();
+      }
+      return;
+    }
+  }
+}
+
+void Execute(const Body& body, Context& c) {
+  for (const auto& node : body) ExecuteNode(*node, c);
+}
+
+}  // namespace
+
+ChatTemplate::~ChatTemplate() = default;
+
+Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& source) {
+  std::unique_ptr<ChatTemplate> result(new ChatTemplate());
+  try {
+    StatementParser parser(Segment(source));
+    ExprParser* rest = nullptr;
+    const std::string end = parser.Parse(result->body_, {"endif", "endfor", "else", "elif"}, &rest);
+    if (!end.empty()) throw TemplateError("'" + end + "' without its opening statement");
+  } catch (const TemplateError& e) {
+    return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
+  }
+  return result;
+}
+
+Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt,
+                                         const std::map<std::string, std::string>& variables) const {
+  Context c;
+  Dict globals;
+  List list;
+  for (const ChatMessage& m : messages) {
+    list.push_back(Value(Dict{{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  }
+  globals["messages"] = Value(list);
+  globals["add_generation_prompt"] = Value(add_generation_prompt);
+  for (const auto& [key, value] : variables) globals[key] = Value(value);
+  c.scopes.push_back(std::move(globals));
+  try {
+    Execute(body_, c);
+  } catch (const TemplateError& e) {
+    return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
+  }
+  return c.out;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,64 @@
+// Chat templates rendered in C++ against transformers' apply_chat_template (and Jinja with
+// transformers' settings) on the conversations tools/llm_export.py --test wrote.
+#include "llm/chat_template.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <string>
+
+namespace sluice::llm {
+namespace {
+
+TEST(ChatTemplateTest, RendersLikeTransformers) {
+  const std::string path =
+      std::string(SLUICE_TEST_MODELS) + "/smollm2_tokenizer/chat_template_cases.json";
+  simdjson::dom::parser parser;
+  simdjson::dom::array cases;
+  ASSERT_EQ(parser.load(path).get(cases), simdjson::SUCCESS) << path;
+  int rendered = 0, raised = 0;
+  for (auto c : cases) {
+    const std::string source{std::string_view(c["template"])};
+    auto chat_template = ChatTemplate::Parse(source);
+    ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
+    std::vector<ChatMessage> messages;
+    for (auto m : c["messages"].get_array()) {
+      messages.push_back({std::string(std::string_view(m["role"])),
+                          std::string(std::string_view(m["content"]))});
+    }
+    auto text = (*chat_template)->Render(messages, bool(c["add_generation_prompt"]));
+    std::string_view expected, error;
+    if (c["error"].get(error) == simdjson::SUCCESS) {
+      ASSERT_FALSE(text.ok()) << "expected the template to raise: " << error;
+      EXPECT_NE(text.status().message().find(std::string(error)), std::string::npos);
+      ++raised;
+      continue;
+    }
+    ASSERT_EQ(c["text"].get(expected), simdjson::SUCCESS);
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    EXPECT_EQ(*text, expected) << "template:\n" << source;
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 40);
+  EXPECT_GE(raised, 1);
+}
+
+TEST(ChatTemplateTest, ParseErrorsAreReportedAtLoad) {
+  for (const char* bad : {"{% if x %}no end", "{% for x in %}{% endfor %}", "{{ 'unterminated }}",
+                          "{% while true %}{% endwhile %}", "{{ x | no_such_filter }}x{% endif %}"}) {
+    EXPECT_FALSE(ChatTemplate::Parse(bad).ok()) << bad;
+  }
+}
+
+TEST(ChatTemplateTest, ExpressionsAndVariables) {
+  auto t = ChatTemplate::Parse(
+      "{{ bos_token }}{{ messages | length }}{{ 7 // 2 }}{{ 'a' ~ 1 }}{{ [1, 2, 3][1:] | join('-') }}"
+      "{{ 'x' in 'yxz' }}{{ none is none }}{{ {'k': 'v'}.get('k') }}{{ undefined_name | default('d') }}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto text = (*t)->Render({{"user", "u"}}, false, {{"bos_token", "<s>"}});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "<s>13a12-3TrueTruevd");
+}
+
+}  // namespace
+}  // namespace sluice::llm
