@@ -23,6 +23,7 @@
 #include "common/system_info.h"
 #include "config/model_config.h"
 #include "config/sweep_config.h"
+#include "llm/load_llm.h"
 #include "server/serve.h"
 
 namespace sluice {
@@ -430,8 +431,10 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
   return 0;
 }
 
-int RunServe(const ServeOptions& options) {
-  Status status = RunServer(options, LoadSharedBackend);
+int RunServe(const ServeOptions& options, const llm::LlmLoadOverrides& llm_overrides) {
+  Status status = RunServer(options, LoadSharedBackend, [&](const std::string& dir) {
+    return llm::LoadLlmEngine(dir, llm_overrides);
+  });
   if (!status.ok()) return Fail(status);
   return 0;
 }
@@ -555,7 +558,7 @@ int main(int argc, char** argv) {
 
   ServeOptions serve;
   CLI::App* serve_app =
-      app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST)");
+      app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
   serve_app->add_option("--model-repository", serve.model_repository, "Directory of models")
       ->capture_default_str();
   serve_app->add_option("--model,-m", serve.models, "Serve only these models (repeatable)");
@@ -570,6 +573,17 @@ int main(int argc, char** argv) {
                    "Image decode threads for /predict and /predictions")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  llm::LlmLoadOverrides llm_overrides;
+  serve_app
+      ->add_option("--llm-precision", llm_overrides.precision,
+                   "Language models' precision, over their config.yaml (fp32, bf16, int8)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  serve_app->add_option("--llm-slots", llm_overrides.slots,
+                        "Language models' KV-cache slots, over their config.yaml")
+      ->check(CLI::Range(1, 256));
+  serve_app->add_option("--llm-threads", llm_overrides.threads,
+                        "Language models' intra-op threads (0: every core)")
+      ->check(CLI::Range(0, 1024));
   serve_app->add_option("--predict-model", serve.predict_model,
                         "Model behind /predict (default: the first with preprocess.image)");
   serve_app->add_option("--max-body-bytes", serve.http.max_body_bytes, "Larger bodies get 413")
@@ -617,7 +631,7 @@ int main(int argc, char** argv) {
     serve.http.header_timeout = Seconds(header_seconds);
     serve.http.body_timeout = Seconds(body_seconds);
     serve.shutdown_grace = Seconds(grace_seconds);
-    return RunServe(serve);
+    return RunServe(serve, llm_overrides);
   }
   if (bench_app->parsed()) return RunBench(bench, command_line);
   if (sweep_app->parsed()) return RunSweepCommand(sweep, command_line);

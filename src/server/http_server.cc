@@ -352,19 +352,25 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 
   void Write(HttpResponse response, bool counted) {
     awaiting_response_ = false;
-    cancel_ = nullptr;
+    std::function<void()> cancel = std::exchange(cancel_, nullptr);
     if (client_gone_) {
       // Nobody to answer (499, as nginx logs it); the connection is closed.
+      if (response.stream) {
+        response.stream->MarkGone();
+        if (cancel) cancel();
+      }
       if (counted) server_.RequestFinished(499, received_);
       return Close();
     }
     if (watching_) {
       // The watch read must end before the write: cancel it; its handler writes this.
+      if (response.stream) cancel_ = std::move(cancel);  // A stream still needs it.
       pending_ = std::move(response);
       beast::error_code ignored;
       stream_.socket().cancel(ignored);
       return;
     }
+    if (response.stream) return StartStream(std::move(response), counted, std::move(cancel));
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(response.status), version_);
     res->set(http::field::server, "sluice");
@@ -382,6 +388,117 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
           if (ec || res->need_eof()) return self->Close();
           self->ReadHeader();
         });
+  }
+
+  // A streamed response: the header, then one HTTP chunk per batch of what the producer wrote,
+  // then the last chunk. Meanwhile a read watches the socket, so a client that leaves cancels the
+  // producer at once.
+  void StartStream(HttpResponse response, bool counted, std::function<void()> cancel) {
+    auto res = std::make_shared<http::response<http::empty_body>>(
+        static_cast<http::status>(response.status), version_);
+    res->set(http::field::server, "sluice");
+    res->set(http::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) res->set(name, value);
+    res->keep_alive(keep_alive_ && !server_.draining());
+    res->chunked(true);
+    keep_alive_ = res->keep_alive();
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    streaming_ = true;
+    stream_body_ = std::move(response.stream);
+    stream_cancel_ = std::move(cancel);
+    stream_status_ = response.status;
+    stream_counted_ = counted;
+    stream_.expires_never();  // A stream lasts as long as generation; slow readers: see Pump.
+    http::async_write_header(
+        stream_, *serializer,
+        [self = shared_from_this(), res, serializer](beast::error_code ec, size_t) {
+          if (ec) return self->EndStream(ec);
+          std::weak_ptr<Session> weak = self;
+          auto executor = self->stream_.get_executor();
+          self->stream_body_->Attach([weak, executor] {
+            net::post(executor, [weak] {
+              if (auto session = weak.lock()) session->PumpStream();
+            });
+          });
+          self->WatchStream();
+          self->PumpStream();
+        });
+  }
+
+  void PumpStream() {
+    if (!streaming_ || stream_writing_) return;
+    bool closed = false;
+    std::string data = stream_body_->Take(&closed);
+    if (!data.empty()) {
+      stream_writing_ = true;
+      auto buffer = std::make_shared<std::string>(std::move(data));
+      net::async_write(stream_, http::make_chunk(net::buffer(*buffer)),
+                       [self = shared_from_this(), buffer](beast::error_code ec, size_t) {
+                         self->stream_writing_ = false;
+                         if (ec) return self->EndStream(ec);
+                         self->PumpStream();
+                       });
+      return;
+    }
+    if (closed) {
+      stream_writing_ = true;
+      net::async_write(stream_, http::make_chunk_last(),
+                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                         self->stream_writing_ = false;
+                         self->EndStream(ec);
+                       });
+    }
+  }
+
+  void WatchStream() {
+    stream_watching_ = true;
+    stream_.async_read_some(
+        buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->stream_watching_ = false;
+          if (!ec) {
+            self->buffer_.commit(n);  // A pipelined request: read after the stream.
+            if (self->streaming_ && self->buffer_.size() < 65536) self->WatchStream();
+            if (!self->streaming_ && self->resume_after_stream_) {
+              self->resume_after_stream_ = false;
+              self->ReadHeader();
+            }
+            return;
+          }
+          if (ec == net::error::operation_aborted) {
+            if (self->resume_after_stream_) {
+              self->resume_after_stream_ = false;
+              self->ReadHeader();
+            }
+            return;
+          }
+          self->EndStream(ec);  // The client left.
+        });
+  }
+
+  // The stream is over: written whole (no `ec`), or the client left or stopped reading.
+  void EndStream(beast::error_code ec) {
+    if (!streaming_) return;
+    streaming_ = false;
+    const bool failed = static_cast<bool>(ec);
+    if (failed) {
+      client_gone_ = true;
+      stream_body_->MarkGone();
+      if (stream_cancel_) std::exchange(stream_cancel_, nullptr)();
+    } else {
+      stream_body_->Attach(nullptr);
+    }
+    stream_cancel_ = nullptr;
+    stream_body_.reset();
+    if (stream_counted_) server_.RequestFinished(failed ? 499 : stream_status_, received_);
+    if (failed || !keep_alive_) return Close();
+    if (stream_watching_) {
+      // The watch read must end first; its handler reads the next request.
+      resume_after_stream_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      return;
+    }
+    ReadHeader();
   }
 
   void Close() {
@@ -407,6 +524,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   bool client_gone_ = false;             // The client closed its side.
   std::function<void()> cancel_;         // From the handler: cancels its queued request.
   std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
+  // While a streamed response is sent (all on the strand):
+  bool streaming_ = false;
+  bool stream_writing_ = false;   // A chunk write is outstanding.
+  bool stream_watching_ = false;  // A WatchStream() read is outstanding.
+  bool resume_after_stream_ = false;
+  std::shared_ptr<ResponseStream> stream_body_;
+  std::function<void()> stream_cancel_;  // From the handler: stops the producer.
+  int stream_status_ = 200;
+  bool stream_counted_ = false;
 };
 
 }  // namespace

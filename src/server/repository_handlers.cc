@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <set>
 
+#include "llm/llm_config.h"
+
 #include "common/json_writer.h"
 
 namespace sluice {
@@ -16,7 +18,20 @@ std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repos
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(repository, ec)) {
-    if (entry.is_directory(ec) && std::filesystem::exists(entry.path() / "config.yaml", ec)) {
+    if (entry.is_directory(ec) && std::filesystem::exists(entry.path() / "config.yaml", ec) &&
+        !llm::IsLanguageModelDir(entry.path().string())) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> ListLanguageModels(const std::filesystem::path& repository) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(repository, ec)) {
+    if (entry.is_directory(ec) && llm::IsLanguageModelDir(entry.path().string())) {
       names.push_back(entry.path().filename().string());
     }
   }

@@ -19,8 +19,11 @@
 
 namespace sluice {
 
-// The names of the repository's model directories (those holding a config.yaml), sorted.
+// The names of the repository's model directories (those holding a config.yaml, language models
+// aside), sorted.
 std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repository);
+// The language-model directories (config.json + model.safetensors) of `repository`, sorted.
+std::vector<std::string> ListLanguageModels(const std::filesystem::path& repository);
 
 struct RepositoryOptions {
   std::filesystem::path repository;  // Holds <name>/config.yaml for each model.

@@ -36,6 +36,56 @@ HttpResponse HttpResponse::Error(const Status& status) {
   return r;
 }
 
+bool ResponseStream::Write(std::string data) {
+  std::function<void()> wake;
+  {
+    MutexLock lock(mu_);
+    if (gone_) return false;
+    if (closed_) return true;
+    if (pending_.size() + data.size() > kMaxPendingBytes) {
+      gone_ = true;
+      return false;
+    }
+    pending_ += data;
+    wake = wake_;
+  }
+  if (wake) wake();
+  return true;
+}
+
+void ResponseStream::Close() {
+  std::function<void()> wake;
+  {
+    MutexLock lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    wake = wake_;
+  }
+  if (wake) wake();
+}
+
+bool ResponseStream::client_gone() const {
+  MutexLock lock(mu_);
+  return gone_;
+}
+
+void ResponseStream::Attach(std::function<void()> wake) {
+  MutexLock lock(mu_);
+  wake_ = std::move(wake);
+}
+
+std::string ResponseStream::Take(bool* closed) {
+  MutexLock lock(mu_);
+  *closed = closed_;
+  return std::exchange(pending_, std::string());
+}
+
+void ResponseStream::MarkGone() {
+  MutexLock lock(mu_);
+  gone_ = true;
+  wake_ = nullptr;
+}
+
 std::string_view PathParams::Get(std::string_view name) const {
   for (const auto& [key, value] : values) {
     if (key == name) return value;

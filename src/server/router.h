@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -33,11 +35,42 @@ struct HttpRequest {
   std::function<void(std::function<void()>)> on_disconnect;
 };
 
+// The body of a streamed response (server-sent events), sent in HTTP/1.1 chunks as the producer
+// writes it. Thread-safe: the producer writes from any thread; the server drains it on the
+// connection's strand.
+class ResponseStream {
+ public:
+  // Most bytes queued and not yet sent; beyond it the client counts as gone (too slow to read).
+  static constexpr size_t kMaxPendingBytes = 4u << 20;
+
+  // Queues `data`; false once the client is gone (the producer should stop and cancel).
+  bool Write(std::string data);
+  // Ends the body. Write() after Close() is ignored.
+  void Close();
+  bool client_gone() const;
+
+  // Server side. `wake` runs (from the producer's thread) whenever data or the end arrives.
+  void Attach(std::function<void()> wake);
+  // Takes what is queued; `closed` tells whether the end has been written.
+  std::string Take(bool* closed);
+  // The client left or could not keep up: later writes fail.
+  void MarkGone();
+
+ private:
+  mutable Mutex mu_;
+  std::string pending_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
+  bool gone_ GUARDED_BY(mu_) = false;
+  std::function<void()> wake_ GUARDED_BY(mu_);
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // Extra headers.
+  // When set, `body` is ignored: the body is sent in chunks as the stream is written.
+  std::shared_ptr<ResponseStream> stream;
 
   static HttpResponse Json(int status, std::string body);
   // {"error": "<message>"} with the status's HTTP code; 503 adds Retry-After.

@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "config/model_config.h"
+#include "llm/llm_config.h"
+#include "server/openai_handlers.h"
 #include "server/predict_handlers.h"
 #include "server/repository_handlers.h"
 #include "server/v2_handlers.h"
@@ -27,7 +29,8 @@ void OnTerminationSignal(int signal) {
 
 }  // namespace
 
-Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
+Status RunServer(const ServeOptions& options, const BackendLoader& loader,
+                 const llm::LlmLoader& llm_loader) {
   // Termination signals: a handler (async-signal-safe) writes the signal number to a pipe that
   // this thread reads. A handler, not a blocked mask, because libraries start threads before
   // main() (OpenBLAS's pool) and a process signal may be delivered to any of them.
@@ -47,6 +50,30 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
   }
   std::vector<std::string> names =
       options.models.empty() ? ListRepositoryModels(repository) : options.models;
+  // Language models: every one in the repository (or those named), each its own engine.
+  std::map<std::string, std::shared_ptr<llm::LlmEngine>> language_models;
+  std::vector<std::string> llm_names = options.models.empty()
+                                           ? ListLanguageModels(repository)
+                                           : std::vector<std::string>();
+  for (const std::string& name : options.models) {
+    if (llm::IsLanguageModelDir((repository / name).string())) llm_names.push_back(name);
+  }
+  std::erase_if(names, [&](const std::string& name) {
+    return std::find(llm_names.begin(), llm_names.end(), name) != llm_names.end();
+  });
+  for (const std::string& name : llm_names) {
+    if (!llm_loader) return Status::InvalidArgument("this build cannot serve language models");
+    auto engine = llm_loader((repository / name).string());
+    if (!engine.ok()) {
+      return Status(engine.status().code(),
+                    fmt::format("language model '{}': {}", name, engine.status().message()));
+    }
+    fmt::print("language model '{}' ready: {} slots x {} tokens, {}\n", name,
+               (*engine)->model().slots(), (*engine)->model().context_length(),
+               llm::LlmPrecisionName((*engine)->config().precision));
+    language_models.emplace(name, std::move(*engine));
+  }
+  OpenAiHandlers openai(language_models);
 
   Engine engine(loader);
   HttpServer* server_ptr = nullptr;
@@ -67,6 +94,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
 
   Router router;
   handlers.AddRoutes(router);
+  openai.AddRoutes(router);
+  if (!openai.empty()) handlers.SetExtraMetrics([&openai] { return openai.RenderMetrics(); });
   predict.AddRoutes(router);
   repository_handlers.AddRoutes(router);
   HttpServer server(options.http, router);
@@ -86,6 +115,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader) {
   control_pool.reset();  // Finishes a load or unload under way.
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
+  for (auto& [name, llm_engine] : language_models) llm_engine->Stop();
   server_ptr = nullptr;
   return Status::Ok();
 }

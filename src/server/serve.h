@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "llm/load_llm.h"
 #include "server/http_server.h"
 
 namespace sluice {
@@ -23,7 +24,10 @@ struct ServeOptions {
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once
 // ready. A model that fails to load is reported (not ready, with its error) while the others
-// serve. Returns an error only when the server cannot start at all.
-Status RunServer(const ServeOptions& options, const BackendLoader& loader);
+// serve. Language models (config.json + model.safetensors) load through `llm_loader` and serve
+// on /v1/...; one that fails to load stops the server from starting. Returns an error only when
+// the server cannot start at all.
+Status RunServer(const ServeOptions& options, const BackendLoader& loader,
+                 const llm::LlmLoader& llm_loader = nullptr);
 
 }  // namespace sluice

@@ -267,6 +267,7 @@ void V2Handlers::Metrics(const HttpRequest&, const PathParams&, Responder respon
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4";
   response.body = RenderMetrics(models, http_stats_ ? http_stats_() : HttpStats{});
+  if (extra_metrics_) response.body += extra_metrics_();
   respond(std::move(response));
 }
 

@@ -29,6 +29,9 @@ class V2Handlers {
   std::string LoadError(const std::string& model) const;
 
   void AddRoutes(Router& router);
+  // More series for /metrics (the language models'), appended after the engine's. Call before
+  // the server starts.
+  void SetExtraMetrics(std::function<std::string()> render) { extra_metrics_ = std::move(render); }
 
   void ServerMetadata(const HttpRequest&, const PathParams&, Responder respond);
   void Live(const HttpRequest&, const PathParams&, Responder respond);
@@ -45,6 +48,7 @@ class V2Handlers {
 
   Engine& engine_;
   std::function<HttpStats()> http_stats_;
+  std::function<std::string()> extra_metrics_;
   const V2Limits limits_;
   mutable Mutex mu_;
   std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);

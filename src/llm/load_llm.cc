@@ -1,0 +1,50 @@
+#include "llm/load_llm.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace sluice::llm {
+
+Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
+                                                 const LlmLoadOverrides& overrides) {
+  namespace fs = std::filesystem;
+  auto arch = ParseArchitecture((fs::path(dir) / "config.json").string());
+  if (!arch.ok()) return arch.status();
+  auto serve = ParseServeConfig((fs::path(dir) / "config.yaml").string(), *arch);
+  if (!serve.ok()) return serve.status();
+  if (!overrides.precision.empty()) {
+    if (overrides.precision == "fp32") {
+      serve->precision = LlmPrecision::kFp32;
+    } else if (overrides.precision == "bf16") {
+      serve->precision = LlmPrecision::kBf16;
+    } else if (overrides.precision == "int8") {
+      serve->precision = LlmPrecision::kInt8;
+    } else {
+      return Status::InvalidArgument(
+          fmt::format("precision '{}' is not fp32, bf16 or int8", overrides.precision));
+    }
+  }
+  if (overrides.slots > 0) serve->slots = overrides.slots;
+  if (overrides.threads >= 0) serve->threads = overrides.threads;
+  auto tokenizer = Tokenizer::Load(dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (!(*tokenizer)->chat_template().empty()) {
+    auto parsed = ChatTemplate::Parse((*tokenizer)->chat_template());
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(fmt::format("{}: {}", dir, parsed.status().message()));
+    }
+    chat_template = std::move(*parsed);
+  }
+  if ((*tokenizer)->vocab_size() > arch->vocab_size) {
+    return Status::InvalidArgument(fmt::format("{}: the tokenizer has {} tokens, the model {}",
+                                               dir, (*tokenizer)->vocab_size(), arch->vocab_size));
+  }
+  auto model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
+  if (!model.ok()) return model.status();
+  return std::make_shared<LlmEngine>(std::move(*model), std::move(*tokenizer),
+                                     std::move(chat_template), *serve);
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,26 @@
+// Loads a language-model directory (config.json, model.safetensors, tokenizer files, optional
+// config.yaml with `llm:` settings) into a running LlmEngine. Declared without torch; defined in
+// the torch-linked part of llm/.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "llm/llm_engine.h"
+
+namespace sluice::llm {
+
+struct LlmLoadOverrides {
+  std::string precision;  // "fp32" | "bf16" | "int8"; empty: config.yaml's.
+  int slots = 0;          // 0: config.yaml's.
+  int threads = -1;       // -1: config.yaml's.
+};
+
+Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
+                                                 const LlmLoadOverrides& overrides = {});
+
+// How `sluice serve` loads language models (injected, so the server builds without torch).
+using LlmLoader = std::function<Result<std::shared_ptr<LlmEngine>>(const std::string& dir)>;
+
+}  // namespace sluice::llm

@@ -1,0 +1,40 @@
+// Picks the next token from a row of logits: penalties (repetition as in transformers,
+// frequency/presence as in OpenAI's API), then greedy, or temperature + top-k + top-p sampling
+// from a seeded generator (the same seed gives the same tokens).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::llm {
+
+struct SamplingParams {
+  double temperature = 1.0;         // 0: greedy. >= 0.
+  int top_k = 0;                    // Keep the k most likely; 0: all.
+  double top_p = 1.0;               // Keep the smallest set with this much probability; (0, 1].
+  std::optional<uint64_t> seed;     // None: a random seed.
+  double repetition_penalty = 1.0;  // > 0; divides positive logits of seen tokens (prompt too).
+  double frequency_penalty = 0.0;   // [-2, 2]; times the count of each generated token.
+  double presence_penalty = 0.0;    // [-2, 2]; once for each generated token.
+};
+
+// Thread-compatible: one per sequence.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+  // Chooses a token from `logits` (vocab floats, modified in place) and records it.
+  int32_t Next(float* logits, int vocab);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> generated_;  // Token -> count.
+  std::vector<int32_t> seen_;                   // Prompt + generated, distinct.
+  std::vector<bool> seen_mask_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // Scratch.
+};
+
+}  // namespace sluice::llm

@@ -1,0 +1,491 @@
+#include "server/openai_handlers.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+
+#include "common/json_writer.h"
+#include "metrics/prometheus.h"
+
+namespace sluice {
+namespace {
+
+using simdjson::dom::element;
+
+std::atomic<uint64_t> g_next_id{1};
+
+// A typed request, parsed from the body before anything reaches the engine.
+struct CompletionRequest {
+  std::string model;
+  std::vector<llm::ChatMessage> messages;  // Chat.
+  std::string prompt;                      // Completions.
+  bool stream = false;
+  bool include_usage = false;
+  int max_tokens = 0;  // 0: the model's default.
+  llm::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+struct ParseError {
+  std::string message;
+  std::string param;
+};
+
+std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
+                                     double& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  double number = 0;
+  int64_t integer = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    if (value.get(integer) != simdjson::SUCCESS) return ParseError{fmt::format("'{}' must be a number", key), key};
+    number = static_cast<double>(integer);
+  }
+  if (!(number >= low && number <= high)) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high), key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
+                                  int64_t& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  int64_t number = 0;
+  uint64_t unsigned_number = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    if (value.get(unsigned_number) == simdjson::SUCCESS && key == std::string_view("seed")) {
+      out = static_cast<int64_t>(unsigned_number);
+      return std::nullopt;
+    }
+    return ParseError{fmt::format("'{}' must be an integer", key), key};
+  }
+  if (number < low || number > high) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high), key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+// Content as a string, or OpenAI's array of parts of which the text ones are joined.
+std::optional<ParseError> ReadContent(const element& message, std::string& out) {
+  element content;
+  if (message["content"].get(content) != simdjson::SUCCESS || content.is_null()) {
+    out.clear();
+    return std::nullopt;
+  }
+  std::string_view text;
+  if (content.get(text) == simdjson::SUCCESS) {
+    out = std::string(text);
+    return std::nullopt;
+  }
+  simdjson::dom::array parts;
+  if (content.get(parts) != simdjson::SUCCESS) {
+    return ParseError{"message content must be a string or an array of text parts", "messages"};
+  }
+  for (element part : parts) {
+    std::string_view type;
+    if (part["type"].get(type) != simdjson::SUCCESS || type != "text" ||
+        part["text"].get(text) != simdjson::SUCCESS) {
+      return ParseError{"only text content parts are supported", "messages"};
+    }
+    out += text;
+  }
+  return std::nullopt;
+}
+
+std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequest& r) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return ParseError{"the body is not a JSON object", ""};
+  }
+  std::string_view text;
+  if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
+  if (chat) {
+    simdjson::dom::array messages;
+    if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
+      return ParseError{"'messages' must be a non-empty array", "messages"};
+    }
+    for (element m : messages) {
+      llm::ChatMessage message;
+      if (m["role"].get(text) != simdjson::SUCCESS) {
+        return ParseError{"each message needs a string 'role'", "messages"};
+      }
+      message.role = std::string(text);
+      if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+          message.role != "developer" && message.role != "tool") {
+        return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
+      }
+      if (auto error = ReadContent(m, message.content)) return error;
+      r.messages.push_back(std::move(message));
+    }
+  } else {
+    element prompt;
+    if (root["prompt"].get(prompt) != simdjson::SUCCESS) {
+      return ParseError{"'prompt' is required", "prompt"};
+    }
+    simdjson::dom::array list;
+    if (prompt.get(text) == simdjson::SUCCESS) {
+      r.prompt = std::string(text);
+    } else if (prompt.get(list) == simdjson::SUCCESS && list.size() == 1 &&
+               list.at(0).get(text) == simdjson::SUCCESS) {
+      r.prompt = std::string(text);
+    } else {
+      return ParseError{"'prompt' must be a string (or an array of one string)", "prompt"};
+    }
+  }
+  bool flag = false;
+  if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
+  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS) r.include_usage = flag;
+  if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
+  if (root["logprobs"].get(flag) == simdjson::SUCCESS && flag) {
+    return ParseError{"logprobs are not supported", "logprobs"};
+  }
+  int64_t integer = 0;
+  if (auto e = ReadInt(root, "n", 1, 1, integer)) {
+    return ParseError{"only n = 1 is supported", "n"};
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    integer = 0;
+    if (auto e = ReadInt(root, key, 1, 1 << 24, integer)) return e;
+    if (integer > 0) r.max_tokens = static_cast<int>(integer);
+  }
+  integer = 0;
+  if (auto e = ReadInt(root, "top_k", -1, 1 << 24, integer)) return e;
+  r.sampling.top_k = integer < 0 ? 0 : static_cast<int>(integer);
+  integer = -1;
+  element seed;
+  if (root["seed"].get(seed) == simdjson::SUCCESS && !seed.is_null()) {
+    if (auto e = ReadInt(root, "seed", INT64_MIN, INT64_MAX, integer)) return e;
+    r.sampling.seed = static_cast<uint64_t>(integer);
+  }
+  if (auto e = ReadNumber(root, "temperature", 0, 2, r.sampling.temperature)) return e;
+  if (auto e = ReadNumber(root, "top_p", 1e-9, 1, r.sampling.top_p)) return e;
+  if (auto e = ReadNumber(root, "frequency_penalty", -2, 2, r.sampling.frequency_penalty)) return e;
+  if (auto e = ReadNumber(root, "presence_penalty", -2, 2, r.sampling.presence_penalty)) return e;
+  if (auto e = ReadNumber(root, "repetition_penalty", 1e-3, 100, r.sampling.repetition_penalty)) return e;
+  element stop;
+  if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
+    simdjson::dom::array list;
+    if (stop.get(text) == simdjson::SUCCESS) {
+      r.stop.emplace_back(text);
+    } else if (stop.get(list) == simdjson::SUCCESS && list.size() <= 4) {
+      for (element item : list) {
+        if (item.get(text) != simdjson::SUCCESS) return ParseError{"'stop' must hold strings", "stop"};
+        r.stop.emplace_back(text);
+      }
+    } else {
+      return ParseError{"'stop' must be a string or an array of up to 4 strings", "stop"};
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty()) return ParseError{"stop strings must not be empty", "stop"};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string_view ErrorType(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kPayloadTooLarge:
+      return "invalid_request_error";
+    case StatusCode::kUnavailable:
+      return "service_unavailable";
+    default:
+      return "server_error";
+  }
+}
+
+// The shared part of every chunk and response object.
+void BeginObject(JsonWriter& json, const std::string& id, std::string_view object, int64_t created,
+                 const std::string& model) {
+  json.BeginObject().Field("id", id).Field("object", object).Field("created", created);
+  json.Field("model", model);
+}
+
+void WriteUsage(JsonWriter& json, int prompt, int completion) {
+  json.Key("usage").BeginObject().Field("prompt_tokens", int64_t{prompt});
+  json.Field("completion_tokens", int64_t{completion});
+  json.Field("total_tokens", int64_t{prompt + completion}).EndObject();
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What one generation shares between the handler, the engine's events and the disconnect hook.
+struct Generation {
+  std::shared_ptr<llm::LlmEngine> engine;
+  std::string id, model;
+  bool chat = false;
+  bool include_usage = false;
+  int64_t created = 0;
+  std::atomic<uint64_t> engine_id{0};
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> answered{false};  // Non-streaming: the one response has been given.
+  std::string text;  // Non-streaming: the whole reply.
+  Responder respond;
+  std::shared_ptr<ResponseStream> stream;
+  bool sent_role = false;
+
+  // Exactly one answer, whichever of the engine and a disconnect comes first.
+  void Answer(HttpResponse response) {
+    if (!answered.exchange(true)) respond(std::move(response));
+  }
+
+  void Cancel() {
+    if (cancelled.exchange(true)) return;
+    if (const uint64_t engine_request = engine_id.load()) engine->Cancel(engine_request);
+    // The server counts it as a client that left (a stream's end is the server's own).
+    if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
+  }
+
+  // data: {...}\n\n for one streamed chunk.
+  std::string Chunk(std::string_view content, llm::FinishReason finish, bool with_role) const {
+    JsonWriter json;
+    BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
+    json.Key("choices").BeginArray().BeginObject().Field("index", int64_t{0});
+    if (chat) {
+      json.Key("delta").BeginObject();
+      if (with_role) json.Field("role", "assistant");
+      if (!content.empty() || with_role) json.Field("content", content);
+      json.EndObject();
+    } else {
+      json.Field("text", content);
+    }
+    json.Key("logprobs").Null();
+    json.Key("finish_reason");
+    if (finish == llm::FinishReason::kNone) {
+      json.Null();
+    } else {
+      json.String(llm::FinishReasonName(finish));
+    }
+    json.EndObject().EndArray();
+    if (include_usage) json.Key("usage").Null();
+    json.EndObject();
+    return "data: " + json.str() + "\n\n";
+  }
+
+  void OnEvent(const llm::GenerationEvent& event) {
+    if (cancelled.load()) return;
+    if (event.finish == llm::FinishReason::kError) {
+      if (stream) {
+        // Headers are sent: the error travels as an event, then the stream ends.
+        JsonWriter json;
+        json.BeginObject().Key("error").BeginObject().Field("message", event.error.message());
+        json.Field("type", "server_error").Key("param").Null().Key("code").Null();
+        json.EndObject().EndObject();
+        stream->Write("data: " + json.str() + "\n\n");
+        stream->Close();
+      } else {
+        Answer(OpenAiError(event.error));
+      }
+      return;
+    }
+    if (stream) {
+      std::string out;
+      if (!sent_role && chat) {
+        out += Chunk("", llm::FinishReason::kNone, /*with_role=*/true);
+        sent_role = true;
+      }
+      if (!event.text.empty()) out += Chunk(event.text, llm::FinishReason::kNone, false);
+      if (event.finish != llm::FinishReason::kNone) {
+        out += Chunk("", event.finish, false);
+        if (include_usage) {
+          JsonWriter json;
+          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
+          json.Key("choices").BeginArray().EndArray();
+          WriteUsage(json, event.prompt_tokens, event.completion_tokens);
+          json.EndObject();
+          out += "data: " + json.str() + "\n\n";
+        }
+        out += "data: [DONE]\n\n";
+      }
+      if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
+      if (event.finish != llm::FinishReason::kNone) stream->Close();
+      return;
+    }
+    text += event.text;
+    if (event.finish == llm::FinishReason::kNone) return;
+    JsonWriter json;
+    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
+    json.Key("choices").BeginArray().BeginObject().Field("index", int64_t{0});
+    if (chat) {
+      json.Key("message").BeginObject().Field("role", "assistant").Field("content", text);
+      json.EndObject();
+    } else {
+      json.Field("text", text);
+    }
+    json.Key("logprobs").Null().Field("finish_reason", llm::FinishReasonName(event.finish));
+    json.EndObject().EndArray();
+    WriteUsage(json, event.prompt_tokens, event.completion_tokens);
+    json.EndObject();
+    Answer(HttpResponse::Json(200, json.str()));
+  }
+};
+
+}  // namespace
+
+HttpResponse OpenAiError(const Status& status, std::string_view param, double retry_after_seconds) {
+  JsonWriter json;
+  json.BeginObject().Key("error").BeginObject().Field("message", status.message());
+  json.Field("type", ErrorType(status.code())).Key("param");
+  if (param.empty()) {
+    json.Null();
+  } else {
+    json.String(param);
+  }
+  json.Field("code", StatusCodeName(status.code())).EndObject().EndObject();
+  HttpResponse response = HttpResponse::Json(HttpStatusFor(status.code()), json.str());
+  if (status.code() == StatusCode::kUnavailable) {
+    response.headers.emplace_back(
+        "Retry-After", std::to_string(static_cast<int64_t>(std::ceil(retry_after_seconds))));
+  }
+  return response;
+}
+
+OpenAiHandlers::OpenAiHandlers(std::map<std::string, std::shared_ptr<llm::LlmEngine>> models)
+    : models_(std::move(models)), created_(UnixSeconds()) {}
+
+void OpenAiHandlers::AddRoutes(Router& router) {
+  auto bind = [this](auto method) {
+    return [this, method](const HttpRequest& request, const PathParams& params, Responder respond) {
+      (this->*method)(request, params, std::move(respond));
+    };
+  };
+  router.Get("/v1/models", bind(&OpenAiHandlers::Models));
+  router.Post("/v1/chat/completions", bind(&OpenAiHandlers::ChatCompletions));
+  router.Post("/v1/completions", bind(&OpenAiHandlers::Completions));
+}
+
+void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {
+  JsonWriter json;
+  json.BeginObject().Field("object", "list").Key("data").BeginArray();
+  for (const auto& [name, engine] : models_) {
+    json.BeginObject().Field("id", name).Field("object", "model").Field("created", created_);
+    json.Field("owned_by", "sluice");
+    json.Field("max_model_len", int64_t{engine->model().context_length()});
+    json.EndObject();
+  }
+  json.EndArray().EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void OpenAiHandlers::ChatCompletions(const HttpRequest& request, const PathParams&,
+                                     Responder respond) {
+  Generate(request, /*chat=*/true, std::move(respond));
+}
+
+void OpenAiHandlers::Completions(const HttpRequest& request, const PathParams&, Responder respond) {
+  Generate(request, /*chat=*/false, std::move(respond));
+}
+
+void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder respond) {
+  CompletionRequest parsed;
+  if (auto error = Parse(request.body, chat, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  std::shared_ptr<llm::LlmEngine> engine;
+  if (parsed.model.empty() && models_.size() == 1) {
+    parsed.model = models_.begin()->first;
+  }
+  auto it = models_.find(parsed.model);
+  if (it == models_.end()) {
+    return respond(OpenAiError(
+        Status::NotFound(parsed.model.empty()
+                             ? std::string("'model' is required")
+                             : fmt::format("The model '{}' does not exist", parsed.model)),
+        "model"));
+  }
+  engine = it->second;
+  std::string prompt_text = parsed.prompt;
+  if (chat) {
+    const llm::ChatTemplate* chat_template = engine->chat_template();
+    if (chat_template == nullptr) {
+      return respond(OpenAiError(
+          Status::InvalidArgument(fmt::format("model '{}' has no chat template; use "
+                                              "/v1/completions",
+                                              parsed.model)),
+          "messages"));
+    }
+    const llm::Tokenizer& tokenizer = engine->tokenizer();
+    auto rendered = chat_template->Render(
+        parsed.messages, /*add_generation_prompt=*/true,
+        {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}});
+    if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
+    prompt_text = std::move(*rendered);
+  }
+  llm::GenerationRequest generation;
+  generation.prompt = engine->tokenizer().Encode(prompt_text, /*add_special_tokens=*/!chat);
+  generation.max_tokens = parsed.max_tokens;
+  generation.sampling = parsed.sampling;
+  generation.stop = std::move(parsed.stop);
+  generation.ignore_eos = parsed.ignore_eos;
+  if (Status length = engine->CheckLength(static_cast<int>(generation.prompt.size()),
+                                          generation.max_tokens);
+      !length.ok()) {
+    return respond(OpenAiError(length, chat ? "messages" : "prompt"));
+  }
+
+  auto state = std::make_shared<Generation>();
+  state->engine = engine;
+  state->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
+  state->model = parsed.model;
+  state->chat = chat;
+  state->include_usage = parsed.include_usage;
+  state->created = UnixSeconds();
+  state->respond = respond;
+  if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
+  auto submitted = engine->Submit(std::move(generation),
+                                  [state](const llm::GenerationEvent& event) { state->OnEvent(event); });
+  if (!submitted.ok()) {
+    return respond(OpenAiError(submitted.status(), {}, engine->EstimatedWaitSeconds()));
+  }
+  state->engine_id = *submitted;
+  if (state->cancelled.load()) engine->Cancel(*submitted);
+  if (request.on_disconnect) request.on_disconnect([state] { state->Cancel(); });
+  if (state->stream) {
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.stream = state->stream;
+    respond(std::move(response));
+  }
+}
+
+std::string OpenAiHandlers::RenderMetrics() const {
+  PrometheusWriter w;
+  std::vector<std::pair<std::string, llm::LlmStats>> all;
+  for (const auto& [name, engine] : models_) all.emplace_back(name, engine->stats());
+  auto label = [](const std::string& name) { return "model=" + LabelValue(name); };
+  w.Family("sluice_llm_prompt_tokens_total", "counter", "Prompt tokens processed.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_prompt_tokens_total", label(name), static_cast<double>(s.prompt_tokens));
+  w.Family("sluice_llm_generated_tokens_total", "counter", "Tokens generated.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_generated_tokens_total", label(name), static_cast<double>(s.generated_tokens));
+  w.Family("sluice_llm_requests_finished_total", "counter", "Generations that finished.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_finished_total", label(name), static_cast<double>(s.requests_finished));
+  w.Family("sluice_llm_steps_total", "counter", "Model steps (one batch each).");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_steps_total", label(name), static_cast<double>(s.steps));
+  w.Family("sluice_llm_slots", "gauge", "KV-cache slots.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_slots", label(name), s.slots);
+  w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_slots_busy", label(name), s.slots_busy);
+  w.Family("sluice_llm_requests_waiting", "gauge", "Requests waiting for a slot.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_waiting", label(name), s.waiting);
+  w.Family("sluice_llm_time_to_first_token_seconds", "histogram", "Submit to first generated token.");
+  for (const auto& [name, s] : all) w.Histogram("sluice_llm_time_to_first_token_seconds", label(name), s.time_to_first_token);
+  w.Family("sluice_llm_inter_token_seconds", "histogram", "Between consecutive tokens of a request.");
+  for (const auto& [name, s] : all) w.Histogram("sluice_llm_inter_token_seconds", label(name), s.inter_token);
+  return w.text();
+}
+
+}  // namespace sluice

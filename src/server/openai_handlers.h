@@ -1,0 +1,41 @@
+// The OpenAI-style language-model routes: GET /v1/models, POST /v1/completions and
+// POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape. Bodies
+// are parsed into typed requests here; the engine (llm/llm_engine.h) never sees JSON.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "llm/llm_engine.h"
+#include "server/router.h"
+
+namespace sluice {
+
+// Thread-safe: the model table is fixed at construction.
+class OpenAiHandlers {
+ public:
+  explicit OpenAiHandlers(std::map<std::string, std::shared_ptr<llm::LlmEngine>> models);
+
+  void AddRoutes(Router& router);
+  void Models(const HttpRequest&, const PathParams&, Responder respond);
+  void ChatCompletions(const HttpRequest& request, const PathParams&, Responder respond);
+  void Completions(const HttpRequest& request, const PathParams&, Responder respond);
+
+  // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
+  std::string RenderMetrics() const;
+  bool empty() const { return models_.empty(); }
+
+ private:
+  void Generate(const HttpRequest& request, bool chat, Responder respond);
+
+  std::map<std::string, std::shared_ptr<llm::LlmEngine>> models_;
+  const int64_t created_;  // Unix seconds at start, the `created` of every model.
+};
+
+// {"error": {"message", "type", "param", "code"}} with the status's HTTP code (503 adds
+// Retry-After: `retry_after_seconds`).
+HttpResponse OpenAiError(const Status& status, std::string_view param = {},
+                         double retry_after_seconds = 1);
+
+}  // namespace sluice
