@@ -295,15 +295,19 @@ void LlmEngine::Loop() {
         events.emplace_back(seq, Advance(*seq, token, now));
       }
     }
+    // A finished request's slot is free (and counted) before its last event goes out.
     for (auto& [seq, event] : events) {
-      seq->on_event(event);
-      if (event.finish != FinishReason::kNone) {
-        finished_.fetch_add(1);
-        const size_t slot = static_cast<size_t>(seq->slot);
-        running_[slot].reset();
+      if (event.finish == FinishReason::kNone) {
+        seq->on_event(event);
+        continue;
+      }
+      std::unique_ptr<Sequence> done = std::move(running_[static_cast<size_t>(seq->slot)]);
+      finished_.fetch_add(1);
+      {
         MutexLock lock(mu_);
         --busy_slots_;
       }
+      done->on_event(event);
     }
   }
 }

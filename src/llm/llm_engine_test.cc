@@ -1,0 +1,183 @@
+// The generation loop on the tiny test model: continuous batching, stop conditions, sampling
+// seeds, cancellation, back-pressure and the context limit.
+#include "llm/llm_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+
+#include "common/mutex.h"
+#include "llm/load_llm.h"
+
+namespace sluice::llm {
+namespace {
+
+std::string Dir() { return std::string(SLUICE_TEST_MODELS) + "/tiny_llm"; }
+
+std::shared_ptr<LlmEngine> Load(int slots = 8) {
+  LlmLoadOverrides overrides;
+  overrides.precision = "fp32";
+  overrides.slots = slots;
+  overrides.threads = 1;
+  auto engine = LoadLlmEngine(Dir(), overrides);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? *engine : nullptr;
+}
+
+struct Outcome {
+  std::string text;
+  std::vector<std::string> pieces;
+  GenerationEvent last;
+};
+
+// Collects a request's events; Wait() returns once its final event arrived.
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](const GenerationEvent& event) {
+      MutexLock lock(mu_);
+      outcome_.text += event.text;
+      outcome_.pieces.push_back(event.text);
+      if (event.finish != FinishReason::kNone) {
+        outcome_.last = event;
+        done_ = true;
+        cv_.SignalAll();
+      }
+    };
+  }
+  Outcome Wait() {
+    MutexLock lock(mu_);
+    while (!done_) cv_.Wait(lock);
+    return outcome_;
+  }
+  bool done() {
+    MutexLock lock(mu_);
+    return done_;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool done_ = false;
+  Outcome outcome_;
+};
+
+GenerationRequest Request(const LlmEngine& engine, const std::string& prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = engine.tokenizer().Encode(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(LlmEngineTest, GreedyOutputIsTheSameAloneAndAmongSevenOthers) {
+  auto engine = Load();
+  ASSERT_NE(engine, nullptr);
+  const std::vector<std::string> prompts = {
+      "hello world", "the quick brown fox", "serving models batch latency token cache",
+      "decode prefill", "12345 67890", "python torch tensor kernel memory bandwidth thread engine",
+      "a", "request response stream hello world sluice inference engine python torch tensor"};
+  std::vector<std::string> alone;
+  for (const std::string& p : prompts) {
+    Collector c;
+    ASSERT_TRUE(engine->Submit(Request(*engine, p, 20), c.Callback()).ok());
+    Outcome o = c.Wait();
+    EXPECT_EQ(o.last.finish, FinishReason::kLength);
+    EXPECT_EQ(o.last.completion_tokens, 20);
+    EXPECT_EQ(o.last.prompt_tokens, static_cast<int>(engine->tokenizer().Encode(p).size()));
+    alone.push_back(o.text);
+  }
+  std::vector<std::unique_ptr<Collector>> together;
+  for (const std::string& p : prompts) {
+    together.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(Request(*engine, p, 20), together.back()->Callback()).ok());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i]->Wait().text, alone[i]) << i;
+  const LlmStats stats = engine->stats();
+  EXPECT_EQ(stats.requests_finished, 16);
+  EXPECT_EQ(stats.generated_tokens, 16 * 20);
+  EXPECT_EQ(stats.slots_busy, 0);
+  EXPECT_EQ(stats.time_to_first_token.count, 16u);
+}
+
+TEST(LlmEngineTest, RequestsJoinWhileOthersDecode) {
+  auto engine = Load(4);
+  ASSERT_NE(engine, nullptr);
+  Collector alone;
+  ASSERT_TRUE(engine->Submit(Request(*engine, "hello world", 30), alone.Callback()).ok());
+  const std::string expected = alone.Wait().text;
+  // A long request runs; more arrive while it decodes, more than there are slots.
+  Collector first;
+  ASSERT_TRUE(engine->Submit(Request(*engine, "the quick brown fox", 200), first.Callback()).ok());
+  std::vector<std::unique_ptr<Collector>> later;
+  for (int i = 0; i < 6; ++i) {
+    later.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(Request(*engine, "hello world", 30), later.back()->Callback()).ok());
+  }
+  for (auto& c : later) EXPECT_EQ(c->Wait().text, expected);
+  EXPECT_EQ(first.Wait().last.completion_tokens, 200);
+}
+
+TEST(LlmEngineTest, StopStringsEndTheTextBeforeThem) {
+  auto engine = Load();
+  Collector c;
+  ASSERT_TRUE(engine->Submit(Request(*engine, "hello world", 40), c.Callback()).ok());
+  const std::string full = c.Wait().text;
+  ASSERT_GE(full.size(), 6u);
+  const std::string stop = full.substr(3, 3);
+  GenerationRequest r = Request(*engine, "hello world", 40);
+  r.stop = {"no such stop string", stop};
+  Collector stopped;
+  ASSERT_TRUE(engine->Submit(std::move(r), stopped.Callback()).ok());
+  Outcome o = stopped.Wait();
+  EXPECT_EQ(o.last.finish, FinishReason::kStop);
+  EXPECT_EQ(o.text, full.substr(0, full.find(stop)));
+}
+
+TEST(LlmEngineTest, SeedsReproduceSampling) {
+  auto engine = Load();
+  auto sample = [&](uint64_t seed) {
+    GenerationRequest r = Request(*engine, "hello world", 24);
+    r.sampling.temperature = 1.5;
+    r.sampling.top_k = 50;
+    r.sampling.top_p = 0.95;
+    r.sampling.seed = seed;
+    Collector c;
+    EXPECT_TRUE(engine->Submit(std::move(r), c.Callback()).ok());
+    return c.Wait().text;
+  };
+  EXPECT_EQ(sample(1), sample(1));
+  EXPECT_NE(sample(1), sample(2));
+}
+
+TEST(LlmEngineTest, CancelFreesTheSlot) {
+  auto engine = Load(1);
+  Collector running, waiting;
+  auto first = engine->Submit(Request(*engine, "hello world", 250), running.Callback());
+  auto second = engine->Submit(Request(*engine, "hello world", 5), waiting.Callback());
+  ASSERT_TRUE(first.ok() && second.ok());
+  engine->Cancel(*first);
+  EXPECT_EQ(waiting.Wait().last.completion_tokens, 5);  // Got the slot without waiting 250 steps.
+  EXPECT_FALSE(running.done());
+  EXPECT_EQ(engine->stats().slots_busy, 0);
+}
+
+TEST(LlmEngineTest, ContextAndQueueLimits) {
+  auto engine = Load(1);
+  int max_tokens = 0;
+  EXPECT_TRUE(engine->CheckLength(10, max_tokens).ok());
+  EXPECT_EQ(max_tokens, std::min(engine->config().default_max_tokens, 256 - 10));
+  max_tokens = 300;
+  Status too_long = engine->CheckLength(10, max_tokens);
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("256"), std::string::npos);  // The context.
+  EXPECT_NE(too_long.message().find("310"), std::string::npos);  // What was asked.
+  max_tokens = 0;
+  EXPECT_FALSE(engine->CheckLength(256, max_tokens).ok());
+  EXPECT_FALSE(engine->Submit(GenerationRequest{}, [](const GenerationEvent&) {}).ok());
+}
+
+}  // namespace
+}  // namespace sluice::llm
