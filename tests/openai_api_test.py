@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
+where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
+usage chunk, the error shapes, a disconnect mid-stream, the API key.
+
+Usage: tests/openai_api_test.py SLUICE TEST_MODELS
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import openai
+
+API_KEY = "test-key-123"
+
+
+def start(sluice, repository):
+    server = subprocess.Popen([sluice, "serve", "--model-repository", repository, "--port", "0",
+                               "--api-key", API_KEY, "--llm-threads", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = server.stdout.readline()
+        if not line:
+            break
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if match:
+            return server, int(match.group(1))
+    server.kill()
+    sys.exit("the server did not start")
+
+
+def raw(port, method, path, body=None, key=API_KEY):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, dict(response.getheaders()), data
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def metric(port, name):
+    _, _, body = raw(port, "GET", "/metrics")
+    match = re.search(rf'^{name}{{model="tiny_llm"}} (\S+)$', body.decode(), re.M)
+    return float(match.group(1)) if match else None
+
+
+def main():
+    sluice, test_models = sys.argv[1], os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory() as repository:
+        os.symlink(os.path.join(test_models, "tiny_llm"), os.path.join(repository, "tiny_llm"))
+        os.symlink(os.path.join(test_models, "identity"), os.path.join(repository, "identity"))
+        server, port = start(sluice, repository)
+        try:
+            run(port)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise
+    print("openai_api_test: all checks passed")
+
+
+def run(port):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0)
+
+    models = client.models.list()
+    check([m.id for m in models.data] == ["tiny_llm"], f"models: {models}")
+
+    messages = [{"role": "user", "content": "hello world"}]
+    chat = client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=12,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    reply = chat.choices[0].message.content
+    check(chat.object == "chat.completion" and chat.choices[0].message.role == "assistant",
+          f"chat: {chat}")
+    check(chat.usage.completion_tokens == 12 and chat.choices[0].finish_reason == "length",
+          f"usage: {chat.usage}")
+    check(chat.usage.prompt_tokens > 5 and
+          chat.usage.total_tokens == chat.usage.prompt_tokens + 12, f"usage: {chat.usage}")
+
+    # Streaming: the same greedy text, a role first, a finish reason, then the usage chunk.
+    chunks = list(client.chat.completions.create(
+        model="tiny_llm", messages=messages, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    check(chunks[0].choices[0].delta.role == "assistant", f"first chunk: {chunks[0]}")
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check(streamed == reply, f"streamed {streamed!r} != {reply!r}")
+    check(chunks[-2].choices[0].finish_reason == "length", f"finish chunk: {chunks[-2]}")
+    check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12,
+          f"usage chunk: {chunks[-1]}")
+    check(all(c.object == "chat.completion.chunk" for c in chunks), "chunk objects")
+
+    # The raw stream ends with data: [DONE].
+    status, headers, body = raw(port, "POST", "/v1/chat/completions", {
+        "model": "tiny_llm", "messages": messages, "max_tokens": 3, "stream": True})
+    check(status == 200 and headers.get("Content-Type") == "text/event-stream", f"{status} {headers}")
+    check(body.decode().rstrip().endswith("data: [DONE]"), f"stream end: {body[-80:]!r}")
+
+    completion = client.completions.create(model="tiny_llm", prompt="the quick brown fox",
+                                           max_tokens=8, temperature=0, stop=["zzzz"])
+    check(completion.object == "text_completion" and completion.usage.completion_tokens <= 8,
+          f"completion: {completion}")
+
+    seeded = [client.completions.create(model="tiny_llm", prompt="hello", max_tokens=10,
+                                        temperature=1.0, seed=42,
+                                        extra_body={"ignore_eos": True}).choices[0].text
+              for _ in range(2)]
+    check(seeded[0] == seeded[1], f"seeded sampling differs: {seeded}")
+
+    # Errors in OpenAI's shape.
+    try:
+        client.chat.completions.create(model="no_such_model", messages=messages)
+        check(False, "unknown model accepted")
+    except openai.NotFoundError as e:
+        check(e.body["code"] == "not_found" and e.body["param"] == "model", f"404: {e.body}")
+    long_prompt = "hello world " * 400
+    status, _, body = raw(port, "POST", "/v1/completions", {"model": "tiny_llm", "prompt": long_prompt})
+    error = json.loads(body)["error"]
+    check(status == 400 and "256" in error["message"] and error["type"] == "invalid_request_error",
+          f"too long: {status} {error}")
+    prompt_tokens = re.search(r"prompt has (\d+) tokens", error["message"])
+    check(prompt_tokens and int(prompt_tokens.group(1)) > 256, f"names the prompt length: {error}")
+    for bad, param in [({"messages": []}, "messages"), ({"messages": messages, "temperature": 5}, "temperature"),
+                       ({"messages": messages, "n": 2}, "n"), ({"messages": messages, "stop": [1]}, "stop"),
+                       ({"messages": [{"role": "robot", "content": "x"}]}, "messages")]:
+        status, _, body = raw(port, "POST", "/v1/chat/completions", {"model": "tiny_llm", **bad})
+        error = json.loads(body)["error"]
+        check(status == 400 and error["param"] == param and error["message"], f"{bad}: {status} {error}")
+    status, _, body = raw(port, "POST", "/v1/chat/completions", b"not json".decode())
+    check(status == 400, f"bad json: {status}")
+    status, _, _ = raw(port, "GET", "/v1/models", key=None)
+    check(status == 401, f"no key: {status}")
+
+    # A client that leaves mid-stream frees its slot: no tokens are generated for nobody.
+    before = metric(port, "sluice_llm_generated_tokens_total")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps({
+        "model": "tiny_llm", "prompt": "hello", "max_tokens": 240, "stream": True,
+        "ignore_eos": True}), {"Content-Type": "application/json", "X-API-Key": API_KEY})
+    response = conn.getresponse()
+    response.fp.readline()  # The first event.
+    conn.sock.close()
+    conn.close()
+    deadline = time.time() + 10
+    while metric(port, "sluice_llm_slots_busy") != 0 and time.time() < deadline:
+        time.sleep(0.05)
+    check(metric(port, "sluice_llm_slots_busy") == 0, "the slot stayed busy after the disconnect")
+    generated = metric(port, "sluice_llm_generated_tokens_total") - before
+    check(generated < 240, f"{generated} tokens generated for a client that left")
+
+    # The other routes still serve beside the language model.
+    status, _, _ = raw(port, "GET", "/v2/models/identity/ready")
+    check(status == 200, f"identity ready: {status}")
+
+
+if __name__ == "__main__":
+    main()
