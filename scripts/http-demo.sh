@@ -16,7 +16,9 @@ done
 bench_flags=("$@")
 
 . "$(dirname "$0")/lib/serve.sh"
-start_server "$sluice" --model-repository "$repository"
+only=()
+for model in "${models[@]}"; do only+=(--model "$model"); done
+start_server "$sluice" --model-repository "$repository" "${only[@]}"
 echo "server pid $server on http://127.0.0.1:$port"
 
 for model in "${models[@]}"; do

@@ -37,6 +37,7 @@ import torch
 
 # Everything comes from files here; nothing is fetched from a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -460,6 +461,9 @@ def main():
     parser.add_argument("--force", action="store_true", help="rewrite a model that exists")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    import transformers
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
     if args.test:
         write_test_models(args.out)
     else:
