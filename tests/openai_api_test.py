@@ -9,31 +9,15 @@ import http.client
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 import openai
 
+from sluice_server import serving
+
 API_KEY = "test-key-123"
-
-
-def start(sluice, repository):
-    server = subprocess.Popen([sluice, "serve", "--model-repository", repository, "--port", "0",
-                               "--api-key", API_KEY, "--llm-threads", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = server.stdout.readline()
-        if not line:
-            break
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            return server, int(match.group(1))
-    server.kill()
-    sys.exit("the server did not start")
 
 
 def raw(port, method, path, body=None, key=API_KEY):
@@ -64,16 +48,9 @@ def main():
     with tempfile.TemporaryDirectory() as repository:
         os.symlink(os.path.join(test_models, "tiny_llm"), os.path.join(repository, "tiny_llm"))
         os.symlink(os.path.join(test_models, "identity"), os.path.join(repository, "identity"))
-        server, port = start(sluice, repository)
-        try:
+        with serving(sluice, ["--model-repository", repository, "--api-key", API_KEY,
+                              "--llm-threads", "1"]) as port:
             run(port)
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                raise
     print("openai_api_test: all checks passed")
 
 

@@ -11,8 +11,6 @@ Usage: tests/readme_own_model_test.py SLUICE_BINARY
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -20,6 +18,8 @@ import urllib.request
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from sluice_server import serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,17 +66,7 @@ def main():
         model = namespace["model"]
         with open("models/my_model/config.yaml", "w") as f:
             f.write(config)
-        server = subprocess.Popen([sluice, "serve", "--model-repository", "models", "--port", "0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            port = None
-            for line in server.stdout:
-                match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if match:
-                    port = int(match.group(1))
-                    break
-            if port is None:
-                sys.exit(f"sluice serve did not start: {server.stdout.read()}")
+        with serving(sluice, ["--model-repository", "models"]) as port:
             for batch in (1, 16):
                 x = torch.randn(batch, 3, 32, 32)
                 with torch.no_grad():
@@ -87,12 +77,6 @@ def main():
                 if got.shape != expected.shape or error > 1e-4:
                     sys.exit(f"batch {batch}: served {tuple(got.shape)} differs from PyTorch "
                              f"(max abs error {error})")
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
     print("README own-model lines: package served, outputs match PyTorch")
 
 

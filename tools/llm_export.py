@@ -447,7 +447,7 @@ def write_test_models(out_dir):
     print(f"{tokenizer_dir}: {strings} tokenizer cases, {templates} chat template cases")
     write_tiny_llm(out_dir, "tiny_llm", template, scaled=False, seed=11)
     write_tiny_llm(out_dir, "tiny_llm_scaled", template, scaled=True, seed=12)
-    strings = write_tokenizer_cases(os.path.join(out_dir, "tiny_llm"), 2000, seed=8)
+    write_tokenizer_cases(os.path.join(out_dir, "tiny_llm"), 2000, seed=8)
     print(f"test language models written in {time.time() - start:.1f} s")
 
 

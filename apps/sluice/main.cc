@@ -557,8 +557,9 @@ int main(int argc, char** argv) {
   sweep_app->add_option("--results-dir", sweep.results_dir, "Where results/<run-id>/ goes");
 
   ServeOptions serve;
-  CLI::App* serve_app =
-      app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
+  CLI::App* serve_app = app.add_subcommand(
+      "serve",
+      "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
   serve_app->add_option("--model-repository", serve.model_repository, "Directory of models")
       ->capture_default_str();
   serve_app->add_option("--model,-m", serve.models, "Serve only these models (repeatable)");
@@ -578,11 +579,13 @@ int main(int argc, char** argv) {
       ->add_option("--llm-precision", llm_overrides.precision,
                    "Language models' precision, over their config.yaml (fp32, bf16, int8)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
-  serve_app->add_option("--llm-slots", llm_overrides.slots,
-                        "Language models' KV-cache slots, over their config.yaml")
+  serve_app
+      ->add_option("--llm-slots", llm_overrides.slots,
+                   "Language models' KV-cache slots, over their config.yaml")
       ->check(CLI::Range(1, 256));
-  serve_app->add_option("--llm-threads", llm_overrides.threads,
-                        "Language models' intra-op threads (0: every core)")
+  serve_app
+      ->add_option("--llm-threads", llm_overrides.threads,
+                   "Language models' intra-op threads (0: every core)")
       ->check(CLI::Range(0, 1024));
   serve_app->add_option("--predict-model", serve.predict_model,
                         "Model behind /predict (default: the first with preprocess.image)");

@@ -25,11 +25,11 @@ struct Value {
                std::shared_ptr<Dict>>
       v;
   Value() = default;
-  Value(std::nullptr_t) : v(nullptr) {}                   // NOLINT
-  Value(bool b) : v(b) {}                                 // NOLINT
-  Value(int64_t i) : v(i) {}                              // NOLINT
-  Value(std::string s) : v(std::move(s)) {}               // NOLINT
-  Value(const char* s) : v(std::string(s)) {}             // NOLINT
+  Value(std::nullptr_t) : v(nullptr) {}                       // NOLINT
+  Value(bool b) : v(b) {}                                     // NOLINT
+  Value(int64_t i) : v(i) {}                                  // NOLINT
+  Value(std::string s) : v(std::move(s)) {}                   // NOLINT
+  Value(const char* s) : v(std::string(s)) {}                 // NOLINT
   Value(List l) : v(std::make_shared<List>(std::move(l))) {}  // NOLINT
   Value(Dict d) : v(std::make_shared<Dict>(std::move(d))) {}  // NOLINT
 
@@ -145,7 +145,9 @@ std::vector<Token> Lex(const std::string& source) {
       ++i;
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t j = i;
-      while (j < source.size() && (std::isalnum(static_cast<unsigned char>(source[j])) || source[j] == '_')) ++j;
+      while (j < source.size() &&
+             (std::isalnum(static_cast<unsigned char>(source[j])) || source[j] == '_'))
+        ++j;
       tokens.push_back({Token::kName, source.substr(i, j - i)});
       i = j;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -168,9 +170,9 @@ std::vector<Token> Lex(const std::string& source) {
       tokens.push_back({Token::kString, text});
       i = j + 1;
     } else {
-      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*",
-                                   "/",  "%",  "~",  "(",  ")",  "[",  "]", "{", "}", ",", ":",
-                                   ".",  "|",  "="};
+      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+",
+                                   "-",  "*",  "/",  "%",  "~",  "(",  ")", "[", "]",
+                                   "{",  "}",  ",",  ":",  ".",  "|",  "="};
       bool matched = false;
       for (const char* op : kOps) {
         const size_t n = std::char_traits<char>::length(op);
@@ -213,7 +215,8 @@ class ExprParser {
     return true;
   }
   void ExpectOp(const char* op) {
-    if (!AcceptOp(op)) throw TemplateError(fmt::format("expected '{}' near '{}'", op, tokens_[pos_].text));
+    if (!AcceptOp(op))
+      throw TemplateError(fmt::format("expected '{}' near '{}'", op, tokens_[pos_].text));
   }
   std::string Name() {
     if (tokens_[pos_].kind != Token::kName) {
@@ -270,8 +273,8 @@ class ExprParser {
   Expr Compare() {
     Expr left = Concat();
     for (;;) {
-      if (tokens_[pos_].kind == Token::kOp &&
-          (PeekOp("==") || PeekOp("!=") || PeekOp("<") || PeekOp(">") || PeekOp("<=") || PeekOp(">="))) {
+      if (tokens_[pos_].kind == Token::kOp && (PeekOp("==") || PeekOp("!=") || PeekOp("<") ||
+                                               PeekOp(">") || PeekOp("<=") || PeekOp(">="))) {
         const std::string op = tokens_[pos_++].text;
         Expr right = Concat();
         left = [=](Context& c) { return Value(CompareValues(op, left(c), right(c))); };
@@ -393,7 +396,7 @@ class ExprParser {
     std::vector<Expr> args;
     if (AcceptOp(")")) return args;
     do {
-      if (tokens_[pos_].kind == Token::kName && tokens_[pos_ + 1].text == "=" ) {
+      if (tokens_[pos_].kind == Token::kName && tokens_[pos_ + 1].text == "=") {
         pos_ += 2;  // Keyword arguments are taken by position.
       }
       args.push_back(Expression());
@@ -426,7 +429,9 @@ class ExprParser {
         }
         ExpectOp("]");
         if (slice) {
-          value = [=](Context& c) { return Slice(value(c), start ? start(c) : Value(), stop ? stop(c) : Value()); };
+          value = [=](Context& c) {
+            return Slice(value(c), start ? start(c) : Value(), stop ? stop(c) : Value());
+          };
         } else {
           value = [=](Context& c) { return Attribute(value(c), start(c)); };
         }
@@ -458,7 +463,7 @@ class ExprParser {
     return Value();
   }
   static Value Slice(const Value& object, const Value& start, const Value& stop) {
-    const int64_t size = object.list() ? static_cast<int64_t>(object.list()->size())
+    const int64_t size = object.list()  ? static_cast<int64_t>(object.list()->size())
                          : object.str() ? static_cast<int64_t>(object.str()->size())
                                         : -1;
     if (size < 0) throw TemplateError("slice of a value that is not a list or string");
@@ -469,7 +474,8 @@ class ExprParser {
       return std::clamp<int64_t>(i, 0, size);
     };
     const int64_t a = clamp(start, 0), b = std::max(a, clamp(stop, size));
-    if (object.str()) return Value(object.str()->substr(static_cast<size_t>(a), static_cast<size_t>(b - a)));
+    if (object.str())
+      return Value(object.str()->substr(static_cast<size_t>(a), static_cast<size_t>(b - a)));
     return Value(List(object.list()->begin() + a, object.list()->begin() + b));
   }
   Expr Primary() {
@@ -485,8 +491,10 @@ class ExprParser {
     }
     if (token.kind == Token::kName) {
       if (token.text == "true" || token.text == "True") return [](Context&) { return Value(true); };
-      if (token.text == "false" || token.text == "False") return [](Context&) { return Value(false); };
-      if (token.text == "none" || token.text == "None") return [](Context&) { return Value(nullptr); };
+      if (token.text == "false" || token.text == "False")
+        return [](Context&) { return Value(false); };
+      if (token.text == "none" || token.text == "None")
+        return [](Context&) { return Value(nullptr); };
       const std::string name = token.text;
       if (AcceptOp("(")) {
         std::vector<Expr> args = Arguments();
@@ -569,20 +577,24 @@ Value CallMethod(const Value& self, const std::string& name, const List& args) {
     }
     if (name == "upper" || name == "lower") {
       std::string out = *s;
-      for (char& ch : out) ch = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(ch)) : std::tolower(static_cast<unsigned char>(ch)));
+      for (char& ch : out)
+        ch = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(ch))
+                                               : std::tolower(static_cast<unsigned char>(ch)));
       return Value(out);
     }
     if ((name == "startswith" || name == "endswith") && !args.empty() && args[0].str()) {
       const std::string& affix = *args[0].str();
       if (affix.size() > s->size()) return Value(false);
-      return Value(name == "startswith" ? s->compare(0, affix.size(), affix) == 0
-                                        : s->compare(s->size() - affix.size(), affix.size(), affix) == 0);
+      return Value(name == "startswith"
+                       ? s->compare(0, affix.size(), affix) == 0
+                       : s->compare(s->size() - affix.size(), affix.size(), affix) == 0);
     }
     if (name == "split") {
       List parts;
       const std::string sep = args.empty() || !args[0].str() ? " " : *args[0].str();
       size_t begin = 0;
-      for (size_t at; !sep.empty() && (at = s->find(sep, begin)) != std::string::npos; begin = at + sep.size()) {
+      for (size_t at; !sep.empty() && (at = s->find(sep, begin)) != std::string::npos;
+           begin = at + sep.size()) {
         parts.push_back(Value(s->substr(begin, at - begin)));
       }
       parts.push_back(Value(s->substr(begin)));
@@ -592,7 +604,8 @@ Value CallMethod(const Value& self, const std::string& name, const List& args) {
       std::string out = *s;
       const std::string& from = *args[0].str();
       const std::string& to = *args[1].str();
-      for (size_t at = 0; !from.empty() && (at = out.find(from, at)) != std::string::npos; at += to.size()) {
+      for (size_t at = 0; !from.empty() && (at = out.find(from, at)) != std::string::npos;
+           at += to.size()) {
         out.replace(at, from.size(), to);
       }
       return Value(out);
@@ -656,12 +669,12 @@ Value ApplyFilter(const std::string& name, const Value& value, const List& args)
 
 struct ChatTemplate::Node {
   enum Kind { kText, kOutput, kIf, kFor, kSet } kind = kText;
-  std::string text;                                               // kText
-  Expr expr;                                                      // kOutput, kFor (iterable), kSet
+  std::string text;  // kText
+  Expr expr;         // kOutput, kFor (iterable), kSet
   std::vector<std::pair<Expr, std::vector<std::unique_ptr<Node>>>> branches;  // kIf
-  std::vector<std::unique_ptr<Node>> body, otherwise;              // kFor (+else), kIf's else
-  std::vector<std::string> names;                                  // kFor variables; kSet target
-  Expr filter;                                                     // kFor's `if`
+  std::vector<std::unique_ptr<Node>> body, otherwise;  // kFor (+else), kIf's else
+  std::vector<std::string> names;                      // kFor variables; kSet target
+  Expr filter;                                         // kFor's `if`
 };
 
 namespace {
@@ -682,14 +695,14 @@ std::vector<Piece> Segment(const std::string& source) {
   bool strip_next = false, trim_newline = false;
   while (i <= source.size()) {
     size_t open = source.find('{', i);
-    while (open != std::string::npos && open + 1 < source.size() &&
-           source[open + 1] != '{' && source[open + 1] != '%' && source[open + 1] != '#') {
+    while (open != std::string::npos && open + 1 < source.size() && source[open + 1] != '{' &&
+           source[open + 1] != '%' && source[open + 1] != '#') {
       open = source.find('{', open + 1);
     }
     if (open + 1 >= source.size()) open = std::string::npos;
     std::string text = source.substr(i, open == std::string::npos ? std::string::npos : open - i);
     if (trim_newline && !text.empty() && text[0] == '\n') text.erase(0, 1);
-    if (strip_next) text.erase(0, text.find_first_not_of(kWhitespace) == std::string::npos ? text.size() : text.find_first_not_of(kWhitespace));
+    if (strip_next) text.erase(0, std::min(text.size(), text.find_first_not_of(kWhitespace)));
     strip_next = trim_newline = false;
     if (open == std::string::npos) {
       if (!text.empty()) pieces.push_back({Piece::kText, text});
@@ -701,8 +714,10 @@ std::vector<Piece> Segment(const std::string& source) {
     if (end == std::string::npos) throw TemplateError("unclosed tag");
     std::string inner = source.substr(open + 2, end - open - 2);
     bool strip_before = false, keep_lstrip = false;
-    if (!inner.empty() && inner[0] == '-') strip_before = true, inner.erase(0, 1);
-    else if (!inner.empty() && inner[0] == '+') keep_lstrip = true, inner.erase(0, 1);
+    if (!inner.empty() && inner[0] == '-')
+      strip_before = true, inner.erase(0, 1);
+    else if (!inner.empty() && inner[0] == '+')
+      keep_lstrip = true, inner.erase(0, 1);
     if (!inner.empty() && inner.back() == '-') strip_next = true, inner.pop_back();
     if (strip_before) {
       const size_t last = text.find_last_not_of(kWhitespace);
@@ -769,7 +784,8 @@ class StatementParser {
             next->ExpectEnd();
           } else if (end == "else") {
             next->ExpectEnd();
-            if (Parse(node->otherwise, {"endif"}, &next) != "endif") throw TemplateError("if without endif");
+            if (Parse(node->otherwise, {"endif"}, &next) != "endif")
+              throw TemplateError("if without endif");
             break;
           } else if (end == "endif") {
             break;
@@ -866,17 +882,19 @@ void ExecuteNode(const Node& node, Context& c) {
         if (node.names.size() == 1) {
           scope[node.names[0]] = item;
         } else if (auto pair = item.list()) {
-          for (size_t k = 0; k < node.names.size() && k < pair->size(); ++k) scope[node.names[k]] = (*pair)[k];
+          for (size_t k = 0; k < node.names.size() && k < pair->size(); ++k)
+            scope[node.names[k]] = (*pair)[k];
         }
-        scope["loop"] = Value(Dict{{"index0", Value(i)},
-                                   {"index", Value(i + 1)},
-                                   {"first", Value(i == 0)},
-                                   {"last", Value(i == n - 1)},
-                                   {"length", Value(n)},
-                                   {"revindex", Value(n - i)},
-                                   {"revindex0", Value(n - i - 1)},
-                                   {"previtem", i > 0 ? kept[static_cast<size_t>(i - 1)] : Value()},
-                                   {"nextitem", i < n - 1 ? kept[static_cast<size_t>(i + 1)] : Value()}});
+        scope["loop"] =
+            Value(Dict{{"index0", Value(i)},
+                       {"index", Value(i + 1)},
+                       {"first", Value(i == 0)},
+                       {"last", Value(i == n - 1)},
+                       {"length", Value(n)},
+                       {"revindex", Value(n - i)},
+                       {"revindex0", Value(n - i - 1)},
+                       {"previtem", i > 0 ? kept[static_cast<size_t>(i - 1)] : Value()},
+                       {"nextitem", i < n - 1 ? kept[static_cast<size_t>(i + 1)] : Value()}});
         c.scopes.push_back(std::move(scope));
         Execute(node.body, c);
         c.scopes.pop_back();
@@ -909,9 +927,9 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
   return result;
 }
 
-Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                         bool add_generation_prompt,
-                                         const std::map<std::string, std::string>& variables) const {
+Result<std::string> ChatTemplate::Render(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const std::map<std::string, std::string>& variables) const {
   Context c;
   Dict globals;
   List list;

@@ -23,8 +23,8 @@ TEST(ChatTemplateTest, RendersLikeTransformers) {
     ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
     std::vector<ChatMessage> messages;
     for (auto m : c["messages"].get_array()) {
-      messages.push_back({std::string(std::string_view(m["role"])),
-                          std::string(std::string_view(m["content"]))});
+      messages.push_back(
+          {std::string(std::string_view(m["role"])), std::string(std::string_view(m["content"]))});
     }
     auto text = (*chat_template)->Render(messages, bool(c["add_generation_prompt"]));
     std::string_view expected, error;
@@ -44,16 +44,19 @@ TEST(ChatTemplateTest, RendersLikeTransformers) {
 }
 
 TEST(ChatTemplateTest, ParseErrorsAreReportedAtLoad) {
-  for (const char* bad : {"{% if x %}no end", "{% for x in %}{% endfor %}", "{{ 'unterminated }}",
-                          "{% while true %}{% endwhile %}", "{{ x | no_such_filter }}x{% endif %}"}) {
+  for (const char* bad :
+       {"{% if x %}no end", "{% for x in %}{% endfor %}", "{{ 'unterminated }}",
+        "{% while true %}{% endwhile %}", "{{ x | no_such_filter }}x{% endif %}"}) {
     EXPECT_FALSE(ChatTemplate::Parse(bad).ok()) << bad;
   }
 }
 
 TEST(ChatTemplateTest, ExpressionsAndVariables) {
   auto t = ChatTemplate::Parse(
-      "{{ bos_token }}{{ messages | length }}{{ 7 // 2 }}{{ 'a' ~ 1 }}{{ [1, 2, 3][1:] | join('-') }}"
-      "{{ 'x' in 'yxz' }}{{ none is none }}{{ {'k': 'v'}.get('k') }}{{ undefined_name | default('d') }}");
+      "{{ bos_token }}{{ messages | length }}{{ 7 // 2 }}{{ 'a' ~ 1 }}{{ [1, 2, 3][1:] | join('-') "
+      "}}"
+      "{{ 'x' in 'yxz' }}{{ none is none }}{{ {'k': 'v'}.get('k') }}{{ undefined_name | "
+      "default('d') }}");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   auto text = (*t)->Render({{"user", "u"}}, false, {{"bos_token", "<s>"}});
   ASSERT_TRUE(text.ok());

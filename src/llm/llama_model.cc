@@ -87,7 +87,7 @@ class LlamaModel final : public StepModel {
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   Linear lm_head_;
-  at::Tensor rope_cos_, rope_sin_;            // [context, D/2], fp32.
+  at::Tensor rope_cos_, rope_sin_;             // [context, D/2], fp32.
   std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [slots, KV, context, D].
   int64_t weight_bytes_ = 0;
 };
@@ -119,8 +119,8 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
       model->cache_v_.push_back(at::zeros(shape, at::TensorOptions().dtype(model->dtype_)));
     }
   } catch (const c10::Error& e) {
-    return Status::Internal(fmt::format("{}: loading the model failed: {}", options.dir,
-                                        e.what_without_backtrace()));
+    return Status::Internal(
+        fmt::format("{}: loading the model failed: {}", options.dir, e.what_without_backtrace()));
   }
   return std::unique_ptr<StepModel>(std::move(model));
 }
@@ -134,19 +134,19 @@ Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
     }
     if (entry->shape != shape) {
       return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
-                                                 file.path(), name,
-                                                 fmt::join(entry->shape, ", "),
+                                                 file.path(), name, fmt::join(entry->shape, ", "),
                                                  fmt::join(shape, ", ")));
     }
     const at::ScalarType type = TorchDtype(entry->dtype);
     if (type == at::kByte) {
-      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has dtype {}; F32, BF16 or "
-                                                 "F16 expected",
-                                                 file.path(), name, entry->dtype));
+      return Status::InvalidArgument(
+          fmt::format("{}: tensor '{}' has dtype {}; F32, BF16 or "
+                      "F16 expected",
+                      file.path(), name, entry->dtype));
     }
     // The mapping is read-only; from_blob never writes, and to() copies out of it.
-    at::Tensor view = at::from_blob(const_cast<void*>(entry->data), shape,
-                                    at::TensorOptions().dtype(type));
+    at::Tensor view =
+        at::from_blob(const_cast<void*>(entry->data), shape, at::TensorOptions().dtype(type));
     return view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   };
   const bool int8 = serve_.precision == LlmPrecision::kInt8;
@@ -256,8 +256,12 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& q,
   // Decode chunks (one token each) in one call over the slot range they span. Each query head
   // group becomes G "query positions" of its KV head, so no key or value is repeated.
   std::vector<size_t> decode;
+  std::vector<bool> is_decode(chunks.size(), false);
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) decode.push_back(i);
+    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) {
+      decode.push_back(i);
+      is_decode[i] = true;
+    }
   }
   if (!decode.empty()) {
     int lo = chunks[decode[0]].slot, hi = lo, length = 0;
@@ -284,7 +288,7 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& q,
   }
   // Prefill chunks: queries ordered (KV head, group, token); causal within the chunk.
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (std::find(decode.begin(), decode.end(), i) != decode.end()) continue;
+    if (is_decode[i]) continue;
     const SequenceChunk& chunk = chunks[i];
     const int64_t len = static_cast<int64_t>(chunk.tokens.size()), end = chunk.start + len;
     at::Tensor query = q.narrow(0, offsets[i], len)
@@ -297,8 +301,9 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& q,
     at::Tensor values = cache_v[chunk.slot].narrow(1, 0, end).unsqueeze(0);
     at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
     out.narrow(0, offsets[i], len)
-        .copy_(result.view({a.kv_heads, groups, len, d}).permute({2, 0, 1, 3}).reshape(
-            {len, int64_t{a.heads} * d}));
+        .copy_(result.view({a.kv_heads, groups, len, d})
+                   .permute({2, 0, 1, 3})
+                   .reshape({len, int64_t{a.heads} * d}));
   }
   return out;
 }
@@ -315,8 +320,8 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     }
     used[static_cast<size_t>(chunk.slot)] = true;
     if (len == 0 || chunk.start < 0 || chunk.start + len > serve_.context_length) {
-      return Status::Internal(fmt::format("chunk of {} tokens at {} exceeds the context of {}",
-                                          len, chunk.start, serve_.context_length));
+      return Status::Internal(fmt::format("chunk of {} tokens at {} exceeds the context of {}", len,
+                                          chunk.start, serve_.context_length));
     }
     offsets.push_back(static_cast<int64_t>(tokens.size()));
     for (int64_t j = 0; j < len; ++j) {

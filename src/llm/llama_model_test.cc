@@ -1,7 +1,5 @@
 // The Llama decoder against transformers' LlamaForCausalLM on the same tiny weights
 // (tools/llm_export.py --test writes them with reference logits and greedy continuations).
-#include "llm/step_model.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,11 +7,14 @@
 #include <string>
 
 #include "llm/safetensors.h"
+#include "llm/step_model.h"
 
 namespace sluice::llm {
 namespace {
 
-std::string ModelDir(const std::string& name) { return std::string(SLUICE_TEST_MODELS) + "/" + name; }
+std::string ModelDir(const std::string& name) {
+  return std::string(SLUICE_TEST_MODELS) + "/" + name;
+}
 
 struct Reference {
   std::vector<int32_t> input_ids;
@@ -57,7 +58,9 @@ std::unique_ptr<StepModel> Load(const std::string& name, LlmPrecision precision,
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-int Argmax(const float* row, int n) { return static_cast<int>(std::max_element(row, row + n) - row); }
+int Argmax(const float* row, int n) {
+  return static_cast<int>(std::max_element(row, row + n) - row);
+}
 
 // Prefills `prompt` in chunks of `chunk` tokens on `slot`, then decodes `steps` greedy tokens.
 std::vector<int32_t> Greedy(StepModel& model, int slot, const std::vector<int32_t>& prompt,
@@ -96,7 +99,8 @@ TEST_P(LlamaModelTest, Fp32LogitsEqualTransformers) {
     ASSERT_TRUE(model->Run({SequenceChunk{0, 0, r.input_ids, true}}, &logits).ok());
     ASSERT_EQ(logits.size(), r.input_ids.size() * static_cast<size_t>(vocab));
     float worst = 0;
-    for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::abs(logits[i] - r.logits[i]));
+    for (size_t i = 0; i < logits.size(); ++i)
+      worst = std::max(worst, std::abs(logits[i] - r.logits[i]));
     EXPECT_LE(worst, 1e-4) << "prompt of " << r.input_ids.size() << " tokens";
   }
 }
@@ -117,7 +121,8 @@ TEST_P(LlamaModelTest, IncrementalDecodingEqualsFullForward) {
       std::vector<float> logits;
       ASSERT_TRUE(model->Run({c}, &logits).ok());
       const float* expected = r.logits.data() + (begin + len - 1) * static_cast<size_t>(vocab);
-      for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(logits[static_cast<size_t>(v)] - expected[v]));
+      for (int v = 0; v < vocab; ++v)
+        worst = std::max(worst, std::abs(logits[static_cast<size_t>(v)] - expected[v]));
       begin += len;
     }
     EXPECT_LE(worst, 1e-4);
@@ -157,7 +162,9 @@ TEST_P(LlamaModelTest, BatchInvariance) {
     std::vector<int> next(static_cast<size_t>(n)), position(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       std::vector<float> logits;
-      ASSERT_TRUE(model->Run({SequenceChunk{7 - i, 0, prompts[static_cast<size_t>(i)], false}}, &logits).ok());
+      ASSERT_TRUE(
+          model->Run({SequenceChunk{7 - i, 0, prompts[static_cast<size_t>(i)], false}}, &logits)
+              .ok());
       next[static_cast<size_t>(i)] = Argmax(logits.data(), vocab);
       position[static_cast<size_t>(i)] = static_cast<int>(prompts[static_cast<size_t>(i)].size());
     }
@@ -165,11 +172,14 @@ TEST_P(LlamaModelTest, BatchInvariance) {
       std::vector<SequenceChunk> chunks;
       for (int i = 0; i < n; ++i) {
         together[static_cast<size_t>(i)].push_back(next[static_cast<size_t>(i)]);
-        chunks.push_back(SequenceChunk{7 - i, position[static_cast<size_t>(i)]++, {next[static_cast<size_t>(i)]}, false});
+        chunks.push_back(SequenceChunk{
+            7 - i, position[static_cast<size_t>(i)]++, {next[static_cast<size_t>(i)]}, false});
       }
       std::vector<float> logits;
       ASSERT_TRUE(model->Run(chunks, &logits).ok());
-      for (int i = 0; i < n; ++i) next[static_cast<size_t>(i)] = Argmax(logits.data() + static_cast<size_t>(i) * vocab, vocab);
+      for (int i = 0; i < n; ++i)
+        next[static_cast<size_t>(i)] =
+            Argmax(logits.data() + static_cast<size_t>(i) * vocab, vocab);
     }
     for (int i = 0; i < n; ++i) {
       EXPECT_EQ(together[static_cast<size_t>(i)], alone[static_cast<size_t>(i)])
@@ -199,10 +209,11 @@ TEST(LlamaModelLoadTest, RejectsBadSteps) {
   auto model = Load("tiny_llm", LlmPrecision::kFp32, 2);
   ASSERT_NE(model, nullptr);
   std::vector<float> logits;
-  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false}}, &logits).ok());      // No slot 2.
+  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false}}, &logits).ok());       // No slot 2.
   EXPECT_FALSE(model->Run({SequenceChunk{0, 255, {1, 2}, false}}, &logits).ok());  // Past context.
   EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {100000}, false}}, &logits).ok());  // Bad token.
-  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false}, SequenceChunk{0, 1, {1}, false}}, &logits).ok());
+  EXPECT_FALSE(
+      model->Run({SequenceChunk{0, 0, {1}, false}, SequenceChunk{0, 1, {1}, false}}, &logits).ok());
   EXPECT_TRUE(logits.empty());
 }
 

@@ -155,9 +155,12 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   if (!head_dim.ok()) return head_dim.status();
   arch.head_dim = *head_dim;
   if (arch.head_dim == 0 || arch.head_dim % 2 != 0) return Bad(path, "head_dim", "must be even");
-  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"}) {
-    auto value = IntField(root, path, key, std::nullopt);
-    if (*value == 0) return Bad(path, key, "must be positive");
+  for (const IntKey& item :
+       std::initializer_list<IntKey>{{"vocab_size", &arch.vocab_size, std::nullopt},
+                                     {"hidden_size", &arch.hidden_size, std::nullopt},
+                                     {"intermediate_size", &arch.intermediate_size, std::nullopt},
+                                     {"num_hidden_layers", &arch.layers, std::nullopt}}) {
+    if (*item.field == 0) return Bad(path, item.key, "must be positive");
   }
   auto eps = DoubleField(root, path, "rms_norm_eps", 1e-5);
   if (!eps.ok()) return eps.status();
@@ -199,8 +202,8 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   const YAML::Node llm = root["llm"];
   if (!llm) return config;
   if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
-  static const std::set<std::string> kKeys = {"precision",     "slots",   "context_length",
-                                              "prefill_chunk", "threads", "max_waiting",
+  static const std::set<std::string> kKeys = {"precision",         "slots",   "context_length",
+                                              "prefill_chunk",     "threads", "max_waiting",
                                               "default_max_tokens"};
   try {
     for (const auto& item : llm) {
@@ -227,8 +230,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
     };
     for (const IntKey& item : std::initializer_list<IntKey>{
              {"slots", &config.slots, 1, 256},
-             {"context_length", &config.context_length, 2,
-              architecture.max_position_embeddings},
+             {"context_length", &config.context_length, 2, architecture.max_position_embeddings},
              {"prefill_chunk", &config.prefill_chunk, 1, 8192},
              {"threads", &config.threads, 0, 1024},
              {"max_waiting", &config.max_waiting, 0, 1 << 20},

@@ -104,8 +104,8 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
     if (stopping_) return Status::Unavailable("the server is shutting down");
     const int free_slots = model_->slots() - busy_slots_;
     if (static_cast<int>(waiting_.size()) - free_slots >= config_.max_waiting) {
-      return Status::Unavailable(fmt::format(
-          "all {} slots are busy and {} requests wait", model_->slots(), waiting_.size()));
+      return Status::Unavailable(fmt::format("all {} slots are busy and {} requests wait",
+                                             model_->slots(), waiting_.size()));
     }
     id = seq->id = next_id_++;
     waiting_.push_back(std::move(seq));
@@ -218,7 +218,8 @@ void LlmEngine::Loop() {
         return std::find(cancelled.begin(), cancelled.end(), seq->id) != cancelled.end();
       });
       for (auto& slot_seq : running_) {
-        if (slot_seq && std::find(cancelled.begin(), cancelled.end(), slot_seq->id) != cancelled.end()) {
+        if (slot_seq &&
+            std::find(cancelled.begin(), cancelled.end(), slot_seq->id) != cancelled.end()) {
           slot_seq.reset();
           --busy_slots_;
         }
@@ -291,7 +292,8 @@ void LlmEngine::Loop() {
           if (seq->prefilled < static_cast<int>(seq->request.prompt.size())) continue;
           prompt_tokens_.fetch_add(seq->prefilled);
         }
-        const int32_t token = seq->sampler->Next(logits.data() + i * static_cast<size_t>(vocab), vocab);
+        const int32_t token =
+            seq->sampler->Next(logits.data() + i * static_cast<size_t>(vocab), vocab);
         events.emplace_back(seq, Advance(*seq, token, now));
       }
     }

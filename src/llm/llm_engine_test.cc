@@ -76,9 +76,14 @@ TEST(LlmEngineTest, GreedyOutputIsTheSameAloneAndAmongSevenOthers) {
   auto engine = Load();
   ASSERT_NE(engine, nullptr);
   const std::vector<std::string> prompts = {
-      "hello world", "the quick brown fox", "serving models batch latency token cache",
-      "decode prefill", "12345 67890", "python torch tensor kernel memory bandwidth thread engine",
-      "a", "request response stream hello world sluice inference engine python torch tensor"};
+      "hello world",
+      "the quick brown fox",
+      "serving models batch latency token cache",
+      "decode prefill",
+      "12345 67890",
+      "python torch tensor kernel memory bandwidth thread engine",
+      "a",
+      "request response stream hello world sluice inference engine python torch tensor"};
   std::vector<std::string> alone;
   for (const std::string& p : prompts) {
     Collector c;

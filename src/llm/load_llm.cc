@@ -38,8 +38,8 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
     chat_template = std::move(*parsed);
   }
   if ((*tokenizer)->vocab_size() > arch->vocab_size) {
-    return Status::InvalidArgument(fmt::format("{}: the tokenizer has {} tokens, the model {}",
-                                               dir, (*tokenizer)->vocab_size(), arch->vocab_size));
+    return Status::InvalidArgument(fmt::format("{}: the tokenizer has {} tokens, the model {}", dir,
+                                               (*tokenizer)->vocab_size(), arch->vocab_size));
   }
   auto model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
   if (!model.ok()) return model.status();

@@ -10,7 +10,8 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
   if (params_.repetition_penalty != 1.0) {
     for (int32_t token : prompt) {
       if (token < 0) continue;
-      if (static_cast<size_t>(token) >= seen_mask_.size()) seen_mask_.resize(static_cast<size_t>(token) + 1);
+      if (static_cast<size_t>(token) >= seen_mask_.size())
+        seen_mask_.resize(static_cast<size_t>(token) + 1);
       if (!seen_mask_[static_cast<size_t>(token)]) {
         seen_mask_[static_cast<size_t>(token)] = true;
         seen_.push_back(token);
@@ -31,7 +32,8 @@ int32_t Sampler::Next(float* logits, int vocab) {
   if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
     for (const auto& [token, count] : generated_) {
       if (token >= vocab) continue;
-      logits[token] -= static_cast<float>(count * params_.frequency_penalty + params_.presence_penalty);
+      logits[token] -=
+          static_cast<float>(count * params_.frequency_penalty + params_.presence_penalty);
     }
   }
   int32_t chosen = 0;
@@ -42,19 +44,25 @@ int32_t Sampler::Next(float* logits, int vocab) {
     const auto inverse = static_cast<float>(1.0 / params_.temperature);
     for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] * inverse, i);
     size_t keep = candidates_.size();
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) keep = static_cast<size_t>(params_.top_k);
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep)
+      keep = static_cast<size_t>(params_.top_k);
     // Sorted by logit, highest first (ties by id, so a seed reproduces exactly).
-    auto higher = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+    auto higher = [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    };
     if (keep < candidates_.size()) {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), higher);
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
+                        candidates_.end(), higher);
       candidates_.resize(keep);
     } else {
       std::sort(candidates_.begin(), candidates_.end(), higher);
     }
     const float max = candidates_.front().first;
     double total = 0;
-    std::vector<double> probs(candidates_.size());
-    for (size_t i = 0; i < candidates_.size(); ++i) total += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max));
+    probs_.resize(candidates_.size());
+    std::vector<double>& probs = probs_;
+    for (size_t i = 0; i < candidates_.size(); ++i)
+      total += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max));
     size_t cut = candidates_.size();
     if (params_.top_p < 1.0) {
       double mass = 0;
@@ -80,7 +88,8 @@ int32_t Sampler::Next(float* logits, int vocab) {
   }
   ++generated_[chosen];
   if (params_.repetition_penalty != 1.0) {
-    if (static_cast<size_t>(chosen) >= seen_mask_.size()) seen_mask_.resize(static_cast<size_t>(chosen) + 1);
+    if (static_cast<size_t>(chosen) >= seen_mask_.size())
+      seen_mask_.resize(static_cast<size_t>(chosen) + 1);
     if (!seen_mask_[static_cast<size_t>(chosen)]) {
       seen_mask_[static_cast<size_t>(chosen)] = true;
       seen_.push_back(chosen);

@@ -35,6 +35,7 @@ class Sampler {
   std::vector<int32_t> seen_;                   // Prompt + generated, distinct.
   std::vector<bool> seen_mask_;
   std::vector<std::pair<float, int32_t>> candidates_;  // Scratch.
+  std::vector<double> probs_;                          // Scratch.
 };
 
 }  // namespace sluice::llm

@@ -77,9 +77,7 @@ int SequenceLength(std::string_view s) {
 
 struct Regex {
   pcre2_code* code = nullptr;
-  pcre2_match_data* match = nullptr;  // Only for compiling checks; matching makes its own.
   ~Regex() {
-    if (match) pcre2_match_data_free(match);
     if (code) pcre2_code_free(code);
   }
 };
@@ -135,10 +133,10 @@ class Tokenizer::Impl {
   void Split(std::string_view text, std::vector<std::string_view>& pieces) const;
 
   std::unordered_map<std::string, int32_t> vocab;  // Byte-level strings and added tokens.
-  std::vector<std::string> id_bytes;                // Decoded bytes of each id.
+  std::vector<std::string> id_bytes;               // Decoded bytes of each id.
   std::vector<bool> special;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
-  std::vector<std::pair<std::string, int32_t>> added;  // Longest first.
+  std::vector<std::pair<std::string, int32_t>> added;                // Longest first.
   std::vector<PreTokenizerStep> steps;
   std::vector<int32_t> prefix, suffix;  // Post-processor special tokens.
   std::vector<int32_t> byte_ids;        // Byte -> id of its byte-level character.
@@ -188,9 +186,9 @@ Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
     }
     ReadOptional(spec["behavior"], behavior);
     if (invert || (behavior != "Isolated" && behavior != "Removed")) {
-      return Status::InvalidArgument(fmt::format(
-          "tokenizer.json: Split behavior '{}'{} is not supported (Isolated, Removed)", behavior,
-          invert ? " inverted" : ""));
+      return Status::InvalidArgument(
+          fmt::format("tokenizer.json: Split behavior '{}'{} is not supported (Isolated, Removed)",
+                      behavior, invert ? " inverted" : ""));
     }
     if (behavior == "Removed") step.kind = PreTokenizerStep::kRemove;
   } else {
@@ -218,11 +216,13 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   simdjson::dom::element model = root["model"];
   std::string_view type;
   if (model["type"].get(type) != simdjson::SUCCESS || type != "BPE") {
-    return Status::InvalidArgument(fmt::format("{}: model type '{}' is not BPE", path.string(), type));
+    return Status::InvalidArgument(
+        fmt::format("{}: model type '{}' is not BPE", path.string(), type));
   }
   bool flag = false;
   if (model["byte_fallback"].get(flag) == simdjson::SUCCESS && flag) {
-    return Status::InvalidArgument(fmt::format("{}: byte_fallback BPE is not supported", path.string()));
+    return Status::InvalidArgument(
+        fmt::format("{}: byte_fallback BPE is not supported", path.string()));
   }
   std::string_view affix;
   if ((model["continuing_subword_prefix"].get(affix) == simdjson::SUCCESS && !affix.empty()) ||
@@ -255,8 +255,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     for (auto item : added_json) {
       int64_t id = 0;
       std::string_view content;
-      if (item["id"].get(id) != simdjson::SUCCESS || item["content"].get(content) != simdjson::SUCCESS ||
-          id < 0 || id > (1 << 24)) {
+      if (item["id"].get(id) != simdjson::SUCCESS ||
+          item["content"].get(content) != simdjson::SUCCESS || id < 0 || id > (1 << 24)) {
         return Status::InvalidArgument(fmt::format("{}: bad added token", path.string()));
       }
       max_id = std::max(max_id, id);
@@ -270,9 +270,11 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     std::string bytes;
     for (size_t i = 0; i < token.size();) {
       const int len = SequenceLength(std::string_view(token).substr(i));
-      if (len <= 0) return Status::InvalidArgument(fmt::format("{}: vocab is not UTF-8", path.string()));
+      if (len <= 0)
+        return Status::InvalidArgument(fmt::format("{}: vocab is not UTF-8", path.string()));
       uint32_t cp = static_cast<unsigned char>(token[i]) & (len == 1 ? 0x7F : (0x7F >> len));
-      for (int j = 1; j < len; ++j) cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(j)]) & 0x3F);
+      for (int j = 1; j < len; ++j)
+        cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(j)]) & 0x3F);
       auto it = cp_byte.find(cp);
       if (it == cp_byte.end()) {  // Not byte-level: keep the text itself.
         bytes.append(token, i, static_cast<size_t>(len));
@@ -314,7 +316,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     simdjson::dom::array pair;
     if (item.get(text) == simdjson::SUCCESS) {
       const size_t space = text.find(' ');
-      if (space == std::string_view::npos) return Status::InvalidArgument("tokenizer.json: bad merge");
+      if (space == std::string_view::npos)
+        return Status::InvalidArgument("tokenizer.json: bad merge");
       left = std::string(text.substr(0, space));
       right = std::string(text.substr(space + 1));
     } else if (item.get(pair) == simdjson::SUCCESS && pair.size() == 2) {
@@ -329,10 +332,11 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     }
     auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
     if (l == vocab.end() || r == vocab.end() || m == vocab.end()) {
-      return Status::InvalidArgument(
-          fmt::format("{}: merge '{} {}' names a token not in the vocab", path.string(), left, right));
+      return Status::InvalidArgument(fmt::format("{}: merge '{} {}' names a token not in the vocab",
+                                                 path.string(), left, right));
     }
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
+    const uint64_t key =
+        (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
     merges.emplace(key, std::make_pair(rank++, m->second));
   }
   SLUICE_RETURN_IF_ERROR(LoadPreTokenizer(root["pre_tokenizer"]));
@@ -343,7 +347,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
       std::string_view token;
       if (item["SpecialToken"]["id"].get(token) == simdjson::SUCCESS) {
         auto it = vocab.find(std::string(token));
-        if (it == vocab.end()) return Status::InvalidArgument("tokenizer.json: unknown post-processor token");
+        if (it == vocab.end())
+          return Status::InvalidArgument("tokenizer.json: unknown post-processor token");
         (after_sequence ? suffix : prefix).push_back(it->second);
       } else {
         after_sequence = true;
@@ -362,7 +367,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     simdjson::ondemand::document config;
     if (simdjson::padded_string::load(config_path.string()).get(text) != simdjson::SUCCESS ||
         config_parser.iterate(text).get(config) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(fmt::format("{}: cannot read it as JSON", config_path.string()));
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot read it as JSON", config_path.string()));
     }
     auto token_of = [&](const char* key) -> std::string {
       simdjson::ondemand::value value;
@@ -371,7 +377,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
       if (value.get_string().get(text_value) == simdjson::SUCCESS) return std::string(text_value);
       simdjson::ondemand::object object;
       if (value.get_object().get(object) == simdjson::SUCCESS &&
-          object.find_field_unordered("content").get_string().get(text_value) == simdjson::SUCCESS) {
+          object.find_field_unordered("content").get_string().get(text_value) ==
+              simdjson::SUCCESS) {
         return std::string(text_value);
       }
       return "";
@@ -414,7 +421,9 @@ void Tokenizer::Impl::Split(std::string_view text, std::vector<std::string_view>
         last = end;
         if (end == begin) {  // An empty match: step over one character.
           offset = end + 1;
-          while (offset < piece.size() && (static_cast<unsigned char>(piece[offset]) & 0xC0) == 0x80) ++offset;
+          while (offset < piece.size() &&
+                 (static_cast<unsigned char>(piece[offset]) & 0xC0) == 0x80)
+            ++offset;
         } else {
           offset = end;
         }
@@ -459,7 +468,8 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
     if (left < 0) return;
     const int right = symbols[static_cast<size_t>(left)].next;
     if (right < 0) return;
-    const int32_t a = symbols[static_cast<size_t>(left)].id, b = symbols[static_cast<size_t>(right)].id;
+    const int32_t a = symbols[static_cast<size_t>(left)].id,
+                  b = symbols[static_cast<size_t>(right)].id;
     auto it = merges.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
     if (it != merges.end()) heap.push({it->second.first, left, a, b});
   };
@@ -471,21 +481,24 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
     if (left.id != c.left_id || left.next < 0) continue;  // Stale.
     Symbol& right = symbols[static_cast<size_t>(left.next)];
     if (right.id != c.right_id) continue;
-    left.id = merges.at((static_cast<uint64_t>(c.left_id) << 32) | static_cast<uint32_t>(c.right_id)).second;
+    left.id =
+        merges.at((static_cast<uint64_t>(c.left_id) << 32) | static_cast<uint32_t>(c.right_id))
+            .second;
     right.id = -1;  // Removed.
     left.next = right.next;
     if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = c.left;
     consider(left.prev);
     consider(c.left);
   }
-  for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) ids.push_back(symbols[static_cast<size_t>(i)].id);
+  for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next)
+    ids.push_back(symbols[static_cast<size_t>(i)].id);
 }
 
 void Tokenizer::Impl::EncodeText(std::string_view text, std::vector<int32_t>& ids) const {
   std::string prefixed;
   for (const PreTokenizerStep& step : steps) {
     if (step.add_prefix_space && !text.empty() && text[0] != ' ') {
-      prefixed = " " + std::string(text);
+      prefixed.assign(1, ' ').append(text);
       text = prefixed;
       break;
     }
@@ -507,25 +520,30 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = impl_->prefix;
-  // Added tokens first: the earliest occurrence, the longest at one position.
+  // Added tokens first: the earliest occurrence, the longest at one position (added is sorted
+  // longest first). Each token's next occurrence is searched again only once it is passed.
+  const auto& added = impl_->added;
+  std::vector<size_t> next(added.size(), 0);
+  for (size_t i = 0; i < added.size(); ++i) next[i] = text.find(added[i].first);
   size_t begin = 0;
   while (begin < text.size()) {
-    size_t found = std::string_view::npos;
-    const std::pair<std::string, int32_t>* match = nullptr;
-    for (const auto& token : impl_->added) {
-      const size_t at = text.find(token.first, begin);
-      if (at != std::string_view::npos && (at < found)) {
-        found = at;
-        match = &token;
+    size_t found = std::string_view::npos, match = 0;
+    for (size_t i = 0; i < added.size(); ++i) {
+      if (next[i] != std::string_view::npos && next[i] < begin) {
+        next[i] = text.find(added[i].first, begin);
+      }
+      if (next[i] < found) {
+        found = next[i];
+        match = i;
       }
     }
-    if (match == nullptr) {
+    if (found == std::string_view::npos) {
       impl_->EncodeText(text.substr(begin), ids);
       break;
     }
     if (found > begin) impl_->EncodeText(text.substr(begin, found - begin), ids);
-    ids.push_back(match->second);
-    begin = found + match->first.size();
+    ids.push_back(added[match].second);
+    begin = found + added[match].first.size();
   }
   if (add_special_tokens) ids.insert(ids.end(), impl_->suffix.begin(), impl_->suffix.end());
   return ids;

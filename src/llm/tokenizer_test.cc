@@ -113,8 +113,13 @@ TEST(TokenizerTest, StreamDecoderHoldsBackHalfCharacters) {
 TEST(Utf8Test, PrefixesAndLossyDecoding) {
   EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82"), 2u);
   EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);
-  EXPECT_EQ(CompleteUtf8Prefix("\xFF" "a"), 2u);  // Invalid bytes are "complete".
-  EXPECT_EQ(Utf8Lossy("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(CompleteUtf8Prefix("\xFF"
+                               "a"),
+            2u);  // Invalid bytes are "complete".
+  EXPECT_EQ(Utf8Lossy("a\xFF"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo"));
   EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // A surrogate.
   EXPECT_FALSE(IsValidUtf8("\xC0\x80"));      // Overlong.

@@ -42,11 +42,13 @@ std::optional<ParseError> ReadNumber(const element& root, const char* key, doubl
   double number = 0;
   int64_t integer = 0;
   if (value.get(number) != simdjson::SUCCESS) {
-    if (value.get(integer) != simdjson::SUCCESS) return ParseError{fmt::format("'{}' must be a number", key), key};
+    if (value.get(integer) != simdjson::SUCCESS)
+      return ParseError{fmt::format("'{}' must be a number", key), key};
     number = static_cast<double>(integer);
   }
   if (!(number >= low && number <= high)) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high), key};
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
   }
   out = number;
   return std::nullopt;
@@ -57,16 +59,12 @@ std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t 
   element value;
   if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
   int64_t number = 0;
-  uint64_t unsigned_number = 0;
   if (value.get(number) != simdjson::SUCCESS) {
-    if (value.get(unsigned_number) == simdjson::SUCCESS && key == std::string_view("seed")) {
-      out = static_cast<int64_t>(unsigned_number);
-      return std::nullopt;
-    }
     return ParseError{fmt::format("'{}' must be an integer", key), key};
   }
   if (number < low || number > high) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high), key};
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
   }
   out = number;
   return std::nullopt;
@@ -142,7 +140,8 @@ std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequ
   }
   bool flag = false;
   if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
-  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS) r.include_usage = flag;
+  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS)
+    r.include_usage = flag;
   if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
   if (root["logprobs"].get(flag) == simdjson::SUCCESS && flag) {
     return ParseError{"logprobs are not supported", "logprobs"};
@@ -159,17 +158,25 @@ std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequ
   integer = 0;
   if (auto e = ReadInt(root, "top_k", -1, 1 << 24, integer)) return e;
   r.sampling.top_k = integer < 0 ? 0 : static_cast<int>(integer);
-  integer = -1;
   element seed;
   if (root["seed"].get(seed) == simdjson::SUCCESS && !seed.is_null()) {
-    if (auto e = ReadInt(root, "seed", INT64_MIN, INT64_MAX, integer)) return e;
-    r.sampling.seed = static_cast<uint64_t>(integer);
+    // Any 64-bit integer, signed or not.
+    int64_t signed_seed = 0;
+    uint64_t unsigned_seed = 0;
+    if (seed.get(signed_seed) == simdjson::SUCCESS) {
+      r.sampling.seed = static_cast<uint64_t>(signed_seed);
+    } else if (seed.get(unsigned_seed) == simdjson::SUCCESS) {
+      r.sampling.seed = unsigned_seed;
+    } else {
+      return ParseError{"'seed' must be an integer", "seed"};
+    }
   }
   if (auto e = ReadNumber(root, "temperature", 0, 2, r.sampling.temperature)) return e;
   if (auto e = ReadNumber(root, "top_p", 1e-9, 1, r.sampling.top_p)) return e;
   if (auto e = ReadNumber(root, "frequency_penalty", -2, 2, r.sampling.frequency_penalty)) return e;
   if (auto e = ReadNumber(root, "presence_penalty", -2, 2, r.sampling.presence_penalty)) return e;
-  if (auto e = ReadNumber(root, "repetition_penalty", 1e-3, 100, r.sampling.repetition_penalty)) return e;
+  if (auto e = ReadNumber(root, "repetition_penalty", 1e-3, 100, r.sampling.repetition_penalty))
+    return e;
   element stop;
   if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
     simdjson::dom::array list;
@@ -177,7 +184,8 @@ std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequ
       r.stop.emplace_back(text);
     } else if (stop.get(list) == simdjson::SUCCESS && list.size() <= 4) {
       for (element item : list) {
-        if (item.get(text) != simdjson::SUCCESS) return ParseError{"'stop' must hold strings", "stop"};
+        if (item.get(text) != simdjson::SUCCESS)
+          return ParseError{"'stop' must hold strings", "stop"};
         r.stop.emplace_back(text);
       }
     } else {
@@ -232,7 +240,7 @@ struct Generation {
   std::atomic<uint64_t> engine_id{0};
   std::atomic<bool> cancelled{false};
   std::atomic<bool> answered{false};  // Non-streaming: the one response has been given.
-  std::string text;  // Non-streaming: the whole reply.
+  std::string text;                   // Non-streaming: the whole reply.
   Responder respond;
   std::shared_ptr<ResponseStream> stream;
   bool sent_role = false;
@@ -411,11 +419,11 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   if (chat) {
     const llm::ChatTemplate* chat_template = engine->chat_template();
     if (chat_template == nullptr) {
-      return respond(OpenAiError(
-          Status::InvalidArgument(fmt::format("model '{}' has no chat template; use "
-                                              "/v1/completions",
-                                              parsed.model)),
-          "messages"));
+      return respond(
+          OpenAiError(Status::InvalidArgument(fmt::format("model '{}' has no chat template; use "
+                                                          "/v1/completions",
+                                                          parsed.model)),
+                      "messages"));
     }
     const llm::Tokenizer& tokenizer = engine->tokenizer();
     auto rendered = chat_template->Render(
@@ -430,8 +438,8 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   generation.sampling = parsed.sampling;
   generation.stop = std::move(parsed.stop);
   generation.ignore_eos = parsed.ignore_eos;
-  if (Status length = engine->CheckLength(static_cast<int>(generation.prompt.size()),
-                                          generation.max_tokens);
+  if (Status length =
+          engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
       !length.ok()) {
     return respond(OpenAiError(length, chat ? "messages" : "prompt"));
   }
@@ -445,8 +453,8 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   state->created = UnixSeconds();
   state->respond = respond;
   if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
-  auto submitted = engine->Submit(std::move(generation),
-                                  [state](const llm::GenerationEvent& event) { state->OnEvent(event); });
+  auto submitted = engine->Submit(
+      std::move(generation), [state](const llm::GenerationEvent& event) { state->OnEvent(event); });
   if (!submitted.ok()) {
     return respond(OpenAiError(submitted.status(), {}, engine->EstimatedWaitSeconds()));
   }
@@ -468,23 +476,33 @@ std::string OpenAiHandlers::RenderMetrics() const {
   for (const auto& [name, engine] : models_) all.emplace_back(name, engine->stats());
   auto label = [](const std::string& name) { return "model=" + LabelValue(name); };
   w.Family("sluice_llm_prompt_tokens_total", "counter", "Prompt tokens processed.");
-  for (const auto& [name, s] : all) w.Sample("sluice_llm_prompt_tokens_total", label(name), static_cast<double>(s.prompt_tokens));
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_prompt_tokens_total", label(name), static_cast<double>(s.prompt_tokens));
   w.Family("sluice_llm_generated_tokens_total", "counter", "Tokens generated.");
-  for (const auto& [name, s] : all) w.Sample("sluice_llm_generated_tokens_total", label(name), static_cast<double>(s.generated_tokens));
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_generated_tokens_total", label(name),
+             static_cast<double>(s.generated_tokens));
   w.Family("sluice_llm_requests_finished_total", "counter", "Generations that finished.");
-  for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_finished_total", label(name), static_cast<double>(s.requests_finished));
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_requests_finished_total", label(name),
+             static_cast<double>(s.requests_finished));
   w.Family("sluice_llm_steps_total", "counter", "Model steps (one batch each).");
-  for (const auto& [name, s] : all) w.Sample("sluice_llm_steps_total", label(name), static_cast<double>(s.steps));
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_steps_total", label(name), static_cast<double>(s.steps));
   w.Family("sluice_llm_slots", "gauge", "KV-cache slots.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots", label(name), s.slots);
   w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots_busy", label(name), s.slots_busy);
   w.Family("sluice_llm_requests_waiting", "gauge", "Requests waiting for a slot.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_waiting", label(name), s.waiting);
-  w.Family("sluice_llm_time_to_first_token_seconds", "histogram", "Submit to first generated token.");
-  for (const auto& [name, s] : all) w.Histogram("sluice_llm_time_to_first_token_seconds", label(name), s.time_to_first_token);
-  w.Family("sluice_llm_inter_token_seconds", "histogram", "Between consecutive tokens of a request.");
-  for (const auto& [name, s] : all) w.Histogram("sluice_llm_inter_token_seconds", label(name), s.inter_token);
+  w.Family("sluice_llm_time_to_first_token_seconds", "histogram",
+           "Submit to first generated token.");
+  for (const auto& [name, s] : all)
+    w.Histogram("sluice_llm_time_to_first_token_seconds", label(name), s.time_to_first_token);
+  w.Family("sluice_llm_inter_token_seconds", "histogram",
+           "Between consecutive tokens of a request.");
+  for (const auto& [name, s] : all)
+    w.Histogram("sluice_llm_inter_token_seconds", label(name), s.inter_token);
   return w.text();
 }
 

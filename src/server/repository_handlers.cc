@@ -8,9 +8,8 @@
 #include <algorithm>
 #include <set>
 
-#include "llm/llm_config.h"
-
 #include "common/json_writer.h"
+#include "llm/llm_config.h"
 
 namespace sluice {
 

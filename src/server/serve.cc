@@ -52,9 +52,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       options.models.empty() ? ListRepositoryModels(repository) : options.models;
   // Language models: every one in the repository (or those named), each its own engine.
   std::map<std::string, std::shared_ptr<llm::LlmEngine>> language_models;
-  std::vector<std::string> llm_names = options.models.empty()
-                                           ? ListLanguageModels(repository)
-                                           : std::vector<std::string>();
+  std::vector<std::string> llm_names =
+      options.models.empty() ? ListLanguageModels(repository) : std::vector<std::string>();
   for (const std::string& name : options.models) {
     if (llm::IsLanguageModelDir((repository / name).string())) llm_names.push_back(name);
   }

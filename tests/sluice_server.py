@@ -1,0 +1,33 @@
+"""Starts `sluice serve` for a black-box test and stops it by its PID (SIGTERM, then kill).
+
+    with serving(sluice, ["--model-repository", repo]) as port:
+        ...  # talk to http://127.0.0.1:<port>
+"""
+import contextlib
+import re
+import signal
+import subprocess
+import sys
+
+
+@contextlib.contextmanager
+def serving(sluice, args, start_timeout=120):
+    server = subprocess.Popen([sluice, "serve", "--port", "0", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        port = None
+        for line in server.stdout:
+            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+                break
+        if port is None:
+            sys.exit(f"sluice serve did not start: {server.stdout.read()}")
+        yield port
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
