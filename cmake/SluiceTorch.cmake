@@ -74,3 +74,16 @@ if(SLUICE_TORCH_HAS_CUDA)
 else()
   message(STATUS "libtorch ${SLUICE_TORCH_VERSION} (CPU only) in ${SLUICE_TORCH_DIR}")
 endif()
+
+# sluice::torch_openmp: for code that calls at::parallel_for, a header template that runs
+# serially unless its caller is compiled with OpenMP. It links the OpenMP runtime libtorch itself
+# loads (the wheel's own libgomp.so.1), so one runtime and one thread pool serve both.
+add_library(sluice_torch_openmp INTERFACE)
+add_library(sluice::torch_openmp ALIAS sluice_torch_openmp)
+target_compile_options(sluice_torch_openmp INTERFACE -fopenmp)
+if(EXISTS "${SLUICE_TORCH_DIR}/lib/libgomp.so.1")
+  target_link_libraries(sluice_torch_openmp INTERFACE "${SLUICE_TORCH_DIR}/lib/libgomp.so.1")
+else()
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  target_link_libraries(sluice_torch_openmp INTERFACE OpenMP::OpenMP_CXX)
+endif()

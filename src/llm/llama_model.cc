@@ -1,7 +1,9 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
 // grouped-query attention with at::scaled_dot_product_attention over a static per-slot KV cache,
-// SwiGLU, tied or untied output; fp32, bf16, or int8 weight-only linear layers
-// (at::_weight_int8pack_mm, per-output-channel scales) with bf16 activations.
+// SwiGLU, tied or untied output. Activations, norms and the KV cache are fp32; the weights of the
+// linear layers are fp32 (ATen's matmul), bf16, or int8 with per-output-channel scales. bf16 and
+// int8 weights go through cpu_kernels.h, which widens them to fp32 in registers: decoding is bound
+// by reading the weights, and ATen's bf16 / int8 paths are slow on CPUs without AVX-512 bf16.
 //
 // One step runs every chunk of the batch through each weight matrix once: the tokens of all
 // chunks are stacked into one [T, hidden] activation, so a decode step over 16 slots reads the
@@ -19,20 +21,37 @@
 #include <numbers>
 #include <thread>
 
+#include "llm/cpu_kernels.h"
 #include "llm/safetensors.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {
 namespace {
 
-// A linear layer y = x W^T: a plain weight, or int8 weight + per-row scales.
+// A linear layer y = x W^T, x fp32: an fp32, bf16 or int8 weight (+ per-row fp32 scales).
 struct Linear {
-  at::Tensor weight;  // [out, in]: compute dtype, or int8.
-  at::Tensor scales;  // [out], compute dtype: int8 only.
+  at::Tensor weight;  // [out, in].
+  at::Tensor scales;  // [out], fp32: int8 only.
 
   at::Tensor operator()(const at::Tensor& x) const {
-    if (scales.defined()) return at::_weight_int8pack_mm(x, weight, scales);
-    return at::linear(x, weight);
+    if (weight.scalar_type() == at::kFloat) return at::linear(x, weight);
+    const at::Tensor input = x.contiguous();
+    const int64_t m = input.size(0), k = input.size(1), n = weight.size(0);
+    at::Tensor y = at::empty({m, n}, input.options());
+    const float* xp = input.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    // Threads take whole blocks of eight output columns, the kernels' widest block.
+    constexpr int64_t kBlock = 8;
+    at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kBlock, last = std::min(n, end * kBlock);
+      if (scales.defined()) {
+        MatmulInt8(xp, m, k, weight.data_ptr<int8_t>(), scales.data_ptr<float>(), n, yp, first,
+                   last);
+      } else {
+        MatmulBf16(xp, m, k, static_cast<const uint16_t*>(weight.data_ptr()), n, yp, first, last);
+      }
+    });
+    return y;
   }
   int64_t bytes() const {
     return weight.nbytes() + (scales.defined() ? static_cast<int64_t>(scales.nbytes()) : 0);
@@ -55,11 +74,11 @@ at::ScalarType TorchDtype(const std::string& dtype) {
 }
 
 // Per output row: scale = max |w| / 127, q = round(w / scale).
-Linear QuantizeInt8(const at::Tensor& weight, at::ScalarType scale_dtype) {
+Linear QuantizeInt8(const at::Tensor& weight) {
   at::Tensor w = weight.to(at::kFloat);
   at::Tensor scales = w.abs().amax(1).clamp_min(1e-8) / 127.0;
   at::Tensor q = at::round(w / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
-  return Linear{q, scales.to(scale_dtype).contiguous()};
+  return Linear{q, scales.contiguous()};
 }
 
 class LlamaModel final : public StepModel {
@@ -82,8 +101,8 @@ class LlamaModel final : public StepModel {
 
   ModelArchitecture arch_;
   LlmServeConfig serve_;
-  at::ScalarType dtype_ = at::kFloat;  // Activations, norms, KV cache.
-  at::Tensor embedding_;               // [vocab, hidden].
+  at::ScalarType weight_dtype_ = at::kFloat;  // Of the embedding and unquantised linear layers.
+  at::Tensor embedding_;                      // [vocab, hidden].
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   Linear lm_head_;
@@ -104,7 +123,8 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
         "{}: context_length {} exceeds the model's max_position_embeddings {}", options.dir,
         model->serve_.context_length, model->arch_.max_position_embeddings));
   }
-  model->dtype_ = options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
+  model->weight_dtype_ =
+      options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
   auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
   if (!file.ok()) return file.status();
   try {
@@ -115,8 +135,8 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     for (int i = 0; i < a.layers; ++i) {
       auto shape = std::vector<int64_t>{model->serve_.slots, a.kv_heads,
                                         model->serve_.context_length, a.head_dim};
-      model->cache_k_.push_back(at::zeros(shape, at::TensorOptions().dtype(model->dtype_)));
-      model->cache_v_.push_back(at::zeros(shape, at::TensorOptions().dtype(model->dtype_)));
+      model->cache_k_.push_back(at::zeros(shape, at::kFloat));
+      model->cache_v_.push_back(at::zeros(shape, at::kFloat));
     }
   } catch (const c10::Error& e) {
     return Status::Internal(
@@ -152,19 +172,19 @@ Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
   const bool int8 = serve_.precision == LlmPrecision::kInt8;
   auto linear = [&](std::vector<at::Tensor> parts) {
     at::Tensor w = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
-    Linear result = int8 ? QuantizeInt8(w, dtype_) : Linear{w.to(dtype_).contiguous(), {}};
+    Linear result = int8 ? QuantizeInt8(w) : Linear{w.to(weight_dtype_).contiguous(), {}};
     weight_bytes_ += result.bytes();
     return result;
   };
   auto norm = [&](const at::Tensor& w) {
-    weight_bytes_ += w.numel() * at::elementSize(dtype_);
-    return w.to(dtype_).contiguous();
+    weight_bytes_ += w.numel() * at::elementSize(at::kFloat);
+    return w.contiguous();
   };
   const int64_t hidden = a.hidden_size, q_rows = int64_t{a.heads} * a.head_dim,
                 kv_rows = int64_t{a.kv_heads} * a.head_dim;
   auto embedding = get("model.embed_tokens.weight", {a.vocab_size, hidden});
   if (!embedding.ok()) return embedding.status();
-  embedding_ = embedding->to(dtype_).contiguous();
+  embedding_ = embedding->to(weight_dtype_).contiguous();
   for (int i = 0; i < a.layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     auto q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
@@ -229,13 +249,10 @@ void LlamaModel::BuildRope() {
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
-  // In fp32, then back to the compute dtype before the weight, as transformers does.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
-  return weight * normed.to(dtype_);
+  return weight * (x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps));
 }
 
-// x: [T, heads, D]; cos/sin: [T, 1, D/2] in the compute dtype. Halves rotated (HF layout).
+// x: [T, heads, D]; cos/sin: [T, 1, D/2]. Halves rotated (HF layout).
 at::Tensor LlamaModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
                               const at::Tensor& sin) const {
   const int64_t half = arch_.head_dim / 2;
@@ -349,9 +366,9 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     const int64_t total = static_cast<int64_t>(tokens.size()), d = a.head_dim;
     at::Tensor token_ids = at::tensor(tokens, at::kLong);
     at::Tensor position_ids = at::tensor(positions, at::kLong);
-    at::Tensor cos = rope_cos_.index_select(0, position_ids).unsqueeze(1).to(dtype_);
-    at::Tensor sin = rope_sin_.index_select(0, position_ids).unsqueeze(1).to(dtype_);
-    at::Tensor x = embedding_.index_select(0, token_ids);
+    at::Tensor cos = rope_cos_.index_select(0, position_ids).unsqueeze(1);
+    at::Tensor sin = rope_sin_.index_select(0, position_ids).unsqueeze(1);
+    at::Tensor x = embedding_.index_select(0, token_ids).to(at::kFloat);
     const int64_t q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d;
     for (int l = 0; l < a.layers; ++l) {
       const Layer& layer = layers_[static_cast<size_t>(l)];
@@ -374,7 +391,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       x = x + layer.down(at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter));
     }
     at::Tensor last = x.index_select(0, at::tensor(logit_rows, at::kLong));
-    at::Tensor out = lm_head_(RmsNorm(last, final_norm_)).to(at::kFloat).contiguous();
+    at::Tensor out = lm_head_(RmsNorm(last, final_norm_)).contiguous();
     const size_t before = logits->size();
     logits->resize(before + static_cast<size_t>(out.numel()));
     std::copy_n(out.data_ptr<float>(), out.numel(), logits->data() + before);

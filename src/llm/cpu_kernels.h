@@ -1,0 +1,31 @@
+// Matrix products for the decoder's linear layers on the CPU: y = x W^T with x in fp32 and W
+// stored in bf16 or int8 (per-row scales), accumulated in fp32. They read each weight once per
+// call whatever the number of rows of x, which is what decoding needs: a step over 16 sequences
+// costs little more memory traffic than a step over one. ATen's bf16 and int8 paths on CPUs without
+// AVX-512 bf16 / AMX convert through bf16 arithmetic and are several times slower.
+//
+// No torch here. The caller splits the output columns across threads: each call computes the
+// columns [n_begin, n_end) of y, so calls on disjoint ranges may run at once.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::llm {
+
+// "avx2" when the AVX2 + FMA code runs on this CPU, else "portable".
+const char* CpuKernelIsa();
+
+// x: [m, k] fp32, row stride k. w: [n, k] bf16 bits (the upper half of an fp32), row stride k.
+// y: [m, n] fp32, row stride n; columns [n_begin, n_end) are written (not accumulated).
+void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                int64_t n_begin, int64_t n_end);
+
+// As above with w int8 and y[i, j] = scales[j] * sum_k x[i, k] w[j, k].
+void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
+                int64_t n, float* y, int64_t n_begin, int64_t n_end);
+
+// fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
+uint16_t Fp32ToBf16(float value);
+float Bf16ToFp32(uint16_t bits);
+
+}  // namespace sluice::llm

@@ -1,0 +1,120 @@
+#include "llm/cpu_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace sluice::llm {
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+};
+
+class MatmulTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const Case c = GetParam();
+    std::mt19937 rng(static_cast<unsigned>(c.m * 1000003 + c.n * 1009 + c.k));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> byte(-127, 127);
+    x.resize(static_cast<size_t>(c.m * c.k));
+    for (float& v : x) v = normal(rng);
+    w16.resize(static_cast<size_t>(c.n * c.k));
+    for (uint16_t& v : w16) v = Fp32ToBf16(normal(rng) * 0.05f);
+    w8.resize(static_cast<size_t>(c.n * c.k));
+    for (int8_t& v : w8) v = static_cast<int8_t>(byte(rng));
+    scales.resize(static_cast<size_t>(c.n));
+    for (float& v : scales) v = 0.001f + std::abs(normal(rng)) * 0.01f;
+  }
+
+  // sum_k x[i, k] * weight(j, k) in double: the reference.
+  template <class Weight>
+  double Reference(int64_t i, int64_t j, Weight weight) const {
+    const int64_t k = GetParam().k;
+    double sum = 0;
+    for (int64_t c = 0; c < k; ++c) sum += double{x[static_cast<size_t>(i * k + c)]} * weight(j, c);
+    return sum;
+  }
+
+  std::vector<float> x, scales;
+  std::vector<uint16_t> w16;
+  std::vector<int8_t> w8;
+};
+
+TEST_P(MatmulTest, Bf16MatchesTheReferenceOnEveryColumnRange) {
+  const Case c = GetParam();
+  auto weight = [&](int64_t j, int64_t col) {
+    return double{Bf16ToFp32(w16[static_cast<size_t>(j * c.k + col)])};
+  };
+  // Two calls on disjoint column ranges (as two threads would make) fill all of y.
+  std::vector<float> y(static_cast<size_t>(c.m * c.n), NAN);
+  const int64_t split = c.n / 3;
+  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), 0, split);
+  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), split, c.n);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const double want = Reference(i, j, weight);
+      ASSERT_NEAR(y[static_cast<size_t>(i * c.n + j)], want, 1e-4 * (1 + std::abs(want)))
+          << "row " << i << " column " << j;
+    }
+  }
+}
+
+TEST_P(MatmulTest, Int8AppliesEachRowsScale) {
+  const Case c = GetParam();
+  auto weight = [&](int64_t j, int64_t col) {
+    return static_cast<double>(w8[static_cast<size_t>(j * c.k + col)]) *
+           scales[static_cast<size_t>(j)];
+  };
+  std::vector<float> y(static_cast<size_t>(c.m * c.n), NAN);
+  MatmulInt8(x.data(), c.m, c.k, w8.data(), scales.data(), c.n, y.data(), 0, c.n);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const double want = Reference(i, j, weight);
+      ASSERT_NEAR(y[static_cast<size_t>(i * c.n + j)], want, 1e-4 * (1 + std::abs(want)))
+          << "row " << i << " column " << j;
+    }
+  }
+}
+
+TEST_P(MatmulTest, ColumnsOutsideTheRangeAreNotWritten) {
+  const Case c = GetParam();
+  if (c.n < 3) GTEST_SKIP();
+  std::vector<float> y(static_cast<size_t>(c.m * c.n), -7.0f);
+  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), 1, c.n - 1);
+  for (int64_t i = 0; i < c.m; ++i) {
+    EXPECT_EQ(y[static_cast<size_t>(i * c.n)], -7.0f);
+    EXPECT_EQ(y[static_cast<size_t>(i * c.n + c.n - 1)], -7.0f);
+    EXPECT_NE(y[static_cast<size_t>(i * c.n + 1)], -7.0f);
+  }
+}
+
+// Every row-block shape (1, 2-3, 4+ rows, with remainders), column remainders of each block
+// width, and k with and without a tail of fewer than eight.
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
+                         ::testing::Values(Case{1, 17, 64}, Case{1, 8, 5}, Case{2, 13, 72},
+                                           Case{3, 11, 19}, Case{4, 9, 64}, Case{5, 7, 96},
+                                           Case{7, 3, 13}, Case{16, 33, 576}, Case{64, 5, 136},
+                                           Case{1, 1, 1}));
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(1.0f)), 1.0f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(1.0f + 1.0f / 256)), 1.0f);
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(NAN))));
+  EXPECT_TRUE(std::isinf(Bf16ToFp32(Fp32ToBf16(INFINITY))));
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(-2.5f)), -2.5f);
+}
+
+TEST(CpuKernelIsa, NamesThePathInUse) {
+  const std::string isa = CpuKernelIsa();
+  EXPECT_TRUE(isa == "avx2" || isa == "portable") << isa;
+}
+
+}  // namespace
+}  // namespace sluice::llm
