@@ -32,7 +32,7 @@ void Run(benchmark::State& state, Call call) {
   int64_t bytes = 0;
   for (int copy = 0; copy < kCopies; ++copy) {
     for (const Shape& s : kLayer) {
-      weights.emplace_back(static_cast<size_t>(s.n * s.k), Weight{1});
+      weights.emplace_back(static_cast<size_t>(sluice::llm::PackedSize(s.n, s.k)), Weight{1});
       bytes += s.n * s.k * static_cast<int64_t>(sizeof(Weight));
     }
   }

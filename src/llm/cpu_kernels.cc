@@ -1,11 +1,18 @@
 // Register-blocked dot products: a block of MB rows of x against NB rows of W keeps MB x NB
 // eight-lane fp32 accumulators (MB x NB = 8, so eight independent FMA chains hide the FMA latency)
 // and walks k eight values at a time; each weight vector is widened to fp32 once and used by
-// all MB rows. Output blocks go outermost, so one block of weight rows stays in L1 while every row
-// of x passes over it. The AVX2 + FMA path is chosen at run time; other CPUs take a portable loop.
+// all MB rows. Lane l of an accumulator sums the products of columns l, l + 8, l + 16, ... in
+// that order, and the eight lanes are added the same way for every block shape, so the result of
+// an element never depends on the shape of the block that computed it.
+//
+// Columns go in chunks of about 64 KiB of weights, which stay in L2 while each block of MB rows of
+// x (in L1) passes over them: every weight comes from memory once per call. The AVX2 + FMA path is
+// chosen at run time; other CPUs take a portable loop with the same order of additions.
 #include "llm/cpu_kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -16,26 +23,46 @@
 namespace sluice::llm {
 namespace {
 
-// Widening loads of eight weights, and the scalar widening of one for the k tail.
-struct Bf16Weights {
-  using Type = uint16_t;
-  static float One(uint16_t w) { return Bf16ToFp32(w); }
-};
-struct Int8Weights {
-  using Type = int8_t;
-  static float One(int8_t w) { return static_cast<float>(w); }
-};
+int64_t RoundUp8(int64_t v) { return (v + 7) & ~int64_t{7}; }
 
-// y[i, j] = scale(j) * sum_k x[i, k] w[j, k] for j in [n_begin, n_end), scalar.
-template <class W>
-void PortableMatmul(const float* x, int64_t m, int64_t k, const typename W::Type* w,
-                    const float* scales, int64_t n, float* y, int64_t n_begin, int64_t n_end) {
+// Offset in the packed form of row j's weights for columns [c, c + 8), c a multiple of 8.
+int64_t PackedOffset(int64_t j, int64_t c, int64_t k_padded) {
+  return (j / 8) * 8 * k_padded + c * 8 + (j % 8) * 8;
+}
+
+template <class T>
+void Pack(const T* w, int64_t n, int64_t k, T* packed) {
+  const int64_t kp = RoundUp8(k);
+  std::fill(packed, packed + PackedSize(n, k), T{0});
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < k; c += 8) {
+      std::copy(w + j * k + c, w + j * k + std::min(k, c + 8), packed + PackedOffset(j, c, kp));
+    }
+  }
+}
+
+float Widen(uint16_t w) { return Bf16ToFp32(w); }
+float Widen(int8_t w) { return static_cast<float>(w); }
+
+// The portable path: eight lane sums per element, added up as the vector path does.
+template <class T>
+void PortableMatmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                    int64_t n, float* y, int64_t n_begin, int64_t n_end) {
+  const int64_t kp = RoundUp8(k);
   for (int64_t j = n_begin; j < n_end; ++j) {
-    const typename W::Type* row = w + j * k;
     for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * k;
-      float sum = 0;
-      for (int64_t c = 0; c < k; ++c) sum += xi[c] * W::One(row[c]);
+      float lanes[8] = {};
+      for (int64_t c = 0; c < kp; c += 8) {
+        const T* wc = w + PackedOffset(j, c, kp);
+        for (int64_t l = 0; l < 8; ++l) {
+          const float xv = c + l < k ? x[i * k + c + l] : 0.0f;
+          lanes[l] = std::fma(xv, Widen(wc[l]), lanes[l]);
+        }
+      }
+      // The order of HorizontalSum below: (l, l + 4) pairs, then (0, 2), (1, 3), then the two.
+      float quad[4];
+      for (int l = 0; l < 4; ++l) quad[l] = lanes[l] + lanes[l + 4];
+      const float sum = (quad[0] + quad[2]) + (quad[1] + quad[3]);
       y[i * n + j] = scales != nullptr ? sum * scales[j] : sum;
     }
   }
@@ -44,11 +71,11 @@ void PortableMatmul(const float* x, int64_t m, int64_t k, const typename W::Type
 #ifdef SLUICE_X86
 #define SLUICE_AVX2 __attribute__((target("avx2,fma")))
 
-SLUICE_AVX2 inline __m256 Widen(const uint16_t* w) {
+SLUICE_AVX2 inline __m256 Widen8(const uint16_t* w) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
 }
-SLUICE_AVX2 inline __m256 Widen(const int8_t* w) {
+SLUICE_AVX2 inline __m256 Widen8(const int8_t* w) {
   const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
 }
@@ -59,98 +86,94 @@ SLUICE_AVX2 inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// How far ahead of the current weights each row is prefetched: the hardware prefetcher does not
-// follow NB interleaved row streams well enough to keep up with memory.
-constexpr int64_t kAhead = 1024;
-
-// Rows [i0, i0 + MB) of x against weight rows [j0, j0 + NB).
-template <int MB, int NB, class W>
-SLUICE_AVX2 void Block(const float* x, int64_t k, const typename W::Type* w, const float* scales,
-                       int64_t n, float* y, int64_t i0, int64_t j0) {
-  // The accumulators must live in registers: the loops over the block are unrolled by hand
-  // (pragmas), as GCC at -O2 otherwise keeps the array in memory and every FMA waits on a store.
+// Rows [i0, i0 + MB) of x against weight rows [j0, j0 + NB), all in one group of eight.
+template <int MB, int NB, class T>
+SLUICE_AVX2 void Block(const float* x, int64_t k, const T* w, const float* scales, int64_t n,
+                       float* y, int64_t i0, int64_t j0) {
+  // The accumulators must live in registers: the loops over the block are unrolled (pragmas), as
+  // GCC at -O2 otherwise keeps the array in memory and every FMA waits on a store.
   __m256 acc[MB][NB];
 #pragma GCC unroll 8
   for (int i = 0; i < MB; ++i) {
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) acc[i][j] = _mm256_setzero_ps();
   }
+  const int64_t kp = RoundUp8(k), k8 = k & ~int64_t{7};
+  const T* wr = w + PackedOffset(j0, 0, kp);
   const float* xr[MB];
-  const typename W::Type* wr[NB];
 #pragma GCC unroll 8
   for (int i = 0; i < MB; ++i) xr[i] = x + (i0 + i) * k;
-#pragma GCC unroll 8
-  for (int j = 0; j < NB; ++j) wr[j] = w + (j0 + j) * k;
-  const int64_t k8 = k & ~int64_t{7};
-  constexpr int64_t kLine = 64 / sizeof(typename W::Type);  // Weights per cache line.
-  for (int64_t c = 0; c < k8; c += 8) {
-    if (c % kLine == 0) {
-#pragma GCC unroll 8
-      for (int j = 0; j < NB; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(wr[j] + c) + kAhead, _MM_HINT_T0);
-    }
+  for (int64_t c = 0; c < kp; c += 8) {
     __m256 xv[MB];
+    if (c < k8) {
 #pragma GCC unroll 8
-    for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(xr[i] + c);
+      for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(xr[i] + c);
+    } else {  // The last, partial run of columns: the padding weights are zero.
+      alignas(32) int32_t mask[8];
+      for (int l = 0; l < 8; ++l) mask[l] = c + l < k ? -1 : 0;
+      const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask));
+      for (int i = 0; i < MB; ++i) xv[i] = _mm256_maskload_ps(xr[i] + c, lanes);
+    }
+    const T* wc = wr + c * 8;
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
-      const __m256 wv = Widen(wr[j] + c);
+      const __m256 wv = Widen8(wc + j * 8);
 #pragma GCC unroll 8
       for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
     }
   }
   for (int i = 0; i < MB; ++i) {
     for (int j = 0; j < NB; ++j) {
-      float sum = HorizontalSum(acc[i][j]);
-      for (int64_t c = k8; c < k; ++c) sum += xr[i][c] * W::One(wr[j][c]);
+      const float sum = HorizontalSum(acc[i][j]);
       y[(i0 + i) * n + j0 + j] = scales != nullptr ? sum * scales[j0 + j] : sum;
     }
   }
 }
 
-// Columns [j_begin, j_end) (a multiple of NB wide) for every row of x. The columns go in
-// chunks of about 64 KiB of weights, which stay in L2 while each block of MB rows of x, held in
-// L1, passes over them: x is read from L1 and each weight from memory once.
-template <int MB, int NB, class W>
-SLUICE_AVX2 void Columns(const float* x, int64_t m, int64_t k, const typename W::Type* w,
-                         const float* scales, int64_t n, float* y, int64_t j_begin, int64_t j_end) {
-  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(typename W::Type));
-  const int64_t chunk = std::max<int64_t>(1, (64 << 10) / (row_bytes * NB)) * NB;
+// Columns [j_begin, j_end) for every row of x; j_end - j_begin is a multiple of NB, and a block
+// of NB columns never straddles two groups of eight.
+template <int MB, int NB, class T>
+SLUICE_AVX2 void Columns(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                         int64_t n, float* y, int64_t j_begin, int64_t j_end) {
+  const int64_t group_bytes = 8 * RoundUp8(k) * static_cast<int64_t>(sizeof(T));
+  const int64_t chunk = std::max<int64_t>(1, (64 << 10) / group_bytes) * 8;
   for (int64_t c0 = j_begin; c0 < j_end; c0 += chunk) {
     const int64_t c1 = std::min(j_end, c0 + chunk);
     int64_t i = 0;
     for (; i + MB <= m; i += MB) {
-      for (int64_t j = c0; j < c1; j += NB) Block<MB, NB, W>(x, k, w, scales, n, y, i, j);
+      for (int64_t j = c0; j < c1; j += NB) Block<MB, NB, T>(x, k, w, scales, n, y, i, j);
     }
     if constexpr (MB > 1) {
       for (; i < m; ++i) {
-        for (int64_t j = c0; j < c1; j += NB) Block<1, NB, W>(x, k, w, scales, n, y, i, j);
+        for (int64_t j = c0; j < c1; j += NB) Block<1, NB, T>(x, k, w, scales, n, y, i, j);
       }
     }
   }
 }
 
-template <class W>
-SLUICE_AVX2 void Avx2Matmul(const float* x, int64_t m, int64_t k, const typename W::Type* w,
-                            const float* scales, int64_t n, float* y, int64_t n_begin,
-                            int64_t n_end) {
-  const int nb = m == 1 ? 8 : m < 4 ? 4 : 2;
-  const int64_t blocked = n_begin + (n_end - n_begin) / nb * nb;
-  if (nb == 8) {
-    Columns<1, 8, W>(x, m, k, w, scales, n, y, n_begin, blocked);
-  } else if (nb == 4) {
-    Columns<2, 4, W>(x, m, k, w, scales, n, y, n_begin, blocked);
+template <class T>
+SLUICE_AVX2 void Avx2Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                            int64_t n, float* y, int64_t n_begin, int64_t n_end) {
+  // Whole groups of eight columns, then the last group's real columns one at a time.
+  const int64_t grouped = n_begin + (n_end - n_begin) / 8 * 8;
+  if (m == 1) {
+    Columns<1, 8, T>(x, m, k, w, scales, n, y, n_begin, grouped);
+  } else if (m < 4) {
+    Columns<2, 4, T>(x, m, k, w, scales, n, y, n_begin, grouped);
   } else {
-    Columns<4, 2, W>(x, m, k, w, scales, n, y, n_begin, blocked);
+    Columns<4, 2, T>(x, m, k, w, scales, n, y, n_begin, grouped);
   }
-  Columns<4, 1, W>(x, m, k, w, scales, n, y, blocked, n_end);
+  Columns<4, 1, T>(x, m, k, w, scales, n, y, grouped, n_end);
 }
+
+std::atomic<bool> force_portable{false};
 
 bool HasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
+  return has && !force_portable.load(std::memory_order_relaxed);
 }
 #else
+std::atomic<bool> force_portable{false};
 bool HasAvx2() { return false; }
 #endif
 
@@ -158,20 +181,27 @@ bool HasAvx2() { return false; }
 
 const char* CpuKernelIsa() { return HasAvx2() ? "avx2" : "portable"; }
 
+void ForcePortableKernels(bool portable) { force_portable.store(portable); }
+
+int64_t PackedSize(int64_t n, int64_t k) { return RoundUp8(n) * RoundUp8(k); }
+
+void PackBf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) { Pack(w, n, k, packed); }
+void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) { Pack(w, n, k, packed); }
+
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 int64_t n_begin, int64_t n_end) {
 #ifdef SLUICE_X86
-  if (HasAvx2()) return Avx2Matmul<Bf16Weights>(x, m, k, w, nullptr, n, y, n_begin, n_end);
+  if (HasAvx2()) return Avx2Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
 #endif
-  PortableMatmul<Bf16Weights>(x, m, k, w, nullptr, n, y, n_begin, n_end);
+  PortableMatmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
 }
 
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end) {
 #ifdef SLUICE_X86
-  if (HasAvx2()) return Avx2Matmul<Int8Weights>(x, m, k, w, scales, n, y, n_begin, n_end);
+  if (HasAvx2()) return Avx2Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
 #endif
-  PortableMatmul<Int8Weights>(x, m, k, w, scales, n, y, n_begin, n_end);
+  PortableMatmul(x, m, k, w, scales, n, y, n_begin, n_end);
 }
 
 uint16_t Fp32ToBf16(float value) {

@@ -4,6 +4,15 @@
 // costs little more memory traffic than a step over one. ATen's bf16 and int8 paths on CPUs without
 // AVX-512 bf16 / AMX convert through bf16 arithmetic and are several times slower.
 //
+// Weights are packed once, at load time, in groups of eight rows: for each group and each run of
+// eight columns, the 8 x 8 weights lie together, so a pass over a group reads one sequential
+// stream (a layout the hardware prefetcher follows at full memory bandwidth; eight separate row
+// streams reach about two thirds of it). Rows and columns are padded with zeros to multiples of 8.
+//
+// Every output element is computed with the same sequence of operations whatever the number of
+// rows of x and however the columns are split: a sequence's results do not depend on which other
+// sequences share its step (batch invariance).
+//
 // No torch here. The caller splits the output columns across threads: each call computes the
 // columns [n_begin, n_end) of y, so calls on disjoint ranges may run at once.
 #pragma once
@@ -14,13 +23,23 @@ namespace sluice::llm {
 
 // "avx2" when the AVX2 + FMA code runs on this CPU, else "portable".
 const char* CpuKernelIsa();
+// Tests: run the portable path even where AVX2 is available.
+void ForcePortableKernels(bool portable);
 
-// x: [m, k] fp32, row stride k. w: [n, k] bf16 bits (the upper half of an fp32), row stride k.
-// y: [m, n] fp32, row stride n; columns [n_begin, n_end) are written (not accumulated).
+// Elements of the packed form of an [n, k] matrix: n and k rounded up to multiples of 8.
+int64_t PackedSize(int64_t n, int64_t k);
+
+// w: [n, k] row-major. packed: PackedSize(n, k) elements.
+void PackBf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed);
+void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed);
+
+// x: [m, k] fp32, row stride k. w: [n, k] bf16 bits (the upper half of an fp32), packed by
+// PackBf16. y: [m, n] fp32, row stride n; columns [n_begin, n_end) are written (not accumulated).
+// n_begin is a multiple of 8; so is n_end unless it is n.
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 int64_t n_begin, int64_t n_end);
 
-// As above with w int8 and y[i, j] = scales[j] * sum_k x[i, k] w[j, k].
+// As above with w int8 packed by PackInt8, and y[i, j] = scales[j] * sum_k x[i, k] w[j, k].
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end);
 

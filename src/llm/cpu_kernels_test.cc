@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace sluice::llm {
@@ -13,10 +15,13 @@ struct Case {
   int64_t m, n, k;
 };
 
-class MatmulTest : public ::testing::TestWithParam<Case> {
+// Each case runs on the vector path (where the CPU has it) and on the portable one.
+class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {
  protected:
+  void TearDown() override { ForcePortableKernels(false); }
   void SetUp() override {
-    const Case c = GetParam();
+    ForcePortableKernels(std::get<1>(GetParam()));
+    const Case c = std::get<0>(GetParam());
     std::mt19937 rng(static_cast<unsigned>(c.m * 1000003 + c.n * 1009 + c.k));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_int_distribution<int> byte(-127, 127);
@@ -28,32 +33,36 @@ class MatmulTest : public ::testing::TestWithParam<Case> {
     for (int8_t& v : w8) v = static_cast<int8_t>(byte(rng));
     scales.resize(static_cast<size_t>(c.n));
     for (float& v : scales) v = 0.001f + std::abs(normal(rng)) * 0.01f;
+    packed16.assign(static_cast<size_t>(PackedSize(c.n, c.k)), 0xffff);
+    PackBf16(w16.data(), c.n, c.k, packed16.data());
+    packed8.assign(static_cast<size_t>(PackedSize(c.n, c.k)), 99);
+    PackInt8(w8.data(), c.n, c.k, packed8.data());
   }
 
   // sum_k x[i, k] * weight(j, k) in double: the reference.
   template <class Weight>
   double Reference(int64_t i, int64_t j, Weight weight) const {
-    const int64_t k = GetParam().k;
+    const int64_t k = std::get<0>(GetParam()).k;
     double sum = 0;
     for (int64_t c = 0; c < k; ++c) sum += double{x[static_cast<size_t>(i * k + c)]} * weight(j, c);
     return sum;
   }
 
   std::vector<float> x, scales;
-  std::vector<uint16_t> w16;
-  std::vector<int8_t> w8;
+  std::vector<uint16_t> w16, packed16;
+  std::vector<int8_t> w8, packed8;
 };
 
 TEST_P(MatmulTest, Bf16MatchesTheReferenceOnEveryColumnRange) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
   auto weight = [&](int64_t j, int64_t col) {
     return double{Bf16ToFp32(w16[static_cast<size_t>(j * c.k + col)])};
   };
   // Two calls on disjoint column ranges (as two threads would make) fill all of y.
   std::vector<float> y(static_cast<size_t>(c.m * c.n), NAN);
-  const int64_t split = c.n / 3;
-  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), 0, split);
-  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), split, c.n);
+  const int64_t split = c.n / 3 / 8 * 8;
+  MatmulBf16(x.data(), c.m, c.k, packed16.data(), c.n, y.data(), 0, split);
+  MatmulBf16(x.data(), c.m, c.k, packed16.data(), c.n, y.data(), split, c.n);
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
       const double want = Reference(i, j, weight);
@@ -64,13 +73,13 @@ TEST_P(MatmulTest, Bf16MatchesTheReferenceOnEveryColumnRange) {
 }
 
 TEST_P(MatmulTest, Int8AppliesEachRowsScale) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
   auto weight = [&](int64_t j, int64_t col) {
     return static_cast<double>(w8[static_cast<size_t>(j * c.k + col)]) *
            scales[static_cast<size_t>(j)];
   };
   std::vector<float> y(static_cast<size_t>(c.m * c.n), NAN);
-  MatmulInt8(x.data(), c.m, c.k, w8.data(), scales.data(), c.n, y.data(), 0, c.n);
+  MatmulInt8(x.data(), c.m, c.k, packed8.data(), scales.data(), c.n, y.data(), 0, c.n);
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
       const double want = Reference(i, j, weight);
@@ -81,24 +90,66 @@ TEST_P(MatmulTest, Int8AppliesEachRowsScale) {
 }
 
 TEST_P(MatmulTest, ColumnsOutsideTheRangeAreNotWritten) {
-  const Case c = GetParam();
-  if (c.n < 3) GTEST_SKIP();
+  const Case c = std::get<0>(GetParam());
+  if (c.n <= 8) GTEST_SKIP();
   std::vector<float> y(static_cast<size_t>(c.m * c.n), -7.0f);
-  MatmulBf16(x.data(), c.m, c.k, w16.data(), c.n, y.data(), 1, c.n - 1);
+  MatmulBf16(x.data(), c.m, c.k, packed16.data(), c.n, y.data(), 8, c.n - 1);
   for (int64_t i = 0; i < c.m; ++i) {
-    EXPECT_EQ(y[static_cast<size_t>(i * c.n)], -7.0f);
-    EXPECT_EQ(y[static_cast<size_t>(i * c.n + c.n - 1)], -7.0f);
-    EXPECT_NE(y[static_cast<size_t>(i * c.n + 1)], -7.0f);
+    for (int64_t j = 0; j < c.n; ++j) {
+      const bool inside = j >= 8 && j < c.n - 1;
+      EXPECT_EQ(y[static_cast<size_t>(i * c.n + j)] != -7.0f, inside) << i << ", " << j;
+    }
   }
+}
+
+// Each row of y is bit for bit what x's row alone gives: a sequence's result does not depend on
+// the others in its step, whichever block shape the number of rows selects.
+TEST_P(MatmulTest, RowsDoNotDependOnTheOtherRows) {
+  const Case c = std::get<0>(GetParam());
+  std::vector<float> together(static_cast<size_t>(c.m * c.n)), alone(static_cast<size_t>(c.n));
+  std::vector<float> together8(together.size()), alone8(alone.size());
+  MatmulBf16(x.data(), c.m, c.k, packed16.data(), c.n, together.data(), 0, c.n);
+  MatmulInt8(x.data(), c.m, c.k, packed8.data(), scales.data(), c.n, together8.data(), 0, c.n);
+  for (int64_t i = 0; i < c.m; ++i) {
+    const float* row = x.data() + i * c.k;
+    MatmulBf16(row, 1, c.k, packed16.data(), c.n, alone.data(), 0, c.n);
+    MatmulInt8(row, 1, c.k, packed8.data(), scales.data(), c.n, alone8.data(), 0, c.n);
+    for (int64_t j = 0; j < c.n; ++j) {
+      ASSERT_EQ(together[static_cast<size_t>(i * c.n + j)], alone[static_cast<size_t>(j)]);
+      ASSERT_EQ(together8[static_cast<size_t>(i * c.n + j)], alone8[static_cast<size_t>(j)]);
+    }
+  }
+}
+
+TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
+  // 9 x 10: two groups of rows, two runs of columns, padded to 16 x 16.
+  const int64_t n = 9, k = 10;
+  std::vector<int8_t> w(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = static_cast<int8_t>(i % 100);
+  ASSERT_EQ(PackedSize(n, k), 16 * 16);
+  std::vector<int8_t> packed(static_cast<size_t>(PackedSize(n, k)), 99);
+  PackInt8(w.data(), n, k, packed.data());
+  // Row 1, columns 0-7: second run of eight in the first block.
+  for (int l = 0; l < 8; ++l)
+    EXPECT_EQ(packed[static_cast<size_t>(8 + l)], w[static_cast<size_t>(k + l)]);
+  // Row 0, columns 8-9 then zeros: the first run of the second column block.
+  EXPECT_EQ(packed[64], w[8]);
+  EXPECT_EQ(packed[65], w[9]);
+  for (int l = 2; l < 8; ++l) EXPECT_EQ(packed[static_cast<size_t>(64 + l)], 0);
+  // Row 8 starts the second group; rows 9-15 are zeros.
+  EXPECT_EQ(packed[128], w[static_cast<size_t>(8 * k)]);
+  for (int l = 8; l < 64; ++l) EXPECT_EQ(packed[static_cast<size_t>(128 + l)], 0);
 }
 
 // Every row-block shape (1, 2-3, 4+ rows, with remainders), column remainders of each block
 // width, and k with and without a tail of fewer than eight.
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
-                         ::testing::Values(Case{1, 17, 64}, Case{1, 8, 5}, Case{2, 13, 72},
-                                           Case{3, 11, 19}, Case{4, 9, 64}, Case{5, 7, 96},
-                                           Case{7, 3, 13}, Case{16, 33, 576}, Case{64, 5, 136},
-                                           Case{1, 1, 1}));
+                         ::testing::Combine(::testing::Values(Case{1, 17, 64}, Case{1, 8, 5},
+                                                              Case{2, 13, 72}, Case{3, 11, 19},
+                                                              Case{4, 9, 64}, Case{5, 7, 96},
+                                                              Case{7, 3, 13}, Case{16, 33, 576},
+                                                              Case{64, 5, 136}, Case{1, 1, 1}),
+                                            ::testing::Bool()));
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
@@ -114,6 +165,9 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
 TEST(CpuKernelIsa, NamesThePathInUse) {
   const std::string isa = CpuKernelIsa();
   EXPECT_TRUE(isa == "avx2" || isa == "portable") << isa;
+  ForcePortableKernels(true);
+  EXPECT_STREQ(CpuKernelIsa(), "portable");
+  ForcePortableKernels(false);
 }
 
 }  // namespace

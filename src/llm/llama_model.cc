@@ -28,15 +28,37 @@
 namespace sluice::llm {
 namespace {
 
-// A linear layer y = x W^T, x fp32: an fp32, bf16 or int8 weight (+ per-row fp32 scales).
+// A linear layer y = x W^T, x fp32: an fp32 weight [out, in], or a bf16 or int8 one packed for
+// cpu_kernels.h (+ per-row fp32 scales for int8).
 struct Linear {
-  at::Tensor weight;  // [out, in].
+  at::Tensor weight;  // fp32 [out, in]; or bf16 / int8 [PackedSize(out, in)].
   at::Tensor scales;  // [out], fp32: int8 only.
+  int64_t out = 0, in = 0;
+
+  static Linear Make(const at::Tensor& w, LlmPrecision precision) {
+    Linear result{{}, {}, w.size(0), w.size(1)};
+    const at::Tensor w32 = w.to(at::kFloat).contiguous();
+    if (precision == LlmPrecision::kFp32) {
+      result.weight = w32;
+    } else if (precision == LlmPrecision::kBf16) {
+      const at::Tensor bf16 = w32.to(at::kBFloat16).contiguous();
+      result.weight = at::empty({PackedSize(result.out, result.in)}, at::kBFloat16);
+      PackBf16(static_cast<const uint16_t*>(bf16.data_ptr()), result.out, result.in,
+               static_cast<uint16_t*>(result.weight.data_ptr()));
+    } else {  // Per row: scale = max |w| / 127, q = round(w / scale).
+      result.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
+      const at::Tensor q =
+          at::round(w32 / result.scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
+      result.weight = at::empty({PackedSize(result.out, result.in)}, at::kChar);
+      PackInt8(q.data_ptr<int8_t>(), result.out, result.in, result.weight.data_ptr<int8_t>());
+    }
+    return result;
+  }
 
   at::Tensor operator()(const at::Tensor& x) const {
     if (weight.scalar_type() == at::kFloat) return at::linear(x, weight);
     const at::Tensor input = x.contiguous();
-    const int64_t m = input.size(0), k = input.size(1), n = weight.size(0);
+    const int64_t m = input.size(0), k = in, n = out;
     at::Tensor y = at::empty({m, n}, input.options());
     const float* xp = input.data_ptr<float>();
     float* yp = y.data_ptr<float>();
@@ -71,14 +93,6 @@ at::ScalarType TorchDtype(const std::string& dtype) {
   if (dtype == "BF16") return at::kBFloat16;
   if (dtype == "F16") return at::kHalf;
   return at::kByte;  // Rejected by the caller.
-}
-
-// Per output row: scale = max |w| / 127, q = round(w / scale).
-Linear QuantizeInt8(const at::Tensor& weight) {
-  at::Tensor w = weight.to(at::kFloat);
-  at::Tensor scales = w.abs().amax(1).clamp_min(1e-8) / 127.0;
-  at::Tensor q = at::round(w / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
-  return Linear{q, scales.contiguous()};
 }
 
 class LlamaModel final : public StepModel {
@@ -169,10 +183,9 @@ Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
         at::from_blob(const_cast<void*>(entry->data), shape, at::TensorOptions().dtype(type));
     return view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   };
-  const bool int8 = serve_.precision == LlmPrecision::kInt8;
   auto linear = [&](std::vector<at::Tensor> parts) {
     at::Tensor w = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
-    Linear result = int8 ? QuantizeInt8(w) : Linear{w.to(weight_dtype_).contiguous(), {}};
+    Linear result = Linear::Make(w, serve_.precision);
     weight_bytes_ += result.bytes();
     return result;
   };
