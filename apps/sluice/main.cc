@@ -17,9 +17,11 @@
 #include "backends/load_backend.h"
 #include "bench/http_bench.h"
 #include "bench/in_process.h"
+#include "bench/llm_bench.h"
 #include "bench/results.h"
 #include "bench/stats.h"
 #include "bench/sweep.h"
+#include "common/mutex.h"
 #include "common/system_info.h"
 #include "config/model_config.h"
 #include "config/sweep_config.h"
@@ -59,6 +61,9 @@ struct BenchCommand {
   int rounds = 3;                // Ceiling/pipeline pairs with --compare-ceiling.
   std::string results_dir = "results";
   bool write_results = true;
+  // --llm: a language model over the OpenAI API (--url), or in this process (--in-process).
+  bool llm = false;
+  LlmBenchOptions llm_options;
 };
 
 struct SweepCommand {
@@ -199,7 +204,139 @@ int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line
   return 0;
 }
 
+int RunLlmBenchCommand(const BenchCommand& cmd, const std::string& command_line) {
+  LlmBenchOptions o = cmd.llm_options;
+  o.url = cmd.url;
+  o.model = cmd.model.model;
+  o.rates = cmd.http.rates;
+  o.seed = cmd.run.seed;
+  if (!cmd.concurrency.empty()) o.concurrency = cmd.concurrency;
+  if (!o.rates.empty() && cmd.concurrency.empty()) o.concurrency.clear();
+  auto run = RunLlmBench(o, [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  });
+  if (!run.ok()) return Fail(run.status());
+  fmt::print("{}", FormatLlmTable(o, *run));
+  if (cmd.write_results) {
+    auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("llm-{}", run->model));
+    if (!dir.ok()) return Fail(dir.status());
+    Status written = WriteLlmBenchResults(*dir, RunInfo{command_line, "http"}, o, *run);
+    if (!written.ok()) return Fail(written);
+    fmt::print("Results: {}/summary.csv\nPlots:   {}/output_tokens.svg, ttft.svg, tpot.svg\n",
+               dir->string(), dir->string());
+  }
+  int failed = 0;
+  for (const LlmLevelResult& level : run->levels)
+    failed += level.summary.requests - level.summary.ok;
+  return failed == 0 ? 0 : 1;
+}
+
+// The engine alone, no HTTP: the same prompts through LlmEngine::Submit, timed at its events. The
+// first event of a request is its first token, so its time is the in-process prefill time (plus
+// one sampling step) of the prompt, the reference for the TTFT over HTTP.
+int RunLlmInProcess(const BenchCommand& cmd) {
+  const ModelSelection& m = cmd.model;
+  const std::string dir = !m.model_dir.empty()
+                              ? m.model_dir
+                              : (std::filesystem::path(m.model_repository) / m.model).string();
+  llm::LlmLoadOverrides overrides;
+  overrides.precision = m.precision;
+  overrides.threads = m.threads > 0 ? m.threads : -1;
+  auto engine = llm::LoadLlmEngine(dir, overrides);
+  if (!engine.ok()) return Fail(engine.status());
+  const LlmBenchOptions& o = cmd.llm_options;
+  // Words per prompt until the tokenizer counts prompt_tokens.
+  int words = std::max(1, o.prompt_tokens * 3 / 4);
+  size_t counted = 0;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    counted = (*engine)->tokenizer().Encode(MakeLlmPrompts(1, words, cmd.run.seed)[0]).size();
+    if (static_cast<int>(counted) == o.prompt_tokens) break;
+    words = std::max(1, words + (o.prompt_tokens - static_cast<int>(counted)) * 3 / 4 +
+                            (o.prompt_tokens > static_cast<int>(counted) ? 1 : -1));
+  }
+  const std::vector<int> levels = cmd.concurrency.empty() ? std::vector<int>{1} : cmd.concurrency;
+  fmt::print("in-process {} ({}): prompts of {} tokens, {} output tokens\n", dir,
+             llm::LlmPrecisionName((*engine)->config().precision), counted, o.output_tokens);
+  // Warm-up, untimed: one request through every step shape the levels will use.
+  for (int concurrency : {1, *std::max_element(levels.begin(), levels.end())}) {
+    Mutex mu;
+    CondVar done_cv;
+    int remaining = concurrency;
+    for (const std::string& prompt : MakeLlmPrompts(concurrency, words, cmd.run.seed + 3)) {
+      llm::GenerationRequest request;
+      request.prompt = (*engine)->tokenizer().Encode(prompt);
+      request.max_tokens = 8;
+      request.ignore_eos = true;
+      auto id = (*engine)->Submit(std::move(request), [&](const llm::GenerationEvent& e) {
+        if (e.finish == llm::FinishReason::kNone) return;
+        MutexLock lock(mu);
+        --remaining;
+        done_cv.SignalAll();
+      });
+      if (!id.ok()) return Fail(id.status());
+    }
+    MutexLock lock(mu);
+    while (remaining > 0) done_cv.Wait(lock);
+  }
+  for (int concurrency : levels) {
+    const auto prompts = MakeLlmPrompts(concurrency, words, cmd.run.seed + 7);
+    Mutex mu;
+    CondVar done_cv;
+    int remaining = concurrency;
+    std::vector<double> first(static_cast<size_t>(concurrency), 0),
+        last(static_cast<size_t>(concurrency), 0);
+    std::vector<int> tokens(static_cast<size_t>(concurrency), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < concurrency; ++i) {
+      llm::GenerationRequest request;
+      request.prompt = (*engine)->tokenizer().Encode(prompts[static_cast<size_t>(i)]);
+      request.max_tokens = o.output_tokens;
+      request.ignore_eos = true;
+      auto id = (*engine)->Submit(std::move(request), [&, i](const llm::GenerationEvent& e) {
+        const double now =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        MutexLock lock(mu);
+        const size_t k = static_cast<size_t>(i);
+        if (first[k] == 0) first[k] = now;
+        last[k] = now;
+        tokens[k] = e.completion_tokens;
+        if (e.finish != llm::FinishReason::kNone) {
+          --remaining;
+          done_cv.SignalAll();
+        }
+      });
+      if (!id.ok()) return Fail(id.status());
+    }
+    {
+      MutexLock lock(mu);
+      while (remaining > 0) done_cv.Wait(lock);
+    }
+    std::vector<double> ttft = first, tpot;
+    int64_t generated = 0;
+    double end = 0;
+    for (int i = 0; i < concurrency; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      generated += tokens[k];
+      end = std::max(end, last[k]);
+      if (tokens[k] > 1) tpot.push_back((last[k] - first[k]) / (tokens[k] - 1));
+    }
+    std::sort(ttft.begin(), ttft.end());
+    std::sort(tpot.begin(), tpot.end());
+    fmt::print(
+        "concurrency {:>3}: first token (prefill) median {:.1f} ms, max {:.1f} ms; TPOT median "
+        "{:.2f} ms ({:.1f} tokens/s per stream); {:.1f} output tokens/s overall\n",
+        concurrency, NearestRankPercentile(ttft, 50) * 1e3, ttft.back() * 1e3,
+        tpot.empty() ? 0.0 : NearestRankPercentile(tpot, 50) * 1e3,
+        tpot.empty() ? 0.0 : 1.0 / NearestRankPercentile(tpot, 50), generated / end);
+  }
+  return 0;
+}
+
 int RunBench(const BenchCommand& cmd, const std::string& command_line) {
+  if (cmd.llm && !cmd.url.empty()) return RunLlmBenchCommand(cmd, command_line);
+  if (cmd.llm && cmd.in_process) return RunLlmInProcess(cmd);
+  if (cmd.llm) return Fail(Status::InvalidArgument("--llm needs --url URL or --in-process"));
   if (!cmd.url.empty()) return RunHttpBenchCommand(cmd, command_line);
   if (!cmd.in_process) {
     return Fail(Status::InvalidArgument(
@@ -535,6 +672,22 @@ int main(int argc, char** argv) {
   bench_app->add_option("--results-dir", bench.results_dir, "Where results/<run-id>/ goes")
       ->capture_default_str();
   bench_app->add_flag("!--no-results", bench.write_results, "Print only; write no result files");
+  bench_app->add_flag("--llm", bench.llm,
+                      "A language model: streamed /v1/completions against --url (any "
+                      "OpenAI-compatible server), or the engine --in-process");
+  bench_app
+      ->add_option("--prompt-tokens", bench.llm_options.prompt_tokens,
+                   "--llm: prompt length in the server's tokens")
+      ->capture_default_str();
+  bench_app
+      ->add_option("--output-tokens", bench.llm_options.output_tokens,
+                   "--llm: tokens generated per request")
+      ->capture_default_str();
+  bench_app->add_option("--requests", bench.llm_options.requests,
+                        "--llm: requests per level (default max(8, 2 x concurrency); 16 per rate)");
+  bench_app->add_option("--api-key", bench.llm_options.api_key, "--llm: sent as a Bearer token");
+  bench_app->add_flag("!--no-ignore-eos", bench.llm_options.ignore_eos,
+                      "--llm: let the model stop at its end-of-sequence token");
 
   SweepCommand sweep;
   CLI::App* sweep_app = app.add_subcommand("sweep", "Run a batch size x backend x precision grid");

@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
+#include <omp.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -141,6 +142,16 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
       options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
   auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
   if (!file.ok()) return file.status();
+  // Loading runs on one thread. An OpenMP parallel region here would leave this thread a team of
+  // workers for the life of the process; with the generation loop's own team that makes more
+  // OpenMP threads than cores, and libgomp then puts idle workers to sleep at once instead of
+  // spinning briefly, so every layer of every step would pay a futex wake-up.
+  const int omp_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore{omp_threads};
   try {
     c10::InferenceMode guard;
     SLUICE_RETURN_IF_ERROR(model->LoadWeights(**file));
