@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +52,7 @@ def main():
         with serving(sluice, ["--model-repository", repository, "--api-key", API_KEY,
                               "--llm-threads", "1"]) as port:
             run(port)
+            bench(sluice, port)
     print("openai_api_test: all checks passed")
 
 
@@ -144,6 +146,37 @@ def run(port):
     # The other routes still serve beside the language model.
     status, _, _ = raw(port, "GET", "/v2/models/identity/ready")
     check(status == 200, f"identity ready: {status}")
+
+
+def bench(sluice, port):
+    """`sluice bench --llm` against this server: every request streamed to the end, token counts
+    from the usage chunks, prompts sized by the server's own count, result files written."""
+    with tempfile.TemporaryDirectory() as results:
+        out = subprocess.run(
+            [sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--api-key", API_KEY,
+             "--concurrency", "1,3", "--rate", "20", "--requests", "4", "--prompt-tokens", "40",
+             "--output-tokens", "6", "--results-dir", results],
+            capture_output=True, text=True, timeout=300)
+        check(out.returncode == 0, f"bench failed: {out.stdout} {out.stderr}")
+        runs = os.listdir(results)
+        check(len(runs) == 1, f"result directories: {runs}")
+        run_dir = os.path.join(results, runs[0])
+        for name in ["run.json", "summary.json", "summary.csv", "requests-c1.csv",
+                     "requests-c3.csv", "requests-r20.csv", "output_tokens.svg", "ttft.svg",
+                     "tpot.svg"]:
+            check(os.path.exists(os.path.join(run_dir, name)), f"{name} missing")
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            levels = json.load(f)["levels"]
+        check([(l["concurrency"], l["rate"]) for l in levels] == [(1, 0), (3, 0), (0, 20)],
+              f"levels: {levels}")
+        for level in levels:
+            check(level["ok"] == 4 == level["requests"], f"level {level}")
+            check(level["completion_tokens"] == 4 * 6, f"completion tokens: {level}")
+            check(abs(level["prompt_tokens"] / 4 - 40) <= 2, f"prompt tokens: {level}")
+            check(0 < level["ttft"]["median_ms"] <= level["e2el"]["median_ms"], f"times: {level}")
+            check(level["tpot"]["median_ms"] > 0 and level["output_tokens_per_second"] > 0,
+                  f"rates: {level}")
+        check("TTFT p50" in out.stdout, out.stdout)
 
 
 if __name__ == "__main__":

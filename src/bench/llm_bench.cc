@@ -87,8 +87,8 @@ http::request<http::string_body> MakeRequest(const HttpTarget& target, const std
   return request;
 }
 
-// A blocking POST whose whole answer is returned (probes).
-Result<std::string> Post(const HttpTarget& target, const std::string& path,
+// A blocking POST (or GET, without a body) whose whole answer is returned (probes, the model list).
+Result<std::string> Call(http::verb verb, const HttpTarget& target, const std::string& path,
                          const std::string& api_key, std::string body) {
   try {
     net::io_context ioc;
@@ -96,7 +96,13 @@ Result<std::string> Post(const HttpTarget& target, const std::string& path,
     beast::tcp_stream stream(ioc);
     stream.expires_after(std::chrono::seconds(600));
     stream.connect(resolver.resolve(target.host, std::to_string(target.port)));
-    http::write(stream, MakeRequest(target, path, api_key, std::move(body)));
+    auto request = MakeRequest(target, path, api_key, std::move(body));
+    if (verb == http::verb::get) {
+      request.method(verb);
+      request.erase(http::field::content_type);
+      request.prepare_payload();
+    }
+    http::write(stream, request);
     beast::flat_buffer buffer;
     http::response<http::string_body> response;
     http::read(stream, buffer, response);
@@ -180,8 +186,8 @@ LlmDistribution Distribution(std::vector<double> seconds) {
 // Prompt tokens the server counts for `prompt` (a non-streamed one-token completion).
 Result<int> CountPromptTokens(const LlmBenchOptions& o, const HttpTarget& target,
                               const std::string& model, const std::string& prompt) {
-  auto body =
-      Post(target, "/v1/completions", o.api_key, CompletionBody(o, model, prompt, 1, false));
+  auto body = Call(http::verb::post, target, "/v1/completions", o.api_key,
+                   CompletionBody(o, model, prompt, 1, false));
   if (!body.ok()) return body.status();
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
@@ -318,7 +324,7 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
   LlmBenchRun run;
   run.model = o.model;
   if (run.model.empty()) {
-    auto models = HttpGet(*target, "/v1/models");
+    auto models = Call(http::verb::get, *target, "/v1/models", o.api_key, "");
     if (!models.ok()) return models.status();
     simdjson::dom::parser parser;
     simdjson::dom::element doc;

@@ -186,3 +186,39 @@ TEST(LlmEngineTest, ContextAndQueueLimits) {
 
 }  // namespace
 }  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// Sampling from the tiny model emits its EOS token (id 2) now and then. A request that may stop
+// there ends with "stop" before max_tokens, and its text is the start of what the same seed gives
+// when EOS is ignored.
+TEST(LlmEngineTest, EosEndsGenerationUnlessIgnored) {
+  auto engine = Load();
+  ASSERT_NE(engine, nullptr);
+  int stopped = 0;
+  for (uint64_t seed = 1; seed <= 40 && stopped < 2; ++seed) {
+    GenerationRequest request = Request(*engine, "hello world", 200);
+    request.sampling.temperature = 1.5;
+    request.sampling.seed = seed;
+    request.ignore_eos = false;
+    Collector free_run;
+    ASSERT_TRUE(engine->Submit(request, free_run.Callback()).ok());
+    const Outcome o = free_run.Wait();
+    if (o.last.finish == FinishReason::kLength) continue;
+    ++stopped;
+    EXPECT_EQ(o.last.finish, FinishReason::kStop) << "seed " << seed;
+    EXPECT_LT(o.last.completion_tokens, 200);
+    request.ignore_eos = true;
+    Collector ignoring;
+    ASSERT_TRUE(engine->Submit(request, ignoring.Callback()).ok());
+    const Outcome full = ignoring.Wait();
+    EXPECT_EQ(full.last.finish, FinishReason::kLength);
+    EXPECT_EQ(full.last.completion_tokens, 200);
+    EXPECT_EQ(full.text.substr(0, o.text.size()), o.text) << "seed " << seed;
+  }
+  EXPECT_GT(stopped, 0) << "no seed reached EOS within 200 tokens";
+}
+
+}  // namespace
+}  // namespace sluice::llm
