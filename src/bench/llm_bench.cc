@@ -137,8 +137,9 @@ LlmRequestRecord StreamOne(const HttpTarget& target, const std::string& api_key,
     parser.body_limit(64 << 20);
     SseReader sse;
     bool saw_done = false;
-    auto on_chunk = [&](uint64_t, std::string_view data, beast::error_code&) -> size_t {
+    auto on_chunk = [&](uint64_t, beast::string_view body, beast::error_code&) -> size_t {
       const double now = Now(t0);
+      const std::string_view data(body.data(), body.size());
       for (const std::string& payload : sse.Feed(data)) {
         const StreamChunk chunk = ParseStreamChunk(payload);
         if (chunk.done) saw_done = true;
