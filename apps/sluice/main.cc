@@ -292,7 +292,8 @@ int RunLlmInProcess(const BenchCommand& cmd) {
       llm::GenerationRequest request;
       request.prompt = (*engine)->tokenizer().Encode(prompts[static_cast<size_t>(i)]);
       request.max_tokens = o.output_tokens;
-      request.ignore_eos = true;
+      request.ignore_eos = o.ignore_eos;
+      request.sampling.temperature = 0;  // Greedy, as the HTTP bench asks.
       auto id = (*engine)->Submit(std::move(request), [&, i](const llm::GenerationEvent& e) {
         const double now =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -17,6 +17,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <numbers>
@@ -63,17 +64,25 @@ struct Linear {
     at::Tensor y = at::empty({m, n}, input.options());
     const float* xp = input.data_ptr<float>();
     float* yp = y.data_ptr<float>();
-    // Threads take whole blocks of eight output columns, the kernels' widest block.
-    constexpr int64_t kBlock = 8;
-    at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
-      const int64_t first = begin * kBlock, last = std::min(n, end * kBlock);
-      if (scales.defined()) {
-        MatmulInt8(xp, m, k, weight.data_ptr<int8_t>(), scales.data_ptr<float>(), n, yp, first,
-                   last);
+    // Threads take blocks of 64 output columns from a shared counter, so a thread that joins the
+    // region late takes fewer instead of holding up the others at its end (equal halves left the
+    // first thread waiting out every wake-up of the second: several ms per token).
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::atomic<int64_t> next{0};
+    const auto* w16 = static_cast<const uint16_t*>(weight.data_ptr());
+    const int8_t* w8 = scales.defined() ? weight.data_ptr<int8_t>() : nullptr;
+    const float* s = scales.defined() ? scales.data_ptr<float>() : nullptr;
+    const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
+#pragma omp parallel num_threads(threads)
+    for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
+      const int64_t first = b * kBlock, last = std::min(n, first + kBlock);
+      if (w8 != nullptr) {
+        MatmulInt8(xp, m, k, w8, s, n, yp, first, last);
       } else {
-        MatmulBf16(xp, m, k, static_cast<const uint16_t*>(weight.data_ptr()), n, yp, first, last);
+        MatmulBf16(xp, m, k, w16, n, yp, first, last);
       }
-    });
+    }
     return y;
   }
   int64_t bytes() const {

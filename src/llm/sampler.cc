@@ -54,10 +54,11 @@ int32_t Sampler::Next(float* logits, int vocab) {
       std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
                         candidates_.end(), higher);
       candidates_.resize(keep);
-    } else {
+    } else if (params_.top_p < 1.0) {
       std::sort(candidates_.begin(), candidates_.end(), higher);
-    }
-    const float max = candidates_.front().first;
+    }  // Else every candidate stays in id order: the draw needs no ranking (the default case).
+    float max = candidates_.front().first;
+    for (const auto& c : candidates_) max = std::max(max, c.first);
     double total = 0;
     probs_.resize(candidates_.size());
     std::vector<double>& probs = probs_;
