@@ -68,8 +68,70 @@ void PortableMatmul(const float* x, int64_t m, int64_t k, const T* w, const floa
   }
 }
 
+// Softmax of each of `groups` rows of `len` scores, in place.
+void SoftmaxRows(float* scores, int groups, int64_t len) {
+  for (int g = 0; g < groups; ++g) {
+    float* row = scores + g * len;
+    const float max = *std::max_element(row, row + len);
+    float total = 0;
+    for (int64_t j = 0; j < len; ++j) total += row[j] = std::exp(row[j] - max);
+    const float inverse = 1.0f / total;
+    for (int64_t j = 0; j < len; ++j) row[j] *= inverse;
+  }
+}
+
+void PortableDecodeAttention(const float* q, int groups, const float* k, const float* v,
+                             int64_t len, int64_t d, float scale, float* out, float* scratch) {
+  for (int64_t j = 0; j < len; ++j) {
+    for (int g = 0; g < groups; ++g) {
+      float dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += q[g * d + c] * k[j * d + c];
+      scratch[g * len + j] = dot * scale;
+    }
+  }
+  SoftmaxRows(scratch, groups, len);
+  std::fill(out, out + groups * d, 0.0f);
+  for (int64_t j = 0; j < len; ++j) {
+    for (int g = 0; g < groups; ++g) {
+      const float p = scratch[g * len + j];
+      for (int64_t c = 0; c < d; ++c) out[g * d + c] += p * v[j * d + c];
+    }
+  }
+}
+
 #ifdef SLUICE_X86
 #define SLUICE_AVX2 __attribute__((target("avx2,fma")))
+
+// As PortableDecodeAttention, eight lanes of d at a time (d a multiple of 8).
+SLUICE_AVX2 void Avx2DecodeAttention(const float* q, int groups, const float* k, const float* v,
+                                     int64_t len, int64_t d, float scale, float* out,
+                                     float* scratch) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* kj = k + j * d;
+    for (int g = 0; g < groups; ++g) {
+      const float* qg = q + g * d;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t c = 0; c < d; c += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(kj + c), acc);
+      }
+      __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+      sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+      scratch[g * len + j] = _mm_cvtss_f32(sum) * scale;
+    }
+  }
+  SoftmaxRows(scratch, groups, len);
+  for (int g = 0; g < groups; ++g) {
+    const float* p = scratch + g * len;
+    for (int64_t c = 0; c < d; c += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t j = 0; j < len; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * d + c), acc);
+      }
+      _mm256_storeu_ps(out + g * d + c, acc);
+    }
+  }
+}
 
 SLUICE_AVX2 inline __m256 Widen8(const uint16_t* w) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
@@ -202,6 +264,16 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
   if (HasAvx2()) return Avx2Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
 #endif
   PortableMatmul(x, m, k, w, scales, n, y, n_begin, n_end);
+}
+
+void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
+                     int64_t d, float scale, float* out, float* scratch) {
+#ifdef SLUICE_X86
+  if (HasAvx2() && d % 8 == 0) {
+    return Avx2DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+  }
+#endif
+  PortableDecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
 }
 
 uint16_t Fp32ToBf16(float value) {

@@ -43,6 +43,12 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end);
 
+// Attention of `groups` queries (one KV head's query group, one new token each) over `len` cached
+// positions: out[g] = softmax(q[g] . k[j] * scale over j) . v. q: [groups, d]; k, v: [len, d] rows
+// of the cache; out: [groups, d]; scratch: at least groups * len floats.
+void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
+                     int64_t d, float scale, float* out, float* scratch);
+
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);
 float Bf16ToFp32(uint16_t bits);

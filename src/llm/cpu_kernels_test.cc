@@ -172,3 +172,47 @@ TEST(CpuKernelIsa, NamesThePathInUse) {
 
 }  // namespace
 }  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// Against a double-precision softmax attention, on both paths, with head sizes that take the
+// vector path (multiples of 8) and one that does not.
+TEST(DecodeAttention, MatchesSoftmaxAttention) {
+  for (bool portable : {false, true}) {
+    ForcePortableKernels(portable);
+    for (auto [groups, len, d] : {std::tuple{3, 1, 64}, std::tuple{3, 37, 64},
+                                  std::tuple{1, 200, 16}, std::tuple{2, 9, 12}}) {
+      std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
+          v(k.size()), out(q.size()), scratch(static_cast<size_t>(groups * len));
+      for (auto* t : {&q, &k, &v}) {
+        for (float& x : *t) x = normal(rng);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      DecodeAttention(q.data(), groups, k.data(), v.data(), len, d, scale, out.data(),
+                      scratch.data());
+      for (int g = 0; g < groups; ++g) {
+        std::vector<double> p(static_cast<size_t>(len));
+        double max = -1e300, total = 0;
+        for (int j = 0; j < len; ++j) {
+          double dot = 0;
+          for (int c = 0; c < d; ++c) dot += double{q[g * d + c]} * k[j * d + c];
+          p[j] = dot * scale;
+          max = std::max(max, p[j]);
+        }
+        for (double& x : p) total += x = std::exp(x - max);
+        for (int c = 0; c < d; ++c) {
+          double want = 0;
+          for (int j = 0; j < len; ++j) want += p[j] / total * v[j * d + c];
+          ASSERT_NEAR(out[g * d + c], want, 1e-5) << "portable " << portable << " group " << g;
+        }
+      }
+    }
+  }
+  ForcePortableKernels(false);
+}
+
+}  // namespace
+}  // namespace sluice::llm

@@ -118,10 +118,12 @@ class LlamaModel final : public StepModel {
  private:
   Status LoadWeights(const SafetensorsFile& file);
   void BuildRope();
-  at::Tensor Attention(int layer, const at::Tensor& q, const std::vector<SequenceChunk>& chunks,
+  at::Tensor Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
                        const std::vector<int64_t>& offsets);
-  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
-  at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  void WriteCache(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
+                  const std::vector<int64_t>& offsets);
+  void RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out) const;
+  void Rotate(at::Tensor& qkv, const std::vector<int64_t>& positions) const;
 
   ModelArchitecture arch_;
   LlmServeConfig serve_;
@@ -281,68 +283,122 @@ void LlamaModel::BuildRope() {
   TORCH_CHECK(rope_cos_.size(1) == half);
 }
 
-at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
-  return weight * (x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps));
+// The per-token work between the matrix products (norms, rotary embeddings, cache writes, decode
+// attention, SwiGLU, residual adds) runs as plain loops over contiguous fp32 rows: as ATen calls
+// it was a few thousand small operations per decode step, costing more than a third of the step.
+
+// out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), as transformers computes it in fp32.
+void LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out) const {
+  const int64_t rows = x.size(0), width = x.size(1);
+  const float* in = x.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const auto eps = static_cast<float>(arch_.rms_norm_eps);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* row = in + t * width;
+    float squares = 0;
+    for (int64_t c = 0; c < width; ++c) squares += row[c] * row[c];
+    const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
+    for (int64_t c = 0; c < width; ++c) o[t * width + c] = w[c] * (row[c] * inverse);
+  }
 }
 
-// x: [T, heads, D]; cos/sin: [T, 1, D/2]. Halves rotated (HF layout).
-at::Tensor LlamaModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
-                              const at::Tensor& sin) const {
-  const int64_t half = arch_.head_dim / 2;
-  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+// Rotates the query and key heads of each row of qkv in place by its position (HF's halves
+// layout: the first half of a head pairs with the second).
+void LlamaModel::Rotate(at::Tensor& qkv, const std::vector<int64_t>& positions) const {
+  const ModelArchitecture& a = arch_;
+  const int64_t half = a.head_dim / 2, width = qkv.size(1), heads = a.heads + a.kv_heads;
+  float* base = qkv.data_ptr<float>();
+  const float* cos_table = rope_cos_.data_ptr<float>();
+  const float* sin_table = rope_sin_.data_ptr<float>();
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const float* cos = cos_table + positions[t] * half;
+    const float* sin = sin_table + positions[t] * half;
+    for (int64_t h = 0; h < heads; ++h) {  // Query heads, then key heads: adjacent in a row.
+      float* x = base + static_cast<int64_t>(t) * width + h * a.head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * cos[i] - x2 * sin[i];
+        x[i + half] = x2 * cos[i] + x1 * sin[i];
+      }
+    }
+  }
 }
 
-// q: [T, H, D], after this step's keys and values were written to the cache. Returns [T, H D].
-at::Tensor LlamaModel::Attention(int layer, const at::Tensor& q,
+// Copies each token's keys and values from qkv into its slot's cache rows.
+void LlamaModel::WriteCache(int layer, const at::Tensor& qkv,
+                            const std::vector<SequenceChunk>& chunks,
+                            const std::vector<int64_t>& offsets) {
+  const ModelArchitecture& a = arch_;
+  const int64_t d = a.head_dim, width = qkv.size(1), q_cols = int64_t{a.heads} * d,
+                kv_cols = int64_t{a.kv_heads} * d, context = serve_.context_length;
+  const float* rows = qkv.data_ptr<float>();
+  float* keys = cache_k_[static_cast<size_t>(layer)].data_ptr<float>();
+  float* values = cache_v_[static_cast<size_t>(layer)].data_ptr<float>();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& chunk = chunks[i];
+    for (size_t j = 0; j < chunk.tokens.size(); ++j) {
+      const float* row = rows + (offsets[i] + static_cast<int64_t>(j)) * width;
+      const int64_t position = chunk.start + static_cast<int64_t>(j);
+      for (int64_t h = 0; h < a.kv_heads; ++h) {
+        const int64_t at = ((int64_t{chunk.slot} * a.kv_heads + h) * context + position) * d;
+        std::copy_n(row + q_cols + h * d, d, keys + at);
+        std::copy_n(row + q_cols + kv_cols + h * d, d, values + at);
+      }
+    }
+  }
+}
+
+// Attention for every token, after this step's keys and values were written to the cache.
+// qkv: [T, (H + 2 KV) D]; returns [T, H D]. A decode chunk (one token) attends over its slot's
+// cache with DecodeAttention, one task per (chunk, KV head) shared among the threads; a prefill
+// chunk goes through at::scaled_dot_product_attention, causal within the chunk.
+at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
                                  const std::vector<SequenceChunk>& chunks,
                                  const std::vector<int64_t>& offsets) {
   const ModelArchitecture& a = arch_;
-  const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = q.size(0);
-  at::Tensor out = at::empty({total, int64_t{a.heads} * d}, q.options());
+  const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
+                width = qkv.size(1), context = serve_.context_length;
+  at::Tensor out = at::empty({total, int64_t{a.heads} * d}, qkv.options());
   const at::Tensor& cache_k = cache_k_[static_cast<size_t>(layer)];
   const at::Tensor& cache_v = cache_v_[static_cast<size_t>(layer)];
 
-  // Decode chunks (one token each) in one call over the slot range they span. Each query head
-  // group becomes G "query positions" of its KV head, so no key or value is repeated.
   std::vector<size_t> decode;
-  std::vector<bool> is_decode(chunks.size(), false);
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) {
-      decode.push_back(i);
-      is_decode[i] = true;
-    }
+    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) decode.push_back(i);
   }
   if (!decode.empty()) {
-    int lo = chunks[decode[0]].slot, hi = lo, length = 0;
-    for (size_t i : decode) {
-      lo = std::min(lo, chunks[i].slot);
-      hi = std::max(hi, chunks[i].slot);
-      length = std::max(length, chunks[i].start + 1);
-    }
-    const int64_t n = hi - lo + 1;
-    at::Tensor mask = at::zeros({n, 1, 1, length}, at::kBool);
-    mask.select(3, 0).fill_(true);  // Slots in the range but not in the step see one key.
-    at::Tensor query = at::zeros({n, a.kv_heads, groups, d}, q.options());
-    for (size_t i : decode) {
-      const int64_t row = chunks[i].slot - lo;
-      mask[row].narrow(2, 0, chunks[i].start + 1).fill_(true);
-      query[row].copy_(q[offsets[i]].view({a.kv_heads, groups, d}));
-    }
-    at::Tensor keys = cache_k.narrow(0, lo, n).narrow(2, 0, length);
-    at::Tensor values = cache_v.narrow(0, lo, n).narrow(2, 0, length);
-    at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
-    for (size_t i : decode) {
-      out[offsets[i]].copy_(result[chunks[i].slot - lo].reshape({-1}));
+    const int64_t tasks = static_cast<int64_t>(decode.size()) * a.kv_heads;
+    int64_t longest = 0;
+    for (size_t i : decode) longest = std::max<int64_t>(longest, chunks[i].start + 1);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const float* rows = qkv.data_ptr<float>();
+    const float* keys = cache_k.data_ptr<float>();
+    const float* values = cache_v.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
+    std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> scratch(static_cast<size_t>(groups * longest));
+      for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+        const SequenceChunk& chunk = chunks[decode[static_cast<size_t>(task / a.kv_heads)]];
+        const int64_t h = task % a.kv_heads, row = offsets[decode[task / a.kv_heads]];
+        const int64_t cache_row = (int64_t{chunk.slot} * a.kv_heads + h) * context * d;
+        DecodeAttention(rows + row * width + h * groups * d, static_cast<int>(groups),
+                        keys + cache_row, values + cache_row, chunk.start + 1, d, scale,
+                        o + row * a.heads * d + h * groups * d, scratch.data());
+      }
     }
   }
   // Prefill chunks: queries ordered (KV head, group, token); causal within the chunk.
+  const at::Tensor q = qkv.narrow(1, 0, int64_t{a.heads} * d);
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (is_decode[i]) continue;
+    if (std::find(decode.begin(), decode.end(), i) != decode.end()) continue;
     const SequenceChunk& chunk = chunks[i];
     const int64_t len = static_cast<int64_t>(chunk.tokens.size()), end = chunk.start + len;
     at::Tensor query = q.narrow(0, offsets[i], len)
-                           .view({len, a.kv_heads, groups, d})
+                           .reshape({len, a.kv_heads, groups, d})
                            .permute({1, 2, 0, 3})
                            .reshape({1, a.kv_heads, groups * len, d});
     at::Tensor rows = at::arange(chunk.start, end, at::kLong).repeat({groups}).unsqueeze(1);
@@ -396,35 +452,40 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
   }
   try {
     c10::InferenceMode guard;
-    const int64_t total = static_cast<int64_t>(tokens.size()), d = a.head_dim;
-    at::Tensor token_ids = at::tensor(tokens, at::kLong);
-    at::Tensor position_ids = at::tensor(positions, at::kLong);
-    at::Tensor cos = rope_cos_.index_select(0, position_ids).unsqueeze(1);
-    at::Tensor sin = rope_sin_.index_select(0, position_ids).unsqueeze(1);
-    at::Tensor x = embedding_.index_select(0, token_ids).to(at::kFloat);
-    const int64_t q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d;
+    const int64_t total = static_cast<int64_t>(tokens.size()), hidden = a.hidden_size,
+                  inter = a.intermediate_size;
+    at::Tensor x = embedding_.index_select(0, at::tensor(tokens, at::kLong)).to(at::kFloat);
+    at::Tensor normed = at::empty({total, hidden}, at::kFloat);
+    at::Tensor act = at::empty({total, inter}, at::kFloat);
+    float* xp = x.data_ptr<float>();
     for (int l = 0; l < a.layers; ++l) {
       const Layer& layer = layers_[static_cast<size_t>(l)];
-      at::Tensor qkv = layer.qkv(RmsNorm(x, layer.attn_norm));
-      at::Tensor q = Rotate(qkv.narrow(1, 0, q_cols).view({total, a.heads, d}), cos, sin);
-      at::Tensor k = Rotate(qkv.narrow(1, q_cols, kv_cols).view({total, a.kv_heads, d}), cos, sin);
-      at::Tensor v = qkv.narrow(1, q_cols + kv_cols, kv_cols).view({total, a.kv_heads, d});
-      for (size_t i = 0; i < chunks.size(); ++i) {
-        const int64_t len = static_cast<int64_t>(chunks[i].tokens.size());
-        cache_k_[static_cast<size_t>(l)][chunks[i].slot]
-            .narrow(1, chunks[i].start, len)
-            .copy_(k.narrow(0, offsets[i], len).transpose(0, 1));
-        cache_v_[static_cast<size_t>(l)][chunks[i].slot]
-            .narrow(1, chunks[i].start, len)
-            .copy_(v.narrow(0, offsets[i], len).transpose(0, 1));
+      RmsNorm(x, layer.attn_norm, normed);
+      at::Tensor qkv = layer.qkv(normed).contiguous();
+      Rotate(qkv, positions);
+      WriteCache(l, qkv, chunks, offsets);
+      at::Tensor attn = layer.out(Attention(l, qkv, chunks, offsets)).contiguous();
+      const float* ap = attn.data_ptr<float>();
+      for (int64_t i = 0; i < total * hidden; ++i) xp[i] += ap[i];
+      RmsNorm(x, layer.ffn_norm, normed);
+      at::Tensor gate_up = layer.gate_up(normed).contiguous();
+      const float* gu = gate_up.data_ptr<float>();
+      float* actp = act.data_ptr<float>();
+      for (int64_t t = 0; t < total; ++t) {  // SwiGLU: silu(gate) * up.
+        const float* gate = gu + t * 2 * inter;
+        for (int64_t c = 0; c < inter; ++c) {
+          const float g = gate[c];
+          actp[t * inter + c] = g / (1.0f + std::exp(-g)) * gate[inter + c];
+        }
       }
-      x = x + layer.out(Attention(l, q, chunks, offsets));
-      at::Tensor gate_up = layer.gate_up(RmsNorm(x, layer.ffn_norm));
-      const int64_t inter = a.intermediate_size;
-      x = x + layer.down(at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter));
+      at::Tensor down = layer.down(act).contiguous();
+      const float* dp = down.data_ptr<float>();
+      for (int64_t i = 0; i < total * hidden; ++i) xp[i] += dp[i];
     }
     at::Tensor last = x.index_select(0, at::tensor(logit_rows, at::kLong));
-    at::Tensor out = lm_head_(RmsNorm(last, final_norm_)).contiguous();
+    at::Tensor last_normed = at::empty_like(last);
+    RmsNorm(last, final_norm_, last_normed);
+    at::Tensor out = lm_head_(last_normed).contiguous();
     const size_t before = logits->size();
     logits->resize(before + static_cast<size_t>(out.numel()));
     std::copy_n(out.data_ptr<float>(), out.numel(), logits->data() + before);
