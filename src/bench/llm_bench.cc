@@ -375,8 +375,8 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
     std::vector<LlmRequestRecord> records(static_cast<size_t>(n));
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
+    std::atomic<int> next{0};  // Closed loop: the next request to send. Outlives the threads.
     if (level.concurrency > 0) {
-      std::atomic<int> next{0};
       for (int t = 0; t < std::min(level.concurrency, n); ++t) {
         threads.emplace_back([&] {
           for (int i; (i = next.fetch_add(1)) < n;) {
