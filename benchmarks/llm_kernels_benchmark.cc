@@ -1,18 +1,24 @@
-// The decoder's weight-streaming matrix products at SmolLM2-135M's shapes, on all cores: bytes of
-// weight read per second is the figure to hold against the machine's memory bandwidth.
-//   build/llm_kernels_benchmark --benchmark_filter=Bf16
+// The decoder's weight-streaming matrix products at SmolLM2-135M's shapes, on one core and on all,
+// on each code path the CPU has: bytes of weight read per second is the figure to hold against
+// the machine's memory bandwidth, which ReadBandwidth measures (a 512 MiB buffer summed with the
+// widest loads the CPU has, split over the threads; the best of the repetitions is the ceiling).
+//   build/llm_kernels_benchmark --benchmark_filter='Bf16|ReadBandwidth'
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "llm/cpu_kernels.h"
 
 namespace {
-
-using sluice::llm::Fp32ToBf16;
 
 // Every weight of one decoder layer plus a 1/30 share of the output head, as one [n, k] matrix
 // each: the weights of qkv, out, gate_up and down differ in shape, so each shape runs in turn.
@@ -21,43 +27,69 @@ struct Shape {
 };
 const Shape kLayer[] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
 
+// A weight value that is a normal number in its type: bf16 bits 0x0001 would be a denormal float,
+// which the FMA path handles in microcode, hundreds of times slower.
+template <class Weight>
+Weight SomeWeight() {
+  if constexpr (std::is_same_v<Weight, uint16_t>) {
+    return sluice::llm::Fp32ToBf16(0.01f);
+  } else {
+    return Weight{3};
+  }
+}
+
 template <class Weight, class Call>
 void Run(benchmark::State& state, Call call) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
+  const auto isa = static_cast<sluice::llm::KernelIsa>(state.range(2));
+  if (isa > sluice::llm::BestKernelIsa()) {
+    state.SkipWithError("this CPU lacks the path");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  sluice::llm::LimitKernelIsa(isa);
+  state.SetLabel(sluice::llm::KernelIsaName(isa));
   // Thirty layers' worth of weights so the matrices come from memory, not cache.
   constexpr int kCopies = 30;
-  std::mt19937 rng(1);
   std::vector<std::vector<Weight>> weights;
+  std::vector<Shape> shapes;
   int64_t bytes = 0;
   for (int copy = 0; copy < kCopies; ++copy) {
     for (const Shape& s : kLayer) {
-      weights.emplace_back(static_cast<size_t>(sluice::llm::PackedSize(s.n, s.k)), Weight{1});
+      weights.emplace_back(static_cast<size_t>(sluice::llm::PackedSize(s.n, s.k)),
+                           SomeWeight<Weight>());
+      shapes.push_back(s);
       bytes += s.n * s.k * static_cast<int64_t>(sizeof(Weight));
     }
   }
-  std::vector<float> x(static_cast<size_t>(m * 3072), 0.5f), y(static_cast<size_t>(m * 3072));
+  std::vector<float> x(static_cast<size_t>(m * 3072), 0.5f);
   std::vector<float> scales(3072, 0.01f);
-  for (auto _ : state) {
-    size_t index = 0;
-    for (int copy = 0; copy < kCopies; ++copy) {
-      for (const Shape& s : kLayer) {
-        const Weight* w = weights[index++].data();
-        std::vector<std::thread> pool;
-        const int64_t per = (s.n + threads - 1) / threads;
-        for (int t = 1; t < threads; ++t) {
-          pool.emplace_back([&, t] {
-            call(x.data(), m, s.k, w, scales.data(), s.n, y.data(), t * per,
-                 std::min(s.n, (t + 1) * per));
-          });
-        }
-        call(x.data(), m, s.k, w, scales.data(), s.n, y.data(), 0, std::min(s.n, per));
-        for (auto& th : pool) th.join();
+  std::vector<std::vector<float>> ys(static_cast<size_t>(threads),
+                                     std::vector<float>(static_cast<size_t>(m * 3072)));
+  // Each thread walks every matrix in turn, computing its share of the columns (a multiple of
+  // 64), as the decoder's threads do; the threads start once per pass, not once per matrix.
+  auto share = [&](int t) {
+    for (size_t index = 0; index < weights.size(); ++index) {
+      const Shape& s = shapes[index];
+      const int64_t per = (s.n / 64 + threads - 1) / threads * 64;
+      const int64_t first = std::min(s.n, t * per), last = std::min(s.n, first + per);
+      if (first < last) {
+        call(x.data(), m, s.k, weights[index].data(), scales.data(), s.n,
+             ys[static_cast<size_t>(t)].data(), first, last);
       }
     }
-    benchmark::DoNotOptimize(y.data());
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(share, t);
+    share(0);
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(ys.data());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
+  sluice::llm::LimitKernelIsa(sluice::llm::KernelIsa::kAvx512Bf16);
 }
 
 void Bf16(benchmark::State& state) {
@@ -70,17 +102,85 @@ void Int8(benchmark::State& state) {
                         int64_t n, float* y, int64_t b,
                         int64_t e) { sluice::llm::MatmulInt8(x, m, k, w, s, n, y, b, e); });
 }
-// Rows of x (sequences in a decode step), threads.
+// Rows of x (sequences in a decode step), threads, code path (a KernelIsa).
 void Shapes(benchmark::internal::Benchmark* b) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  for (int64_t rows : {1, 4, 16, 64}) {
-    b->Args({rows, 1});
-    if (cores > 1) b->Args({rows, cores});
+  for (auto isa : {sluice::llm::KernelIsa::kAvx2, sluice::llm::KernelIsa::kAvx512Bf16}) {
+    for (int64_t rows : {1, 4, 16, 64, 128}) {
+      b->Args({rows, 1, static_cast<int64_t>(isa)});
+      if (cores > 1) b->Args({rows, cores, static_cast<int64_t>(isa)});
+    }
   }
-  b->ArgNames({"rows", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  b->ArgNames({"rows", "threads", "isa"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(Bf16)->Apply(Shapes);
 BENCHMARK(Int8)->Apply(Shapes);
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t count) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < count; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t count) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < count; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#endif
+float Sum(const float* p, size_t count) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return SumAvx512(p, count);
+  if (__builtin_cpu_supports("avx2")) return SumAvx2(p, count);
+#endif
+  float sum = 0;
+  for (size_t i = 0; i < count; ++i) sum += p[i];
+  return sum;
+}
+
+// Memory read bandwidth: the ceiling the matrix products are held against.
+void ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr size_t kBytes = size_t{512} << 20, kFloats = kBytes / sizeof(float);
+  std::unique_ptr<float, decltype(&std::free)> buffer(
+      static_cast<float*>(std::aligned_alloc(64, kBytes)), &std::free);
+  std::memset(buffer.get(), 0, kBytes);
+  const size_t per = kFloats / static_cast<size_t>(threads) / 64 * 64;
+  std::vector<float> sums(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        sums[static_cast<size_t>(t)] = Sum(buffer.get() + static_cast<size_t>(t) * per, per);
+      });
+    }
+    sums[0] = Sum(buffer.get(), per);
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(per * threads * sizeof(float)));
+}
+BENCHMARK(ReadBandwidth)
+    ->Arg(1)
+    ->Arg(std::max(1u, std::thread::hardware_concurrency()))
+    ->ArgName("threads")
+    ->UseRealTime()
+    ->Repetitions(5)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

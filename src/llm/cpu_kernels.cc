@@ -13,7 +13,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -228,22 +232,231 @@ SLUICE_AVX2 void Avx2Matmul(const float* x, int64_t m, int64_t k, const T* w, co
   Columns<4, 1, T>(x, m, k, w, scales, n, y, grouped, n_end);
 }
 
-std::atomic<bool> force_portable{false};
+// The AVX-512 BF16 path: x is rounded to bf16 once per call (round to nearest even; the padding
+// columns are zeros) and VDPBF16PS multiplies pairs of bf16 and adds both products to an fp32
+// lane, 32 multiply-adds per instruction, twice the AVX2 path's per instruction and on vectors
+// twice as wide. int8 weights become bf16 exactly (every int8 has at most 8 significant bits).
+//
+// The packed layout serves as it is: a run of eight columns of a group of eight weight rows is 64
+// values, two 512-bit vectors of four rows each, a row's eight columns in one 128-bit lane as four
+// pairs. The eight bf16 of x for the same columns, broadcast to all four 128-bit lanes, meet each
+// row's pairs. Lane p of a row's 128-bit lane sums the pairs p, p + 4, p + 8, ... of its columns;
+// the four lanes are added (p0 + p2) + (p1 + p3) for every block shape.
+#define SLUICE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// GCC 12 warns that the "undefined" vector inside its own AVX-512 conversion intrinsics may be
+// used uninitialized (a false positive of its headers, not of this code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
-bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has && !force_portable.load(std::memory_order_relaxed);
+SLUICE_AVX512 inline void Load64(const uint16_t* w, __m512bh* lo, __m512bh* hi) {
+  *lo = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w));
+  *hi = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + 32));
+}
+SLUICE_AVX512 inline void Load64(const int8_t* w, __m512bh* lo, __m512bh* hi) {
+  __m512 f[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    f[q] = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * q))));
+  }
+  // cvtne2ps puts its second operand in the lower half.
+  *lo = _mm512_cvtne2ps_pbh(f[1], f[0]);
+  *hi = _mm512_cvtne2ps_pbh(f[3], f[2]);
+}
+
+// Rows [i0, i0 + MB) of xb (bf16, row stride kp) against the NG groups of eight weight rows that
+// start at row j0, whose packed weights start at wr; columns of y at or past j_end are not written.
+template <int MB, int NG, class T>
+SLUICE_AVX512 void Block512(const uint16_t* xb, int64_t kp, const T* wr, const float* scales,
+                            int64_t n, float* y, int64_t i0, int64_t j0, int64_t j_end) {
+  __m512 acc[MB][NG][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; ++g) acc[i][g][0] = acc[i][g][1] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < kp; c += 8) {
+    __m512bh xv[MB];
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; ++i) {
+      xv[i] = reinterpret_cast<__m512bh>(_mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + (i0 + i) * kp + c))));
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; ++g) {
+      __m512bh lo, hi;
+      Load64(wr + g * 8 * kp + c * 8, &lo, &hi);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; ++i) {
+        acc[i][g][0] = _mm512_dpbf16_ps(acc[i][g][0], xv[i], lo);
+        acc[i][g][1] = _mm512_dpbf16_ps(acc[i][g][1], xv[i], hi);
+      }
+    }
+  }
+  // Element 0 of each 128-bit lane of each accumulator, rows 0-3 then 4-7 of the group.
+  const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (int g = 0; g < NG; ++g) {
+    const int64_t j = j0 + g * 8;
+    if (j >= j_end) break;
+    const __mmask8 mask = static_cast<__mmask8>(j_end - j >= 8 ? 0xff : (1u << (j_end - j)) - 1);
+    for (int i = 0; i < MB; ++i) {
+      __m512 sums[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512 a = acc[i][g][h];
+        // (p0 + p2, p1 + p3, ...), then (p0 + p2) + (p1 + p3) in every position.
+        const __m512 pairs = _mm512_add_ps(a, _mm512_shuffle_ps(a, a, _MM_SHUFFLE(1, 0, 3, 2)));
+        sums[h] = _mm512_add_ps(pairs, _mm512_shuffle_ps(pairs, pairs, _MM_SHUFFLE(2, 3, 0, 1)));
+      }
+      __m256 row = _mm512_castps512_ps256(_mm512_permutex2var_ps(sums[0], firsts, sums[1]));
+      if (scales != nullptr) row = _mm256_mul_ps(row, _mm256_maskz_loadu_ps(mask, scales + j));
+      _mm256_mask_storeu_ps(y + (i0 + i) * n + j, mask, row);
+    }
+  }
+}
+
+// Every row against the groups of columns [c0, c1), whose packed weights start at wc.
+template <int MB, int NG, class T>
+SLUICE_AVX512 void ChunkRows512(const uint16_t* xb, int64_t m, int64_t kp, const T* wc,
+                                const float* scales, int64_t n, float* y, int64_t c0, int64_t c1) {
+  const int64_t whole = c0 + (c1 - c0) / (8 * NG) * (8 * NG);
+  auto weights = [&](int64_t j) { return wc + (j - c0) * kp; };  // Group (j / 8)'s weights.
+  int64_t i = 0;
+  for (; i + MB <= m; i += MB) {
+    for (int64_t j = c0; j < whole; j += 8 * NG) {
+      Block512<MB, NG, T>(xb, kp, weights(j), scales, n, y, i, j, c1);
+    }
+    for (int64_t j = whole; j < c1; j += 8) {
+      Block512<MB, 1, T>(xb, kp, weights(j), scales, n, y, i, j, c1);
+    }
+  }
+  if constexpr (MB > 1) {
+    for (; i < m; ++i) {
+      for (int64_t j = c0; j < c1; j += 8) {
+        Block512<1, 1, T>(xb, kp, weights(j), scales, n, y, i, j, c1);
+      }
+    }
+  }
+}
+
+// Groups of eight columns from j_begin (a multiple of 8) on, until j_end, for every row. int8
+// weights are widened to bf16 as they are read when one block of rows passes over them; when
+// several do, each chunk is widened once into a buffer (in L2) that they all read. Both give the
+// same bf16 values.
+template <int MB, int NG, class T>
+SLUICE_AVX512 void Columns512(const uint16_t* xb, int64_t m, int64_t kp, const T* w,
+                              const float* scales, int64_t n, float* y, int64_t j_begin,
+                              int64_t j_end) {
+  const int64_t group_bytes = 8 * kp * static_cast<int64_t>(sizeof(T));
+  const int64_t chunk = std::max<int64_t>(NG, (64 << 10) / group_bytes / NG * NG) * 8;
+  for (int64_t c0 = j_begin; c0 < j_end; c0 += chunk) {
+    const int64_t c1 = std::min(j_end, c0 + chunk);
+    if constexpr (std::is_same_v<T, int8_t>) {
+      if (m > MB) {
+        thread_local std::vector<uint16_t> widened;
+        const int64_t count = RoundUp8(c1 - c0) * kp;
+        widened.resize(static_cast<size_t>(count));
+        const int8_t* from = w + PackedOffset(c0, 0, kp);
+        for (int64_t e = 0; e < count; e += 64) {
+          __m512bh lo, hi;
+          Load64(from + e, &lo, &hi);
+          _mm512_storeu_si512(widened.data() + e, reinterpret_cast<__m512i>(lo));
+          _mm512_storeu_si512(widened.data() + e + 32, reinterpret_cast<__m512i>(hi));
+        }
+        ChunkRows512<MB, NG, uint16_t>(xb, m, kp, widened.data(), scales, n, y, c0, c1);
+        continue;
+      }
+    }
+    ChunkRows512<MB, NG, T>(xb, m, kp, w + PackedOffset(c0, 0, kp), scales, n, y, c0, c1);
+  }
+}
+
+template <class T>
+SLUICE_AVX512 void Avx512Matmul(const float* x, int64_t m, int64_t k, const T* w,
+                                const float* scales, int64_t n, float* y, int64_t n_begin,
+                                int64_t n_end) {
+  const int64_t kp = RoundUp8(k);
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(m * kp));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    uint16_t* out = rounded.data() + i * kp;
+    for (int64_t c = 0; c < kp; c += 16) {
+      const int64_t left = k - c;
+      const __mmask16 in = static_cast<__mmask16>(left >= 16 ? 0xffff
+                                                  : left > 0 ? (1u << left) - 1
+                                                             : 0);
+      const __mmask16 width = static_cast<__mmask16>(kp - c >= 16 ? 0xffff : 0xff);
+      const __m256bh bits = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(in, row + c));
+      _mm256_mask_storeu_epi16(out + c, width, reinterpret_cast<__m256i>(bits));
+    }
+  }
+  if (m == 1) {
+    Columns512<1, 4, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
+  } else if (m < 4) {
+    Columns512<2, 2, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
+  } else {
+    Columns512<4, 2, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// SLUICE_CPU_KERNELS=portable|avx2|avx512bf16 caps the path (to compare them on one machine).
+KernelIsa LimitFromEnvironment() {
+  const char* name = std::getenv("SLUICE_CPU_KERNELS");
+  if (name == nullptr) return KernelIsa::kAvx512Bf16;
+  for (KernelIsa isa : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16}) {
+    if (std::strcmp(name, KernelIsaName(isa)) == 0) return isa;
+  }
+  std::fprintf(stderr, "SLUICE_CPU_KERNELS=%s is none of portable, avx2, avx512bf16: ignored\n",
+               name);
+  return KernelIsa::kAvx512Bf16;
+}
+
+std::atomic<KernelIsa> isa_limit{LimitFromEnvironment()};
+
+KernelIsa Supported() {
+  static const KernelIsa best = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16")) {
+      return KernelIsa::kAvx512Bf16;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KernelIsa::kAvx2;
+    return KernelIsa::kPortable;
+  }();
+  return best;
 }
 #else
-std::atomic<bool> force_portable{false};
-bool HasAvx2() { return false; }
+std::atomic<KernelIsa> isa_limit{KernelIsa::kPortable};
+KernelIsa Supported() { return KernelIsa::kPortable; }
 #endif
+
+// The path in use: the best the CPU has, within the limit.
+KernelIsa Active() { return std::min(Supported(), isa_limit.load(std::memory_order_relaxed)); }
 
 }  // namespace
 
-const char* CpuKernelIsa() { return HasAvx2() ? "avx2" : "portable"; }
+KernelIsa BestKernelIsa() { return Supported(); }
 
-void ForcePortableKernels(bool portable) { force_portable.store(portable); }
+const char* KernelIsaName(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kAvx512Bf16:
+      return "avx512bf16";
+    case KernelIsa::kAvx2:
+      return "avx2";
+    case KernelIsa::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+const char* CpuKernelIsa() { return KernelIsaName(Active()); }
+
+void LimitKernelIsa(KernelIsa limit) { isa_limit.store(limit); }
 
 int64_t PackedSize(int64_t n, int64_t k) { return RoundUp8(n) * RoundUp8(k); }
 
@@ -253,7 +466,14 @@ void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) { Pack(w, n
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 int64_t n_begin, int64_t n_end) {
 #ifdef SLUICE_X86
-  if (HasAvx2()) return Avx2Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+  switch (Active()) {
+    case KernelIsa::kAvx512Bf16:
+      return Avx512Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+    case KernelIsa::kAvx2:
+      return Avx2Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+    case KernelIsa::kPortable:
+      break;
+  }
 #endif
   PortableMatmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
 }
@@ -261,7 +481,14 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end) {
 #ifdef SLUICE_X86
-  if (HasAvx2()) return Avx2Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
+  switch (Active()) {
+    case KernelIsa::kAvx512Bf16:
+      return Avx512Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
+    case KernelIsa::kAvx2:
+      return Avx2Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
+    case KernelIsa::kPortable:
+      break;
+  }
 #endif
   PortableMatmul(x, m, k, w, scales, n, y, n_begin, n_end);
 }
@@ -269,7 +496,7 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch) {
 #ifdef SLUICE_X86
-  if (HasAvx2() && d % 8 == 0) {
+  if (Active() >= KernelIsa::kAvx2 && d % 8 == 0) {
     return Avx2DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
   }
 #endif

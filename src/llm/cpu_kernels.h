@@ -21,10 +21,19 @@
 
 namespace sluice::llm {
 
-// "avx2" when the AVX2 + FMA code runs on this CPU, else "portable".
+// The code paths, in order: each runs where the CPU has its instructions. The AVX-512 BF16 path
+// rounds x to bf16 before multiplying (the products and sums stay fp32); the others keep x fp32.
+// Within one path every row's result is the same whatever the other rows; across paths results
+// differ by rounding.
+enum class KernelIsa { kPortable, kAvx2, kAvx512Bf16 };
+
+// The best path this CPU has.
+KernelIsa BestKernelIsa();
+const char* KernelIsaName(KernelIsa isa);
+// The path in use: "avx512bf16", "avx2" or "portable".
 const char* CpuKernelIsa();
-// Tests: run the portable path even where AVX2 is available.
-void ForcePortableKernels(bool portable);
+// Runs the best path at or below `limit` (tests and benchmarks; the default is no limit).
+void LimitKernelIsa(KernelIsa limit);
 
 // Elements of the packed form of an [n, k] matrix: n and k rounded up to multiples of 8.
 int64_t PackedSize(int64_t n, int64_t k);

@@ -15,12 +15,17 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Each case runs on the vector path (where the CPU has it) and on the portable one.
-class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {
+constexpr KernelIsa kEveryIsa[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16};
+
+// Each case runs on every path this CPU has (the others are skipped).
+class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> {
  protected:
-  void TearDown() override { ForcePortableKernels(false); }
+  void TearDown() override { LimitKernelIsa(KernelIsa::kAvx512Bf16); }
   void SetUp() override {
-    ForcePortableKernels(std::get<1>(GetParam()));
+    const KernelIsa isa = std::get<1>(GetParam());
+    if (isa > BestKernelIsa()) GTEST_SKIP() << KernelIsaName(isa) << " is not on this CPU";
+    LimitKernelIsa(isa);
+    ASSERT_STREQ(CpuKernelIsa(), KernelIsaName(isa));
     const Case c = std::get<0>(GetParam());
     std::mt19937 rng(static_cast<unsigned>(c.m * 1000003 + c.n * 1009 + c.k));
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -39,12 +44,16 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {
     PackInt8(w8.data(), c.n, c.k, packed8.data());
   }
 
-  // sum_k x[i, k] * weight(j, k) in double: the reference.
+  // sum_k x[i, k] * weight(j, k) in double, with x as the path sees it: the reference.
   template <class Weight>
   double Reference(int64_t i, int64_t j, Weight weight) const {
     const int64_t k = std::get<0>(GetParam()).k;
+    const bool bf16_x = std::get<1>(GetParam()) == KernelIsa::kAvx512Bf16;
     double sum = 0;
-    for (int64_t c = 0; c < k; ++c) sum += double{x[static_cast<size_t>(i * k + c)]} * weight(j, c);
+    for (int64_t c = 0; c < k; ++c) {
+      const float xv = x[static_cast<size_t>(i * k + c)];
+      sum += double{bf16_x ? Bf16ToFp32(Fp32ToBf16(xv)) : xv} * weight(j, c);
+    }
     return sum;
   }
 
@@ -143,13 +152,18 @@ TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
 
 // Every row-block shape (1, 2-3, 4+ rows, with remainders), column remainders of each block
 // width, and k with and without a tail of fewer than eight.
-INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
-                         ::testing::Combine(::testing::Values(Case{1, 17, 64}, Case{1, 8, 5},
-                                                              Case{2, 13, 72}, Case{3, 11, 19},
-                                                              Case{4, 9, 64}, Case{5, 7, 96},
-                                                              Case{7, 3, 13}, Case{16, 33, 576},
-                                                              Case{64, 5, 136}, Case{1, 1, 1}),
-                                            ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatmulTest,
+    ::testing::Combine(::testing::Values(Case{1, 17, 64}, Case{1, 8, 5}, Case{2, 13, 72},
+                                         Case{3, 11, 19}, Case{4, 9, 64}, Case{5, 7, 96},
+                                         Case{7, 3, 13}, Case{16, 33, 576}, Case{64, 5, 136},
+                                         Case{1, 1, 1}, Case{6, 40, 24}, Case{9, 64, 520}),
+                       ::testing::ValuesIn(kEveryIsa)),
+    [](const ::testing::TestParamInfo<MatmulTest::ParamType>& info) {
+      const Case c = std::get<0>(info.param);
+      return "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k) +
+             "_" + KernelIsaName(std::get<1>(info.param));
+    });
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
@@ -162,12 +176,14 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(-2.5f)), -2.5f);
 }
 
-TEST(CpuKernelIsa, NamesThePathInUse) {
-  const std::string isa = CpuKernelIsa();
-  EXPECT_TRUE(isa == "avx2" || isa == "portable") << isa;
-  ForcePortableKernels(true);
+TEST(CpuKernelIsa, NamesThePathInUseAndHonoursTheLimit) {
+  EXPECT_STREQ(CpuKernelIsa(), KernelIsaName(BestKernelIsa()));
+  const std::string best = CpuKernelIsa();
+  EXPECT_TRUE(best == "avx512bf16" || best == "avx2" || best == "portable") << best;
+  LimitKernelIsa(KernelIsa::kPortable);
   EXPECT_STREQ(CpuKernelIsa(), "portable");
-  ForcePortableKernels(false);
+  LimitKernelIsa(KernelIsa::kAvx512Bf16);
+  EXPECT_EQ(CpuKernelIsa(), best);
 }
 
 }  // namespace
@@ -179,8 +195,9 @@ namespace {
 // Against a double-precision softmax attention, on both paths, with head sizes that take the
 // vector path (multiples of 8) and one that does not.
 TEST(DecodeAttention, MatchesSoftmaxAttention) {
-  for (bool portable : {false, true}) {
-    ForcePortableKernels(portable);
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
     for (auto [groups, len, d] : {std::tuple{3, 1, 64}, std::tuple{3, 37, 64},
                                   std::tuple{1, 200, 16}, std::tuple{2, 9, 12}}) {
       std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
@@ -206,12 +223,12 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
         for (int c = 0; c < d; ++c) {
           double want = 0;
           for (int j = 0; j < len; ++j) want += p[j] / total * v[j * d + c];
-          ASSERT_NEAR(out[g * d + c], want, 1e-5) << "portable " << portable << " group " << g;
+          ASSERT_NEAR(out[g * d + c], want, 1e-5) << KernelIsaName(isa) << " group " << g;
         }
       }
     }
   }
-  ForcePortableKernels(false);
+  LimitKernelIsa(KernelIsa::kAvx512Bf16);
 }
 
 }  // namespace
