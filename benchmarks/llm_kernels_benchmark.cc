@@ -89,7 +89,7 @@ void Run(benchmark::State& state, Call call) {
     benchmark::DoNotOptimize(ys.data());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  sluice::llm::LimitKernelIsa(sluice::llm::KernelIsa::kAvx512Bf16);
+  sluice::llm::LimitKernelIsa(sluice::llm::KernelIsa::kAmx);
 }
 
 void Bf16(benchmark::State& state) {
@@ -105,7 +105,8 @@ void Int8(benchmark::State& state) {
 // Rows of x (sequences in a decode step), threads, code path (a KernelIsa).
 void Shapes(benchmark::internal::Benchmark* b) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  for (auto isa : {sluice::llm::KernelIsa::kAvx2, sluice::llm::KernelIsa::kAvx512Bf16}) {
+  for (auto isa : {sluice::llm::KernelIsa::kAvx2, sluice::llm::KernelIsa::kAvx512Bf16,
+                   sluice::llm::KernelIsa::kAmx}) {
     for (int64_t rows : {1, 4, 16, 64, 128}) {
       b->Args({rows, 1, static_cast<int64_t>(isa)});
       if (cores > 1) b->Args({rows, cores, static_cast<int64_t>(isa)});

@@ -20,7 +20,10 @@
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define SLUICE_X86 1
 #endif
 
@@ -28,6 +31,28 @@ namespace sluice::llm {
 namespace {
 
 int64_t RoundUp8(int64_t v) { return (v + 7) & ~int64_t{7}; }
+int64_t RoundUp16(int64_t v) { return (v + 15) & ~int64_t{15}; }
+int64_t RoundUp32(int64_t v) { return (v + 31) & ~int64_t{31}; }
+
+// The AMX layout: tiles of 16 rows x 32 columns (one 1 KiB tile register's worth of bf16), tile
+// (t, u) -- rows [16 t, 16 t + 16), columns [32 u, 32 u + 32) -- at (t * k_tiles + u) * 512, its
+// rows one after the other. A layer's tiles for a range of rows form one sequential stream.
+constexpr int64_t kTileElements = 16 * 32;
+int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles) {
+  return (t * k_tiles + u) * kTileElements;
+}
+
+template <class T>
+void PackTiles(const T* w, int64_t n, int64_t k, T* packed) {
+  const int64_t k_tiles = RoundUp32(k) / 32;
+  std::fill(packed, packed + PackedSize(n, k), T{0});
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < k; c += 32) {
+      std::copy(w + j * k + c, w + j * k + std::min(k, c + 32),
+                packed + TileOffset(j / 16, c / 32, k_tiles) + (j % 16) * 32);
+    }
+  }
+}
 
 // Offset in the packed form of row j's weights for columns [c, c + 8), c a multiple of 8.
 int64_t PackedOffset(int64_t j, int64_t c, int64_t k_padded) {
@@ -248,6 +273,7 @@ SLUICE_AVX2 void Avx2Matmul(const float* x, int64_t m, int64_t k, const T* w, co
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 SLUICE_AVX512 inline void Load64(const uint16_t* w, __m512bh* lo, __m512bh* hi) {
@@ -373,32 +399,184 @@ SLUICE_AVX512 void Columns512(const uint16_t* xb, int64_t m, int64_t kp, const T
 }
 
 template <class T>
-SLUICE_AVX512 void Avx512Matmul(const float* x, int64_t m, int64_t k, const T* w,
-                                const float* scales, int64_t n, float* y, int64_t n_begin,
-                                int64_t n_end) {
-  const int64_t kp = RoundUp8(k);
-  thread_local std::vector<uint16_t> rounded;
-  rounded.resize(static_cast<size_t>(m * kp));
+SLUICE_AVX512 void Avx512Matmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
+                                float* y, int64_t n_begin, int64_t n_end) {
+  const int64_t m = x.m, kp = RoundUp8(x.k);
+  const uint16_t* rows = x.rows.data();
+  if (m == 1) {
+    Columns512<1, 4, T>(rows, m, kp, w, scales, n, y, n_begin, n_end);
+  } else if (m < 4) {
+    Columns512<2, 2, T>(rows, m, kp, w, scales, n, y, n_begin, n_end);
+  } else {
+    Columns512<4, 2, T>(rows, m, kp, w, scales, n, y, n_begin, n_end);
+  }
+}
+
+// x rounded to bf16, rows of `stride` values (zeros past k).
+SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out) {
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * k;
-    uint16_t* out = rounded.data() + i * kp;
-    for (int64_t c = 0; c < kp; c += 16) {
+    uint16_t* to = out + i * stride;
+    for (int64_t c = 0; c < stride; c += 16) {
       const int64_t left = k - c;
       const __mmask16 in = static_cast<__mmask16>(left >= 16 ? 0xffff
                                                   : left > 0 ? (1u << left) - 1
                                                              : 0);
-      const __mmask16 width = static_cast<__mmask16>(kp - c >= 16 ? 0xffff : 0xff);
+      const __mmask16 width = static_cast<__mmask16>(stride - c >= 16 ? 0xffff : 0xff);
       const __m256bh bits = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(in, row + c));
-      _mm256_mask_storeu_epi16(out + c, width, reinterpret_cast<__m256i>(bits));
+      _mm256_mask_storeu_epi16(to + c, width, reinterpret_cast<__m256i>(bits));
     }
   }
-  if (m == 1) {
-    Columns512<1, 4, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
-  } else if (m < 4) {
-    Columns512<2, 2, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
-  } else {
-    Columns512<4, 2, T>(rounded.data(), m, kp, w, scales, n, y, n_begin, n_end);
+}
+
+// The AMX path: the weights are the tiles' A operand (16 output columns x 32 k each) and x the B
+// operand, 16 rows of x at a time in the pair-interleaved order TDPBF16PS takes (for each pair of
+// columns, the pair of every row); a C tile holds 16 output columns x up to 16 rows of x. Each
+// element is one row of x against one weight row, so a row's result does not depend on the rows
+// beside it. int8 weights are widened to bf16 tiles first (exactly), once per call.
+#define SLUICE_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tile registers: C 0-3, A (weights) 4-5, B (x) 6.
+SLUICE_AMX void ConfigureTiles(int64_t x_rows) {
+  TileConfig config;
+  const auto x_bytes = static_cast<uint16_t>(x_rows * 4);
+  for (int t = 0; t < 4; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = x_bytes;
   }
+  for (int t = 4; t < 6; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  config.rows[6] = 16;
+  config.colsb[6] = x_bytes;
+  _tile_loadconfig(&config);
+}
+
+SLUICE_AMX void StoreTile(int t, float* out) {
+  switch (t) {
+    case 0:
+      _tile_stored(0, out, 64);
+      break;
+    case 1:
+      _tile_stored(1, out, 64);
+      break;
+    case 2:
+      _tile_stored(2, out, 64);
+      break;
+    default:
+      _tile_stored(3, out, 64);
+      break;
+  }
+}
+
+template <class T>
+SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
+                          float* y, int64_t n_begin, int64_t n_end) {
+  const int64_t k_tiles = RoundUp32(x.k) / 32;
+  const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
+  const uint16_t* tiles;
+  if constexpr (std::is_same_v<T, int8_t>) {
+    thread_local std::vector<uint16_t> widened;
+    const int64_t count = (t_end - t_begin) * k_tiles * kTileElements;
+    widened.resize(static_cast<size_t>(count));
+    const int8_t* from = w + TileOffset(t_begin, 0, k_tiles);
+    for (int64_t e = 0; e < count; e += 64) {
+      __m512bh lo, hi;
+      Load64(from + e, &lo, &hi);
+      _mm512_storeu_si512(widened.data() + e, reinterpret_cast<__m512i>(lo));
+      _mm512_storeu_si512(widened.data() + e + 32, reinterpret_cast<__m512i>(hi));
+    }
+    tiles = widened.data();
+  } else {
+    tiles = w + TileOffset(t_begin, 0, k_tiles);
+  }
+  auto tile = [&](int64_t t, int64_t u) { return tiles + TileOffset(t - t_begin, u, k_tiles); };
+  alignas(64) float out[16][16];
+  for (int64_t block = 0; block * 16 < x.m; ++block) {
+    const int64_t rows = std::min<int64_t>(16, x.m - block * 16);
+    const uint32_t* xb = x.pairs.data() + block * k_tiles * 256;
+    const int64_t x_stride = rows * 4;
+    ConfigureTiles(rows);
+    for (int64_t t = t_begin; t < t_end; t += 4) {
+      const int64_t count = std::min<int64_t>(4, t_end - t);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t u = 0; u < k_tiles; ++u) {
+        _tile_loadd(6, xb + u * 16 * rows, x_stride);
+        _tile_loadd(4, tile(t, u), 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (count > 1) {
+          _tile_loadd(5, tile(t + 1, u), 64);
+          _tile_dpbf16ps(1, 5, 6);
+        }
+        if (count > 2) {
+          _tile_loadd(4, tile(t + 2, u), 64);
+          _tile_dpbf16ps(2, 4, 6);
+        }
+        if (count > 3) {
+          _tile_loadd(5, tile(t + 3, u), 64);
+          _tile_dpbf16ps(3, 5, 6);
+        }
+      }
+      for (int q = 0; q < count; ++q) {
+        StoreTile(q, &out[0][0]);
+        for (int r = 0; r < 16; ++r) {
+          const int64_t j = (t + q) * 16 + r;
+          if (j < n_begin || j >= n_end) continue;
+          const float scale = scales != nullptr ? scales[j] : 1.0f;
+          for (int64_t i = 0; i < rows; ++i) {
+            const float sum = out[r][i];
+            y[(block * 16 + i) * n + j] = scales != nullptr ? sum * scale : sum;
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+// x for the AMX path: rows rounded to bf16, then for each block of 16 rows and each 32 columns,
+// 16 pairs of columns, each holding the pair of every row of the block.
+SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<uint16_t>* rows,
+                            std::vector<uint32_t>* pairs) {
+  const int64_t kp = RoundUp32(k), k_tiles = kp / 32;
+  rows->resize(static_cast<size_t>(m * kp));
+  RoundRows(x, m, k, kp, rows->data());
+  pairs->resize(static_cast<size_t>(((m + 15) / 16) * k_tiles * 256));
+  for (int64_t block = 0; block * 16 < m; ++block) {
+    const int64_t count = std::min<int64_t>(16, m - block * 16);
+    uint32_t* to = pairs->data() + block * k_tiles * 256;
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t* row = rows->data() + (block * 16 + i) * kp;
+      for (int64_t p = 0; p < kp / 2; ++p) {
+        uint32_t pair;
+        std::memcpy(&pair, row + 2 * p, sizeof pair);
+        to[(p / 16) * 16 * count + (p % 16) * count + i] = pair;
+      }
+    }
+  }
+}
+
+bool AmxUsable() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+  if (!amx_bf16 || !amx_tile) return false;
+  // Linux hands out the 8 KiB of tile state only to processes that ask (ARCH_REQ_XCOMP_PERM for
+  // XFEATURE_XTILEDATA).
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -408,13 +586,14 @@ SLUICE_AVX512 void Avx512Matmul(const float* x, int64_t m, int64_t k, const T* w
 // SLUICE_CPU_KERNELS=portable|avx2|avx512bf16 caps the path (to compare them on one machine).
 KernelIsa LimitFromEnvironment() {
   const char* name = std::getenv("SLUICE_CPU_KERNELS");
-  if (name == nullptr) return KernelIsa::kAvx512Bf16;
-  for (KernelIsa isa : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16}) {
+  if (name == nullptr) return KernelIsa::kAmx;
+  for (KernelIsa isa :
+       {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16, KernelIsa::kAmx}) {
     if (std::strcmp(name, KernelIsaName(isa)) == 0) return isa;
   }
-  std::fprintf(stderr, "SLUICE_CPU_KERNELS=%s is none of portable, avx2, avx512bf16: ignored\n",
-               name);
-  return KernelIsa::kAvx512Bf16;
+  std::fprintf(stderr,
+               "SLUICE_CPU_KERNELS=%s is none of portable, avx2, avx512bf16, amx: ignored\n", name);
+  return KernelIsa::kAmx;
 }
 
 std::atomic<KernelIsa> isa_limit{LimitFromEnvironment()};
@@ -423,7 +602,7 @@ KernelIsa Supported() {
   static const KernelIsa best = [] {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16")) {
-      return KernelIsa::kAvx512Bf16;
+      return AmxUsable() ? KernelIsa::kAmx : KernelIsa::kAvx512Bf16;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KernelIsa::kAvx2;
     return KernelIsa::kPortable;
@@ -431,7 +610,7 @@ KernelIsa Supported() {
   return best;
 }
 #else
-std::atomic<KernelIsa> isa_limit{KernelIsa::kPortable};
+std::atomic<KernelIsa> isa_limit{KernelIsa::kAmx};
 KernelIsa Supported() { return KernelIsa::kPortable; }
 #endif
 
@@ -444,6 +623,8 @@ KernelIsa BestKernelIsa() { return Supported(); }
 
 const char* KernelIsaName(KernelIsa isa) {
   switch (isa) {
+    case KernelIsa::kAmx:
+      return "amx";
     case KernelIsa::kAvx512Bf16:
       return "avx512bf16";
     case KernelIsa::kAvx2:
@@ -458,39 +639,78 @@ const char* CpuKernelIsa() { return KernelIsaName(Active()); }
 
 void LimitKernelIsa(KernelIsa limit) { isa_limit.store(limit); }
 
-int64_t PackedSize(int64_t n, int64_t k) { return RoundUp8(n) * RoundUp8(k); }
+int64_t PackedSize(int64_t n, int64_t k) { return RoundUp16(n) * RoundUp32(k); }
 
-void PackBf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) { Pack(w, n, k, packed); }
-void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) { Pack(w, n, k, packed); }
+void PackBf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
+  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed);
+  Pack(w, n, k, packed);
+}
+void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) {
+  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed);
+  Pack(w, n, k, packed);
+}
 
-void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                int64_t n_begin, int64_t n_end) {
+void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
+  x = x_rows;
+  m = rows;
+  k = columns;
+  isa = Active();
 #ifdef SLUICE_X86
-  switch (Active()) {
+  if (isa == KernelIsa::kAvx512Bf16) {
+    this->rows.resize(static_cast<size_t>(m * RoundUp8(k)));
+    RoundRows(x, m, k, RoundUp8(k), this->rows.data());
+  } else if (isa == KernelIsa::kAmx) {
+    PairRows(x, m, k, &this->rows, &pairs);
+  }
+#endif
+}
+
+void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
+                int64_t n_end) {
+#ifdef SLUICE_X86
+  switch (x.isa) {
+    case KernelIsa::kAmx:
+      return AmxMatmul(x, w, nullptr, n, y, n_begin, n_end);
     case KernelIsa::kAvx512Bf16:
-      return Avx512Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+      return Avx512Matmul(x, w, nullptr, n, y, n_begin, n_end);
     case KernelIsa::kAvx2:
-      return Avx2Matmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+      return Avx2Matmul(x.x, x.m, x.k, w, nullptr, n, y, n_begin, n_end);
     case KernelIsa::kPortable:
       break;
   }
 #endif
-  PortableMatmul(x, m, k, w, nullptr, n, y, n_begin, n_end);
+  PortableMatmul(x.x, x.m, x.k, w, nullptr, n, y, n_begin, n_end);
+}
+
+void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n, float* y,
+                int64_t n_begin, int64_t n_end) {
+#ifdef SLUICE_X86
+  switch (x.isa) {
+    case KernelIsa::kAmx:
+      return AmxMatmul(x, w, scales, n, y, n_begin, n_end);
+    case KernelIsa::kAvx512Bf16:
+      return Avx512Matmul(x, w, scales, n, y, n_begin, n_end);
+    case KernelIsa::kAvx2:
+      return Avx2Matmul(x.x, x.m, x.k, w, scales, n, y, n_begin, n_end);
+    case KernelIsa::kPortable:
+      break;
+  }
+#endif
+  PortableMatmul(x.x, x.m, x.k, w, scales, n, y, n_begin, n_end);
+}
+
+void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                int64_t n_begin, int64_t n_end) {
+  thread_local MatmulInput input;
+  input.Prepare(x, m, k);
+  MatmulBf16(input, w, n, y, n_begin, n_end);
 }
 
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end) {
-#ifdef SLUICE_X86
-  switch (Active()) {
-    case KernelIsa::kAvx512Bf16:
-      return Avx512Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
-    case KernelIsa::kAvx2:
-      return Avx2Matmul(x, m, k, w, scales, n, y, n_begin, n_end);
-    case KernelIsa::kPortable:
-      break;
-  }
-#endif
-  PortableMatmul(x, m, k, w, scales, n, y, n_begin, n_end);
+  thread_local MatmulInput input;
+  input.Prepare(x, m, k);
+  MatmulInt8(input, w, scales, n, y, n_begin, n_end);
 }
 
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,

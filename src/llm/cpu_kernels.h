@@ -8,6 +8,7 @@
 // eight columns, the 8 x 8 weights lie together, so a pass over a group reads one sequential
 // stream (a layout the hardware prefetcher follows at full memory bandwidth; eight separate row
 // streams reach about two thirds of it). Rows and columns are padded with zeros to multiples of 8.
+// The AMX path packs tiles of 16 rows x 32 columns instead, one tile register's load each.
 //
 // Every output element is computed with the same sequence of operations whatever the number of
 // rows of x and however the columns are split: a sequence's results do not depend on which other
@@ -18,24 +19,28 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace sluice::llm {
 
-// The code paths, in order: each runs where the CPU has its instructions. The AVX-512 BF16 path
-// rounds x to bf16 before multiplying (the products and sums stay fp32); the others keep x fp32.
-// Within one path every row's result is the same whatever the other rows; across paths results
-// differ by rounding.
-enum class KernelIsa { kPortable, kAvx2, kAvx512Bf16 };
+// The code paths, in order: each runs where the CPU (and, for AMX, the kernel) has its
+// instructions. The AMX and AVX-512 BF16 paths round x to bf16 before multiplying (the products
+// and sums stay fp32); the others keep x fp32. Within one path every row's result is the same
+// whatever the other rows; across paths results differ by rounding.
+enum class KernelIsa { kPortable, kAvx2, kAvx512Bf16, kAmx };
 
 // The best path this CPU has.
 KernelIsa BestKernelIsa();
 const char* KernelIsaName(KernelIsa isa);
-// The path in use: "avx512bf16", "avx2" or "portable".
+// The path in use: "amx", "avx512bf16", "avx2" or "portable".
 const char* CpuKernelIsa();
-// Runs the best path at or below `limit` (tests and benchmarks; the default is no limit).
+// Runs the best path at or below `limit` (tests and benchmarks; the default is no limit). Weights
+// are packed for the path in use when they are packed (AMX has a layout of its own): change the
+// limit only before packing.
 void LimitKernelIsa(KernelIsa limit);
 
-// Elements of the packed form of an [n, k] matrix: n and k rounded up to multiples of 8.
+// Elements of the packed form of an [n, k] matrix on any path: n rounded up to a multiple of 16,
+// k to one of 32.
 int64_t PackedSize(int64_t n, int64_t k);
 
 // w: [n, k] row-major. packed: PackedSize(n, k) elements.
@@ -51,6 +56,22 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 // As above with w int8 packed by PackInt8, and y[i, j] = scales[j] * sum_k x[i, k] w[j, k].
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end);
+
+// x made ready once for one product on the path in use (rounded to bf16 and rearranged where the
+// path needs it), then read by the calls on each of its column ranges, concurrently if need be.
+struct MatmulInput {
+  void Prepare(const float* x_rows, int64_t rows, int64_t columns);
+
+  const float* x = nullptr;  // [m, k], not owned.
+  int64_t m = 0, k = 0;
+  KernelIsa isa = KernelIsa::kPortable;  // The path at Prepare time.
+  std::vector<uint16_t> rows;            // AVX-512 BF16 and AMX: x in bf16, padded rows.
+  std::vector<uint32_t> pairs;           // AMX: x's pairs of columns, 16 rows at a time.
+};
+void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
+                int64_t n_end);
+void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n, float* y,
+                int64_t n_begin, int64_t n_end);
 
 // Attention of `groups` queries (one KV head's query group, one new token each) over `len` cached
 // positions: out[g] = softmax(q[g] . k[j] * scale over j) . v. q: [groups, d]; k, v: [len, d] rows

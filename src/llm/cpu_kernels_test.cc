@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -15,12 +16,13 @@ struct Case {
   int64_t m, n, k;
 };
 
-constexpr KernelIsa kEveryIsa[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16};
+constexpr KernelIsa kEveryIsa[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512Bf16,
+                                   KernelIsa::kAmx};
 
 // Each case runs on every path this CPU has (the others are skipped).
 class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> {
  protected:
-  void TearDown() override { LimitKernelIsa(KernelIsa::kAvx512Bf16); }
+  void TearDown() override { LimitKernelIsa(KernelIsa::kAmx); }
   void SetUp() override {
     const KernelIsa isa = std::get<1>(GetParam());
     if (isa > BestKernelIsa()) GTEST_SKIP() << KernelIsaName(isa) << " is not on this CPU";
@@ -48,7 +50,7 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> 
   template <class Weight>
   double Reference(int64_t i, int64_t j, Weight weight) const {
     const int64_t k = std::get<0>(GetParam()).k;
-    const bool bf16_x = std::get<1>(GetParam()) == KernelIsa::kAvx512Bf16;
+    const bool bf16_x = std::get<1>(GetParam()) >= KernelIsa::kAvx512Bf16;
     double sum = 0;
     for (int64_t c = 0; c < k; ++c) {
       const float xv = x[static_cast<size_t>(i * k + c)];
@@ -135,7 +137,8 @@ TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
   const int64_t n = 9, k = 10;
   std::vector<int8_t> w(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = static_cast<int8_t>(i % 100);
-  ASSERT_EQ(PackedSize(n, k), 16 * 16);
+  LimitKernelIsa(KernelIsa::kAvx512Bf16);  // The layout of every path but AMX.
+  ASSERT_EQ(PackedSize(n, k), 16 * 32);
   std::vector<int8_t> packed(static_cast<size_t>(PackedSize(n, k)), 99);
   PackInt8(w.data(), n, k, packed.data());
   // Row 1, columns 0-7: second run of eight in the first block.
@@ -148,6 +151,32 @@ TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
   // Row 8 starts the second group; rows 9-15 are zeros.
   EXPECT_EQ(packed[128], w[static_cast<size_t>(8 * k)]);
   for (int l = 8; l < 64; ++l) EXPECT_EQ(packed[static_cast<size_t>(128 + l)], 0);
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
+TEST(Pack, AmxTilesHoldSixteenRowsOfThirtyTwoColumns) {
+  if (BestKernelIsa() != KernelIsa::kAmx) GTEST_SKIP() << "no AMX on this CPU";
+  // 17 x 40: two tiles of rows by two of columns, padded to 32 x 64.
+  const int64_t n = 17, k = 40;
+  std::vector<int8_t> w(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = static_cast<int8_t>(i % 101);
+  ASSERT_EQ(PackedSize(n, k), 32 * 64);
+  std::vector<int8_t> packed(static_cast<size_t>(PackedSize(n, k)), 99);
+  PackInt8(w.data(), n, k, packed.data());
+  auto at = [&](int64_t i) { return packed[static_cast<size_t>(i)]; };
+  auto weight = [&](int64_t j, int64_t c) { return w[static_cast<size_t>(j * k + c)]; };
+  // Tile (0, 0): rows 0-15, columns 0-31, row after row.
+  EXPECT_EQ(at(0), weight(0, 0));
+  EXPECT_EQ(at(31), weight(0, 31));
+  EXPECT_EQ(at(32), weight(1, 0));
+  EXPECT_EQ(at(15 * 32 + 31), weight(15, 31));
+  // Tile (0, 1): columns 32-39 then zeros.
+  EXPECT_EQ(at(512), weight(0, 32));
+  EXPECT_EQ(at(512 + 7), weight(0, 39));
+  EXPECT_EQ(at(512 + 8), 0);
+  // Tile (1, 0): row 16, then zero rows.
+  EXPECT_EQ(at(1024), weight(16, 0));
+  EXPECT_EQ(at(1024 + 32), 0);
 }
 
 // Every row-block shape (1, 2-3, 4+ rows, with remainders), column remainders of each block
@@ -161,8 +190,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::ValuesIn(kEveryIsa)),
     [](const ::testing::TestParamInfo<MatmulTest::ParamType>& info) {
       const Case c = std::get<0>(info.param);
-      return "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k) +
-             "_" + KernelIsaName(std::get<1>(info.param));
+      std::ostringstream name;
+      name << "m" << c.m << "_n" << c.n << "_k" << c.k << "_"
+           << KernelIsaName(std::get<1>(info.param));
+      return name.str();
     });
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
@@ -179,10 +210,11 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
 TEST(CpuKernelIsa, NamesThePathInUseAndHonoursTheLimit) {
   EXPECT_STREQ(CpuKernelIsa(), KernelIsaName(BestKernelIsa()));
   const std::string best = CpuKernelIsa();
-  EXPECT_TRUE(best == "avx512bf16" || best == "avx2" || best == "portable") << best;
+  EXPECT_TRUE(best == "amx" || best == "avx512bf16" || best == "avx2" || best == "portable")
+      << best;
   LimitKernelIsa(KernelIsa::kPortable);
   EXPECT_STREQ(CpuKernelIsa(), "portable");
-  LimitKernelIsa(KernelIsa::kAvx512Bf16);
+  LimitKernelIsa(KernelIsa::kAmx);
   EXPECT_EQ(CpuKernelIsa(), best);
 }
 
@@ -228,7 +260,7 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
       }
     }
   }
-  LimitKernelIsa(KernelIsa::kAvx512Bf16);
+  LimitKernelIsa(KernelIsa::kAmx);
 }
 
 }  // namespace

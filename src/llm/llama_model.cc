@@ -74,13 +74,17 @@ struct Linear {
     const int8_t* w8 = scales.defined() ? weight.data_ptr<int8_t>() : nullptr;
     const float* s = scales.defined() ? scales.data_ptr<float>() : nullptr;
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
+    // x is rounded and laid out for the kernels once, here, and shared by every block.
+    thread_local MatmulInput prepared;
+    prepared.Prepare(xp, m, k);
+    const MatmulInput& rows = prepared;
 #pragma omp parallel num_threads(threads)
     for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
       const int64_t first = b * kBlock, last = std::min(n, first + kBlock);
       if (w8 != nullptr) {
-        MatmulInt8(xp, m, k, w8, s, n, yp, first, last);
+        MatmulInt8(rows, w8, s, n, yp, first, last);
       } else {
-        MatmulBf16(xp, m, k, w16, n, yp, first, last);
+        MatmulBf16(rows, w16, n, yp, first, last);
       }
     }
     return y;
