@@ -153,14 +153,15 @@ float Sum(const float* p, size_t count) {
   return sum;
 }
 
-// Memory read bandwidth: the ceiling the matrix products are held against.
+// Memory read bandwidth: the ceiling the matrix products are held against. The buffer is 256 MiB
+// (about SmolLM2-135M's bf16 weights, 269 MB, which is what a decode step streams) or 1 GiB.
 void ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  constexpr size_t kBytes = size_t{512} << 20, kFloats = kBytes / sizeof(float);
+  const size_t bytes = static_cast<size_t>(state.range(1)) << 20, floats = bytes / sizeof(float);
   std::unique_ptr<float, decltype(&std::free)> buffer(
-      static_cast<float*>(std::aligned_alloc(64, kBytes)), &std::free);
-  std::memset(buffer.get(), 0, kBytes);
-  const size_t per = kFloats / static_cast<size_t>(threads) / 64 * 64;
+      static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
+  std::memset(buffer.get(), 0, bytes);
+  const size_t per = floats / static_cast<size_t>(threads) / 64 * 64;
   std::vector<float> sums(static_cast<size_t>(threads));
   for (auto _ : state) {
     std::vector<std::thread> pool;
@@ -176,9 +177,8 @@ void ReadBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(per * threads * sizeof(float)));
 }
 BENCHMARK(ReadBandwidth)
-    ->Arg(1)
-    ->Arg(std::max(1u, std::thread::hardware_concurrency()))
-    ->ArgName("threads")
+    ->ArgsProduct({{1, std::max(1u, std::thread::hardware_concurrency())}, {256, 1024}})
+    ->ArgNames({"threads", "MiB"})
     ->UseRealTime()
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond);

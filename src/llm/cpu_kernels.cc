@@ -478,28 +478,133 @@ SLUICE_AMX void StoreTile(int t, float* out) {
   }
 }
 
+// e^x for x <= 0 (softmax scores less their maximum), 16 lanes: x = n ln 2 + r with |r| <= ln 2 /
+// 2, e^r by its degree-6 Taylor polynomial (relative error below 3e-7 on that range), times 2^n
+// built in the exponent bits. Below -87 the result is 0, as expf's would underflow to denormals.
+SLUICE_AVX512 inline __m512 Exp16(__m512 x) {
+  const __m512 floor_x = _mm512_set1_ps(-87.0f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, floor_x, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, floor_x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln 2, with ln 2 split in two so that n ln 2 is exact enough.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i scale =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(scale));
+}
+
+// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16): each cached key and
+// value row is read once for all the groups' queries, and the softmax's exponentials are vectors.
+SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float* k, const float* v,
+                                         int64_t len, int64_t d, float scale, float* out,
+                                         float* scratch) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* kj = k + j * d;
+    for (int g = 0; g < groups; ++g) {
+      const float* qg = q + g * d;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(kj));
+      for (int64_t c = 16; c < d; c += 16) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), _mm512_loadu_ps(kj + c), acc);
+      }
+      scratch[g * len + j] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+  for (int g = 0; g < groups; ++g) {
+    float* row = scratch + g * len;
+    const float max = *std::max_element(row, row + len);
+    const __m512 max_v = _mm512_set1_ps(max);
+    __m512 total_v = _mm512_setzero_ps();
+    for (int64_t j = 0; j < len; j += 16) {
+      const __mmask16 lanes =
+          static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(
+          lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), max_v)));
+      _mm512_mask_storeu_ps(row + j, lanes, e);
+      total_v = _mm512_add_ps(total_v, e);
+    }
+    const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total_v));
+    for (int64_t j = 0; j < len; j += 16) {
+      const __mmask16 lanes =
+          static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
+      _mm512_mask_storeu_ps(row + j, lanes,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + j), inverse));
+    }
+  }
+  // out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of every group per pass over v.
+  for (int64_t c0 = 0; c0 < d; c0 += 64) {
+    const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
+    for (int g0 = 0; g0 < groups; g0 += 4) {
+      const int gs = std::min(4, groups - g0);
+      __m512 acc[4][4];
+      for (int g = 0; g < 4; ++g) {
+        for (int u = 0; u < 4; ++u) acc[g][u] = _mm512_setzero_ps();
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        const float* vj = v + j * d + c0;
+        __m512 rows[4];
+        for (int u = 0; u < vectors; ++u) rows[u] = _mm512_loadu_ps(vj + 16 * u);
+        for (int g = 0; g < gs; ++g) {
+          const __m512 p = _mm512_set1_ps(scratch[(g0 + g) * len + j]);
+          for (int u = 0; u < vectors; ++u) acc[g][u] = _mm512_fmadd_ps(p, rows[u], acc[g][u]);
+        }
+      }
+      for (int g = 0; g < gs; ++g) {
+        for (int u = 0; u < vectors; ++u)
+          _mm512_storeu_ps(out + (g0 + g) * d + c0 + 16 * u, acc[g][u]);
+      }
+    }
+  }
+}
+
+// count int8 weights (a multiple of 64) widened to bf16, exactly.
+SLUICE_AVX512 void Widen(const int8_t* from, int64_t count, uint16_t* to) {
+  for (int64_t e = 0; e < count; e += 64) {
+    __m512bh lo, hi;
+    Load64(from + e, &lo, &hi);
+    _mm512_storeu_si512(to + e, reinterpret_cast<__m512i>(lo));
+    _mm512_storeu_si512(to + e + 32, reinterpret_cast<__m512i>(hi));
+  }
+}
+
 template <class T>
 SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
                           float* y, int64_t n_begin, int64_t n_end) {
   const int64_t k_tiles = RoundUp32(x.k) / 32;
   const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
-  const uint16_t* tiles;
+  // int8: with one block of rows of x, each tile is widened just before its load, into L1; with
+  // several, the call's tiles are widened once into a buffer that every block reads.
+  const bool widen_each = std::is_same_v<T, int8_t> && x.m <= 16;
+  const uint16_t* tiles = nullptr;
   if constexpr (std::is_same_v<T, int8_t>) {
-    thread_local std::vector<uint16_t> widened;
-    const int64_t count = (t_end - t_begin) * k_tiles * kTileElements;
-    widened.resize(static_cast<size_t>(count));
-    const int8_t* from = w + TileOffset(t_begin, 0, k_tiles);
-    for (int64_t e = 0; e < count; e += 64) {
-      __m512bh lo, hi;
-      Load64(from + e, &lo, &hi);
-      _mm512_storeu_si512(widened.data() + e, reinterpret_cast<__m512i>(lo));
-      _mm512_storeu_si512(widened.data() + e + 32, reinterpret_cast<__m512i>(hi));
+    if (!widen_each) {
+      thread_local std::vector<uint16_t> widened;
+      const int64_t count = (t_end - t_begin) * k_tiles * kTileElements;
+      widened.resize(static_cast<size_t>(count));
+      Widen(w + TileOffset(t_begin, 0, k_tiles), count, widened.data());
+      tiles = widened.data();
     }
-    tiles = widened.data();
   } else {
     tiles = w + TileOffset(t_begin, 0, k_tiles);
   }
-  auto tile = [&](int64_t t, int64_t u) { return tiles + TileOffset(t - t_begin, u, k_tiles); };
+  alignas(64) uint16_t near[4][kTileElements];
+  auto tile = [&](int64_t t, int64_t u, int q) -> const uint16_t* {
+    if constexpr (std::is_same_v<T, int8_t>) {
+      if (widen_each) {
+        Widen(w + TileOffset(t, u, k_tiles), kTileElements, near[q]);
+        return near[q];
+      }
+    }
+    return tiles + TileOffset(t - t_begin, u, k_tiles);
+  };
   alignas(64) float out[16][16];
   for (int64_t block = 0; block * 16 < x.m; ++block) {
     const int64_t rows = std::min<int64_t>(16, x.m - block * 16);
@@ -514,18 +619,18 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
       _tile_zero(3);
       for (int64_t u = 0; u < k_tiles; ++u) {
         _tile_loadd(6, xb + u * 16 * rows, x_stride);
-        _tile_loadd(4, tile(t, u), 64);
+        _tile_loadd(4, tile(t, u, 0), 64);
         _tile_dpbf16ps(0, 4, 6);
         if (count > 1) {
-          _tile_loadd(5, tile(t + 1, u), 64);
+          _tile_loadd(5, tile(t + 1, u, 1), 64);
           _tile_dpbf16ps(1, 5, 6);
         }
         if (count > 2) {
-          _tile_loadd(4, tile(t + 2, u), 64);
+          _tile_loadd(4, tile(t + 2, u, 2), 64);
           _tile_dpbf16ps(2, 4, 6);
         }
         if (count > 3) {
-          _tile_loadd(5, tile(t + 3, u), 64);
+          _tile_loadd(5, tile(t + 3, u, 3), 64);
           _tile_dpbf16ps(3, 5, 6);
         }
       }
@@ -716,6 +821,9 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch) {
 #ifdef SLUICE_X86
+  if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0) {
+    return Avx512DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+  }
   if (Active() >= KernelIsa::kAvx2 && d % 8 == 0) {
     return Avx2DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
   }

@@ -225,13 +225,15 @@ namespace sluice::llm {
 namespace {
 
 // Against a double-precision softmax attention, on both paths, with head sizes that take the
-// vector path (multiples of 8) and one that does not.
+// vector paths (multiples of 8 and 16; more groups than one pass over v holds) and one that
+// takes neither.
 TEST(DecodeAttention, MatchesSoftmaxAttention) {
   for (KernelIsa isa : kEveryIsa) {
     if (isa > BestKernelIsa()) continue;
     LimitKernelIsa(isa);
-    for (auto [groups, len, d] : {std::tuple{3, 1, 64}, std::tuple{3, 37, 64},
-                                  std::tuple{1, 200, 16}, std::tuple{2, 9, 12}}) {
+    for (auto [groups, len, d] :
+         {std::tuple{3, 1, 64}, std::tuple{3, 37, 64}, std::tuple{1, 200, 16}, std::tuple{2, 9, 12},
+          std::tuple{5, 20, 48}, std::tuple{9, 33, 128}}) {
       std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
