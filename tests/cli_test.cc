@@ -143,6 +143,29 @@ TEST_F(CliTest, BenchRunsTheAotInductorPackageOfThePrecision) {
   EXPECT_THAT(ts.output, HasSubstr("int8 needs the aotinductor backend"));
 }
 
+// The bench measures the model as its config serves it: `optimize: {freeze: true}` freezes it
+// unless --no-compile says otherwise, and --compile freezes a model whose config does not.
+TEST_F(CliTest, BenchFollowsTheConfigsFreezeUnlessAFlagOverridesIt) {
+  const std::filesystem::path model = results_ / "frozen_cnn";
+  std::filesystem::create_directories(model);
+  std::filesystem::copy_file(kModels / "tiny_cnn" / "model.pt", model / "model.pt");
+  std::ofstream(model / "config.yaml")
+      << ReadFile(kModels / "tiny_cnn" / "config.yaml") << "optimize: {freeze: true}\n";
+  const std::string common = " -b 4 --iters 3 --no-results";
+  CommandResult configured = RunSluice("bench --in-process --model-dir " + model.string() + common);
+  ASSERT_EQ(configured.exit_code, 0) << configured.output;
+  EXPECT_THAT(configured.output, HasSubstr("backend torchscript+freeze,"));
+  CommandResult unfrozen =
+      RunSluice("bench --in-process --no-compile --model-dir " + model.string() + common);
+  ASSERT_EQ(unfrozen.exit_code, 0) << unfrozen.output;
+  EXPECT_THAT(unfrozen.output, HasSubstr("backend torchscript,"));
+  const std::string plain = (kModels / "tiny_cnn").string();
+  CommandResult as_configured = RunSluice("bench --in-process --model-dir " + plain + common);
+  EXPECT_THAT(as_configured.output, HasSubstr("backend torchscript,"));
+  CommandResult frozen = RunSluice("bench --in-process --compile --model-dir " + plain + common);
+  EXPECT_THAT(frozen.output, HasSubstr("backend torchscript+freeze,"));
+}
+
 TEST_F(CliTest, BadConfigFailsNamingFileAndKey) {
   std::filesystem::path model = results_ / "bad";
   std::filesystem::create_directories(model);

@@ -617,8 +617,15 @@ int main(int argc, char** argv) {
       ->add_option("--iters,--num-iters,--num_iters", bench.run.iterations,
                    "Timed requests, after one warm-up request")
       ->capture_default_str();
-  bench_app->add_flag("--compile,!--no-compile", bench.model.compile,
-                      "Freeze + optimize_for_inference (default: config)");
+  // Two callbacks rather than one negatable flag on the optional: CLI11 gives such a flag a value
+  // (false) even when neither form is on the command line, which overrode the config's
+  // `optimize: {freeze: true}` and benchmarked a model the server does not serve.
+  bench_app->add_flag_callback(
+      "--compile", [&bench] { bench.model.compile = true; },
+      "TorchScript: freeze + optimize_for_inference (default: the config's optimize.freeze)");
+  bench_app->add_flag_callback(
+      "--no-compile", [&bench] { bench.model.compile = false; },
+      "TorchScript: run unfrozen whatever the config says");
   bench_app->add_option("--max-in-flight", bench.run.max_in_flight,
                         "Requests queued or running at once (0: 2 x workers)");
   bench_app->add_option("--seed", bench.run.seed, "Seed of the random payloads");
