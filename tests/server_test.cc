@@ -575,7 +575,7 @@ std::string MakeSlowRepository() {
       << ReadFile(std::string(SLUICE_TEST_MODELS) + "/identity/model.pt");
   std::ofstream(model + "/config.yaml")
       << "max_batch_size: 64\n"
-         "dynamic_batching: {max_queue_delay_us: 3000000}\n"
+         "dynamic_batching: {policy: fixed, max_queue_delay_us: 3000000}\n"
          "instances: {count: 1, threads: 1}\n"
          "inputs: [{name: input, datatype: FP32, shape: [16]}]\n"
          "outputs: [{name: output, datatype: FP32, shape: [16]}]\n";

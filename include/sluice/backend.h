@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/status.h"
@@ -20,6 +21,9 @@ struct LoadReport {
   double optimize_seconds = 0;  // Freeze / optimise / precision and layout conversion.
   double warmup_seconds = 0;    // Warm-up runs at the configured batch sizes.
   std::string runtime;          // e.g. "libtorch 1.13.0".
+  // Per warm-up batch size, the seconds of its last warm-up run: the first costs the batcher's
+  // cost model knows.
+  std::vector<std::pair<int, double>> warmup_batch_seconds;
 };
 
 // Not thread-safe: one thread at a time (see the file comment).

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 
 namespace sluice::torch_backend {
@@ -109,11 +110,24 @@ Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& 
       for (int64_t d : spec.shape) shape.push_back(d < 0 ? 1 : d);
       inputs.push_back(Tensor::Zeros(spec.datatype, std::move(shape)));
     }
+    double last = 0;
     for (int i = 0; i < config.warmup_iterations; ++i) {
+      const auto run_start = std::chrono::steady_clock::now();
       Result<std::vector<Tensor>> out = instance.Run(inputs);
       if (!out.ok()) {
         return Status::Internal(fmt::format("model '{}': warm-up at batch {} failed: {}",
                                             config.name, batch, out.status().message()));
+      }
+      last = SecondsSince(run_start);
+    }
+    if (config.warmup_iterations > 0) {
+      auto& seconds = report.warmup_batch_seconds;
+      auto same = std::find_if(seconds.begin(), seconds.end(),
+                               [&](const auto& entry) { return entry.first == batch; });
+      if (same != seconds.end()) {
+        same->second = last;
+      } else {
+        seconds.emplace_back(batch, last);
       }
     }
   }

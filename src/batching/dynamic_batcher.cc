@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace sluice {
@@ -45,9 +46,13 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
       return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
                                              queued_samples_, options_.max_queue_size));
     }
+    AgeCompanyLocked(now);
+    if (!queue_.empty()) company_samples_ += static_cast<double>(samples);
     // A waiting instance needs waking only when this request can change its decision: a first
-    // request starts the delay clock; a full, preferred-size or unmergeable queue goes at once.
+    // request starts the delay clock; a full, preferred-size or unmergeable queue goes at once;
+    // under the adaptive policy every arrival changes the sums that decide.
     wake_instance = queue_.empty() || options_.max_queue_delay.count() == 0 ||
+                    options_.policy == BatchingPolicy::kAdaptive ||
                     !options_.preferred_batch_sizes.empty() ||
                     queued_samples_ + samples >= options_.max_batch_size ||
                     !SameSampleShape(*queue_.front(), *request);
@@ -66,6 +71,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
 
 std::unique_ptr<InferRequest> DynamicBatcher::Cancel(RequestId id) {
   MutexLock lock(mu_);
+  AgeCompanyLocked(clock_.Now());
   for (size_t i = 0; i < queue_.size(); ++i) {
     if (queue_[i]->id == id) return RemoveAtLocked(i);
   }
@@ -132,13 +138,63 @@ int64_t DynamicBatcher::queued_samples() const {
   return queued_samples_;
 }
 
+double DynamicBatcher::company_rate() const {
+  MutexLock lock(mu_);
+  return CompanyRateLocked(clock_.Now());
+}
+
+namespace {
+constexpr double kCompanyDecaySeconds = 1.0;
+}  // namespace
+
+void DynamicBatcher::AgeCompanyLocked(Clock::time_point now) {
+  if (company_updated_ == Clock::time_point{}) company_updated_ = now;
+  const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
+  if (elapsed <= 0) return;
+  const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
+  company_samples_ *= keep;
+  // The queue held a request throughout the interval or not at all: it only changes at an update.
+  company_seconds_ = company_seconds_ * keep + (queue_.empty() ? 0.0 : elapsed);
+  company_updated_ = now;
+}
+
+double DynamicBatcher::CompanyRateLocked(Clock::time_point now) const {
+  double samples = company_samples_, seconds = company_seconds_;
+  if (company_updated_ != Clock::time_point{} && now > company_updated_) {
+    const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
+    const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
+    samples *= keep;
+    seconds = seconds * keep + (queue_.empty() ? 0.0 : elapsed);
+  }
+  // Less than a millisecond of waiting observed says nothing yet: expect no company.
+  return seconds < 1e-3 ? 0.0 : samples / seconds;
+}
+
+bool DynamicBatcher::WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up,
+                                       int64_t samples, int64_t limit) {
+  if (now >= give_up) return false;
+  const double left = std::chrono::duration<double>(give_up - now).count();
+  const double expected = CompanyRateLocked(now) * left;
+  if (expected < 1.0) return false;
+  const int64_t grown = std::min<int64_t>(limit, samples + static_cast<int64_t>(expected));
+  const double now_cost = cost_model_.PerSample(static_cast<int>(samples));
+  const double later_cost = cost_model_.PerSample(static_cast<int>(grown));
+  // Without costs yet, company is assumed to pay, as under the fixed policy.
+  if (now_cost <= 0) return true;
+  return later_cost <= (1.0 - kAdaptiveMinGain) * now_cost;
+}
+
 BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   BatcherPoll poll;
+  AgeCompanyLocked(now);
   ExpireLocked(now, poll.expired);
   if (queue_.empty()) return poll;
 
+  const bool adaptive = options_.policy == BatchingPolicy::kAdaptive;
+  const int64_t limit =
+      adaptive ? cost_model_.BestSize(options_.max_batch_size) : options_.max_batch_size;
   // The longest prefix of the queue that fits in one batch, and the longest prefix that ends
-  // exactly on a preferred size.
+  // exactly on a preferred size (fixed policy).
   const InferRequest& oldest = *queue_.front();
   int64_t samples = 0;
   size_t count = 0;
@@ -148,28 +204,39 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   const auto& preferred = options_.preferred_batch_sizes;
   for (const auto& request : queue_) {
     const int64_t s = request->samples();
-    if (samples + s > options_.max_batch_size || !SameSampleShape(oldest, *request)) {
+    if (samples + s > limit || !SameSampleShape(oldest, *request)) {
       cannot_grow = true;
       break;
     }
     samples += s;
     ++count;
-    if (std::binary_search(preferred.begin(), preferred.end(), samples)) {
+    if (!adaptive && std::binary_search(preferred.begin(), preferred.end(), samples)) {
       preferred_count = count;
       preferred_samples = samples;
     }
   }
-  if (samples == options_.max_batch_size) cannot_grow = true;
-  const bool waited_enough = now - oldest.times.enqueue >= options_.max_queue_delay;
+  if (count == 0) {  // The oldest request alone is larger than the adaptive limit: it goes alone.
+    count = 1;
+    samples = oldest.samples();
+    cannot_grow = true;
+  }
+  if (samples >= limit) cannot_grow = true;
+  const Clock::time_point give_up = oldest.times.enqueue + options_.max_queue_delay;
+  const bool waited_enough = now >= give_up;
 
   if (!(closed_ || cannot_grow || waited_enough)) {
-    if (preferred_count == 0) {
-      poll.wake_at =
-          std::min(oldest.times.enqueue + options_.max_queue_delay, EarliestDeadlineLocked());
+    if (adaptive) {
+      if (WaitingPaysLocked(now, give_up, samples, limit)) {
+        poll.wake_at = std::min(give_up, EarliestDeadlineLocked());
+        return poll;
+      }
+    } else if (preferred_count == 0) {
+      poll.wake_at = std::min(give_up, EarliestDeadlineLocked());
       return poll;
+    } else {
+      count = preferred_count;
+      samples = preferred_samples;
     }
-    count = preferred_count;
-    samples = preferred_samples;
   }
   poll.batch.requests.reserve(count);
   for (size_t i = 0; i < count; ++i) {
@@ -178,6 +245,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
     poll.batch.requests.push_back(std::move(request));
   }
   poll.batch.samples = samples;
+  AgeCompanyLocked(now);  // Settle the waiting time before the queue's state may change.
   return poll;
 }
 

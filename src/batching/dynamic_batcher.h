@@ -1,11 +1,22 @@
 // A model's request queue and dynamic batcher: requests arrive one by one and leave in batches.
 //
 // Semantics (DESIGN.md, "Batching"): a batch is formed when an instance is free, from queued
-// requests in arrival order, up to max_batch_size samples (a request of 4 samples takes 4). It goes
-// at once when a preferred size is reached, when it cannot grow (full, or the next request does not
-// fit), or when the oldest request has waited max_queue_delay; otherwise the free instance sleeps
-// until the earliest of those. Requests past their deadline, or cancelled, leave the queue without
-// running. A full queue rejects at once with kUnavailable, so memory stays bounded.
+// requests in arrival order, up to a size limit (a request of 4 samples takes 4). Two policies:
+//
+// - fixed (Triton's): the limit is max_batch_size; a batch goes at once when a preferred size is
+//   reached, when it cannot grow (full, or the next request does not fit), or when the oldest
+//   request has waited max_queue_delay; otherwise the free instance sleeps until the earliest of
+//   those.
+// - adaptive (the default in configs): the limit is the size with the lowest cost per sample in
+//   the cost model (learned from the batches run; max_batch_size until it knows any), and a batch
+//   that has not reached it goes at once unless waiting pays: the requests expected to join within
+//   what is left of max_queue_delay (from the rate at which requests arrive while others wait)
+//   must number at least one and lower the cost per sample by kAdaptiveMinGain. At light load
+//   nobody comes while a request waits, so it goes at once; under load the queue holds a full
+//   batch whenever an instance frees, so batches fill.
+//
+// Requests past their deadline, or cancelled, leave the queue without running. A full queue
+// rejects at once with kUnavailable, so memory stays bounded.
 //
 // The batcher only moves requests; it never calls their callbacks. Requests it drops (expired,
 // cancelled, left over at shutdown) are handed back to the caller, which completes them.
@@ -17,6 +28,7 @@
 #include <set>
 #include <vector>
 
+#include "batching/cost_model.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "sluice/request.h"
@@ -24,7 +36,10 @@
 
 namespace sluice {
 
+enum class BatchingPolicy { kFixed, kAdaptive };
+
 struct BatcherOptions {
+  BatchingPolicy policy = BatchingPolicy::kFixed;
   int max_batch_size = 8;                  // Samples per batch; >= 1.
   Micros max_queue_delay{1000};            // Longest the oldest request waits for company; >= 0.
   std::vector<int> preferred_batch_sizes;  // Dispatch at once on reaching one; ascending, each
@@ -89,12 +104,30 @@ class DynamicBatcher {
   int64_t queued_samples() const;
   const BatcherOptions& options() const { return options_; }
 
+  // The model's batch costs: the caller records each batch it runs (and the warm-up runs).
+  BatchCostModel& cost_model() { return cost_model_; }
+  const BatchCostModel& cost_model() const { return cost_model_; }
+
+  // Samples per second arriving while another request waits in the queue (decaying over about a
+  // second): the company a waiting batch can expect.
+  double company_rate() const;
+
+  // The adaptive policy waits only when the expected company lowers the cost per sample by this
+  // fraction at least.
+  static constexpr double kAdaptiveMinGain = 0.10;
+
  private:
   BatcherPoll PollLocked(Clock::time_point now) REQUIRES(mu_);
   void ExpireLocked(Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired)
       REQUIRES(mu_);
   std::unique_ptr<InferRequest> RemoveAtLocked(size_t index) REQUIRES(mu_);
   Clock::time_point EarliestDeadlineLocked() const REQUIRES(mu_);
+  // Folds the time since the last update into the company-rate sums (queue empty or not).
+  void AgeCompanyLocked(Clock::time_point now) REQUIRES(mu_);
+  double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
+  // Adaptive: whether the batch of `samples` (of at most `limit`) should wait for company.
+  bool WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up, int64_t samples,
+                         int64_t limit) REQUIRES(mu_);
 
   const BatcherOptions options_;
   Clock& clock_;
@@ -106,6 +139,12 @@ class DynamicBatcher {
   std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
   int64_t queued_samples_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;
+  BatchCostModel cost_model_;
+  // Company rate: exponentially decayed samples that arrived while the queue held a request, and
+  // decayed seconds during which it held one; their ratio is the rate.
+  double company_samples_ GUARDED_BY(mu_) = 0;
+  double company_seconds_ GUARDED_BY(mu_) = 0;
+  Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };
 
 // True when `a` and `b` can share a batch: the same number of inputs, and each input with the

@@ -261,6 +261,117 @@ TEST_F(BatcherTest, ExpiryTimerReturnsExpiredRequestsWithoutAnInstance) {
   EXPECT_TRUE(closed.get().empty());
 }
 
+// --- The adaptive policy. ---
+
+BatcherOptions Adaptive(int max_batch_size, Micros delay) {
+  BatcherOptions o = Options(max_batch_size, delay);
+  o.policy = BatchingPolicy::kAdaptive;
+  return o;
+}
+
+// Costs with a fixed part: a batch of 8 costs 2 ms, one of 1 costs 1 ms (8x cheaper per sample
+// at 8).
+void SeedAmortisingCosts(BatchCostModel& costs) {
+  costs.Observe(1, 0.001);
+  costs.Observe(8, 0.002);
+}
+
+// One request at a time, nobody arriving while it waits: it goes at once, without the delay.
+TEST_F(BatcherTest, AdaptiveDispatchesAtOnceAtLightLoad) {
+  Make(Adaptive(8, Micros(2000)));
+  SeedAmortisingCosts(batcher_->cost_model());
+  for (RequestId id = 1; id <= 3; ++id) {
+    Add(id);
+    BatcherPoll poll = Poll();
+    ASSERT_EQ(poll.batch.requests.size(), 1u) << "request " << id;
+    EXPECT_EQ(poll.batch.requests[0]->times.dispatch, poll.batch.requests[0]->times.enqueue);
+    clock_.Advance(Micros(5000));  // The client's think time: the queue stays empty.
+  }
+  EXPECT_EQ(batcher_->company_rate(), 0.0);
+}
+
+// Requests keep arriving while others wait (every instance busy): the company rate is high, a
+// short queue waits for more, and a queue that holds a full batch goes full.
+TEST_F(BatcherTest, AdaptiveFillsBatchesUnderHeavyLoad) {
+  Make(Adaptive(8, Micros(2000)));
+  SeedAmortisingCosts(batcher_->cost_model());
+  RequestId id = 1;
+  for (int i = 0; i < 20; ++i) {  // One request per 100 us, none taken: 10,000 per second.
+    Add(id++);
+    clock_.Advance(Micros(100));
+  }
+  EXPECT_GT(batcher_->company_rate(), 5000.0);
+  for (int batch = 0; batch < 2; ++batch) {
+    BatcherPoll poll = Poll();
+    ASSERT_EQ(poll.batch.samples, 8) << "batch " << batch;
+  }
+  // Four left: at this rate 8 more come within the delay, and 8 cost half as much per sample as
+  // 4 under these costs: it waits, until the oldest has waited the delay.
+  BatcherPoll wait = Poll();
+  EXPECT_TRUE(wait.batch.requests.empty());
+  EXPECT_LT(wait.wake_at, Clock::time_point::max());
+  Add(id++);
+  Add(id++);
+  Add(id++);
+  Add(id++);
+  EXPECT_EQ(Poll().batch.samples, 8);
+}
+
+// Waiting does not pay when a batch costs the same per sample at every size, however busy.
+TEST_F(BatcherTest, AdaptiveDoesNotWaitWhenCompanyLowersNoCost) {
+  Make(Adaptive(8, Micros(2000)));
+  batcher_->cost_model().Observe(1, 0.001);
+  batcher_->cost_model().Observe(8, 0.008);
+  for (RequestId id = 1; id <= 12; ++id) {
+    Add(id);
+    clock_.Advance(Micros(100));
+  }
+  ASSERT_EQ(Poll().batch.samples, 8);
+  EXPECT_EQ(Poll().batch.samples, 4);  // Goes at once: 8 would cost as much per sample.
+}
+
+// A batch of 64 runs slower per sample than one of 32: batches stop at 32.
+TEST_F(BatcherTest, AdaptiveBatchSizeIsTheCheapestPerSample) {
+  Make(Adaptive(64, Micros(2000)));
+  BatchCostModel& costs = batcher_->cost_model();
+  costs.Observe(8, 0.080);   // 10 ms a sample.
+  costs.Observe(32, 0.256);  // 8 ms a sample: the cheapest.
+  costs.Observe(64, 0.640);  // 10 ms a sample.
+  EXPECT_EQ(costs.BestSize(64), 32);
+  for (RequestId id = 1; id <= 70; ++id) Add(id);
+  EXPECT_EQ(Poll().batch.samples, 32);
+  EXPECT_EQ(Poll().batch.samples, 32);
+  // A request larger than the chosen size still runs, alone.
+  Make(Adaptive(64, Micros(0)));
+  batcher_->cost_model().Observe(8, 0.080);
+  batcher_->cost_model().Observe(32, 0.256);
+  batcher_->cost_model().Observe(64, 0.640);
+  Add(1, 40);
+  EXPECT_EQ(Poll().batch.samples, 40);
+}
+
+TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
+  BatchCostModel costs;
+  EXPECT_EQ(costs.Estimate(4), 0.0);
+  EXPECT_EQ(costs.BestSize(16), 16);  // Nothing known: the limit.
+  costs.Observe(4, 0.004);
+  costs.Observe(4, 0.014);  // 0.004 + 0.2 x (0.014 - 0.004)
+  EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.006);
+  costs.Observe(0, 1.0);   // Ignored.
+  costs.Observe(2, -1.0);  // Ignored.
+  costs.Observe(12, 0.010);
+  EXPECT_DOUBLE_EQ(costs.Estimate(8), 0.008);   // Halfway between 4 and 12.
+  EXPECT_DOUBLE_EQ(costs.Estimate(2), 0.006);   // Below the smallest: its time.
+  EXPECT_DOUBLE_EQ(costs.Estimate(24), 0.020);  // Above the largest: its time per sample.
+  EXPECT_DOUBLE_EQ(costs.PerSample(12), 0.010 / 12);
+  EXPECT_EQ(costs.BestSize(16), 12);
+  EXPECT_EQ(costs.BestSize(8), 4);  // Within the limit only.
+  const auto entries = costs.Snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].samples, 4);
+  EXPECT_EQ(entries[0].batches, 2);
+}
+
 TEST(SameSampleShapeTest, ComparesEverythingButTheBatchDimension) {
   auto a = MakeRequest(1, 1, 2);
   auto b = MakeRequest(2, 5, 2);

@@ -153,6 +153,7 @@ TEST(BatchedPipelineTest, SingleSampleClientsAreBatchedByTheScheduler) {
   std::vector<BackendInstance*> instances{&a};
   ModelConfig config = EchoConfig(/*max_batch_size=*/4);
   // Long enough that only full batches go: 8 clients keep two batches of 4 coming.
+  config.dynamic_batching.adaptive = false;
   config.dynamic_batching.max_queue_delay = Micros(200'000);
   InProcessOptions o;
   o.batch_size = 1;
@@ -191,6 +192,7 @@ TEST(BatchedPipelineTest, RefusedRequestsAreRecordedAndTheirSlotsReused) {
   std::vector<BackendInstance*> instances{&a};
   ModelConfig config = EchoConfig(/*max_batch_size=*/2);
   config.dynamic_batching.max_queue_size = 2;
+  config.dynamic_batching.adaptive = false;
   config.dynamic_batching.max_queue_delay = Micros(20'000);
   InProcessOptions o;
   o.batch_size = 1;

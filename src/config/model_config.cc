@@ -72,6 +72,13 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     r.Read("max_queue_delay_us", delay_us);
     r.Read("default_timeout_us", timeout_us);
     r.Read("max_queue_size", c.dynamic_batching.max_queue_size);
+    std::string policy = c.dynamic_batching.adaptive ? "adaptive" : "fixed";
+    r.Read("policy", policy);
+    if (policy != "adaptive" && policy != "fixed") {
+      throw ConfigError{"dynamic_batching.policy",
+                        fmt::format("must be adaptive or fixed (got '{}')", policy)};
+    }
+    c.dynamic_batching.adaptive = policy == "adaptive";
     c.dynamic_batching.preferred_batch_sizes =
         ReadList<int>(r.Get("preferred_batch_sizes"), "dynamic_batching.preferred_batch_sizes");
     c.dynamic_batching.max_queue_delay = Micros(delay_us);

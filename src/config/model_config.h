@@ -53,6 +53,9 @@ struct TensorSpec {
 };
 
 struct DynamicBatchingConfig {
+  // `policy: adaptive` (default): batch sizes from the learned cost model, waiting only when the
+  // expected company pays (dynamic_batcher.h); `policy: fixed`: Triton's fixed delay and cap.
+  bool adaptive = true;
   Micros max_queue_delay{1000};            // Longest the oldest request waits for company; >= 0.
   std::vector<int> preferred_batch_sizes;  // Dispatch at once at these sizes; ascending, unique.
   int max_queue_size = 1024;               // Queued samples beyond which requests get 503; >= 1.

@@ -155,6 +155,18 @@ TEST(ModelConfigTest, QueueDelayAndTimeoutMustNotBeNegative) {
               HasSubstr("dynamic_batching.default_timeout_us: must be >= 0"));
 }
 
+TEST(ModelConfigTest, BatchingPolicyIsAdaptiveUnlessFixed) {
+  auto adaptive = ParseModelConfig(kValid, "config.yaml");
+  ASSERT_TRUE(adaptive.ok());
+  EXPECT_TRUE(adaptive->dynamic_batching.adaptive);
+  auto fixed = ParseModelConfig(Edit("max_queue_size: 64", "max_queue_size: 64\n  policy: fixed"),
+                                "config.yaml");
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  EXPECT_FALSE(fixed->dynamic_batching.adaptive);
+  EXPECT_THAT(ErrorOf(Edit("max_queue_size: 64", "max_queue_size: 64\n  policy: eager")),
+              HasSubstr("dynamic_batching.policy: must be adaptive or fixed (got 'eager')"));
+}
+
 TEST(ModelConfigTest, QueueSizeMustBePositive) {
   EXPECT_THAT(ErrorOf(Edit("max_queue_size: 64", "max_queue_size: 0")),
               HasSubstr("dynamic_batching.max_queue_size: must be >= 1"));

@@ -36,6 +36,7 @@ Status Engine::AddModel(const ModelConfig& config) {
   if (!instances.ok()) return instances.status();
   auto scheduler = ModelScheduler::Start(config, std::move(*instances), clock_);
   if (!scheduler.ok()) return scheduler.status();
+  (*scheduler)->SeedCosts((*backend)->load_report().warmup_batch_seconds);
   MutexLock lock(mu_);
   auto [it, inserted] = models_.emplace(config.name, std::move(*scheduler));
   if (!inserted) {

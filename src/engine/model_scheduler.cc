@@ -65,6 +65,8 @@ Result<std::vector<std::vector<Tensor>>> RunAndSplit(
 
 SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   SchedulerOptions options;
+  options.batcher.policy =
+      config.dynamic_batching.adaptive ? BatchingPolicy::kAdaptive : BatchingPolicy::kFixed;
   options.batcher.max_batch_size = config.max_batch_size;
   options.batcher.max_queue_delay = config.dynamic_batching.max_queue_delay;
   options.batcher.preferred_batch_sizes = config.dynamic_batching.preferred_batch_sizes;
@@ -194,6 +196,10 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   return stats_.Snapshot(batcher_.queued_requests(), batcher_.queued_samples());
 }
 
+void ModelScheduler::SeedCosts(const std::vector<std::pair<int, double>>& costs) {
+  for (const auto& [samples, seconds] : costs) batcher_.cost_model().Observe(samples, seconds);
+}
+
 void ModelScheduler::WorkerLoop(size_t index) {
   BackendInstance& instance = *instances_[index];
   while (true) {
@@ -251,6 +257,8 @@ void ModelScheduler::RunBatch(BackendInstance& instance, Batch& batch) {
   }
   const Clock::time_point end = clock_.Now();
   stats_.RecordBatch(batch.samples, SecondsBetween(start, end), failed);
+  if (!failed)
+    batcher_.cost_model().Observe(static_cast<int>(batch.samples), SecondsBetween(start, end));
 
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->times.compute_end = end;

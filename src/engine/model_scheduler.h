@@ -69,6 +69,9 @@ class ModelScheduler {
   void Stop(StopMode mode = StopMode::kDrain);
 
   ModelStatsSnapshot stats() const;
+  // Seeds the batcher's cost model: (batch size, seconds) of warm-up runs.
+  void SeedCosts(const std::vector<std::pair<int, double>>& costs);
+  const BatchCostModel& cost_model() const { return batcher_.cost_model(); }
   const ModelConfig& config() const { return config_; }
 
  private:

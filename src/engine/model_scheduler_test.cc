@@ -25,6 +25,9 @@ ModelConfig EchoConfig(int max_batch_size, Micros delay, int instances = 1) {
   ModelConfig c;
   c.name = "echo";
   c.max_batch_size = max_batch_size;
+  // The fixed policy: these tests hold requests for a known delay; the adaptive policy's rules
+  // have their own tests beside the batcher.
+  c.dynamic_batching.adaptive = false;
   c.dynamic_batching.max_queue_delay = delay;
   c.instances.count = instances;
   c.instances.threads = 1;

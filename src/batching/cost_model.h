@@ -1,0 +1,51 @@
+// What a batch costs on one instance of a model, learned from the batches it runs.
+//
+// Per batch size, an exponentially weighted mean of the measured seconds (each new run weighs
+// kWeight), seeded by the warm-up runs at the configured sizes. Sizes never run are estimated
+// from their neighbours: linearly between two run sizes, the smallest run size's time below it,
+// and the largest's time per sample above it. The batcher uses it to choose the batch size with
+// the lowest cost per sample and to judge whether waiting for company pays.
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "common/mutex.h"
+
+namespace sluice {
+
+// Thread-safe.
+class BatchCostModel {
+ public:
+  static constexpr double kWeight = 0.2;
+
+  // Records a batch of `samples` that ran in `seconds` (ignored unless both are positive).
+  void Observe(int samples, double seconds);
+
+  // Expected seconds of a batch of `samples`; 0 while nothing has been observed.
+  double Estimate(int samples) const;
+
+  // Expected seconds per sample at `samples`; 0 while nothing has been observed.
+  double PerSample(int samples) const;
+
+  // Of the sizes observed, at most `limit`, the one with the lowest seconds per sample (the
+  // largest such on a tie); `limit` when none has been observed.
+  int BestSize(int limit) const;
+
+  // (batch size, smoothed seconds, batches observed) for every size observed, ascending.
+  struct Entry {
+    int samples;
+    double seconds;
+    int64_t batches;
+  };
+  std::vector<Entry> Snapshot() const;
+
+ private:
+  double EstimateLocked(int samples) const REQUIRES(mu_);
+
+  mutable Mutex mu_;
+  std::map<int, std::pair<double, int64_t>> sizes_ GUARDED_BY(mu_);  // samples -> (s, runs).
+};
+
+}  // namespace sluice
