@@ -486,7 +486,14 @@ TEST_F(ServerTest, ConcurrentClientsEachGetTheirOwnAnswers) {
   Response stats = c.Request("GET", "/v2/models/identity/stats");
   EXPECT_EQ(stats.status, 200);
   EXPECT_NE(stats.body.find("\"batch_size\""), std::string::npos);
+  // The batcher's learned costs: the warm-up sizes (1 and 64) at least, and what it targets.
+  EXPECT_NE(stats.body.find("\"policy\":\"adaptive\""), std::string::npos) << stats.body;
+  EXPECT_NE(stats.body.find("{\"batch_size\":64,\"seconds\":"), std::string::npos) << stats.body;
+  EXPECT_NE(stats.body.find("\"target_batch_size\":"), std::string::npos);
   Response metrics = c.Request("GET", "/metrics");
+  EXPECT_NE(metrics.body.find("sluice_batch_cost_seconds{model=\"identity\",batch_size=\"1\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("sluice_batch_target_size{model=\"identity\"}"), std::string::npos);
   EXPECT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.headers["content-type"], "text/plain; version=0.0.4");
   EXPECT_NE(metrics.body.find("sluice_requests_total{model=\"identity\",outcome=\"ok\"}"),

@@ -193,7 +193,16 @@ void ModelScheduler::Stop(StopMode mode) {
 }
 
 ModelStatsSnapshot ModelScheduler::stats() const {
-  return stats_.Snapshot(batcher_.queued_requests(), batcher_.queued_samples());
+  ModelStatsSnapshot s = stats_.Snapshot(batcher_.queued_requests(), batcher_.queued_samples());
+  const BatcherOptions& o = batcher_.options();
+  s.adaptive_batching = o.policy == BatchingPolicy::kAdaptive;
+  s.target_batch_size =
+      s.adaptive_batching ? batcher_.cost_model().BestSize(o.max_batch_size) : o.max_batch_size;
+  s.company_rate = batcher_.company_rate();
+  for (const BatchCostModel::Entry& e : batcher_.cost_model().Snapshot()) {
+    s.batch_costs.push_back({e.samples, e.seconds, e.batches});
+  }
+  return s;
 }
 
 void ModelScheduler::SeedCosts(const std::vector<std::pair<int, double>>& costs) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "common/histogram.h"
 #include "sluice/request.h"
@@ -27,6 +28,18 @@ struct ModelStatsSnapshot {
   HistogramSnapshot request_seconds;  // enqueue -> completion, per completed request.
   double busy_seconds = 0;            // Summed over instances: time spent running batches.
   int instances = 0;
+  // The batcher: its policy, the batch size it forms now (adaptive: the cheapest per sample; fixed:
+  // max_batch_size), the arrival rate it expects while a batch waits (samples/s), and the learned
+  // cost of each batch size run so far.
+  bool adaptive_batching = false;
+  int target_batch_size = 0;
+  double company_rate = 0;
+  struct BatchCost {
+    int batch_size;
+    double seconds;
+    int64_t batches;
+  };
+  std::vector<BatchCost> batch_costs;
 
   int64_t requests(StatusCode code) const { return requests_by_outcome[static_cast<int>(code)]; }
   int64_t answered_requests() const;  // Sum of requests_by_outcome.

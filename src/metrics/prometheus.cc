@@ -94,10 +94,26 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
        [](const ModelStatsSnapshot& s) { return s.busy_seconds; }},
       {"sluice_instances", "gauge", "Model instances (workers).",
        [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instances); }},
+      {"sluice_batch_target_size", "gauge",
+       "The batch size the batcher forms now: adaptive, the cheapest per sample learned; fixed, "
+       "max_batch_size.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.target_batch_size); }},
+      {"sluice_batch_company_rate", "gauge",
+       "Samples per second arriving while a request waits in the queue (decaying over ~1 s).",
+       [](const ModelStatsSnapshot& s) { return s.company_rate; }},
   };
   for (const Gauge& g : gauges) {
     w.Family(g.name, g.type, g.help);
     for (const auto& [name, s] : models) w.Sample(g.name, model_label(name), g.value(s));
+  }
+  w.Family("sluice_batch_cost_seconds", "gauge",
+           "Learned seconds per batch on one instance, by batch size (smoothed; warm-up seeded).");
+  for (const auto& [name, s] : models) {
+    for (const auto& cost : s.batch_costs) {
+      w.Sample("sluice_batch_cost_seconds",
+               model_label(name) + ",batch_size=\"" + std::to_string(cost.batch_size) + "\"",
+               cost.seconds);
+    }
   }
   struct Hist {
     const char* name;

@@ -94,7 +94,13 @@ TEST(PrometheusTest, RendersEveryModelSeries) {
   s.batch_size.upper_bounds = {1, 2};
   s.batch_size.counts = {1, 1, 0};
   s.batch_size.count = 2;
+  s.target_batch_size = 32;
+  s.batch_costs = {{8, 0.004, 3}, {32, 0.012, 5}};
   std::string text = RenderMetrics({{"fashion", s}}, HttpStats{});
+  EXPECT_NE(text.find("sluice_batch_target_size{model=\"fashion\"} 32\n"), std::string::npos);
+  EXPECT_NE(text.find("sluice_batch_cost_seconds{model=\"fashion\",batch_size=\"32\"} 0.012\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("sluice_requests_total{model=\"fashion\",outcome=\"ok\"} 7\n"),
             std::string::npos);
   EXPECT_NE(text.find("sluice_queue_requests{model=\"fashion\"} 2\n"), std::string::npos);

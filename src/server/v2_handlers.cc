@@ -251,6 +251,20 @@ void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Respon
     json.Field(StatusCodeName(static_cast<StatusCode>(code)), s.requests_by_outcome[code]);
   }
   json.EndObject();
+  json.Key("batching")
+      .BeginObject()
+      .Field("policy", s.adaptive_batching ? "adaptive" : "fixed")
+      .Field("target_batch_size", static_cast<int64_t>(s.target_batch_size))
+      .Field("company_samples_per_second", s.company_rate);
+  json.Key("costs").BeginArray();
+  for (const auto& cost : s.batch_costs) {
+    json.BeginObject()
+        .Field("batch_size", static_cast<int64_t>(cost.batch_size))
+        .Field("seconds", cost.seconds)
+        .Field("batches", cost.batches)
+        .EndObject();
+  }
+  json.EndArray().EndObject();
   WriteHistogram(json, "batch_size", s.batch_size);
   WriteHistogram(json, "queue_seconds", s.queue_seconds);
   WriteHistogram(json, "compute_seconds", s.compute_seconds);
