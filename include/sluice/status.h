@@ -50,6 +50,13 @@ class [[nodiscard]] Status {
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
+  // kUnavailable: when to try again, in seconds (0: unknown; HTTP then says 1).
+  Status&& WithRetryAfter(double seconds) && {
+    retry_after_seconds_ = seconds;
+    return std::move(*this);
+  }
+  double retry_after_seconds() const { return retry_after_seconds_; }
+
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
@@ -59,6 +66,7 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  double retry_after_seconds_ = 0;
 };
 
 // Either a T or a non-OK Status.

@@ -46,6 +46,24 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
       return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
                                              queued_samples_, options_.max_queue_size));
     }
+    const double wait = PredictedWaitLocked(samples);
+    double budget = options_.max_queue_time.count() > 0
+                        ? std::chrono::duration<double>(options_.max_queue_time).count()
+                        : 0.0;
+    const char* limit_name = "the model's queue-time budget";
+    if (request->deadline) {
+      const double left = std::chrono::duration<double>(*request->deadline - now).count();
+      if (budget == 0 || left < budget) {
+        budget = left;
+        limit_name = "the request's deadline";
+      }
+    }
+    if (budget > 0 && wait > budget) {
+      return Status::Unavailable(
+                 fmt::format("predicted queue wait {:.0f} ms exceeds {} ({:.0f} ms)", wait * 1e3,
+                             limit_name, budget * 1e3))
+          .WithRetryAfter(wait - budget);
+    }
     AgeCompanyLocked(now);
     if (!queue_.empty()) company_samples_ += static_cast<double>(samples);
     // A waiting instance needs waking only when this request can change its decision: a first
@@ -170,6 +188,20 @@ double DynamicBatcher::CompanyRateLocked(Clock::time_point now) const {
   return seconds < 1e-3 ? 0.0 : samples / seconds;
 }
 
+int64_t DynamicBatcher::TargetSizeLocked() const {
+  return options_.policy == BatchingPolicy::kAdaptive
+             ? cost_model_.BestSize(options_.max_batch_size)
+             : options_.max_batch_size;
+}
+
+double DynamicBatcher::PredictedWaitLocked(int64_t samples) const {
+  const int64_t target = TargetSizeLocked();
+  const double batch_seconds = cost_model_.Estimate(static_cast<int>(target));
+  if (batch_seconds <= 0) return 0;
+  const int64_t batches = (queued_samples_ + samples + target - 1) / target;
+  return static_cast<double>(batches) * batch_seconds / std::max(1, options_.instances);
+}
+
 bool DynamicBatcher::WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up,
                                        int64_t samples, int64_t limit) {
   if (now >= give_up) return false;
@@ -191,8 +223,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   if (queue_.empty()) return poll;
 
   const bool adaptive = options_.policy == BatchingPolicy::kAdaptive;
-  const int64_t limit =
-      adaptive ? cost_model_.BestSize(options_.max_batch_size) : options_.max_batch_size;
+  const int64_t limit = TargetSizeLocked();
   // The longest prefix of the queue that fits in one batch, and the longest prefix that ends
   // exactly on a preferred size (fixed policy).
   const InferRequest& oldest = *queue_.front();

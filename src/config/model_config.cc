@@ -72,6 +72,13 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     r.Read("max_queue_delay_us", delay_us);
     r.Read("default_timeout_us", timeout_us);
     r.Read("max_queue_size", c.dynamic_batching.max_queue_size);
+    int64_t queue_time_ms = c.dynamic_batching.max_queue_time.count() / 1000;
+    r.Read("max_queue_time_ms", queue_time_ms);
+    if (queue_time_ms < 0) {
+      throw ConfigError{"dynamic_batching.max_queue_time_ms",
+                        fmt::format("must be >= 0 (got {})", queue_time_ms)};
+    }
+    c.dynamic_batching.max_queue_time = Micros(queue_time_ms * 1000);
     std::string policy = c.dynamic_batching.adaptive ? "adaptive" : "fixed";
     r.Read("policy", policy);
     if (policy != "adaptive" && policy != "fixed") {

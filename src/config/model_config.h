@@ -60,6 +60,8 @@ struct DynamicBatchingConfig {
   std::vector<int> preferred_batch_sizes;  // Dispatch at once at these sizes; ascending, unique.
   int max_queue_size = 1024;               // Queued samples beyond which requests get 503; >= 1.
   Micros default_timeout{0};  // Per-request deadline when the client sets none; 0: none.
+  // Longest predicted queue wait a request is admitted with (dynamic_batcher.h); 0: no budget.
+  Micros max_queue_time{1'000'000};
 };
 
 struct InstancesConfig {

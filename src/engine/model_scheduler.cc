@@ -71,6 +71,8 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   options.batcher.max_queue_delay = config.dynamic_batching.max_queue_delay;
   options.batcher.preferred_batch_sizes = config.dynamic_batching.preferred_batch_sizes;
   options.batcher.max_queue_size = config.dynamic_batching.max_queue_size;
+  options.batcher.max_queue_time = config.dynamic_batching.max_queue_time;
+  options.batcher.instances = config.instances.count;
   options.default_timeout = config.dynamic_batching.default_timeout;
   return options;
 }

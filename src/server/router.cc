@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/json_writer.h"
 
 namespace sluice {
@@ -32,7 +35,11 @@ HttpResponse HttpResponse::Json(int status, std::string body) {
 HttpResponse HttpResponse::Error(const Status& status) {
   HttpResponse r =
       Json(HttpStatusFor(status.code()), "{\"error\":" + JsonQuote(status.message()) + "}");
-  if (status.code() == StatusCode::kUnavailable) r.headers.emplace_back("Retry-After", "1");
+  if (status.code() == StatusCode::kUnavailable) {
+    // Whole seconds (RFC 9110), at least 1.
+    const double after = std::max(1.0, std::ceil(status.retry_after_seconds()));
+    r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(after)));
+  }
   return r;
 }
 

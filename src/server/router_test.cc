@@ -59,6 +59,9 @@ TEST(RouterTest, ErrorsAreJsonWithTheRightStatusAndEscaping) {
   EXPECT_EQ(busy.status, 503);
   EXPECT_EQ(busy.body, R"({"error":"queue full"})");
   EXPECT_EQ(busy.headers.at(0).first, "Retry-After");
+  EXPECT_EQ(busy.headers.at(0).second, "1");  // Unknown: one second.
+  HttpResponse later = HttpResponse::Error(Status::Unavailable("wait").WithRetryAfter(2.3));
+  EXPECT_EQ(later.headers.at(0).second, "3");  // Whole seconds, rounded up.
   HttpResponse bad = HttpResponse::Error(Status::InvalidArgument("bad \"x\"\n"));
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.body, R"({"error":"bad \"x\"\n"})");
