@@ -40,6 +40,7 @@ double BatchCostModel::EstimateLocked(int samples) const {
 
 int BatchCostModel::BestSize(int limit) const {
   MutexLock lock(mu_);
+  if (sizes_.empty()) return limit;
   int best = 0;
   double best_cost = 0;
   for (const auto& [samples, entry] : sizes_) {
@@ -50,7 +51,29 @@ int BatchCostModel::BestSize(int limit) const {
       best_cost = cost;
     }
   }
-  return best == 0 ? limit : best;
+  // The limit itself, estimated if never run: above the largest size run it costs that size's
+  // time per sample, a tie that the larger size wins, so batches grow until it has been measured.
+  if (!sizes_.count(limit) && (best == 0 || EstimateLocked(limit) / limit <= best_cost)) {
+    best = limit;
+  }
+  return best;
+}
+
+int BatchCostModel::SizeToExplore(int below) const {
+  MutexLock lock(mu_);
+  for (int size = 1; size < below; size *= 2) {
+    auto it = sizes_.find(size);
+    if (it == sizes_.end() || it->second.second < kExploreRuns) {
+      // The largest such power of two: nearest the chosen size, where the choice is made.
+      int largest = size;
+      for (int next = size * 2; next < below; next *= 2) {
+        auto n = sizes_.find(next);
+        if (n == sizes_.end() || n->second.second < kExploreRuns) largest = next;
+      }
+      return largest;
+    }
+  }
+  return 0;
 }
 
 std::vector<BatchCostModel::Entry> BatchCostModel::Snapshot() const {

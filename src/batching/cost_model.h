@@ -29,9 +29,16 @@ class BatchCostModel {
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
 
-  // Of the sizes observed, at most `limit`, the one with the lowest seconds per sample (the
-  // largest such on a tie); `limit` when none has been observed.
+  // Of the sizes observed, at most `limit`, and `limit` itself (estimated if never observed),
+  // the one with the lowest seconds per sample (the largest such on a tie); `limit` when nothing
+  // has been observed.
   int BestSize(int limit) const;
+
+  // A power of two below `below` observed fewer than kExploreRuns times (the largest such), or 0:
+  // the batcher runs one such batch now and then, so that sizes it would never pick by itself get
+  // measured (a batch of 64 may be slower per sample than one of 32).
+  static constexpr int64_t kExploreRuns = 2;
+  int SizeToExplore(int below) const;
 
   // (batch size, smoothed seconds, batches observed) for every size observed, ascending.
   struct Entry {

@@ -246,6 +246,23 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
       preferred_samples = samples;
     }
   }
+  if (adaptive && samples >= limit &&
+      ++batches_since_explore_ >= kExploreEvery) {  // A full batch: maybe measure a smaller size.
+    if (const int explore = cost_model_.SizeToExplore(static_cast<int>(limit)); explore > 0) {
+      batches_since_explore_ = 0;
+      int64_t cut = 0;
+      size_t cut_count = 0;
+      for (const auto& request : queue_) {
+        if (cut_count == count || cut + request->samples() > explore) break;
+        cut += request->samples();
+        ++cut_count;
+      }
+      if (cut_count > 0) {
+        count = cut_count;
+        samples = cut;
+      }
+    }
+  }
   if (count == 0) {  // The oldest request alone is larger than the adaptive limit: it goes alone.
     count = 1;
     samples = oldest.samples();

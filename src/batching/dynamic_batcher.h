@@ -121,6 +121,9 @@ class DynamicBatcher {
   // The adaptive policy waits only when the expected company lowers the cost per sample by this
   // fraction at least.
   static constexpr double kAdaptiveMinGain = 0.10;
+  // The adaptive policy: one full batch in this many is cut to a size the cost model has not
+  // measured enough (BatchCostModel::SizeToExplore), while there is one.
+  static constexpr int64_t kExploreEvery = 8;
 
  private:
   BatcherPoll PollLocked(Clock::time_point now) REQUIRES(mu_);
@@ -152,6 +155,7 @@ class DynamicBatcher {
   BatchCostModel cost_model_;
   // Company rate: exponentially decayed samples that arrived while the queue held a request, and
   // decayed seconds during which it held one; their ratio is the rate.
+  int64_t batches_since_explore_ GUARDED_BY(mu_) = 0;
   double company_samples_ GUARDED_BY(mu_) = 0;
   double company_seconds_ GUARDED_BY(mu_) = 0;
   Clock::time_point company_updated_ GUARDED_BY(mu_){};

@@ -389,6 +389,24 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   for (RequestId id = 1; id <= 500; ++id) Add(id);
 }
 
+// Full batches now and then go at a size the cost model has not measured, so that it learns
+// whether a smaller size is cheaper per sample.
+TEST_F(BatcherTest, AdaptiveMeasuresSmallerSizesNowAndThen) {
+  Make(Adaptive(8, Micros(0)));
+  BatchCostModel& costs = batcher_->cost_model();
+  for (int i = 0; i < 2; ++i) {
+    costs.Observe(1, 0.004);
+    costs.Observe(2, 0.004);
+    costs.Observe(8, 0.008);
+  }
+  for (RequestId id = 1; id <= 8 * DynamicBatcher::kExploreEvery; ++id) Add(id);
+  std::vector<int64_t> sizes;
+  for (int64_t b = 0; b < DynamicBatcher::kExploreEvery; ++b) sizes.push_back(Poll().batch.samples);
+  std::vector<int64_t> want(static_cast<size_t>(DynamicBatcher::kExploreEvery), 8);
+  want.back() = 4;  // 4 has never run: the eighth full batch measures it.
+  EXPECT_EQ(sizes, want);
+}
+
 TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   BatchCostModel costs;
   EXPECT_EQ(costs.Estimate(4), 0.0);
@@ -403,10 +421,18 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   EXPECT_DOUBLE_EQ(costs.Estimate(2), 0.006);   // Below the smallest: its time.
   EXPECT_DOUBLE_EQ(costs.Estimate(24), 0.020);  // Above the largest: its time per sample.
   EXPECT_DOUBLE_EQ(costs.PerSample(12), 0.010 / 12);
+  EXPECT_EQ(costs.BestSize(12), 12);
+  EXPECT_EQ(costs.BestSize(16), 16);  // Never run: its estimate ties with 12's, the larger wins.
+  EXPECT_EQ(costs.BestSize(8), 8);    // Interpolated: cheaper per sample than 4.
+  costs.Observe(16, 0.032);           // Measured, and dearer per sample than 12.
   EXPECT_EQ(costs.BestSize(16), 12);
-  EXPECT_EQ(costs.BestSize(8), 4);  // Within the limit only.
+  // Powers of two below 16 measured fewer than twice, the largest first.
+  EXPECT_EQ(costs.SizeToExplore(16), 8);
+  costs.Observe(8, 0.008);
+  costs.Observe(8, 0.008);
+  EXPECT_EQ(costs.SizeToExplore(16), 2);  // 4 has run twice; 2 and 1 never.
   const auto entries = costs.Snapshot();
-  ASSERT_EQ(entries.size(), 2u);
+  ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].samples, 4);
   EXPECT_EQ(entries[0].batches, 2);
 }
