@@ -46,7 +46,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
       return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
                                              queued_samples_, options_.max_queue_size));
     }
-    const double wait = PredictedWaitLocked(samples);
+    const double wait = PredictedWaitLocked();
     double budget = options_.max_queue_time.count() > 0
                         ? std::chrono::duration<double>(options_.max_queue_time).count()
                         : 0.0;
@@ -194,12 +194,14 @@ int64_t DynamicBatcher::TargetSizeLocked() const {
              : options_.max_batch_size;
 }
 
-double DynamicBatcher::PredictedWaitLocked(int64_t samples) const {
+double DynamicBatcher::PredictedWaitLocked() const {
   const int64_t target = TargetSizeLocked();
   const double batch_seconds = cost_model_.Estimate(static_cast<int>(target));
   if (batch_seconds <= 0) return 0;
-  const int64_t batches = (queued_samples_ + samples + target - 1) / target;
-  return static_cast<double>(batches) * batch_seconds / std::max(1, options_.instances);
+  // The full batches queued ahead of the one this request joins start first; its own batch starts
+  // when they are done (the batches running now are not counted).
+  const int64_t batches_ahead = queued_samples_ / target;
+  return static_cast<double>(batches_ahead) * batch_seconds / std::max(1, options_.instances);
 }
 
 bool DynamicBatcher::WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up,

@@ -45,8 +45,8 @@ struct BatcherOptions {
   std::vector<int> preferred_batch_sizes;  // Dispatch at once on reaching one; ascending, each
                                            // <= max_batch_size. Empty: only max_batch_size.
   int max_queue_size = 1024;  // Queued samples; beyond this Enqueue() fails with kUnavailable.
-  // Admission by predicted wait: a request whose predicted queue wait (the batches ahead of it,
-  // itself included, at the cost model's cost, spread over the instances) exceeds this, or its
+  // Admission by predicted wait: a request whose predicted queue wait (the full batches queued
+  // ahead of it, at the cost model's cost, spread over the instances) exceeds this, or its
   // own deadline, is refused at once with kUnavailable and a retry-after. 0: no budget (the
   // deadline still counts). Nothing is predicted before the cost model knows a cost.
   Micros max_queue_time{0};
@@ -136,8 +136,8 @@ class DynamicBatcher {
   double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
   // The batch size batches are formed at now.
   int64_t TargetSizeLocked() const REQUIRES(mu_);
-  // Seconds a request of `samples` joining the queue now would wait, 0 when unknown.
-  double PredictedWaitLocked(int64_t samples) const REQUIRES(mu_);
+  // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
+  double PredictedWaitLocked() const REQUIRES(mu_);
   // Adaptive: whether the batch of `samples` (of at most `limit`) should wait for company.
   bool WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up, int64_t samples,
                          int64_t limit) REQUIRES(mu_);

@@ -358,12 +358,10 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   o.instances = 2;
   Make(o);
   batcher_->cost_model().Observe(8, 0.100);  // 100 ms a batch of 8, two instances.
-  // 159 samples: 20 batches of 8 with the next, 20 x 100 ms / 2 = 1 s: still admitted.
-  for (RequestId id = 1; id <= 159; ++id) Add(id);
-  auto request = MakeRequest(160, 1);
-  ASSERT_TRUE(batcher_->Enqueue(request).ok());
-  // The 161st makes 21 batches: 1.05 s > 1 s.
-  auto late = MakeRequest(161, 1);
+  // 168 samples queued are 21 full batches ahead: 21 x 100 ms / 2 = 1.05 s. With 167 the 168th
+  // waits for 20: 1 s, within the budget.
+  for (RequestId id = 1; id <= 168; ++id) Add(id);
+  auto late = MakeRequest(169, 1);
   Status refused = batcher_->Enqueue(late);
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
   EXPECT_NE(refused.message().find("predicted queue wait 1050 ms exceeds the model's queue-time "
@@ -372,18 +370,23 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
       << refused.message();
   EXPECT_NEAR(refused.retry_after_seconds(), 0.05, 1e-9);
   ASSERT_NE(late, nullptr);  // Left with the caller, who answers it.
-  EXPECT_EQ(batcher_->queued_samples(), 160);
+  EXPECT_EQ(batcher_->queued_samples(), 168);
 
-  // A deadline 300 ms away with 500 ms of work ahead: refused, naming the deadline.
+  // A deadline 300 ms away with 450 ms of work ahead: refused, naming the deadline.
   Make(o);
   batcher_->cost_model().Observe(8, 0.100);
-  for (RequestId id = 1; id <= 72; ++id) Add(id);  // 9 batches + the next = 10: 500 ms.
+  for (RequestId id = 1; id <= 72; ++id) Add(id);  // 9 full batches ahead: 450 ms.
   auto hurried = MakeRequest(73, 1);
   hurried->deadline = clock_.Now() + Micros(300'000);
   Status missed = batcher_->Enqueue(hurried);
   EXPECT_EQ(missed.code(), StatusCode::kUnavailable);
   EXPECT_NE(missed.message().find("exceeds the request's deadline (300 ms)"), std::string::npos)
       << missed.message();
+  // A batch slower than the budget still admits what it can start at once: an empty queue waits
+  // for nothing.
+  Make(o);
+  batcher_->cost_model().Observe(8, 5.0);
+  Add(1);
   // Without a known cost nothing is predicted and nothing refused.
   Make(o);
   for (RequestId id = 1; id <= 500; ++id) Add(id);
