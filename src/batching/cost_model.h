@@ -29,9 +29,9 @@ class BatchCostModel {
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
 
-  // Of the sizes observed, at most `limit`, and `limit` itself (estimated if never observed),
-  // the one with the lowest seconds per sample (the largest such on a tie); `limit` when nothing
-  // has been observed.
+  // Of the sizes observed at least kExploreRuns times (any, while only one size is known), at
+  // most `limit`, and `limit` itself (estimated if never observed), the one with the lowest
+  // seconds per sample (the largest such on a tie); `limit` when nothing has been observed.
   int BestSize(int limit) const;
 
   // A power of two below `below` observed fewer than kExploreRuns times (the largest such), or 0:
