@@ -45,8 +45,9 @@ int BatchCostModel::BestSize(int limit) const {
   double best_cost = 0;
   for (const auto& [samples, entry] : sizes_) {
     if (samples > limit) break;
-    // One run is one noisy sample: a size is chosen on at least kExploreRuns (or if it is all).
-    if (entry.second < kExploreRuns && sizes_.size() > 1) continue;
+    // One run is one noisy sample: a size is chosen on at least kExploreRuns, except the limit
+    // (which must stay a candidate, or a size chosen below it would never let it run again).
+    if (entry.second < kExploreRuns && samples != limit && sizes_.size() > 1) continue;
     const double cost = entry.first / samples;
     if (best == 0 || cost <= best_cost) {
       best = samples;

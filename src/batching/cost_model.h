@@ -30,8 +30,8 @@ class BatchCostModel {
   double PerSample(int samples) const;
 
   // Of the sizes observed at least kExploreRuns times (any, while only one size is known), at
-  // most `limit`, and `limit` itself (estimated if never observed), the one with the lowest
-  // seconds per sample (the largest such on a tie); `limit` when nothing has been observed.
+  // most `limit`, and `limit` itself (measured or, if never run, estimated), the one with the
+  // lowest seconds per sample (the largest such on a tie); `limit` when nothing has been observed.
   int BestSize(int limit) const;
 
   // A power of two below `below` observed fewer than kExploreRuns times (the largest such), or 0:

@@ -344,6 +344,12 @@ TEST_F(BatcherTest, AdaptiveBatchSizeIsTheCheapestPerSample) {
     costs.Observe(64, 0.640);  // 10 ms a sample.
   }
   EXPECT_EQ(costs.BestSize(64), 32);
+  costs.Observe(16, 0.016);  // 1 ms a sample, but one run: not chosen yet.
+  EXPECT_EQ(costs.BestSize(64), 32);
+  costs.Observe(16, 0.016);
+  EXPECT_EQ(costs.BestSize(64), 16);
+  for (int run = 0; run < 8; ++run) costs.Observe(16, 0.256);  // Dearer now: 32 wins again.
+  EXPECT_EQ(costs.BestSize(64), 32);
   for (RequestId id = 1; id <= 70; ++id) Add(id);
   EXPECT_EQ(Poll().batch.samples, 32);
   EXPECT_EQ(Poll().batch.samples, 32);
@@ -428,7 +434,7 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   costs.Observe(0, 1.0);   // Ignored.
   costs.Observe(2, -1.0);  // Ignored.
   costs.Observe(12, 0.010);
-  EXPECT_EQ(costs.BestSize(12), 4);  // 12 has run once: not yet a choice.
+  EXPECT_EQ(costs.BestSize(12), 12);  // Run once, but the limit is always a candidate.
   costs.Observe(12, 0.010);
   EXPECT_DOUBLE_EQ(costs.Estimate(8), 0.008);   // Halfway between 4 and 12.
   EXPECT_DOUBLE_EQ(costs.Estimate(2), 0.006);   // Below the smallest: its time.
