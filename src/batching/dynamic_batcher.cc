@@ -156,6 +156,11 @@ int64_t DynamicBatcher::queued_samples() const {
   return queued_samples_;
 }
 
+int64_t DynamicBatcher::target_batch_size() const {
+  MutexLock lock(mu_);
+  return TargetSizeLocked();
+}
+
 double DynamicBatcher::company_rate() const {
   MutexLock lock(mu_);
   return CompanyRateLocked(clock_.Now());
@@ -165,27 +170,30 @@ namespace {
 constexpr double kCompanyDecaySeconds = 1.0;
 }  // namespace
 
+DynamicBatcher::CompanySums DynamicBatcher::CompanyAtLocked(Clock::time_point now) const {
+  CompanySums sums{company_samples_, company_seconds_};
+  if (company_updated_ == Clock::time_point{} || now <= company_updated_) return sums;
+  const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
+  const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
+  sums.samples *= keep;
+  // The queue held a request throughout the interval or not at all: it only changes at an update.
+  sums.seconds = sums.seconds * keep + (queue_.empty() ? 0.0 : elapsed);
+  return sums;
+}
+
 void DynamicBatcher::AgeCompanyLocked(Clock::time_point now) {
   if (company_updated_ == Clock::time_point{}) company_updated_ = now;
-  const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
-  if (elapsed <= 0) return;
-  const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
-  company_samples_ *= keep;
-  // The queue held a request throughout the interval or not at all: it only changes at an update.
-  company_seconds_ = company_seconds_ * keep + (queue_.empty() ? 0.0 : elapsed);
+  if (now <= company_updated_) return;
+  const CompanySums sums = CompanyAtLocked(now);
+  company_samples_ = sums.samples;
+  company_seconds_ = sums.seconds;
   company_updated_ = now;
 }
 
 double DynamicBatcher::CompanyRateLocked(Clock::time_point now) const {
-  double samples = company_samples_, seconds = company_seconds_;
-  if (company_updated_ != Clock::time_point{} && now > company_updated_) {
-    const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
-    const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
-    samples *= keep;
-    seconds = seconds * keep + (queue_.empty() ? 0.0 : elapsed);
-  }
+  const CompanySums sums = CompanyAtLocked(now);
   // Less than a millisecond of waiting observed says nothing yet: expect no company.
-  return seconds < 1e-3 ? 0.0 : samples / seconds;
+  return sums.seconds < 1e-3 ? 0.0 : sums.samples / sums.seconds;
 }
 
 int64_t DynamicBatcher::TargetSizeLocked() const {
@@ -295,7 +303,6 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
     poll.batch.requests.push_back(std::move(request));
   }
   poll.batch.samples = samples;
-  AgeCompanyLocked(now);  // Settle the waiting time before the queue's state may change.
   return poll;
 }
 

@@ -114,6 +114,10 @@ class DynamicBatcher {
   BatchCostModel& cost_model() { return cost_model_; }
   const BatchCostModel& cost_model() const { return cost_model_; }
 
+  // The batch size batches are formed at now: adaptive, the cost model's cheapest per sample;
+  // fixed, max_batch_size.
+  int64_t target_batch_size() const;
+
   // Samples per second arriving while another request waits in the queue (decaying over about a
   // second): the company a waiting batch can expect.
   double company_rate() const;
@@ -131,10 +135,15 @@ class DynamicBatcher {
       REQUIRES(mu_);
   std::unique_ptr<InferRequest> RemoveAtLocked(size_t index) REQUIRES(mu_);
   Clock::time_point EarliestDeadlineLocked() const REQUIRES(mu_);
-  // Folds the time since the last update into the company-rate sums (queue empty or not).
+  // The company-rate sums as of `now`, decayed, with the time since the last update counted as
+  // waiting if the queue held a request; AgeCompanyLocked() stores them.
+  struct CompanySums {
+    double samples;
+    double seconds;
+  };
+  CompanySums CompanyAtLocked(Clock::time_point now) const REQUIRES(mu_);
   void AgeCompanyLocked(Clock::time_point now) REQUIRES(mu_);
   double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
-  // The batch size batches are formed at now.
   int64_t TargetSizeLocked() const REQUIRES(mu_);
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
   double PredictedWaitLocked() const REQUIRES(mu_);

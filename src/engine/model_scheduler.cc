@@ -198,8 +198,7 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   ModelStatsSnapshot s = stats_.Snapshot(batcher_.queued_requests(), batcher_.queued_samples());
   const BatcherOptions& o = batcher_.options();
   s.adaptive_batching = o.policy == BatchingPolicy::kAdaptive;
-  s.target_batch_size =
-      s.adaptive_batching ? batcher_.cost_model().BestSize(o.max_batch_size) : o.max_batch_size;
+  s.target_batch_size = static_cast<int>(batcher_.target_batch_size());
   s.company_rate = batcher_.company_rate();
   for (const BatchCostModel::Entry& e : batcher_.cost_model().Snapshot()) {
     s.batch_costs.push_back({e.samples, e.seconds, e.batches});
@@ -267,9 +266,9 @@ void ModelScheduler::RunBatch(BackendInstance& instance, Batch& batch) {
     }
   }
   const Clock::time_point end = clock_.Now();
-  stats_.RecordBatch(batch.samples, SecondsBetween(start, end), failed);
-  if (!failed)
-    batcher_.cost_model().Observe(static_cast<int>(batch.samples), SecondsBetween(start, end));
+  const double seconds = SecondsBetween(start, end);
+  stats_.RecordBatch(batch.samples, seconds, failed);
+  if (!failed) batcher_.cost_model().Observe(static_cast<int>(batch.samples), seconds);
 
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->times.compute_end = end;

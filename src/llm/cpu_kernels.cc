@@ -412,17 +412,19 @@ SLUICE_AVX512 void Avx512Matmul(const MatmulInput& x, const T* w, const float* s
   }
 }
 
+// The first min(16, max(0, count)) lanes.
+inline __mmask16 FirstLanes(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xffff : count > 0 ? (1u << count) - 1 : 0);
+}
+
 // x rounded to bf16, rows of `stride` values (zeros past k).
 SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out) {
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * k;
     uint16_t* to = out + i * stride;
     for (int64_t c = 0; c < stride; c += 16) {
-      const int64_t left = k - c;
-      const __mmask16 in = static_cast<__mmask16>(left >= 16 ? 0xffff
-                                                  : left > 0 ? (1u << left) - 1
-                                                             : 0);
-      const __mmask16 width = static_cast<__mmask16>(stride - c >= 16 ? 0xffff : 0xff);
+      const __mmask16 in = FirstLanes(k - c);
+      const __mmask16 width = FirstLanes(stride - c);
       const __m256bh bits = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(in, row + c));
       _mm256_mask_storeu_epi16(to + c, width, reinterpret_cast<__m256i>(bits));
     }
@@ -524,8 +526,7 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float
     const __m512 max_v = _mm512_set1_ps(max);
     __m512 total_v = _mm512_setzero_ps();
     for (int64_t j = 0; j < len; j += 16) {
-      const __mmask16 lanes =
-          static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
+      const __mmask16 lanes = FirstLanes(len - j);
       const __m512 e = _mm512_maskz_mov_ps(
           lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), max_v)));
       _mm512_mask_storeu_ps(row + j, lanes, e);
@@ -533,8 +534,7 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float
     }
     const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total_v));
     for (int64_t j = 0; j < len; j += 16) {
-      const __mmask16 lanes =
-          static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
+      const __mmask16 lanes = FirstLanes(len - j);
       _mm512_mask_storeu_ps(row + j, lanes,
                             _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + j), inverse));
     }
@@ -770,25 +770,12 @@ void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
 #endif
 }
 
-void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
-                int64_t n_end) {
-#ifdef SLUICE_X86
-  switch (x.isa) {
-    case KernelIsa::kAmx:
-      return AmxMatmul(x, w, nullptr, n, y, n_begin, n_end);
-    case KernelIsa::kAvx512Bf16:
-      return Avx512Matmul(x, w, nullptr, n, y, n_begin, n_end);
-    case KernelIsa::kAvx2:
-      return Avx2Matmul(x.x, x.m, x.k, w, nullptr, n, y, n_begin, n_end);
-    case KernelIsa::kPortable:
-      break;
-  }
-#endif
-  PortableMatmul(x.x, x.m, x.k, w, nullptr, n, y, n_begin, n_end);
-}
+namespace {
 
-void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n, float* y,
-                int64_t n_begin, int64_t n_end) {
+// The path x was prepared for; scales is null for bf16 weights.
+template <class T>
+void Dispatch(const MatmulInput& x, const T* w, const float* scales, int64_t n, float* y,
+              int64_t n_begin, int64_t n_end) {
 #ifdef SLUICE_X86
   switch (x.isa) {
     case KernelIsa::kAmx:
@@ -802,6 +789,18 @@ void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int6
   }
 #endif
   PortableMatmul(x.x, x.m, x.k, w, scales, n, y, n_begin, n_end);
+}
+
+}  // namespace
+
+void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
+                int64_t n_end) {
+  Dispatch(x, w, nullptr, n, y, n_begin, n_end);
+}
+
+void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n, float* y,
+                int64_t n_begin, int64_t n_end) {
+  Dispatch(x, w, scales, n, y, n_begin, n_end);
 }
 
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
