@@ -162,6 +162,13 @@ class Client {
     return Read();
   }
 
+  // True when bytes (or the end of the stream) arrive within `ms`.
+  bool Readable(int ms) {
+    if (!buffer_.empty()) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, ms) > 0;
+  }
+
   // True when the server has closed the connection (reads EOF within `ms`).
   bool ClosedByServer(int ms = 2000) {
     pollfd p{fd_, POLLIN, 0};
@@ -1089,6 +1096,142 @@ TEST(ServerOverloadTest, FourTimesCapacityForThirtySecondsAnswersEveryRequest) {
       static_cast<long long>(ProcStatusKib(server.pid(), "VmHWM") / 1024),
       static_cast<long long>(run.transport_errors), transport_errors.c_str());
   EXPECT_EQ(server.Stop(), 0);
+}
+
+// A metric's value in /metrics text (the first sample of that name); -1 when absent.
+double MetricValue(const std::string& text, const std::string& name) {
+  size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// The attack of many connections each sending most of a large body and then waiting, scaled to
+// a small machine: 24 connections x 7 MiB against a 48 MiB budget. Six bodies fit; the others are
+// refused with 503 as soon as their header arrives, the server's RSS grows by no more than the
+// budget, small requests are served meanwhile, a chunked body is refused at the chunk that would
+// not fit, and closing the held connections gives every byte back.
+TEST(ServerMemoryTest, ManyLargeBodiesAreBoundedByTheMemoryBudget) {
+  constexpr size_t kMiB = 1 << 20;
+  constexpr size_t kBudget = 48 * kMiB;
+  constexpr size_t kBody = 7 * kMiB;
+  ServerProcess server({"--memory-budget", "48MiB", "--max-body-bytes", "16MiB"});
+  ASSERT_GT(server.port(), 0) << server.output();
+  {
+    Client warm(server.port());
+    ASSERT_EQ(warm.Request("POST", "/v2/models/identity/infer", IdentityJson(1)).status, 200);
+  }
+  const int64_t rss_before_kib = ProcStatusKib(server.pid(), "VmRSS");
+
+  const std::string header =
+      "POST /v2/models/identity/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(kBody) + "\r\n\r\n";
+  const std::string most_of_body(kBody - kMiB, ' ');
+  std::vector<std::unique_ptr<Client>> attackers;
+  for (int i = 0; i < 24; ++i) attackers.push_back(std::make_unique<Client>(server.port()));
+  std::vector<std::thread> senders;
+  for (auto& attacker : attackers) {
+    senders.emplace_back([&, client = attacker.get()] {
+      if (client->SendRaw(header)) client->SendRaw(most_of_body);
+    });
+  }
+  for (auto& sender : senders) sender.join();
+
+  int refused = 0, held = 0;
+  std::vector<std::unique_ptr<Client>> holders;
+  for (auto& attacker : attackers) {
+    if (!attacker->Readable(500)) {
+      ++held;
+      holders.push_back(std::move(attacker));
+      continue;
+    }
+    Response r = attacker->Read();
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_TRUE(r.closed);
+    EXPECT_EQ(r.headers["retry-after"], "1");
+    EXPECT_NE(r.body.find("memory budget is full: this request needs 7340032 more bytes"),
+              std::string::npos)
+        << r.body;
+    ++refused;
+  }
+  EXPECT_EQ(held, 6);  // 6 x 7 MiB fit in 48 MiB; a seventh would not.
+  EXPECT_EQ(refused, 18);
+  const int64_t rss_during_kib = ProcStatusKib(server.pid(), "VmRSS");
+  EXPECT_LT((rss_during_kib - rss_before_kib) * 1024, static_cast<int64_t>(kBudget + 16 * kMiB))
+      << "RSS " << rss_before_kib / 1024 << " MiB before, " << rss_during_kib / 1024 << " during";
+
+  // Other clients are still served, and /metrics shows the budget in use.
+  Client other(server.port());
+  EXPECT_EQ(other.Request("POST", "/v2/models/identity/infer", IdentityJson(5)).status, 200);
+  const std::string metrics = other.Request("GET", "/metrics").body;
+  EXPECT_EQ(MetricValue(metrics, "sluice_memory_budget_bytes"), static_cast<double>(kBudget));
+  EXPECT_EQ(MetricValue(metrics, "sluice_memory_in_use_bytes"), static_cast<double>(6 * kBody));
+  EXPECT_EQ(MetricValue(metrics, "sluice_memory_budget_refusals_total"), 18.0);
+
+  // A client that asks before sending its body is refused before it sends any of it.
+  Client asking(server.port());
+  ASSERT_TRUE(
+      asking.SendRaw("POST /v2/models/identity/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Expect: 100-continue\r\nContent-Length: " +
+                     std::to_string(kBody) + "\r\n\r\n"));
+  EXPECT_EQ(asking.Read().status, 503);
+
+  // A chunked body (no declared length) grows its hold chunk by chunk: 1, 2, 4 MiB fit in the
+  // 6 MiB left; the fifth 1 MiB chunk needs 8 MiB and is refused before it is read.
+  Client chunked(server.port());
+  std::thread chunk_sender([&] {
+    if (!chunked.SendRaw("POST /v2/models/identity/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n")) {
+      return;
+    }
+    const std::string chunk = fmt::format("{:x}\r\n{}\r\n", kMiB, std::string(kMiB, ' '));
+    for (int i = 0; i < 8; ++i) {
+      if (!chunked.SendRaw(chunk)) return;
+    }
+  });
+  chunk_sender.join();
+  ASSERT_TRUE(chunked.Readable(5000));
+  Response chunk_refusal = chunked.Read();
+  EXPECT_EQ(chunk_refusal.status, 503);
+  EXPECT_NE(chunk_refusal.body.find("this request needs 4194304 more bytes"), std::string::npos)
+      << chunk_refusal.body;
+
+  // The holders leave: every byte goes back, and a large body is read again (a 400 from the
+  // model's own checks, not a 503).
+  holders.clear();
+  double in_use = -1;
+  for (int attempt = 0; attempt < 100 && in_use != 0; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    in_use = MetricValue(Client(server.port()).Request("GET", "/metrics").body,
+                         "sluice_memory_in_use_bytes");
+  }
+  EXPECT_EQ(in_use, 0);
+  Client large(server.port());
+  const Response read_again =
+      large.Request("POST", "/v2/models/identity/infer", std::string(kBody, ' '));
+  EXPECT_EQ(read_again.status, 400) << read_again.body;
+  std::printf(
+      "memory budget 48 MiB: server RSS %lld MiB before, %lld MiB with 6 bodies held and "
+      "18 refused\n",
+      static_cast<long long>(rss_before_kib / 1024), static_cast<long long>(rss_during_kib / 1024));
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+TEST(ServerMemoryTest, ABudgetSmallerThanTheBodyLimitIsAClearError) {
+  const std::string command = std::string(SLUICE_BINARY) + " serve --model-repository " +
+                              SLUICE_TEST_MODELS +
+                              " --port 0 --memory-budget 1MiB --max-body-bytes 2MiB 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char line[512];
+  while (fgets(line, sizeof(line), pipe)) output += line;
+  const int status = pclose(pipe);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(output.find("the memory budget (1048576 bytes) is smaller than the largest body "
+                        "allowed (2097152 bytes)"),
+            std::string::npos)
+      << output;
 }
 
 }  // namespace

@@ -750,10 +750,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   serve_app->add_option("--predict-model", serve.predict_model,
                         "Model behind /predict (default: the first with preprocess.image)");
-  serve_app->add_option("--max-body-bytes", serve.http.max_body_bytes, "Larger bodies get 413")
-      ->capture_default_str();
-  serve_app->add_option("--max-header-bytes", serve.http.max_header_bytes, "Larger headers get 431")
-      ->capture_default_str();
+  serve_app
+      ->add_option("--max-body-bytes", serve.http.max_body_bytes,
+                   "Larger bodies get 413 (bytes, or with a unit: 64MiB)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  serve_app
+      ->add_option("--max-header-bytes", serve.http.max_header_bytes,
+                   "Larger headers get 431 (bytes, or with a unit: 16KiB)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  serve_app
+      ->add_option("--memory-budget", serve.http.memory_budget_bytes,
+                   "Bytes of request bodies and decoded tensors in flight, server-wide (e.g. "
+                   "512MiB, 4GiB; default: a quarter of the machine's memory); a body that does "
+                   "not fit gets 503 with Retry-After before it is read")
+      ->transform(CLI::AsSizeValue(false));
   serve_app
       ->add_option("--max-connections", serve.http.max_connections,
                    "Open connections beyond which new ones are closed")

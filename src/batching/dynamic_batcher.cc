@@ -42,28 +42,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
     if (request->deadline && *request->deadline <= now) {
       return Status::DeadlineExceeded("request deadline passed before it was queued");
     }
-    if (queued_samples_ + samples > options_.max_queue_size) {
-      return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
-                                             queued_samples_, options_.max_queue_size));
-    }
-    const double wait = PredictedWaitLocked();
-    double budget = options_.max_queue_time.count() > 0
-                        ? std::chrono::duration<double>(options_.max_queue_time).count()
-                        : 0.0;
-    const char* limit_name = "the model's queue-time budget";
-    if (request->deadline) {
-      const double left = std::chrono::duration<double>(*request->deadline - now).count();
-      if (budget == 0 || left < budget) {
-        budget = left;
-        limit_name = "the request's deadline";
-      }
-    }
-    if (budget > 0 && wait > budget) {
-      return Status::Unavailable(
-                 fmt::format("predicted queue wait {:.0f} ms exceeds {} ({:.0f} ms)", wait * 1e3,
-                             limit_name, budget * 1e3))
-          .WithRetryAfter(wait - budget);
-    }
+    SLUICE_RETURN_IF_ERROR(AdmitLocked(now, samples, request->deadline));
     AgeCompanyLocked(now);
     if (!queue_.empty()) company_samples_ += static_cast<double>(samples);
     // A waiting instance needs waking only when this request can change its decision: a first
@@ -200,6 +179,38 @@ int64_t DynamicBatcher::TargetSizeLocked() const {
   return options_.policy == BatchingPolicy::kAdaptive
              ? cost_model_.BestSize(options_.max_batch_size)
              : options_.max_batch_size;
+}
+
+Status DynamicBatcher::Admit(int64_t samples, std::optional<Clock::time_point> deadline) const {
+  MutexLock lock(mu_);
+  if (closed_) return Status::Unavailable("model is stopping and accepts no new requests");
+  return AdmitLocked(clock_.Now(), samples, deadline);
+}
+
+Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
+                                   std::optional<Clock::time_point> deadline) const {
+  if (queued_samples_ + samples > options_.max_queue_size) {
+    return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
+                                           queued_samples_, options_.max_queue_size));
+  }
+  const double wait = PredictedWaitLocked();
+  double budget = options_.max_queue_time.count() > 0
+                      ? std::chrono::duration<double>(options_.max_queue_time).count()
+                      : 0.0;
+  const char* limit_name = "the model's queue-time budget";
+  if (deadline) {
+    const double left = std::chrono::duration<double>(*deadline - now).count();
+    if (budget == 0 || left < budget) {
+      budget = left;
+      limit_name = "the request's deadline";
+    }
+  }
+  if (budget > 0 && wait > budget) {
+    return Status::Unavailable(fmt::format("predicted queue wait {:.0f} ms exceeds {} ({:.0f} ms)",
+                                           wait * 1e3, limit_name, budget * 1e3))
+        .WithRetryAfter(wait - budget);
+  }
+  return Status::Ok();
 }
 
 double DynamicBatcher::PredictedWaitLocked() const {

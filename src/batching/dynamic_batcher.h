@@ -81,6 +81,9 @@ class DynamicBatcher {
   // max_batch_size, kDeadlineExceeded when its deadline has passed, kUnavailable when the queue
   // is full or closed.
   Status Enqueue(std::unique_ptr<InferRequest>& request);
+  // Whether Enqueue() would take a request of `samples` with `deadline` now: the same
+  // queue-size and predicted-wait checks, for a request whose body is not read yet.
+  Status Admit(int64_t samples, std::optional<Clock::time_point> deadline) const;
 
   // Removes a queued request. Returns it (the caller completes it with kCancelled), or nullptr
   // when it is not queued (already dispatched, completed, or unknown).
@@ -147,6 +150,8 @@ class DynamicBatcher {
   int64_t TargetSizeLocked() const REQUIRES(mu_);
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
   double PredictedWaitLocked() const REQUIRES(mu_);
+  Status AdmitLocked(Clock::time_point now, int64_t samples,
+                     std::optional<Clock::time_point> deadline) const REQUIRES(mu_);
   // Adaptive: whether the batch of `samples` (of at most `limit`) should wait for company.
   bool WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up, int64_t samples,
                          int64_t limit) REQUIRES(mu_);

@@ -385,6 +385,13 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   EXPECT_NEAR(refused.retry_after_seconds(), 0.05, 1e-9);
   ASSERT_NE(late, nullptr);  // Left with the caller, who answers it.
   EXPECT_EQ(batcher_->queued_samples(), 168);
+  // Asked before a body is read, the same answer, and nothing is queued.
+  Status at_header = batcher_->Admit(1, std::nullopt);
+  EXPECT_EQ(at_header.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(at_header.message(), refused.message());
+  EXPECT_NEAR(at_header.retry_after_seconds(), 0.05, 1e-9);
+  EXPECT_EQ(batcher_->queued_samples(), 168);
+  EXPECT_EQ(batcher_->Admit(1, clock_.Now() + Micros(2'000'000)).code(), StatusCode::kUnavailable);
 
   // A deadline 300 ms away with 450 ms of work ahead: refused, naming the deadline.
   Make(o);
@@ -404,6 +411,14 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   // Without a known cost nothing is predicted and nothing refused.
   Make(o);
   for (RequestId id = 1; id <= 500; ++id) Add(id);
+  EXPECT_TRUE(batcher_->Admit(1, std::nullopt).ok());
+  // A queue with no room refuses at the header too; so does a closed batcher.
+  o.max_queue_size = 500;
+  Make(o);
+  for (RequestId id = 1; id <= 500; ++id) Add(id);
+  EXPECT_NE(batcher_->Admit(1, std::nullopt).message().find("queue full"), std::string::npos);
+  batcher_->Close();
+  EXPECT_NE(batcher_->Admit(1, std::nullopt).message().find("stopping"), std::string::npos);
 }
 
 // Full batches now and then go at a size the cost model has not measured, so that it learns

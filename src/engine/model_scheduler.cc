@@ -169,6 +169,17 @@ Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) 
   return status;
 }
 
+Status ModelScheduler::Admit() {
+  std::optional<Clock::time_point> deadline;
+  if (options_.default_timeout.count() > 0) deadline = clock_.Now() + options_.default_timeout;
+  Status status = batcher_.Admit(1, deadline);
+  if (!status.ok()) {
+    stats_.RecordSubmitted();
+    stats_.RecordRefused(status.code());
+  }
+  return status;
+}
+
 bool ModelScheduler::Cancel(RequestId id) {
   std::unique_ptr<InferRequest> request = batcher_.Cancel(id);
   if (!request) return false;

@@ -147,6 +147,15 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
            "Connections closed at once because the connection limit was reached.");
   w.Sample("sluice_http_refused_connections_total", "",
            static_cast<double>(http.refused_connections));
+  w.Family("sluice_memory_budget_bytes", "gauge",
+           "Server-wide budget for request bodies and the tensors decoded from them.");
+  w.Sample("sluice_memory_budget_bytes", "", static_cast<double>(http.memory_budget_bytes));
+  w.Family("sluice_memory_in_use_bytes", "gauge",
+           "What requests being read or in flight hold of the memory budget.");
+  w.Sample("sluice_memory_in_use_bytes", "", static_cast<double>(http.memory_in_use_bytes));
+  w.Family("sluice_memory_budget_refusals_total", "counter",
+           "Requests answered 503 because the memory budget could not hold them.");
+  w.Sample("sluice_memory_budget_refusals_total", "", static_cast<double>(http.memory_refusals));
   w.Family("sluice_http_request_seconds", "histogram",
            "Time from a request fully read to its response handed to the socket.");
   w.Histogram("sluice_http_request_seconds", "", http.request_seconds);

@@ -17,6 +17,9 @@ struct HttpStats {
   int64_t open_connections = 0;
   int64_t accepted_connections = 0;
   int64_t refused_connections = 0;    // Over the connection limit.
+  int64_t memory_budget_bytes = 0;    // The server's memory budget for requests in flight.
+  int64_t memory_in_use_bytes = 0;    // What requests in flight hold of it.
+  int64_t memory_refusals = 0;        // Requests answered 503 for want of it.
   HistogramSnapshot request_seconds;  // Request fully read -> response handed to the socket.
 };
 

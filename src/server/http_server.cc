@@ -23,6 +23,7 @@
 
 #include "common/histogram.h"
 #include "common/json_writer.h"
+#include "common/memory_budget.h"
 #include "common/mutex.h"
 
 namespace sluice {
@@ -45,6 +46,12 @@ class SessionBase {
 
 // How long a connection may take to deliver a request's first bytes once the server drains.
 constexpr std::chrono::milliseconds kDrainReadTimeout{200};
+// How long a connection closed with part of a request unread is read (and the bytes dropped)
+// after the answer, so the close does not reset the connection before the client reads it.
+constexpr std::chrono::seconds kLingerTimeout{2};
+// A request refused at its header whose body is at most this is still read (and dropped), so its
+// connection stays open; a larger one is not read and the connection closes.
+constexpr uint64_t kReadRefusedBodyBytes = 64u << 10;
 
 // Equal strings, in time that depends only on the lengths (not on where they differ).
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -72,6 +79,8 @@ class HttpServer::Impl {
         router_(router),
         ioc_(std::max(1, options_.io_threads)),
         acceptor_(net::make_strand(ioc_)),
+        memory_budget_(options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
+                                                        : MemoryBudget::DefaultLimit()),
         request_seconds_(Histogram::LatencySecondsBuckets()) {
     for (auto& count : responses_) count.store(0);
   }
@@ -84,6 +93,7 @@ class HttpServer::Impl {
   // Used by sessions.
   const HttpServerOptions& options() const { return options_; }
   const Router& router() const { return router_; }
+  MemoryBudget& memory_budget() { return memory_budget_; }
   bool draining() const { return draining_.load(); }
   void RequestStarted() { inflight_.fetch_add(1); }
   void RequestFinished(int status, Clock::time_point received) {
@@ -107,6 +117,7 @@ class HttpServer::Impl {
   const Router& router_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  MemoryBudget memory_budget_;
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
   std::atomic<bool> draining_{false};
@@ -131,6 +142,21 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   Session(tcp::socket socket, HttpServer::Impl& server)
       : stream_(std::move(socket)), server_(server) {
     server_.ConnectionOpened();
+    // A chunked body's next chunk is charged to the memory budget before it is read, and the
+    // body's string grows once per chunk to what was charged.
+    on_chunk_header_ = [this](uint64_t size, beast::string_view, beast::error_code& ec) {
+      std::string& body = parser_->get().body();
+      const size_t needed = body.size() + static_cast<size_t>(size);
+      if (needed <= body.capacity()) return;
+      const size_t capacity = std::min(std::max(needed, 2 * body.capacity()),
+                                       std::max(needed, server_.options().max_body_bytes));
+      if (!memory_->GrowTo(capacity)) {
+        memory_refused_bytes_ = capacity - memory_->bytes();
+        ec = http::error::body_limit;
+        return;
+      }
+      body.reserve(capacity);
+    };
   }
   ~Session() { server_.ConnectionClosed(); }
 
@@ -154,6 +180,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_.options().max_header_bytes));
     parser_->body_limit(server_.options().max_body_bytes);
+    parser_->on_chunk_header(on_chunk_header_);
+    memory_.reset();
+    memory_refused_bytes_ = 0;
+    refusal_.reset();
     reading_header_ = true;
     if (buffer_.size() > 0) return ReadRestOfHeader();
     // Idle until the request's first bytes (idle timeout), then the header must complete within
@@ -198,12 +228,49 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
   }
 
+  // Whether the request carries the API key (when one is set and the path needs it).
+  bool Authorized(const http::request<http::string_body>& raw, std::string_view path) const {
+    const std::string& api_key = server_.options().api_key;
+    if (api_key.empty() || path.rfind("/v2/health/", 0) == 0) return true;
+    std::string_view presented = raw["X-API-Key"];
+    std::string_view authorization = raw[http::field::authorization];
+    if (presented.empty() && authorization.substr(0, 7) == "Bearer ") {
+      presented = authorization.substr(7);
+    }
+    return ConstantTimeEquals(presented, api_key);
+  }
+
   void OnHeader(beast::error_code ec, size_t) {
     reading_header_ = false;
     request_timer_.cancel();
     if (ec) return OnReadError(ec);
     auto& request = parser_->get();
-    if (beast::iequals(request[http::field::expect], "100-continue")) {
+    // Before the body is read (and before a client that asked is told to send it): the route's
+    // admission check, then the body's declared length against the memory budget.
+    std::string_view target = request.target();
+    const std::string_view path = target.substr(0, target.find('?'));
+    // An unauthorised request learns nothing of the models' load: it gets its 401 once read.
+    const Status admitted = Authorized(request, path)
+                                ? server_.router().Admit(request.method_string(), path)
+                                : Status::Ok();
+    memory_ = std::make_shared<MemoryReservation>(server_.memory_budget());
+    const auto length = parser_->content_length();
+    const bool expects_continue = beast::iequals(request[http::field::expect], "100-continue");
+    if (!admitted.ok()) {
+      // A small body is read (not decoded) so the connection stays usable; a larger one, or one
+      // the client waits for permission to send, is left unread and the connection closes.
+      if (expects_continue || !length || *length > kReadRefusedBodyBytes ||
+          !memory_->Grow(static_cast<size_t>(*length))) {
+        return Refuse(HttpResponse::Error(admitted));
+      }
+      refusal_ = HttpResponse::Error(admitted);
+      return ReadBody();
+    }
+    if (length && !memory_->Grow(static_cast<size_t>(*length))) {
+      return Refuse(
+          HttpResponse::Error(MemoryBudgetExceeded(*memory_, static_cast<size_t>(*length))));
+    }
+    if (expects_continue) {
       // The client waits for permission before sending a large body.
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
                                                                      request.version());
@@ -234,6 +301,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
         ec == net::error::eof) {
       return Close();
     }
+    if (ec == http::error::body_limit && memory_refused_bytes_ > 0) {
+      return Refuse(HttpResponse::Error(MemoryBudgetExceeded(*memory_, memory_refused_bytes_)));
+    }
     if (ec == http::error::body_limit) {
       return WriteError(413, fmt::format("request body exceeds the limit of {} bytes",
                                          server_.options().max_body_bytes));
@@ -251,6 +321,14 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   void OnRead(beast::error_code ec, size_t) {
     request_timer_.cancel();
     if (ec) return OnReadError(ec);
+    if (refusal_) {
+      // Refused at its header; read only to keep the connection.
+      keep_alive_ = parser_->get().keep_alive();
+      version_ = parser_->get().version();
+      received_ = Clock::Real().Now();
+      server_.RequestStarted();
+      return Write(*std::exchange(refusal_, std::nullopt), /*counted=*/true);
+    }
     http::request<http::string_body>& raw = parser_->get();
     keep_alive_ = raw.keep_alive();
     version_ = raw.version();
@@ -272,18 +350,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       }
       request.inference_header_length = value;
     }
-    const std::string& api_key = server_.options().api_key;
-    if (!api_key.empty() && request.path.rfind("/v2/health/", 0) != 0) {
-      std::string_view presented = raw["X-API-Key"];
-      std::string_view authorization = raw[http::field::authorization];
-      if (presented.empty() && authorization.substr(0, 7) == "Bearer ") {
-        presented = authorization.substr(7);
-      }
-      if (!ConstantTimeEquals(presented, api_key)) {
-        return WriteError(401, "missing or invalid API key", /*close=*/false);
-      }
+    if (!Authorized(raw, request.path)) {
+      return WriteError(401, "missing or invalid API key", /*close=*/false);
     }
     request.body = std::move(raw.body());
+    request.memory = std::move(memory_);
     request.received = Clock::Real().Now();
     received_ = request.received;
     auto self = shared_from_this();
@@ -340,18 +411,26 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   // An error found before the request reached a handler. With `close` (a request that could not
   // be read whole), the connection closes after the answer.
   void WriteError(int status, std::string message, bool close = true) {
-    if (close) {
-      keep_alive_ = false;
-      version_ = 11;
-    }
+    HttpResponse response = HttpResponse::Json(status, "{\"error\":" + JsonQuote(message) + "}");
+    if (close) return Refuse(std::move(response));
     received_ = Clock::Real().Now();
     server_.RequestStarted();
-    HttpResponse response = HttpResponse::Json(status, "{\"error\":" + JsonQuote(message) + "}");
+    Write(std::move(response), /*counted=*/true);
+  }
+
+  // Answers a request whose body is left (partly) unread, then closes the connection.
+  void Refuse(HttpResponse response) {
+    keep_alive_ = false;
+    version_ = 11;
+    linger_ = true;
+    received_ = Clock::Real().Now();
+    server_.RequestStarted();
     Write(std::move(response), /*counted=*/true);
   }
 
   void Write(HttpResponse response, bool counted) {
     awaiting_response_ = false;
+    memory_.reset();  // Whatever the handler still holds, it holds through its own pointer.
     std::function<void()> cancel = std::exchange(cancel_, nullptr);
     if (client_gone_) {
       // Nobody to answer (499, as nginx logs it); the connection is closed.
@@ -505,7 +584,20 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     request_timer_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    if (!std::exchange(linger_, false)) return stream_.close();
+    // Unread request bytes at close() make the kernel reset the connection, and a client still
+    // sending may lose the answer it has not read yet: read and drop what comes for a while.
+    stream_.expires_after(Steady(kLingerTimeout));
+    DiscardInput();
+  }
+
+  void DiscardInput() {
+    buffer_.consume(buffer_.size());
+    stream_.async_read_some(buffer_.prepare(16384),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->stream_.close();
+                              self->DiscardInput();
+                            });
   }
 
   beast::tcp_stream stream_;
@@ -517,6 +609,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   Clock::time_point received_;
   bool reading_header_ = false;     // Waiting for a request's header.
   bool request_timed_out_ = false;  // request_timer_ fired and cancelled the read.
+  bool linger_ = false;             // Close() reads what the client still sends, for a while.
+  // The request's hold on the memory budget, from its header until the handler takes it.
+  std::shared_ptr<MemoryReservation> memory_;
+  size_t memory_refused_bytes_ = 0;      // > 0: a chunk was refused for want of budget.
+  std::optional<HttpResponse> refusal_;  // The answer to a request refused at its header.
+  std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
   net::steady_timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the strand):
   bool awaiting_response_ = false;
@@ -538,6 +636,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 }  // namespace
 
 Status HttpServer::Impl::Start() {
+  if (memory_budget_.limit() < options_.max_body_bytes) {
+    return Status::InvalidArgument(
+        fmt::format("the memory budget ({} bytes) is smaller than the largest body allowed ({} "
+                    "bytes): raise the budget or lower the body limit",
+                    memory_budget_.limit(), options_.max_body_bytes));
+  }
   beast::error_code ec;
   net::ip::address address = net::ip::make_address(options_.host, ec);
   if (ec) return Status::InvalidArgument(fmt::format("invalid host '{}'", options_.host));
@@ -647,6 +751,9 @@ HttpStats HttpServer::Impl::stats() const {
   s.open_connections = open_connections_.load();
   s.accepted_connections = accepted_connections_.load();
   s.refused_connections = refused_connections_.load();
+  s.memory_budget_bytes = static_cast<int64_t>(memory_budget_.limit());
+  s.memory_in_use_bytes = static_cast<int64_t>(memory_budget_.in_use());
+  s.memory_refusals = memory_budget_.refusals();
   s.request_seconds = request_seconds_.Snapshot();
   return s;
 }

@@ -30,6 +30,11 @@ struct HttpServerOptions {
   // "X-API-Key: <key>" (compared in constant time); otherwise 401.
   std::string api_key;
   int max_connections = 4096;  // Beyond this, new connections are closed at once.
+  // Bytes of request bodies being read and of what handlers decode from them, server-wide, until
+  // each request is answered; 0: a quarter of the machine's memory. A body whose declared length
+  // (or, chunked, whose next chunk) does not fit is answered 503 with Retry-After before it is
+  // read, and the connection closes. Must be >= max_body_bytes.
+  size_t memory_budget_bytes = 0;
 };
 
 // Thread-safe. Start() once; Shutdown() once, from any thread.

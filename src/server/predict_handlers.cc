@@ -78,6 +78,11 @@ void PredictHandlers::AddRoutes(Router& router) {
               [this](const HttpRequest& r, const PathParams& p, Responder respond) {
                 Predictions(r, p, std::move(respond));
               });
+  // An overloaded model refuses before the image is read.
+  router.SetAdmission("POST", "/predictions/{model}", [this](const PathParams& params) {
+    std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(params.Get("model")));
+    return scheduler ? scheduler->Admit() : Status::Ok();
+  });
 }
 
 void PredictHandlers::Predict(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -147,8 +152,10 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
       if (RequestId id = pending->id.load()) pending->scheduler->Cancel(id);
     });
   }
+  // The body's copy, the decoded pixels and the tensor stay counted against the memory budget
+  // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
-               respond, received = request.received]() mutable {
+               respond, received = request.received, memory = request.memory]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
     const ImagePreprocessConfig& preprocess = *config.preprocess_image;
@@ -162,6 +169,12 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     }
     auto pixels = DecodeImage(bytes, preprocess.channels, limits_);
     if (!pixels.ok()) return respond(HttpResponse::Error(pixels.status()));
+    // The base64-decoded bytes, the pixels and the fp32 tensor made from them (four bytes a
+    // pixel value); the body (or its copy here) is counted from its header.
+    const size_t decoded_bytes = decoded_b64.size() + pixels->pixels.size() * 5;
+    if (memory && !memory->Grow(decoded_bytes)) {
+      return respond(HttpResponse::Error(MemoryBudgetExceeded(*memory, decoded_bytes)));
+    }
     auto tensor = PreprocessImage(*pixels, preprocess);
     if (!tensor.ok()) return respond(HttpResponse::Error(tensor.status()));
     const TensorSpec& spec = config.inputs[0];
@@ -177,10 +190,10 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     auto infer = std::make_unique<InferRequest>();
     infer->inputs.push_back(tensor->Reshaped(shape));
     const Clock::time_point decoded_at = Clock::Real().Now();
-    infer->done = [this, scheduler, style, post, respond, received,
-                   decoded_at](InferResponse&& response) mutable {
+    infer->done = [this, scheduler, style, post, respond, received, decoded_at,
+                   memory](InferResponse&& response) mutable {
       post([this, scheduler, style, respond = std::move(respond), received, decoded_at,
-            response = std::move(response)]() mutable {
+            memory = std::move(memory), response = std::move(response)]() mutable {
         if (!response.status.ok()) return respond(HttpResponse::Error(response.status));
         const Clock::time_point encode_start = Clock::Real().Now();
         HttpResponse http;

@@ -101,27 +101,62 @@ std::string_view PathParams::Get(std::string_view name) const {
 }
 
 void Router::Add(std::string method, std::string_view pattern, Handler handler) {
-  Route route{std::move(method), {}, std::move(handler)};
+  Route route{std::move(method), {}, std::move(handler), nullptr};
   for (std::string_view segment : SplitPath(pattern)) route.segments.emplace_back(segment);
   routes_.push_back(std::move(route));
+}
+
+Status MemoryBudgetExceeded(const MemoryReservation& memory, size_t asked) {
+  const MemoryBudget& budget = memory.budget();
+  return Status::Unavailable(
+             fmt::format("the server's memory budget is full: this request needs {} more bytes; "
+                         "{} of {} are held by requests in flight",
+                         asked, budget.in_use(), budget.limit()))
+      .WithRetryAfter(1.0);
+}
+
+void Router::SetAdmission(std::string_view method, std::string_view pattern, Admission admission) {
+  const std::vector<std::string_view> segments = SplitPath(pattern);
+  for (Route& route : routes_) {
+    if (route.method == method && std::equal(route.segments.begin(), route.segments.end(),
+                                             segments.begin(), segments.end())) {
+      route.admission = std::move(admission);
+      return;
+    }
+  }
+}
+
+bool Router::Match(const Route& route, const std::vector<std::string_view>& segments,
+                   PathParams& params) {
+  if (route.segments.size() != segments.size()) return false;
+  params.values.clear();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const std::string& want = route.segments[i];
+    if (want.size() > 2 && want.front() == '{' && want.back() == '}') {
+      params.values.emplace_back(want.substr(1, want.size() - 2), std::string(segments[i]));
+    } else if (want != segments[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status Router::Admit(std::string_view method, std::string_view path) const {
+  const std::vector<std::string_view> segments = SplitPath(path);
+  PathParams params;
+  for (const Route& route : routes_) {
+    if (route.method != method || !Match(route, segments, params)) continue;
+    return route.admission ? route.admission(params) : Status::Ok();
+  }
+  return Status::Ok();
 }
 
 void Router::Dispatch(const HttpRequest& request, Responder respond) const {
   const std::vector<std::string_view> segments = SplitPath(request.path);
   std::string allowed;
+  PathParams params;
   for (const Route& route : routes_) {
-    if (route.segments.size() != segments.size()) continue;
-    PathParams params;
-    bool match = true;
-    for (size_t i = 0; match && i < segments.size(); ++i) {
-      const std::string& want = route.segments[i];
-      if (want.size() > 2 && want.front() == '{' && want.back() == '}') {
-        params.values.emplace_back(want.substr(1, want.size() - 2), std::string(segments[i]));
-      } else {
-        match = want == segments[i];
-      }
-    }
-    if (!match) continue;
+    if (!Match(route, segments, params)) continue;
     if (route.method != request.method) {
       if (allowed.find(route.method) == std::string::npos) {
         allowed += allowed.empty() ? route.method : ", " + route.method;

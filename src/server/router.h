@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/memory_budget.h"
 #include "common/mutex.h"
 #include "sluice/status.h"
 
@@ -33,7 +34,16 @@ struct HttpRequest {
   // Registers what to do if the client disconnects before it is answered (cancel the queued
   // request). Call at most once, from the handler itself (not from a later callback).
   std::function<void(std::function<void()>)> on_disconnect;
+  // The bytes this request holds from the server's memory budget (its body, from the moment its
+  // header arrived). A handler that keeps data past its return (decoded tensors, a copy of the
+  // body) keeps this pointer alive as long as it keeps the data, and grows it by what it allocates:
+  // a refused growth is answered with MemoryBudgetExceeded(). Null outside a server.
+  std::shared_ptr<MemoryReservation> memory;
 };
+
+// 503 for a request that does not fit in the server's memory budget, naming what was asked and
+// what is in use.
+Status MemoryBudgetExceeded(const MemoryReservation& memory, size_t asked);
 
 // The body of a streamed response (server-sent events), sent in HTTP/1.1 chunks as the producer
 // writes it. Thread-safe: the producer writes from any thread; the server drains it on the
@@ -88,6 +98,10 @@ struct PathParams {
 };
 
 using Handler = std::function<void(const HttpRequest&, const PathParams&, Responder)>;
+// Asked once a request's header has arrived, before its body is read: an error (an overloaded
+// model, say) is answered at once and the body is never read. Runs on an I/O thread: it must be
+// cheap and must not block.
+using Admission = std::function<Status(const PathParams&)>;
 
 // Thread-compatible: built before the server starts, then only read.
 class Router {
@@ -97,16 +111,26 @@ class Router {
   void Get(std::string_view pattern, Handler handler) { Add("GET", pattern, std::move(handler)); }
   void Post(std::string_view pattern, Handler handler) { Add("POST", pattern, std::move(handler)); }
 
+  // Adds an admission check to the route added with `method` and `pattern`.
+  void SetAdmission(std::string_view method, std::string_view pattern, Admission admission);
+
   // Calls the matching handler; 404 when no pattern matches the path, 405 (with Allow) when one
   // matches but not for this method.
   void Dispatch(const HttpRequest& request, Responder respond) const;
+  // The matching route's admission check; OK when it has none or nothing matches (Dispatch
+  // answers those).
+  Status Admit(std::string_view method, std::string_view path) const;
 
  private:
   struct Route {
     std::string method;
     std::vector<std::string> segments;  // "{name}" for parameters.
     Handler handler;
+    Admission admission;  // May be empty.
   };
+  // Whether `route`'s pattern matches the path's segments; fills `params` when it does.
+  static bool Match(const Route& route, const std::vector<std::string_view>& segments,
+                    PathParams& params);
   std::vector<Route> routes_;
 };
 

@@ -39,6 +39,54 @@ TEST(RouterTest, MatchesLiteralsAndCapturesParameters) {
   EXPECT_EQ(Dispatch(router, "GET", "/v2/models/m/versions/3/x").status, 404);
 }
 
+// Admission runs on the header alone: the route's check sees the path's parameters; routes
+// without one, other methods and unknown paths are admitted (Dispatch answers those).
+TEST(RouterTest, AdmissionChecksTheMatchingRouteBeforeItsBody) {
+  Router router;
+  auto ok = [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, "{}"));
+  };
+  router.Post("/v2/models/{model}/infer", ok);
+  router.Get("/v2/models/{model}/infer", ok);
+  router.Post("/v2/health", ok);
+  std::vector<std::string> asked;
+  router.SetAdmission("POST", "/v2/models/{model}/infer", [&](const PathParams& params) {
+    asked.emplace_back(params.Get("model"));
+    return params.Get("model") == "busy"
+               ? Status::Unavailable("predicted queue wait too long").WithRetryAfter(2.0)
+               : Status::Ok();
+  });
+  EXPECT_TRUE(router.Admit("POST", "/v2/models/idle/infer").ok());
+  const Status busy = router.Admit("POST", "/v2/models/busy/infer");
+  EXPECT_EQ(busy.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(busy.retry_after_seconds(), 2.0);
+  EXPECT_EQ(asked, (std::vector<std::string>{"idle", "busy"}));
+  EXPECT_TRUE(router.Admit("GET", "/v2/models/busy/infer").ok());
+  EXPECT_TRUE(router.Admit("POST", "/v2/health").ok());
+  EXPECT_TRUE(router.Admit("POST", "/nowhere").ok());
+  EXPECT_EQ(asked.size(), 2u);
+  // The refusal as the server writes it: 503 with Retry-After.
+  const HttpResponse response = HttpResponse::Error(busy);
+  EXPECT_EQ(response.status, 503);
+  EXPECT_NE(std::find(response.headers.begin(), response.headers.end(),
+                      std::pair<std::string, std::string>("Retry-After", "2")),
+            response.headers.end());
+}
+
+TEST(RouterTest, MemoryBudgetRefusalNamesWhatWasAskedAndWhatIsHeld) {
+  MemoryBudget budget(1000);
+  MemoryReservation held(budget);
+  ASSERT_TRUE(held.Grow(900));
+  MemoryReservation request(budget);
+  EXPECT_FALSE(request.Grow(200));
+  const Status status = MemoryBudgetExceeded(request, 200);
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(),
+            "the server's memory budget is full: this request needs 200 more bytes; 900 of 1000 "
+            "are held by requests in flight");
+  EXPECT_GE(status.retry_after_seconds(), 1.0);
+}
+
 TEST(RouterTest, WrongMethodIs405WithAllow) {
   Router router;
   auto ok = [](const HttpRequest&, const PathParams&, Responder respond) {

@@ -78,6 +78,13 @@ void V2Handlers::AddRoutes(Router& router) {
   router.Get("/v2/models/{model}/versions/{version}/ready", bind(&V2Handlers::ModelReady));
   router.Post("/v2/models/{model}/infer", bind(&V2Handlers::Infer));
   router.Post("/v2/models/{model}/versions/{version}/infer", bind(&V2Handlers::Infer));
+  // An overloaded model refuses before the body is read; other errors wait for the handler.
+  auto admit = [this](const PathParams& params) {
+    auto model = FindModel(params);
+    return model.ok() ? (*model)->Admit() : Status::Ok();
+  };
+  router.SetAdmission("POST", "/v2/models/{model}/infer", admit);
+  router.SetAdmission("POST", "/v2/models/{model}/versions/{version}/infer", admit);
   router.Get("/v2/models/{model}/stats", bind(&V2Handlers::ModelStats));
   router.Get("/metrics", bind(&V2Handlers::Metrics));
 }
@@ -180,6 +187,13 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
     return;
   }
 
+  size_t tensor_bytes = 0;
+  for (const Tensor& input : parsed->inputs) tensor_bytes += input.byte_size();
+  if (request.memory && !request.memory->Grow(tensor_bytes)) {
+    respond(HttpResponse::Error(MemoryBudgetExceeded(*request.memory, tensor_bytes)));
+    return;
+  }
+
   auto infer = std::make_unique<InferRequest>();
   infer->inputs = std::move(parsed->inputs);
   auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
@@ -187,9 +201,10 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
   const Clock::time_point received = request.received;
   // The engine calls back on a worker thread: encoding moves to the connection's strand, so model
   // instances never wait on JSON.
-  infer->done = [scheduler, meta, received, post = request.post,
-                 respond](InferResponse&& response) mutable {
-    post([scheduler, meta, received, respond = std::move(respond),
+  // The request's memory stays counted until its answer is encoded.
+  infer->done = [scheduler, meta, received, post = request.post, respond,
+                 memory = request.memory](InferResponse&& response) mutable {
+    post([scheduler, meta, received, respond = std::move(respond), memory = std::move(memory),
           response = std::move(response)]() mutable {
       if (!response.status.ok()) {
         respond(HttpResponse::Error(response.status));
