@@ -103,7 +103,16 @@ Status CheckInputCount(const std::vector<Tensor>& inputs, const ModelConfig& con
 Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& report) {
   auto start = std::chrono::steady_clock::now();
   SLUICE_RETURN_IF_ERROR(instance.AttachToCurrentThread());
-  for (int batch : config.warmup_batch_sizes) {
+  std::vector<int> sizes = config.warmup_batch_sizes;
+  if (config.dynamic_batching.adaptive) {
+    // The adaptive batcher chooses its batch size from these costs: every power of two up to the
+    // limit, and the limit, so that none of its first choices rests on a cold run.
+    for (int size = 1; size < config.max_batch_size; size *= 2) sizes.push_back(size);
+    sizes.push_back(config.max_batch_size);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  }
+  for (int batch : sizes) {
     std::vector<Tensor> inputs;
     for (const TensorSpec& spec : config.inputs) {
       Shape shape{batch};

@@ -7,12 +7,22 @@ namespace sluice {
 void BatchCostModel::Observe(int samples, double seconds) {
   if (samples <= 0 || !(seconds > 0)) return;
   MutexLock lock(mu_);
-  auto [it, inserted] = sizes_.try_emplace(samples, seconds, 1);
-  if (!inserted) {
-    auto& [mean, runs] = it->second;
-    mean += kWeight * (seconds - mean);
-    ++runs;
-  }
+  auto [it, inserted] = sizes_.try_emplace(samples, Measured{seconds, 1, false});
+  if (inserted) return;
+  Measured& m = it->second;
+  // The first run at a size is cold (a new shape builds its kernels' plans): the second replaces
+  // it; later runs are averaged in.
+  m.seconds = m.warm ? m.seconds + kWeight * (seconds - m.seconds) : seconds;
+  m.warm = true;
+  any_warm_ = true;
+  ++m.runs;
+}
+
+void BatchCostModel::Seed(int samples, double seconds) {
+  if (samples <= 0 || !(seconds > 0)) return;
+  MutexLock lock(mu_);
+  sizes_.insert_or_assign(samples, Measured{seconds, 1, true});
+  any_warm_ = true;
 }
 
 double BatchCostModel::Estimate(int samples) const {
@@ -25,17 +35,30 @@ double BatchCostModel::PerSample(int samples) const {
   return Estimate(samples) / samples;
 }
 
+bool BatchCostModel::TrustedLocked(const Measured& m) const {
+  // A cold run alone is trusted only while nothing warm is known.
+  return m.warm || !any_warm_;
+}
+
 double BatchCostModel::EstimateLocked(int samples) const {
-  if (sizes_.empty() || samples <= 0) return 0;
-  auto above = sizes_.lower_bound(samples);
-  if (above != sizes_.end() && above->first == samples) return above->second.first;
-  if (above == sizes_.begin()) return above->second.first;  // Below the smallest observed.
-  auto below = std::prev(above);
-  if (above == sizes_.end()) {  // Above the largest: its time per sample.
-    return below->second.first * samples / below->first;
+  if (samples <= 0) return 0;
+  const std::pair<const int, Measured>* below = nullptr;
+  const std::pair<const int, Measured>* above = nullptr;
+  for (const auto& entry : sizes_) {
+    if (!TrustedLocked(entry.second)) continue;
+    if (entry.first == samples) return entry.second.seconds;
+    if (entry.first < samples) {
+      below = &entry;
+    } else {
+      above = &entry;
+      break;
+    }
   }
+  if (!below && !above) return 0;
+  if (!below) return above->second.seconds;  // Below the smallest known: its time.
+  if (!above) return below->second.seconds * samples / below->first;  // Above: time per sample.
   const double t = static_cast<double>(samples - below->first) / (above->first - below->first);
-  return below->second.first + t * (above->second.first - below->second.first);
+  return below->second.seconds + t * (above->second.seconds - below->second.seconds);
 }
 
 int BatchCostModel::BestSize(int limit) const {
@@ -43,20 +66,24 @@ int BatchCostModel::BestSize(int limit) const {
   if (sizes_.empty()) return limit;
   int best = 0;
   double best_cost = 0;
-  for (const auto& [samples, entry] : sizes_) {
+  for (const auto& [samples, m] : sizes_) {
     if (samples > limit) break;
-    // One run is one noisy sample: a size is chosen on at least kExploreRuns, except the limit
-    // (which must stay a candidate, or a size chosen below it would never let it run again).
-    if (entry.second < kExploreRuns && samples != limit && sizes_.size() > 1) continue;
-    const double cost = entry.first / samples;
+    // A size is chosen on warm runs (a warm-up run, or the runs after its first), except the limit
+    // (which must stay a candidate, or a size chosen below it would never let it run again) and
+    // while only one size is known.
+    if (!TrustedLocked(m) || (!m.warm && samples != limit && sizes_.size() > 1)) continue;
+    const double cost = m.seconds / samples;
     if (best == 0 || cost <= best_cost) {
       best = samples;
       best_cost = cost;
     }
   }
-  // The limit itself, estimated if never run: above the largest size run it costs that size's
-  // time per sample, a tie that the larger size wins, so batches grow until it has been measured.
-  if (!sizes_.count(limit) && (best == 0 || EstimateLocked(limit) / limit <= best_cost)) {
+  // The limit itself, estimated if never run (or run once, cold): above the largest size known it
+  // costs that size's time per sample, a tie that the larger size wins, so batches grow until it
+  // has been measured.
+  auto at_limit = sizes_.find(limit);
+  if ((at_limit == sizes_.end() || !TrustedLocked(at_limit->second)) &&
+      (best == 0 || EstimateLocked(limit) / limit <= best_cost * (1 + 1e-9))) {
     best = limit;
   }
   return best;
@@ -66,12 +93,12 @@ int BatchCostModel::SizeToExplore(int below) const {
   MutexLock lock(mu_);
   for (int size = 1; size < below; size *= 2) {
     auto it = sizes_.find(size);
-    if (it == sizes_.end() || it->second.second < kExploreRuns) {
+    if (it == sizes_.end() || !it->second.warm) {
       // The largest such power of two: nearest the chosen size, where the choice is made.
       int largest = size;
       for (int next = size * 2; next < below; next *= 2) {
         auto n = sizes_.find(next);
-        if (n == sizes_.end() || n->second.second < kExploreRuns) largest = next;
+        if (n == sizes_.end() || !n->second.warm) largest = next;
       }
       return largest;
     }
@@ -83,9 +110,7 @@ std::vector<BatchCostModel::Entry> BatchCostModel::Snapshot() const {
   MutexLock lock(mu_);
   std::vector<Entry> entries;
   entries.reserve(sizes_.size());
-  for (const auto& [samples, entry] : sizes_) {
-    entries.push_back({samples, entry.first, entry.second});
-  }
+  for (const auto& [samples, m] : sizes_) entries.push_back({samples, m.seconds, m.runs});
   return entries;
 }
 

@@ -1,10 +1,12 @@
 // What a batch costs on one instance of a model, learned from the batches it runs.
 //
 // Per batch size, an exponentially weighted mean of the measured seconds (each new run weighs
-// kWeight), seeded by the warm-up runs at the configured sizes. Sizes never run are estimated
-// from their neighbours: linearly between two run sizes, the smallest run size's time below it,
-// and the largest's time per sample above it. The batcher uses it to choose the batch size with
-// the lowest cost per sample and to judge whether waiting for company pays.
+// kWeight), seeded by the warm-up runs. The first run at a size is cold (a new shape builds its
+// kernels' plans, and may take many times longer): the second run replaces it, and while a size
+// has only that cold run, it counts for nothing once any warm figure is known. Sizes not known
+// are estimated from their neighbours: linearly between two known sizes, the smallest known
+// size's time below it, and the largest's time per sample above it. The batcher uses it to choose
+// the batch size with the lowest cost per sample and to judge whether waiting for company pays.
 #pragma once
 
 #include <map>
@@ -22,6 +24,8 @@ class BatchCostModel {
 
   // Records a batch of `samples` that ran in `seconds` (ignored unless both are positive).
   void Observe(int samples, double seconds);
+  // Records a warm run (a warm-up's last), replacing what was known of that size.
+  void Seed(int samples, double seconds);
 
   // Expected seconds of a batch of `samples`; 0 while nothing has been observed.
   double Estimate(int samples) const;
@@ -29,15 +33,14 @@ class BatchCostModel {
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
 
-  // Of the sizes observed at least kExploreRuns times (any, while only one size is known), at
-  // most `limit`, and `limit` itself (measured or, if never run, estimated), the one with the
-  // lowest seconds per sample (the largest such on a tie); `limit` when nothing has been observed.
+  // Of the sizes with a warm figure (any, while only one size is known), at most `limit`, and
+  // `limit` itself (measured or, if never run warm, estimated), the one with the lowest seconds
+  // per sample (the largest such on a tie); `limit` when nothing has been observed.
   int BestSize(int limit) const;
 
-  // A power of two below `below` observed fewer than kExploreRuns times (the largest such), or 0:
-  // the batcher runs one such batch now and then, so that sizes it would never pick by itself get
-  // measured (a batch of 64 may be slower per sample than one of 32).
-  static constexpr int64_t kExploreRuns = 2;
+  // A power of two below `below` with no warm figure yet (the largest such), or 0: the batcher
+  // runs one such batch now and then, so that sizes it would never pick by itself get measured
+  // (a batch of 64 may be slower per sample than one of 32).
   int SizeToExplore(int below) const;
 
   // (batch size, smoothed seconds, batches observed) for every size observed, ascending.
@@ -49,10 +52,17 @@ class BatchCostModel {
   std::vector<Entry> Snapshot() const;
 
  private:
+  struct Measured {
+    double seconds;
+    int64_t runs;
+    bool warm;  // Seeded, or run more than once.
+  };
   double EstimateLocked(int samples) const REQUIRES(mu_);
+  bool TrustedLocked(const Measured& m) const REQUIRES(mu_);
 
   mutable Mutex mu_;
-  std::map<int, std::pair<double, int64_t>> sizes_ GUARDED_BY(mu_);  // samples -> (s, runs).
+  std::map<int, Measured> sizes_ GUARDED_BY(mu_);  // By batch size.
+  bool any_warm_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice

@@ -443,13 +443,17 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   BatchCostModel costs;
   EXPECT_EQ(costs.Estimate(4), 0.0);
   EXPECT_EQ(costs.BestSize(16), 16);  // Nothing known: the limit.
-  costs.Observe(4, 0.004);
+  costs.Observe(4, 0.100);  // Cold: a first run at a new shape.
+  EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.100);
+  costs.Observe(4, 0.004);  // Replaces the cold run.
+  EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.004);
   costs.Observe(4, 0.014);  // 0.004 + 0.2 x (0.014 - 0.004)
   EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.006);
   costs.Observe(0, 1.0);   // Ignored.
   costs.Observe(2, -1.0);  // Ignored.
-  costs.Observe(12, 0.010);
-  EXPECT_EQ(costs.BestSize(12), 12);  // Run once, but the limit is always a candidate.
+  costs.Observe(12, 0.500);  // Cold, and alone: not trusted while 4 is known warm...
+  EXPECT_DOUBLE_EQ(costs.Estimate(12), 0.006 * 12 / 4);  // ...so 4's time per sample.
+  EXPECT_EQ(costs.BestSize(12), 12);  // The limit, estimated, ties with 4: the larger wins.
   costs.Observe(12, 0.010);
   EXPECT_DOUBLE_EQ(costs.Estimate(8), 0.008);   // Halfway between 4 and 12.
   EXPECT_DOUBLE_EQ(costs.Estimate(2), 0.006);   // Below the smallest: its time.
@@ -458,17 +462,37 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   EXPECT_EQ(costs.BestSize(12), 12);
   EXPECT_EQ(costs.BestSize(16), 16);  // Never run: its estimate ties with 12's, the larger wins.
   EXPECT_EQ(costs.BestSize(8), 8);    // Interpolated: cheaper per sample than 4.
-  costs.Observe(16, 0.032);           // Measured, and dearer per sample than 12.
+  costs.Seed(16, 0.032);              // Warmed up, and dearer per sample than 12.
   EXPECT_EQ(costs.BestSize(16), 12);
-  // Powers of two below 16 measured fewer than twice, the largest first.
+  // Powers of two below 16 with no warm figure, the largest first.
   EXPECT_EQ(costs.SizeToExplore(16), 8);
   costs.Observe(8, 0.008);
+  EXPECT_EQ(costs.SizeToExplore(16), 8);  // One cold run is not a figure.
   costs.Observe(8, 0.008);
-  EXPECT_EQ(costs.SizeToExplore(16), 2);  // 4 has run twice; 2 and 1 never.
+  EXPECT_EQ(costs.SizeToExplore(16), 2);  // 4 is known; 2 and 1 never ran.
   const auto entries = costs.Snapshot();
   ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].samples, 4);
-  EXPECT_EQ(entries[0].batches, 2);
+  EXPECT_EQ(entries[0].batches, 3);
+}
+
+// A cold first run at a new size (seen serving resnet18: 55 ms a sample at 18, against 16 ms at
+// batch 1) must not keep the batcher at batch 1: it is not chosen on, not used to estimate the
+// others, and the limit stays a candidate until it has run warm.
+TEST(BatchCostModelTest, AColdFirstRunDoesNotDecideTheBatchSize) {
+  BatchCostModel costs;
+  costs.Seed(1, 0.016);
+  costs.Observe(18, 0.99);
+  costs.Observe(19, 1.57);
+  EXPECT_EQ(costs.BestSize(64), 64);
+  EXPECT_DOUBLE_EQ(costs.Estimate(64), 0.016 * 64);
+  costs.Observe(18, 0.234);  // Warm: 13 ms a sample.
+  EXPECT_EQ(costs.BestSize(18), 18);
+  EXPECT_EQ(costs.BestSize(64), 64);  // 19's cold run says nothing; 64 is estimated from 18.
+  costs.Observe(64, 3.0);             // Cold at the limit: still estimated from 18.
+  EXPECT_EQ(costs.BestSize(64), 64);
+  costs.Observe(64, 1.6);  // Warm: 25 ms a sample, dearer than 18.
+  EXPECT_EQ(costs.BestSize(64), 18);
 }
 
 TEST(SameSampleShapeTest, ComparesEverythingButTheBatchDimension) {

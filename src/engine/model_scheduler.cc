@@ -218,7 +218,7 @@ ModelStatsSnapshot ModelScheduler::stats() const {
 }
 
 void ModelScheduler::SeedCosts(const std::vector<std::pair<int, double>>& costs) {
-  for (const auto& [samples, seconds] : costs) batcher_.cost_model().Observe(samples, seconds);
+  for (const auto& [samples, seconds] : costs) batcher_.cost_model().Seed(samples, seconds);
 }
 
 void ModelScheduler::WorkerLoop(size_t index) {
