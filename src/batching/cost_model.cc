@@ -89,6 +89,17 @@ int BatchCostModel::BestSize(int limit) const {
   return best;
 }
 
+bool BatchCostModel::HasRun(int samples) const {
+  MutexLock lock(mu_);
+  return sizes_.count(samples) > 0;
+}
+
+int BatchCostModel::LargestRunAtMost(int samples) const {
+  MutexLock lock(mu_);
+  auto above = sizes_.upper_bound(samples);
+  return above == sizes_.begin() ? 0 : std::prev(above)->first;
+}
+
 int BatchCostModel::SizeToExplore(int below) const {
   MutexLock lock(mu_);
   for (int size = 1; size < below; size *= 2) {

@@ -33,6 +33,11 @@ class BatchCostModel {
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
 
+  // Whether a batch of `samples` has run (or been seeded).
+  bool HasRun(int samples) const;
+  // The largest size at most `samples` that has run, or 0.
+  int LargestRunAtMost(int samples) const;
+
   // Of the sizes with a warm figure (any, while only one size is known), at most `limit`, and
   // `limit` itself (measured or, if never run warm, estimated), the one with the lowest seconds
   // per sample (the largest such on a tie); `limit` when nothing has been observed.

@@ -181,10 +181,17 @@ int64_t DynamicBatcher::TargetSizeLocked() const {
              : options_.max_batch_size;
 }
 
-Status DynamicBatcher::Admit(int64_t samples, std::optional<Clock::time_point> deadline) const {
-  MutexLock lock(mu_);
-  if (closed_) return Status::Unavailable("model is stopping and accepts no new requests");
-  return AdmitLocked(clock_.Now(), samples, deadline);
+Result<std::shared_ptr<const void>> DynamicBatcher::Admit(
+    int64_t samples, std::optional<Clock::time_point> deadline) {
+  {
+    MutexLock lock(mu_);
+    if (closed_) return Status::Unavailable("model is stopping and accepts no new requests");
+    SLUICE_RETURN_IF_ERROR(AdmitLocked(clock_.Now(), samples, deadline));
+  }
+  incoming_->fetch_add(samples);
+  return std::shared_ptr<const void>(incoming_.get(), [counter = incoming_, samples](const void*) {
+    counter->fetch_sub(samples);
+  });
 }
 
 Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
@@ -217,9 +224,10 @@ double DynamicBatcher::PredictedWaitLocked() const {
   const int64_t target = TargetSizeLocked();
   const double batch_seconds = cost_model_.Estimate(static_cast<int>(target));
   if (batch_seconds <= 0) return 0;
-  // The full batches queued ahead of the one this request joins start first; its own batch starts
-  // when they are done (the batches running now are not counted).
-  const int64_t batches_ahead = queued_samples_ / target;
+  // The full batches queued (or admitted and still being read) ahead of the one this request
+  // joins start first; its own batch starts when they are done (the batches running now are not
+  // counted).
+  const int64_t batches_ahead = (queued_samples_ + incoming_->load()) / target;
   return static_cast<double>(batches_ahead) * batch_seconds / std::max(1, options_.instances);
 }
 
@@ -245,6 +253,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
 
   const bool adaptive = options_.policy == BatchingPolicy::kAdaptive;
   const int64_t limit = TargetSizeLocked();
+  bool exploring = false;  // This batch measures a size on purpose.
   // The longest prefix of the queue that fits in one batch, and the longest prefix that ends
   // exactly on a preferred size (fixed policy).
   const InferRequest& oldest = *queue_.front();
@@ -281,6 +290,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
       if (cut_count > 0) {
         count = cut_count;
         samples = cut;
+        exploring = true;
       }
     }
   }
@@ -305,6 +315,25 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
     } else {
       count = preferred_count;
       samples = preferred_samples;
+    }
+  }
+  const int known = adaptive && !exploring && samples < limit
+                        ? cost_model_.LargestRunAtMost(static_cast<int>(samples))
+                        : static_cast<int>(samples);
+  if (known < samples && 2 * known > samples) {
+    // A size never run is cold: its first run builds the kernels' plans for a new shape (seen at
+    // 2-3x a warm run's time). Send the largest prefix of a size already run, when that is more
+    // than half the batch (the warm-up runs every power of two); the rest goes in the next.
+    int64_t cut = 0;
+    size_t cut_count = 0;
+    for (const auto& request : queue_) {
+      if (cut_count == count || cut + request->samples() > known) break;
+      cut += request->samples();
+      ++cut_count;
+    }
+    if (cut_count > 0) {
+      count = cut_count;
+      samples = cut;
     }
   }
   poll.batch.requests.reserve(count);

@@ -22,6 +22,7 @@
 // cancelled, left over at shutdown) are handed back to the caller, which completes them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -82,8 +83,13 @@ class DynamicBatcher {
   // is full or closed.
   Status Enqueue(std::unique_ptr<InferRequest>& request);
   // Whether Enqueue() would take a request of `samples` with `deadline` now: the same
-  // queue-size and predicted-wait checks, for a request whose body is not read yet.
-  Status Admit(int64_t samples, std::optional<Clock::time_point> deadline) const;
+  // queue-size and predicted-wait checks, for a request whose body is not read yet. The ticket
+  // it returns counts the request as queued, ahead of later arrivals, until it is let go (once
+  // the request is enqueued or dropped): requests being read and decoded are work ahead too.
+  Result<std::shared_ptr<const void>> Admit(int64_t samples,
+                                            std::optional<Clock::time_point> deadline);
+  // Samples admitted whose tickets are still held.
+  int64_t incoming_samples() const { return incoming_->load(); }
 
   // Removes a queued request. Returns it (the caller completes it with kCancelled), or nullptr
   // when it is not queued (already dispatched, completed, or unknown).
@@ -165,6 +171,8 @@ class DynamicBatcher {
   std::deque<std::unique_ptr<InferRequest>> queue_ GUARDED_BY(mu_);
   std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
   int64_t queued_samples_ GUARDED_BY(mu_) = 0;
+  // Held by tickets, which may outlive the batcher.
+  const std::shared_ptr<std::atomic<int64_t>> incoming_ = std::make_shared<std::atomic<int64_t>>(0);
   bool closed_ GUARDED_BY(mu_) = false;
   BatchCostModel cost_model_;
   // Company rate: exponentially decayed samples that arrived while the queue held a request, and

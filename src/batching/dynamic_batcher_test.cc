@@ -334,6 +334,24 @@ TEST_F(BatcherTest, AdaptiveDoesNotWaitWhenCompanyLowersNoCost) {
   EXPECT_EQ(Poll().batch.samples, 4);  // Goes at once: 8 would cost as much per sample.
 }
 
+// A partial batch of a size never run would run cold (a new shape's first run builds its plans):
+// it goes at the largest size already run, if more than half of it, and the rest follows. Once a
+// size has run, it goes whole.
+TEST_F(BatcherTest, AdaptivePartialBatchesKeepToSizesAlreadyRun) {
+  Make(Adaptive(64, Micros(0)));
+  BatchCostModel& costs = batcher_->cost_model();
+  for (int size = 1; size <= 64; size *= 2) costs.Seed(size, 0.010 * size);  // The warm-up.
+  for (RequestId id = 1; id <= 46; ++id) Add(id);
+  std::vector<int64_t> sizes;
+  for (BatcherPoll poll = Poll(); !poll.batch.requests.empty(); poll = Poll()) {
+    sizes.push_back(poll.batch.samples);
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{32, 8, 4, 2}));
+  costs.Observe(46, 0.46);
+  for (RequestId id = 100; id < 146; ++id) Add(id);
+  EXPECT_EQ(Poll().batch.samples, 46);
+}
+
 // A batch of 64 runs slower per sample than one of 32: batches stop at 32.
 TEST_F(BatcherTest, AdaptiveBatchSizeIsTheCheapestPerSample) {
   Make(Adaptive(64, Micros(2000)));
@@ -386,12 +404,34 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   ASSERT_NE(late, nullptr);  // Left with the caller, who answers it.
   EXPECT_EQ(batcher_->queued_samples(), 168);
   // Asked before a body is read, the same answer, and nothing is queued.
-  Status at_header = batcher_->Admit(1, std::nullopt);
+  Status at_header = batcher_->Admit(1, std::nullopt).status();
   EXPECT_EQ(at_header.code(), StatusCode::kUnavailable);
   EXPECT_EQ(at_header.message(), refused.message());
   EXPECT_NEAR(at_header.retry_after_seconds(), 0.05, 1e-9);
   EXPECT_EQ(batcher_->queued_samples(), 168);
-  EXPECT_EQ(batcher_->Admit(1, clock_.Now() + Micros(2'000'000)).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(batcher_->incoming_samples(), 0);
+
+  // Requests admitted at their header and still being read count as queued ahead of later ones:
+  // 160 queued and 8 admitted are 21 batches ahead again; letting the tickets go admits anew.
+  Make(o);
+  batcher_->cost_model().Observe(8, 0.100);
+  batcher_->cost_model().Observe(8, 0.100);
+  for (RequestId id = 1; id <= 160; ++id) Add(id);
+  std::vector<std::shared_ptr<const void>> tickets;
+  for (int i = 0; i < 8; ++i) {
+    auto ticket = batcher_->Admit(1, std::nullopt);
+    ASSERT_TRUE(ticket.ok()) << i;
+    tickets.push_back(*ticket);
+  }
+  EXPECT_EQ(batcher_->incoming_samples(), 8);
+  EXPECT_EQ(batcher_->Admit(1, std::nullopt).status().code(), StatusCode::kUnavailable);
+  auto behind = MakeRequest(161, 1);
+  EXPECT_EQ(batcher_->Enqueue(behind).code(), StatusCode::kUnavailable);
+  tickets.pop_back();
+  EXPECT_EQ(batcher_->incoming_samples(), 7);
+  EXPECT_TRUE(batcher_->Admit(1, std::nullopt).ok());
+  tickets.clear();
+  EXPECT_EQ(batcher_->incoming_samples(), 0);
 
   // A deadline 300 ms away with 450 ms of work ahead: refused, naming the deadline.
   Make(o);
@@ -416,9 +456,11 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   o.max_queue_size = 500;
   Make(o);
   for (RequestId id = 1; id <= 500; ++id) Add(id);
-  EXPECT_NE(batcher_->Admit(1, std::nullopt).message().find("queue full"), std::string::npos);
+  EXPECT_NE(batcher_->Admit(1, std::nullopt).status().message().find("queue full"),
+            std::string::npos);
   batcher_->Close();
-  EXPECT_NE(batcher_->Admit(1, std::nullopt).message().find("stopping"), std::string::npos);
+  EXPECT_NE(batcher_->Admit(1, std::nullopt).status().message().find("stopping"),
+            std::string::npos);
 }
 
 // Full batches now and then go at a size the cost model has not measured, so that it learns
@@ -443,14 +485,14 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   BatchCostModel costs;
   EXPECT_EQ(costs.Estimate(4), 0.0);
   EXPECT_EQ(costs.BestSize(16), 16);  // Nothing known: the limit.
-  costs.Observe(4, 0.100);  // Cold: a first run at a new shape.
+  costs.Observe(4, 0.100);            // Cold: a first run at a new shape.
   EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.100);
   costs.Observe(4, 0.004);  // Replaces the cold run.
   EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.004);
   costs.Observe(4, 0.014);  // 0.004 + 0.2 x (0.014 - 0.004)
   EXPECT_DOUBLE_EQ(costs.Estimate(4), 0.006);
-  costs.Observe(0, 1.0);   // Ignored.
-  costs.Observe(2, -1.0);  // Ignored.
+  costs.Observe(0, 1.0);     // Ignored.
+  costs.Observe(2, -1.0);    // Ignored.
   costs.Observe(12, 0.500);  // Cold, and alone: not trusted while 4 is known warm...
   EXPECT_DOUBLE_EQ(costs.Estimate(12), 0.006 * 12 / 4);  // ...so 4's time per sample.
   EXPECT_EQ(costs.BestSize(12), 12);  // The limit, estimated, ties with 4: the larger wins.

@@ -107,7 +107,7 @@ class EchoBackend : public Backend {
 
  private:
   EchoLog* log_;
-  LoadReport report_{0, 0, 0, "echo"};
+  LoadReport report_{0, 0, 0, "echo", {}};
 };
 
 }  // namespace sluice::testing

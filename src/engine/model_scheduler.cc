@@ -169,15 +169,15 @@ Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) 
   return status;
 }
 
-Status ModelScheduler::Admit() {
+Result<std::shared_ptr<const void>> ModelScheduler::Admit() {
   std::optional<Clock::time_point> deadline;
   if (options_.default_timeout.count() > 0) deadline = clock_.Now() + options_.default_timeout;
-  Status status = batcher_.Admit(1, deadline);
-  if (!status.ok()) {
+  auto ticket = batcher_.Admit(1, deadline);
+  if (!ticket.ok()) {
     stats_.RecordSubmitted();
-    stats_.RecordRefused(status.code());
+    stats_.RecordRefused(ticket.status().code());
   }
-  return status;
+  return ticket;
 }
 
 bool ModelScheduler::Cancel(RequestId id) {

@@ -61,8 +61,9 @@ class ModelScheduler {
   Result<RequestId> Submit(std::unique_ptr<InferRequest> request);
   // Whether Submit() would now take a one-sample request: asked before a request's body is read
   // and decoded, so an overloaded model refuses it without that work. A refusal (kUnavailable,
-  // with a retry-after when the predicted wait is too long) counts as a refused request.
-  Status Admit();
+  // with a retry-after when the predicted wait is too long) counts as a refused request. Hold the
+  // ticket until the request is submitted (or dropped): meanwhile it counts as queued.
+  Result<std::shared_ptr<const void>> Admit();
 
   // Cancels a queued request: it completes with kCancelled, is never run, and its queue slot is
   // freed at once. Returns false when it is no longer queued (running or done) or unknown.

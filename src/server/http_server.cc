@@ -182,6 +182,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     parser_->body_limit(server_.options().max_body_bytes);
     parser_->on_chunk_header(on_chunk_header_);
     memory_.reset();
+    admission_.reset();
     memory_refused_bytes_ = 0;
     refusal_.reset();
     reading_header_ = true;
@@ -250,9 +251,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     std::string_view target = request.target();
     const std::string_view path = target.substr(0, target.find('?'));
     // An unauthorised request learns nothing of the models' load: it gets its 401 once read.
-    const Status admitted = Authorized(request, path)
-                                ? server_.router().Admit(request.method_string(), path)
-                                : Status::Ok();
+    Result<AdmissionTicket> admitted = Authorized(request, path)
+                                           ? server_.router().Admit(request.method_string(), path)
+                                           : AdmissionTicket();
     memory_ = std::make_shared<MemoryReservation>(server_.memory_budget());
     const auto length = parser_->content_length();
     const bool expects_continue = beast::iequals(request[http::field::expect], "100-continue");
@@ -261,11 +262,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       // the client waits for permission to send, is left unread and the connection closes.
       if (expects_continue || !length || *length > kReadRefusedBodyBytes ||
           !memory_->Grow(static_cast<size_t>(*length))) {
-        return Refuse(HttpResponse::Error(admitted));
+        return Refuse(HttpResponse::Error(admitted.status()));
       }
-      refusal_ = HttpResponse::Error(admitted);
+      refusal_ = HttpResponse::Error(admitted.status());
       return ReadBody();
     }
+    admission_ = std::move(*admitted);
     if (length && !memory_->Grow(static_cast<size_t>(*length))) {
       return Refuse(
           HttpResponse::Error(MemoryBudgetExceeded(*memory_, static_cast<size_t>(*length))));
@@ -355,6 +357,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     }
     request.body = std::move(raw.body());
     request.memory = std::move(memory_);
+    request.admission = std::move(admission_);
     request.received = Clock::Real().Now();
     received_ = request.received;
     auto self = shared_from_this();
@@ -430,7 +433,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 
   void Write(HttpResponse response, bool counted) {
     awaiting_response_ = false;
-    memory_.reset();  // Whatever the handler still holds, it holds through its own pointer.
+    // Whatever the handler still holds, it holds through its own pointers.
+    memory_.reset();
+    admission_.reset();
     std::function<void()> cancel = std::exchange(cancel_, nullptr);
     if (client_gone_) {
       // Nobody to answer (499, as nginx logs it); the connection is closed.
@@ -614,6 +619,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   std::shared_ptr<MemoryReservation> memory_;
   size_t memory_refused_bytes_ = 0;      // > 0: a chunk was refused for want of budget.
   std::optional<HttpResponse> refusal_;  // The answer to a request refused at its header.
+  AdmissionTicket admission_;            // From the route, until the handler takes it.
   std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
   net::steady_timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the strand):

@@ -79,10 +79,12 @@ void PredictHandlers::AddRoutes(Router& router) {
                 Predictions(r, p, std::move(respond));
               });
   // An overloaded model refuses before the image is read.
-  router.SetAdmission("POST", "/predictions/{model}", [this](const PathParams& params) {
-    std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(params.Get("model")));
-    return scheduler ? scheduler->Admit() : Status::Ok();
-  });
+  router.SetAdmission(
+      "POST", "/predictions/{model}", [this](const PathParams& params) -> Result<AdmissionTicket> {
+        std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(params.Get("model")));
+        if (!scheduler) return AdmissionTicket();
+        return scheduler->Admit();
+      });
 }
 
 void PredictHandlers::Predict(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -155,7 +157,8 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   // The body's copy, the decoded pixels and the tensor stay counted against the memory budget
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
-               respond, received = request.received, memory = request.memory]() mutable {
+               respond, received = request.received, memory = request.memory,
+               admission = request.admission]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
     const ImagePreprocessConfig& preprocess = *config.preprocess_image;
@@ -211,6 +214,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
       });
     };
     auto id = scheduler->Submit(std::move(infer));
+    admission.reset();  // Queued (or refused): it no longer counts as incoming.
     if (!id.ok()) return respond(HttpResponse::Error(id.status()));
     pending->id = *id;
     if (pending->client_gone) scheduler->Cancel(*id);

@@ -141,14 +141,14 @@ bool Router::Match(const Route& route, const std::vector<std::string_view>& segm
   return true;
 }
 
-Status Router::Admit(std::string_view method, std::string_view path) const {
+Result<AdmissionTicket> Router::Admit(std::string_view method, std::string_view path) const {
   const std::vector<std::string_view> segments = SplitPath(path);
   PathParams params;
   for (const Route& route : routes_) {
     if (route.method != method || !Match(route, segments, params)) continue;
-    return route.admission ? route.admission(params) : Status::Ok();
+    return route.admission ? route.admission(params) : AdmissionTicket();
   }
-  return Status::Ok();
+  return AdmissionTicket();
 }
 
 void Router::Dispatch(const HttpRequest& request, Responder respond) const {

@@ -39,6 +39,9 @@ struct HttpRequest {
   // body) keeps this pointer alive as long as it keeps the data, and grows it by what it allocates:
   // a refused growth is answered with MemoryBudgetExceeded(). Null outside a server.
   std::shared_ptr<MemoryReservation> memory;
+  // The route's admission ticket (see Admission), if it gave one: the handler keeps it until the
+  // request is queued or answered.
+  std::shared_ptr<const void> admission;
 };
 
 // 503 for a request that does not fit in the server's memory budget, naming what was asked and
@@ -99,9 +102,11 @@ struct PathParams {
 
 using Handler = std::function<void(const HttpRequest&, const PathParams&, Responder)>;
 // Asked once a request's header has arrived, before its body is read: an error (an overloaded
-// model, say) is answered at once and the body is never read. Runs on an I/O thread: it must be
-// cheap and must not block.
-using Admission = std::function<Status(const PathParams&)>;
+// model, say) is answered at once and the body is never read. On success it may hand back a
+// ticket, held (HttpRequest::admission) until the handler lets the request go. Runs on an I/O
+// thread: it must be cheap and must not block.
+using AdmissionTicket = std::shared_ptr<const void>;
+using Admission = std::function<Result<AdmissionTicket>(const PathParams&)>;
 
 // Thread-compatible: built before the server starts, then only read.
 class Router {
@@ -117,9 +122,9 @@ class Router {
   // Calls the matching handler; 404 when no pattern matches the path, 405 (with Allow) when one
   // matches but not for this method.
   void Dispatch(const HttpRequest& request, Responder respond) const;
-  // The matching route's admission check; OK when it has none or nothing matches (Dispatch
-  // answers those).
-  Status Admit(std::string_view method, std::string_view path) const;
+  // The matching route's admission check; OK (no ticket) when it has none or nothing matches
+  // (Dispatch answers those).
+  Result<AdmissionTicket> Admit(std::string_view method, std::string_view path) const;
 
  private:
   struct Route {

@@ -50,14 +50,19 @@ TEST(RouterTest, AdmissionChecksTheMatchingRouteBeforeItsBody) {
   router.Get("/v2/models/{model}/infer", ok);
   router.Post("/v2/health", ok);
   std::vector<std::string> asked;
-  router.SetAdmission("POST", "/v2/models/{model}/infer", [&](const PathParams& params) {
-    asked.emplace_back(params.Get("model"));
-    return params.Get("model") == "busy"
-               ? Status::Unavailable("predicted queue wait too long").WithRetryAfter(2.0)
-               : Status::Ok();
-  });
-  EXPECT_TRUE(router.Admit("POST", "/v2/models/idle/infer").ok());
-  const Status busy = router.Admit("POST", "/v2/models/busy/infer");
+  auto ticket = std::make_shared<int>(7);
+  router.SetAdmission(
+      "POST", "/v2/models/{model}/infer", [&](const PathParams& params) -> Result<AdmissionTicket> {
+        asked.emplace_back(params.Get("model"));
+        if (params.Get("model") == "busy") {
+          return Status::Unavailable("predicted queue wait too long").WithRetryAfter(2.0);
+        }
+        return AdmissionTicket(ticket);
+      });
+  Result<AdmissionTicket> idle = router.Admit("POST", "/v2/models/idle/infer");
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(idle->get(), ticket.get());  // The route's ticket, for the request to hold.
+  const Status busy = router.Admit("POST", "/v2/models/busy/infer").status();
   EXPECT_EQ(busy.code(), StatusCode::kUnavailable);
   EXPECT_EQ(busy.retry_after_seconds(), 2.0);
   EXPECT_EQ(asked, (std::vector<std::string>{"idle", "busy"}));

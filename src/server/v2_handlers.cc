@@ -79,9 +79,10 @@ void V2Handlers::AddRoutes(Router& router) {
   router.Post("/v2/models/{model}/infer", bind(&V2Handlers::Infer));
   router.Post("/v2/models/{model}/versions/{version}/infer", bind(&V2Handlers::Infer));
   // An overloaded model refuses before the body is read; other errors wait for the handler.
-  auto admit = [this](const PathParams& params) {
+  auto admit = [this](const PathParams& params) -> Result<AdmissionTicket> {
     auto model = FindModel(params);
-    return model.ok() ? (*model)->Admit() : Status::Ok();
+    if (!model.ok()) return AdmissionTicket();
+    return (*model)->Admit();
   };
   router.SetAdmission("POST", "/v2/models/{model}/infer", admit);
   router.SetAdmission("POST", "/v2/models/{model}/versions/{version}/infer", admit);
