@@ -504,6 +504,38 @@ SLUICE_AVX512 inline __m512 Exp16(__m512 x) {
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(scale));
 }
 
+// out[g, 0 : 16 V] = sum_j p[g, j] v[j, 0 : 16 V] for G groups, with every sum in a register
+// (G and V fixed at compile time: with run-time bounds the compiler kept the sums in memory).
+// v: [len, d] from the first column wanted; p: G rows of len; out: G rows of d.
+template <int G, int V>
+SLUICE_AVX512 void AccumulatePv(const float* v, int64_t d, int64_t len, const float* p,
+                                float* out) {
+  __m512 acc[G][V];
+  for (int g = 0; g < G; ++g) {
+    for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < len; ++j) {
+    const float* vj = v + j * d;
+    __m512 rows[V];
+    for (int u = 0; u < V; ++u) rows[u] = _mm512_loadu_ps(vj + 16 * u);
+    for (int g = 0; g < G; ++g) {
+      const __m512 weight = _mm512_set1_ps(p[g * len + j]);
+      for (int u = 0; u < V; ++u) acc[g][u] = _mm512_fmadd_ps(weight, rows[u], acc[g][u]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int u = 0; u < V; ++u) _mm512_storeu_ps(out + g * d + 16 * u, acc[g][u]);
+  }
+}
+
+using AccumulatePvFn = void (*)(const float*, int64_t, int64_t, const float*, float*);
+// [groups - 1][vectors - 1].
+constexpr AccumulatePvFn kAccumulatePv[4][4] = {
+    {AccumulatePv<1, 1>, AccumulatePv<1, 2>, AccumulatePv<1, 3>, AccumulatePv<1, 4>},
+    {AccumulatePv<2, 1>, AccumulatePv<2, 2>, AccumulatePv<2, 3>, AccumulatePv<2, 4>},
+    {AccumulatePv<3, 1>, AccumulatePv<3, 2>, AccumulatePv<3, 3>, AccumulatePv<3, 4>},
+    {AccumulatePv<4, 1>, AccumulatePv<4, 2>, AccumulatePv<4, 3>, AccumulatePv<4, 4>}};
+
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16): each cached key and
 // value row is read once for all the groups' queries, and the softmax's exponentials are vectors.
 SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float* k, const float* v,
@@ -539,28 +571,12 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float
                             _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + j), inverse));
     }
   }
-  // out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of every group per pass over v.
+  // out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of up to four groups per pass over v.
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
       const int gs = std::min(4, groups - g0);
-      __m512 acc[4][4];
-      for (int g = 0; g < 4; ++g) {
-        for (int u = 0; u < 4; ++u) acc[g][u] = _mm512_setzero_ps();
-      }
-      for (int64_t j = 0; j < len; ++j) {
-        const float* vj = v + j * d + c0;
-        __m512 rows[4];
-        for (int u = 0; u < vectors; ++u) rows[u] = _mm512_loadu_ps(vj + 16 * u);
-        for (int g = 0; g < gs; ++g) {
-          const __m512 p = _mm512_set1_ps(scratch[(g0 + g) * len + j]);
-          for (int u = 0; u < vectors; ++u) acc[g][u] = _mm512_fmadd_ps(p, rows[u], acc[g][u]);
-        }
-      }
-      for (int g = 0; g < gs; ++g) {
-        for (int u = 0; u < vectors; ++u)
-          _mm512_storeu_ps(out + (g0 + g) * d + c0 + 16 * u, acc[g][u]);
-      }
+      kAccumulatePv[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
     }
   }
 }
@@ -572,6 +588,53 @@ SLUICE_AVX512 void Widen(const int8_t* from, int64_t count, uint16_t* to) {
     Load64(from + e, &lo, &hi);
     _mm512_storeu_si512(to + e, reinterpret_cast<__m512i>(lo));
     _mm512_storeu_si512(to + e + 32, reinterpret_cast<__m512i>(hi));
+  }
+}
+
+// The lanes of the 16 columns from j0 that lie in [n_begin, n_end).
+inline __mmask16 ColumnLanes(int64_t j0, int64_t n_begin, int64_t n_end) {
+  const int64_t lo = std::clamp<int64_t>(n_begin - j0, 0, 16);
+  const int64_t hi = std::clamp<int64_t>(n_end - j0, 0, 16);
+  const uint32_t upto_hi = (uint32_t{1} << hi) - 1, below_lo = (uint32_t{1} << lo) - 1;
+  return static_cast<__mmask16>(upto_hi & ~below_lo);
+}
+
+// A C tile stored as out[column][row] written to y[row][column] for the first `rows` rows and the
+// columns in `lanes`, times the columns' scales when there are any: the 16 x 16 block transposed
+// in registers (pairs of rows interleaved, then pairs of pairs, then 128-bit lanes exchanged),
+// then one masked store a row.
+SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __mmask16 lanes,
+                                   const float* scales, float* y, int64_t n) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(out[i]);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // r[4 k + c], 128-bit lane L: rows 4 k .. 4 k + 3 of column 4 L + c.
+  for (int c = 0; c < 4; ++c) {
+    const __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
+    const __m512 u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+  }
+  // t[i]: the 16 columns of row i.
+  const __m512 scale = scales != nullptr ? _mm512_maskz_loadu_ps(lanes, scales) : __m512{};
+  for (int64_t i = 0; i < rows; ++i) {
+    const __m512 v = scales != nullptr ? _mm512_mul_ps(t[i], scale) : t[i];
+    _mm512_mask_storeu_ps(y + i * n, lanes, v);
   }
 }
 
@@ -636,15 +699,9 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
       }
       for (int q = 0; q < count; ++q) {
         StoreTile(q, &out[0][0]);
-        for (int r = 0; r < 16; ++r) {
-          const int64_t j = (t + q) * 16 + r;
-          if (j < n_begin || j >= n_end) continue;
-          const float scale = scales != nullptr ? scales[j] : 1.0f;
-          for (int64_t i = 0; i < rows; ++i) {
-            const float sum = out[r][i];
-            y[(block * 16 + i) * n + j] = scales != nullptr ? sum * scale : sum;
-          }
-        }
+        const int64_t j0 = (t + q) * 16;
+        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end),
+                        scales != nullptr ? scales + j0 : nullptr, y + block * 16 * n + j0, n);
       }
     }
   }
