@@ -79,6 +79,10 @@ void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int6
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch);
 
+// SwiGLU: out[t, c] = silu(gate_up[t, c]) * gate_up[t, inter + c] for each of `rows` rows of
+// gate_up ([rows, 2 inter]: the gate, then the up projection); out: [rows, inter].
+void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);
 float Bf16ToFp32(uint16_t bits);

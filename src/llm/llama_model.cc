@@ -478,13 +478,10 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       at::Tensor gate_up = layer.gate_up(normed).contiguous();
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
-      for (int64_t t = 0; t < total; ++t) {  // SwiGLU: silu(gate) * up.
-        const float* gate = gu + t * 2 * inter;
-        for (int64_t c = 0; c < inter; ++c) {
-          const float g = gate[c];
-          actp[t * inter + c] = g / (1.0f + std::exp(-g)) * gate[inter + c];
-        }
-      }
+      // SwiGLU, rows shared among the threads when there are enough to pay for waking them.
+      at::parallel_for(0, total, 32, [&](int64_t begin, int64_t end) {
+        SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
+      });
       at::Tensor down = layer.down(act).contiguous();
       const float* dp = down.data_ptr<float>();
       for (int64_t i = 0; i < total * hidden; ++i) xp[i] += dp[i];
