@@ -109,12 +109,15 @@ void SoftmaxRows(float* scores, int groups, int64_t len) {
   }
 }
 
-void PortableDecodeAttention(const float* q, int groups, const float* k, const float* v,
-                             int64_t len, int64_t d, float scale, float* out, float* scratch) {
+float Widen(float w) { return w; }
+
+template <class T>
+void PortableDecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                             int64_t d, float scale, float* out, float* scratch) {
   for (int64_t j = 0; j < len; ++j) {
     for (int g = 0; g < groups; ++g) {
       float dot = 0;
-      for (int64_t c = 0; c < d; ++c) dot += q[g * d + c] * k[j * d + c];
+      for (int64_t c = 0; c < d; ++c) dot += q[g * d + c] * Widen(k[j * d + c]);
       scratch[g * len + j] = dot * scale;
     }
   }
@@ -123,7 +126,7 @@ void PortableDecodeAttention(const float* q, int groups, const float* k, const f
   for (int64_t j = 0; j < len; ++j) {
     for (int g = 0; g < groups; ++g) {
       const float p = scratch[g * len + j];
-      for (int64_t c = 0; c < d; ++c) out[g * d + c] += p * v[j * d + c];
+      for (int64_t c = 0; c < d; ++c) out[g * d + c] += p * Widen(v[j * d + c]);
     }
   }
 }
@@ -132,16 +135,23 @@ void PortableDecodeAttention(const float* q, int groups, const float* k, const f
 #define SLUICE_AVX2 __attribute__((target("avx2,fma")))
 
 // As PortableDecodeAttention, eight lanes of d at a time (d a multiple of 8).
-SLUICE_AVX2 void Avx2DecodeAttention(const float* q, int groups, const float* k, const float* v,
+SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+SLUICE_AVX2 inline __m256 Load8(const uint16_t* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+template <class T>
+SLUICE_AVX2 void Avx2DecodeAttention(const float* q, int groups, const T* k, const T* v,
                                      int64_t len, int64_t d, float scale, float* out,
                                      float* scratch) {
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * d;
+    const T* kj = k + j * d;
     for (int g = 0; g < groups; ++g) {
       const float* qg = q + g * d;
       __m256 acc = _mm256_setzero_ps();
       for (int64_t c = 0; c < d; c += 8) {
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(kj + c), acc);
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), Load8(kj + c), acc);
       }
       __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
       sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
@@ -155,7 +165,7 @@ SLUICE_AVX2 void Avx2DecodeAttention(const float* q, int groups, const float* k,
     for (int64_t c = 0; c < d; c += 8) {
       __m256 acc = _mm256_setzero_ps();
       for (int64_t j = 0; j < len; ++j) {
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * d + c), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), Load8(v + j * d + c), acc);
       }
       _mm256_storeu_ps(out + g * d + c, acc);
     }
@@ -529,17 +539,22 @@ SLUICE_AVX512 void Avx512SwiGlu(const float* gate_up, int64_t rows, int64_t inte
 // out[g, 0 : 16 V] = sum_j p[g, j] v[j, 0 : 16 V] for G groups, with every sum in a register
 // (G and V fixed at compile time: with run-time bounds the compiler kept the sums in memory).
 // v: [len, d] from the first column wanted; p: G rows of len; out: G rows of d.
-template <int G, int V>
-SLUICE_AVX512 void AccumulatePv(const float* v, int64_t d, int64_t len, const float* p,
-                                float* out) {
+SLUICE_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+SLUICE_AVX512 inline __m512 Load16(const uint16_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+template <class T, int G, int V>
+SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p, float* out) {
   __m512 acc[G][V];
   for (int g = 0; g < G; ++g) {
     for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
   }
   for (int64_t j = 0; j < len; ++j) {
-    const float* vj = v + j * d;
+    const T* vj = v + j * d;
     __m512 rows[V];
-    for (int u = 0; u < V; ++u) rows[u] = _mm512_loadu_ps(vj + 16 * u);
+    for (int u = 0; u < V; ++u) rows[u] = Load16(vj + 16 * u);
     for (int g = 0; g < G; ++g) {
       const __m512 weight = _mm512_set1_ps(p[g * len + j]);
       for (int u = 0; u < V; ++u) acc[g][u] = _mm512_fmadd_ps(weight, rows[u], acc[g][u]);
@@ -550,26 +565,29 @@ SLUICE_AVX512 void AccumulatePv(const float* v, int64_t d, int64_t len, const fl
   }
 }
 
-using AccumulatePvFn = void (*)(const float*, int64_t, int64_t, const float*, float*);
+template <class T>
+using AccumulatePvFn = void (*)(const T*, int64_t, int64_t, const float*, float*);
 // [groups - 1][vectors - 1].
-constexpr AccumulatePvFn kAccumulatePv[4][4] = {
-    {AccumulatePv<1, 1>, AccumulatePv<1, 2>, AccumulatePv<1, 3>, AccumulatePv<1, 4>},
-    {AccumulatePv<2, 1>, AccumulatePv<2, 2>, AccumulatePv<2, 3>, AccumulatePv<2, 4>},
-    {AccumulatePv<3, 1>, AccumulatePv<3, 2>, AccumulatePv<3, 3>, AccumulatePv<3, 4>},
-    {AccumulatePv<4, 1>, AccumulatePv<4, 2>, AccumulatePv<4, 3>, AccumulatePv<4, 4>}};
+template <class T>
+constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
+    {AccumulatePv<T, 1, 1>, AccumulatePv<T, 1, 2>, AccumulatePv<T, 1, 3>, AccumulatePv<T, 1, 4>},
+    {AccumulatePv<T, 2, 1>, AccumulatePv<T, 2, 2>, AccumulatePv<T, 2, 3>, AccumulatePv<T, 2, 4>},
+    {AccumulatePv<T, 3, 1>, AccumulatePv<T, 3, 2>, AccumulatePv<T, 3, 3>, AccumulatePv<T, 3, 4>},
+    {AccumulatePv<T, 4, 1>, AccumulatePv<T, 4, 2>, AccumulatePv<T, 4, 3>, AccumulatePv<T, 4, 4>}};
 
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16): each cached key and
 // value row is read once for all the groups' queries, and the softmax's exponentials are vectors.
-SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float* k, const float* v,
+template <class T>
+SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k, const T* v,
                                          int64_t len, int64_t d, float scale, float* out,
                                          float* scratch) {
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * d;
+    const T* kj = k + j * d;
     for (int g = 0; g < groups; ++g) {
       const float* qg = q + g * d;
-      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(kj));
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), Load16(kj));
       for (int64_t c = 16; c < d; c += 16) {
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), _mm512_loadu_ps(kj + c), acc);
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), Load16(kj + c), acc);
       }
       scratch[g * len + j] = _mm512_reduce_add_ps(acc) * scale;
     }
@@ -598,7 +616,7 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const float
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
       const int gs = std::min(4, groups - g0);
-      kAccumulatePv[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
+      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
     }
   }
 }
@@ -896,8 +914,11 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
   MatmulInt8(input, w, scales, n, y, n_begin, n_end);
 }
 
-void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
-                     int64_t d, float scale, float* out, float* scratch) {
+namespace {
+
+template <class T>
+void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
+                       float scale, float* out, float* scratch) {
 #ifdef SLUICE_X86
   if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0) {
     return Avx512DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
@@ -907,6 +928,25 @@ void DecodeAttention(const float* q, int groups, const float* k, const float* v,
   }
 #endif
   PortableDecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+}
+
+}  // namespace
+
+void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
+                     int64_t d, float scale, float* out, float* scratch) {
+  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch);
+}
+
+void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
+                     int64_t d, float scale, float* out, float* scratch) {
+  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch);
+}
+
+void ToBf16(const float* x, int64_t n, uint16_t* out) {
+#ifdef SLUICE_X86
+  if (Active() >= KernelIsa::kAvx512Bf16) return RoundRows(x, 1, n, n, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToBf16(x[i]);
 }
 
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {

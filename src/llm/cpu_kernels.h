@@ -78,6 +78,12 @@ void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int6
 // of the cache; out: [groups, d]; scratch: at least groups * len floats.
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch);
+// As above over a cache held in bf16 (bits): half the bytes to read.
+void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
+                     int64_t d, float scale, float* out, float* scratch);
+// x rounded to bf16 bits, to nearest even (AVX-512 BF16's instruction where the path has it,
+// which also flushes denormals to zero).
+void ToBf16(const float* x, int64_t n, uint16_t* out);
 
 // SwiGLU: out[t, c] = silu(gate_up[t, c]) * gate_up[t, inter + c] for each of `rows` rows of
 // gate_up ([rows, 2 inter]: the gate, then the up projection); out: [rows, inter].

@@ -227,37 +227,55 @@ namespace {
 // Against a double-precision softmax attention, on both paths, with head sizes that take the
 // vector paths (multiples of 8 and 16; more groups than one pass over v holds) and one that
 // takes neither.
+// Attention over an fp32 cache, and over the same cache held in bf16: the reference reads the
+// cached rows as the kernel stores them (rounded to bf16 for the second).
 TEST(DecodeAttention, MatchesSoftmaxAttention) {
   for (KernelIsa isa : kEveryIsa) {
     if (isa > BestKernelIsa()) continue;
     LimitKernelIsa(isa);
-    for (auto [groups, len, d] :
-         {std::tuple{3, 1, 64}, std::tuple{3, 37, 64}, std::tuple{1, 200, 16}, std::tuple{2, 9, 12},
-          std::tuple{5, 20, 48}, std::tuple{9, 33, 128}}) {
-      std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
-          v(k.size()), out(q.size()), scratch(static_cast<size_t>(groups * len));
-      for (auto* t : {&q, &k, &v}) {
-        for (float& x : *t) x = normal(rng);
-      }
-      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      DecodeAttention(q.data(), groups, k.data(), v.data(), len, d, scale, out.data(),
-                      scratch.data());
-      for (int g = 0; g < groups; ++g) {
-        std::vector<double> p(static_cast<size_t>(len));
-        double max = -1e300, total = 0;
-        for (int j = 0; j < len; ++j) {
-          double dot = 0;
-          for (int c = 0; c < d; ++c) dot += double{q[g * d + c]} * k[j * d + c];
-          p[j] = dot * scale;
-          max = std::max(max, p[j]);
+    for (bool bf16 : {false, true}) {
+      for (auto [groups, len, d] :
+           {std::tuple{3, 1, 64}, std::tuple{3, 37, 64}, std::tuple{1, 200, 16},
+            std::tuple{2, 9, 12}, std::tuple{5, 20, 48}, std::tuple{9, 33, 128}}) {
+        std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
+            v(k.size()), out(q.size()), scratch(static_cast<size_t>(groups * len));
+        for (auto* t : {&q, &k, &v}) {
+          for (float& x : *t) x = normal(rng);
         }
-        for (double& x : p) total += x = std::exp(x - max);
-        for (int c = 0; c < d; ++c) {
-          double want = 0;
-          for (int j = 0; j < len; ++j) want += p[j] / total * v[j * d + c];
-          ASSERT_NEAR(out[g * d + c], want, 1e-5) << KernelIsaName(isa) << " group " << g;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        if (bf16) {
+          std::vector<uint16_t> k16(k.size()), v16(v.size());
+          ToBf16(k.data(), static_cast<int64_t>(k.size()), k16.data());
+          ToBf16(v.data(), static_cast<int64_t>(v.size()), v16.data());
+          for (size_t i = 0; i < k.size(); ++i) {
+            ASSERT_EQ(k16[i], Fp32ToBf16(k[i]));
+            k[i] = Bf16ToFp32(k16[i]);
+            v[i] = Bf16ToFp32(v16[i]);
+          }
+          DecodeAttention(q.data(), groups, k16.data(), v16.data(), len, d, scale, out.data(),
+                          scratch.data());
+        } else {
+          DecodeAttention(q.data(), groups, k.data(), v.data(), len, d, scale, out.data(),
+                          scratch.data());
+        }
+        for (int g = 0; g < groups; ++g) {
+          std::vector<double> p(static_cast<size_t>(len));
+          double max = -1e300, total = 0;
+          for (int j = 0; j < len; ++j) {
+            double dot = 0;
+            for (int c = 0; c < d; ++c) dot += double{q[g * d + c]} * k[j * d + c];
+            p[j] = dot * scale;
+            max = std::max(max, p[j]);
+          }
+          for (double& x : p) total += x = std::exp(x - max);
+          for (int c = 0; c < d; ++c) {
+            double want = 0;
+            for (int j = 0; j < len; ++j) want += p[j] / total * v[j * d + c];
+            ASSERT_NEAR(out[g * d + c], want, 1e-5)
+                << KernelIsaName(isa) << (bf16 ? " bf16" : " fp32") << " group " << g;
+          }
         }
       }
     }

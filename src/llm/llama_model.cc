@@ -1,6 +1,7 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
 // grouped-query attention with at::scaled_dot_product_attention over a static per-slot KV cache,
-// SwiGLU, tied or untied output. Activations, norms and the KV cache are fp32; the weights of the
+// SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with fp32
+// weights and bf16 otherwise; the weights of the
 // linear layers are fp32 (ATen's matmul), bf16, or int8 with per-output-channel scales. bf16 and
 // int8 weights go through cpu_kernels.h, which widens them to fp32 in registers: decoding is bound
 // by reading the weights, and ATen's bf16 / int8 paths are slow on CPUs without AVX-512 bf16.
@@ -138,6 +139,9 @@ class LlamaModel final : public StepModel {
   Linear lm_head_;
   at::Tensor rope_cos_, rope_sin_;             // [context, D/2], fp32.
   std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [slots, KV, context, D].
+  // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
+  // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
+  bool bf16_cache_ = false;
   int64_t weight_bytes_ = 0;
 };
 
@@ -155,6 +159,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   }
   model->weight_dtype_ =
       options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
+  model->bf16_cache_ = options.serve.precision != LlmPrecision::kFp32;
   auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
   if (!file.ok()) return file.status();
   // Loading runs on one thread. An OpenMP parallel region here would leave this thread a team of
@@ -178,8 +183,9 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
       // Uninitialised: a position is written before anything reads it, and the pages of the
       // cache (1.5 GB for SmolLM2 at 16 slots x 2048) are committed as slots reach them, not all
       // at load.
-      model->cache_k_.push_back(at::empty(shape, at::kFloat));
-      model->cache_v_.push_back(at::empty(shape, at::kFloat));
+      const at::ScalarType cache_dtype = model->bf16_cache_ ? at::kBFloat16 : at::kFloat;
+      model->cache_k_.push_back(at::empty(shape, cache_dtype));
+      model->cache_v_.push_back(at::empty(shape, cache_dtype));
     }
   } catch (const c10::Error& e) {
     return Status::Internal(
@@ -340,8 +346,15 @@ void LlamaModel::WriteCache(int layer, const at::Tensor& qkv,
   const int64_t d = a.head_dim, width = qkv.size(1), q_cols = int64_t{a.heads} * d,
                 kv_cols = int64_t{a.kv_heads} * d, context = serve_.context_length;
   const float* rows = qkv.data_ptr<float>();
-  float* keys = cache_k_[static_cast<size_t>(layer)].data_ptr<float>();
-  float* values = cache_v_[static_cast<size_t>(layer)].data_ptr<float>();
+  void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
+  void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
+  auto put = [&](const float* from, void* cache, int64_t at) {
+    if (bf16_cache_) {
+      ToBf16(from, d, static_cast<uint16_t*>(cache) + at);
+    } else {
+      std::copy_n(from, d, static_cast<float*>(cache) + at);
+    }
+  };
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SequenceChunk& chunk = chunks[i];
     for (size_t j = 0; j < chunk.tokens.size(); ++j) {
@@ -349,8 +362,8 @@ void LlamaModel::WriteCache(int layer, const at::Tensor& qkv,
       const int64_t position = chunk.start + static_cast<int64_t>(j);
       for (int64_t h = 0; h < a.kv_heads; ++h) {
         const int64_t at = ((int64_t{chunk.slot} * a.kv_heads + h) * context + position) * d;
-        std::copy_n(row + q_cols + h * d, d, keys + at);
-        std::copy_n(row + q_cols + kv_cols + h * d, d, values + at);
+        put(row + q_cols + h * d, keys, at);
+        put(row + q_cols + kv_cols + h * d, values, at);
       }
     }
   }
@@ -380,8 +393,8 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
     for (size_t i : decode) longest = std::max<int64_t>(longest, chunks[i].start + 1);
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const float* rows = qkv.data_ptr<float>();
-    const float* keys = cache_k.data_ptr<float>();
-    const float* values = cache_v.data_ptr<float>();
+    const void* keys = cache_k.data_ptr();
+    const void* values = cache_v.data_ptr();
     float* o = out.data_ptr<float>();
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
     std::atomic<int64_t> next{0};
@@ -392,9 +405,18 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
         const SequenceChunk& chunk = chunks[decode[static_cast<size_t>(task / a.kv_heads)]];
         const int64_t h = task % a.kv_heads, row = offsets[decode[task / a.kv_heads]];
         const int64_t cache_row = (int64_t{chunk.slot} * a.kv_heads + h) * context * d;
-        DecodeAttention(rows + row * width + h * groups * d, static_cast<int>(groups),
-                        keys + cache_row, values + cache_row, chunk.start + 1, d, scale,
-                        o + row * a.heads * d + h * groups * d, scratch.data());
+        const float* q = rows + row * width + h * groups * d;
+        float* result = o + row * a.heads * d + h * groups * d;
+        if (bf16_cache_) {
+          DecodeAttention(q, static_cast<int>(groups),
+                          static_cast<const uint16_t*>(keys) + cache_row,
+                          static_cast<const uint16_t*>(values) + cache_row, chunk.start + 1, d,
+                          scale, result, scratch.data());
+        } else {
+          DecodeAttention(q, static_cast<int>(groups), static_cast<const float*>(keys) + cache_row,
+                          static_cast<const float*>(values) + cache_row, chunk.start + 1, d, scale,
+                          result, scratch.data());
+        }
       }
     }
   }
@@ -410,8 +432,8 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
                            .reshape({1, a.kv_heads, groups * len, d});
     at::Tensor rows = at::arange(chunk.start, end, at::kLong).repeat({groups}).unsqueeze(1);
     at::Tensor mask = at::arange(end, at::kLong).unsqueeze(0) <= rows;  // [G len, end]
-    at::Tensor keys = cache_k[chunk.slot].narrow(1, 0, end).unsqueeze(0);
-    at::Tensor values = cache_v[chunk.slot].narrow(1, 0, end).unsqueeze(0);
+    at::Tensor keys = cache_k[chunk.slot].narrow(1, 0, end).unsqueeze(0).to(at::kFloat);
+    at::Tensor values = cache_v[chunk.slot].narrow(1, 0, end).unsqueeze(0).to(at::kFloat);
     at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
     out.narrow(0, offsets[i], len)
         .copy_(result.view({a.kv_heads, groups, len, d})
