@@ -577,19 +577,81 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
 
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16): each cached key and
 // value row is read once for all the groups' queries, and the softmax's exponentials are vectors.
+// The 16 sums of the lanes of a[0] .. a[15], as one vector (lane i: the sum of a[i]'s lanes): pairs
+// interleaved and added, then pairs of pairs, then the 128-bit lanes exchanged and added. 46
+// instructions where sixteen horizontal sums take about 150.
+SLUICE_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i) {
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d x = _mm512_castps_pd(pairs[2 * i]), y = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // quads[m], 128-bit lane L: the sums over lane L of a[4 m] .. a[4 m + 3].
+  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x44),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xEE));
+  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x44),
+                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88),
+                       _mm512_shuffle_f32x4(low, high, 0xDD));
+}
+
+// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256): the
+// scores of 16 cached positions at a time, their keys read (and widened from bf16) once for all
+// the groups' queries; the softmax's exponentials are vectors; each value row is read once too.
 template <class T>
 SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k, const T* v,
                                          int64_t len, int64_t d, float scale, float* out,
                                          float* scratch) {
-  for (int64_t j = 0; j < len; ++j) {
-    const T* kj = k + j * d;
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  alignas(64) float widened[16 * 256];
+  // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
+  // prefetcher barely ramps up on: the keys two blocks ahead are asked for, and this block's
+  // values too (into L2; the p.V sums below read them).
+  constexpr int64_t kLine = 64 / sizeof(T);
+  const int64_t block_elements = 16 * d;
+  for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
+    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+  }
+  for (int64_t j0 = 0; j0 < len; j0 += 16) {
+    const int64_t count = std::min<int64_t>(16, len - j0);
+    const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
+    for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
+      _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+    }
+    for (int64_t e = j0 * d; e < j0 * d + std::min(block_elements, count * d); e += kLine) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T1);
+    }
+    const float* keys;
+    if constexpr (std::is_same_v<T, float>) {
+      keys = k + j0 * d;
+    } else {
+      for (int64_t e = 0; e < count * d; e += 16) {
+        _mm512_store_ps(widened + e, Load16(k + j0 * d + e));
+      }
+      keys = widened;
+    }
     for (int g = 0; g < groups; ++g) {
       const float* qg = q + g * d;
-      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), Load16(kj));
-      for (int64_t c = 16; c < d; c += 16) {
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), Load16(kj + c), acc);
+      __m512 dots[16];
+      for (int64_t jj = 0; jj < 16; ++jj) {
+        if (jj >= count) {
+          dots[jj] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* kj = keys + jj * d;
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(kj));
+        for (int64_t c = 16; c < d; c += 16) {
+          acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), _mm512_loadu_ps(kj + c), acc);
+        }
+        dots[jj] = acc;
       }
-      scratch[g * len + j] = _mm512_reduce_add_ps(acc) * scale;
+      _mm512_mask_storeu_ps(scratch + g * len + j0, FirstLanes(count),
+                            _mm512_mul_ps(SumLanes16(dots), scale_v));
     }
   }
   for (int g = 0; g < groups; ++g) {
@@ -920,7 +982,7 @@ template <class T>
 void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
                        float scale, float* out, float* scratch) {
 #ifdef SLUICE_X86
-  if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0) {
+  if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
     return Avx512DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
   }
   if (Active() >= KernelIsa::kAvx2 && d % 8 == 0) {
