@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -514,6 +515,21 @@ SLUICE_AVX512 inline __m512 Exp16(__m512 x) {
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(scale));
 }
 
+SLUICE_AVX512 int64_t Avx512ArgMax(const float* x, int64_t n) {
+  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; i += 16) {
+    best = _mm512_mask_max_ps(best, FirstLanes(n - i), best,
+                              _mm512_maskz_loadu_ps(FirstLanes(n - i), x + i));
+  }
+  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(best));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 hit =
+        _mm512_mask_cmp_ps_mask(FirstLanes(n - i), _mm512_loadu_ps(x + i), top, _CMP_EQ_OQ);
+    if (hit != 0) return i + __builtin_ctz(hit);
+  }
+  return 0;
+}
+
 // As SwiGlu, 16 columns at a time: silu(g) = g / (1 + e^-g), computed as g / (1 + e) when g >= 0
 // and g e / (1 + e) when g < 0, with e = e^-|g| (so the exponential never overflows).
 SLUICE_AVX512 void Avx512SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
@@ -811,7 +827,8 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
 }
 
 // x for the AMX path: rows rounded to bf16, then for each block of 16 rows and each 32 columns,
-// 16 pairs of columns, each holding the pair of every row of the block.
+// 16 pairs of columns, each holding the pair of every row of the block: per block and 32 columns,
+// the 16 rows x 16 pairs (32-bit elements) transposed in registers, one masked store a pair.
 SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<uint16_t>* rows,
                             std::vector<uint32_t>* pairs) {
   const int64_t kp = RoundUp32(k), k_tiles = kp / 32;
@@ -820,14 +837,19 @@ SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<ui
   pairs->resize(static_cast<size_t>(((m + 15) / 16) * k_tiles * 256));
   for (int64_t block = 0; block * 16 < m; ++block) {
     const int64_t count = std::min<int64_t>(16, m - block * 16);
+    const __mmask16 lanes = FirstLanes(count);
     uint32_t* to = pairs->data() + block * k_tiles * 256;
-    for (int64_t i = 0; i < count; ++i) {
-      const uint16_t* row = rows->data() + (block * 16 + i) * kp;
-      for (int64_t p = 0; p < kp / 2; ++p) {
-        uint32_t pair;
-        std::memcpy(&pair, row + 2 * p, sizeof pair);
-        to[(p / 16) * 16 * count + (p % 16) * count + i] = pair;
+    for (int64_t u = 0; u < k_tiles; ++u) {
+      alignas(64) float tile[16][16];
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 row = i < count ? _mm512_loadu_ps(reinterpret_cast<const float*>(
+                                           rows->data() + (block * 16 + i) * kp + u * 32))
+                                     : _mm512_setzero_ps();
+        _mm512_store_ps(tile[i], row);
       }
+      // tile[i][p]: pair p of row i; the transpose gives, for each pair p, every row's.
+      float* out = reinterpret_cast<float*>(to + u * 16 * count);
+      StoreTransposed(tile, 16, lanes, nullptr, out, count);
     }
   }
 }
@@ -1009,6 +1031,17 @@ void ToBf16(const float* x, int64_t n, uint16_t* out) {
   if (Active() >= KernelIsa::kAvx512Bf16) return RoundRows(x, 1, n, n, out);
 #endif
   for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToBf16(x[i]);
+}
+
+int64_t ArgMax(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+#ifdef SLUICE_X86
+  if (Active() >= KernelIsa::kAvx512Bf16) {
+    const int64_t at = Avx512ArgMax(x, n);
+    if (!std::isnan(x[at])) return at;  // NaNs: the portable rule below.
+  }
+#endif
+  return std::max_element(x, x + n) - x;
 }
 
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {

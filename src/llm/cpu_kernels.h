@@ -85,6 +85,9 @@ void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16
 // which also flushes denormals to zero).
 void ToBf16(const float* x, int64_t n, uint16_t* out);
 
+// The index of the first largest of x[0 .. n) (as std::max_element); 0 when n is 0.
+int64_t ArgMax(const float* x, int64_t n);
+
 // SwiGLU: out[t, c] = silu(gate_up[t, c]) * gate_up[t, inter + c] for each of `rows` rows of
 // gate_up ([rows, 2 inter]: the gate, then the up projection); out: [rows, inter].
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);

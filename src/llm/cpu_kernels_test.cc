@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -309,6 +310,31 @@ TEST(SwiGlu, MatchesTheFormulaOnEveryPath) {
             << KernelIsaName(isa) << " row " << t << " column " << c << " g " << g;
       }
     }
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
+// The first largest, as std::max_element, on every path: ties, a maximum in the tail, -inf.
+TEST(ArgMax, FirstLargestOnEveryPath) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    for (int64_t n : {1, 15, 16, 17, 49152}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng);
+      EXPECT_EQ(ArgMax(x.data(), n), std::max_element(x.begin(), x.end()) - x.begin())
+          << KernelIsaName(isa) << " n " << n;
+      x[static_cast<size_t>(n - 1)] = 100.0f;  // In the tail.
+      EXPECT_EQ(ArgMax(x.data(), n), n - 1) << KernelIsaName(isa);
+      if (n > 3) {
+        x[1] = 100.0f;  // A tie: the first wins.
+        EXPECT_EQ(ArgMax(x.data(), n), 1) << KernelIsaName(isa);
+      }
+    }
+    std::vector<float> low(20, -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(ArgMax(low.data(), 20), 0);
   }
   LimitKernelIsa(KernelIsa::kAmx);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "llm/cpu_kernels.h"
+
 namespace sluice::llm {
 
 Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
@@ -38,7 +40,7 @@ int32_t Sampler::Next(float* logits, int vocab) {
   }
   int32_t chosen = 0;
   if (params_.temperature <= 0.0 || params_.top_k == 1) {
-    chosen = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+    chosen = static_cast<int32_t>(ArgMax(logits, vocab));
   } else {
     candidates_.clear();
     const auto inverse = static_cast<float>(1.0 / params_.temperature);
