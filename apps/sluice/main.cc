@@ -26,6 +26,8 @@
 #include "config/model_config.h"
 #include "config/sweep_config.h"
 #include "llm/load_llm.h"
+#include "llm/precision_agreement.h"
+#include "llm/tokenizer.h"
 #include "server/serve.h"
 
 namespace sluice {
@@ -64,6 +66,7 @@ struct BenchCommand {
   // --llm: a language model over the OpenAI API (--url), or in this process (--in-process).
   bool llm = false;
   LlmBenchOptions llm_options;
+  std::string agreement;  // --llm --in-process: this precision compared with --precision's.
 };
 
 struct SweepCommand {
@@ -232,6 +235,58 @@ int RunLlmBenchCommand(const BenchCommand& cmd, const std::string& command_line)
   return failed == 0 ? 0 : 1;
 }
 
+// The fixed prompts of --agreement: questions, instructions, code, arithmetic, lists, other
+// languages.
+const std::vector<std::string>& AgreementPrompts() {
+  static const std::vector<std::string> prompts = {
+      "The main reasons the Roman Empire declined were",
+      "Write a Python function that returns the n-th Fibonacci number.\n\ndef fibonacci(n):",
+      "Q: What is 17 multiplied by 23?\nA:",
+      "Here is a list of five fruits that are high in vitamin C:\n1.",
+      "Explain to a child why the sky is blue.",
+      "La capitale de la France est une ville connue pour",
+      "In a distributed system, a consensus algorithm such as Raft ensures that",
+      "Once upon a time, in a small village by the sea, there lived",
+  };
+  return prompts;
+}
+
+// --agreement: the model at two precisions side by side on AgreementPrompts(), greedy.
+int RunLlmAgreement(const BenchCommand& cmd) {
+  const ModelSelection& m = cmd.model;
+  const std::string dir = !m.model_dir.empty()
+                              ? m.model_dir
+                              : (std::filesystem::path(m.model_repository) / m.model).string();
+  llm::LlmLoadOverrides reference_overrides;
+  reference_overrides.precision = m.precision.empty() ? "bf16" : m.precision;
+  reference_overrides.slots = 1;
+  reference_overrides.threads = m.threads > 0 ? m.threads : -1;
+  llm::LlmLoadOverrides candidate_overrides = reference_overrides;
+  candidate_overrides.precision = cmd.agreement;
+  candidate_overrides.slots = 2;
+  auto reference = llm::LoadStepModel(dir, reference_overrides);
+  if (!reference.ok()) return Fail(reference.status());
+  auto candidate = llm::LoadStepModel(dir, candidate_overrides);
+  if (!candidate.ok()) return Fail(candidate.status());
+  auto tokenizer = llm::Tokenizer::Load(dir);
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : AgreementPrompts()) prompts.push_back((*tokenizer)->Encode(text));
+  const int tokens = cmd.llm_options.output_tokens;
+  auto result = llm::ComparePrecisions(**reference, **candidate, prompts, tokens);
+  if (!result.ok()) return Fail(result.status());
+  fmt::print(
+      "{}: {} against {} on {} fixed prompts, {} greedy tokens each\n"
+      "  teacher-forced ({} positions): same next token {:.1f}%, logits cosine mean {:.5f}, "
+      "min {:.5f}\n"
+      "  free-running: identical completions {}/{}, mean common prefix {:.1f} tokens\n",
+      dir, cmd.agreement, reference_overrides.precision, result->prompts, tokens, result->positions,
+      100.0 * result->same_next_token / std::max(1, result->positions), result->mean_cosine,
+      result->min_cosine, result->identical_completions, result->prompts,
+      result->mean_common_prefix);
+  return 0;
+}
+
 // The engine alone, no HTTP: the same prompts through LlmEngine::Submit, timed at its events. The
 // first event of a request is its first token, so its time is the in-process prefill time (plus
 // one sampling step) of the prompt, the reference for the TTFT over HTTP.
@@ -336,6 +391,10 @@ int RunLlmInProcess(const BenchCommand& cmd) {
 
 int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   if (cmd.llm && !cmd.url.empty()) return RunLlmBenchCommand(cmd, command_line);
+  if (!cmd.agreement.empty() && !(cmd.llm && cmd.in_process)) {
+    return Fail(Status::InvalidArgument("--agreement needs --llm --in-process"));
+  }
+  if (cmd.llm && cmd.in_process && !cmd.agreement.empty()) return RunLlmAgreement(cmd);
   if (cmd.llm && cmd.in_process) return RunLlmInProcess(cmd);
   if (cmd.llm) return Fail(Status::InvalidArgument("--llm needs --url URL or --in-process"));
   if (!cmd.url.empty()) return RunHttpBenchCommand(cmd, command_line);
@@ -696,6 +755,11 @@ int main(int argc, char** argv) {
   bench_app->add_option("--api-key", bench.llm_options.api_key, "--llm: sent as a Bearer token");
   bench_app->add_flag("!--no-ignore-eos", bench.llm_options.ignore_eos,
                       "--llm: let the model stop at its end-of-sequence token");
+  bench_app
+      ->add_option("--agreement", bench.agreement,
+                   "--llm --in-process: compare this precision with --precision's (default "
+                   "bf16) on a fixed prompt set: greedy choices and logits, --output-tokens each")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
 
   SweepCommand sweep;
   CLI::App* sweep_app = app.add_subcommand("sweep", "Run a batch size x backend x precision grid");

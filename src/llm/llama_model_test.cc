@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "llm/precision_agreement.h"
 #include "llm/safetensors.h"
 #include "llm/step_model.h"
 
@@ -186,6 +187,36 @@ TEST_P(LlamaModelTest, BatchInvariance) {
           << "prompt " << i << " precision " << LlmPrecisionName(precision);
     }
   }
+}
+
+// The precision comparison behind `sluice bench --llm --in-process --agreement`: a model against
+// itself agrees exactly; int8 against fp32 stays close, and its free-running completions follow
+// its own choices (so they can only be identical where every teacher-forced choice agreed).
+TEST_P(LlamaModelTest, PrecisionAgreementComparesLogitsAndGreedyChoices) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const Reference& r : ReadReference(ModelDir(GetParam()))) prompts.push_back(r.input_ids);
+  auto reference = Load(GetParam(), LlmPrecision::kFp32, 1);
+  auto same = Load(GetParam(), LlmPrecision::kFp32, 2);
+  auto quantised = Load(GetParam(), LlmPrecision::kInt8, 2);
+  ASSERT_TRUE(reference && same && quantised);
+  auto exact = ComparePrecisions(*reference, *same, prompts, 12);
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  EXPECT_EQ(exact->prompts, static_cast<int>(prompts.size()));
+  EXPECT_EQ(exact->positions, exact->prompts * 12);
+  EXPECT_EQ(exact->same_next_token, exact->positions);
+  EXPECT_NEAR(exact->min_cosine, 1.0, 1e-9);
+  EXPECT_EQ(exact->identical_completions, exact->prompts);
+  EXPECT_DOUBLE_EQ(exact->mean_common_prefix, 12.0);
+
+  auto int8 = ComparePrecisions(*reference, *quantised, prompts, 12);
+  ASSERT_TRUE(int8.ok()) << int8.status().ToString();
+  EXPECT_GT(int8->mean_cosine, 0.99);
+  EXPECT_LE(int8->min_cosine, int8->mean_cosine);
+  EXPECT_LE(int8->identical_completions, int8->prompts);
+  EXPECT_LE(int8->mean_common_prefix, 12.0);
+  // Too long for the context: a clear error, nothing compared.
+  auto too_long = ComparePrecisions(*reference, *same, {std::vector<int32_t>(250, 1)}, 12);
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,

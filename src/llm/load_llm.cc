@@ -6,12 +6,12 @@
 
 namespace sluice::llm {
 
-Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
-                                                 const LlmLoadOverrides& overrides) {
-  namespace fs = std::filesystem;
-  auto arch = ParseArchitecture((fs::path(dir) / "config.json").string());
-  if (!arch.ok()) return arch.status();
-  auto serve = ParseServeConfig((fs::path(dir) / "config.yaml").string(), *arch);
+namespace {
+
+// config.yaml's serving settings with the overrides applied.
+Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitecture& arch,
+                                   const LlmLoadOverrides& overrides) {
+  auto serve = ParseServeConfig((std::filesystem::path(dir) / "config.yaml").string(), arch);
   if (!serve.ok()) return serve.status();
   if (!overrides.precision.empty()) {
     if (overrides.precision == "fp32") {
@@ -27,6 +27,27 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
   }
   if (overrides.slots > 0) serve->slots = overrides.slots;
   if (overrides.threads >= 0) serve->threads = overrides.threads;
+  return serve;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
+                                                 const LlmLoadOverrides& overrides) {
+  auto arch = ParseArchitecture((std::filesystem::path(dir) / "config.json").string());
+  if (!arch.ok()) return arch.status();
+  auto serve = ServeConfig(dir, *arch, overrides);
+  if (!serve.ok()) return serve.status();
+  return LoadLlamaModel(ModelLoadOptions{dir, *serve});
+}
+
+Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
+                                                 const LlmLoadOverrides& overrides) {
+  namespace fs = std::filesystem;
+  auto arch = ParseArchitecture((fs::path(dir) / "config.json").string());
+  if (!arch.ok()) return arch.status();
+  auto serve = ServeConfig(dir, *arch, overrides);
+  if (!serve.ok()) return serve.status();
   auto tokenizer = Tokenizer::Load(dir);
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> chat_template;

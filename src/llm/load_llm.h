@@ -19,6 +19,9 @@ struct LlmLoadOverrides {
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
                                                  const LlmLoadOverrides& overrides = {});
+// The decoder alone, configured as LoadLlmEngine configures it (no tokenizer, no loop).
+Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
+                                                 const LlmLoadOverrides& overrides = {});
 
 // How `sluice serve` loads language models (injected, so the server builds without torch).
 using LlmLoader = std::function<Result<std::shared_ptr<LlmEngine>>(const std::string& dir)>;
