@@ -187,7 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Case{1, 17, 64}, Case{1, 8, 5}, Case{2, 13, 72},
                                          Case{3, 11, 19}, Case{4, 9, 64}, Case{5, 7, 96},
                                          Case{7, 3, 13}, Case{16, 33, 576}, Case{64, 5, 136},
-                                         Case{1, 1, 1}, Case{6, 40, 24}, Case{9, 64, 520}),
+                                         Case{1, 1, 1}, Case{6, 40, 24}, Case{9, 64, 520},
+                                         // Pairs of row blocks (AMX), a short second block,
+                                         // an odd block left over.
+                                         Case{20, 17, 96}, Case{40, 33, 64}, Case{33, 50, 40}),
                        ::testing::ValuesIn(kEveryIsa)),
     [](const ::testing::TestParamInfo<MatmulTest::ParamType>& info) {
       const Case c = std::get<0>(info.param);
