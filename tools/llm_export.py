@@ -147,7 +147,7 @@ def convert_smollm2(out_dir, precision, force):
     tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizer_from_json(SMOLLM_PRE_TOKENIZER)
     save_tokenizer(tokenizer, out_dir, gguf_value(reader, "tokenizer.chat_template"))
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, chunk=64))
+        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, chunk=256))
     print(f"{out_dir}: {len(tensors)} tensors from {GGUF_NAME} in {time.time() - start:.1f} s")
     check_chat(out_dir)
 

@@ -40,9 +40,11 @@ std::string_view LlmPrecisionName(LlmPrecision precision);
 // How a model is served. Every field has a default, so config.yaml may be absent.
 struct LlmServeConfig {
   LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
-  int slots = 8;                 // Sequences decoded together; a KV cache is allocated for each.
-  int context_length = 2048;     // Tokens per slot, prompt + generated; <= max_position_embeddings.
-  int prefill_chunk = 64;        // Prompt tokens run per step beside the decoding slots; >= 1.
+  int slots = 8;              // Sequences decoded together; a KV cache is allocated for each.
+  int context_length = 2048;  // Tokens per slot, prompt + generated; <= max_position_embeddings.
+  // Prompt tokens run per step beside the decoding slots; >= 1. Larger chunks prefill faster
+  // (bigger matrix products, fewer steps) but stall the decoding slots longer per step.
+  int prefill_chunk = 256;
   int threads = 0;               // Intra-op threads; 0: every core.
   int max_waiting = 256;         // Requests waiting for a slot; beyond it: kUnavailable.
   int default_max_tokens = 256;  // When a request gives no max_tokens (capped by the context).
