@@ -34,23 +34,27 @@ namespace {
 int64_t RoundUp8(int64_t v) { return (v + 7) & ~int64_t{7}; }
 int64_t RoundUp16(int64_t v) { return (v + 15) & ~int64_t{15}; }
 int64_t RoundUp32(int64_t v) { return (v + 31) & ~int64_t{31}; }
+int64_t RoundUp64(int64_t v) { return (v + 63) & ~int64_t{63}; }
 
-// The AMX layout: tiles of 16 rows x 32 columns (one 1 KiB tile register's worth of bf16), tile
-// (t, u) -- rows [16 t, 16 t + 16), columns [32 u, 32 u + 32) -- at (t * k_tiles + u) * 512, its
-// rows one after the other. A layer's tiles for a range of rows form one sequential stream.
-constexpr int64_t kTileElements = 16 * 32;
-int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles) {
-  return (t * k_tiles + u) * kTileElements;
+// The AMX layouts: one tile register's load (1 KiB) each, 16 rows of 64 bytes: bf16 tiles of 16
+// rows x 32 columns, int8 tiles of 16 rows x 64 columns. Tile (t, u) -- rows [16 t, 16 t + 16),
+// columns [c u, c u + c) for c columns a tile -- at (t * k_tiles + u) * 16 c, its rows one after
+// the other. A layer's tiles for a range of rows form one sequential stream.
+constexpr int64_t kTileElements = 16 * 32;      // bf16.
+constexpr int64_t kInt8TileElements = 16 * 64;  // int8.
+int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles, int64_t elements = kTileElements) {
+  return (t * k_tiles + u) * elements;
 }
 
 template <class T>
-void PackTiles(const T* w, int64_t n, int64_t k, T* packed) {
-  const int64_t k_tiles = RoundUp32(k) / 32;
+void PackTiles(const T* w, int64_t n, int64_t k, T* packed, int64_t columns) {
+  const int64_t k_tiles = (k + columns - 1) / columns;
   std::fill(packed, packed + PackedSize(n, k), T{0});
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t c = 0; c < k; c += 32) {
-      std::copy(w + j * k + c, w + j * k + std::min(k, c + 32),
-                packed + TileOffset(j / 16, c / 32, k_tiles) + (j % 16) * 32);
+    for (int64_t c = 0; c < k; c += columns) {
+      std::copy(
+          w + j * k + c, w + j * k + std::min(k, c + columns),
+          packed + TileOffset(j / 16, c / columns, k_tiles, 16 * columns) + (j % 16) * columns);
     }
   }
 }
@@ -446,8 +450,15 @@ SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t strid
 // operand, 16 rows of x at a time in the pair-interleaved order TDPBF16PS takes (for each pair of
 // columns, the pair of every row); a C tile holds 16 output columns x up to 16 rows of x. Each
 // element is one row of x against one weight row, so a row's result does not depend on the rows
-// beside it. int8 weights are widened to bf16 tiles first (exactly), once per call.
-#define SLUICE_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+// beside it.
+//
+// int8 weights are not widened: they meet x in AMX's int8 products (TDPBSSD / TDPBSUD, 64 k a
+// tile). x goes in as 16-bit fixed point per row (s = max |x| / 32767, q = round(x / s), at most
+// half of s off; finer than the bf16 rounding of the bf16 path for every element within 1/128 of
+// the row's largest), split into a signed high and an unsigned low byte, q = 256 hi + lo: two
+// int32 products per tile, combined and scaled in fp32. The weights stay the only 8-bit operand.
+#define SLUICE_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8")))
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -487,7 +498,7 @@ SLUICE_AMX void ConfigurePairTiles(int64_t rows_b) {
   _tile_loadconfig(&config);
 }
 
-SLUICE_AMX void StoreTile(int t, float* out) {
+SLUICE_AMX void StoreTile(int t, void* out) {
   switch (t) {
     case 0:
       _tile_stored(0, out, 64);
@@ -712,16 +723,6 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k,
   }
 }
 
-// count int8 weights (a multiple of 64) widened to bf16, exactly.
-SLUICE_AVX512 void Widen(const int8_t* from, int64_t count, uint16_t* to) {
-  for (int64_t e = 0; e < count; e += 64) {
-    __m512bh lo, hi;
-    Load64(from + e, &lo, &hi);
-    _mm512_storeu_si512(to + e, reinterpret_cast<__m512i>(lo));
-    _mm512_storeu_si512(to + e + 32, reinterpret_cast<__m512i>(hi));
-  }
-}
-
 // The lanes of the 16 columns from j0 that lie in [n_begin, n_end).
 inline __mmask16 ColumnLanes(int64_t j0, int64_t n_begin, int64_t n_end) {
   const int64_t lo = std::clamp<int64_t>(n_begin - j0, 0, 16);
@@ -731,16 +732,18 @@ inline __mmask16 ColumnLanes(int64_t j0, int64_t n_begin, int64_t n_end) {
 }
 
 // A C tile stored as out[column][row] written to y[row][column] for the first `rows` rows and the
-// columns in `lanes`, times the columns' scales when there are any: the 16 x 16 block transposed
-// in registers (pairs of rows interleaved, then pairs of pairs, then 128-bit lanes exchanged),
-// then one masked store a row.
+// columns in `lanes`, times the columns' scales and then the rows' when there are any: the 16 x 16
+// block transposed in registers (pairs of rows interleaved, then pairs of pairs, then 128-bit
+// lanes exchanged), then one masked store a row.
 SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __mmask16 lanes,
-                                   const float* scales, float* y, int64_t n) {
+                                   const float* scales, float* y, int64_t n,
+                                   const float* row_scales = nullptr) {
   if (rows == 1) {  // One row (decoding one sequence): its column of the tile, gathered.
     const __m512i column =
         _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     __m512 v = _mm512_i32gather_ps(column, &out[0][0], 4);
     if (scales != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(lanes, scales));
+    if (row_scales != nullptr) v = _mm512_mul_ps(v, _mm512_set1_ps(row_scales[0]));
     _mm512_mask_storeu_ps(y, lanes, v);
     return;
   }
@@ -772,41 +775,18 @@ SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __m
   // t[i]: the 16 columns of row i.
   const __m512 scale = scales != nullptr ? _mm512_maskz_loadu_ps(lanes, scales) : __m512{};
   for (int64_t i = 0; i < rows; ++i) {
-    const __m512 v = scales != nullptr ? _mm512_mul_ps(t[i], scale) : t[i];
+    __m512 v = scales != nullptr ? _mm512_mul_ps(t[i], scale) : t[i];
+    if (row_scales != nullptr) v = _mm512_mul_ps(v, _mm512_set1_ps(row_scales[i]));
     _mm512_mask_storeu_ps(y + i * n, lanes, v);
   }
 }
 
-template <class T>
-SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
-                          float* y, int64_t n_begin, int64_t n_end) {
+SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, float* y,
+                          int64_t n_begin, int64_t n_end) {
+  using T = uint16_t;
   const int64_t k_tiles = RoundUp32(x.k) / 32;
   const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
-  // int8: with one block of rows of x, each tile is widened just before its load, into L1; with
-  // several, the call's tiles are widened once into a buffer that every block reads.
-  const bool widen_each = std::is_same_v<T, int8_t> && x.m <= 16;
-  const uint16_t* tiles = nullptr;
-  if constexpr (std::is_same_v<T, int8_t>) {
-    if (!widen_each) {
-      thread_local std::vector<uint16_t> widened;
-      const int64_t count = (t_end - t_begin) * k_tiles * kTileElements;
-      widened.resize(static_cast<size_t>(count));
-      Widen(w + TileOffset(t_begin, 0, k_tiles), count, widened.data());
-      tiles = widened.data();
-    }
-  } else {
-    tiles = w + TileOffset(t_begin, 0, k_tiles);
-  }
-  alignas(64) uint16_t near[4][kTileElements];
-  auto tile = [&](int64_t t, int64_t u, int q) -> const uint16_t* {
-    if constexpr (std::is_same_v<T, int8_t>) {
-      if (widen_each) {
-        Widen(w + TileOffset(t, u, k_tiles), kTileElements, near[q]);
-        return near[q];
-      }
-    }
-    return tiles + TileOffset(t - t_begin, u, k_tiles);
-  };
+  auto tile = [&](int64_t t, int64_t u) { return w + TileOffset(t, u, k_tiles); };
   // With one block of rows of x (decoding), each weight is read from memory once, straight into
   // the product: the tiles are asked for kAhead k steps ahead, so that the reads overlap the
   // work (int8's widening above all) instead of waiting on it. Measured best at 4.
@@ -832,11 +812,11 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
       for (int64_t u = 0; u < k_tiles; ++u) {
         _tile_loadd(6, xa + u * 16 * 16, 64);
         _tile_loadd(7, xb + u * 16 * rows_b, rows_b * 4);
-        _tile_loadd(4, tile(t, u, 0), 64);
+        _tile_loadd(4, tile(t, u), 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(2, 4, 7);
         if (count > 1) {
-          _tile_loadd(5, tile(t + 1, u, 1), 64);
+          _tile_loadd(5, tile(t + 1, u), 64);
           _tile_dpbf16ps(1, 5, 6);
           _tile_dpbf16ps(3, 5, 7);
         }
@@ -845,8 +825,8 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
         const int c = q < count ? q : 2 + (q - count);
         const int64_t j0 = (t + c % 2) * 16, b = block + c / 2;
         StoreTile(c, &out[0][0]);
-        StoreTransposed(out, c < 2 ? 16 : rows_b, ColumnLanes(j0, n_begin, n_end),
-                        scales != nullptr ? scales + j0 : nullptr, y + b * 16 * n + j0, n);
+        StoreTransposed(out, c < 2 ? 16 : rows_b, ColumnLanes(j0, n_begin, n_end), nullptr,
+                        y + b * 16 * n + j0, n);
       }
     }
   }
@@ -880,26 +860,106 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const T* w, const float* scales,
           }
         }
         _tile_loadd(6, xb + u * 16 * rows, x_stride);
-        _tile_loadd(4, tile(t, u, 0), 64);
+        _tile_loadd(4, tile(t, u), 64);
         _tile_dpbf16ps(0, 4, 6);
         if (count > 1) {
-          _tile_loadd(5, tile(t + 1, u, 1), 64);
+          _tile_loadd(5, tile(t + 1, u), 64);
           _tile_dpbf16ps(1, 5, 6);
         }
         if (count > 2) {
-          _tile_loadd(4, tile(t + 2, u, 2), 64);
+          _tile_loadd(4, tile(t + 2, u), 64);
           _tile_dpbf16ps(2, 4, 6);
         }
         if (count > 3) {
-          _tile_loadd(5, tile(t + 3, u, 3), 64);
+          _tile_loadd(5, tile(t + 3, u), 64);
           _tile_dpbf16ps(3, 5, 6);
         }
       }
       for (int q = 0; q < count; ++q) {
         StoreTile(q, &out[0][0]);
         const int64_t j0 = (t + q) * 16;
-        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end),
-                        scales != nullptr ? scales + j0 : nullptr, y + block * 16 * n + j0, n);
+        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end), nullptr,
+                        y + block * 16 * n + j0, n);
+      }
+    }
+  }
+  _tile_release();
+}
+
+// For the int8 path, 16 rows of x at a time: C 0 and 2 take the high bytes' products (with weight
+// tiles 4 and 5), C 1 and 3 the low bytes'; B 6 holds x's high bytes, 7 the low.
+SLUICE_AMX void ConfigureInt8Tiles(int64_t x_rows) {
+  TileConfig config;
+  const auto x_bytes = static_cast<uint16_t>(x_rows * 4);
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = x_bytes;
+  }
+  config.colsb[4] = config.colsb[5] = 64;
+  _tile_loadconfig(&config);
+}
+
+SLUICE_AMX void AmxInt8Matmul(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n,
+                              float* y, int64_t n_begin, int64_t n_end) {
+  const int64_t k_tiles = RoundUp64(x.k) / 64;
+  const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
+  auto tile = [&](int64_t t, int64_t u) {
+    return w + TileOffset(t, u, k_tiles, kInt8TileElements);
+  };
+  // Decoding: the weight tiles asked for ahead, as in AmxMatmul.
+  const bool stream = x.m <= 16;
+  constexpr int64_t kAhead = 4, kTileLines = kInt8TileElements / 64;
+  // Step u of the pair of weight tiles from t.
+  auto prefetch = [&](int64_t t, int64_t u) {
+    for (int64_t q = 0; q < std::min<int64_t>(2, t_end - t); ++q) {
+      const char* lines = reinterpret_cast<const char*>(tile(t + q, u));
+      for (int64_t line = 0; line < kTileLines; ++line) {
+        _mm_prefetch(lines + 64 * line, _MM_HINT_T0);
+      }
+    }
+  };
+  alignas(64) int32_t high[16][16], low[16][16];
+  alignas(64) float out[16][16];
+  for (int64_t block = 0; block * 16 < x.m; ++block) {
+    const int64_t rows = std::min<int64_t>(16, x.m - block * 16);
+    const uint32_t* xh = x.quads_high.data() + block * k_tiles * 256;
+    const uint32_t* xl = x.quads_low.data() + block * k_tiles * 256;
+    const int64_t x_stride = rows * 4;
+    ConfigureInt8Tiles(rows);
+    for (int64_t t = t_begin; t < t_end; t += 2) {
+      const int64_t count = std::min<int64_t>(2, t_end - t);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      if (stream) {  // The first steps' tiles, all asked for at once; then kAhead ahead.
+        for (int64_t u = 0; u < std::min(kAhead, k_tiles); ++u) prefetch(t, u);
+      }
+      for (int64_t u = 0; u < k_tiles; ++u) {
+        if (stream && u + kAhead < k_tiles) prefetch(t, u + kAhead);
+        _tile_loadd(6, xh + u * 16 * rows, x_stride);
+        _tile_loadd(7, xl + u * 16 * rows, x_stride);
+        _tile_loadd(4, tile(t, u), 64);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbsud(1, 4, 7);
+        if (count > 1) {
+          _tile_loadd(5, tile(t + 1, u), 64);
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbsud(3, 5, 7);
+        }
+      }
+      for (int q = 0; q < count; ++q) {
+        StoreTile(2 * q, &high[0][0]);
+        StoreTile(2 * q + 1, &low[0][0]);
+        const __m512 shift = _mm512_set1_ps(256.0f);
+        for (int r = 0; r < 16; ++r) {  // 256 hi + lo, in fp32.
+          _mm512_store_ps(out[r],
+                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(high[r])), shift,
+                                          _mm512_cvtepi32_ps(_mm512_load_si512(low[r]))));
+        }
+        const int64_t j0 = (t + q) * 16;
+        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end), scales + j0,
+                        y + block * 16 * n + j0, n, x.row_scales.data() + block * 16);
       }
     }
   }
@@ -934,11 +994,71 @@ SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<ui
   }
 }
 
+// x for the AMX int8 path: each row as 16-bit fixed point (its scale in row_scales), split into
+// high (signed) and low (unsigned) bytes, each laid out as B tiles: per block of 16 rows and 64
+// columns, 16 groups of 4 columns, each holding the 4 bytes of every row of the block (one row:
+// the row's bytes in order).
+SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* in) {
+  const int64_t kp = RoundUp64(k), k_tiles = kp / 64;
+  in->row_scales.resize(static_cast<size_t>(m));
+  thread_local std::vector<uint8_t> high, low;  // [m, kp], row after row.
+  high.resize(static_cast<size_t>(m * kp));
+  low.resize(high.size());
+  const __m512i limit = _mm512_set1_epi32(32767), byte = _mm512_set1_epi32(255);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    __m512 largest_v = _mm512_setzero_ps();
+    for (int64_t c = 0; c < k; c += 16) {
+      largest_v = _mm512_max_ps(largest_v,
+                                _mm512_abs_ps(_mm512_maskz_loadu_ps(FirstLanes(k - c), row + c)));
+    }
+    const float largest = _mm512_reduce_max_ps(largest_v);
+    const bool usable = largest > 0 && std::isfinite(largest);
+    in->row_scales[static_cast<size_t>(i)] = usable ? largest / 32767.0f : 0.0f;
+    const __m512 inverse = _mm512_set1_ps(usable ? 32767.0f / largest : 0.0f);
+    for (int64_t c = 0; c < kp; c += 16) {
+      const __mmask16 lanes = c < k ? FirstLanes(k - c) : 0;
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + c), inverse));
+      q = _mm512_max_epi32(_mm512_min_epi32(q, limit),
+                           _mm512_sub_epi32(_mm512_setzero_si512(), limit));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(high.data() + i * kp + c),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(q, 8)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(low.data() + i * kp + c),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(q, byte)));
+    }
+  }
+  const int64_t blocks = (m + 15) / 16;
+  for (int part = 0; part < 2; ++part) {
+    const uint8_t* bytes = part == 0 ? high.data() : low.data();
+    std::vector<uint32_t>& quads = part == 0 ? in->quads_high : in->quads_low;
+    quads.resize(static_cast<size_t>(blocks * k_tiles * 256));
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t count = std::min<int64_t>(16, m - block * 16);
+      uint32_t* to = quads.data() + block * k_tiles * 256;
+      if (count == 1) {
+        std::memcpy(to, bytes + block * 16 * kp, static_cast<size_t>(kp));
+        continue;
+      }
+      for (int64_t u = 0; u < k_tiles; ++u) {
+        alignas(64) float tile[16][16];
+        for (int64_t i = 0; i < 16; ++i) {
+          const __m512 quad_row = i < count ? _mm512_loadu_ps(reinterpret_cast<const float*>(
+                                                  bytes + (block * 16 + i) * kp + u * 64))
+                                            : _mm512_setzero_ps();
+          _mm512_store_ps(tile[i], quad_row);
+        }
+        StoreTransposed(tile, 16, FirstLanes(count), nullptr,
+                        reinterpret_cast<float*>(to + u * 16 * count), count);
+      }
+    }
+  }
+}
+
 bool AmxUsable() {
   unsigned eax, ebx, ecx, edx;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
-  if (!amx_bf16 || !amx_tile) return false;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u, amx_int8 = (edx >> 25) & 1u;
+  if (!amx_bf16 || !amx_tile || !amx_int8) return false;
   // Linux hands out the 8 KiB of tile state only to processes that ask (ARCH_REQ_XCOMP_PERM for
   // XFEATURE_XTILEDATA).
   constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
@@ -1005,26 +1125,29 @@ const char* CpuKernelIsa() { return KernelIsaName(Active()); }
 
 void LimitKernelIsa(KernelIsa limit) { isa_limit.store(limit); }
 
-int64_t PackedSize(int64_t n, int64_t k) { return RoundUp16(n) * RoundUp32(k); }
+int64_t PackedSize(int64_t n, int64_t k) { return RoundUp16(n) * RoundUp64(k); }
 
 void PackBf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
-  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed);
+  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed, 32);
   Pack(w, n, k, packed);
 }
 void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) {
-  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed);
+  if (Active() == KernelIsa::kAmx) return PackTiles(w, n, k, packed, 64);
   Pack(w, n, k, packed);
 }
 
-void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
+void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights) {
   x = x_rows;
   m = rows;
   k = columns;
   isa = Active();
+  for_int8 = int8_weights;
 #ifdef SLUICE_X86
   if (isa == KernelIsa::kAvx512Bf16) {
     this->rows.resize(static_cast<size_t>(m * RoundUp8(k)));
     RoundRows(x, m, k, RoundUp8(k), this->rows.data());
+  } else if (isa == KernelIsa::kAmx && int8_weights) {
+    QuadRows(x, m, k, this);
   } else if (isa == KernelIsa::kAmx) {
     PairRows(x, m, k, &this->rows, &pairs);
   }
@@ -1040,7 +1163,16 @@ void Dispatch(const MatmulInput& x, const T* w, const float* scales, int64_t n, 
 #ifdef SLUICE_X86
   switch (x.isa) {
     case KernelIsa::kAmx:
-      return AmxMatmul(x, w, scales, n, y, n_begin, n_end);
+      if constexpr (std::is_same_v<T, int8_t>) {
+        if (!x.for_int8) {  // Prepared for bf16 weights: x's int8 form is needed.
+          thread_local MatmulInput quads;
+          quads.Prepare(x.x, x.m, x.k, true);
+          return AmxInt8Matmul(quads, w, scales, n, y, n_begin, n_end);
+        }
+        return AmxInt8Matmul(x, w, scales, n, y, n_begin, n_end);
+      } else {
+        return AmxMatmul(x, w, n, y, n_begin, n_end);
+      }
     case KernelIsa::kAvx512Bf16:
       return Avx512Matmul(x, w, scales, n, y, n_begin, n_end);
     case KernelIsa::kAvx2:
@@ -1074,7 +1206,7 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const float* scales,
                 int64_t n, float* y, int64_t n_begin, int64_t n_end) {
   thread_local MatmulInput input;
-  input.Prepare(x, m, k);
+  input.Prepare(x, m, k, true);
   MatmulInt8(input, w, scales, n, y, n_begin, n_end);
 }
 

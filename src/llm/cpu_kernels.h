@@ -8,7 +8,8 @@
 // eight columns, the 8 x 8 weights lie together, so a pass over a group reads one sequential
 // stream (a layout the hardware prefetcher follows at full memory bandwidth; eight separate row
 // streams reach about two thirds of it). Rows and columns are padded with zeros to multiples of 8.
-// The AMX path packs tiles of 16 rows x 32 columns instead, one tile register's load each.
+// The AMX path packs tiles of 16 rows x 32 columns (bf16) or 64 (int8) instead, one tile
+// register's load each; its int8 products take x as 16-bit fixed point, not bf16.
 //
 // Every output element is computed with the same sequence of operations whatever the number of
 // rows of x and however the columns are split: a sequence's results do not depend on which other
@@ -40,7 +41,7 @@ const char* CpuKernelIsa();
 void LimitKernelIsa(KernelIsa limit);
 
 // Elements of the packed form of an [n, k] matrix on any path: n rounded up to a multiple of 16,
-// k to one of 32.
+// k to one of 64.
 int64_t PackedSize(int64_t n, int64_t k);
 
 // w: [n, k] row-major. packed: PackedSize(n, k) elements.
@@ -59,14 +60,20 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
 
 // x made ready once for one product on the path in use (rounded to bf16 and rearranged where the
 // path needs it), then read by the calls on each of its column ranges, concurrently if need be.
+// With int8_weights it is made ready for int8 weights (on AMX, a form of its own).
 struct MatmulInput {
-  void Prepare(const float* x_rows, int64_t rows, int64_t columns);
+  void Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights = false);
 
   const float* x = nullptr;  // [m, k], not owned.
   int64_t m = 0, k = 0;
   KernelIsa isa = KernelIsa::kPortable;  // The path at Prepare time.
-  std::vector<uint16_t> rows;            // AVX-512 BF16 and AMX: x in bf16, padded rows.
-  std::vector<uint32_t> pairs;           // AMX: x's pairs of columns, 16 rows at a time.
+  bool for_int8 = false;
+  std::vector<uint16_t> rows;   // AVX-512 BF16 and AMX: x in bf16, padded rows.
+  std::vector<uint32_t> pairs;  // AMX: x's pairs of columns, 16 rows at a time.
+  // AMX with int8 weights: each row of x as 16-bit fixed point (row_scales), its high and low
+  // bytes in groups of four columns, 16 rows at a time.
+  std::vector<uint32_t> quads_high, quads_low;
+  std::vector<float> row_scales;
 };
 void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
                 int64_t n_end);

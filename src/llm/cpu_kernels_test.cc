@@ -47,15 +47,25 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> 
     PackInt8(w8.data(), c.n, c.k, packed8.data());
   }
 
-  // sum_k x[i, k] * weight(j, k) in double, with x as the path sees it: the reference.
+  // sum_k x[i, k] * weight(j, k) in double, with x as the path sees it: the reference. The AMX and
+  // AVX-512 BF16 paths round x to bf16, except AMX against int8 weights, which takes each row as
+  // 16-bit fixed point (q = round(x * 32767 / max |x|)).
   template <class Weight>
-  double Reference(int64_t i, int64_t j, Weight weight) const {
+  double Reference(int64_t i, int64_t j, Weight weight, bool int8_weights = false) const {
     const int64_t k = std::get<0>(GetParam()).k;
-    const bool bf16_x = std::get<1>(GetParam()) >= KernelIsa::kAvx512Bf16;
+    const KernelIsa isa = std::get<1>(GetParam());
+    const bool fixed_x = int8_weights && isa == KernelIsa::kAmx;
+    const bool bf16_x = !fixed_x && isa >= KernelIsa::kAvx512Bf16;
+    const float* row = x.data() + i * k;
+    float largest = 0;
+    for (int64_t c = 0; c < k; ++c) largest = std::max(largest, std::abs(row[c]));
+    const float inverse = 32767.0f / largest;
     double sum = 0;
     for (int64_t c = 0; c < k; ++c) {
-      const float xv = x[static_cast<size_t>(i * k + c)];
-      sum += double{bf16_x ? Bf16ToFp32(Fp32ToBf16(xv)) : xv} * weight(j, c);
+      double xv = row[c];
+      if (fixed_x) xv = std::nearbyint(row[c] * inverse) * double{largest / 32767.0f};
+      if (bf16_x) xv = Bf16ToFp32(Fp32ToBf16(row[c]));
+      sum += xv * weight(j, c);
     }
     return sum;
   }
@@ -94,7 +104,7 @@ TEST_P(MatmulTest, Int8AppliesEachRowsScale) {
   MatmulInt8(x.data(), c.m, c.k, packed8.data(), scales.data(), c.n, y.data(), 0, c.n);
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
-      const double want = Reference(i, j, weight);
+      const double want = Reference(i, j, weight, /*int8_weights=*/true);
       ASSERT_NEAR(y[static_cast<size_t>(i * c.n + j)], want, 1e-4 * (1 + std::abs(want)))
           << "row " << i << " column " << j;
     }
@@ -139,7 +149,7 @@ TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
   std::vector<int8_t> w(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = static_cast<int8_t>(i % 100);
   LimitKernelIsa(KernelIsa::kAvx512Bf16);  // The layout of every path but AMX.
-  ASSERT_EQ(PackedSize(n, k), 16 * 32);
+  ASSERT_EQ(PackedSize(n, k), 16 * 64);
   std::vector<int8_t> packed(static_cast<size_t>(PackedSize(n, k)), 99);
   PackInt8(w.data(), n, k, packed.data());
   // Row 1, columns 0-7: second run of eight in the first block.
@@ -155,29 +165,46 @@ TEST(Pack, GroupsEightRowsByRunsOfEightColumnsAndPadsWithZeros) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
-TEST(Pack, AmxTilesHoldSixteenRowsOfThirtyTwoColumns) {
+// bf16 tiles of 16 rows x 32 columns; int8 tiles of 16 rows x 64: one tile register's load each.
+TEST(Pack, AmxTilesHoldSixteenRowsOfThirtyTwoOrSixtyFourColumns) {
   if (BestKernelIsa() != KernelIsa::kAmx) GTEST_SKIP() << "no AMX on this CPU";
-  // 17 x 40: two tiles of rows by two of columns, padded to 32 x 64.
+  // 17 x 40: two tiles of rows by two of columns (bf16) or one (int8), padded to 32 x 64.
   const int64_t n = 17, k = 40;
+  ASSERT_EQ(PackedSize(n, k), 32 * 64);
+  std::vector<uint16_t> w16(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) w16[static_cast<size_t>(i)] = static_cast<uint16_t>(i + 1);
+  std::vector<uint16_t> packed16(static_cast<size_t>(PackedSize(n, k)), 99);
+  PackBf16(w16.data(), n, k, packed16.data());
+  auto at16 = [&](int64_t i) { return packed16[static_cast<size_t>(i)]; };
+  auto weight16 = [&](int64_t j, int64_t c) { return w16[static_cast<size_t>(j * k + c)]; };
+  // Tile (0, 0): rows 0-15, columns 0-31, row after row.
+  EXPECT_EQ(at16(0), weight16(0, 0));
+  EXPECT_EQ(at16(31), weight16(0, 31));
+  EXPECT_EQ(at16(32), weight16(1, 0));
+  EXPECT_EQ(at16(15 * 32 + 31), weight16(15, 31));
+  // Tile (0, 1): columns 32-39 then zeros.
+  EXPECT_EQ(at16(512), weight16(0, 32));
+  EXPECT_EQ(at16(512 + 7), weight16(0, 39));
+  EXPECT_EQ(at16(512 + 8), 0);
+  // Tile (1, 0): row 16, then zero rows.
+  EXPECT_EQ(at16(1024), weight16(16, 0));
+  EXPECT_EQ(at16(1024 + 32), 0);
+
   std::vector<int8_t> w(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = static_cast<int8_t>(i % 101);
-  ASSERT_EQ(PackedSize(n, k), 32 * 64);
   std::vector<int8_t> packed(static_cast<size_t>(PackedSize(n, k)), 99);
   PackInt8(w.data(), n, k, packed.data());
   auto at = [&](int64_t i) { return packed[static_cast<size_t>(i)]; };
   auto weight = [&](int64_t j, int64_t c) { return w[static_cast<size_t>(j * k + c)]; };
-  // Tile (0, 0): rows 0-15, columns 0-31, row after row.
+  // Tile (0, 0): rows 0-15, columns 0-39 then zeros to 63, row after row.
   EXPECT_EQ(at(0), weight(0, 0));
-  EXPECT_EQ(at(31), weight(0, 31));
-  EXPECT_EQ(at(32), weight(1, 0));
-  EXPECT_EQ(at(15 * 32 + 31), weight(15, 31));
-  // Tile (0, 1): columns 32-39 then zeros.
-  EXPECT_EQ(at(512), weight(0, 32));
-  EXPECT_EQ(at(512 + 7), weight(0, 39));
-  EXPECT_EQ(at(512 + 8), 0);
+  EXPECT_EQ(at(39), weight(0, 39));
+  EXPECT_EQ(at(40), 0);
+  EXPECT_EQ(at(64), weight(1, 0));
+  EXPECT_EQ(at(15 * 64 + 39), weight(15, 39));
   // Tile (1, 0): row 16, then zero rows.
   EXPECT_EQ(at(1024), weight(16, 0));
-  EXPECT_EQ(at(1024 + 32), 0);
+  EXPECT_EQ(at(1024 + 64), 0);
 }
 
 // Every row-block shape (1, 2-3, 4+ rows, with remainders), column remainders of each block

@@ -77,7 +77,7 @@ struct Linear {
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
     // x is rounded and laid out for the kernels once, here, and shared by every block.
     thread_local MatmulInput prepared;
-    prepared.Prepare(xp, m, k);
+    prepared.Prepare(xp, m, k, w8 != nullptr);
     const MatmulInput& rows = prepared;
 #pragma omp parallel num_threads(threads)
     for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
