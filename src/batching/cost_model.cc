@@ -89,6 +89,17 @@ int BatchCostModel::BestSize(int limit) const {
   return best;
 }
 
+int BatchCostModel::LargestWithin(double seconds, int limit) const {
+  MutexLock lock(mu_);
+  if (sizes_.empty() || EstimateLocked(limit) <= seconds) return limit;
+  int low = 1, high = limit;  // EstimateLocked(high) > seconds.
+  while (high - low > 1) {
+    const int middle = low + (high - low) / 2;
+    (EstimateLocked(middle) <= seconds ? low : high) = middle;
+  }
+  return low;
+}
+
 bool BatchCostModel::HasRun(int samples) const {
   MutexLock lock(mu_);
   return sizes_.count(samples) > 0;

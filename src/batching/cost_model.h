@@ -33,6 +33,10 @@ class BatchCostModel {
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
 
+  // The largest size at most `limit` expected to run in at most `seconds` (costs growing with the
+  // size); 1 when none is, `limit` while nothing is known.
+  int LargestWithin(double seconds, int limit) const;
+
   // Whether a batch of `samples` has run (or been seeded).
   bool HasRun(int samples) const;
   // The largest size at most `samples` that has run, or 0.

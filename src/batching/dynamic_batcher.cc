@@ -176,9 +176,13 @@ double DynamicBatcher::CompanyRateLocked(Clock::time_point now) const {
 }
 
 int64_t DynamicBatcher::TargetSizeLocked() const {
-  return options_.policy == BatchingPolicy::kAdaptive
-             ? cost_model_.BestSize(options_.max_batch_size)
-             : options_.max_batch_size;
+  if (options_.policy != BatchingPolicy::kAdaptive) return options_.max_batch_size;
+  int limit = options_.max_batch_size;
+  if (options_.latency_target.count() > 0) {
+    const double half = std::chrono::duration<double>(options_.latency_target).count() / 2;
+    limit = cost_model_.LargestWithin(half, limit);
+  }
+  return cost_model_.BestSize(limit);
 }
 
 Result<std::shared_ptr<const void>> DynamicBatcher::Admit(
@@ -216,6 +220,17 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
     return Status::Unavailable(fmt::format("predicted queue wait {:.0f} ms exceeds {} ({:.0f} ms)",
                                            wait * 1e3, limit_name, budget * 1e3))
         .WithRetryAfter(wait - budget);
+  }
+  if (options_.latency_target.count() > 0) {
+    const double target = std::chrono::duration<double>(options_.latency_target).count();
+    const double own_batch = cost_model_.Estimate(static_cast<int>(TargetSizeLocked()));
+    if (own_batch > 0 && wait + own_batch > target) {
+      return Status::Unavailable(
+                 fmt::format("predicted latency {:.0f} ms (queue {:.0f} ms, batch {:.0f} ms) "
+                             "exceeds the model's SLO p99 of {:.0f} ms",
+                             (wait + own_batch) * 1e3, wait * 1e3, own_batch * 1e3, target * 1e3))
+          .WithRetryAfter(wait + own_batch - target);
+    }
   }
   return Status::Ok();
 }

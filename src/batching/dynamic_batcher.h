@@ -51,6 +51,11 @@ struct BatcherOptions {
   // own deadline, is refused at once with kUnavailable and a retry-after. 0: no budget (the
   // deadline still counts). Nothing is predicted before the cost model knows a cost.
   Micros max_queue_time{0};
+  // A latency objective: a request whose predicted latency (queue wait plus a batch at the chosen
+  // size) exceeds it is refused like one over max_queue_time; the adaptive policy also keeps its
+  // batches to sizes the cost model expects to run in at most half of it (a request may wait for
+  // the batch running when it arrives, then run in the next). 0: none.
+  Micros latency_target{0};
   int instances = 1;
 };
 

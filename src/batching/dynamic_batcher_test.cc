@@ -463,6 +463,34 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
             std::string::npos);
 }
 
+// With a latency objective, a request whose queue wait plus its own batch would pass it is
+// refused (Retry-After the excess), and batches keep to sizes that run in half of it.
+TEST_F(BatcherTest, LatencyObjectiveBoundsAdmissionAndTheBatchSize) {
+  BatcherOptions o = Adaptive(64, Micros(0));
+  o.latency_target = Micros(210'000);  // 210 ms.
+  Make(o);
+  BatchCostModel& costs = batcher_->cost_model();
+  for (int size = 1; size <= 64; size *= 2) costs.Seed(size, 0.004 * size);  // 4 ms a sample.
+  // Every size costs the same per sample: the largest within 105 ms, 26 samples (104 ms), is the
+  // target; 64 would run 256 ms, past the whole objective.
+  EXPECT_EQ(costs.LargestWithin(0.105, 64), 26);
+  EXPECT_EQ(batcher_->target_batch_size(), 26);
+  // 26 queued: one batch ahead (104 ms) plus the request's own (104 ms) fits 210 ms; 52 queued:
+  // 312 ms does not.
+  for (RequestId id = 1; id <= 26; ++id) Add(id);
+  EXPECT_TRUE(batcher_->Admit(1, std::nullopt).ok());
+  for (RequestId id = 27; id <= 52; ++id) Add(id);
+  auto late = MakeRequest(53, 1);
+  const Status refused = batcher_->Enqueue(late);
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("predicted latency 312 ms (queue 208 ms, batch 104 ms) exceeds "
+                                   "the model's SLO p99 of 210 ms"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_NEAR(refused.retry_after_seconds(), 0.102, 1e-9);
+  EXPECT_EQ(Poll().batch.samples, 26);
+}
+
 // Full batches now and then go at a size the cost model has not measured, so that it learns
 // whether a smaller size is cheaper per sample.
 TEST_F(BatcherTest, AdaptiveMeasuresSmallerSizesNowAndThen) {

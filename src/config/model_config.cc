@@ -92,6 +92,17 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     c.dynamic_batching.default_timeout = Micros(timeout_us);
     r.RejectUnknownKeys();
   }
+  if (YAML::Node n = top.Get("slo"); n.IsDefined() && !n.IsNull()) {
+    MapReader r(n, "slo");
+    double p99_ms = 0;
+    r.Read("p99_ms", p99_ms);
+    r.RejectUnknownKeys();
+    if (!(p99_ms > 0) || p99_ms > 3.6e6) {
+      throw ConfigError{"slo.p99_ms",
+                        fmt::format("must be > 0 and at most an hour (got {})", p99_ms)};
+    }
+    c.dynamic_batching.slo_p99 = Micros(static_cast<int64_t>(p99_ms * 1000));
+  }
   if (YAML::Node n = top.Get("instances"); n.IsDefined() && !n.IsNull()) {
     MapReader r(n, "instances");
     r.Read("count", c.instances.count);

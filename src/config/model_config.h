@@ -62,6 +62,10 @@ struct DynamicBatchingConfig {
   Micros default_timeout{0};  // Per-request deadline when the client sets none; 0: none.
   // Longest predicted queue wait a request is admitted with (dynamic_batcher.h); 0: no budget.
   Micros max_queue_time{1'000'000};
+  // `slo: {p99_ms: N}`: the latency a request should get. A request whose predicted latency (its
+  // queue wait plus its own batch) exceeds it is refused at once, and the adaptive policy keeps
+  // batches to sizes that run in at most half of it. 0: none.
+  Micros slo_p99{0};
 };
 
 struct InstancesConfig {

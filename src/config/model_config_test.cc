@@ -167,6 +167,21 @@ TEST(ModelConfigTest, BatchingPolicyIsAdaptiveUnlessFixed) {
               HasSubstr("dynamic_batching.policy: must be adaptive or fixed (got 'eager')"));
 }
 
+TEST(ModelConfigTest, SloIsAPositiveP99InMilliseconds) {
+  auto none = ParseModelConfig(kValid, "config.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->dynamic_batching.slo_p99.count(), 0);
+  auto slo = ParseModelConfig(std::string(kValid) + "slo: {p99_ms: 12.5}\n", "config.yaml");
+  ASSERT_TRUE(slo.ok()) << slo.status().ToString();
+  EXPECT_EQ(slo->dynamic_batching.slo_p99.count(), 12500);
+  auto zero = ParseModelConfig(std::string(kValid) + "slo: {p99_ms: 0}\n", "config.yaml");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.status().message(), HasSubstr("slo.p99_ms: must be > 0"));
+  auto unknown = ParseModelConfig(std::string(kValid) + "slo: {p50_ms: 3}\n", "config.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("p50_ms"));
+}
+
 TEST(ModelConfigTest, QueueSizeMustBePositive) {
   EXPECT_THAT(ErrorOf(Edit("max_queue_size: 64", "max_queue_size: 0")),
               HasSubstr("dynamic_batching.max_queue_size: must be >= 1"));

@@ -72,6 +72,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   options.batcher.preferred_batch_sizes = config.dynamic_batching.preferred_batch_sizes;
   options.batcher.max_queue_size = config.dynamic_batching.max_queue_size;
   options.batcher.max_queue_time = config.dynamic_batching.max_queue_time;
+  options.batcher.latency_target = config.dynamic_batching.slo_p99;
   options.batcher.instances = config.instances.count;
   options.default_timeout = config.dynamic_batching.default_timeout;
   return options;
