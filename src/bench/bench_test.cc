@@ -75,7 +75,7 @@ class EchoBackend : public Backend {
 
  private:
   EchoLog* log_;
-  LoadReport report_{0.5, 0.25, 0.125, "echo"};
+  LoadReport report_{0.5, 0.25, 0.125, "echo", {}};
 };
 
 TEST(PipelineTest, EveryRequestAnsweredOnceByAttachedWorkers) {
