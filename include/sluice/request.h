@@ -48,6 +48,7 @@ struct InferRequest {
   // Set by the engine.
   RequestId id = 0;
   RequestTimes times;
+  double predicted_wait_seconds = 0;  // The batcher's raw prediction when it queued the request.
 
   // Samples in this request: the inputs' leading dimension (0 without inputs).
   int64_t samples() const {

@@ -43,6 +43,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
       return Status::DeadlineExceeded("request deadline passed before it was queued");
     }
     SLUICE_RETURN_IF_ERROR(AdmitLocked(now, samples, request->deadline));
+    request->predicted_wait_seconds = UncalibratedWaitLocked();
     AgeCompanyLocked(now);
     if (!queue_.empty()) company_samples_ += static_cast<double>(samples);
     // A waiting instance needs waking only when this request can change its decision: a first
@@ -235,7 +236,16 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
   return Status::Ok();
 }
 
+double DynamicBatcher::wait_calibration() const {
+  MutexLock lock(mu_);
+  return wait_calibration_;
+}
+
 double DynamicBatcher::PredictedWaitLocked() const {
+  return wait_calibration_ * UncalibratedWaitLocked();
+}
+
+double DynamicBatcher::UncalibratedWaitLocked() const {
   const int64_t target = TargetSizeLocked();
   const double batch_seconds = cost_model_.Estimate(static_cast<int>(target));
   if (batch_seconds <= 0) return 0;
@@ -355,6 +365,14 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   for (size_t i = 0; i < count; ++i) {
     std::unique_ptr<InferRequest> request = RemoveAtLocked(0);
     request->times.dispatch = now;
+    if (request->predicted_wait_seconds >= kCalibrationFloor) {
+      // The factor moves towards this request's observed over (unscaled) predicted wait, within
+      // [0.5, 20].
+      const double observed = std::chrono::duration<double>(now - request->times.enqueue).count();
+      const double ratio = observed / request->predicted_wait_seconds;
+      wait_calibration_ = std::clamp(
+          wait_calibration_ + kCalibrationWeight * (ratio - wait_calibration_), 0.5, 20.0);
+    }
     poll.batch.requests.push_back(std::move(request));
   }
   poll.batch.samples = samples;

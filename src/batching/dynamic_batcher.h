@@ -135,6 +135,8 @@ class DynamicBatcher {
   // Samples per second arriving while another request waits in the queue (decaying over about a
   // second): the company a waiting batch can expect.
   double company_rate() const;
+  // Observed queue waits over predicted ones, smoothed: the factor predictions are scaled by.
+  double wait_calibration() const;
 
   // The adaptive policy waits only when the expected company lowers the cost per sample by this
   // fraction at least.
@@ -160,7 +162,8 @@ class DynamicBatcher {
   double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
   int64_t TargetSizeLocked() const REQUIRES(mu_);
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
-  double PredictedWaitLocked() const REQUIRES(mu_);
+  double PredictedWaitLocked() const REQUIRES(mu_);  // Scaled by wait_calibration_.
+  double UncalibratedWaitLocked() const REQUIRES(mu_);
   Status AdmitLocked(Clock::time_point now, int64_t samples,
                      std::optional<Clock::time_point> deadline) const REQUIRES(mu_);
   // Adaptive: whether the batch of `samples` (of at most `limit`) should wait for company.
@@ -176,6 +179,13 @@ class DynamicBatcher {
   std::deque<std::unique_ptr<InferRequest>> queue_ GUARDED_BY(mu_);
   std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
   int64_t queued_samples_ GUARDED_BY(mu_) = 0;
+  // Predicted waits come from the cost model and the queue; what a request really waits also
+  // holds the batch running when it arrived and any contention for the cores. The ratio of
+  // observed to predicted waits (requests predicted to wait at least kCalibrationFloor),
+  // smoothed, scales every prediction, so admission learns its own error.
+  static constexpr double kCalibrationFloor = 0.005;
+  static constexpr double kCalibrationWeight = 0.1;
+  double wait_calibration_ GUARDED_BY(mu_) = 1.0;
   // Held by tickets, which may outlive the batcher.
   const std::shared_ptr<std::atomic<int64_t>> incoming_ = std::make_shared<std::atomic<int64_t>>(0);
   bool closed_ GUARDED_BY(mu_) = false;

@@ -463,6 +463,54 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
             std::string::npos);
 }
 
+// Requests that wait three times what was predicted (the batch running when they came, cores
+// shared with other work) raise the factor predictions are scaled by, so the queue that was
+// admitted before is refused now; waits as predicted bring it back towards 1.
+TEST_F(BatcherTest, AdmissionLearnsFromObservedWaits) {
+  BatcherOptions o = Options(8, Micros(0));
+  o.max_queue_time = Micros(1'000'000);
+  Make(o);
+  batcher_->cost_model().Seed(8, 0.100);
+  EXPECT_EQ(batcher_->wait_calibration(), 1.0);
+  // 72 queued: the 73rd waits for 9 batches, 900 ms: admitted.
+  for (RequestId id = 1; id <= 72; ++id) Add(id);
+  auto admitted = MakeRequest(73, 1);
+  ASSERT_TRUE(batcher_->Enqueue(admitted).ok());
+  // The queue drains three times slower than predicted: a batch of 8 leaves every 300 ms.
+  for (int batch = 0; batch < 9; ++batch) {
+    clock_.Advance(Micros(300'000));
+    ASSERT_EQ(Poll().batch.samples, 8) << batch;
+  }
+  const double factor = batcher_->wait_calibration();
+  EXPECT_GT(factor, 2.5);  // Each batch waited 3i/(i - 1) times its prediction.
+  EXPECT_LT(factor, 6.0);
+  // The same budget now takes a queue of at most 1 s / (factor x 100 ms) batches: before, 80
+  // samples (a 73rd was admitted after 72); now the first refusal comes after far fewer.
+  Poll();  // The 73rd leaves.
+  int taken = 0;
+  Status refusal;
+  for (RequestId id = 100; id < 200 && refusal.ok(); ++id) {
+    auto request = MakeRequest(id, 1);
+    refusal = batcher_->Enqueue(request);
+    if (refusal.ok()) ++taken;
+  }
+  EXPECT_EQ(refusal.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refusal.message().find("exceeds the model's queue-time budget"), std::string::npos);
+  EXPECT_GE(taken, 8 * static_cast<int>(1.0 / (0.1 * factor)));
+  EXPECT_LE(taken, 8 * (static_cast<int>(1.0 / (0.1 * factor)) + 1));
+  while (!Poll().batch.requests.empty()) {
+  }
+  // Waits as predicted pull the factor back towards 1: two batches queued, the second leaves
+  // after the first's 100 ms.
+  for (int round = 0; round < 30; ++round) {
+    for (RequestId id = 0; id < 16; ++id) Add(1000 + round * 16 + id);
+    Poll();
+    clock_.Advance(Micros(100'000));
+    Poll();
+  }
+  EXPECT_LT(batcher_->wait_calibration(), 1.2);
+}
+
 // With a latency objective, a request whose queue wait plus its own batch would pass it is
 // refused (Retry-After the excess), and batches keep to sizes that run in half of it.
 TEST_F(BatcherTest, LatencyObjectiveBoundsAdmissionAndTheBatchSize) {

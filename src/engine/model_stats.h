@@ -34,6 +34,7 @@ struct ModelStatsSnapshot {
   bool adaptive_batching = false;
   int target_batch_size = 0;
   double company_rate = 0;
+  double wait_calibration = 1;  // Observed over predicted queue waits (dynamic_batcher.h).
   struct BatchCost {
     int batch_size;
     double seconds;

@@ -548,7 +548,8 @@ SLUICE_AVX512 int64_t Avx512ArgMax(const float* x, int64_t n) {
   const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(best));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 hit =
-        _mm512_mask_cmp_ps_mask(FirstLanes(n - i), _mm512_loadu_ps(x + i), top, _CMP_EQ_OQ);
+        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(FirstLanes(n - i), x + i), top, _CMP_EQ_OQ) &
+        FirstLanes(n - i);
     if (hit != 0) return i + __builtin_ctz(hit);
   }
   return 0;

@@ -101,6 +101,10 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
       {"sluice_batch_company_rate", "gauge",
        "Samples per second arriving while a request waits in the queue (decaying over ~1 s).",
        [](const ModelStatsSnapshot& s) { return s.company_rate; }},
+      {"sluice_batch_wait_calibration", "gauge",
+       "Observed over predicted queue waits, smoothed: the factor admission scales its "
+       "predictions by.",
+       [](const ModelStatsSnapshot& s) { return s.wait_calibration; }},
   };
   for (const Gauge& g : gauges) {
     w.Family(g.name, g.type, g.help);
