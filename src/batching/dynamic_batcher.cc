@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 namespace sluice {
@@ -42,7 +43,7 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
     if (request->deadline && *request->deadline <= now) {
       return Status::DeadlineExceeded("request deadline passed before it was queued");
     }
-    SLUICE_RETURN_IF_ERROR(AdmitLocked(now, samples, request->deadline));
+    SLUICE_RETURN_IF_ERROR(AdmitLocked(now, samples, request->deadline, 0.0));
     request->predicted_wait_seconds = UncalibratedWaitLocked();
     AgeCompanyLocked(now);
     if (!queue_.empty()) company_samples_ += static_cast<double>(samples);
@@ -191,21 +192,44 @@ Result<std::shared_ptr<const void>> DynamicBatcher::Admit(
   {
     MutexLock lock(mu_);
     if (closed_) return Status::Unavailable("model is stopping and accepts no new requests");
-    SLUICE_RETURN_IF_ERROR(AdmitLocked(clock_.Now(), samples, deadline));
+    SLUICE_RETURN_IF_ERROR(AdmitLocked(clock_.Now(), samples, deadline, intake_seconds()));
   }
-  incoming_->fetch_add(samples);
-  return std::shared_ptr<const void>(incoming_.get(), [counter = incoming_, samples](const void*) {
-    counter->fetch_sub(samples);
-  });
+  intake_->samples.fetch_add(samples);
+  Clock* clock = &clock_;
+  const Clock::time_point admitted = clock_.Now();
+  // One slow upload must not stop everyone's: a report counts for at most the queue-time budget.
+  const double cap = options_.max_queue_time.count() > 0
+                         ? std::chrono::duration<double>(options_.max_queue_time).count()
+                         : std::numeric_limits<double>::infinity();
+  return std::shared_ptr<const void>(
+      intake_.get(), [intake = intake_, samples, clock, admitted, cap](const void*) {
+        intake->samples.fetch_sub(samples);
+        const Clock::time_point now = clock->Now();
+        const double took = std::min(cap, std::chrono::duration<double>(now - admitted).count());
+        MutexLock lock(intake->mu);
+        const double faded = intake->Faded(now);
+        intake->seconds = faded + kIntakeWeight * (took - faded);
+        intake->updated = now;
+      });
+}
+
+double DynamicBatcher::Intake::Faded(Clock::time_point now) const {
+  const double since = std::chrono::duration<double>(now - updated).count();
+  return since > 0 ? seconds * std::exp(-since) : seconds;
+}
+
+double DynamicBatcher::intake_seconds() const {
+  MutexLock lock(intake_->mu);
+  return intake_->Faded(clock_.Now());
 }
 
 Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
-                                   std::optional<Clock::time_point> deadline) const {
+                                   std::optional<Clock::time_point> deadline, double intake) const {
   if (queued_samples_ + samples > options_.max_queue_size) {
     return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
                                            queued_samples_, options_.max_queue_size));
   }
-  const double wait = PredictedWaitLocked();
+  const double wait = PredictedWaitLocked() + intake;
   double budget = options_.max_queue_time.count() > 0
                       ? std::chrono::duration<double>(options_.max_queue_time).count()
                       : 0.0;
@@ -252,7 +276,7 @@ double DynamicBatcher::UncalibratedWaitLocked() const {
   // The full batches queued (or admitted and still being read) ahead of the one this request
   // joins start first; its own batch starts when they are done (the batches running now are not
   // counted).
-  const int64_t batches_ahead = (queued_samples_ + incoming_->load()) / target;
+  const int64_t batches_ahead = (queued_samples_ + intake_->samples.load()) / target;
   return static_cast<double>(batches_ahead) * batch_seconds / std::max(1, options_.instances);
 }
 

@@ -94,7 +94,11 @@ class DynamicBatcher {
   Result<std::shared_ptr<const void>> Admit(int64_t samples,
                                             std::optional<Clock::time_point> deadline);
   // Samples admitted whose tickets are still held.
-  int64_t incoming_samples() const { return incoming_->load(); }
+  int64_t incoming_samples() const { return intake_->samples.load(); }
+  // How long a request admitted at its header takes to be queued (its body read and decoded),
+  // smoothed over the tickets let go; a request admitted at its header is predicted to wait this
+  // much more.
+  double intake_seconds() const;
 
   // Removes a queued request. Returns it (the caller completes it with kCancelled), or nullptr
   // when it is not queued (already dispatched, completed, or unknown).
@@ -164,8 +168,9 @@ class DynamicBatcher {
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
   double PredictedWaitLocked() const REQUIRES(mu_);  // Scaled by wait_calibration_.
   double UncalibratedWaitLocked() const REQUIRES(mu_);
+  // `intake`: the time still to come before the request can be queued (0 once it is).
   Status AdmitLocked(Clock::time_point now, int64_t samples,
-                     std::optional<Clock::time_point> deadline) const REQUIRES(mu_);
+                     std::optional<Clock::time_point> deadline, double intake) const REQUIRES(mu_);
   // Adaptive: whether the batch of `samples` (of at most `limit`) should wait for company.
   bool WaitingPaysLocked(Clock::time_point now, Clock::time_point give_up, int64_t samples,
                          int64_t limit) REQUIRES(mu_);
@@ -185,9 +190,21 @@ class DynamicBatcher {
   // smoothed, scales every prediction, so admission learns its own error.
   static constexpr double kCalibrationFloor = 0.005;
   static constexpr double kCalibrationWeight = 0.1;
+  static constexpr double kIntakeWeight = 0.1;
   double wait_calibration_ GUARDED_BY(mu_) = 1.0;
-  // Held by tickets, which may outlive the batcher.
-  const std::shared_ptr<std::atomic<int64_t>> incoming_ = std::make_shared<std::atomic<int64_t>>(0);
+  // Requests admitted at their header and not yet queued (their bodies being read and decoded),
+  // and how long that stage has taken a request, smoothed. Held by tickets, which may outlive the
+  // batcher (the clock must not).
+  // The estimate fades by e every second without news (while every header is refused no ticket
+  // reports, and the contention that made bodies slow is gone).
+  struct Intake {
+    std::atomic<int64_t> samples{0};
+    Mutex mu;
+    double seconds GUARDED_BY(mu) = 0;
+    Clock::time_point updated GUARDED_BY(mu);
+    double Faded(Clock::time_point now) const REQUIRES(mu);
+  };
+  const std::shared_ptr<Intake> intake_ = std::make_shared<Intake>();
   bool closed_ GUARDED_BY(mu_) = false;
   BatchCostModel cost_model_;
   // Company rate: exponentially decayed samples that arrived while the queue held a request, and

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -509,6 +510,54 @@ TEST_F(BatcherTest, AdmissionLearnsFromObservedWaits) {
     Poll();
   }
   EXPECT_LT(batcher_->wait_calibration(), 1.2);
+}
+
+// The time a request admitted at its header takes to be queued (its body read and decoded) is
+// learned from the tickets and counts towards the next header's predicted wait: when bodies take
+// seconds to arrive, an empty queue no longer admits everyone.
+TEST_F(BatcherTest, HeaderAdmissionCountsTheTimeBodiesTakeToArrive) {
+  BatcherOptions o = Options(8, Micros(0));
+  o.max_queue_time = Micros(2'000'000);
+  Make(o);
+  batcher_->cost_model().Seed(8, 0.010);
+  EXPECT_EQ(batcher_->intake_seconds(), 0.0);
+  {  // One slow upload (60 s) counts for the budget's 2 s at most.
+    auto slow = batcher_->Admit(1, std::nullopt);
+    ASSERT_TRUE(slow.ok());
+    clock_.Advance(Micros(60'000'000));
+  }
+  EXPECT_NEAR(batcher_->intake_seconds(), 0.2, 1e-9);
+  clock_.Advance(Micros(100'000'000));  // Faded away.
+  EXPECT_LT(batcher_->intake_seconds(), 1e-9);
+  {
+    // Ten headers admitted together, their bodies 3 s in coming.
+    std::vector<std::shared_ptr<const void>> tickets;
+    for (int i = 0; i < 10; ++i) {
+      auto ticket = batcher_->Admit(1, std::nullopt);
+      ASSERT_TRUE(ticket.ok()) << i;
+      tickets.push_back(*ticket);
+    }
+    EXPECT_EQ(batcher_->incoming_samples(), 10);
+    clock_.Advance(Micros(3'000'000));
+  }
+  EXPECT_EQ(batcher_->incoming_samples(), 0);
+  // Each report capped at 2 s; the estimate starts from what was left of the slow one (~0).
+  const double learned = 2.0 * (1.0 - std::pow(0.9, 10));  // 1.30 s.
+  EXPECT_NEAR(batcher_->intake_seconds(), learned, 1e-6);
+  // A header whose own deadline is 1 s away is refused.
+  const Status refused = batcher_->Admit(1, clock_.Now() + Micros(1'000'000)).status();
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
+  EXPECT_NEAR(refused.retry_after_seconds(), learned - 1.0, 1e-6);
+  // A request already read is not charged the intake again.
+  auto queued = MakeRequest(1, 1);
+  EXPECT_TRUE(batcher_->Enqueue(queued).ok());
+  // With every header refused no ticket reports: the estimate fades, by e a second, and headers
+  // are admitted again; bodies that then arrive at once bring it down for good.
+  clock_.Advance(Micros(1'000'000));
+  EXPECT_NEAR(batcher_->intake_seconds(), learned / std::exp(1.0), 1e-6);
+  EXPECT_TRUE(batcher_->Admit(1, std::nullopt).ok());
+  for (int round = 0; round < 30; ++round) (void)batcher_->Admit(1, std::nullopt);
+  EXPECT_LT(batcher_->intake_seconds(), 0.05);
 }
 
 // With a latency objective, a request whose queue wait plus its own batch would pass it is

@@ -213,6 +213,7 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   s.target_batch_size = static_cast<int>(batcher_.target_batch_size());
   s.company_rate = batcher_.company_rate();
   s.wait_calibration = batcher_.wait_calibration();
+  s.intake_seconds = batcher_.intake_seconds();
   for (const BatchCostModel::Entry& e : batcher_.cost_model().Snapshot()) {
     s.batch_costs.push_back({e.samples, e.seconds, e.batches});
   }

@@ -35,6 +35,7 @@ struct ModelStatsSnapshot {
   int target_batch_size = 0;
   double company_rate = 0;
   double wait_calibration = 1;  // Observed over predicted queue waits (dynamic_batcher.h).
+  double intake_seconds = 0;    // Header to queue (body read and decoded), smoothed.
   struct BatchCost {
     int batch_size;
     double seconds;
