@@ -235,6 +235,12 @@ int RunLlmBenchCommand(const BenchCommand& cmd, const std::string& command_line)
   return failed == 0 ? 0 : 1;
 }
 
+// A language model's directory: --model-dir, or --model in --model-repository.
+std::string LlmModelDir(const ModelSelection& m) {
+  return !m.model_dir.empty() ? m.model_dir
+                              : (std::filesystem::path(m.model_repository) / m.model).string();
+}
+
 // The fixed prompts of --agreement: questions, instructions, code, arithmetic, lists, other
 // languages.
 const std::vector<std::string>& AgreementPrompts() {
@@ -254,9 +260,7 @@ const std::vector<std::string>& AgreementPrompts() {
 // --agreement: the model at two precisions side by side on AgreementPrompts(), greedy.
 int RunLlmAgreement(const BenchCommand& cmd) {
   const ModelSelection& m = cmd.model;
-  const std::string dir = !m.model_dir.empty()
-                              ? m.model_dir
-                              : (std::filesystem::path(m.model_repository) / m.model).string();
+  const std::string dir = LlmModelDir(m);
   llm::LlmLoadOverrides reference_overrides;
   reference_overrides.precision = m.precision.empty() ? "bf16" : m.precision;
   reference_overrides.slots = 1;
@@ -292,9 +296,7 @@ int RunLlmAgreement(const BenchCommand& cmd) {
 // one sampling step) of the prompt, the reference for the TTFT over HTTP.
 int RunLlmInProcess(const BenchCommand& cmd) {
   const ModelSelection& m = cmd.model;
-  const std::string dir = !m.model_dir.empty()
-                              ? m.model_dir
-                              : (std::filesystem::path(m.model_repository) / m.model).string();
+  const std::string dir = LlmModelDir(m);
   llm::LlmLoadOverrides overrides;
   overrides.precision = m.precision;
   overrides.threads = m.threads > 0 ? m.threads : -1;

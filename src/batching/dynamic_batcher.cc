@@ -294,6 +294,20 @@ bool DynamicBatcher::WaitingPaysLocked(Clock::time_point now, Clock::time_point 
   return later_cost <= (1.0 - kAdaptiveMinGain) * now_cost;
 }
 
+bool DynamicBatcher::CutPrefixLocked(int64_t at_most, size_t& count, int64_t& samples) const {
+  int64_t cut = 0;
+  size_t cut_count = 0;
+  for (const auto& request : queue_) {
+    if (cut_count == count || cut + request->samples() > at_most) break;
+    cut += request->samples();
+    ++cut_count;
+  }
+  if (cut_count == 0) return false;
+  count = cut_count;
+  samples = cut;
+  return true;
+}
+
 BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   BatcherPoll poll;
   AgeCompanyLocked(now);
@@ -329,18 +343,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
       ++batches_since_explore_ >= kExploreEvery) {  // A full batch: maybe measure a smaller size.
     if (const int explore = cost_model_.SizeToExplore(static_cast<int>(limit)); explore > 0) {
       batches_since_explore_ = 0;
-      int64_t cut = 0;
-      size_t cut_count = 0;
-      for (const auto& request : queue_) {
-        if (cut_count == count || cut + request->samples() > explore) break;
-        cut += request->samples();
-        ++cut_count;
-      }
-      if (cut_count > 0) {
-        count = cut_count;
-        samples = cut;
-        exploring = true;
-      }
+      exploring = CutPrefixLocked(explore, count, samples);
     }
   }
   if (count == 0) {  // The oldest request alone is larger than the adaptive limit: it goes alone.
@@ -373,17 +376,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
     // A size never run is cold: its first run builds the kernels' plans for a new shape (seen at
     // 2-3x a warm run's time). Send the largest prefix of a size already run, when that is more
     // than half the batch (the warm-up runs every power of two); the rest goes in the next.
-    int64_t cut = 0;
-    size_t cut_count = 0;
-    for (const auto& request : queue_) {
-      if (cut_count == count || cut + request->samples() > known) break;
-      cut += request->samples();
-      ++cut_count;
-    }
-    if (cut_count > 0) {
-      count = cut_count;
-      samples = cut;
-    }
+    CutPrefixLocked(known, count, samples);
   }
   poll.batch.requests.reserve(count);
   for (size_t i = 0; i < count; ++i) {

@@ -165,6 +165,9 @@ class DynamicBatcher {
   void AgeCompanyLocked(Clock::time_point now) REQUIRES(mu_);
   double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
   int64_t TargetSizeLocked() const REQUIRES(mu_);
+  // Shortens the batch of the first `count` requests (`samples` in all) to its longest prefix of
+  // at most `at_most` samples; false (nothing changed) when even the first request is larger.
+  bool CutPrefixLocked(int64_t at_most, size_t& count, int64_t& samples) const REQUIRES(mu_);
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
   double PredictedWaitLocked() const REQUIRES(mu_);  // Scaled by wait_calibration_.
   double UncalibratedWaitLocked() const REQUIRES(mu_);

@@ -498,6 +498,12 @@ SLUICE_AMX void ConfigurePairTiles(int64_t rows_b) {
   _tile_loadconfig(&config);
 }
 
+// Asks for one tile's 1 KiB to be brought into L1.
+inline void PrefetchTile(const void* tile) {
+  const char* bytes = static_cast<const char*>(tile);
+  for (int line = 0; line < 16; ++line) _mm_prefetch(bytes + 64 * line, _MM_HINT_T0);
+}
+
 SLUICE_AMX void StoreTile(int t, void* out) {
   switch (t) {
     case 0:
@@ -784,16 +790,18 @@ SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __m
 
 SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, float* y,
                           int64_t n_begin, int64_t n_end) {
-  using T = uint16_t;
   const int64_t k_tiles = RoundUp32(x.k) / 32;
   const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
   auto tile = [&](int64_t t, int64_t u) { return w + TileOffset(t, u, k_tiles); };
   // With one block of rows of x (decoding), each weight is read from memory once, straight into
   // the product: the tiles are asked for kAhead k steps ahead, so that the reads overlap the
-  // work (int8's widening above all) instead of waiting on it. Measured best at 4.
+  // work instead of waiting on it. Measured best at 4.
   const bool stream = x.m <= 16;
   constexpr int64_t kAhead = 4;
-  constexpr int64_t kTileLines = kTileElements * static_cast<int64_t>(sizeof(T)) / 64;
+  // Step u of `count` weight tiles from t.
+  auto prefetch = [&](int64_t t, int64_t count, int64_t u) {
+    for (int64_t q = 0; q < count; ++q) PrefetchTile(tile(t + q, u));
+  };
   alignas(64) float out[16][16];
   int64_t block = 0;
   // Two blocks of rows of x at a time (prefill): each weight tile, loaded once, meets both blocks
@@ -842,24 +850,11 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, fl
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      if (stream) {  // The first steps' tiles, all asked for at once.
-        for (int64_t q = 0; q < count; ++q) {
-          const char* first = reinterpret_cast<const char*>(w + TileOffset(t + q, 0, k_tiles));
-          for (int64_t line = 0; line < kTileLines * std::min(kAhead, k_tiles); ++line) {
-            _mm_prefetch(first + 64 * line, _MM_HINT_T0);
-          }
-        }
+      if (stream) {  // The first steps' tiles, all asked for at once; then kAhead ahead.
+        for (int64_t u = 0; u < std::min(kAhead, k_tiles); ++u) prefetch(t, count, u);
       }
       for (int64_t u = 0; u < k_tiles; ++u) {
-        if (stream && u + kAhead < k_tiles) {
-          for (int64_t q = 0; q < count; ++q) {
-            const char* next =
-                reinterpret_cast<const char*>(w + TileOffset(t + q, u + kAhead, k_tiles));
-            for (int64_t line = 0; line < kTileLines; ++line) {
-              _mm_prefetch(next + 64 * line, _MM_HINT_T0);
-            }
-          }
-        }
+        if (stream && u + kAhead < k_tiles) prefetch(t, count, u + kAhead);
         _tile_loadd(6, xb + u * 16 * rows, x_stride);
         _tile_loadd(4, tile(t, u), 64);
         _tile_dpbf16ps(0, 4, 6);
@@ -909,15 +904,10 @@ SLUICE_AMX void AmxInt8Matmul(const MatmulInput& x, const int8_t* w, const float
   };
   // Decoding: the weight tiles asked for ahead, as in AmxMatmul.
   const bool stream = x.m <= 16;
-  constexpr int64_t kAhead = 4, kTileLines = kInt8TileElements / 64;
+  constexpr int64_t kAhead = 4;
   // Step u of the pair of weight tiles from t.
   auto prefetch = [&](int64_t t, int64_t u) {
-    for (int64_t q = 0; q < std::min<int64_t>(2, t_end - t); ++q) {
-      const char* lines = reinterpret_cast<const char*>(tile(t + q, u));
-      for (int64_t line = 0; line < kTileLines; ++line) {
-        _mm_prefetch(lines + 64 * line, _MM_HINT_T0);
-      }
-    }
+    for (int64_t q = 0; q < std::min<int64_t>(2, t_end - t); ++q) PrefetchTile(tile(t + q, u));
   };
   alignas(64) int32_t high[16][16], low[16][16];
   alignas(64) float out[16][16];
