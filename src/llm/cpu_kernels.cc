@@ -452,11 +452,14 @@ SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t strid
 // element is one row of x against one weight row, so a row's result does not depend on the rows
 // beside it.
 //
-// int8 weights are not widened: they meet x in AMX's int8 products (TDPBSSD / TDPBSUD, 64 k a
-// tile). x goes in as 16-bit fixed point per row (s = max |x| / 32767, q = round(x / s), at most
-// half of s off; finer than the bf16 rounding of the bf16 path for every element within 1/128 of
-// the row's largest), split into a signed high and an unsigned low byte, q = 256 hi + lo: two
-// int32 products per tile, combined and scaled in fp32. The weights stay the only 8-bit operand.
+// int8 weights are not widened: they meet x in AMX's int8 products (TDPBSSD, 64 k a tile). x goes
+// in as 15-bit fixed point per row (s = max |x| / 16383, q = round(x / s), at most half of s off;
+// finer than the bf16 rounding of the bf16 path for every element within 1/64 of the row's
+// largest), split into two signed bytes, q = 128 high + low with low in [0, 127]. Each row of x
+// is two rows of B, its high bytes and its low ones, so one product a weight tile serves both
+// (and decoding one sequence keeps the same four weight tiles a k step as bf16); the two int32
+// sums are combined and scaled in fp32. The weights stay the only 8-bit operand.
+constexpr int32_t kFixedMax = 16383;
 #define SLUICE_AMX \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8")))
 
@@ -788,29 +791,77 @@ SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __m
   }
 }
 
-SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, float* y,
-                          int64_t n_begin, int64_t n_end) {
-  const int64_t k_tiles = RoundUp32(x.k) / 32;
+// One dot product of tiles: C += A B, bf16 pairs (TDPBF16PS) or signed bytes (TDPBSSD). The tile
+// numbers must be literals (the intrinsics paste them into the instruction).
+#define SLUICE_TILE_DOT(INT8, C, A, B) \
+  do {                                 \
+    if constexpr (INT8) {              \
+      _tile_dpbssd(C, A, B);           \
+    } else {                           \
+      _tile_dpbf16ps(C, A, B);         \
+    }                                  \
+  } while (0)
+
+// C tile c -- 16 output columns from j0 against `b_rows` rows of B -- written to y from row
+// `row0` of x, for the columns in [n_begin, n_end). bf16: the sums as they are. int8: B's rows
+// are each row of x's high bytes then its low bytes, so a row's result is 128 high + low (in
+// fp32), times the columns' and the row's scales.
+template <bool kInt8>
+SLUICE_AMX void EmitTile(int c, int64_t b_rows, int64_t j0, int64_t n_begin, int64_t n_end,
+                         const float* scales, const MatmulInput& x, int64_t row0, float* y,
+                         int64_t n) {
+  alignas(64) float out[16][16];
+  const __mmask16 lanes = ColumnLanes(j0, n_begin, n_end);
+  if constexpr (kInt8) {
+    alignas(64) int32_t sums[16][16];
+    StoreTile(c, &sums[0][0]);
+    const __m512i high = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i low = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512 shift = _mm512_set1_ps(128.0f);
+    for (int i = 0; i < 16; ++i) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(sums[i]));
+      _mm512_store_ps(out[i], _mm512_fmadd_ps(_mm512_permutexvar_ps(high, v), shift,
+                                              _mm512_permutexvar_ps(low, v)));
+    }
+    StoreTransposed(out, b_rows / 2, lanes, scales + j0, y + row0 * n + j0, n,
+                    x.row_scales.data() + row0);
+  } else {
+    StoreTile(c, &out[0][0]);
+    StoreTransposed(out, b_rows, lanes, nullptr, y + row0 * n + j0, n);
+  }
+}
+
+// y[:, n_begin : n_end] for bf16 weights (kInt8 false; x's pairs) or int8 ones (x's quads, two
+// rows of B for each row of x). scales: int8's per-column scales.
+template <bool kInt8>
+SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float* scales, int64_t n,
+                          float* y, int64_t n_begin, int64_t n_end) {
+  using Weight = std::conditional_t<kInt8, int8_t, uint16_t>;
+  constexpr int64_t kTileK = kInt8 ? 64 : 32;
+  constexpr int64_t kElements = kInt8 ? kInt8TileElements : kTileElements;
+  constexpr int64_t kSplit = kInt8 ? 2 : 1;  // Rows of B a row of x.
+  const auto* w = static_cast<const Weight*>(weights);
+  const int64_t k_tiles = (x.k + kTileK - 1) / kTileK, b_total = x.m * kSplit;
+  const uint32_t* b_data = kInt8 ? x.quads.data() : x.pairs.data();
   const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
-  auto tile = [&](int64_t t, int64_t u) { return w + TileOffset(t, u, k_tiles); };
-  // With one block of rows of x (decoding), each weight is read from memory once, straight into
+  auto tile = [&](int64_t t, int64_t u) { return w + TileOffset(t, u, k_tiles, kElements); };
+  // With one block of rows of B (decoding), each weight is read from memory once, straight into
   // the product: the tiles are asked for kAhead k steps ahead, so that the reads overlap the
   // work instead of waiting on it. Measured best at 4.
-  const bool stream = x.m <= 16;
+  const bool stream = b_total <= 16;
   constexpr int64_t kAhead = 4;
   // Step u of `count` weight tiles from t.
   auto prefetch = [&](int64_t t, int64_t count, int64_t u) {
     for (int64_t q = 0; q < count; ++q) PrefetchTile(tile(t + q, u));
   };
-  alignas(64) float out[16][16];
   int64_t block = 0;
-  // Two blocks of rows of x at a time (prefill): each weight tile, loaded once, meets both blocks
-  // and each block's x tile two weight tiles, so four products take four tile loads, not five,
+  // Two blocks of rows of B at a time (prefill): each weight tile, loaded once, meets both blocks
+  // and each block's B tile two weight tiles, so four products take four tile loads, not five,
   // and the weights are read from L2 half as often.
-  for (; (block + 1) * 16 < x.m; block += 2) {
-    const int64_t rows_b = std::min<int64_t>(16, x.m - (block + 1) * 16);
-    const uint32_t* xa = x.pairs.data() + block * k_tiles * 256;
-    const uint32_t* xb = x.pairs.data() + (block + 1) * k_tiles * 256;
+  for (; (block + 1) * 16 < b_total; block += 2) {
+    const int64_t rows_b = std::min<int64_t>(16, b_total - (block + 1) * 16);
+    const uint32_t* xa = b_data + block * k_tiles * 256;
+    const uint32_t* xb = b_data + (block + 1) * k_tiles * 256;
     ConfigurePairTiles(rows_b);
     for (int64_t t = t_begin; t < t_end; t += 2) {
       const int64_t count = std::min<int64_t>(2, t_end - t);
@@ -822,26 +873,25 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, fl
         _tile_loadd(6, xa + u * 16 * 16, 64);
         _tile_loadd(7, xb + u * 16 * rows_b, rows_b * 4);
         _tile_loadd(4, tile(t, u), 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 4, 7);
+        SLUICE_TILE_DOT(kInt8, 0, 4, 6);
+        SLUICE_TILE_DOT(kInt8, 2, 4, 7);
         if (count > 1) {
           _tile_loadd(5, tile(t + 1, u), 64);
-          _tile_dpbf16ps(1, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          SLUICE_TILE_DOT(kInt8, 1, 5, 6);
+          SLUICE_TILE_DOT(kInt8, 3, 5, 7);
         }
       }
       for (int q = 0; q < 2 * count; ++q) {  // C0, C1: block a; C2, C3: block b.
         const int c = q < count ? q : 2 + (q - count);
-        const int64_t j0 = (t + c % 2) * 16, b = block + c / 2;
-        StoreTile(c, &out[0][0]);
-        StoreTransposed(out, c < 2 ? 16 : rows_b, ColumnLanes(j0, n_begin, n_end), nullptr,
-                        y + b * 16 * n + j0, n);
+        const int64_t b = block + c / 2;
+        EmitTile<kInt8>(c, c < 2 ? 16 : rows_b, (t + c % 2) * 16, n_begin, n_end, scales, x,
+                        b * 16 / kSplit, y, n);
       }
     }
   }
-  for (; block * 16 < x.m; ++block) {
-    const int64_t rows = std::min<int64_t>(16, x.m - block * 16);
-    const uint32_t* xb = x.pairs.data() + block * k_tiles * 256;
+  for (; block * 16 < b_total; ++block) {
+    const int64_t rows = std::min<int64_t>(16, b_total - block * 16);
+    const uint32_t* xb = b_data + block * k_tiles * 256;
     const int64_t x_stride = rows * 4;
     ConfigureTiles(rows);
     for (int64_t t = t_begin; t < t_end; t += 4) {
@@ -857,105 +907,29 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const uint16_t* w, int64_t n, fl
         if (stream && u + kAhead < k_tiles) prefetch(t, count, u + kAhead);
         _tile_loadd(6, xb + u * 16 * rows, x_stride);
         _tile_loadd(4, tile(t, u), 64);
-        _tile_dpbf16ps(0, 4, 6);
+        SLUICE_TILE_DOT(kInt8, 0, 4, 6);
         if (count > 1) {
           _tile_loadd(5, tile(t + 1, u), 64);
-          _tile_dpbf16ps(1, 5, 6);
+          SLUICE_TILE_DOT(kInt8, 1, 5, 6);
         }
         if (count > 2) {
           _tile_loadd(4, tile(t + 2, u), 64);
-          _tile_dpbf16ps(2, 4, 6);
+          SLUICE_TILE_DOT(kInt8, 2, 4, 6);
         }
         if (count > 3) {
           _tile_loadd(5, tile(t + 3, u), 64);
-          _tile_dpbf16ps(3, 5, 6);
+          SLUICE_TILE_DOT(kInt8, 3, 5, 6);
         }
       }
       for (int q = 0; q < count; ++q) {
-        StoreTile(q, &out[0][0]);
-        const int64_t j0 = (t + q) * 16;
-        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end), nullptr,
-                        y + block * 16 * n + j0, n);
+        EmitTile<kInt8>(q, rows, (t + q) * 16, n_begin, n_end, scales, x, block * 16 / kSplit, y,
+                        n);
       }
     }
   }
   _tile_release();
 }
-
-// For the int8 path, 16 rows of x at a time: C 0 and 2 take the high bytes' products (with weight
-// tiles 4 and 5), C 1 and 3 the low bytes'; B 6 holds x's high bytes, 7 the low.
-SLUICE_AMX void ConfigureInt8Tiles(int64_t x_rows) {
-  TileConfig config;
-  const auto x_bytes = static_cast<uint16_t>(x_rows * 4);
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = 16;
-    config.colsb[t] = x_bytes;
-  }
-  config.colsb[4] = config.colsb[5] = 64;
-  _tile_loadconfig(&config);
-}
-
-SLUICE_AMX void AmxInt8Matmul(const MatmulInput& x, const int8_t* w, const float* scales, int64_t n,
-                              float* y, int64_t n_begin, int64_t n_end) {
-  const int64_t k_tiles = RoundUp64(x.k) / 64;
-  const int64_t t_begin = n_begin / 16, t_end = (n_end + 15) / 16;
-  auto tile = [&](int64_t t, int64_t u) {
-    return w + TileOffset(t, u, k_tiles, kInt8TileElements);
-  };
-  // Decoding: the weight tiles asked for ahead, as in AmxMatmul.
-  const bool stream = x.m <= 16;
-  constexpr int64_t kAhead = 4;
-  // Step u of the pair of weight tiles from t.
-  auto prefetch = [&](int64_t t, int64_t u) {
-    for (int64_t q = 0; q < std::min<int64_t>(2, t_end - t); ++q) PrefetchTile(tile(t + q, u));
-  };
-  alignas(64) int32_t high[16][16], low[16][16];
-  alignas(64) float out[16][16];
-  for (int64_t block = 0; block * 16 < x.m; ++block) {
-    const int64_t rows = std::min<int64_t>(16, x.m - block * 16);
-    const uint32_t* xh = x.quads_high.data() + block * k_tiles * 256;
-    const uint32_t* xl = x.quads_low.data() + block * k_tiles * 256;
-    const int64_t x_stride = rows * 4;
-    ConfigureInt8Tiles(rows);
-    for (int64_t t = t_begin; t < t_end; t += 2) {
-      const int64_t count = std::min<int64_t>(2, t_end - t);
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      if (stream) {  // The first steps' tiles, all asked for at once; then kAhead ahead.
-        for (int64_t u = 0; u < std::min(kAhead, k_tiles); ++u) prefetch(t, u);
-      }
-      for (int64_t u = 0; u < k_tiles; ++u) {
-        if (stream && u + kAhead < k_tiles) prefetch(t, u + kAhead);
-        _tile_loadd(6, xh + u * 16 * rows, x_stride);
-        _tile_loadd(7, xl + u * 16 * rows, x_stride);
-        _tile_loadd(4, tile(t, u), 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbsud(1, 4, 7);
-        if (count > 1) {
-          _tile_loadd(5, tile(t + 1, u), 64);
-          _tile_dpbssd(2, 5, 6);
-          _tile_dpbsud(3, 5, 7);
-        }
-      }
-      for (int q = 0; q < count; ++q) {
-        StoreTile(2 * q, &high[0][0]);
-        StoreTile(2 * q + 1, &low[0][0]);
-        const __m512 shift = _mm512_set1_ps(256.0f);
-        for (int r = 0; r < 16; ++r) {  // 256 hi + lo, in fp32.
-          _mm512_store_ps(out[r],
-                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(high[r])), shift,
-                                          _mm512_cvtepi32_ps(_mm512_load_si512(low[r]))));
-        }
-        const int64_t j0 = (t + q) * 16;
-        StoreTransposed(out, rows, ColumnLanes(j0, n_begin, n_end), scales + j0,
-                        y + block * 16 * n + j0, n, x.row_scales.data() + block * 16);
-      }
-    }
-  }
-  _tile_release();
-}
+#undef SLUICE_TILE_DOT
 
 // x for the AMX path: rows rounded to bf16, then for each block of 16 rows and each 32 columns,
 // 16 pairs of columns, each holding the pair of every row of the block: per block and 32 columns,
@@ -985,17 +959,16 @@ SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<ui
   }
 }
 
-// x for the AMX int8 path: each row as 16-bit fixed point (its scale in row_scales), split into
-// high (signed) and low (unsigned) bytes, each laid out as B tiles: per block of 16 rows and 64
-// columns, 16 groups of 4 columns, each holding the 4 bytes of every row of the block (one row:
-// the row's bytes in order).
+// x for the AMX int8 path: each row as 15-bit fixed point (its scale in row_scales), split into
+// a high and a low byte, both signed, q = 128 high + low with low in [0, 127]; rows of B are each
+// row's high bytes then its low bytes, laid out as B tiles: per block of 16 rows of B and 64
+// columns, 16 groups of 4 columns, each holding the 4 bytes of every row of the block.
 SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* in) {
-  const int64_t kp = RoundUp64(k), k_tiles = kp / 64;
+  const int64_t kp = RoundUp64(k), k_tiles = kp / 64, b_rows = 2 * m;
   in->row_scales.resize(static_cast<size_t>(m));
-  thread_local std::vector<uint8_t> high, low;  // [m, kp], row after row.
-  high.resize(static_cast<size_t>(m * kp));
-  low.resize(high.size());
-  const __m512i limit = _mm512_set1_epi32(32767), byte = _mm512_set1_epi32(255);
+  thread_local std::vector<uint8_t> bytes;  // [2 m, kp], row after row.
+  bytes.resize(static_cast<size_t>(b_rows * kp));
+  const __m512i limit = _mm512_set1_epi32(kFixedMax), low_bits = _mm512_set1_epi32(127);
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * k;
     __m512 largest_v = _mm512_setzero_ps();
@@ -1005,42 +978,36 @@ SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* i
     }
     const float largest = _mm512_reduce_max_ps(largest_v);
     const bool usable = largest > 0 && std::isfinite(largest);
-    in->row_scales[static_cast<size_t>(i)] = usable ? largest / 32767.0f : 0.0f;
-    const __m512 inverse = _mm512_set1_ps(usable ? 32767.0f / largest : 0.0f);
+    in->row_scales[static_cast<size_t>(i)] = usable ? largest / kFixedMax : 0.0f;
+    const __m512 inverse = _mm512_set1_ps(usable ? kFixedMax / largest : 0.0f);
+    uint8_t* high = bytes.data() + 2 * i * kp;
+    uint8_t* low = high + kp;
     for (int64_t c = 0; c < kp; c += 16) {
       const __mmask16 lanes = c < k ? FirstLanes(k - c) : 0;
       __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + c), inverse));
       q = _mm512_max_epi32(_mm512_min_epi32(q, limit),
                            _mm512_sub_epi32(_mm512_setzero_si512(), limit));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(high.data() + i * kp + c),
-                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(q, 8)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(low.data() + i * kp + c),
-                       _mm512_cvtepi32_epi8(_mm512_and_si512(q, byte)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(high + c),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(q, 7)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(low + c),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(q, low_bits)));
     }
   }
-  const int64_t blocks = (m + 15) / 16;
-  for (int part = 0; part < 2; ++part) {
-    const uint8_t* bytes = part == 0 ? high.data() : low.data();
-    std::vector<uint32_t>& quads = part == 0 ? in->quads_high : in->quads_low;
-    quads.resize(static_cast<size_t>(blocks * k_tiles * 256));
-    for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t count = std::min<int64_t>(16, m - block * 16);
-      uint32_t* to = quads.data() + block * k_tiles * 256;
-      if (count == 1) {
-        std::memcpy(to, bytes + block * 16 * kp, static_cast<size_t>(kp));
-        continue;
+  const int64_t blocks = (b_rows + 15) / 16;
+  in->quads.resize(static_cast<size_t>(blocks * k_tiles * 256));
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t count = std::min<int64_t>(16, b_rows - block * 16);
+    uint32_t* to = in->quads.data() + block * k_tiles * 256;
+    for (int64_t u = 0; u < k_tiles; ++u) {
+      alignas(64) float tile[16][16];
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 quad_row = i < count ? _mm512_loadu_ps(reinterpret_cast<const float*>(
+                                                bytes.data() + (block * 16 + i) * kp + u * 64))
+                                          : _mm512_setzero_ps();
+        _mm512_store_ps(tile[i], quad_row);
       }
-      for (int64_t u = 0; u < k_tiles; ++u) {
-        alignas(64) float tile[16][16];
-        for (int64_t i = 0; i < 16; ++i) {
-          const __m512 quad_row = i < count ? _mm512_loadu_ps(reinterpret_cast<const float*>(
-                                                  bytes + (block * 16 + i) * kp + u * 64))
-                                            : _mm512_setzero_ps();
-          _mm512_store_ps(tile[i], quad_row);
-        }
-        StoreTransposed(tile, 16, FirstLanes(count), nullptr,
-                        reinterpret_cast<float*>(to + u * 16 * count), count);
-      }
+      StoreTransposed(tile, 16, FirstLanes(count), nullptr,
+                      reinterpret_cast<float*>(to + u * 16 * count), count);
     }
   }
 }
@@ -1158,11 +1125,11 @@ void Dispatch(const MatmulInput& x, const T* w, const float* scales, int64_t n, 
         if (!x.for_int8) {  // Prepared for bf16 weights: x's int8 form is needed.
           thread_local MatmulInput quads;
           quads.Prepare(x.x, x.m, x.k, true);
-          return AmxInt8Matmul(quads, w, scales, n, y, n_begin, n_end);
+          return AmxMatmul<true>(quads, w, scales, n, y, n_begin, n_end);
         }
-        return AmxInt8Matmul(x, w, scales, n, y, n_begin, n_end);
+        return AmxMatmul<true>(x, w, scales, n, y, n_begin, n_end);
       } else {
-        return AmxMatmul(x, w, n, y, n_begin, n_end);
+        return AmxMatmul<false>(x, w, nullptr, n, y, n_begin, n_end);
       }
     case KernelIsa::kAvx512Bf16:
       return Avx512Matmul(x, w, scales, n, y, n_begin, n_end);

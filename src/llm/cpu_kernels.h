@@ -9,7 +9,7 @@
 // stream (a layout the hardware prefetcher follows at full memory bandwidth; eight separate row
 // streams reach about two thirds of it). Rows and columns are padded with zeros to multiples of 8.
 // The AMX path packs tiles of 16 rows x 32 columns (bf16) or 64 (int8) instead, one tile
-// register's load each; its int8 products take x as 16-bit fixed point, not bf16.
+// register's load each; its int8 products take x as 15-bit fixed point, not bf16.
 //
 // Every output element is computed with the same sequence of operations whatever the number of
 // rows of x and however the columns are split: a sequence's results do not depend on which other
@@ -70,9 +70,9 @@ struct MatmulInput {
   bool for_int8 = false;
   std::vector<uint16_t> rows;   // AVX-512 BF16 and AMX: x in bf16, padded rows.
   std::vector<uint32_t> pairs;  // AMX: x's pairs of columns, 16 rows at a time.
-  // AMX with int8 weights: each row of x as 16-bit fixed point (row_scales), its high and low
-  // bytes in groups of four columns, 16 rows at a time.
-  std::vector<uint32_t> quads_high, quads_low;
+  // AMX with int8 weights: each row of x as 15-bit fixed point (row_scales), its high and low
+  // bytes as two rows, in groups of four columns, 16 rows at a time.
+  std::vector<uint32_t> quads;
   std::vector<float> row_scales;
 };
 void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,

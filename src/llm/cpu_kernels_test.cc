@@ -49,7 +49,7 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> 
 
   // sum_k x[i, k] * weight(j, k) in double, with x as the path sees it: the reference. The AMX and
   // AVX-512 BF16 paths round x to bf16, except AMX against int8 weights, which takes each row as
-  // 16-bit fixed point (q = round(x * 32767 / max |x|)).
+  // 15-bit fixed point (q = round(x * 16383 / max |x|)).
   template <class Weight>
   double Reference(int64_t i, int64_t j, Weight weight, bool int8_weights = false) const {
     const int64_t k = std::get<0>(GetParam()).k;
@@ -59,11 +59,11 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<Case, KernelIsa>> 
     const float* row = x.data() + i * k;
     float largest = 0;
     for (int64_t c = 0; c < k; ++c) largest = std::max(largest, std::abs(row[c]));
-    const float inverse = 32767.0f / largest;
+    const float inverse = 16383.0f / largest;
     double sum = 0;
     for (int64_t c = 0; c < k; ++c) {
       double xv = row[c];
-      if (fixed_x) xv = std::nearbyint(row[c] * inverse) * double{largest / 32767.0f};
+      if (fixed_x) xv = std::nearbyint(row[c] * inverse) * double{largest / 16383.0f};
       if (bf16_x) xv = Bf16ToFp32(Fp32ToBf16(row[c]));
       sum += xv * weight(j, c);
     }
