@@ -900,11 +900,16 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      if (stream) {  // The first steps' tiles, all asked for at once; then kAhead ahead.
+      if (stream && t == t_begin) {  // The first steps' tiles, all asked for at once; then
+                                     // kAhead ahead, into the next group near the end.
         for (int64_t u = 0; u < std::min(kAhead, k_tiles); ++u) prefetch(t, count, u);
       }
       for (int64_t u = 0; u < k_tiles; ++u) {
-        if (stream && u + kAhead < k_tiles) prefetch(t, count, u + kAhead);
+        if (stream && u + kAhead < k_tiles) {
+          prefetch(t, count, u + kAhead);
+        } else if (stream && t + 4 < t_end) {  // The next group's first steps.
+          prefetch(t + 4, std::min<int64_t>(4, t_end - t - 4), u + kAhead - k_tiles);
+        }
         _tile_loadd(6, xb + u * 16 * rows, x_stride);
         _tile_loadd(4, tile(t, u), 64);
         SLUICE_TILE_DOT(kInt8, 0, 4, 6);
