@@ -497,7 +497,9 @@ TEST_F(ServerTest, ConcurrentClientsEachGetTheirOwnAnswers) {
   EXPECT_NE(stats.body.find("\"policy\":\"adaptive\""), std::string::npos) << stats.body;
   EXPECT_NE(stats.body.find("{\"batch_size\":64,\"seconds\":"), std::string::npos) << stats.body;
   EXPECT_NE(stats.body.find("\"target_batch_size\":"), std::string::npos);
+  EXPECT_NE(stats.body.find("\"drain_samples_per_second\":"), std::string::npos);
   Response metrics = c.Request("GET", "/metrics");
+  EXPECT_NE(metrics.body.find("sluice_batch_drain_rate{model=\"identity\"}"), std::string::npos);
   EXPECT_NE(metrics.body.find("sluice_batch_cost_seconds{model=\"identity\",batch_size=\"1\"}"),
             std::string::npos);
   EXPECT_NE(metrics.body.find("sluice_batch_target_size{model=\"identity\"}"), std::string::npos);

@@ -152,11 +152,12 @@ constexpr double kCompanyDecaySeconds = 1.0;
 }  // namespace
 
 DynamicBatcher::CompanySums DynamicBatcher::CompanyAtLocked(Clock::time_point now) const {
-  CompanySums sums{company_samples_, company_seconds_};
+  CompanySums sums{company_samples_, drained_samples_, company_seconds_};
   if (company_updated_ == Clock::time_point{} || now <= company_updated_) return sums;
   const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
   const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
   sums.samples *= keep;
+  sums.drained *= keep;
   // The queue held a request throughout the interval or not at all: it only changes at an update.
   sums.seconds = sums.seconds * keep + (queue_.empty() ? 0.0 : elapsed);
   return sums;
@@ -167,6 +168,7 @@ void DynamicBatcher::AgeCompanyLocked(Clock::time_point now) {
   if (now <= company_updated_) return;
   const CompanySums sums = CompanyAtLocked(now);
   company_samples_ = sums.samples;
+  drained_samples_ = sums.drained;
   company_seconds_ = sums.seconds;
   company_updated_ = now;
 }
@@ -175,6 +177,16 @@ double DynamicBatcher::CompanyRateLocked(Clock::time_point now) const {
   const CompanySums sums = CompanyAtLocked(now);
   // Less than a millisecond of waiting observed says nothing yet: expect no company.
   return sums.seconds < 1e-3 ? 0.0 : sums.samples / sums.seconds;
+}
+
+double DynamicBatcher::drain_rate() const {
+  MutexLock lock(mu_);
+  return DrainRateLocked(clock_.Now());
+}
+
+double DynamicBatcher::DrainRateLocked(Clock::time_point now) const {
+  const CompanySums sums = CompanyAtLocked(now);
+  return sums.seconds < 1e-3 ? 0.0 : sums.drained / sums.seconds;
 }
 
 int64_t DynamicBatcher::TargetSizeLocked() const {
@@ -229,7 +241,7 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
     return Status::Unavailable(fmt::format("queue full: {} samples queued, limit {}",
                                            queued_samples_, options_.max_queue_size));
   }
-  const double wait = PredictedWaitLocked() + intake;
+  const double wait = PredictedWaitLocked(now) + intake;
   double budget = options_.max_queue_time.count() > 0
                       ? std::chrono::duration<double>(options_.max_queue_time).count()
                       : 0.0;
@@ -265,8 +277,16 @@ double DynamicBatcher::wait_calibration() const {
   return wait_calibration_;
 }
 
-double DynamicBatcher::PredictedWaitLocked() const {
-  return wait_calibration_ * UncalibratedWaitLocked();
+double DynamicBatcher::PredictedWaitLocked(Clock::time_point now) const {
+  const double predicted = wait_calibration_ * UncalibratedWaitLocked();
+  // What the queue has really drained at: it sees what the cost model cannot (the cores shared
+  // with reading and decoding other requests, batches slower than their warm runs) as soon as it
+  // happens, where the calibration learns only from requests that already waited. Before any
+  // drain was seen (or after a quiet spell) the cost model's prediction stands alone.
+  const double rate = DrainRateLocked(now);
+  if (rate <= 0) return predicted;
+  const double ahead = static_cast<double>(queued_samples_ + intake_->samples.load());
+  return std::max(predicted, ahead / rate);
 }
 
 double DynamicBatcher::UncalibratedWaitLocked() const {
@@ -393,6 +413,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
     poll.batch.requests.push_back(std::move(request));
   }
   poll.batch.samples = samples;
+  drained_samples_ += static_cast<double>(samples);  // Aged by AgeCompanyLocked above.
   return poll;
 }
 

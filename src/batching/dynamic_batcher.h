@@ -139,7 +139,12 @@ class DynamicBatcher {
   // Samples per second arriving while another request waits in the queue (decaying over about a
   // second): the company a waiting batch can expect.
   double company_rate() const;
-  // Observed queue waits over predicted ones, smoothed: the factor predictions are scaled by.
+  // Samples per second the queue hands to instances while it holds requests (decaying over
+  // about a second, as company_rate): how fast it really drains, whatever the cost model says;
+  // 0 until the queue has held a request for a millisecond.
+  double drain_rate() const;
+  // Observed queue waits over the cost model's predictions, smoothed: the factor those are
+  // scaled by.
   double wait_calibration() const;
 
   // The adaptive policy waits only when the expected company lowers the cost per sample by this
@@ -158,18 +163,23 @@ class DynamicBatcher {
   // The company-rate sums as of `now`, decayed, with the time since the last update counted as
   // waiting if the queue held a request; AgeCompanyLocked() stores them.
   struct CompanySums {
-    double samples;
-    double seconds;
+    double samples;  // Arrived while the queue held a request.
+    double drained;  // Dispatched.
+    double seconds;  // The queue held a request.
   };
   CompanySums CompanyAtLocked(Clock::time_point now) const REQUIRES(mu_);
   void AgeCompanyLocked(Clock::time_point now) REQUIRES(mu_);
   double CompanyRateLocked(Clock::time_point now) const REQUIRES(mu_);
+  double DrainRateLocked(Clock::time_point now) const REQUIRES(mu_);
   int64_t TargetSizeLocked() const REQUIRES(mu_);
   // Shortens the batch of the first `count` requests (`samples` in all) to its longest prefix of
   // at most `at_most` samples; false (nothing changed) when even the first request is larger.
   bool CutPrefixLocked(int64_t at_most, size_t& count, int64_t& samples) const REQUIRES(mu_);
-  // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown.
-  double PredictedWaitLocked() const REQUIRES(mu_);  // Scaled by wait_calibration_.
+  // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown:
+  // the larger of the cost model's prediction (scaled by wait_calibration_) and the samples ahead
+  // over the drain rate.
+  double PredictedWaitLocked(Clock::time_point now) const REQUIRES(mu_);
+  // The cost model's prediction alone: the full batches ahead over the instances.
   double UncalibratedWaitLocked() const REQUIRES(mu_);
   // `intake`: the time still to come before the request can be queued (0 once it is).
   Status AdmitLocked(Clock::time_point now, int64_t samples,
@@ -210,10 +220,12 @@ class DynamicBatcher {
   const std::shared_ptr<Intake> intake_ = std::make_shared<Intake>();
   bool closed_ GUARDED_BY(mu_) = false;
   BatchCostModel cost_model_;
-  // Company rate: exponentially decayed samples that arrived while the queue held a request, and
-  // decayed seconds during which it held one; their ratio is the rate.
+  // Company and drain rates: exponentially decayed samples that arrived while the queue held a
+  // request, samples dispatched, and decayed seconds during which it held one; the ratios are
+  // the rates.
   int64_t batches_since_explore_ GUARDED_BY(mu_) = 0;
   double company_samples_ GUARDED_BY(mu_) = 0;
+  double drained_samples_ GUARDED_BY(mu_) = 0;
   double company_seconds_ GUARDED_BY(mu_) = 0;
   Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };

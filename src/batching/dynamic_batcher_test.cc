@@ -512,6 +512,53 @@ TEST_F(BatcherTest, AdmissionLearnsFromObservedWaits) {
   EXPECT_LT(batcher_->wait_calibration(), 1.2);
 }
 
+// The cost model says a batch of 8 takes 4 ms, but the queue hands out only 8 samples every
+// 200 ms (the cores busy with other work): the samples ahead over that drain rate predict the
+// wait, and the queue is refused at about a second of it, not at the cost model's 250 batches.
+TEST_F(BatcherTest, AdmissionPredictsFromTheRateTheQueueDrains) {
+  BatcherOptions o = Options(8, Micros(0));
+  o.max_queue_time = Micros(1'000'000);
+  Make(o);
+  batcher_->cost_model().Seed(8, 0.004);
+  EXPECT_EQ(batcher_->drain_rate(), 0.0);  // Nothing seen yet.
+  RequestId id = 1;
+  for (; id <= 16; ++id) Add(id);
+  for (int batch = 0; batch < 10; ++batch) {
+    clock_.Advance(Micros(200'000));
+    ASSERT_EQ(Poll().batch.samples, 8) << batch;
+    for (int i = 0; i < 8; ++i) Add(id++);
+  }
+  // Predictions stayed under the calibration floor (one batch ahead: 4 ms): nothing to learn
+  // there, and the cost model alone would admit 2,000 samples.
+  EXPECT_EQ(batcher_->wait_calibration(), 1.0);
+  const double rate = batcher_->drain_rate();
+  EXPECT_NEAR(rate, 40.0, 4.0);  // 8 samples a 200 ms; the latest batch weighs the most.
+  int taken = 0;
+  Status refusal;
+  while (refusal.ok() && taken < 100) {
+    auto request = MakeRequest(id++, 1);
+    refusal = batcher_->Enqueue(request);
+    if (refusal.ok()) ++taken;
+  }
+  EXPECT_EQ(refusal.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refusal.message().find("exceeds the model's queue-time budget (1000 ms)"),
+            std::string::npos)
+      << refusal.message();
+  // Refused once the samples ahead (16 queued, then those taken) exceed a second's drain.
+  const int ahead = 16 + taken;
+  EXPECT_LE((ahead - 1) / rate, 1.0);
+  EXPECT_GT(ahead / rate, 1.0);
+  EXPECT_NEAR(refusal.retry_after_seconds(), ahead / rate - 1.0, 1e-6);
+  // The rate is the queue's: drained as fast as the cost model says (8 every 4 ms), the queue
+  // more than doubles it, and as many samples as were refused are admitted again.
+  while (batcher_->queued_samples() > 0) {
+    clock_.Advance(Micros(4'000));
+    Poll();
+  }
+  EXPECT_GT(batcher_->drain_rate(), 2 * rate);
+  for (int i = 0; i <= ahead; ++i) Add(id++);
+}
+
 // The time a request admitted at its header takes to be queued (its body read and decoded) is
 // learned from the tickets and counts towards the next header's predicted wait: when bodies take
 // seconds to arrive, an empty queue no longer admits everyone.

@@ -34,6 +34,7 @@ struct ModelStatsSnapshot {
   bool adaptive_batching = false;
   int target_batch_size = 0;
   double company_rate = 0;
+  double drain_rate = 0;        // Samples/s dispatched while the queue held requests.
   double wait_calibration = 1;  // Observed over predicted queue waits (dynamic_batcher.h).
   double intake_seconds = 0;    // Header to queue (body read and decoded), smoothed.
   struct BatchCost {

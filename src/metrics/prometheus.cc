@@ -101,6 +101,10 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
       {"sluice_batch_company_rate", "gauge",
        "Samples per second arriving while a request waits in the queue (decaying over ~1 s).",
        [](const ModelStatsSnapshot& s) { return s.company_rate; }},
+      {"sluice_batch_drain_rate", "gauge",
+       "Samples per second dispatched to instances while the queue held requests (decaying over "
+       "~1 s); admission predicts a wait as the samples ahead over this rate at least.",
+       [](const ModelStatsSnapshot& s) { return s.drain_rate; }},
       {"sluice_batch_wait_calibration", "gauge",
        "Observed over predicted queue waits, smoothed: the factor admission scales its "
        "predictions by.",

@@ -274,6 +274,7 @@ void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Respon
              static_cast<double>((*model)->config().dynamic_batching.slo_p99.count()) / 1e3)
       .Field("target_batch_size", static_cast<int64_t>(s.target_batch_size))
       .Field("company_samples_per_second", s.company_rate)
+      .Field("drain_samples_per_second", s.drain_rate)
       .Field("wait_calibration", s.wait_calibration)
       .Field("intake_seconds", s.intake_seconds);
   json.Key("costs").BeginArray();
