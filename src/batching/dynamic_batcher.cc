@@ -278,15 +278,13 @@ double DynamicBatcher::wait_calibration() const {
 }
 
 double DynamicBatcher::PredictedWaitLocked(Clock::time_point now) const {
-  const double predicted = wait_calibration_ * UncalibratedWaitLocked();
-  // What the queue has really drained at: it sees what the cost model cannot (the cores shared
-  // with reading and decoding other requests, batches slower than their warm runs) as soon as it
-  // happens, where the calibration learns only from requests that already waited. Before any
-  // drain was seen (or after a quiet spell) the cost model's prediction stands alone.
+  // What the queue has really drained at, when it has been seen draining: it holds what the
+  // cost model cannot (the cores shared with reading and decoding other requests, batches slower
+  // than their warm runs) as soon as it happens, where the calibration learns only from requests
+  // that already waited. Until then, the cost model's prediction, calibrated.
   const double rate = DrainRateLocked(now);
-  if (rate <= 0) return predicted;
-  const double ahead = static_cast<double>(queued_samples_ + intake_->samples.load());
-  return std::max(predicted, ahead / rate);
+  if (rate <= 0) return wait_calibration_ * UncalibratedWaitLocked();
+  return static_cast<double>(queued_samples_ + intake_->samples.load()) / rate;
 }
 
 double DynamicBatcher::UncalibratedWaitLocked() const {

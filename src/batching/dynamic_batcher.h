@@ -176,8 +176,8 @@ class DynamicBatcher {
   // at most `at_most` samples; false (nothing changed) when even the first request is larger.
   bool CutPrefixLocked(int64_t at_most, size_t& count, int64_t& samples) const REQUIRES(mu_);
   // Seconds a request joining the queue now would wait before its batch starts, 0 when unknown:
-  // the larger of the cost model's prediction (scaled by wait_calibration_) and the samples ahead
-  // over the drain rate.
+  // the samples ahead over the drain rate once the queue has been seen draining; before, the
+  // cost model's prediction scaled by wait_calibration_.
   double PredictedWaitLocked(Clock::time_point now) const REQUIRES(mu_);
   // The cost model's prediction alone: the full batches ahead over the instances.
   double UncalibratedWaitLocked() const REQUIRES(mu_);
@@ -197,10 +197,10 @@ class DynamicBatcher {
   std::deque<std::unique_ptr<InferRequest>> queue_ GUARDED_BY(mu_);
   std::multiset<Clock::time_point> deadlines_ GUARDED_BY(mu_);  // Of queued requests.
   int64_t queued_samples_ GUARDED_BY(mu_) = 0;
-  // Predicted waits come from the cost model and the queue; what a request really waits also
-  // holds the batch running when it arrived and any contention for the cores. The ratio of
-  // observed to predicted waits (requests predicted to wait at least kCalibrationFloor),
-  // smoothed, scales every prediction, so admission learns its own error.
+  // The cost model's predicted waits leave out the batch running when a request arrived and any
+  // contention for the cores. The ratio of observed to those predicted waits (requests predicted
+  // to wait at least kCalibrationFloor), smoothed, scales them where they are used: before the
+  // queue has been seen draining (the drain rate, when known, predicts instead).
   static constexpr double kCalibrationFloor = 0.005;
   static constexpr double kCalibrationWeight = 0.1;
   static constexpr double kIntakeWeight = 0.1;

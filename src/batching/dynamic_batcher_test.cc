@@ -488,6 +488,10 @@ TEST_F(BatcherTest, AdmissionLearnsFromObservedWaits) {
   // The same budget now takes a queue of at most 1 s / (factor x 100 ms) batches: before, 80
   // samples (a 73rd was admitted after 72); now the first refusal comes after far fewer.
   Poll();  // The 73rd leaves.
+  // After a quiet spell the rate the queue drained at is forgotten; the factor is not, and it
+  // scales the cost model's predictions, which stand alone until the queue is seen draining again.
+  clock_.Advance(Micros(10'000'000));
+  EXPECT_EQ(batcher_->drain_rate(), 0.0);
   int taken = 0;
   Status refusal;
   for (RequestId id = 100; id < 200 && refusal.ok(); ++id) {
