@@ -92,7 +92,12 @@ BatcherPoll DynamicBatcher::WaitForBatch() {
       return poll;
     }
     if (closed_ && queue_.empty()) return {};
+    // An instance waiting (for company, or for work) is capacity unused: the time does not count
+    // towards the drain rate.
+    ++waiting_instances_;
     clock_.WaitUntil(work_cv_, lock, poll.wake_at);
+    AgeCompanyLocked(clock_.Now());
+    --waiting_instances_;
   }
 }
 
@@ -100,6 +105,7 @@ std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::WaitForExpiry() {
   MutexLock lock(mu_);
   while (!closed_) {
     std::vector<std::unique_ptr<InferRequest>> expired;
+    AgeCompanyLocked(clock_.Now());
     ExpireLocked(clock_.Now(), expired);
     if (!expired.empty()) return expired;
     clock_.WaitUntil(deadline_cv_, lock, EarliestDeadlineLocked());
@@ -152,7 +158,7 @@ constexpr double kCompanyDecaySeconds = 1.0;
 }  // namespace
 
 DynamicBatcher::CompanySums DynamicBatcher::CompanyAtLocked(Clock::time_point now) const {
-  CompanySums sums{company_samples_, drained_samples_, company_seconds_};
+  CompanySums sums{company_samples_, drained_samples_, company_seconds_, backlog_seconds_};
   if (company_updated_ == Clock::time_point{} || now <= company_updated_) return sums;
   const double elapsed = std::chrono::duration<double>(now - company_updated_).count();
   const double keep = std::exp(-elapsed / kCompanyDecaySeconds);
@@ -160,6 +166,8 @@ DynamicBatcher::CompanySums DynamicBatcher::CompanyAtLocked(Clock::time_point no
   sums.drained *= keep;
   // The queue held a request throughout the interval or not at all: it only changes at an update.
   sums.seconds = sums.seconds * keep + (queue_.empty() ? 0.0 : elapsed);
+  // So did the number of instances waiting.
+  sums.backlog = sums.backlog * keep + (queue_.empty() || waiting_instances_ > 0 ? 0.0 : elapsed);
   return sums;
 }
 
@@ -170,6 +178,7 @@ void DynamicBatcher::AgeCompanyLocked(Clock::time_point now) {
   company_samples_ = sums.samples;
   drained_samples_ = sums.drained;
   company_seconds_ = sums.seconds;
+  backlog_seconds_ = sums.backlog;
   company_updated_ = now;
 }
 
@@ -186,7 +195,7 @@ double DynamicBatcher::drain_rate() const {
 
 double DynamicBatcher::DrainRateLocked(Clock::time_point now) const {
   const CompanySums sums = CompanyAtLocked(now);
-  return sums.seconds < 1e-3 ? 0.0 : sums.drained / sums.seconds;
+  return sums.backlog < 1e-3 ? 0.0 : sums.drained / sums.backlog;
 }
 
 int64_t DynamicBatcher::TargetSizeLocked() const {

@@ -139,9 +139,10 @@ class DynamicBatcher {
   // Samples per second arriving while another request waits in the queue (decaying over about a
   // second): the company a waiting batch can expect.
   double company_rate() const;
-  // Samples per second the queue hands to instances while it holds requests (decaying over
-  // about a second, as company_rate): how fast it really drains, whatever the cost model says;
-  // 0 until the queue has held a request for a millisecond.
+  // Samples per second the queue hands to instances while it holds requests and no instance is
+  // idle (waiting for company does not count: it is the policy's choice, not the capacity),
+  // decaying over about a second as company_rate: how fast it really drains, whatever the cost
+  // model says; 0 until such a backlog has lasted a millisecond.
   double drain_rate() const;
   // Observed queue waits over the cost model's predictions, smoothed: the factor those are
   // scaled by.
@@ -166,6 +167,7 @@ class DynamicBatcher {
     double samples;  // Arrived while the queue held a request.
     double drained;  // Dispatched.
     double seconds;  // The queue held a request.
+    double backlog;  // The queue held a request and no instance waited in WaitForBatch().
   };
   CompanySums CompanyAtLocked(Clock::time_point now) const REQUIRES(mu_);
   void AgeCompanyLocked(Clock::time_point now) REQUIRES(mu_);
@@ -226,6 +228,8 @@ class DynamicBatcher {
   int64_t batches_since_explore_ GUARDED_BY(mu_) = 0;
   double company_samples_ GUARDED_BY(mu_) = 0;
   double drained_samples_ GUARDED_BY(mu_) = 0;
+  double backlog_seconds_ GUARDED_BY(mu_) = 0;
+  int waiting_instances_ GUARDED_BY(mu_) = 0;  // In WaitForBatch(), waiting.
   double company_seconds_ GUARDED_BY(mu_) = 0;
   Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };

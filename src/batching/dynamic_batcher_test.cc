@@ -563,6 +563,26 @@ TEST_F(BatcherTest, AdmissionPredictsFromTheRateTheQueueDrains) {
   for (int i = 0; i <= ahead; ++i) Add(id++);
 }
 
+// A request an idle instance holds back for company (the fixed policy's delay) has not waited
+// for capacity: that time is no drain, so a quiet server's delays do not make the queue look slow
+// (and refuse the burst that follows). Time a backlog waits with no instance free is.
+TEST_F(BatcherTest, WaitingForCompanyIsNotDrainTime) {
+  BatcherOptions o = Options(8, Micros(200'000));
+  o.max_queue_time = Micros(1'000'000);
+  Make(o);
+  batcher_->cost_model().Seed(8, 0.004);
+  Add(1);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  EXPECT_EQ(waiter.wait_for(milliseconds(20)), std::future_status::timeout);
+  clock_.Advance(Micros(200'000));
+  EXPECT_EQ(waiter.get().batch.samples, 1);
+  EXPECT_EQ(batcher_->drain_rate(), 0.0);
+  for (RequestId id = 2; id <= 9; ++id) Add(id);  // A burst: admitted.
+  clock_.Advance(Micros(100'000));                // No instance comes for 100 ms.
+  EXPECT_EQ(Poll().batch.samples, 8);
+  EXPECT_NEAR(batcher_->drain_rate(), (std::exp(-0.1) + 8) / 0.1, 1e-6);  // The first decayed.
+}
+
 // The time a request admitted at its header takes to be queued (its body read and decoded) is
 // learned from the tickets and counts towards the next header's predicted wait: when bodies take
 // seconds to arrive, an empty queue no longer admits everyone.
