@@ -286,7 +286,7 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
           return Status::InvalidArgument(
               fmt::format("model '{}' has no output {}", config.name, JsonQuote(name)));
         }
-        V2RequestedOutput requested{std::string(name), false};
+        V2RequestedOutput requested{std::string(name), std::nullopt};
         element flag;
         if (!output["parameters"]["binary_data"].get(flag)) {
           auto b = ReadBool(flag, "parameters.binary_data");
@@ -508,7 +508,7 @@ Result<V2EncodedResponse> EncodeV2InferResponse(const ModelConfig& config,
     for (const V2RequestedOutput& r : request.outputs) {
       size_t index = 0;
       FindSpec(config.outputs, r.name, &index);
-      chosen.emplace_back(index, r.binary || request.binary_data_output);
+      chosen.emplace_back(index, r.binary.value_or(request.binary_data_output));
     }
   }
   V2EncodedResponse response;

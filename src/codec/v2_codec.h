@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,7 +29,9 @@ struct V2Limits {
 
 struct V2RequestedOutput {
   std::string name;
-  bool binary = false;  // parameters.binary_data.
+  // parameters.binary_data: when given, it decides this output's form whatever the request's
+  // binary_data_output says (the binary-data extension); when absent, that decides.
+  std::optional<bool> binary;
 };
 
 struct V2InferRequest {

@@ -59,7 +59,7 @@ TEST(V2CodecTest, ParsesNestedAndFlatDataInDeclaredOrder) {
   EXPECT_EQ(parsed->inputs[1].values<int64_t>()[2], 9);
   ASSERT_EQ(parsed->outputs.size(), 1u);
   EXPECT_EQ(parsed->outputs[0].name, "z");
-  EXPECT_TRUE(parsed->outputs[0].binary);
+  EXPECT_EQ(parsed->outputs[0].binary, std::optional<bool>(true));
 }
 
 TEST(V2CodecTest, BinaryDataExtensionTakesBytesInInputOrder) {
@@ -268,6 +268,52 @@ TEST(V2CodecTest, EncodesJsonAndBinaryOutputs) {
   EXPECT_EQ(back[2], -1.25f);
 
   EXPECT_EQ(EncodeV2InferResponse(config, request, {y}).status().code(), StatusCode::kInternal);
+}
+
+// The binary-data extension: an output's own "binary_data" decides its form, either way, over the
+// request's "binary_data_output"; an output that says nothing follows the request.
+TEST(V2CodecTest, AnOutputsBinaryDataOverridesTheRequestsEitherWay) {
+  const ModelConfig config = TwoInputModel();
+  auto parsed = ParseV2InferRequest(
+      R"({"inputs":[{"name":"b","shape":[1,3],"datatype":"INT64","data":[7,8,9]},
+                    {"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}],
+          "parameters":{"binary_data_output":true},
+          "outputs":[{"name":"y","parameters":{"binary_data":false}},{"name":"z"}]})",
+      "", config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->binary_data_output);
+  EXPECT_EQ(parsed->outputs[0].binary, std::optional<bool>(false));
+  EXPECT_EQ(parsed->outputs[1].binary, std::nullopt);
+
+  Tensor y = Tensor::Zeros(DataType::kFp32, {1, 3});
+  y.mutable_values<float>()[1] = 2.5f;
+  Tensor z = Tensor::Zeros(DataType::kInt32, {1, 1});
+  z.mutable_values<int32_t>()[0] = 42;
+  auto mixed = EncodeV2InferResponse(config, *parsed, {y, z});
+  ASSERT_TRUE(mixed.ok());
+  ASSERT_TRUE(mixed->has_binary);
+  EXPECT_EQ(
+      std::string_view(mixed->body.data(), mixed->json_size),
+      R"({"model_name":"m","model_version":"1","outputs":[)"
+      R"({"name":"y","datatype":"FP32","shape":[1,3],"data":[0,2.5,0]},)"
+      R"({"name":"z","datatype":"INT32","shape":[1,1],"parameters":{"binary_data_size":4}}]})");
+  ASSERT_EQ(mixed->body.size(), mixed->json_size + 4);
+  int32_t back = 0;
+  std::memcpy(&back, mixed->body.data() + mixed->json_size, 4);
+  EXPECT_EQ(back, 42);
+
+  // The reverse: JSON for the request, binary for the output that asks.
+  V2InferRequest request;
+  request.binary_data_output = false;
+  request.outputs = {{"y", true}, {"z", std::nullopt}};
+  auto reverse = EncodeV2InferResponse(config, request, {y, z});
+  ASSERT_TRUE(reverse.ok());
+  ASSERT_TRUE(reverse->has_binary);
+  EXPECT_EQ(std::string_view(reverse->body.data(), reverse->json_size),
+            R"({"model_name":"m","model_version":"1","outputs":[)"
+            R"({"name":"y","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}},)"
+            R"({"name":"z","datatype":"INT32","shape":[1,1],"data":[42]}]})");
+  EXPECT_EQ(reverse->body.size(), reverse->json_size + 12);
 }
 
 TEST(HalfTest, ConversionsRoundTrip) {
