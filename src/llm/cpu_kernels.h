@@ -99,6 +99,12 @@ int64_t ArgMax(const float* x, int64_t n);
 // gate_up ([rows, 2 inter]: the gate, then the up projection); out: [rows, inter].
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 
+// RMSNorm of each of `rows` rows of x ([rows, width]):
+// out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), in fp32 as transformers computes it (the sum
+// of squares in sixteen lanes on AVX-512, so its rounding differs from a sequential sum's).
+void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
+             float* out);
+
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);
 float Bf16ToFp32(uint16_t bits);

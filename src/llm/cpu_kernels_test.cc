@@ -344,6 +344,40 @@ TEST(SwiGlu, MatchesTheFormulaOnEveryPath) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
+// RMSNorm on every path: within 1e-6 (relative) of the double-precision formula, rows of a width
+// that is not a multiple of 16, a row of zeros (eps alone), and each row on its own.
+TEST(RmsNorm, MatchesTheFormulaOnEveryPath) {
+  constexpr int64_t kRows = 3, kWidth = 37;
+  constexpr float kEps = 1e-5f;
+  std::vector<float> x(kRows * kWidth), weight(kWidth);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : x) v = normal(rng);
+  for (float& v : weight) v = normal(rng);
+  std::fill(x.begin() + kWidth, x.begin() + 2 * kWidth, 0.0f);
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    std::vector<float> out(kRows * kWidth, -1.0f);
+    RmsNorm(x.data(), kRows, kWidth, weight.data(), kEps, out.data());
+    for (int64_t t = 0; t < kRows; ++t) {
+      double squares = 0;
+      for (int64_t c = 0; c < kWidth; ++c) squares += double{x[t * kWidth + c]} * x[t * kWidth + c];
+      const double inverse = 1.0 / std::sqrt(squares / kWidth + kEps);
+      for (int64_t c = 0; c < kWidth; ++c) {
+        const double want = weight[c] * (x[t * kWidth + c] * inverse);
+        EXPECT_NEAR(out[t * kWidth + c], want, 1e-6 * std::abs(want) + 1e-30)
+            << KernelIsaName(isa) << " row " << t << " column " << c;
+      }
+    }
+    std::vector<float> last(kWidth, -1.0f);  // The last row alone gives the same values.
+    RmsNorm(x.data() + 2 * kWidth, 1, kWidth, weight.data(), kEps, last.data());
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), out.begin() + 2 * kWidth))
+        << KernelIsaName(isa);
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
 // The first largest, as std::max_element, on every path: ties, a maximum in the tail, -inf.
 TEST(ArgMax, FirstLargestOnEveryPath) {
   std::mt19937 rng(3);

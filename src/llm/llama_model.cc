@@ -341,13 +341,7 @@ void LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tens
   float* o = out.data_ptr<float>();
   const auto eps = static_cast<float>(arch_.rms_norm_eps);
   ForRows(x.size(0), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* row = in + t * width;
-      float squares = 0;
-      for (int64_t c = 0; c < width; ++c) squares += row[c] * row[c];
-      const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
-      for (int64_t c = 0; c < width; ++c) o[t * width + c] = w[c] * (row[c] * inverse);
-    }
+    llm::RmsNorm(in + begin * width, end - begin, width, w, eps, o + begin * width);
   });
 }
 
