@@ -878,22 +878,33 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
   auto prefetch = [&](int64_t t, int64_t count, int64_t u) {
     for (int64_t q = 0; q < count; ++q) PrefetchTile(tile(t + q, u));
   };
-  int64_t block = 0;
   // Two blocks of rows of B at a time (prefill): each weight tile, loaded once, meets both blocks
-  // and each block's B tile two weight tiles, so four products take four tile loads, not five,
-  // and the weights are read from L2 half as often.
-  for (; (block + 1) * 16 < b_total; block += 2) {
-    const int64_t rows_b = std::min<int64_t>(16, b_total - (block + 1) * 16);
-    const uint32_t* xa = b_data + block * k_tiles * 256;
-    const uint32_t* xb = b_data + (block + 1) * k_tiles * 256;
-    ConfigurePairTiles(rows_b);
-    for (int64_t t = t_begin; t < t_end; t += 2) {
-      const int64_t count = std::min<int64_t>(2, t_end - t);
+  // and each block's B tile two weight tiles, so four products take four tile loads, not five.
+  // The pairs of blocks are the inner loop: a pair of weight columns (two tiles x k, at most
+  // 96 KiB here) is read from memory once and stays in L2 while every pair of blocks passes over
+  // it, where blocks in the outer loop read all the weights from memory once a pair.
+  int64_t configured = -1;  // rows_b of the tile configuration loaded.
+  for (int64_t t = t_begin; t < t_end && b_total > 16; t += 2) {
+    const int64_t count = std::min<int64_t>(2, t_end - t);
+    for (int64_t block = 0; (block + 1) * 16 < b_total; block += 2) {
+      const int64_t rows_b = std::min<int64_t>(16, b_total - (block + 1) * 16);
+      const uint32_t* xa = b_data + block * k_tiles * 256;
+      const uint32_t* xb = b_data + (block + 1) * k_tiles * 256;
+      if (rows_b != configured) {
+        ConfigurePairTiles(rows_b);
+        configured = rows_b;
+      }
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (int64_t u = 0; u < k_tiles; ++u) {
+        if (u + 2 < k_tiles) {
+          PrefetchTile(tile(t, u + 2));
+          if (count > 1) PrefetchTile(tile(t + 1, u + 2));
+          PrefetchTile(xa + (u + 2) * 16 * 16);
+          PrefetchTile(xb + (u + 2) * 16 * rows_b);
+        }
         _tile_loadd(6, xa + u * 16 * 16, 64);
         _tile_loadd(7, xb + u * 16 * rows_b, rows_b * 4);
         _tile_loadd(4, tile(t, u), 64);
@@ -913,6 +924,9 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
       }
     }
   }
+  // The blocks the pairs left: none, or the last one when their number is odd.
+  int64_t block = 0;
+  while ((block + 1) * 16 < b_total) block += 2;
   for (; block * 16 < b_total; ++block) {
     const int64_t rows = std::min<int64_t>(16, b_total - block * 16);
     const uint32_t* xb = b_data + block * k_tiles * 256;
