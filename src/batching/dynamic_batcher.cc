@@ -105,8 +105,9 @@ std::vector<std::unique_ptr<InferRequest>> DynamicBatcher::WaitForExpiry() {
   MutexLock lock(mu_);
   while (!closed_) {
     std::vector<std::unique_ptr<InferRequest>> expired;
-    AgeCompanyLocked(clock_.Now());
-    ExpireLocked(clock_.Now(), expired);
+    const Clock::time_point now = clock_.Now();
+    AgeCompanyLocked(now);
+    ExpireLocked(now, expired);
     if (!expired.empty()) return expired;
     clock_.WaitUntil(deadline_cv_, lock, EarliestDeadlineLocked());
   }
@@ -293,7 +294,11 @@ double DynamicBatcher::PredictedWaitLocked(Clock::time_point now) const {
   // that already waited. Until then, the cost model's prediction, calibrated.
   const double rate = DrainRateLocked(now);
   if (rate <= 0) return wait_calibration_ * UncalibratedWaitLocked();
-  return static_cast<double>(queued_samples_ + intake_->samples.load()) / rate;
+  return static_cast<double>(SamplesAheadLocked()) / rate;
+}
+
+int64_t DynamicBatcher::SamplesAheadLocked() const {
+  return queued_samples_ + intake_->samples.load();
 }
 
 double DynamicBatcher::UncalibratedWaitLocked() const {
@@ -303,7 +308,7 @@ double DynamicBatcher::UncalibratedWaitLocked() const {
   // The full batches queued (or admitted and still being read) ahead of the one this request
   // joins start first; its own batch starts when they are done (the batches running now are not
   // counted).
-  const int64_t batches_ahead = (queued_samples_ + intake_->samples.load()) / target;
+  const int64_t batches_ahead = SamplesAheadLocked() / target;
   return static_cast<double>(batches_ahead) * batch_seconds / std::max(1, options_.instances);
 }
 

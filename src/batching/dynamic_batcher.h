@@ -183,6 +183,8 @@ class DynamicBatcher {
   double PredictedWaitLocked(Clock::time_point now) const REQUIRES(mu_);
   // The cost model's prediction alone: the full batches ahead over the instances.
   double UncalibratedWaitLocked() const REQUIRES(mu_);
+  // Samples queued, and admitted at their header and still being read: ahead of a newcomer.
+  int64_t SamplesAheadLocked() const REQUIRES(mu_);
   // `intake`: the time still to come before the request can be queued (0 once it is).
   Status AdmitLocked(Clock::time_point now, int64_t samples,
                      std::optional<Clock::time_point> deadline, double intake) const REQUIRES(mu_);
@@ -222,15 +224,16 @@ class DynamicBatcher {
   const std::shared_ptr<Intake> intake_ = std::make_shared<Intake>();
   bool closed_ GUARDED_BY(mu_) = false;
   BatchCostModel cost_model_;
-  // Company and drain rates: exponentially decayed samples that arrived while the queue held a
-  // request, samples dispatched, and decayed seconds during which it held one; the ratios are
-  // the rates.
   int64_t batches_since_explore_ GUARDED_BY(mu_) = 0;
+  // Company and drain rates (CompanySums, stored at company_updated_): exponentially decayed
+  // samples that arrived while the queue held a request over decayed seconds during which it held
+  // one; decayed samples dispatched over decayed seconds during which it held one and no instance
+  // was waiting.
   double company_samples_ GUARDED_BY(mu_) = 0;
+  double company_seconds_ GUARDED_BY(mu_) = 0;
   double drained_samples_ GUARDED_BY(mu_) = 0;
   double backlog_seconds_ GUARDED_BY(mu_) = 0;
   int waiting_instances_ GUARDED_BY(mu_) = 0;  // In WaitForBatch(), waiting.
-  double company_seconds_ GUARDED_BY(mu_) = 0;
   Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };
 

@@ -37,6 +37,28 @@ class BatcherTest : public ::testing::Test {
     ASSERT_TRUE(batcher_->Enqueue(request).ok()) << "request " << id;
   }
   BatcherPoll Poll() { return batcher_->Poll(clock_.Now()); }
+  // `n` one-sample requests admitted at their header; their tickets.
+  std::vector<std::shared_ptr<const void>> AdmitAll(int n) {
+    std::vector<std::shared_ptr<const void>> tickets;
+    for (int i = 0; i < n; ++i) {
+      auto ticket = batcher_->Admit(1, std::nullopt);
+      EXPECT_TRUE(ticket.ok()) << i;
+      if (ticket.ok()) tickets.push_back(*ticket);
+    }
+    return tickets;
+  }
+  // One-sample requests from `id` on until one is refused (at most `limit`): how many were taken,
+  // and the refusal in `refusal`.
+  int EnqueueUntilRefused(RequestId& id, int limit, Status& refusal) {
+    int taken = 0;
+    refusal = Status::Ok();
+    while (refusal.ok() && taken < limit) {
+      auto request = MakeRequest(id++, 1);
+      refusal = batcher_->Enqueue(request);
+      if (refusal.ok()) ++taken;
+    }
+    return taken;
+  }
 
   FakeClock clock_;
   std::unique_ptr<DynamicBatcher> batcher_;
@@ -418,12 +440,7 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   batcher_->cost_model().Observe(8, 0.100);
   batcher_->cost_model().Observe(8, 0.100);
   for (RequestId id = 1; id <= 160; ++id) Add(id);
-  std::vector<std::shared_ptr<const void>> tickets;
-  for (int i = 0; i < 8; ++i) {
-    auto ticket = batcher_->Admit(1, std::nullopt);
-    ASSERT_TRUE(ticket.ok()) << i;
-    tickets.push_back(*ticket);
-  }
+  std::vector<std::shared_ptr<const void>> tickets = AdmitAll(8);
   EXPECT_EQ(batcher_->incoming_samples(), 8);
   EXPECT_EQ(batcher_->Admit(1, std::nullopt).status().code(), StatusCode::kUnavailable);
   auto behind = MakeRequest(161, 1);
@@ -492,13 +509,9 @@ TEST_F(BatcherTest, AdmissionLearnsFromObservedWaits) {
   // scales the cost model's predictions, which stand alone until the queue is seen draining again.
   clock_.Advance(Micros(10'000'000));
   EXPECT_EQ(batcher_->drain_rate(), 0.0);
-  int taken = 0;
   Status refusal;
-  for (RequestId id = 100; id < 200 && refusal.ok(); ++id) {
-    auto request = MakeRequest(id, 1);
-    refusal = batcher_->Enqueue(request);
-    if (refusal.ok()) ++taken;
-  }
+  RequestId next = 100;
+  const int taken = EnqueueUntilRefused(next, 100, refusal);
   EXPECT_EQ(refusal.code(), StatusCode::kUnavailable);
   EXPECT_NE(refusal.message().find("exceeds the model's queue-time budget"), std::string::npos);
   EXPECT_GE(taken, 8 * static_cast<int>(1.0 / (0.1 * factor)));
@@ -537,13 +550,8 @@ TEST_F(BatcherTest, AdmissionPredictsFromTheRateTheQueueDrains) {
   EXPECT_EQ(batcher_->wait_calibration(), 1.0);
   const double rate = batcher_->drain_rate();
   EXPECT_NEAR(rate, 40.0, 4.0);  // 8 samples a 200 ms; the latest batch weighs the most.
-  int taken = 0;
   Status refusal;
-  while (refusal.ok() && taken < 100) {
-    auto request = MakeRequest(id++, 1);
-    refusal = batcher_->Enqueue(request);
-    if (refusal.ok()) ++taken;
-  }
+  const int taken = EnqueueUntilRefused(id, 100, refusal);
   EXPECT_EQ(refusal.code(), StatusCode::kUnavailable);
   EXPECT_NE(refusal.message().find("exceeds the model's queue-time budget (1000 ms)"),
             std::string::npos)
@@ -602,12 +610,7 @@ TEST_F(BatcherTest, HeaderAdmissionCountsTheTimeBodiesTakeToArrive) {
   EXPECT_LT(batcher_->intake_seconds(), 1e-9);
   {
     // Ten headers admitted together, their bodies 3 s in coming.
-    std::vector<std::shared_ptr<const void>> tickets;
-    for (int i = 0; i < 10; ++i) {
-      auto ticket = batcher_->Admit(1, std::nullopt);
-      ASSERT_TRUE(ticket.ok()) << i;
-      tickets.push_back(*ticket);
-    }
+    std::vector<std::shared_ptr<const void>> tickets = AdmitAll(10);
     EXPECT_EQ(batcher_->incoming_samples(), 10);
     clock_.Advance(Micros(3'000'000));
   }

@@ -883,10 +883,12 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
   // The pairs of blocks are the inner loop: a pair of weight columns (two tiles x k, at most
   // 96 KiB here) is read from memory once and stays in L2 while every pair of blocks passes over
   // it, where blocks in the outer loop read all the weights from memory once a pair.
+  // The last block may be partial; with an odd number of blocks it goes alone, below.
+  const int64_t blocks = (b_total + 15) / 16, paired = blocks / 2 * 2;
   int64_t configured = -1;  // rows_b of the tile configuration loaded.
-  for (int64_t t = t_begin; t < t_end && b_total > 16; t += 2) {
+  for (int64_t t = t_begin; t < t_end && paired > 0; t += 2) {
     const int64_t count = std::min<int64_t>(2, t_end - t);
-    for (int64_t block = 0; (block + 1) * 16 < b_total; block += 2) {
+    for (int64_t block = 0; block < paired; block += 2) {
       const int64_t rows_b = std::min<int64_t>(16, b_total - (block + 1) * 16);
       const uint32_t* xa = b_data + block * k_tiles * 256;
       const uint32_t* xb = b_data + (block + 1) * k_tiles * 256;
@@ -924,10 +926,7 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
       }
     }
   }
-  // The blocks the pairs left: none, or the last one when their number is odd.
-  int64_t block = 0;
-  while ((block + 1) * 16 < b_total) block += 2;
-  for (; block * 16 < b_total; ++block) {
+  for (int64_t block = paired; block < blocks; ++block) {
     const int64_t rows = std::min<int64_t>(16, b_total - block * 16);
     const uint32_t* xb = b_data + block * k_tiles * 256;
     const int64_t x_stride = rows * 4;

@@ -58,6 +58,7 @@ struct Linear {
     return result;
   }
 
+  // y = x W^T, a new contiguous [rows of x, out] tensor.
   at::Tensor operator()(const at::Tensor& x) const {
     at::Tensor y = at::empty({x.size(0), out}, x.options());
     Into(x, y.data_ptr<float>());
@@ -510,21 +511,21 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     for (int l = 0; l < a.layers; ++l) {
       const Layer& layer = layers_[static_cast<size_t>(l)];
       RmsNorm(x, layer.attn_norm, normed);
-      at::Tensor qkv = layer.qkv(normed).contiguous();
+      at::Tensor qkv = layer.qkv(normed);
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, slots, begin, end);
       });
-      at::Tensor attn = layer.out(Attention(l, qkv, chunks, offsets)).contiguous();
+      at::Tensor attn = layer.out(Attention(l, qkv, chunks, offsets));
       const float* ap = attn.data_ptr<float>();
       for (int64_t i = 0; i < total * hidden; ++i) xp[i] += ap[i];
       RmsNorm(x, layer.ffn_norm, normed);
-      at::Tensor gate_up = layer.gate_up(normed).contiguous();
+      at::Tensor gate_up = layer.gate_up(normed);
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
         SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
       });
-      at::Tensor down = layer.down(act).contiguous();
+      at::Tensor down = layer.down(act);
       const float* dp = down.data_ptr<float>();
       for (int64_t i = 0; i < total * hidden; ++i) xp[i] += dp[i];
     }
@@ -532,7 +533,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     at::Tensor last_normed = at::empty_like(last);
     RmsNorm(last, final_norm_, last_normed);
     const size_t before = logits->size();
-    logits->resize(before + static_cast<size_t>(last.size(0) * a.vocab_size));
+    logits->resize(before + static_cast<size_t>(last.size(0) * lm_head_.out));
     lm_head_.Into(last_normed, logits->data() + before);
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("model step failed: {}", e.what_without_backtrace()));
