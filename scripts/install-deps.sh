@@ -17,6 +17,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
   # The tokenizer's pre-tokenizer regular expressions (Unicode classes, look-ahead).
   libpcre2-dev
+  # The KServe v2 gRPC service and client: gRPC C++, protobuf, and their code generators.
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev wrk
   # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.

@@ -195,9 +195,11 @@ int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line
   if (!levels.ok()) return Fail(levels.status());
   fmt::print("{}", FormatHttpTable(o, *levels));
   if (cmd.write_results) {
-    auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("http-{}", o.model));
+    auto dir =
+        CreateRunDirectory(cmd.results_dir, fmt::format("{}-{}", o.grpc ? "grpc" : "http", o.model));
     if (!dir.ok()) return Fail(dir.status());
-    Status written = WriteHttpBenchResults(*dir, RunInfo{command_line, "http"}, o, *levels);
+    Status written =
+        WriteHttpBenchResults(*dir, RunInfo{command_line, o.grpc ? "grpc" : "http"}, o, *levels);
     if (!written.ok()) return Fail(written);
     fmt::print(
         "Results: {}/summary.csv\nPlots:   {}/throughput_vs_concurrency.svg\n"
@@ -718,7 +720,13 @@ int main(int argc, char** argv) {
   bench_app->add_option("--input", bench.http.input_file,
                         "--url: PNG/JPEG to send (implies --endpoint predict)");
   bench_app->add_flag("--binary,!--json", bench.http.binary,
-                      "--url v2: binary-data extension instead of JSON tensors");
+                      "--url v2: binary-data extension instead of JSON tensors (--grpc: raw "
+                      "contents instead of typed)");
+  bench_app->add_flag("--grpc", bench.http.grpc,
+                      "--url is a KServe v2 gRPC service (host:port): ModelInfer calls");
+  bench_app->add_option("--metrics-url", bench.http.metrics_url,
+                        "--grpc: the server's HTTP address, for batch and queue figures from "
+                        "its /metrics");
   bool random_payload = false;
   bench_app->add_flag("--random", random_payload,
                       "--url v2: random tensors shaped from the model's metadata (the default)");
@@ -856,6 +864,16 @@ int main(int argc, char** argv) {
                    "Require this key (Authorization: Bearer or X-API-Key) on every route but "
                    "health")
       ->envname("SLUICE_API_KEY");
+  serve_app
+      ->add_option("--grpc-port", serve.grpc_port,
+                   "Also serve KServe v2 over gRPC on this port of --host (0 picks a free one; "
+                   "off unless given)")
+      ->check(CLI::Range(0, 65535));
+  serve_app
+      ->add_option("--grpc-max-message-bytes", serve.grpc_max_message_bytes,
+                   "Larger gRPC messages fail with RESOURCE_EXHAUSTED (bytes, or with a unit)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   serve_app->add_flag("--model-control", serve.model_control,
                       "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
   double grace_seconds = serve.shutdown_grace.count();

@@ -7,7 +7,9 @@
 
 #include <fstream>
 #include <iterator>
+#include <optional>
 
+#include "bench/grpc_load.h"
 #include "bench/payload.h"
 #include "bench/plot.h"
 #include "codec/base64.h"
@@ -128,11 +130,53 @@ Result<HttpPayload> BuildHttpPayload(const HttpBenchOptions& o, const HttpTarget
 
 Result<std::vector<HttpLevelResult>> RunHttpBench(
     const HttpBenchOptions& o, const std::function<void(const std::string&)>& progress) {
-  auto target = ParseHttpUrl(o.url);
-  if (!target.ok()) return target.status();
   if (o.model.empty()) return Status::InvalidArgument("name the model with --model");
-  auto payload = BuildHttpPayload(o, *target);
-  if (!payload.ok()) return payload.status();
+  // One level's load, over REST or gRPC, and where the server's /metrics are (if anywhere).
+  std::function<Result<HttpLoadRun>(int, double, uint64_t)> run_level;
+  std::optional<HttpTarget> metrics;
+  if (o.grpc) {
+    auto target = ParseGrpcTarget(o.url);
+    if (!target.ok()) return target.status();
+    if (!o.endpoint.empty() && o.endpoint != "v2") {
+      return Status::InvalidArgument("--grpc sends KServe v2 ModelInfer calls: no --endpoint");
+    }
+    if (!o.metrics_url.empty()) {
+      auto m = ParseHttpUrl(o.metrics_url);
+      if (!m.ok()) return m.status();
+      metrics = *m;
+    }
+    run_level = [&o, target = *target](int connections, double rate, uint64_t seed) {
+      GrpcLoadOptions load;
+      load.target = target;
+      load.model = o.model;
+      load.samples_per_request = o.samples_per_request;
+      load.raw = o.binary;
+      load.concurrency = connections;
+      load.rate = rate;
+      load.duration = o.duration;
+      load.warmup = o.warmup;
+      load.seed = seed;
+      return RunGrpcLoad(load);
+    };
+  } else {
+    auto target = ParseHttpUrl(o.url);
+    if (!target.ok()) return target.status();
+    auto payload = BuildHttpPayload(o, *target);
+    if (!payload.ok()) return payload.status();
+    metrics = *target;
+    run_level = [&o, target = *target, payload = *payload](int connections, double rate,
+                                                           uint64_t seed) {
+      HttpLoadOptions load;
+      load.target = target;
+      load.payload = payload;
+      load.concurrency = connections;
+      load.rate = rate;
+      load.duration = o.duration;
+      load.warmup = o.warmup;
+      load.seed = seed;
+      return RunHttpLoad(load);
+    };
+  }
 
   std::vector<std::pair<int, double>> levels;  // (connections, rate)
   for (int c : o.concurrency) levels.emplace_back(c, 0.0);
@@ -145,18 +189,12 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
                                levels.size(), rate, connections, (o.warmup + o.duration).count())
                  : fmt::format("[{}/{}] concurrency {}, {:.0f} s", i + 1, levels.size(),
                                connections, (o.warmup + o.duration).count()));
-    HttpLoadOptions load;
-    load.target = *target;
-    load.payload = *payload;
-    load.concurrency = connections;
-    load.rate = rate;
-    load.duration = o.duration;
-    load.warmup = o.warmup;
-    load.seed = o.seed + i;
-    auto before = HttpGet(*target, "/metrics");
-    auto run = RunHttpLoad(load);
+    Result<std::string> before = Status::NotFound("no metrics");
+    if (metrics) before = HttpGet(*metrics, "/metrics");
+    auto run = run_level(connections, rate, o.seed + i);
     if (!run.ok()) return run.status();
-    auto after = HttpGet(*target, "/metrics");
+    Result<std::string> after = Status::NotFound("no metrics");
+    if (metrics) after = HttpGet(*metrics, "/metrics");
     HttpLevelResult level{connections, rate, std::move(*run)};
     if (before.ok() && after.ok()) {
       auto delta = [&](std::string_view name) {
@@ -175,8 +213,11 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
 
 std::string FormatHttpTable(const HttpBenchOptions& o, const std::vector<HttpLevelResult>& levels) {
   std::string out = fmt::format(
-      "HTTP benchmark of {} at {} ({}{}; {:.0f} s per level after {:.0f} s warm-up)\n", o.model,
-      o.url, o.endpoint, o.endpoint == "v2" ? (o.binary ? " binary" : " JSON") : "",
+      "{} benchmark of {} at {} ({}{}; {:.0f} s per level after {:.0f} s warm-up)\n",
+      o.grpc ? "gRPC" : "HTTP", o.model, o.url, o.grpc ? "ModelInfer" : o.endpoint,
+      o.endpoint == "v2" ? (o.binary ? (o.grpc ? " raw" : " binary")
+                                     : (o.grpc ? " typed" : " JSON"))
+                         : "",
       o.duration.count(), o.warmup.count());
   out += fmt::format("{:>6} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}\n",
                      "conns", "rate", "req/s", "samples/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",

@@ -27,6 +27,11 @@ struct HttpBenchOptions {
   bool binary = false;     // v2: binary-data extension for inputs and outputs.
   int samples_per_request = 1;
   uint64_t seed = 1;
+  // gRPC instead of REST: `url` is the KServe v2 gRPC service's host:port, each call a
+  // ModelInfer with raw contents (`binary`) or typed contents. Server-side batch and queue
+  // figures come from `metrics_url`'s /metrics when given.
+  bool grpc = false;
+  std::string metrics_url;
 };
 
 struct HttpLevelResult {

@@ -183,41 +183,6 @@ Status FillFromJson(element data, const Shape& shape, std::string_view input, Te
   return Status::Ok();
 }
 
-const TensorSpec* FindSpec(const std::vector<TensorSpec>& specs, std::string_view name,
-                           size_t* index) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].name == name) {
-      *index = i;
-      return &specs[i];
-    }
-  }
-  return nullptr;
-}
-
-// Checks a client's shape against the declared one (batch first) and the limits.
-Status CheckShape(const TensorSpec& spec, const Shape& shape, const V2Limits& limits) {
-  bool ok = shape.size() == spec.shape.size() + 1;
-  for (size_t d = 0; ok && d < spec.shape.size(); ++d) {
-    ok = spec.shape[d] < 0 || shape[d + 1] == spec.shape[d];
-  }
-  if (!ok) {
-    Shape expected = spec.shape;
-    expected.insert(expected.begin(), -1);
-    return Invalid(fmt::format("input '{}': shape {} does not match the model's {}", spec.name,
-                               ShapeToString(shape), ShapeToString(expected)));
-  }
-  auto count = ElementCount(shape);
-  if (!count) {
-    return Invalid(fmt::format("input '{}': shape {} overflows", spec.name, ShapeToString(shape)));
-  }
-  if (*count > limits.max_elements) {
-    return Status::PayloadTooLarge(fmt::format("input '{}': shape {} has {} elements, limit {}",
-                                               spec.name, ShapeToString(shape), *count,
-                                               limits.max_elements));
-  }
-  return Status::Ok();
-}
-
 Result<Shape> ReadShape(element value, std::string_view input) {
   simdjson::dom::array dims;
   if (value.get_array().get(dims)) {
@@ -242,6 +207,57 @@ Result<bool> ReadBool(element value, std::string_view what) {
 }
 
 }  // namespace
+
+const TensorSpec* FindTensorSpec(const std::vector<TensorSpec>& specs, std::string_view name,
+                                 size_t* index) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name == name) {
+      *index = i;
+      return &specs[i];
+    }
+  }
+  return nullptr;
+}
+
+Status CheckV2InputDatatype(const TensorSpec& spec, std::string_view datatype) {
+  if (!ParseDataType(datatype)) {
+    const bool known = datatype == "BYTES" || datatype == "UINT16" || datatype == "UINT32" ||
+                       datatype == "UINT64";
+    return Invalid(fmt::format(
+        "input '{}': datatype {} {}", spec.name, JsonQuote(datatype),
+        known ? "is a KServe v2 type that libtorch tensors cannot hold, so Sluice does "
+                "not accept it"
+              : "is not a KServe v2 datatype"));
+  }
+  if (datatype != DataTypeName(spec.datatype)) {
+    return Invalid(fmt::format("input '{}': datatype {} does not match the model's {}", spec.name,
+                               JsonQuote(datatype), DataTypeName(spec.datatype)));
+  }
+  return Status::Ok();
+}
+
+Status CheckV2InputShape(const TensorSpec& spec, const Shape& shape, const V2Limits& limits) {
+  bool ok = shape.size() == spec.shape.size() + 1;
+  for (size_t d = 0; ok && d < spec.shape.size(); ++d) {
+    ok = spec.shape[d] < 0 || shape[d + 1] == spec.shape[d];
+  }
+  if (!ok) {
+    Shape expected = spec.shape;
+    expected.insert(expected.begin(), -1);
+    return Invalid(fmt::format("input '{}': shape {} does not match the model's {}", spec.name,
+                               ShapeToString(shape), ShapeToString(expected)));
+  }
+  auto count = ElementCount(shape);
+  if (!count) {
+    return Invalid(fmt::format("input '{}': shape {} overflows", spec.name, ShapeToString(shape)));
+  }
+  if (*count > limits.max_elements) {
+    return Status::PayloadTooLarge(fmt::format("input '{}': shape {} has {} elements, limit {}",
+                                               spec.name, ShapeToString(shape), *count,
+                                               limits.max_elements));
+  }
+  return Status::Ok();
+}
 
 Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_view binary,
                                            const ModelConfig& config, const V2Limits& limits) {
@@ -282,7 +298,7 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
           return Invalid("each requested output needs a \"name\" string");
         }
         size_t index;
-        if (!FindSpec(config.outputs, name, &index)) {
+        if (!FindTensorSpec(config.outputs, name, &index)) {
           return Status::InvalidArgument(
               fmt::format("model '{}' has no output {}", config.name, JsonQuote(name)));
         }
@@ -305,7 +321,7 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         std::string_view name, datatype;
         if (fields["name"].get_string().get(name)) return Invalid("an input has no \"name\"");
         size_t index;
-        const TensorSpec* spec = FindSpec(config.inputs, name, &index);
+        const TensorSpec* spec = FindTensorSpec(config.inputs, name, &index);
         if (!spec) {
           return Invalid(fmt::format("model '{}' has no input {}", config.name, JsonQuote(name)));
         }
@@ -314,27 +330,14 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         if (fields["datatype"].get_string().get(datatype)) {
           return Invalid(fmt::format("input '{}': \"datatype\" is missing", spec->name));
         }
-        if (!ParseDataType(datatype)) {
-          const bool known = datatype == "BYTES" || datatype == "UINT16" || datatype == "UINT32" ||
-                             datatype == "UINT64";
-          return Invalid(fmt::format(
-              "input '{}': datatype {} {}", spec->name, JsonQuote(datatype),
-              known ? "is a KServe v2 type that libtorch tensors cannot hold, so Sluice does "
-                      "not accept it"
-                    : "is not a KServe v2 datatype"));
-        }
-        if (datatype != DataTypeName(spec->datatype)) {
-          return Invalid(fmt::format("input '{}': datatype {} does not match the model's {}",
-                                     spec->name, JsonQuote(datatype),
-                                     DataTypeName(spec->datatype)));
-        }
+        SLUICE_RETURN_IF_ERROR(CheckV2InputDatatype(*spec, datatype));
         element shape_value;
         if (fields["shape"].get(shape_value)) {
           return Invalid(fmt::format("input '{}': \"shape\" is missing", spec->name));
         }
         auto shape = ReadShape(shape_value, spec->name);
         if (!shape.ok()) return shape.status();
-        SLUICE_RETURN_IF_ERROR(CheckShape(*spec, *shape, limits));
+        SLUICE_RETURN_IF_ERROR(CheckV2InputShape(*spec, *shape, limits));
         const int64_t count = *ElementCount(*shape);
         const size_t bytes = static_cast<size_t>(count) * DataTypeSize(spec->datatype);
 
@@ -507,7 +510,7 @@ Result<V2EncodedResponse> EncodeV2InferResponse(const ModelConfig& config,
   } else {
     for (const V2RequestedOutput& r : request.outputs) {
       size_t index = 0;
-      FindSpec(config.outputs, r.name, &index);
+      FindTensorSpec(config.outputs, r.name, &index);
       chosen.emplace_back(index, r.binary.value_or(request.binary_data_output));
     }
   }

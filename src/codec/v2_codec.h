@@ -41,6 +41,16 @@ struct V2InferRequest {
   bool binary_data_output = false;         // parameters.binary_data_output: all outputs binary.
 };
 
+// The spec named `name` (and its position, in `index`), or nullptr.
+const TensorSpec* FindTensorSpec(const std::vector<TensorSpec>& specs, std::string_view name,
+                                 size_t* index);
+// kInvalidArgument unless `datatype` (a v2 name as the client sent it) is the input's datatype,
+// saying whether it is a v2 type Sluice cannot hold or no v2 type at all.
+Status CheckV2InputDatatype(const TensorSpec& spec, std::string_view datatype);
+// Checks a client's shape for an input against the declared one (batch first: rank, fixed
+// dimensions) and the limits: kInvalidArgument or kPayloadTooLarge naming the input.
+Status CheckV2InputShape(const TensorSpec& spec, const Shape& shape, const V2Limits& limits);
+
 // Parses a request for `config`'s model. `header` is the JSON part, `binary` the bytes after it
 // (empty without the extension). Every problem is kInvalidArgument naming the input and what is
 // wrong, or kPayloadTooLarge for tensors over `limits`.

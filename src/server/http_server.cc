@@ -53,18 +53,6 @@ constexpr std::chrono::seconds kLingerTimeout{2};
 // connection stays open; a larger one is not read and the connection closes.
 constexpr uint64_t kReadRefusedBodyBytes = 64u << 10;
 
-// Equal strings, in time that depends only on the lengths (not on where they differ).
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
-
 template <typename Duration>
 std::chrono::steady_clock::duration Steady(Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);

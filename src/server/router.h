@@ -44,6 +44,10 @@ struct HttpRequest {
   std::shared_ptr<const void> admission;
 };
 
+// Equal strings, in time that depends only on the lengths (not on where they differ): for API
+// keys.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
 // 503 for a request that does not fit in the server's memory budget, naming what was asked and
 // what is in use.
 Status MemoryBudgetExceeded(const MemoryReservation& memory, size_t asked);

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "config/model_config.h"
 #include "llm/llm_config.h"
@@ -94,9 +95,28 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   Router router;
   handlers.AddRoutes(router);
   openai.AddRoutes(router);
-  if (!openai.empty()) handlers.SetExtraMetrics([&openai] { return openai.RenderMetrics(); });
+  if (!openai.empty()) handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
   predict.AddRoutes(router);
   repository_handlers.AddRoutes(router);
+  std::unique_ptr<GrpcServer> grpc;
+  if (options.grpc_port) {
+    GrpcServerOptions grpc_options;
+    grpc_options.host = options.http.host;
+    grpc_options.port = *options.grpc_port;
+    grpc_options.api_key = options.http.api_key;
+    grpc_options.max_message_bytes = options.grpc_max_message_bytes;
+    grpc_options.memory_budget_bytes = options.http.memory_budget_bytes > 0
+                                           ? options.http.memory_budget_bytes
+                                           : MemoryBudget::DefaultLimit();
+    GrpcModelSource source;
+    source.engine = &engine;
+    source.load_error = [&handlers](const std::string& model) { return handlers.LoadError(model); };
+    source.ready = [&handlers] { return !handlers.HasLoadErrors(); };
+    grpc = std::make_unique<GrpcServer>(std::move(grpc_options), std::move(source));
+    SLUICE_RETURN_IF_ERROR(grpc->Start());
+    handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
+    fmt::print("Sluice gRPC listening on {}:{}\n", options.http.host, grpc->port());
+  }
   HttpServer server(options.http, router);
   server_ptr = &server;
   SLUICE_RETURN_IF_ERROR(server.Start());
@@ -110,7 +130,12 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   std::fflush(stdout);
   // Stop taking connections and answer every request already read; then drain the engine (the
   // server stays alive, so late completions still have a loop to post to), then close.
-  server.Shutdown(std::chrono::duration_cast<Clock::duration>(options.shutdown_grace));
+  // Both servers wind down at once, each with the whole grace.
+  const auto grace = std::chrono::duration_cast<Clock::duration>(options.shutdown_grace);
+  std::thread grpc_shutdown;
+  if (grpc) grpc_shutdown = std::thread([&grpc, grace] { grpc->Shutdown(grace); });
+  server.Shutdown(grace);
+  if (grpc_shutdown.joinable()) grpc_shutdown.join();
   control_pool.reset();  // Finishes a load or unload under way.
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);

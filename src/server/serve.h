@@ -2,10 +2,12 @@
 // SIGINT, then shut down without losing an accepted request.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "grpc/grpc_server.h"
 #include "llm/load_llm.h"
 #include "server/http_server.h"
 
@@ -15,6 +17,10 @@ struct ServeOptions {
   std::string model_repository = "models";  // Directory of models/<name>/config.yaml.
   std::vector<std::string> models;          // Only these; empty: every model in the repository.
   HttpServerOptions http;
+  // The KServe v2 gRPC service, on http.host at this port (0: an ephemeral one); off when unset.
+  // Its API key and memory budget are the HTTP server's.
+  std::optional<uint16_t> grpc_port;
+  size_t grpc_max_message_bytes = 64u << 20;  // Larger gRPC messages fail (RESOURCE_EXHAUSTED).
   int decode_threads = 2;      // Image decode pool for /predict and /predictions.
   std::string predict_model;   // Serves /predict bodies that name no model; empty: the first
                                // model with preprocess.image.
@@ -23,7 +29,7 @@ struct ServeOptions {
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once
-// ready. A model that fails to load is reported (not ready, with its error) while the others
+// ready, after "Sluice gRPC listening on HOST:PORT" when gRPC is on. A model that fails to load is reported (not ready, with its error) while the others
 // serve. Language models (config.json + model.safetensors) load through `llm_loader` and serve
 // on /v1/...; one that fails to load stops the server from starting. Returns an error only when
 // the server cannot start at all.

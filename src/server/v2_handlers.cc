@@ -9,8 +9,6 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kServerVersion = "0.1.0";
-
 void WriteTensorSpecs(JsonWriter& json, std::string_view key,
                       const std::vector<TensorSpec>& specs) {
   json.Key(key).BeginArray();
@@ -63,6 +61,11 @@ std::string V2Handlers::LoadError(const std::string& model) const {
   return it == load_errors_.end() ? "" : it->second;
 }
 
+bool V2Handlers::HasLoadErrors() const {
+  MutexLock lock(mu_);
+  return !load_errors_.empty();
+}
+
 void V2Handlers::AddRoutes(Router& router) {
   auto bind = [this](auto method) {
     return [this, method](const HttpRequest& r, const PathParams& p, Responder respond) {
@@ -103,11 +106,7 @@ void V2Handlers::Live(const HttpRequest&, const PathParams&, Responder respond) 
 
 void V2Handlers::Ready(const HttpRequest&, const PathParams&, Responder respond) {
   // Ready when every model of the repository loaded.
-  bool ready;
-  {
-    MutexLock lock(mu_);
-    ready = load_errors_.empty();
-  }
+  const bool ready = !HasLoadErrors();
   respond(HttpResponse::Json(ready ? 200 : 503, fmt::format("{{\"ready\":{}}}", ready)));
 }
 
@@ -302,7 +301,7 @@ void V2Handlers::Metrics(const HttpRequest&, const PathParams&, Responder respon
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4";
   response.body = RenderMetrics(models, http_stats_ ? http_stats_() : HttpStats{});
-  if (extra_metrics_) response.body += extra_metrics_();
+  for (const auto& render : extra_metrics_) response.body += render();
   respond(std::move(response));
 }
 

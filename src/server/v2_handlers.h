@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "codec/v2_codec.h"
 #include "common/mutex.h"
@@ -14,6 +16,9 @@
 #include "server/router.h"
 
 namespace sluice {
+
+// The version ServerMetadata reports, over REST and gRPC.
+inline constexpr std::string_view kServerVersion = "0.1.0";
 
 // Thread-safe.
 class V2Handlers {
@@ -29,9 +34,14 @@ class V2Handlers {
   std::string LoadError(const std::string& model) const;
 
   void AddRoutes(Router& router);
-  // More series for /metrics (the language models'), appended after the engine's. Call before
-  // the server starts.
-  void SetExtraMetrics(std::function<std::string()> render) { extra_metrics_ = std::move(render); }
+  // Whether some model of the repository failed to load (the server is then not ready).
+  bool HasLoadErrors() const;
+
+  // More series for /metrics (the language models', gRPC's), appended after the engine's in the
+  // order added. Call before the servers start.
+  void AddExtraMetrics(std::function<std::string()> render) {
+    extra_metrics_.push_back(std::move(render));
+  }
 
   void ServerMetadata(const HttpRequest&, const PathParams&, Responder respond);
   void Live(const HttpRequest&, const PathParams&, Responder respond);
@@ -48,7 +58,7 @@ class V2Handlers {
 
   Engine& engine_;
   std::function<HttpStats()> http_stats_;
-  std::function<std::string()> extra_metrics_;
+  std::vector<std::function<std::string()>> extra_metrics_;
   const V2Limits limits_;
   mutable Mutex mu_;
   std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);

@@ -1,0 +1,390 @@
+// The KServe v2 gRPC service on gRPC's callback API.
+#include "grpc/grpc_server.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "common/histogram.h"
+#include "common/json_writer.h"
+#include "common/mutex.h"
+#include "grpc/grpc_codec.h"
+#include "grpc_predict_v2.grpc.pb.h"
+#include "metrics/prometheus.h"
+#include "server/router.h"
+#include "server/v2_handlers.h"
+
+namespace sluice {
+namespace {
+
+enum Method { kServerLive, kServerReady, kModelReady, kServerMetadata, kModelMetadata, kModelInfer };
+constexpr std::array<std::string_view, 6> kMethodNames = {
+    "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer"};
+constexpr int kGrpcCodes = 17;  // OK .. UNAUTHENTICATED.
+constexpr std::array<std::string_view, kGrpcCodes> kCodeNames = {
+    "OK",        "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",  "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+
+grpc::StatusCode GrpcCodeFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return grpc::StatusCode::OK;
+    case StatusCode::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case StatusCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case StatusCode::kPayloadTooLarge:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case StatusCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case StatusCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case StatusCode::kCancelled:
+      return grpc::StatusCode::CANCELLED;
+    case StatusCode::kInternal:
+      return grpc::StatusCode::INTERNAL;
+  }
+  return grpc::StatusCode::INTERNAL;
+}
+
+grpc::Status ToGrpc(const Status& status) {
+  return grpc::Status(GrpcCodeFor(status.code()), status.message());
+}
+
+}  // namespace
+
+class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  Impl(GrpcServerOptions options, GrpcModelSource models, V2Limits limits)
+      : options_(std::move(options)), models_(std::move(models)), limits_(limits) {
+    for (auto& h : latency_) h = std::make_unique<Histogram>(Histogram::LatencySecondsBuckets());
+    for (auto& row : counts_) {
+      for (auto& c : row) c.store(0);
+    }
+  }
+
+  Status Start() {
+    grpc::ServerBuilder builder;
+    int selected_port = 0;
+    builder.AddListeningPort(fmt::format("{}:{}", options_.host, options_.port),
+                             grpc::InsecureServerCredentials(), &selected_port);
+    builder.RegisterService(this);
+    const int max_message = static_cast<int>(
+        std::min<size_t>(options_.max_message_bytes, std::numeric_limits<int>::max()));
+    builder.SetMaxReceiveMessageSize(max_message);
+    builder.SetMaxSendMessageSize(max_message);
+    if (options_.memory_budget_bytes > 0) {
+      grpc::ResourceQuota quota("sluice-grpc");
+      quota.Resize(options_.memory_budget_bytes);
+      builder.SetResourceQuota(quota);
+    }
+    server_ = builder.BuildAndStart();
+    if (!server_ || selected_port == 0) {
+      server_.reset();
+      return Status::Unavailable(
+          fmt::format("cannot serve gRPC on {}:{}", options_.host, options_.port));
+    }
+    port_ = static_cast<uint16_t>(selected_port);
+    return Status::Ok();
+  }
+
+  uint16_t port() const { return port_; }
+
+  void Shutdown(Clock::duration grace) {
+    if (!server_ || shut_down_.exchange(true)) return;
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(grace));
+    server_->Wait();
+  }
+
+  std::string RenderMetrics() const {
+    PrometheusWriter w;
+    w.Family("sluice_grpc_requests_total", "counter",
+             "gRPC calls answered, by method and status code.");
+    for (size_t m = 0; m < kMethodNames.size(); ++m) {
+      for (int c = 0; c < kGrpcCodes; ++c) {
+        const uint64_t n = counts_[m][static_cast<size_t>(c)].load(std::memory_order_relaxed);
+        if (n == 0) continue;
+        w.Sample("sluice_grpc_requests_total",
+                 fmt::format("method=\"{}\",code=\"{}\"", kMethodNames[m], kCodeNames[c]),
+                 static_cast<double>(n));
+      }
+    }
+    w.Family("sluice_grpc_request_seconds", "histogram",
+             "gRPC calls from their start to their answer, by method.");
+    for (size_t m = 0; m < kMethodNames.size(); ++m) {
+      w.Histogram("sluice_grpc_request_seconds", fmt::format("method=\"{}\"", kMethodNames[m]),
+                  latency_[m]->Snapshot());
+    }
+    return w.text();
+  }
+
+  // --- the RPCs -------------------------------------------------------------------------------
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* response) override {
+    response->set_live(true);
+    return Answer(context, kServerLive, Clock::Real().Now(), grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* response) override {
+    response->set_ready(!models_.ready || models_.ready());
+    return Answer(context, kServerReady, Clock::Real().Now(), grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override {
+    const Clock::time_point start = Clock::Real().Now();
+    if (!Authorized(*context)) return Answer(context, kModelReady, start, Unauthenticated());
+    auto model = FindModel(request->name(), request->version());
+    if (!model.ok()) return Answer(context, kModelReady, start, ToGrpc(model.status()));
+    response->set_ready(true);
+    return Answer(context, kModelReady, start, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* response) override {
+    const Clock::time_point start = Clock::Real().Now();
+    if (!Authorized(*context)) return Answer(context, kServerMetadata, start, Unauthenticated());
+    response->set_name("sluice");
+    response->set_version(std::string(kServerVersion));
+    response->add_extensions("binary_tensor_data");
+    return Answer(context, kServerMetadata, start, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override {
+    const Clock::time_point start = Clock::Real().Now();
+    if (!Authorized(*context)) return Answer(context, kModelMetadata, start, Unauthenticated());
+    auto model = FindModel(request->name(), request->version());
+    if (!model.ok()) return Answer(context, kModelMetadata, start, ToGrpc(model.status()));
+    const ModelConfig& config = (*model)->config();
+    response->set_name(config.name);
+    response->add_versions(std::string("1"));
+    response->set_platform("pytorch_libtorch");
+    auto add = [](const TensorSpec& spec, auto* tensor) {
+      tensor->set_name(spec.name);
+      tensor->set_datatype(std::string(DataTypeName(spec.datatype)));
+      tensor->add_shape(-1);
+      for (int64_t d : spec.shape) tensor->add_shape(d);
+    };
+    for (const TensorSpec& spec : config.inputs) add(spec, response->add_inputs());
+    for (const TensorSpec& spec : config.outputs) add(spec, response->add_outputs());
+    return Answer(context, kModelMetadata, start, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+  // --- shared by the RPCs ---------------------------------------------------------------------
+
+  bool Authorized(const grpc::CallbackServerContext& context) const {
+    if (options_.api_key.empty()) return true;
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find("x-api-key");
+    if (it != metadata.end()) {
+      return ConstantTimeEquals(std::string_view(it->second.data(), it->second.size()),
+                                options_.api_key);
+    }
+    it = metadata.find("authorization");
+    if (it == metadata.end()) return false;
+    std::string_view value(it->second.data(), it->second.size());
+    if (value.substr(0, 7) != "Bearer ") return false;
+    return ConstantTimeEquals(value.substr(7), options_.api_key);
+  }
+
+  static grpc::Status Unauthenticated() {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid API key");
+  }
+
+  // The scheduler of `name` (version "" or "1"), or the REST routes' error.
+  Result<std::shared_ptr<ModelScheduler>> FindModel(const std::string& name,
+                                                    const std::string& version) const {
+    if (!IsValidModelName(name)) {
+      return Status::InvalidArgument(fmt::format(
+          "invalid model name {}: use letters, digits, '_', '.', '-'", JsonQuote(name)));
+    }
+    if (!version.empty() && version != "1") {
+      return Status::NotFound(fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
+    }
+    std::shared_ptr<ModelScheduler> scheduler = models_.engine->Find(name);
+    if (!scheduler) {
+      const std::string error = models_.load_error ? models_.load_error(name) : "";
+      if (!error.empty()) {
+        return Status::Unavailable(fmt::format("model '{}' failed to load: {}", name, error));
+      }
+      return Status::NotFound(fmt::format("unknown model '{}'", name));
+    }
+    return scheduler;
+  }
+
+  void Record(Method method, grpc::StatusCode code, Clock::time_point start) {
+    const int c = static_cast<int>(code);
+    if (c >= 0 && c < kGrpcCodes) {
+      counts_[method][static_cast<size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+    }
+    latency_[method]->Observe(SecondsBetween(start, Clock::Real().Now()));
+  }
+
+  const V2Limits& limits() const { return limits_; }
+
+ private:
+  // Finishes a call answered on the spot.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Method method,
+                                   Clock::time_point start, grpc::Status status) {
+    Record(method, status.error_code(), start);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
+
+  const GrpcServerOptions options_;
+  const GrpcModelSource models_;
+  const V2Limits limits_;
+  std::unique_ptr<grpc::Server> server_;
+  uint16_t port_ = 0;
+  std::atomic<bool> shut_down_{false};
+  std::array<std::array<std::atomic<uint64_t>, kGrpcCodes>, kMethodNames.size()> counts_;
+  std::array<std::unique_ptr<Histogram>, kMethodNames.size()> latency_;
+};
+
+namespace {
+
+// One ModelInfer call. Lives until gRPC is done with it (OnDone) *and* the handler that started
+// it has returned: the scheduler may complete the request, and gRPC finish the call, before
+// Submit() returns.
+class InferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  InferReactor(GrpcServer::Impl& server, grpc::CallbackServerContext* context,
+               inference::ModelInferResponse* response)
+      : server_(server), context_(context), response_(response), start_(Clock::Real().Now()) {}
+
+  void Start(const inference::ModelInferRequest& request) {
+    Submit(request);
+    Unref();
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<ModelScheduler> scheduler;
+    RequestId id = 0;
+    {
+      MutexLock lock(mu_);
+      cancelled_ = true;
+      scheduler = scheduler_;
+      id = id_;
+    }
+    // A queued request completes at once with kCancelled (and finishes this call); one already
+    // running finishes normally.
+    if (scheduler) scheduler->Cancel(id);
+  }
+
+  void OnDone() override {
+    server_.Record(kModelInfer, context_->IsCancelled() && code_ == grpc::StatusCode::OK
+                                    ? grpc::StatusCode::CANCELLED
+                                    : code_,
+                   start_);
+    Unref();
+  }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // The call's last act on this reactor: gRPC may be done with it (and it deleted) at once.
+  void FinishWith(grpc::Status status, double retry_after_seconds = 0) {
+    code_ = status.error_code();
+    if (code_ == grpc::StatusCode::UNAVAILABLE) {
+      context_->AddTrailingMetadata(
+          "retry-after", std::to_string(std::max<int64_t>(
+                             1, static_cast<int64_t>(std::ceil(retry_after_seconds)))));
+    }
+    Finish(std::move(status));
+  }
+  void FinishWith(const Status& status) { FinishWith(ToGrpc(status), status.retry_after_seconds()); }
+
+  void Submit(const inference::ModelInferRequest& request) {
+    if (!server_.Authorized(*context_)) return FinishWith(GrpcServer::Impl::Unauthenticated());
+    auto model = server_.FindModel(request.model_name(), request.model_version());
+    if (!model.ok()) return FinishWith(model.status());
+    std::shared_ptr<ModelScheduler> scheduler = *model;
+    auto parsed = ParseGrpcInferRequest(request, scheduler->config(), server_.limits());
+    if (!parsed.ok()) return FinishWith(parsed.status());
+
+    auto infer = std::make_unique<InferRequest>();
+    infer->inputs = std::move(parsed->inputs);
+    // The call's deadline is the request's: one that passes in the queue is never run.
+    const auto remaining = context_->deadline() - std::chrono::system_clock::now();
+    if (remaining < std::chrono::hours(24 * 365)) {
+      infer->deadline = Clock::Real().Now() + std::chrono::duration_cast<Clock::duration>(remaining);
+    }
+    auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
+    infer->done = [this, scheduler, meta](InferResponse&& result) {
+      if (!result.status.ok()) return FinishWith(result.status);
+      Status encoded = EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, response_);
+      FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
+    };
+    auto id = scheduler->Submit(std::move(infer));
+    if (!id.ok()) return FinishWith(id.status());
+    bool cancelled;
+    {
+      MutexLock lock(mu_);
+      scheduler_ = scheduler;
+      id_ = *id;
+      cancelled = cancelled_;
+    }
+    if (cancelled) scheduler->Cancel(*id);
+  }
+
+  GrpcServer::Impl& server_;
+  grpc::CallbackServerContext* const context_;
+  inference::ModelInferResponse* const response_;
+  const Clock::time_point start_;
+  grpc::StatusCode code_ = grpc::StatusCode::OK;
+  std::atomic<int> refs_{2};  // Start() and OnDone().
+  Mutex mu_;
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<ModelScheduler> scheduler_ GUARDED_BY(mu_);
+  RequestId id_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerContext* context,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  auto* reactor = new InferReactor(*this, context, response);
+  reactor->Start(*request);
+  return reactor;
+}
+
+GrpcServer::GrpcServer(GrpcServerOptions options, GrpcModelSource models, V2Limits limits)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(models), limits)) {}
+
+GrpcServer::~GrpcServer() { impl_->Shutdown(Clock::duration::zero()); }
+
+Status GrpcServer::Start() { return impl_->Start(); }
+
+uint16_t GrpcServer::port() const { return impl_->port(); }
+
+void GrpcServer::Shutdown(Clock::duration grace) { impl_->Shutdown(grace); }
+
+std::string GrpcServer::RenderMetrics() const { return impl_->RenderMetrics(); }
+
+}  // namespace sluice

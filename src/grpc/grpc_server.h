@@ -1,0 +1,72 @@
+// The KServe v2 gRPC service (inference.GRPCInferenceService) over the same engine as the REST
+// routes, on gRPC's callback API: no thread waits on a request. ModelInfer decodes the message,
+// submits it to the model's scheduler and returns; the scheduler's completion fills the response
+// and finishes the call. A call the client cancels (or whose deadline passes) cancels its queued
+// request, as a disconnect does over HTTP; the call's deadline is the request's deadline.
+//
+// Status codes follow the REST mapping: INVALID_ARGUMENT (400), NOT_FOUND (404),
+// RESOURCE_EXHAUSTED (413), UNAVAILABLE with a "retry-after" trailer (503), DEADLINE_EXCEEDED
+// (504), INTERNAL (500), UNAUTHENTICATED (401).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "codec/v2_codec.h"
+#include "common/clock.h"
+#include "engine/engine.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct GrpcServerOptions {
+  std::string host = "127.0.0.1";  // Address to bind; loopback unless told otherwise.
+  uint16_t port = 0;               // 0: an ephemeral port (see GrpcServer::port()).
+  // When set, every RPC but ServerLive and ServerReady needs the metadata
+  // "authorization: Bearer <key>" or "x-api-key: <key>"; otherwise UNAUTHENTICATED.
+  std::string api_key;
+  // Largest request and response message; larger ones fail with RESOURCE_EXHAUSTED.
+  size_t max_message_bytes = 64u << 20;
+  // Memory gRPC's transport may hold for all calls together (its resource quota); 0: gRPC's own
+  // default.
+  size_t memory_budget_bytes = 0;
+};
+
+// What the service needs from the rest of the server.
+struct GrpcModelSource {
+  Engine* engine = nullptr;
+  // Why a model of the repository failed to load; empty when it did not fail.
+  std::function<std::string(const std::string& model)> load_error;
+  // Whether every model of the repository loaded (ServerReady).
+  std::function<bool()> ready;
+};
+
+// Thread-safe. Start() once; Shutdown() once, from any thread.
+class GrpcServer {
+ public:
+  GrpcServer(GrpcServerOptions options, GrpcModelSource models, V2Limits limits = {});
+  ~GrpcServer();  // Shutdown() with no grace.
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // Binds and starts serving. kUnavailable when the address cannot be bound.
+  Status Start();
+  // The bound port.
+  uint16_t port() const;
+  // Stops taking calls, lets calls in flight finish for up to `grace`, then cancels the rest
+  // (their queued requests are cancelled) and waits for them.
+  void Shutdown(Clock::duration grace);
+
+  // Prometheus series: sluice_grpc_requests_total{method,code} and
+  // sluice_grpc_request_seconds{method} (call start to finish).
+  std::string RenderMetrics() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice
