@@ -68,9 +68,9 @@ Result<inference::ModelInferRequest> BuildRequest(inference::GRPCInferenceServic
   for (const auto& input : metadata.inputs()) {
     auto dtype = ParseDataType(input.datatype());
     if (!dtype) {
-      return Status::InvalidArgument(fmt::format(
-          "input '{}' has datatype {}, which random payloads do not cover", input.name(),
-          input.datatype()));
+      return Status::InvalidArgument(
+          fmt::format("input '{}' has datatype {}, which random payloads do not cover",
+                      input.name(), input.datatype()));
     }
     // The first (batch) dimension is ours to choose.
     config.inputs.push_back(

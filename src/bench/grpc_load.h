@@ -25,9 +25,9 @@ struct GrpcLoadOptions {
   std::string model;
   std::string api_key;  // Sent as "authorization: Bearer <key>" when set.
   int samples_per_request = 1;
-  bool raw = true;   // raw_input_contents (as Triton's clients send); false: typed contents.
+  bool raw = true;  // raw_input_contents (as Triton's clients send); false: typed contents.
   int concurrency = 1;
-  double rate = 0;  // Calls per second (open loop); 0: closed loop.
+  double rate = 0;   // Calls per second (open loop); 0: closed loop.
   int channels = 0;  // 0: one per 16 calls in flight.
   Seconds duration{10};
   Seconds warmup{2};

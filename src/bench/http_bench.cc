@@ -212,13 +212,13 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
 }
 
 std::string FormatHttpTable(const HttpBenchOptions& o, const std::vector<HttpLevelResult>& levels) {
-  std::string out = fmt::format(
-      "{} benchmark of {} at {} ({}{}; {:.0f} s per level after {:.0f} s warm-up)\n",
-      o.grpc ? "gRPC" : "HTTP", o.model, o.url, o.grpc ? "ModelInfer" : o.endpoint,
-      o.endpoint == "v2" ? (o.binary ? (o.grpc ? " raw" : " binary")
-                                     : (o.grpc ? " typed" : " JSON"))
-                         : "",
-      o.duration.count(), o.warmup.count());
+  std::string out =
+      fmt::format("{} benchmark of {} at {} ({}{}; {:.0f} s per level after {:.0f} s warm-up)\n",
+                  o.grpc ? "gRPC" : "HTTP", o.model, o.url, o.grpc ? "ModelInfer" : o.endpoint,
+                  o.endpoint == "v2"
+                      ? (o.binary ? (o.grpc ? " raw" : " binary") : (o.grpc ? " typed" : " JSON"))
+                      : "",
+                  o.duration.count(), o.warmup.count());
   out += fmt::format("{:>6} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}\n",
                      "conns", "rate", "req/s", "samples/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",
                      "errors", "batch", "cpu %");

@@ -221,13 +221,13 @@ const TensorSpec* FindTensorSpec(const std::vector<TensorSpec>& specs, std::stri
 
 Status CheckV2InputDatatype(const TensorSpec& spec, std::string_view datatype) {
   if (!ParseDataType(datatype)) {
-    const bool known = datatype == "BYTES" || datatype == "UINT16" || datatype == "UINT32" ||
-                       datatype == "UINT64";
-    return Invalid(fmt::format(
-        "input '{}': datatype {} {}", spec.name, JsonQuote(datatype),
-        known ? "is a KServe v2 type that libtorch tensors cannot hold, so Sluice does "
-                "not accept it"
-              : "is not a KServe v2 datatype"));
+    const bool known =
+        datatype == "BYTES" || datatype == "UINT16" || datatype == "UINT32" || datatype == "UINT64";
+    return Invalid(
+        fmt::format("input '{}': datatype {} {}", spec.name, JsonQuote(datatype),
+                    known ? "is a KServe v2 type that libtorch tensors cannot hold, so Sluice does "
+                            "not accept it"
+                          : "is not a KServe v2 datatype"));
   }
   if (datatype != DataTypeName(spec.datatype)) {
     return Invalid(fmt::format("input '{}': datatype {} does not match the model's {}", spec.name,

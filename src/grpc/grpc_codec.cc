@@ -23,8 +23,8 @@ Status CopyChecked(const Field& values, std::string_view input, Tensor& tensor) 
     const auto v = values.Get(i);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (!std::in_range<T>(v)) {
-        return Invalid(fmt::format("input '{}': value {} at {} is out of range for {}", input, v,
-                                   i, DataTypeName(tensor.dtype())));
+        return Invalid(fmt::format("input '{}': value {} at {} is out of range for {}", input, v, i,
+                                   DataTypeName(tensor.dtype())));
       }
     }
     out[i] = static_cast<T>(v);
@@ -177,7 +177,8 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
     Shape shape(input.shape().begin(), input.shape().end());
     for (int64_t d : shape) {
       if (d < 0) {
-        return Invalid(fmt::format("input '{}': shape must hold non-negative integers", spec->name));
+        return Invalid(
+            fmt::format("input '{}': shape must hold non-negative integers", spec->name));
       }
     }
     SLUICE_RETURN_IF_ERROR(CheckV2InputShape(*spec, shape, limits));
@@ -192,10 +193,10 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
       }
       const std::string& data = message.raw_input_contents(i);
       if (data.size() != bytes) {
-        return Invalid(fmt::format("input '{}': raw_input_contents holds {} bytes, shape {} of {} "
-                                   "needs {}",
-                                   spec->name, data.size(), ShapeToString(shape),
-                                   DataTypeName(spec->datatype), bytes));
+        return Invalid(fmt::format(
+            "input '{}': raw_input_contents holds {} bytes, shape {} of {} "
+            "needs {}",
+            spec->name, data.size(), ShapeToString(shape), DataTypeName(spec->datatype), bytes));
       }
       Tensor tensor = Tensor::Uninitialized(spec->datatype, shape);
       if (bytes > 0) std::memcpy(tensor.mutable_data(), data.data(), bytes);
@@ -204,9 +205,10 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
     }
     const std::string_view field = TypedContentsField(spec->datatype);
     if (field.empty()) {
-      return Invalid(fmt::format("input '{}': {} has no typed contents field; send its bytes in "
-                                 "raw_input_contents",
-                                 spec->name, DataTypeName(spec->datatype)));
+      return Invalid(
+          fmt::format("input '{}': {} has no typed contents field; send its bytes in "
+                      "raw_input_contents",
+                      spec->name, DataTypeName(spec->datatype)));
     }
     const int given = TypedCount(input.contents(), spec->datatype);
     if (given != count) {

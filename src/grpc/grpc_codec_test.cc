@@ -121,7 +121,9 @@ TEST(GrpcCodecTest, EveryMalformedRequestIsRefusedNamingTheProblem) {
        "input 'x': shape [2, 4] does not match the model's [-1, 3]"},
       {[](auto& m) { m.mutable_inputs(0)->set_shape(0, -2); }, StatusCode::kInvalidArgument,
        "input 'x': shape must hold non-negative integers"},
-      {[](auto& m) { m.mutable_inputs(0)->mutable_contents()->mutable_fp32_contents()->RemoveLast(); },
+      {[](auto& m) {
+         m.mutable_inputs(0)->mutable_contents()->mutable_fp32_contents()->RemoveLast();
+       },
        StatusCode::kInvalidArgument,
        "input 'x': contents.fp32_contents holds 5 values, shape [2, 3] needs 6"},
       {[](auto& m) {
@@ -135,9 +137,7 @@ TEST(GrpcCodecTest, EveryMalformedRequestIsRefusedNamingTheProblem) {
        "input 'ids' is missing"},
       {[](auto& m) { m.add_outputs()->set_name("nope"); }, StatusCode::kInvalidArgument,
        "model 'm' has no output \"nope\""},
-      {[](auto& m) {
-         m.mutable_inputs(1)->set_shape(1, int64_t{1} << 40);
-       },
+      {[](auto& m) { m.mutable_inputs(1)->set_shape(1, int64_t{1} << 40); },
        StatusCode::kPayloadTooLarge,
        "input 'ids': shape [2, 1099511627776] has 2199023255552 elements, limit 268435456"},
   };

@@ -24,15 +24,22 @@
 namespace sluice {
 namespace {
 
-enum Method { kServerLive, kServerReady, kModelReady, kServerMetadata, kModelMetadata, kModelInfer };
+enum Method {
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelInfer
+};
 constexpr std::array<std::string_view, 6> kMethodNames = {
     "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer"};
 constexpr int kGrpcCodes = 17;  // OK .. UNAUTHENTICATED.
 constexpr std::array<std::string_view, kGrpcCodes> kCodeNames = {
-    "OK",        "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",  "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 grpc::StatusCode GrpcCodeFor(StatusCode code) {
   switch (code) {
@@ -221,7 +228,8 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
           "invalid model name {}: use letters, digits, '_', '.', '-'", JsonQuote(name)));
     }
     if (!version.empty() && version != "1") {
-      return Status::NotFound(fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
+      return Status::NotFound(
+          fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
     }
     std::shared_ptr<ModelScheduler> scheduler = models_.engine->Find(name);
     if (!scheduler) {
@@ -295,9 +303,10 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   }
 
   void OnDone() override {
-    server_.Record(kModelInfer, context_->IsCancelled() && code_ == grpc::StatusCode::OK
-                                    ? grpc::StatusCode::CANCELLED
-                                    : code_,
+    server_.Record(kModelInfer,
+                   context_->IsCancelled() && code_ == grpc::StatusCode::OK
+                       ? grpc::StatusCode::CANCELLED
+                       : code_,
                    start_);
     Unref();
   }
@@ -311,13 +320,15 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   void FinishWith(grpc::Status status, double retry_after_seconds = 0) {
     code_ = status.error_code();
     if (code_ == grpc::StatusCode::UNAVAILABLE) {
-      context_->AddTrailingMetadata(
-          "retry-after", std::to_string(std::max<int64_t>(
-                             1, static_cast<int64_t>(std::ceil(retry_after_seconds)))));
+      context_->AddTrailingMetadata("retry-after",
+                                    std::to_string(std::max<int64_t>(
+                                        1, static_cast<int64_t>(std::ceil(retry_after_seconds)))));
     }
     Finish(std::move(status));
   }
-  void FinishWith(const Status& status) { FinishWith(ToGrpc(status), status.retry_after_seconds()); }
+  void FinishWith(const Status& status) {
+    FinishWith(ToGrpc(status), status.retry_after_seconds());
+  }
 
   void Submit(const inference::ModelInferRequest& request) {
     if (!server_.Authorized(*context_)) return FinishWith(GrpcServer::Impl::Unauthenticated());
@@ -332,12 +343,14 @@ class InferReactor final : public grpc::ServerUnaryReactor {
     // The call's deadline is the request's: one that passes in the queue is never run.
     const auto remaining = context_->deadline() - std::chrono::system_clock::now();
     if (remaining < std::chrono::hours(24 * 365)) {
-      infer->deadline = Clock::Real().Now() + std::chrono::duration_cast<Clock::duration>(remaining);
+      infer->deadline =
+          Clock::Real().Now() + std::chrono::duration_cast<Clock::duration>(remaining);
     }
     auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
     infer->done = [this, scheduler, meta](InferResponse&& result) {
       if (!result.status.ok()) return FinishWith(result.status);
-      Status encoded = EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, response_);
+      Status encoded =
+          EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, response_);
       FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
     };
     auto id = scheduler->Submit(std::move(infer));

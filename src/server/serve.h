@@ -21,7 +21,7 @@ struct ServeOptions {
   // Its API key and memory budget are the HTTP server's.
   std::optional<uint16_t> grpc_port;
   size_t grpc_max_message_bytes = 64u << 20;  // Larger gRPC messages fail (RESOURCE_EXHAUSTED).
-  int decode_threads = 2;      // Image decode pool for /predict and /predictions.
+  int decode_threads = 2;                     // Image decode pool for /predict and /predictions.
   std::string predict_model;   // Serves /predict bodies that name no model; empty: the first
                                // model with preprocess.image.
   Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
@@ -29,10 +29,10 @@ struct ServeOptions {
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once
-// ready, after "Sluice gRPC listening on HOST:PORT" when gRPC is on. A model that fails to load is reported (not ready, with its error) while the others
-// serve. Language models (config.json + model.safetensors) load through `llm_loader` and serve
-// on /v1/...; one that fails to load stops the server from starting. Returns an error only when
-// the server cannot start at all.
+// ready, after "Sluice gRPC listening on HOST:PORT" when gRPC is on. A model that fails to load is
+// reported (not ready, with its error) while the others serve. Language models (config.json +
+// model.safetensors) load through `llm_loader` and serve on /v1/...; one that fails to load stops
+// the server from starting. Returns an error only when the server cannot start at all.
 Status RunServer(const ServeOptions& options, const BackendLoader& loader,
                  const llm::LlmLoader& llm_loader = nullptr);
 
