@@ -195,8 +195,8 @@ int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line
   if (!levels.ok()) return Fail(levels.status());
   fmt::print("{}", FormatHttpTable(o, *levels));
   if (cmd.write_results) {
-    auto dir =
-        CreateRunDirectory(cmd.results_dir, fmt::format("{}-{}", o.grpc ? "grpc" : "http", o.model));
+    auto dir = CreateRunDirectory(cmd.results_dir,
+                                  fmt::format("{}-{}", o.grpc ? "grpc" : "http", o.model));
     if (!dir.ok()) return Fail(dir.status());
     Status written =
         WriteHttpBenchResults(*dir, RunInfo{command_line, o.grpc ? "grpc" : "http"}, o, *levels);
