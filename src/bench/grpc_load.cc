@@ -2,14 +2,13 @@
 #include "bench/grpc_load.h"
 
 #include <fmt/format.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
+#include <optional>
 #include <random>
-#include <thread>
 
 #include "bench/payload.h"
 #include "grpc_predict_v2.grpc.pb.h"
@@ -45,6 +44,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int index)
   // Its own connection: channels with different arguments share no subchannel.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("sluice.bench_channel", index);
+  // A load generator's channel: no retries (no copy of each request kept for them), no optional
+  // filters, no bandwidth probes, no channelz bookkeeping.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
@@ -130,11 +135,22 @@ Result<inference::ModelInferRequest> BuildRequest(inference::GRPCInferenceServic
   return infer;
 }
 
+// Drives every call of one level from the calling thread, on one completion queue: that thread
+// polls the connections, records each answer and starts the next call, with no hand-off between
+// threads (as the HTTP generator does with its one event loop).
 class GrpcLoadRunner {
  public:
-  GrpcLoadRunner(const GrpcLoadOptions& options, inference::ModelInferRequest request,
-                 std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs)
-      : options_(options), request_(std::move(request)), stubs_(std::move(stubs)) {}
+  // Every call sends `request`, serialized once (calls share its bytes, as the HTTP generator's
+  // connections share one request); answers are checked by status, not parsed, as the HTTP
+  // generator does not parse bodies.
+  GrpcLoadRunner(const GrpcLoadOptions& options, const inference::ModelInferRequest& request,
+                 const std::vector<std::shared_ptr<grpc::Channel>>& channels)
+      : options_(options) {
+    grpc::Slice bytes(request.SerializeAsString());
+    request_ = grpc::ByteBuffer(&bytes, 1);
+    for (const auto& channel : channels)
+      stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
 
   HttpLoadRun Run() {
     start_ = Clock::Real().Now();
@@ -142,37 +158,44 @@ class GrpcLoadRunner {
     end_ = measure_from_ + std::chrono::duration_cast<Clock::duration>(options_.duration);
     UtilizationSampler sampler;
     sampler.Start();
-    if (options_.rate > 0) {
-      std::mt19937_64 rng(options_.seed);
-      std::exponential_distribution<double> gap(options_.rate);
-      Clock::time_point next = start_;
-      for (;;) {
-        next += std::chrono::duration_cast<Clock::duration>(Seconds(gap(rng)));
-        if (next >= end_) break;
-        std::this_thread::sleep_until(next);
-        std::unique_lock lock(mu_);
-        if (in_flight_ < options_.concurrency) {
-          ++in_flight_;
-          lock.unlock();
-          Issue(next);
-        } else {
-          pending_.push_back(next);
-        }
-      }
+    std::mt19937_64 rng(options_.seed);
+    std::exponential_distribution<double> gap(options_.rate > 0 ? options_.rate : 1.0);
+    std::optional<Clock::time_point> next_arrival;
+    if (open_loop()) {
+      next_arrival = start_ + std::chrono::duration_cast<Clock::duration>(Seconds(gap(rng)));
     } else {
-      {
-        std::lock_guard lock(mu_);
-        in_flight_ = options_.concurrency;
-      }
       for (int i = 0; i < options_.concurrency; ++i) Issue(Clock::Real().Now());
     }
-    {
-      std::unique_lock lock(mu_);
-      idle_.wait(lock, [this] { return in_flight_ == 0; });
+    for (;;) {
+      // Open loop: arrivals now due go out, or wait their turn for a free call.
+      while (next_arrival && *next_arrival <= Clock::Real().Now()) {
+        if (*next_arrival >= end_) {
+          next_arrival.reset();
+          break;
+        }
+        if (in_flight_ < options_.concurrency) {
+          Issue(*next_arrival);
+        } else {
+          pending_.push_back(*next_arrival);
+        }
+        *next_arrival += std::chrono::duration_cast<Clock::duration>(Seconds(gap(rng)));
+      }
+      if (in_flight_ == 0 && !next_arrival) break;
+      void* tag = nullptr;
+      bool ok = false;
+      const auto wake = next_arrival ? ToSystem(*next_arrival)
+                                     : std::chrono::system_clock::now() + std::chrono::seconds(1);
+      const auto event = queue_.AsyncNext(&tag, &ok, wake);
+      if (event == grpc::CompletionQueue::SHUTDOWN) break;
+      if (event == grpc::CompletionQueue::GOT_EVENT) Done(static_cast<Call*>(tag));
+    }
+    queue_.Shutdown();
+    void* tag;
+    bool ok;
+    while (queue_.Next(&tag, &ok)) {
     }
     sampler.Stop();
     HttpLoadRun run;
-    std::lock_guard lock(mu_);
     run.summary = Summarize(records_, /*first_is_warmup=*/false);
     run.utilization = sampler.Average(measure_from_, end_);
     run.records = std::move(records_);
@@ -188,78 +211,82 @@ class GrpcLoadRunner {
  private:
   struct Call {
     grpc::ClientContext context;
-    inference::ModelInferResponse response;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader;
     Clock::time_point scheduled;
     Clock::time_point sent;
   };
 
-  // Starts a call due at `scheduled`; its slot in in_flight_ is already counted.
+  bool open_loop() const { return options_.rate > 0; }
+
+  static std::chrono::system_clock::time_point ToSystem(Clock::time_point t) {
+    return std::chrono::system_clock::now() +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::Real().Now());
+  }
+
+  // Starts a call that was due at `scheduled`.
   void Issue(Clock::time_point scheduled) {
     auto* call = new Call;
     call->scheduled = scheduled;
     if (!options_.api_key.empty()) {
       call->context.AddMetadata("authorization", "Bearer " + options_.api_key);
     }
-    auto& stub = *stubs_[next_stub_.fetch_add(1, std::memory_order_relaxed) % stubs_.size()];
+    auto& stub = *stubs_[next_stub_++ % stubs_.size()];
     call->sent = Clock::Real().Now();
-    stub.async()->ModelInfer(&call->context, &request_, &call->response,
-                             [this, call](grpc::Status status) { Done(call, status); });
+    call->reader = stub.PrepareUnaryCall(&call->context, kModelInfer, request_, &queue_);
+    call->reader->StartCall();
+    call->reader->Finish(&call->response, &call->status, call);
+    ++in_flight_;
+    ++sent_;
   }
 
-  void Done(Call* call, const grpc::Status& status) {
+  void Done(Call* call) {
     const Clock::time_point now = Clock::Real().Now();
-    std::optional<Clock::time_point> next;
-    {
-      std::lock_guard lock(mu_);
-      ++sent_;
-      const bool refused = status.error_code() == grpc::StatusCode::UNAVAILABLE;
-      const bool retry_after =
-          refused && call->context.GetServerTrailingMetadata().count("retry-after") > 0;
-      if (refused && !retry_after) {
-        // No answer from the service itself: the transport failed.
-        ++transport_errors_;
-        ++unavailable_without_retry_after_;
-        if (first_transport_errors_.size() < 5) {
-          first_transport_errors_.push_back(status.error_message());
-        }
-      } else {
-        ++answered_;
+    --in_flight_;
+    const grpc::Status& status = call->status;
+    const bool refused = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (refused && call->context.GetServerTrailingMetadata().count("retry-after") == 0) {
+      // No answer from the service itself: the transport failed.
+      ++transport_errors_;
+      ++unavailable_without_retry_after_;
+      if (first_transport_errors_.size() < 5) {
+        first_transport_errors_.push_back(status.error_message());
       }
-      const Clock::time_point origin = options_.rate > 0 ? call->scheduled : call->sent;
-      if (origin >= measure_from_) {
-        RequestRecord record;
-        record.request_time = origin;
-        record.start_time = call->sent;
-        record.response_time = now;
-        record.samples = options_.samples_per_request;
-        record.outcome = OutcomeOf(status.error_code());
-        records_.push_back(record);
-      }
-      if (options_.rate > 0) {
-        if (!pending_.empty()) {
-          next = pending_.front();
-          pending_.pop_front();
-        }
-      } else if (now < end_) {
-        next = now;
-      }
-      if (!next) {
-        --in_flight_;
-        if (in_flight_ == 0) idle_.notify_all();
-      }
+    } else {
+      ++answered_;
+    }
+    const Clock::time_point origin = open_loop() ? call->scheduled : call->sent;
+    if (origin >= measure_from_) {
+      RequestRecord record;
+      record.request_time = origin;
+      record.start_time = call->sent;
+      record.response_time = now;
+      record.samples = options_.samples_per_request;
+      record.outcome = OutcomeOf(status.error_code());
+      records_.push_back(record);
     }
     delete call;
-    if (next) Issue(*next);
+    if (open_loop()) {
+      if (!pending_.empty()) {
+        const Clock::time_point next = pending_.front();
+        pending_.pop_front();
+        Issue(next);
+      }
+    } else if (now < end_) {
+      Issue(now);
+    }
   }
 
+  static constexpr const char* kModelInfer = "/inference.GRPCInferenceService/ModelInfer";
+
   const GrpcLoadOptions& options_;
-  const inference::ModelInferRequest request_;
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs_;
-  std::atomic<size_t> next_stub_{0};
-  Clock::time_point start_, measure_from_, end_;
-  std::mutex mu_;
-  std::condition_variable idle_;
+  grpc::ByteBuffer request_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  grpc::CompletionQueue queue_;
+  size_t next_stub_ = 0;
   int in_flight_ = 0;
+  Clock::time_point start_, measure_from_, end_;
   std::deque<Clock::time_point> pending_;
   std::vector<RequestRecord> records_;
   int64_t transport_errors_ = 0;
@@ -290,13 +317,12 @@ Result<HttpLoadRun> RunGrpcLoad(const GrpcLoadOptions& options) {
   if (options.concurrency < 1) return Status::InvalidArgument("--concurrency must be >= 1");
   const int channels =
       options.channels > 0 ? options.channels : std::max(1, (options.concurrency + 15) / 16);
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
-  for (int i = 0; i < channels; ++i) {
-    stubs.push_back(inference::GRPCInferenceService::NewStub(MakeChannel(options.target, i)));
-  }
-  auto request = BuildRequest(*stubs[0], options);
+  std::vector<std::shared_ptr<grpc::Channel>> pool;
+  for (int i = 0; i < channels; ++i) pool.push_back(MakeChannel(options.target, i));
+  auto metadata_stub = inference::GRPCInferenceService::NewStub(pool[0]);
+  auto request = BuildRequest(*metadata_stub, options);
   if (!request.ok()) return request.status();
-  GrpcLoadRunner runner(options, std::move(*request), std::move(stubs));
+  GrpcLoadRunner runner(options, *request, pool);
   return runner.Run();
 }
 

@@ -1,5 +1,5 @@
 // The gRPC load generator behind `sluice bench --grpc`: KServe v2 ModelInfer calls on gRPC's
-// callback client API, with the HTTP generator's two loops and statistics (see http_load.h):
+// asynchronous client API (one completion queue, one thread), with the HTTP generator's two loops and statistics (see http_load.h):
 //
 //   closed loop: `concurrency` calls in flight, each followed by the next as soon as it returns;
 //                latency = answer - send.
