@@ -15,6 +15,7 @@
 #include "common/histogram.h"
 #include "common/json_writer.h"
 #include "common/mutex.h"
+#include "common/thread_pool.h"
 #include "grpc/grpc_codec.h"
 #include "grpc_predict_v2.grpc.pb.h"
 #include "metrics/prometheus.h"
@@ -94,6 +95,7 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
       quota.Resize(options_.memory_budget_bytes);
       builder.SetResourceQuota(quota);
     }
+    finisher_ = std::make_unique<ThreadPool>(1, size_t{1} << 20);
     server_ = builder.BuildAndStart();
     if (!server_ || selected_port == 0) {
       server_.reset();
@@ -111,6 +113,14 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::duration_cast<std::chrono::system_clock::duration>(grace));
     server_->Wait();
+    finisher_.reset();  // Every call has finished: nothing more will be queued.
+  }
+
+  // Runs `finish` (encode a result, finish its call) on the finisher thread, so a model's worker
+  // never waits on gRPC's transport: finishing a call can write to its socket at once. Inline when
+  // the queue refuses it.
+  void Finish(std::function<void()> finish) {
+    if (!finisher_ || !finisher_->TrySubmit(finish)) finish();
   }
 
   std::string RenderMetrics() const {
@@ -265,6 +275,7 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   const GrpcServerOptions options_;
   const GrpcModelSource models_;
   const V2Limits limits_;
+  std::unique_ptr<ThreadPool> finisher_;
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
   std::atomic<bool> shut_down_{false};
@@ -348,10 +359,12 @@ class InferReactor final : public grpc::ServerUnaryReactor {
     }
     auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
     infer->done = [this, scheduler, meta](InferResponse&& result) {
-      if (!result.status.ok()) return FinishWith(result.status);
-      Status encoded =
-          EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, response_);
-      FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
+      server_.Finish([this, scheduler, meta, result = std::move(result)] {
+        if (!result.status.ok()) return FinishWith(result.status);
+        Status encoded =
+            EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, response_);
+        FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
+      });
     };
     auto id = scheduler->Submit(std::move(infer));
     if (!id.ok()) return FinishWith(id.status());
