@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "grpc_predict_v2.grpc.pb.h"
@@ -461,6 +462,46 @@ TEST(GrpcServiceTest, SigtermFinishesCallsInFlight) {
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return result.has_value(); }));
   ASSERT_TRUE(result->ok()) << result->error_message();
   EXPECT_EQ(OutputValues(response, 0), std::vector<float>(16, 4));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(GrpcTest, BenchDrivesTheGrpcServiceWithBothLoops) {
+  const std::string results = testing::TempDir() + "/grpc-bench-" + std::to_string(getpid());
+  const std::string command = fmt::format(
+      "{} bench --grpc --url grpc://127.0.0.1:{} --metrics-url http://127.0.0.1:{} --model "
+      "identity --binary --concurrency 1,4 --rate 100 --duration 1 --warmup 0.2 --results-dir {} "
+      "2>&1",
+      SLUICE_BINARY, server_->grpc_port(), server_->port(), results);
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  EXPECT_NE(output.find("gRPC benchmark of identity"), std::string::npos) << output;
+  // One table row per level: closed loops at 1 and 4 calls in flight, the open loop at 100/s;
+  // none with errors.
+  std::istringstream lines(output);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string conns, rate;
+    double rps = 0, samples = 0, p50 = 0, p90 = 0, p99 = 0, mean = 0;
+    int errors = -1;
+    if (!(fields >> conns >> rate >> rps >> samples >> p50 >> p90 >> p99 >> mean >> errors)) {
+      continue;
+    }
+    ++rows;
+    EXPECT_GT(rps, 0) << line;
+    EXPECT_EQ(errors, 0) << line;
+    if (rate == "closed") EXPECT_GT(rps, 50) << line;
+  }
+  EXPECT_EQ(rows, 3) << output;
+  EXPECT_NE(output.find("Results: " + results), std::string::npos) << output;
 }
 
 }  // namespace
