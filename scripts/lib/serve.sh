@@ -1,6 +1,7 @@
 # Sourced by the scripts that measure a running server. Defines start_server: it starts
 # `sluice serve` on 127.0.0.1 with a free port, waits until it listens, sets $server (its PID),
-# $port and $work (a scratch folder), and stops the server by its PID when the script exits.
+# $port, $grpc_port (when SERVE_ARGS has --grpc-port) and $work (a scratch folder), and stops the
+# server by its PID when the script exits.
 # Usage: start_server SLUICE_BINARY SERVE_ARGS...
 
 start_server() {
@@ -13,6 +14,7 @@ start_server() {
   port=""
   for _ in $(seq 1 600); do
     port=$(sed -n 's|^Sluice listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$work/server.log")
+    grpc_port=$(sed -n 's|^Sluice gRPC listening on 127.0.0.1:\([0-9]*\)$|\1|p' "$work/server.log")
     [[ -n $port ]] && return 0
     if ! kill -0 "$server" 2>/dev/null; then
       cat "$work/server.log" >&2
