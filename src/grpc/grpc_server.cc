@@ -300,6 +300,9 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override {
+    // gRPC cancels a call whose deadline passes; the request's own deadline (the same instant)
+    // expires it in the queue, counted as deadline_exceeded rather than cancelled.
+    if (context_->deadline() <= std::chrono::system_clock::now()) return;
     std::shared_ptr<ModelScheduler> scheduler;
     RequestId id = 0;
     {
