@@ -18,8 +18,10 @@ namespace {
 
 using inference::GRPCInferenceService;
 using sluice_test::Client;
+using sluice_test::ReadFile;
 using sluice_test::Response;
 using sluice_test::ServerProcess;
+using sluice_test::WaitForStats;
 
 std::unique_ptr<GRPCInferenceService::Stub> Connect(int port, int max_message_bytes = -1) {
   grpc::ChannelArguments args;
@@ -84,11 +86,6 @@ std::vector<float> RestBinaryOutput(const Response& r) {
   return values;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // A repository of the identity model under other configs: "slow" waits 3 s for company and
 // queues one sample at most; "big" takes any length, one request a batch.
 std::string MakeGrpcRepository() {
@@ -110,18 +107,6 @@ std::string MakeGrpcRepository() {
          "inputs: [{name: input, datatype: FP32, shape: [-1]}]\n"
          "outputs: [{name: output, datatype: FP32, shape: [-1]}]\n";
   return dir;
-}
-
-// Polls /v2/models/slow/stats until `needle` appears (at most ~2 s).
-bool WaitForStats(int port, const std::string& needle) {
-  for (int i = 0; i < 400; ++i) {
-    Client c(port);
-    if (c.Request("GET", "/v2/models/slow/stats").body.find(needle) != std::string::npos) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 class GrpcTest : public ::testing::Test {
@@ -498,7 +483,9 @@ TEST_F(GrpcTest, BenchDrivesTheGrpcServiceWithBothLoops) {
     ++rows;
     EXPECT_GT(rps, 0) << line;
     EXPECT_EQ(errors, 0) << line;
-    if (rate == "closed") EXPECT_GT(rps, 50) << line;
+    if (rate == "closed") {
+      EXPECT_GT(rps, 50) << line;
+    }
   }
   EXPECT_EQ(rows, 3) << output;
   EXPECT_NE(output.find("Results: " + results), std::string::npos) << output;

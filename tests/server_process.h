@@ -11,13 +11,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace sluice_test {
@@ -188,5 +192,24 @@ class Client {
   bool http10_ = false;
   std::string buffer_;
 };
+
+// The whole file at `path` (empty when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Polls /v2/models/slow/stats (the "slow" model of the tests' repositories) until `needle`
+// appears, at most ~2 s.
+inline bool WaitForStats(int port, const std::string& needle) {
+  for (int i = 0; i < 400; ++i) {
+    Client c(port);
+    if (c.Request("GET", "/v2/models/slow/stats").body.find(needle) != std::string::npos) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
 
 }  // namespace sluice_test

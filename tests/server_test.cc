@@ -34,8 +34,10 @@
 namespace {
 
 using sluice_test::Client;
+using sluice_test::ReadFile;
 using sluice_test::Response;
 using sluice_test::ServerProcess;
+using sluice_test::WaitForStats;
 
 std::string IdentityJson(int first, const std::string& id = "") {
   std::string data;
@@ -54,11 +56,6 @@ std::string ExpectedIdentityData(int first) {
     data += std::to_string(first + i);
   }
   return "\"data\":[" + data + "]";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 class ServerTest : public ::testing::Test {
@@ -439,18 +436,6 @@ std::string MakeSlowRepository() {
          "inputs: [{name: input, datatype: FP32, shape: [16]}]\n"
          "outputs: [{name: output, datatype: FP32, shape: [16]}]\n";
   return dir;
-}
-
-// Polls /v2/models/slow/stats until `needle` appears (at most ~2 s).
-bool WaitForStats(int port, const std::string& needle) {
-  for (int i = 0; i < 400; ++i) {
-    Client c(port);
-    if (c.Request("GET", "/v2/models/slow/stats").body.find(needle) != std::string::npos) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 TEST(ServerLifecycleTest, ClientDisconnectCancelsItsQueuedRequest) {

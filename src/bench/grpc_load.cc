@@ -195,17 +195,10 @@ class GrpcLoadRunner {
     while (queue_.Next(&tag, &ok)) {
     }
     sampler.Stop();
-    HttpLoadRun run;
-    run.summary = Summarize(records_, /*first_is_warmup=*/false);
-    run.utilization = sampler.Average(measure_from_, end_);
-    run.records = std::move(records_);
-    run.transport_errors = transport_errors_;
-    run.first_transport_errors = std::move(first_transport_errors_);
-    run.unsent = static_cast<int64_t>(pending_.size());
-    run.sent = sent_;
-    run.answered = answered_;
-    run.unavailable_without_retry_after = unavailable_without_retry_after_;
-    return run;
+    run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
+    run_.utilization = sampler.Average(measure_from_, end_);
+    run_.unsent = static_cast<int64_t>(pending_.size());
+    return std::move(run_);
   }
 
  private:
@@ -238,7 +231,7 @@ class GrpcLoadRunner {
     call->reader->StartCall();
     call->reader->Finish(&call->response, &call->status, call);
     ++in_flight_;
-    ++sent_;
+    ++run_.sent;
   }
 
   void Done(Call* call) {
@@ -248,13 +241,10 @@ class GrpcLoadRunner {
     const bool refused = status.error_code() == grpc::StatusCode::UNAVAILABLE;
     if (refused && call->context.GetServerTrailingMetadata().count("retry-after") == 0) {
       // No answer from the service itself: the transport failed.
-      ++transport_errors_;
-      ++unavailable_without_retry_after_;
-      if (first_transport_errors_.size() < 5) {
-        first_transport_errors_.push_back(status.error_message());
-      }
+      AddTransportError(run_, status.error_message());
+      ++run_.unavailable_without_retry_after;
     } else {
-      ++answered_;
+      ++run_.answered;
     }
     const Clock::time_point origin = open_loop() ? call->scheduled : call->sent;
     if (origin >= measure_from_) {
@@ -264,7 +254,7 @@ class GrpcLoadRunner {
       record.response_time = now;
       record.samples = options_.samples_per_request;
       record.outcome = OutcomeOf(status.error_code());
-      records_.push_back(record);
+      run_.records.push_back(record);
     }
     delete call;
     if (open_loop()) {
@@ -288,12 +278,7 @@ class GrpcLoadRunner {
   int in_flight_ = 0;
   Clock::time_point start_, measure_from_, end_;
   std::deque<Clock::time_point> pending_;
-  std::vector<RequestRecord> records_;
-  int64_t transport_errors_ = 0;
-  std::vector<std::string> first_transport_errors_;
-  int64_t sent_ = 0;
-  int64_t answered_ = 0;
-  int64_t unavailable_without_retry_after_ = 0;
+  HttpLoadRun run_;  // Counts and records as they come; summarised at the end.
 };
 
 }  // namespace

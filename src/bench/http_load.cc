@@ -96,17 +96,10 @@ class LoadRunner {
     }
     ioc_.run();
     sampler.Stop();
-    HttpLoadRun run;
-    run.summary = Summarize(records_, /*first_is_warmup=*/false);
-    run.utilization = sampler.Average(measure_from_, end_);
-    run.records = std::move(records_);
-    run.transport_errors = transport_errors_;
-    run.first_transport_errors = std::move(first_transport_errors_);
-    run.unsent = static_cast<int64_t>(pending_.size());
-    run.sent = sent_;
-    run.answered = answered_;
-    run.unavailable_without_retry_after = unavailable_without_retry_after_;
-    return run;
+    run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
+    run_.utilization = sampler.Average(measure_from_, end_);
+    run_.unsent = static_cast<int64_t>(pending_.size());
+    return std::move(run_);
   }
 
  private:
@@ -127,10 +120,7 @@ class LoadRunner {
   void Connect(const std::shared_ptr<Conn>& conn) {
     conn->socket.async_connect(endpoint_, [this, conn](beast::error_code ec) {
       if (ec) {
-        ++transport_errors_;
-        if (first_transport_errors_.size() < 5) {
-          first_transport_errors_.push_back(fmt::format("connect: {}", ec.message()));
-        }
+        AddTransportError(run_, fmt::format("connect: {}", ec.message()));
         if (sending_time_over(Clock::Real().Now())) return;
         conn->socket = tcp::socket(ioc_);
         return Connect(conn);
@@ -161,7 +151,7 @@ class LoadRunner {
     net::async_write(conn->socket, net::buffer(request_),
                      [this, conn](beast::error_code ec, size_t) {
                        if (ec) return Lost(conn, "write", ec);
-                       ++sent_;
+                       ++run_.sent;
                        Read(conn);
                      });
   }
@@ -174,10 +164,10 @@ class LoadRunner {
                        if (ec) return Lost(conn, "read", ec);
                        const Clock::time_point now = Clock::Real().Now();
                        const auto& response = conn->parser->get();
-                       ++answered_;
+                       ++run_.answered;
                        if (response.result() == http::status::service_unavailable &&
                            response.find(http::field::retry_after) == response.end()) {
-                         ++unavailable_without_retry_after_;
+                         ++run_.unavailable_without_retry_after;
                        }
                        Record(conn, now, OutcomeOf(static_cast<int>(response.result_int())));
                        if (!response.keep_alive()) return Reconnect(conn);
@@ -194,15 +184,12 @@ class LoadRunner {
     record.response_time = now;
     record.samples = options_.payload.samples;
     record.outcome = outcome;
-    records_.push_back(record);
+    run_.records.push_back(record);
   }
 
   // The connection failed mid-request: record the failure and carry on with a new one.
   void Lost(const std::shared_ptr<Conn>& conn, std::string_view during, beast::error_code ec) {
-    ++transport_errors_;
-    if (first_transport_errors_.size() < 5) {
-      first_transport_errors_.push_back(fmt::format("{}: {}", during, ec.message()));
-    }
+    AddTransportError(run_, fmt::format("{}: {}", during, ec.message()));
     Record(conn, Clock::Real().Now(), StatusCode::kUnavailable);
     Reconnect(conn);
   }
@@ -257,15 +244,15 @@ class LoadRunner {
   std::vector<std::shared_ptr<Conn>> conns_;
   std::deque<Clock::time_point> pending_;
   Clock::time_point start_, measure_from_, end_, next_arrival_;
-  std::vector<RequestRecord> records_;
-  int64_t transport_errors_ = 0;
-  std::vector<std::string> first_transport_errors_;
-  int64_t sent_ = 0;
-  int64_t answered_ = 0;
-  int64_t unavailable_without_retry_after_ = 0;
+  HttpLoadRun run_;  // Counts and records as they come; summarised at the end.
 };
 
 }  // namespace
+
+void AddTransportError(HttpLoadRun& run, std::string what) {
+  ++run.transport_errors;
+  if (run.first_transport_errors.size() < 5) run.first_transport_errors.push_back(std::move(what));
+}
 
 Result<HttpTarget> ParseHttpUrl(std::string_view url) {
   constexpr std::string_view kScheme = "http://";

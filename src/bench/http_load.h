@@ -64,6 +64,9 @@ struct HttpLoadRun {
   int64_t unavailable_without_retry_after = 0;  // 503 answers lacking Retry-After.
 };
 
+// Counts a lost connection or call in `run`, keeping the first few descriptions.
+void AddTransportError(HttpLoadRun& run, std::string what);
+
 // Runs one load level. Fails only when no connection can be opened at all.
 Result<HttpLoadRun> RunHttpLoad(const HttpLoadOptions& options);
 
