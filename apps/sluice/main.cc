@@ -67,6 +67,9 @@ struct BenchCommand {
   bool llm = false;
   LlmBenchOptions llm_options;
   std::string agreement;  // --llm --in-process: this precision compared with --precision's.
+  // Trace-event JSON of the requests' stages (in-process, or --url's client side); off if empty.
+  std::string trace_file;
+  double trace_sample_rate = 1;
 };
 
 struct SweepCommand {
@@ -180,6 +183,24 @@ void DescribeBatched(const ModelConfig& c, const InProcessOptions& o) {
       c.optimize.channels_last ? "on" : "off");
 }
 
+// `cmd`'s trace file, opened (null when none was asked for).
+Result<std::unique_ptr<TraceWriter>> OpenBenchTrace(const BenchCommand& cmd) {
+  if (cmd.trace_file.empty()) return std::unique_ptr<TraceWriter>();
+  return TraceWriter::Open({.path = cmd.trace_file,
+                            .sample_rate = cmd.trace_sample_rate,
+                            .process_name = "sluice bench",
+                            .lane_prefix = "slot"});
+}
+
+// Closes the trace and says where it is.
+int FinishBenchTrace(TraceWriter* tracer) {
+  if (tracer == nullptr) return 0;
+  Status closed = tracer->Close();
+  if (!closed.ok()) return Fail(closed);
+  fmt::print("Trace:   {} ({} request(s))\n", tracer->path().string(), tracer->written());
+  return 0;
+}
+
 int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line) {
   HttpBenchOptions o = cmd.http;
   o.url = cmd.url;
@@ -188,11 +209,15 @@ int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line
   if (!cmd.http.rates.empty() && cmd.concurrency.empty()) o.concurrency.clear();
   o.samples_per_request = cmd.samples_per_request;
   if (!o.input_file.empty() && o.endpoint == "v2") o.endpoint = "predict";
+  auto tracer = OpenBenchTrace(cmd);
+  if (!tracer.ok()) return Fail(tracer.status());
+  o.tracer = tracer->get();
   auto levels = RunHttpBench(o, [](const std::string& line) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   });
   if (!levels.ok()) return Fail(levels.status());
+  if (int failed = FinishBenchTrace(tracer->get())) return failed;
   fmt::print("{}", FormatHttpTable(o, *levels));
   if (cmd.write_results) {
     auto dir = CreateRunDirectory(cmd.results_dir,
@@ -442,10 +467,14 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
   const LoadReport& load = (*backend)->load_report();
   RunInfo info{command_line, load.runtime};
 
+  auto tracer = OpenBenchTrace(cmd);
+  if (!tracer.ok()) return Fail(tracer.status());
   if (!cmd.compare_ceiling) {
     auto run = run_pipeline(*instances);
     if (!run.ok()) return Fail(run.status());
     fmt::print("{}", FormatReport(load, *run));
+    if (*tracer) TraceInProcessRecords(run->records, config->name, **tracer);
+    if (int failed = FinishBenchTrace(tracer->get())) return failed;
     if (cmd.write_results) {
       auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("bench-{}", config->name));
       if (!dir.ok()) return Fail(dir.status());
@@ -486,6 +515,8 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
       "pipeline/ceiling {:.3f}\n",
       cmd.rounds, Median(ceiling), Median(pipeline), Median(ratio));
   fmt::print("{}", FormatReport(load, *last_pipeline));
+  if (*tracer) TraceInProcessRecords(last_pipeline->records, config->name, **tracer);
+  if (int failed = FinishBenchTrace(tracer->get())) return failed;
   if (cmd.write_results) {
     auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("ceiling-{}", config->name));
     if (!dir.ok()) return Fail(dir.status());
@@ -749,6 +780,12 @@ int main(int argc, char** argv) {
   bench_app->add_option("--results-dir", bench.results_dir, "Where results/<run-id>/ goes")
       ->capture_default_str();
   bench_app->add_flag("!--no-results", bench.write_results, "Print only; write no result files");
+  bench_app->add_option("--trace", bench.trace_file,
+                        "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON); "
+                        "with --url, sampled requests carry a traceparent");
+  bench_app->add_option("--trace-sample-rate", bench.trace_sample_rate, "--trace: fraction traced")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   bench_app->add_flag("--llm", bench.llm,
                       "A language model: streamed /v1/completions against --url (any "
                       "OpenAI-compatible server), or the engine --in-process");
@@ -876,6 +913,13 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false));
   serve_app->add_flag("--model-control", serve.model_control,
                       "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
+  serve_app->add_option("--trace", serve.trace_file,
+                        "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON)");
+  serve_app
+      ->add_option("--trace-sample-rate", serve.trace_sample_rate,
+                   "--trace: fraction of requests traced (a traceparent marked sampled always is)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   double grace_seconds = serve.shutdown_grace.count();
   serve_app
       ->add_option("--shutdown-grace", grace_seconds,

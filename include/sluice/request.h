@@ -30,6 +30,7 @@ struct InferResponse {
   RequestTimes times;
   uint64_t batch_id = 0;  // Which batch ran it (per model, from 1); 0 if it never ran.
   int batch_size = 0;     // Samples in that batch; 0 if it never ran.
+  int instance = -1;      // The model instance that ran it; -1 if it never ran.
 };
 
 // Called exactly once per accepted request, on an engine thread (or the thread that cancels or

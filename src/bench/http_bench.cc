@@ -135,6 +135,9 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
   std::function<Result<HttpLoadRun>(int, double, uint64_t)> run_level;
   std::optional<HttpTarget> metrics;
   if (o.grpc) {
+    if (o.tracer != nullptr) {
+      return Status::InvalidArgument("--trace traces HTTP requests; gRPC calls are not traced");
+    }
     auto target = ParseGrpcTarget(o.url);
     if (!target.ok()) return target.status();
     if (!o.endpoint.empty() && o.endpoint != "v2") {
@@ -174,6 +177,7 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
       load.duration = o.duration;
       load.warmup = o.warmup;
       load.seed = seed;
+      load.tracer = o.tracer;
       return RunHttpLoad(load);
     };
   }

@@ -32,6 +32,8 @@ struct HttpBenchOptions {
   // figures come from `metrics_url`'s /metrics when given.
   bool grpc = false;
   std::string metrics_url;
+  // HTTP only: traces the requests it samples from the client's side (see HttpLoadOptions).
+  TraceWriter* tracer = nullptr;
 };
 
 struct HttpLevelResult {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -112,6 +113,11 @@ class LoadRunner {
     Clock::time_point scheduled;  // Open loop: when it was due.
     bool connected = false;
     bool busy = false;
+    // The request in flight, when traced: its ids, its own bytes and when they were written.
+    uint64_t trace_span = 0;  // 0: not traced.
+    std::array<uint8_t, 16> trace_id{};
+    std::string traced_request;
+    Clock::time_point written;
   };
 
   bool open_loop() const { return options_.rate > 0; }
@@ -148,12 +154,31 @@ class LoadRunner {
     }
     conn->busy = true;
     conn->sent = Clock::Real().Now();
-    net::async_write(conn->socket, net::buffer(request_),
-                     [this, conn](beast::error_code ec, size_t) {
-                       if (ec) return Lost(conn, "write", ec);
-                       ++run_.sent;
-                       Read(conn);
-                     });
+    const std::string* wire = &request_;
+    conn->trace_span = 0;
+    if (options_.tracer != nullptr && conn->scheduled >= measure_from_ &&
+        options_.tracer->ShouldSample()) {
+      // This one request carries its own traceparent, after the request line and Host.
+      TraceContext context;
+      for (size_t half = 0; half < 2; ++half) {
+        uint64_t bits = NewSpanId();
+        for (size_t i = 0; i < 8; ++i, bits >>= 8) context.trace_id[half * 8 + i] = bits & 0xff;
+      }
+      context.flags = 1;
+      conn->trace_id = context.trace_id;
+      conn->trace_span = NewSpanId();
+      conn->traced_request = request_;
+      const size_t after_host = request_.find("\r\n", request_.find("\r\n") + 2) + 2;
+      conn->traced_request.insert(
+          after_host, "traceparent: " + FormatTraceparent(context, conn->trace_span) + "\r\n");
+      wire = &conn->traced_request;
+    }
+    net::async_write(conn->socket, net::buffer(*wire), [this, conn](beast::error_code ec, size_t) {
+      if (ec) return Lost(conn, "write", ec);
+      if (conn->trace_span != 0) conn->written = Clock::Real().Now();
+      ++run_.sent;
+      Read(conn);
+    });
   }
 
   void Read(const std::shared_ptr<Conn>& conn) {
@@ -169,13 +194,14 @@ class LoadRunner {
                            response.find(http::field::retry_after) == response.end()) {
                          ++run_.unavailable_without_retry_after;
                        }
-                       Record(conn, now, OutcomeOf(static_cast<int>(response.result_int())));
+                       Record(conn, now, static_cast<int>(response.result_int()));
                        if (!response.keep_alive()) return Reconnect(conn);
                        Next(conn);
                      });
   }
 
-  void Record(const std::shared_ptr<Conn>& conn, Clock::time_point now, StatusCode outcome) {
+  // `http_status` 0: the connection was lost.
+  void Record(const std::shared_ptr<Conn>& conn, Clock::time_point now, int http_status) {
     const Clock::time_point origin = open_loop() ? conn->scheduled : conn->sent;
     if (origin < measure_from_) return;  // Warm-up.
     RequestRecord record;
@@ -183,14 +209,29 @@ class LoadRunner {
     record.start_time = conn->sent;
     record.response_time = now;
     record.samples = options_.payload.samples;
-    record.outcome = outcome;
+    record.outcome = http_status == 0 ? StatusCode::kUnavailable : OutcomeOf(http_status);
     run_.records.push_back(record);
+    if (conn->trace_span != 0) {
+      RequestTrace trace;
+      trace.name = options_.payload.method + " " + options_.payload.path;
+      trace.start = origin;
+      trace.lane = lanes_.Assign(origin, now);
+      trace.status = http_status;
+      if (open_loop()) trace.End(TraceStage::kDelay, conn->sent);
+      if (conn->written != Clock::time_point{}) trace.End(TraceStage::kSend, conn->written);
+      trace.End(TraceStage::kReceive, now);
+      trace.trace_id = conn->trace_id;
+      trace.span_id = conn->trace_span;
+      options_.tracer->Record(std::move(trace));
+      conn->trace_span = 0;
+      conn->written = Clock::time_point{};
+    }
   }
 
   // The connection failed mid-request: record the failure and carry on with a new one.
   void Lost(const std::shared_ptr<Conn>& conn, std::string_view during, beast::error_code ec) {
     AddTransportError(run_, fmt::format("{}: {}", during, ec.message()));
-    Record(conn, Clock::Real().Now(), StatusCode::kUnavailable);
+    Record(conn, Clock::Real().Now(), 0);
     Reconnect(conn);
   }
 
@@ -237,6 +278,7 @@ class LoadRunner {
 
   const HttpLoadOptions& options_;
   const std::string request_;
+  TraceLanes lanes_;
   net::io_context ioc_{1};
   tcp::endpoint endpoint_;
   net::steady_timer timer_;

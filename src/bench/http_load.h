@@ -16,6 +16,7 @@
 
 #include "bench/stats.h"
 #include "bench/utilization.h"
+#include "metrics/trace.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -50,6 +51,10 @@ struct HttpLoadOptions {
   Seconds duration{10};  // Measured period, after the warm-up.
   Seconds warmup{2};     // Sent but excluded.
   uint64_t seed = 1;     // Poisson arrivals.
+  // When set (not owned), the measured requests it samples carry a sampled `traceparent` and are
+  // traced from the client's side: delay (open loop), send, receive; the root span is the
+  // request's latency as recorded. A server tracing too names the same trace id.
+  TraceWriter* tracer = nullptr;
 };
 
 struct HttpLoadRun {

@@ -191,6 +191,8 @@ Result<BenchRun> RunBatchedPipeline(const ModelConfig& config,
       r.outcome = response.status.code();
       r.batch_id = response.batch_id;
       r.batch_size = response.batch_size;
+      r.worker = response.instance;
+      r.engine = response.times;
       finish_one(i);
     };
     record.samples = options.batch_size;

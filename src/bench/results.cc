@@ -155,6 +155,40 @@ std::string SamplesCsv(std::span<const RequestRecord> records) {
   return csv;
 }
 
+void TraceInProcessRecords(std::span<const RequestRecord> records, std::string_view model,
+                           TraceWriter& tracer) {
+  std::vector<const RequestRecord*> order;
+  for (const RequestRecord& r : records) order.push_back(&r);
+  std::stable_sort(order.begin(), order.end(), [](const RequestRecord* a, const RequestRecord* b) {
+    return a->request_time < b->request_time;
+  });
+  TraceLanes lanes;
+  for (const RequestRecord* r : order) {
+    if (!tracer.ShouldSample()) continue;
+    RequestTrace trace;
+    trace.name = fmt::format("infer {}", model);
+    trace.model = std::string(model);
+    trace.start = r->request_time;
+    trace.lane = lanes.Assign(r->request_time, r->response_time);
+    trace.status = r->outcome == StatusCode::kOk ? 200 : HttpStatusFor(r->outcome);
+    if (r->engine.enqueue != Clock::time_point{}) {
+      trace.End(TraceStage::kSubmit, r->engine.enqueue);
+      trace.End(TraceStage::kQueue, r->engine.dispatch);
+      trace.End(TraceStage::kBatch, r->engine.compute_start);
+      trace.End(TraceStage::kCompute, r->engine.compute_end);
+      trace.batch_id = r->batch_id;
+      trace.batch_size = r->batch_size;
+      trace.instance = r->worker;
+    } else if (r->start_time != Clock::time_point{}) {
+      trace.End(TraceStage::kQueue, r->start_time);
+      trace.End(TraceStage::kCompute, r->response_time);
+      trace.instance = r->worker;
+    }
+    trace.End(TraceStage::kComplete, r->response_time);
+    tracer.Record(std::move(trace));
+  }
+}
+
 Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,
                          const ModelConfig& config, const InProcessOptions& options,
                          const LoadReport& load, const BenchRun& run) {

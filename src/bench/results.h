@@ -10,6 +10,7 @@
 #include "bench/in_process.h"
 #include "common/json_writer.h"
 #include "config/model_config.h"
+#include "metrics/trace.h"
 
 namespace sluice {
 
@@ -37,6 +38,12 @@ void WriteLoadFields(JsonWriter& json, const LoadReport& load);
 
 // One row per request, times in seconds from the first request_time; the warm-up row is marked.
 std::string SamplesCsv(std::span<const RequestRecord> records);
+
+// Hands the in-process records `tracer` samples to it (warm-up included): a batched run's as
+// submit, queue, batch, compute, complete; an unbatched run's as queue, compute. Each root span
+// is the record's latency exactly; lanes are assigned so no two requests on one overlap.
+void TraceInProcessRecords(std::span<const RequestRecord> records, std::string_view model,
+                           TraceWriter& tracer);
 
 // Writes run.json, samples.csv and summary.json of one in-process run into `dir`.
 Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,

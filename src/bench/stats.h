@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "sluice/request.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -33,6 +34,7 @@ struct RequestRecord {
   int worker = -1;        // Instance that ran it, where known.
   uint64_t batch_id = 0;  // The engine batch it ran in (batched runs only; 0: none or unknown).
   int batch_size = 0;     // Samples in that batch (batched runs only).
+  RequestTimes engine;    // The scheduler's stamps (batched runs only; unset otherwise).
 
   double latency_seconds() const { return SecondsBetween(request_time, response_time); }
 };

@@ -235,7 +235,7 @@ void ModelScheduler::WorkerLoop(size_t index) {
       response.status = Status::DeadlineExceeded("request deadline passed while queued");
       Complete(std::move(request), std::move(response));
     }
-    if (!poll.batch.requests.empty()) RunBatch(instance, poll.batch);
+    if (!poll.batch.requests.empty()) RunBatch(instance, static_cast<int>(index), poll.batch);
   }
 }
 
@@ -251,7 +251,7 @@ void ModelScheduler::TimerLoop() {
   }
 }
 
-void ModelScheduler::RunBatch(BackendInstance& instance, Batch& batch) {
+void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Batch& batch) {
   const uint64_t batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
   const Clock::time_point start = clock_.Now();
   for (auto& request : batch.requests) request->times.compute_start = start;
@@ -292,6 +292,7 @@ void ModelScheduler::RunBatch(BackendInstance& instance, Batch& batch) {
     response.outputs = std::move(outputs[r]);
     response.batch_id = batch_id;
     response.batch_size = static_cast<int>(batch.samples);
+    response.instance = instance_index;
     Complete(std::move(batch.requests[r]), std::move(response));
   }
 }

@@ -85,7 +85,7 @@ class ModelScheduler {
 
   void WorkerLoop(size_t index);
   void TimerLoop();
-  void RunBatch(BackendInstance& instance, Batch& batch);
+  void RunBatch(BackendInstance& instance, int instance_index, Batch& batch);
   void Complete(std::unique_ptr<InferRequest> request, InferResponse response);
 
   const ModelConfig config_;

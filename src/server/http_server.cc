@@ -80,6 +80,8 @@ class HttpServer::Impl {
 
   // Used by sessions.
   const HttpServerOptions& options() const { return options_; }
+  TraceWriter* tracer() const { return options_.tracer; }
+  uint64_t NextConnectionId() { return next_connection_id_.fetch_add(1) + 1; }
   const Router& router() const { return router_; }
   MemoryBudget& memory_budget() { return memory_budget_; }
   bool draining() const { return draining_.load(); }
@@ -113,6 +115,7 @@ class HttpServer::Impl {
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> accepted_connections_{0};
   std::atomic<int64_t> refused_connections_{0};
+  std::atomic<uint64_t> next_connection_id_{0};
   std::array<std::atomic<int64_t>, 600> responses_;
   Histogram request_seconds_;
   std::once_flag shutdown_once_;
@@ -128,7 +131,7 @@ namespace {
 class Session : public SessionBase, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server) {
+      : stream_(std::move(socket)), server_(server), id_(server.NextConnectionId()) {
     server_.ConnectionOpened();
     // A chunked body's next chunk is charged to the memory budget before it is read, and the
     // body's string grows once per chunk to what was charged.
@@ -173,8 +176,13 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     admission_.reset();
     memory_refused_bytes_ = 0;
     refusal_.reset();
+    trace_.reset();
+    traceparent_.clear();
     reading_header_ = true;
-    if (buffer_.size() > 0) return ReadRestOfHeader();
+    if (buffer_.size() > 0) {
+      if (server_.tracer() != nullptr) read_start_ = Clock::Real().Now();
+      return ReadRestOfHeader();
+    }
     // Idle until the request's first bytes (idle timeout), then the header must complete within
     // the header timeout: a client trickling a byte a second cannot hold the connection for long.
     stream_.expires_after(server_.draining() ? Steady(kDrainReadTimeout)
@@ -193,6 +201,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
             self->reading_header_ = false;
             return self->OnReadError(ec);
           }
+          if (self->server_.tracer() != nullptr) self->read_start_ = Clock::Real().Now();
           self->buffer_.commit(n);
           self->ReadRestOfHeader();
         });
@@ -348,6 +357,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     request.admission = std::move(admission_);
     request.received = Clock::Real().Now();
     received_ = request.received;
+    StartTrace(raw, request);
     auto self = shared_from_this();
     request.post = [self](std::function<void()> work) {
       net::post(self->stream_.get_executor(), std::move(work));
@@ -366,6 +376,47 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     });
     // Still unanswered and cancellable: watch the socket so a disconnect cancels the request.
     if (awaiting_response_ && cancel_) WatchForDisconnect();
+  }
+
+  // Reads the request's traceparent (echoed on the answer) and, when the tracer samples it, opens
+  // its trace.
+  void StartTrace(const http::request<http::string_body>& raw, HttpRequest& request) {
+    std::optional<TraceContext> context;
+    uint64_t span_id = 0;
+    if (std::string_view header = raw["traceparent"]; !header.empty()) {
+      context = ParseTraceparent(header);
+      if (context) {
+        span_id = NewSpanId();
+        traceparent_ = FormatTraceparent(*context, span_id);
+      }
+    }
+    TraceWriter* tracer = server_.tracer();
+    if (tracer == nullptr || !tracer->ShouldSample(context && context->sampled())) return;
+    trace_ = std::make_shared<RequestTrace>();
+    trace_->name = request.method + " " + request.path;
+    trace_->start = read_start_ == Clock::time_point{} ? request.received : read_start_;
+    trace_->End(TraceStage::kRead, request.received);
+    trace_->lane = id_;
+    if (context) {
+      trace_->trace_id = context->trace_id;
+      trace_->parent_span_id = context->parent_id;
+    }
+    trace_->span_id = span_id != 0 ? span_id : NewSpanId();
+    request.trace = trace_;
+  }
+
+  // The answer is on its way (kHandle ends unless the handler encoded one) or written (kWrite).
+  void MarkTraceHandled() {
+    if (trace_ && trace_->ends[static_cast<size_t>(TraceStage::kEncode)] == Clock::time_point{}) {
+      trace_->End(TraceStage::kHandle, Clock::Real().Now());
+    }
+  }
+  void FinishTrace(int status) {
+    if (!trace_) return;
+    trace_->End(TraceStage::kWrite, Clock::Real().Now());
+    trace_->status = status;
+    server_.tracer()->Record(std::move(*trace_));
+    trace_.reset();
   }
 
   // Reads while a request waits for its answer: end-of-stream means the client left. Bytes that
@@ -425,12 +476,14 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     memory_.reset();
     admission_.reset();
     std::function<void()> cancel = std::exchange(cancel_, nullptr);
+    if (!watching_) MarkTraceHandled();
     if (client_gone_) {
       // Nobody to answer (499, as nginx logs it); the connection is closed.
       if (response.stream) {
         response.stream->MarkGone();
         if (cancel) cancel();
       }
+      FinishTrace(499);
       if (counted) server_.RequestFinished(499, received_);
       return Close();
     }
@@ -448,6 +501,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     res->set(http::field::server, "sluice");
     res->set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) res->set(name, value);
+    if (!traceparent_.empty()) res->set("traceparent", traceparent_);
     res->keep_alive(keep_alive_ && !server_.draining());
     res->body() = std::move(response.body);
     res->prepare_payload();
@@ -456,6 +510,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     http::async_write(
         stream_, *res,
         [self = shared_from_this(), res, status, counted](beast::error_code ec, size_t) {
+          self->FinishTrace(ec ? 499 : status);
           if (counted) self->server_.RequestFinished(status, self->received_);
           if (ec || res->need_eof()) return self->Close();
           self->ReadHeader();
@@ -471,6 +526,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     res->set(http::field::server, "sluice");
     res->set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) res->set(name, value);
+    if (!traceparent_.empty()) res->set("traceparent", traceparent_);
     res->keep_alive(keep_alive_ && !server_.draining());
     res->chunked(true);
     keep_alive_ = res->keep_alive();
@@ -561,6 +617,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     }
     stream_cancel_ = nullptr;
     stream_body_.reset();
+    FinishTrace(failed ? 499 : stream_status_);
     if (stream_counted_) server_.RequestFinished(failed ? 499 : stream_status_, received_);
     if (failed || !keep_alive_) return Close();
     if (stream_watching_) {
@@ -600,6 +657,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
+  const uint64_t id_;  // This connection's number: its lane in traces.
+  // Tracing (all on the strand): when the current request's first bytes arrived (only stamped
+  // when a tracer is set), its trace if sampled, and the traceparent to echo.
+  Clock::time_point read_start_;
+  std::shared_ptr<RequestTrace> trace_;
+  std::string traceparent_;
   bool reading_header_ = false;     // Waiting for a request's header.
   bool request_timed_out_ = false;  // request_timer_ fired and cancelled the read.
   bool linger_ = false;             // Close() reads what the client still sends, for a while.

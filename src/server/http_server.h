@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "metrics/prometheus.h"
+#include "metrics/trace.h"
 #include "server/router.h"
 #include "sluice/status.h"
 
@@ -35,6 +36,10 @@ struct HttpServerOptions {
   // (or, chunked, whose next chunk) does not fit is answered 503 with Retry-After before it is
   // read, and the connection closes. Must be >= max_body_bytes.
   size_t memory_budget_bytes = 0;
+  // When set (not owned; it outlives the server), the requests it samples are traced: their
+  // stages from first byte to last byte written. A `traceparent` header is echoed with the
+  // server's span id whether or not tracing is on.
+  TraceWriter* tracer = nullptr;
 };
 
 // Thread-safe. Start() once; Shutdown() once, from any thread.

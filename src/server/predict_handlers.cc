@@ -148,6 +148,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   }
   auto pending = std::make_shared<PendingCancel>();
   pending->scheduler = scheduler;
+  if (request.trace) request.trace->model = config.name;
   if (request.on_disconnect) {
     request.on_disconnect([pending] {
       pending->client_gone = true;
@@ -158,7 +159,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
                respond, received = request.received, memory = request.memory,
-               admission = request.admission]() mutable {
+               admission = request.admission, trace = request.trace]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
     const ImagePreprocessConfig& preprocess = *config.preprocess_image;
@@ -193,12 +194,15 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     auto infer = std::make_unique<InferRequest>();
     infer->inputs.push_back(tensor->Reshaped(shape));
     const Clock::time_point decoded_at = Clock::Real().Now();
-    infer->done = [this, scheduler, style, post, respond, received, decoded_at,
-                   memory](InferResponse&& response) mutable {
+    infer->done = [this, scheduler, style, post, respond, received, decoded_at, memory,
+                   trace](InferResponse&& response) mutable {
       post([this, scheduler, style, respond = std::move(respond), received, decoded_at,
-            memory = std::move(memory), response = std::move(response)]() mutable {
+            memory = std::move(memory), trace = std::move(trace),
+            response = std::move(response)]() mutable {
+        if (trace) trace->SetEngineTimes(response);
         if (!response.status.ok()) return respond(HttpResponse::Error(response.status));
         const Clock::time_point encode_start = Clock::Real().Now();
+        if (trace) trace->End(TraceStage::kRespond, encode_start);
         HttpResponse http;
         http.body = FormatReply(scheduler->config(), response.outputs[0], style);
         const RequestTimes& t = response.times;
@@ -210,6 +214,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
             fmt::format("decode;dur={:.3f}, queue;dur={:.3f}, infer;dur={:.3f}, encode;dur={:.3f}",
                         ms(received, decoded_at), ms(t.enqueue, t.compute_start),
                         ms(t.compute_start, t.compute_end), ms(encode_start, Clock::Real().Now())));
+        if (trace) trace->End(TraceStage::kEncode, Clock::Real().Now());
         respond(std::move(http));
       });
     };

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/memory_budget.h"
 #include "common/mutex.h"
+#include "metrics/trace.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -42,6 +43,10 @@ struct HttpRequest {
   // The route's admission ticket (see Admission), if it gave one: the handler keeps it until the
   // request is queued or answered.
   std::shared_ptr<const void> admission;
+  // Set when this request is traced: a handler that runs a model stamps the engine's stages and
+  // its encoding (SetEngineTimes, End(kRespond / kEncode)) before it responds; the server stamps
+  // the rest. Touched only on the connection's strand.
+  std::shared_ptr<RequestTrace> trace;
 };
 
 // Equal strings, in time that depends only on the lengths (not on where they differ): for API

@@ -117,7 +117,17 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
     fmt::print("Sluice gRPC listening on {}:{}\n", options.http.host, grpc->port());
   }
-  HttpServer server(options.http, router);
+  std::unique_ptr<TraceWriter> tracer;
+  HttpServerOptions http_options = options.http;
+  if (!options.trace_file.empty()) {
+    auto opened = TraceWriter::Open({.path = options.trace_file,
+                                     .sample_rate = options.trace_sample_rate,
+                                     .process_name = "sluice serve"});
+    if (!opened.ok()) return opened.status();
+    tracer = std::move(*opened);
+    http_options.tracer = tracer.get();
+  }
+  HttpServer server(http_options, router);
   server_ptr = &server;
   SLUICE_RETURN_IF_ERROR(server.Start());
   fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
@@ -141,6 +151,10 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   engine.Stop(StopMode::kDrain);
   for (auto& [name, llm_engine] : language_models) llm_engine->Stop();
   server_ptr = nullptr;
+  if (tracer) {
+    SLUICE_RETURN_IF_ERROR(tracer->Close());
+    fmt::print("trace: {} request(s) in {}\n", tracer->written(), options.trace_file);
+  }
   return Status::Ok();
 }
 

@@ -26,6 +26,10 @@ struct ServeOptions {
                                // model with preprocess.image.
   Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
   bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
+  // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
+  // (valid JSON) when the server stops.
+  std::string trace_file;
+  double trace_sample_rate = 1;  // Fraction of requests traced, in [0, 1].
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once

@@ -165,6 +165,7 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
     return;
   }
   const ModelConfig& config = (*model)->config();
+  if (request.trace) request.trace->model = config.name;
   Result<V2InferRequest> parsed = Status::Internal("unset");
   if (request.inference_header_length) {
     const size_t header_size = *request.inference_header_length;
@@ -202,15 +203,17 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
   // The engine calls back on a worker thread: encoding moves to the connection's strand, so model
   // instances never wait on JSON.
   // The request's memory stays counted until its answer is encoded.
-  infer->done = [scheduler, meta, received, post = request.post, respond,
-                 memory = request.memory](InferResponse&& response) mutable {
+  infer->done = [scheduler, meta, received, post = request.post, respond, memory = request.memory,
+                 trace = request.trace](InferResponse&& response) mutable {
     post([scheduler, meta, received, respond = std::move(respond), memory = std::move(memory),
-          response = std::move(response)]() mutable {
+          trace = std::move(trace), response = std::move(response)]() mutable {
+      if (trace) trace->SetEngineTimes(response);
       if (!response.status.ok()) {
         respond(HttpResponse::Error(response.status));
         return;
       }
       const Clock::time_point encode_start = Clock::Real().Now();
+      if (trace) trace->End(TraceStage::kRespond, encode_start);
       auto encoded = EncodeV2InferResponse(scheduler->config(), *meta, response.outputs);
       if (!encoded.ok()) {
         respond(HttpResponse::Error(encoded.status()));
@@ -230,6 +233,7 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
                       StageMillis(received, t.enqueue), StageMillis(t.enqueue, t.compute_start),
                       StageMillis(t.compute_start, t.compute_end),
                       StageMillis(encode_start, Clock::Real().Now())));
+      if (trace) trace->End(TraceStage::kEncode, Clock::Real().Now());
       respond(std::move(http));
     });
   };
