@@ -70,14 +70,21 @@ models: deps
 	$(PYTHON) tools/llm_export.py --out $(MODELS)
 
 # A short sweep of both default models in-process (batch size x compile x precision), then over
-# HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables and SVG plots; then
-# a short streamed chat with smollm2 through the OpenAI SDK.
+# HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables, SVG plots and a
+# report.html per run; then a short streamed chat with smollm2 through the OpenAI SDK and a short
+# LLM bench; last, one merged report of all of it (DEMO_RESULTS/report.html).
+ifndef DEMO_RESULTS
+DEMO_RESULTS := results/demo-$(shell date +%Y%m%d-%H%M%S)
+endif
 demo: build models
-	$(SLUICE) sweep --model-repository $(MODELS) --model fashion_mnist --iters 50
-	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5
+	$(SLUICE) sweep --model-repository $(MODELS) --model fashion_mnist --iters 50 \
+	  --results-dir $(DEMO_RESULTS)
+	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5 \
+	  --results-dir $(DEMO_RESULTS)
 	./scripts/http-demo.sh $(SLUICE) $(MODELS) fashion_mnist resnet18 -- \
-	  --concurrency 1,8,32,64 --duration 3 --warmup 1 --binary
-	./scripts/llm-chat-demo.sh $(SLUICE) $(MODELS) smollm2 $(PYTHON)
+	  --concurrency 1,8,32,64 --duration 3 --warmup 1 --binary --results-dir $(DEMO_RESULTS)
+	./scripts/llm-chat-demo.sh $(SLUICE) $(MODELS) smollm2 $(PYTHON) $(DEMO_RESULTS)
+	$(SLUICE) report $(DEMO_RESULTS) --output $(DEMO_RESULTS)/report.html
 
 # The in-process pipeline against the raw engine ceiling, interleaved, at the headline settings
 # (the models' AOTInductor packages; int8 rather than bf16, which most CPUs only emulate).

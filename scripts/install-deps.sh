@@ -27,6 +27,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # unzip, to read AOTInductor packages (.pt2 files are zip archives) in the tests.
   unzip
+  # Headless Chromium: the tests render every report.html in it and check it loads nothing.
+  chromium
 )
 
 missing=()

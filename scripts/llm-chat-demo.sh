@@ -2,13 +2,15 @@
 # Starts `sluice serve` with a language model on 127.0.0.1 (a free port), has a short streamed
 # chat with it through the OpenAI Python SDK, prints it with the time to first token and the
 # tokens per second, and stops the server by its PID.
-# Usage: scripts/llm-chat-demo.sh SLUICE_BINARY MODEL_REPOSITORY MODEL [PYTHON]
+# With RESULTS_DIR, a short `sluice bench --llm` (1 and 4 streams) follows, its results there.
+# Usage: scripts/llm-chat-demo.sh SLUICE_BINARY MODEL_REPOSITORY MODEL [PYTHON [RESULTS_DIR]]
 set -euo pipefail
 
 sluice=$1
 repository=$2
 model=$3
 python=${4:-.venv/bin/python}
+results=${5:-}
 
 . "$(dirname "$0")/lib/serve.sh"
 start_server "$sluice" --model-repository "$repository" --model "$model"
@@ -44,3 +46,8 @@ for question in ["What is the capital of France?", "Name three things to see the
     print(f"\n  [{usage.prompt_tokens} prompt tokens, {usage.completion_tokens} generated; "
           f"first token after {1000 * (first - start):.0f} ms, then {decode:.1f} tokens/s]")
 PY
+
+if [[ -n $results ]]; then
+  "$sluice" bench --llm --url "http://127.0.0.1:$port" --model "$model" --concurrency 1,4 \
+      --requests 4 --prompt-tokens 64 --output-tokens 32 --results-dir "$results"
+fi

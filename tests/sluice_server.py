@@ -13,9 +13,10 @@ import sys
 
 
 @contextlib.contextmanager
-def serving(sluice, args, start_timeout=120):
+def serving(sluice, args, start_timeout=120, env=None):
     server = subprocess.Popen([sluice, "serve", "--port", "0", *args],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
     try:
         port = grpc_port = None
         for line in server.stdout:

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "backends/load_backend.h"
+#include "backends/profiler.h"
 #include "bench/http_bench.h"
 #include "bench/in_process.h"
 #include "bench/llm_bench.h"
+#include "bench/report.h"
 #include "bench/results.h"
 #include "bench/stats.h"
 #include "bench/sweep.h"
@@ -70,6 +72,15 @@ struct BenchCommand {
   // Trace-event JSON of the requests' stages (in-process, or --url's client side); off if empty.
   std::string trace_file;
   double trace_sample_rate = 1;
+  // libtorch's profiler over a window of model runs (also SLUICE_TORCH_PROFILER=1).
+  bool profile = false;
+  ProfileOptions profile_options;
+};
+
+// The profiler switches of serve and bench.
+struct ProfileSwitch {
+  bool on = false;
+  ProfileOptions options;
 };
 
 struct SweepCommand {
@@ -183,6 +194,14 @@ void DescribeBatched(const ModelConfig& c, const InProcessOptions& o) {
       c.optimize.channels_last ? "on" : "off");
 }
 
+// <dir>/report.html, and where it is.
+int WriteReport(const std::filesystem::path& dir) {
+  Status written = WriteRunReport(dir);
+  if (!written.ok()) return Fail(written);
+  fmt::print("Report:  {}\n", (dir / "report.html").string());
+  return 0;
+}
+
 // `cmd`'s trace file, opened (null when none was asked for).
 Result<std::unique_ptr<TraceWriter>> OpenBenchTrace(const BenchCommand& cmd) {
   if (cmd.trace_file.empty()) return std::unique_ptr<TraceWriter>();
@@ -224,12 +243,13 @@ int RunHttpBenchCommand(const BenchCommand& cmd, const std::string& command_line
                                   fmt::format("{}-{}", o.grpc ? "grpc" : "http", o.model));
     if (!dir.ok()) return Fail(dir.status());
     Status written =
-        WriteHttpBenchResults(*dir, RunInfo{command_line, o.grpc ? "grpc" : "http"}, o, *levels);
+        WriteHttpBenchResults(*dir, RunInfo{command_line, TorchRuntimeVersion()}, o, *levels);
     if (!written.ok()) return Fail(written);
     fmt::print(
         "Results: {}/summary.csv\nPlots:   {}/throughput_vs_concurrency.svg\n"
         "         {}/latency_vs_concurrency.svg\n",
         dir->string(), dir->string(), dir->string());
+    if (int failed = WriteReport(*dir)) return failed;
   }
   return 0;
 }
@@ -251,10 +271,12 @@ int RunLlmBenchCommand(const BenchCommand& cmd, const std::string& command_line)
   if (cmd.write_results) {
     auto dir = CreateRunDirectory(cmd.results_dir, fmt::format("llm-{}", run->model));
     if (!dir.ok()) return Fail(dir.status());
-    Status written = WriteLlmBenchResults(*dir, RunInfo{command_line, "http"}, o, *run);
+    Status written =
+        WriteLlmBenchResults(*dir, RunInfo{command_line, TorchRuntimeVersion()}, o, *run);
     if (!written.ok()) return Fail(written);
     fmt::print("Results: {}/summary.csv\nPlots:   {}/output_tokens.svg, ttft.svg, tpot.svg\n",
                dir->string(), dir->string());
+    if (int failed = WriteReport(*dir)) return failed;
   }
   int failed = 0;
   for (const LlmLevelResult& level : run->levels)
@@ -459,12 +481,35 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     return batched ? RunBatchedPipeline(*config, instances, pipeline_options)
                    : RunInProcessPipeline(*config, instances, pipeline_options);
   };
-  auto backend = LoadBackend(*config);
-  if (!backend.ok()) return Fail(backend.status());
+  auto loaded = LoadBackend(*config);
+  if (!loaded.ok()) return Fail(loaded.status());
+  std::shared_ptr<Backend> backend = std::move(*loaded);
+  // The profile is written into the results folder once it exists (made after the run).
+  auto profile_log = std::make_shared<ProfileLog>();
+  const bool profile = cmd.profile || ProfilerRequestedByEnvironment();
+  if (profile) {
+    ProfileOptions po = cmd.profile_options;
+    po.dir = cmd.results_dir;
+    backend = WithProfiler(backend, config->name, po, profile_log);
+  }
+  // Moves the profile's files into the run's folder (or names where they are).
+  auto place_profile = [&](const std::filesystem::path* dir) {
+    if (!profile) return;
+    auto files = profile_log->files();
+    if (files.empty()) {
+      fmt::print("Profile: no window completed (fewer than {} model runs after the first {})\n",
+                 cmd.profile_options.runs, cmd.profile_options.skip_runs);
+    }
+    for (const auto& file : files) {
+      std::error_code ec;
+      if (dir) std::filesystem::rename(file, *dir / file.filename(), ec);
+      fmt::print("Profile: {}\n", (dir && !ec ? *dir / file.filename() : file).string());
+    }
+  };
   std::vector<std::unique_ptr<BackendInstance>> owned;
-  auto instances = MakeInstances(**backend, config->instances.count, owned);
+  auto instances = MakeInstances(*backend, config->instances.count, owned);
   if (!instances.ok()) return Fail(instances.status());
-  const LoadReport& load = (*backend)->load_report();
+  const LoadReport& load = backend->load_report();
   RunInfo info{command_line, load.runtime};
 
   auto tracer = OpenBenchTrace(cmd);
@@ -481,6 +526,10 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
       Status written = WriteBenchResults(*dir, info, *config, pipeline_options, load, *run);
       if (!written.ok()) return Fail(written);
       fmt::print("Results: {}\n", dir->string());
+      place_profile(&*dir);
+      if (int failed = WriteReport(*dir)) return failed;
+    } else {
+      place_profile(nullptr);
     }
     return run->summary.ok_requests == run->summary.requests ? 0 : 1;
   }
@@ -539,6 +588,10 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     written = WriteTextFile(*dir / "ceiling.json", json.str() + "\n");
     if (!written.ok()) return Fail(written);
     fmt::print("Results: {}\n", dir->string());
+    place_profile(&*dir);
+    if (int failed = WriteReport(*dir)) return failed;
+  } else {
+    place_profile(nullptr);
   }
   return 0;
 }
@@ -660,15 +713,63 @@ int RunSweepCommand(SweepCommand& cmd, const std::string& command_line) {
       "Results: {}/summary.csv\nPlots:   {}/throughput_vs_batch_size.svg\n"
       "         {}/latency_vs_batch_size.svg\n",
       dir->string(), dir->string(), dir->string());
+  return WriteReport(*dir);
+}
+
+int RunReportCommand(const std::vector<std::string>& dirs, const std::string& output) {
+  std::filesystem::path out = output;
+  if (out.empty()) {
+    auto dir = CreateRunDirectory("results", "report");
+    if (!dir.ok()) return Fail(dir.status());
+    out = *dir / "report.html";
+  }
+  Status written = WriteMergedReport({dirs.begin(), dirs.end()}, out);
+  if (!written.ok()) return Fail(written);
+  fmt::print("Report: {}\n", out.string());
   return 0;
 }
 
-int RunServe(const ServeOptions& options, const llm::LlmLoadOverrides& llm_overrides) {
-  Status status = RunServer(options, LoadSharedBackend, [&](const std::string& dir) {
+int RunServe(const ServeOptions& options, const llm::LlmLoadOverrides& llm_overrides,
+             ProfileSwitch profile) {
+  BackendLoader loader = LoadSharedBackend;
+  auto profile_log = std::make_shared<ProfileLog>();
+  if (profile.on || ProfilerRequestedByEnvironment()) {
+    if (profile.options.dir.empty()) {
+      auto dir = CreateRunDirectory("results", "profile-serve");
+      if (!dir.ok()) return Fail(dir.status());
+      profile.options.dir = *dir;
+    }
+    fmt::print("profiling runs {}-{} of each model instance into {}\n",
+               profile.options.skip_runs + 1, profile.options.skip_runs + profile.options.runs,
+               profile.options.dir.string());
+    loader = [options = profile.options,
+              profile_log](const ModelConfig& config) -> Result<std::shared_ptr<Backend>> {
+      auto backend = LoadSharedBackend(config);
+      if (!backend.ok()) return backend.status();
+      return WithProfiler(*backend, config.name, options, profile_log);
+    };
+  }
+  Status status = RunServer(options, loader, [&](const std::string& dir) {
     return llm::LoadLlmEngine(dir, llm_overrides);
   });
+  for (const auto& file : profile_log->files()) fmt::print("profile: {}\n", file.string());
   if (!status.ok()) return Fail(status);
   return 0;
+}
+
+void AddProfileOptions(CLI::App& app, bool& on, ProfileOptions& options, bool with_dir) {
+  app.add_flag("--profile", on,
+               "Run libtorch's profiler over a window of model runs (or SLUICE_TORCH_PROFILER=1)");
+  app.add_option("--profile-runs", options.runs, "--profile: model runs recorded per instance")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--profile-skip", options.skip_runs, "--profile: model runs before the window")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  if (with_dir) {
+    app.add_option("--profile-dir", options.dir,
+                   "--profile: where the traces go (default: results/<time>-profile-serve)");
+  }
 }
 
 void AddModelOptions(CLI::App& app, ModelSelection& s) {
@@ -780,6 +881,7 @@ int main(int argc, char** argv) {
   bench_app->add_option("--results-dir", bench.results_dir, "Where results/<run-id>/ goes")
       ->capture_default_str();
   bench_app->add_flag("!--no-results", bench.write_results, "Print only; write no result files");
+  AddProfileOptions(*bench_app, bench.profile, bench.profile_options, /*with_dir=*/false);
   bench_app->add_option("--trace", bench.trace_file,
                         "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON); "
                         "with --url, sampled requests carry a traceparent");
@@ -913,6 +1015,8 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false));
   serve_app->add_flag("--model-control", serve.model_control,
                       "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
+  ProfileSwitch serve_profile;
+  AddProfileOptions(*serve_app, serve_profile.on, serve_profile.options, /*with_dir=*/true);
   serve_app->add_option("--trace", serve.trace_file,
                         "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON)");
   serve_app
@@ -926,6 +1030,16 @@ int main(int argc, char** argv) {
                    "Seconds to finish in-flight requests after SIGTERM/SIGINT")
       ->capture_default_str();
 
+  CLI::App* report_app =
+      app.add_subcommand("report", "Merge results folders into one self-contained HTML page");
+  std::vector<std::string> report_dirs;
+  std::string report_output;
+  report_app
+      ->add_option("dirs", report_dirs, "Results folders (with run.json), or folders holding them")
+      ->required();
+  report_app->add_option("--output,-o", report_output,
+                         "The page to write (default: results/<time>-report/report.html)");
+
   CLI11_PARSE(app, argc, argv);
   bench.http.duration = Seconds(http_duration);
   bench.http.warmup = Seconds(http_warmup);
@@ -935,9 +1049,10 @@ int main(int argc, char** argv) {
     serve.http.header_timeout = Seconds(header_seconds);
     serve.http.body_timeout = Seconds(body_seconds);
     serve.shutdown_grace = Seconds(grace_seconds);
-    return RunServe(serve, llm_overrides);
+    return RunServe(serve, llm_overrides, serve_profile);
   }
   if (bench_app->parsed()) return RunBench(bench, command_line);
   if (sweep_app->parsed()) return RunSweepCommand(sweep, command_line);
+  if (report_app->parsed()) return RunReportCommand(report_dirs, report_output);
   return 2;
 }

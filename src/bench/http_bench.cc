@@ -243,13 +243,17 @@ Status WriteHttpBenchResults(const std::filesystem::path& dir, const RunInfo& in
                              const HttpBenchOptions& o,
                              const std::vector<HttpLevelResult>& levels) {
   std::string run = RunJson(info, [&](JsonWriter& json) {
-    json.Field("url", o.url)
+    json.BeginObject()
+        .Field("url", o.url)
+        .Field("transport", o.grpc ? "grpc" : "http")
         .Field("model", o.model)
         .Field("endpoint", o.endpoint)
         .Field("binary", o.binary)
         .Field("samples_per_request", o.samples_per_request)
         .Field("duration_seconds", o.duration.count())
-        .Field("warmup_seconds", o.warmup.count());
+        .Field("warmup_seconds", o.warmup.count())
+        .Field("seed", static_cast<int64_t>(o.seed))
+        .EndObject();
   });
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "run.json", run));
   std::string csv =
@@ -279,6 +283,17 @@ Status WriteHttpBenchResults(const std::filesystem::path& dir, const RunInfo& in
   }
   json.EndArray().EndObject();
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.csv", csv));
+  std::optional<Clock::time_point> origin;
+  std::string utilization = UtilizationCsvHeader();
+  for (const HttpLevelResult& l : levels) {
+    const auto& samples = l.run.utilization_samples;
+    if (samples.empty()) continue;
+    if (!origin) origin = samples.front().time;
+    utilization += UtilizationCsvRows(
+        samples, *origin,
+        l.rate > 0 ? fmt::format("rate {:g}", l.rate) : fmt::format("c{}", l.concurrency));
+  }
+  if (origin) SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "utilization.csv", utilization));
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.json", json.str() + "\n"));
 
   PlotSeries throughput{o.model, {}}, p50{"p50", {}}, p99{"p99", {}};

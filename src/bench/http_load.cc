@@ -99,6 +99,7 @@ class LoadRunner {
     sampler.Stop();
     run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
     run_.utilization = sampler.Average(measure_from_, end_);
+    run_.utilization_samples = sampler.samples();
     run_.unsent = static_cast<int64_t>(pending_.size());
     return std::move(run_);
   }

@@ -60,7 +60,8 @@ struct HttpLoadOptions {
 struct HttpLoadRun {
   std::vector<RequestRecord> records;  // Measured requests only.
   Summary summary;
-  UtilizationAverages utilization;                  // This machine (client and server when local).
+  UtilizationAverages utilization;  // This machine (client and server when local).
+  std::vector<UtilizationSample> utilization_samples;  // Over the whole level, warm-up included.
   int64_t transport_errors = 0;                     // Connections lost or refused (each retried).
   std::vector<std::string> first_transport_errors;  // The first few, e.g. "read: end of stream".
   int64_t unsent = 0;    // Open loop: scheduled but never sent before the end (server too slow).

@@ -45,7 +45,14 @@ std::string SamplesCsv(std::span<const RequestRecord> records);
 void TraceInProcessRecords(std::span<const RequestRecord> records, std::string_view model,
                            TraceWriter& tracer);
 
-// Writes run.json, samples.csv and summary.json of one in-process run into `dir`.
+// utilization.csv: one row per sample, `label` naming the part of the run (a level, a cell) it
+// belongs to, time in seconds from `origin`.
+std::string UtilizationCsvHeader();
+std::string UtilizationCsvRows(std::span<const UtilizationSample> samples, Clock::time_point origin,
+                               std::string_view label);
+
+// Writes run.json, samples.csv, utilization.csv and summary.json of one in-process run into
+// `dir`.
 Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,
                          const ModelConfig& config, const InProcessOptions& options,
                          const LoadReport& load, const BenchRun& run);

@@ -147,6 +147,16 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
   }
   summary.EndArray().EndObject();
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.json", summary.str() + "\n"));
+  std::optional<Clock::time_point> origin;
+  std::string utilization = UtilizationCsvHeader();
+  for (const SweepCell& c : cells) {
+    const auto& samples = c.run.utilization_samples;
+    if (samples.empty()) continue;
+    if (!origin) origin = samples.front().time;
+    utilization += UtilizationCsvRows(
+        samples, *origin, fmt::format("{} b{}", CellName(c.backend, c.precision), c.batch_size));
+  }
+  if (origin) SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "utilization.csv", utilization));
 
   // One series per (backend, precision), in the order first seen.
   std::vector<std::string> order;
