@@ -257,7 +257,8 @@ std::vector<std::string> SummaryCells(Element s) {
   if (s["latency_seconds"].get(l) != simdjson::SUCCESS) return {};
   Element u;
   double machine = kNaN, process = kNaN;
-  if (s["utilization"].get(u) == simdjson::SUCCESS) {
+  // Too short a run for a sample (one every 100 ms) has no utilisation, not 0%.
+  if (s["utilization"].get(u) == simdjson::SUCCESS && Num(u, "samples") > 0) {
     machine = Num(u, "machine_cpu_percent");
     process = Num(u, "process_cpu_percent");
   }
@@ -451,7 +452,9 @@ void ReadSweep(Element run, Element summary, ReportRun& out) {
     throughput[name].points.emplace_back(b, sps);
     latency[name].points.emplace_back(b, Num(l, "p50") * 1e3);
     curve[name].points.emplace_back(sps, Num(l, "p50") * 1e3);
-    cpu[name].points.emplace_back(b, Num(cell["utilization"], "machine_cpu_percent"));
+    cpu[name].points.emplace_back(b, Num(cell["utilization"], "samples") > 0
+                                         ? Num(cell["utilization"], "machine_cpu_percent")
+                                         : kNaN);
     const std::string key = fmt::format("batch {:g}, {}", b, name);
     out.throughput.emplace_back(key, sps);
     out.p99_ms.emplace_back(key, Num(l, "p99") * 1e3);
@@ -474,8 +477,15 @@ void ReadSweep(Element run, Element summary, ReportRun& out) {
                                          "latency (ms)", true, series(latency)}));
   out.plots.push_back(RenderLinePlotSvg({out.model + ": latency against throughput (batch sizes)",
                                          "samples/s", "p50 latency (ms)", false, series(curve)}));
-  out.plots.push_back(RenderLinePlotSvg(
-      {out.model + ": machine CPU by cell", "batch size", "machine CPU (%)", true, series(cpu)}));
+  std::vector<PlotSeries> cpu_series = series(cpu);
+  std::erase_if(cpu_series, [](const PlotSeries& s) {
+    return std::none_of(s.points.begin(), s.points.end(),
+                        [](const auto& p) { return std::isfinite(p.second); });
+  });
+  if (!cpu_series.empty()) {
+    out.plots.push_back(RenderLinePlotSvg({out.model + ": machine CPU by cell (cells of 100 ms+)",
+                                           "batch size", "machine CPU (%)", true, cpu_series}));
+  }
   if (auto u = UtilizationPlot(out.dir, out.model + ": utilisation over time (all cells)")) {
     out.plots.push_back(*u);
   }
