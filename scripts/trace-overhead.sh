@@ -3,7 +3,8 @@
 # one with `--trace` at SAMPLE_RATE, measured in turn with `sluice bench --url` (closed loop, JSON)
 # in the order off on on off off on ..., then the medians and their ratio. The traced server's
 # file is checked to be complete (no request dropped).
-# Usage: scripts/trace-overhead.sh [CONNECTIONS] [SECONDS] [ROUNDS] [SAMPLE_RATE] [MODEL]
+# Usage: [TRACE_DIR=DIR] scripts/trace-overhead.sh [CONNECTIONS] [SECONDS] [ROUNDS] [SAMPLE_RATE] [MODEL]
+# (TRACE_DIR: where the trace file goes, default a scratch folder under $TMPDIR; removed after)
 # (default: 64 connections, 5 s, 3 rounds of off-on-on-off, rate 1, the 16-float identity test
 # model from build/test-models)
 set -euo pipefail
@@ -42,7 +43,9 @@ start() {  # start NAME ARGS... -> sets port_NAME
   eval "port_$name=$p"
 }
 start off
-start on --trace "$work/trace.json" --trace-sample-rate "$rate"
+trace_dir=${TRACE_DIR:-$work}
+trace="$trace_dir/sluice-trace-$$.json"
+start on --trace "$trace" --trace-sample-rate "$rate" --trace-max-bytes 16GB
 
 run() {  # run off|on -> appends requests/s to $work/NAME.rps
   local name=$1 port_var="port_$1"
@@ -65,10 +68,11 @@ traced=$(sed -n 's|^trace: \([0-9]*\) request(s) in .*|\1|p' "$work/on.log")
 echo "untraced requests/s: $(paste -sd' ' "$work/off.rps") -> median $off"
 echo "traced (rate $rate) requests/s: $(paste -sd' ' "$work/on.rps") -> median $on"
 echo "traced/untraced: $(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.3f", a / b}')"
-echo "trace file: $(du -h "$work/trace.json" | cut -f1), ${traced:-?} requests traced"
+echo "trace file: $(du -h "$trace" | cut -f1) in $trace_dir, ${traced:-?} requests traced"
 if grep -q "dropped" "$work/on.log"; then
   grep "dropped" "$work/on.log" >&2
   echo "warning: the trace dropped requests: the traced figure is too kind" >&2
 fi
-python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$work/trace.json" &&
+python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$trace" &&
   echo "trace file: valid JSON"
+rm -f "$trace"

@@ -1024,6 +1024,12 @@ int main(int argc, char** argv) {
                    "--trace: fraction of requests traced (a traceparent marked sampled always is)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  serve_app
+      ->add_option("--trace-max-bytes", serve.trace_max_bytes,
+                   "--trace: the file's size limit; later requests are dropped (bytes, or with "
+                   "a unit)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   double grace_seconds = serve.shutdown_grace.count();
   serve_app
       ->add_option("--shutdown-grace", grace_seconds,

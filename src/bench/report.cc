@@ -658,7 +658,8 @@ std::string Comparisons(const std::vector<ReportRun>& runs) {
       }
     }
     for (size_t k = 0; k < base.throughput.size(); ++k) {
-      const auto& [level, value] = base.throughput[k];
+      const std::string& level = base.throughput[k].first;
+      const double value = base.throughput[k].second;
       std::vector<std::string> row = {level, F(value)};
       bool shared = true;
       for (size_t j = 1; j < members.size(); ++j) {

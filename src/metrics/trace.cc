@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <cmath>
 #include <random>
 #include <unordered_map>
@@ -15,6 +16,9 @@ namespace sluice {
 namespace {
 
 constexpr uint64_t kInstanceLaneBase = 1'000'000;
+// The writer thread writes what is pending this often, or at once when this much is.
+constexpr auto kWriterPeriod = std::chrono::milliseconds(20);
+constexpr size_t kWakeAt = 4096;
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -49,7 +53,49 @@ std::string SpanHex(uint64_t id) {
   return Hex(bytes.data(), bytes.size());
 }
 
-double Round3(double v) { return std::round(v * 1000) / 1000; }
+// Appends JSON text: literals, integers and microseconds from nanoseconds, by hand (a request's
+// dozen events are formatted on the writer thread at the server's request rate).
+class TraceText {
+ public:
+  explicit TraceText(std::string& out) : out_(out) {}
+  TraceText& operator<<(std::string_view text) {
+    out_.append(text);
+    return *this;
+  }
+  TraceText& Int(int64_t v) {
+    std::array<char, 24> digits{};
+    auto end = std::to_chars(digits.data(), digits.data() + digits.size(), v).ptr;
+    out_.append(digits.data(), static_cast<size_t>(end - digits.data()));
+    return *this;
+  }
+  // `ns` (>= 0) as microseconds with three decimals.
+  TraceText& Micros(int64_t ns) {
+    Int(ns / 1000);
+    const int64_t frac = ns % 1000;
+    const char decimals[4] = {'.', static_cast<char>('0' + frac / 100),
+                              static_cast<char>('0' + frac / 10 % 10),
+                              static_cast<char>('0' + frac % 10)};
+    out_.append(decimals, 4);
+    return *this;
+  }
+  // A JSON string: as is when nothing in it needs escaping, else through JsonQuote.
+  TraceText& Quoted(std::string_view v) {
+    for (char c : v) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u >= 0x80 || c == '"' || c == '\\') {
+        out_.append(JsonQuote(v));
+        return *this;
+      }
+    }
+    out_.push_back('"');
+    out_.append(v);
+    out_.push_back('"');
+    return *this;
+  }
+
+ private:
+  std::string& out_;
+};
 
 }  // namespace
 
@@ -194,7 +240,9 @@ void TraceWriter::Record(RequestTrace trace) {
     return;
   }
   pending_.push_back(std::move(trace));
-  if (pending_.size() == 1) wake_.Signal();
+  // The writer wakes on its own every kWriterPeriod; a burst wakes it early. Waking it for each
+  // request would cost a context switch per request.
+  if (pending_.size() == kWakeAt) wake_.Signal();
 }
 
 Status TraceWriter::Close() {
@@ -222,8 +270,10 @@ Status TraceWriter::Close() {
   return close_status_;
 }
 
-double TraceWriter::Micros(Clock::time_point t) const {
-  return Round3(std::chrono::duration<double, std::micro>(t - origin_).count());
+int64_t TraceWriter::Nanos(Clock::time_point t) const {
+  // Time before the file was opened (a request already under way) is clamped to its opening.
+  return std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin_).count());
 }
 
 void TraceWriter::WriterLoop() {
@@ -233,7 +283,9 @@ void TraceWriter::WriterLoop() {
     bool closing = false;
     {
       MutexLock lock(mu_);
-      while (pending_.empty() && !closing_) wake_.Wait(lock);
+      while (pending_.size() < kWakeAt && !closing_) {
+        if (!wake_.WaitFor(lock, kWriterPeriod) && !pending_.empty()) break;  // Timed out.
+      }
       batch.swap(pending_);
       closing = closing_;
     }
@@ -264,82 +316,92 @@ void TraceWriter::WriterLoop() {
   }
 }
 
-void TraceWriter::Format(const RequestTrace& trace, std::string& out) {
-  auto it = std::back_inserter(out);
+void TraceWriter::Format(const RequestTrace& trace, std::string& text) {
+  TraceText out(text);
   if (named_lanes_.insert(trace.lane).second) {
-    fmt::format_to(it,
-                   ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},"
-                   "\"args\":{{\"name\":\"{} {}\"}}}}",
-                   trace.lane, options_.lane_prefix, trace.lane);
+    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
+    out.Int(static_cast<int64_t>(trace.lane)) << ",\"args\":{\"name\":";
+    out.Quoted(fmt::format("{} {}", options_.lane_prefix, trace.lane)) << "}}";
   }
-  // The stages, back to back from the start.
+  // The stages, back to back from the start, in integer nanoseconds from the origin.
   struct Span {
     TraceStage stage;
-    double start, end;
+    int64_t start, end;
   };
   std::array<Span, kTraceStageCount> spans{};
   size_t count = 0;
-  double at = Micros(trace.start);
-  const double start = at;
+  int64_t at = Nanos(trace.start);
+  const int64_t start = at;
   for (int s = 0; s < kTraceStageCount; ++s) {
     const Clock::time_point end = trace.ends[static_cast<size_t>(s)];
     if (end == Clock::time_point{}) continue;
-    const double end_us = std::max(at, Micros(end));
-    spans[count++] = {static_cast<TraceStage>(s), at, end_us};
-    at = end_us;
+    const int64_t end_ns = std::max(at, Nanos(end));
+    spans[count++] = {static_cast<TraceStage>(s), at, end_ns};
+    at = end_ns;
   }
-  fmt::format_to(it,
-                 ",\n{{\"name\":{},\"cat\":\"request\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
-                 "\"pid\":1,\"tid\":{},\"args\":{{\"status\":{}",
-                 JsonQuote(trace.name), start, at - start, trace.lane, trace.status);
+  const int64_t lane = static_cast<int64_t>(trace.lane);
+  out << ",\n{\"name\":";
+  out.Quoted(trace.name) << ",\"cat\":\"request\",\"ph\":\"X\",\"ts\":";
+  out.Micros(start) << ",\"dur\":";
+  out.Micros(at - start) << ",\"pid\":1,\"tid\":";
+  out.Int(lane) << ",\"args\":{\"status\":";
+  out.Int(trace.status);
   if (!trace.model.empty()) {
-    fmt::format_to(it, ",\"model\":{}", JsonQuote(trace.model));
+    out << ",\"model\":";
+    out.Quoted(trace.model);
     if (trace.batch_id != 0) {
-      fmt::format_to(it, ",\"batch_id\":{},\"batch_size\":{},\"instance\":{}", trace.batch_id,
-                     trace.batch_size, trace.instance);
+      out << ",\"batch_id\":";
+      out.Int(static_cast<int64_t>(trace.batch_id)) << ",\"batch_size\":";
+      out.Int(trace.batch_size) << ",\"instance\":";
+      out.Int(trace.instance);
     }
   }
   if (trace.trace_id != std::array<uint8_t, 16>{}) {
-    fmt::format_to(it, ",\"trace_id\":\"{}\"", Hex(trace.trace_id.data(), 16));
+    out << ",\"trace_id\":\"" << Hex(trace.trace_id.data(), 16) << "\"";
   }
   if (trace.parent_span_id != 0) {
-    fmt::format_to(it, ",\"parent_span_id\":\"{}\"", SpanHex(trace.parent_span_id));
+    out << ",\"parent_span_id\":\"" << SpanHex(trace.parent_span_id) << "\"";
   }
-  if (trace.span_id != 0) fmt::format_to(it, ",\"span_id\":\"{}\"", SpanHex(trace.span_id));
-  out += "}}";
+  if (trace.span_id != 0) out << ",\"span_id\":\"" << SpanHex(trace.span_id) << "\"";
+  out << "}}";
   for (size_t i = 0; i < count; ++i) {
     const Span& s = spans[i];
-    fmt::format_to(it,
-                   ",\n{{\"name\":\"{}\",\"cat\":\"stage\",\"ph\":\"X\",\"ts\":{:.3f},"
-                   "\"dur\":{:.3f},\"pid\":1,\"tid\":{}",
-                   TraceStageName(s.stage), s.start, s.end - s.start, trace.lane);
-    if (s.stage == TraceStage::kCompute && trace.batch_id != 0) {
-      fmt::format_to(it, ",\"args\":{{\"instance\":{},\"batch_id\":{},\"batch_size\":{}}}",
-                     trace.instance, trace.batch_id, trace.batch_size);
+    out << ",\n{\"name\":\"" << TraceStageName(s.stage)
+        << "\",\"cat\":\"stage\",\"ph\":\"X\",\"ts\":";
+    out.Micros(s.start) << ",\"dur\":";
+    out.Micros(s.end - s.start) << ",\"pid\":1,\"tid\":";
+    out.Int(lane);
+    const bool batch = s.stage == TraceStage::kCompute && trace.batch_id != 0;
+    if (batch) {
+      out << ",\"args\":{\"instance\":";
+      out.Int(trace.instance) << ",\"batch_id\":";
+      out.Int(static_cast<int64_t>(trace.batch_id)) << ",\"batch_size\":";
+      out.Int(trace.batch_size) << "}";
     }
-    out += '}';
+    out << "}";
     // The batch itself, once, on its instance's lane.
-    if (s.stage == TraceStage::kCompute && trace.batch_id != 0 && trace.instance >= 0) {
-      if (batches_seen_.size() > 100'000) batches_seen_.clear();
-      if (!batches_seen_.insert(fmt::format("{}/{}", trace.model, trace.batch_id)).second) {
-        continue;
-      }
-      const std::string instance_name = fmt::format("{} instance {}", trace.model, trace.instance);
-      auto [lane, inserted] =
-          instance_lanes_.try_emplace(instance_name, kInstanceLaneBase + instance_lanes_.size());
-      if (inserted) {
-        fmt::format_to(it,
-                       ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},"
-                       "\"args\":{{\"name\":{}}}}}",
-                       lane->second, JsonQuote(instance_name));
-      }
-      fmt::format_to(it,
-                     ",\n{{\"name\":\"batch {}\",\"cat\":\"batch\",\"ph\":\"X\",\"ts\":{:.3f},"
-                     "\"dur\":{:.3f},\"pid\":1,\"tid\":{},\"args\":{{\"model\":{},\"batch_id\":{},"
-                     "\"batch_size\":{}}}}}",
-                     trace.batch_id, s.start, s.end - s.start, lane->second, JsonQuote(trace.model),
-                     trace.batch_id, trace.batch_size);
+    if (!batch || trace.instance < 0) continue;
+    if (batches_seen_.size() > 100'000) batches_seen_.clear();
+    const uint64_t key =
+        std::hash<std::string>()(trace.model) * 0x9e3779b97f4a7c15ULL ^ trace.batch_id;
+    if (!batches_seen_.insert(key).second) continue;
+    const std::string instance_name = fmt::format("{} instance {}", trace.model, trace.instance);
+    auto [instance_lane, inserted] =
+        instance_lanes_.try_emplace(instance_name, kInstanceLaneBase + instance_lanes_.size());
+    const int64_t batch_lane = static_cast<int64_t>(instance_lane->second);
+    if (inserted) {
+      out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
+      out.Int(batch_lane) << ",\"args\":{\"name\":";
+      out.Quoted(instance_name) << "}}";
     }
+    out << ",\n{\"name\":\"batch ";
+    out.Int(static_cast<int64_t>(trace.batch_id)) << "\",\"cat\":\"batch\",\"ph\":\"X\",\"ts\":";
+    out.Micros(s.start) << ",\"dur\":";
+    out.Micros(s.end - s.start) << ",\"pid\":1,\"tid\":";
+    out.Int(batch_lane) << ",\"args\":{\"model\":";
+    out.Quoted(trace.model) << ",\"batch_id\":";
+    out.Int(static_cast<int64_t>(trace.batch_id)) << ",\"batch_size\":";
+    out.Int(trace.batch_size) << "}}";
   }
 }
 

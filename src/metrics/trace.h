@@ -143,7 +143,7 @@ class TraceWriter {
   void WriterLoop();
   // Appends one request's events (and its lane's and batches' first mentions) to `out`.
   void Format(const RequestTrace& trace, std::string& out);
-  double Micros(Clock::time_point t) const;
+  int64_t Nanos(Clock::time_point t) const;  // Since the file was opened, >= 0.
 
   const TraceOptions options_;
   const Clock::time_point origin_;
@@ -164,7 +164,7 @@ class TraceWriter {
   bool full_ = false;
   std::unordered_set<uint64_t> named_lanes_;
   std::unordered_map<std::string, uint64_t> instance_lanes_;  // "<model> instance <i>" -> lane.
-  std::unordered_set<std::string> batches_seen_;  // "<model>/<batch id>"; cleared when large.
+  std::unordered_set<uint64_t> batches_seen_;  // Hash of (model, batch id); cleared when large.
 
   std::thread writer_;
 };

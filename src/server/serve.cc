@@ -122,7 +122,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   if (!options.trace_file.empty()) {
     auto opened = TraceWriter::Open({.path = options.trace_file,
                                      .sample_rate = options.trace_sample_rate,
-                                     .process_name = "sluice serve"});
+                                     .process_name = "sluice serve",
+                                     .max_bytes = options.trace_max_bytes});
     if (!opened.ok()) return opened.status();
     tracer = std::move(*opened);
     http_options.tracer = tracer.get();

@@ -29,7 +29,8 @@ struct ServeOptions {
   // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
   // (valid JSON) when the server stops.
   std::string trace_file;
-  double trace_sample_rate = 1;  // Fraction of requests traced, in [0, 1].
+  double trace_sample_rate = 1;              // Fraction of requests traced, in [0, 1].
+  size_t trace_max_bytes = size_t{1} << 30;  // Later requests are dropped from the trace.
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once
