@@ -14,6 +14,7 @@
 #include "bench/in_process.h"
 #include "bench/payload.h"
 #include "bench/plot.h"
+#include "bench/report.h"
 #include "bench/results.h"
 #include "bench/sweep.h"
 #include "bench/utilization.h"
@@ -22,6 +23,7 @@ namespace sluice {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ModelConfig EchoConfig(int max_batch_size = 8) {
   ModelConfig c;
@@ -410,6 +412,47 @@ TEST_F(ResultFilesTest, BenchWritesRunSamplesAndSummary) {
   EXPECT_THAT(summary, HasSubstr("\"requests\":5"));
   EXPECT_THAT(summary, HasSubstr("\"p99\":"));
   EXPECT_THAT(summary, HasSubstr("\"gpu_percent\":null"));
+}
+
+TEST_F(ResultFilesTest, TheReportIsReadBackFromTheResultFiles) {
+  EchoLog log;
+  EchoInstance a(&log);
+  std::vector<BackendInstance*> instances{&a};
+  InProcessOptions o;
+  o.batch_size = 2;
+  o.iterations = 20;
+  ModelConfig config = EchoConfig();
+  auto run = RunInProcessPipeline(config, instances, o);
+  ASSERT_TRUE(run.ok());
+  auto dir = CreateRunDirectory(base_, "bench-echo");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(
+      WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, config, o, LoadReport{}, *run).ok());
+  auto report = ReadRunForReport(*dir);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->kind, "in-process bench");
+  EXPECT_EQ(report->model, config.name);
+  ASSERT_FALSE(report->tables.empty());
+  ASSERT_EQ(report->tables[0].rows.size(), 1u);
+  EXPECT_EQ(report->tables[0].rows[0][0], "20");  // Requests, warm-up excluded.
+  EXPECT_GE(report->plots.size(), 2u);            // Latency over the run, and its histogram.
+  std::string html = RenderReportHtml({*report}, "t");
+  EXPECT_THAT(html, HasSubstr("Content-Security-Policy"));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, HasSubstr("sluice bench"));  // The command, from run.json.
+  ASSERT_TRUE(WriteRunReport(*dir).ok());
+  EXPECT_TRUE(std::filesystem::exists(*dir / "report.html"));
+
+  // A folder of runs is expanded; one with none, or a missing run.json, is a clear error.
+  auto found = FindRunDirectories({base_});
+  ASSERT_TRUE(found.ok());
+  EXPECT_NE(std::find(found->begin(), found->end(), *dir), found->end());
+  auto empty = CreateRunDirectory(base_ / "empty", "x");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(FindRunDirectories({base_ / "empty"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadRunForReport(*empty).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(WriteTextFile(*empty / "run.json", "{not json").ok());
+  EXPECT_EQ(ReadRunForReport(*empty).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ResultFilesTest, SweepRunsTheGridAndWritesPlots) {
