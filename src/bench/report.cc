@@ -182,31 +182,34 @@ std::vector<double> SampleLatenciesMs(const fs::path& path) {
   return out;
 }
 
-// Histograms of several latency sets on shared bins up to the largest p99.5 (slower requests go
-// in the last bin), as % of each set's requests.
+// Histograms of several latency sets on shared bins from the lowest p0.5 to the highest p99.5
+// (requests outside go in the end bins), as % of each set's requests.
 std::optional<std::string> HistogramPlot(
     const std::string& title,
     const std::vector<std::pair<std::string, std::vector<double>>>& sets) {
-  double hi = 0;
+  double lo = std::numeric_limits<double>::max(), hi = 0;
   for (const auto& [name, values] : sets) {
     if (values.empty()) continue;
     std::vector<double> v = values;
     std::sort(v.begin(), v.end());
-    hi = std::max(hi, v[std::min(v.size() - 1, static_cast<size_t>(0.995 * v.size()))]);
+    lo = std::min(lo, v[static_cast<size_t>(0.005 * static_cast<double>(v.size() - 1))]);
+    hi = std::max(hi, v[static_cast<size_t>(0.995 * static_cast<double>(v.size() - 1))]);
   }
   if (!(hi > 0)) return std::nullopt;
+  if (!(hi > lo)) lo = 0;
   constexpr int kBins = 40;
-  const double width = hi / kBins;
+  const double width = (hi - lo) / kBins;
   PlotSpec spec{title, "latency (ms)", "% of requests", false, {}};
   for (const auto& [name, values] : sets) {
     if (values.empty()) continue;
     std::vector<double> counts(kBins, 0);
     for (double v : values) {
-      counts[static_cast<size_t>(std::clamp(static_cast<int>(v / width), 0, kBins - 1))] += 1;
+      counts[static_cast<size_t>(std::clamp(static_cast<int>((v - lo) / width), 0, kBins - 1))] +=
+          1;
     }
     PlotSeries series{name, {}};
     for (int b = 0; b < kBins; ++b) {
-      series.points.emplace_back((b + 0.5) * width,
+      series.points.emplace_back(lo + (b + 0.5) * width,
                                  100.0 * counts[static_cast<size_t>(b)] / values.size());
     }
     spec.series.push_back(std::move(series));
@@ -215,18 +218,20 @@ std::optional<std::string> HistogramPlot(
 }
 
 // CPU (and GPU) utilisation over the run, from utilization.csv.
-std::optional<std::string> UtilizationPlot(const fs::path& dir, const std::string& title) {
+// `process` names whose CPU the process column is (the bench's own process over HTTP).
+std::optional<std::string> UtilizationPlot(const fs::path& dir, const std::string& title,
+                                           const std::string& process = "process CPU %") {
   auto rows = ReadCsv(dir / "utilization.csv");
   if (rows.empty()) return std::nullopt;
-  PlotSeries machine{"machine CPU %", {}}, process{"process CPU %", {}}, gpu{"GPU %", {}};
+  PlotSeries machine{"machine CPU %", {}}, own{process, {}}, gpu{"GPU %", {}};
   for (auto& row : rows) {
     const double t = ToDouble(row["time_s"]);
     machine.points.emplace_back(t, ToDouble(row["machine_cpu_percent"]));
-    process.points.emplace_back(t, ToDouble(row["process_cpu_percent"]));
+    own.points.emplace_back(t, ToDouble(row["process_cpu_percent"]));
     const double g = ToDouble(row["gpu_percent"]);
     if (std::isfinite(g)) gpu.points.emplace_back(t, g);
   }
-  PlotSpec spec{title, "time (s)", "utilisation (%)", false, {machine, process}};
+  PlotSpec spec{title, "time (s)", "utilisation (%)", false, {machine, own}};
   if (!gpu.points.empty()) spec.series.push_back(gpu);
   return RenderLinePlotSvg(spec);
 }
@@ -421,7 +426,8 @@ void ReadHttp(Element run, Element summary, ReportRun& out) {
   if (auto h = HistogramPlot(out.model + ": latency histograms by level", histograms)) {
     out.plots.push_back(*h);
   }
-  if (auto u = UtilizationPlot(out.dir, out.model + ": utilisation over time (all levels)")) {
+  if (auto u = UtilizationPlot(out.dir, out.model + ": utilisation over time (all levels)",
+                               "bench CPU %")) {
     out.plots.push_back(*u);
   }
 }
