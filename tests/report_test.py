@@ -138,7 +138,7 @@ def main():
                         "--prompt-tokens", "20", "--output-tokens", "5"])
         dirs = sorted(glob.glob(os.path.join(results, "*")))
         check(len(dirs) == 6, f"result folders: {dirs}")
-        plots_by_kind = {"bench-busy": 3, "ceiling-busy": 3, "sweep-tiny_cnn": 5,
+        plots_by_kind = {"bench-busy": 3, "ceiling-busy": 3, "sweep-tiny_cnn": 6,
                          "http-identity": 5, "llm-tiny_llm": 5}
         total_plots = 0
         for d in dirs:

@@ -492,6 +492,32 @@ void ReadSweep(Element run, Element summary, ReportRun& out) {
     out.plots.push_back(RenderLinePlotSvg({out.model + ": machine CPU by cell (cells of 100 ms+)",
                                            "batch size", "machine CPU (%)", true, cpu_series}));
   }
+  // Latency histograms at each series' largest batch size (samples/<backend>-<precision>-b<n>.csv).
+  std::map<std::string, std::pair<double, std::string>> largest;  // series -> (batch, file)
+  for (Element cell : summary["cells"].get_array()) {
+    const double b = Num(cell, "batch_size");
+    const std::string name = Str(cell, "backend") + " " + Str(cell, "precision");
+    if (!largest.count(name) || largest[name].first < b) {
+      largest[name] = {
+          b, fmt::format("{}-{}-b{:g}.csv", Str(cell, "backend"), Str(cell, "precision"), b)};
+    }
+  }
+  std::vector<std::pair<std::string, std::vector<double>>> histograms;
+  std::set<double> batches;
+  for (const std::string& name : order) {
+    auto latencies = SampleLatenciesMs(out.dir / "samples" / largest[name].second);
+    if (latencies.empty()) continue;
+    batches.insert(largest[name].first);
+    histograms.emplace_back(fmt::format("{} b{:g}", name, largest[name].first),
+                            std::move(latencies));
+  }
+  if (auto h = HistogramPlot(
+          out.model + (batches.size() == 1
+                           ? fmt::format(": latency histograms at batch {:g}", *batches.begin())
+                           : std::string(": latency histograms at each largest batch")),
+          histograms)) {
+    out.plots.push_back(*h);
+  }
   if (auto u = UtilizationPlot(out.dir, out.model + ": utilisation over time (all cells)")) {
     out.plots.push_back(*u);
   }

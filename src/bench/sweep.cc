@@ -157,6 +157,17 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
         samples, *origin, fmt::format("{} b{}", CellName(c.backend, c.precision), c.batch_size));
   }
   if (origin) SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "utilization.csv", utilization));
+  // Each cell's requests, for its latency histogram.
+  std::error_code ec;
+  std::filesystem::create_directories(dir / "samples", ec);
+  if (ec) return Status::Internal(fmt::format("cannot create {}/samples", dir.string()));
+  for (const SweepCell& c : cells) {
+    SLUICE_RETURN_IF_ERROR(
+        WriteTextFile(dir / "samples" /
+                          fmt::format("{}-{}-b{}.csv", BackendVariantName(c.backend),
+                                      PrecisionName(c.precision), c.batch_size),
+                      SamplesCsv(c.run.records)));
+  }
 
   // One series per (backend, precision), in the order first seen.
   std::vector<std::string> order;
