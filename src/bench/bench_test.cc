@@ -372,6 +372,25 @@ class ResultFilesTest : public ::testing::Test {
     s << in.rdbuf();
     return s.str();
   }
+  // An in-process run of `iterations` echo requests of 2 samples, its result files written to a
+  // new run folder; empty on failure.
+  std::filesystem::path WriteEchoRun(int iterations) {
+    EchoLog log;
+    EchoInstance a(&log);
+    std::vector<BackendInstance*> instances{&a};
+    InProcessOptions o;
+    o.batch_size = 2;
+    o.iterations = iterations;
+    auto run = RunInProcessPipeline(EchoConfig(), instances, o);
+    auto dir = CreateRunDirectory(base_, "bench-echo");
+    if (!run.ok() || !dir.ok() ||
+        !WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, EchoConfig(), o, LoadReport{},
+                           *run)
+             .ok()) {
+      return {};
+    }
+    return *dir;
+  }
   std::filesystem::path base_;
 };
 
@@ -385,50 +404,29 @@ TEST_F(ResultFilesTest, RunDirectoriesAreUnique) {
 }
 
 TEST_F(ResultFilesTest, BenchWritesRunSamplesAndSummary) {
-  EchoLog log;
-  EchoInstance a(&log);
-  std::vector<BackendInstance*> instances{&a};
-  InProcessOptions o;
-  o.batch_size = 2;
-  o.iterations = 5;
-  ModelConfig config = EchoConfig();
-  auto run = RunInProcessPipeline(config, instances, o);
-  ASSERT_TRUE(run.ok());
-  auto dir = CreateRunDirectory(base_, "bench-echo");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_TRUE(
-      WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, config, o, LoadReport{}, *run).ok());
-  std::string run_json = Read(*dir / "run.json");
+  const std::filesystem::path dir = WriteEchoRun(5);
+  ASSERT_FALSE(dir.empty());
+  std::string run_json = Read(dir / "run.json");
   EXPECT_THAT(run_json, HasSubstr("\"command\":\"sluice bench\""));
   EXPECT_THAT(run_json, HasSubstr("\"cpu_model\":"));
   EXPECT_THAT(run_json, HasSubstr("\"cores\":"));
   EXPECT_THAT(run_json, HasSubstr("\"runtime\":\"echo\""));
   EXPECT_THAT(run_json, HasSubstr("\"git_commit\":"));
   EXPECT_THAT(run_json, HasSubstr("\"batch_size\":2"));
-  std::string csv = Read(*dir / "samples.csv");
+  std::string csv = Read(dir / "samples.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);  // Header + 6 requests.
   EXPECT_THAT(csv, HasSubstr("\n0,0.000000000,"));         // Times from the first request.
-  std::string summary = Read(*dir / "summary.json");
+  std::string summary = Read(dir / "summary.json");
   EXPECT_THAT(summary, HasSubstr("\"requests\":5"));
   EXPECT_THAT(summary, HasSubstr("\"p99\":"));
   EXPECT_THAT(summary, HasSubstr("\"gpu_percent\":null"));
 }
 
 TEST_F(ResultFilesTest, TheReportIsReadBackFromTheResultFiles) {
-  EchoLog log;
-  EchoInstance a(&log);
-  std::vector<BackendInstance*> instances{&a};
-  InProcessOptions o;
-  o.batch_size = 2;
-  o.iterations = 20;
-  ModelConfig config = EchoConfig();
-  auto run = RunInProcessPipeline(config, instances, o);
-  ASSERT_TRUE(run.ok());
-  auto dir = CreateRunDirectory(base_, "bench-echo");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_TRUE(
-      WriteBenchResults(*dir, RunInfo{"sluice bench", "echo"}, config, o, LoadReport{}, *run).ok());
-  auto report = ReadRunForReport(*dir);
+  const std::filesystem::path dir = WriteEchoRun(20);
+  ASSERT_FALSE(dir.empty());
+  const ModelConfig config = EchoConfig();
+  auto report = ReadRunForReport(dir);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->kind, "in-process bench");
   EXPECT_EQ(report->model, config.name);
@@ -440,13 +438,13 @@ TEST_F(ResultFilesTest, TheReportIsReadBackFromTheResultFiles) {
   EXPECT_THAT(html, HasSubstr("Content-Security-Policy"));
   EXPECT_THAT(html, Not(HasSubstr("<script")));
   EXPECT_THAT(html, HasSubstr("sluice bench"));  // The command, from run.json.
-  ASSERT_TRUE(WriteRunReport(*dir).ok());
-  EXPECT_TRUE(std::filesystem::exists(*dir / "report.html"));
+  ASSERT_TRUE(WriteRunReport(dir).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "report.html"));
 
   // A folder of runs is expanded; one with none, or a missing run.json, is a clear error.
   auto found = FindRunDirectories({base_});
   ASSERT_TRUE(found.ok());
-  EXPECT_NE(std::find(found->begin(), found->end(), *dir), found->end());
+  EXPECT_NE(std::find(found->begin(), found->end(), dir), found->end());
   auto empty = CreateRunDirectory(base_ / "empty", "x");
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(FindRunDirectories({base_ / "empty"}).status().code(), StatusCode::kInvalidArgument);

@@ -283,17 +283,13 @@ Status WriteHttpBenchResults(const std::filesystem::path& dir, const RunInfo& in
   }
   json.EndArray().EndObject();
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.csv", csv));
-  std::optional<Clock::time_point> origin;
-  std::string utilization = UtilizationCsvHeader();
+  std::vector<UtilizationPart> utilization;
   for (const HttpLevelResult& l : levels) {
-    const auto& samples = l.run.utilization_samples;
-    if (samples.empty()) continue;
-    if (!origin) origin = samples.front().time;
-    utilization += UtilizationCsvRows(
-        samples, *origin,
-        l.rate > 0 ? fmt::format("rate {:g}", l.rate) : fmt::format("c{}", l.concurrency));
+    utilization.push_back(
+        {l.rate > 0 ? fmt::format("rate {:g}", l.rate) : fmt::format("c{}", l.concurrency),
+         l.run.utilization_samples});
   }
-  if (origin) SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "utilization.csv", utilization));
+  SLUICE_RETURN_IF_ERROR(WriteUtilizationCsv(dir, utilization));
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.json", json.str() + "\n"));
 
   PlotSeries throughput{o.model, {}}, p50{"p50", {}}, p99{"p99", {}};

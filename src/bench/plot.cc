@@ -13,7 +13,14 @@ namespace {
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-std::string Escape(const std::string& text) {
+std::string TickLabel(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e9) return fmt::format("{}", static_cast<int64_t>(v));
+  return fmt::format("{:.3g}", v);
+}
+
+}  // namespace
+
+std::string EscapeXml(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
@@ -35,13 +42,6 @@ std::string Escape(const std::string& text) {
   }
   return out;
 }
-
-std::string TickLabel(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e9) return fmt::format("{}", static_cast<int64_t>(v));
-  return fmt::format("{:.3g}", v);
-}
-
-}  // namespace
 
 std::vector<double> NiceTicks(double lo, double hi, int target) {
   if (!(hi > lo)) hi = lo + 1;
@@ -87,7 +87,7 @@ std::string RenderLinePlotSvg(const PlotSpec& spec) {
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{3}</text>\n",
-      spec.width, spec.height, left + plot_w / 2, Escape(spec.title));
+      spec.width, spec.height, left + plot_w / 2, EscapeXml(spec.title));
   // Grid and y ticks.
   for (double v : y_ticks) {
     svg += fmt::format(
@@ -119,7 +119,7 @@ std::string RenderLinePlotSvg(const PlotSpec& spec) {
       "<text x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n"
       "<text transform=\"translate(18 {7}) rotate(-90)\" text-anchor=\"middle\">{8}</text>\n",
       left, top, top + plot_h, left + plot_w, left + plot_w / 2, spec.height - 15,
-      Escape(spec.x_label), top + plot_h / 2, Escape(spec.y_label));
+      EscapeXml(spec.x_label), top + plot_h / 2, EscapeXml(spec.y_label));
   // Series and legend.
   for (size_t i = 0; i < spec.series.size(); ++i) {
     const PlotSeries& s = spec.series[i];
@@ -138,7 +138,7 @@ std::string RenderLinePlotSvg(const PlotSpec& spec) {
         "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"2\"/>"
         "<text x=\"{4}\" y=\"{5}\">{6}</text>\n",
         left + plot_w + 15, left + plot_w + 40, ly, color, left + plot_w + 46, ly + 4,
-        Escape(s.name));
+        EscapeXml(s.name));
   }
   svg += "</svg>\n";
   return svg;

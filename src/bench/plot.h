@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct PlotSpec {
   int width = 720;
   int height = 440;
 };
+
+// `text` with & < > " as entities, for SVG and HTML text and attribute values.
+std::string EscapeXml(std::string_view text);
 
 // A self-contained SVG document: axes with ticks, one polyline with markers per series, a legend.
 std::string RenderLinePlotSvg(const PlotSpec& spec);

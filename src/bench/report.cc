@@ -31,29 +31,6 @@ std::optional<std::string> ReadText(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string Html(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // A parsed JSON file; the parser must outlive the elements taken from it.
 struct JsonFile {
   simdjson::dom::parser parser;
@@ -648,12 +625,13 @@ void ReadProfile(ReportRun& out) {
 }
 
 std::string Table(const ReportTable& t) {
-  std::string html = fmt::format("<h3>{}</h3>\n<table class=\"data\"><thead><tr>", Html(t.title));
-  for (const std::string& h : t.header) html += "<th>" + Html(h) + "</th>";
+  std::string html =
+      fmt::format("<h3>{}</h3>\n<table class=\"data\"><thead><tr>", EscapeXml(t.title));
+  for (const std::string& h : t.header) html += "<th>" + EscapeXml(h) + "</th>";
   html += "</tr></thead><tbody>\n";
   for (const auto& row : t.rows) {
     html += "<tr>";
-    for (const std::string& cell : row) html += "<td>" + Html(cell) + "</td>";
+    for (const std::string& cell : row) html += "<td>" + EscapeXml(cell) + "</td>";
     html += "</tr>\n";
   }
   return html + "</tbody></table>\n";
@@ -817,12 +795,12 @@ std::string RenderReportHtml(const std::vector<ReportRun>& runs, const std::stri
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
       "<title>{0}</title>\n<style>{1}</style></head>\n<body>\n<h1>{0}</h1>\n"
       "<p>Written {2} on {3} ({4} cores) by sluice at commit {5}. {6} run(s).</p>\n",
-      Html(title), kStyle, Html(LocalTimestamp()), Html(CpuModelName()), CoreCount(),
-      Html(GitCommit()), runs.size());
+      EscapeXml(title), kStyle, EscapeXml(LocalTimestamp()), EscapeXml(CpuModelName()), CoreCount(),
+      EscapeXml(GitCommit()), runs.size());
   if (runs.size() > 1) {
     html += "<nav><ol>\n";
     for (size_t i = 0; i < runs.size(); ++i) {
-      html += fmt::format("<li><a href=\"#run-{}\">{}</a></li>\n", i + 1, Html(runs[i].title));
+      html += fmt::format("<li><a href=\"#run-{}\">{}</a></li>\n", i + 1, EscapeXml(runs[i].title));
     }
     html += "</ol></nav>\n";
     std::string comparisons = Comparisons(runs);
@@ -834,15 +812,15 @@ std::string RenderReportHtml(const std::vector<ReportRun>& runs, const std::stri
     const ReportRun& r = runs[i];
     html += fmt::format("<section class=\"run\" id=\"run-{}\">\n<h2>{}{}</h2>\n", i + 1,
                         runs.size() > 1 ? fmt::format("Run {}: ", i + 1) : std::string(),
-                        Html(r.title));
+                        EscapeXml(r.title));
     html += "<table class=\"meta\">\n";
     for (const auto& [k, v] : r.about) {
-      html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", Html(k),
-                          k == "command" ? "<code>" + Html(v) + "</code>" : Html(v));
+      html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", EscapeXml(k),
+                          k == "command" ? "<code>" + EscapeXml(v) + "</code>" : EscapeXml(v));
     }
     html += "</table>\n<details><summary>Configuration</summary>\n<table class=\"config\">\n";
     for (const auto& [k, v] : r.config) {
-      html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", Html(k), Html(v));
+      html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", EscapeXml(k), EscapeXml(v));
     }
     html += "</table></details>\n";
     for (const ReportTable& t : r.tables) html += Table(t);

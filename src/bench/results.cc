@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <optional>
 
 #include "common/system_info.h"
 
@@ -155,21 +156,23 @@ std::string SamplesCsv(std::span<const RequestRecord> records) {
   return csv;
 }
 
-std::string UtilizationCsvHeader() {
-  return "label,time_s,machine_cpu_percent,process_cpu_percent,gpu_percent,gpu_memory_mib\n";
-}
-
-std::string UtilizationCsvRows(std::span<const UtilizationSample> samples, Clock::time_point origin,
-                               std::string_view label) {
-  std::string csv;
-  for (const UtilizationSample& s : samples) {
-    csv += fmt::format("{},{:.3f},{:.2f},{:.2f},", label, SecondsBetween(origin, s.time),
-                       s.machine_cpu_percent, s.process_cpu_percent);
-    csv += s.gpu
-               ? fmt::format("{:.2f},{:.1f}\n", s.gpu->utilization_percent, s.gpu->memory_used_mib)
-               : std::string(",\n");
+Status WriteUtilizationCsv(const std::filesystem::path& dir,
+                           const std::vector<UtilizationPart>& parts) {
+  std::optional<Clock::time_point> origin;
+  std::string csv =
+      "label,time_s,machine_cpu_percent,process_cpu_percent,gpu_percent,gpu_memory_mib\n";
+  for (const UtilizationPart& part : parts) {
+    for (const UtilizationSample& s : part.samples) {
+      if (!origin) origin = s.time;
+      csv += fmt::format("{},{:.3f},{:.2f},{:.2f},", part.label, SecondsBetween(*origin, s.time),
+                         s.machine_cpu_percent, s.process_cpu_percent);
+      csv +=
+          s.gpu ? fmt::format("{:.2f},{:.1f}\n", s.gpu->utilization_percent, s.gpu->memory_used_mib)
+                : std::string(",\n");
+    }
   }
-  return csv;
+  if (!origin) return Status::Ok();
+  return WriteTextFile(dir / "utilization.csv", csv);
 }
 
 void TraceInProcessRecords(std::span<const RequestRecord> records, std::string_view model,
@@ -224,12 +227,7 @@ Status WriteBenchResults(const std::filesystem::path& dir, const RunInfo& info,
                                              .EndObject();
                                        })));
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "samples.csv", SamplesCsv(run.records)));
-  if (!run.utilization_samples.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteTextFile(
-        dir / "utilization.csv",
-        UtilizationCsvHeader() + UtilizationCsvRows(run.utilization_samples,
-                                                    run.utilization_samples.front().time, "run")));
-  }
+  SLUICE_RETURN_IF_ERROR(WriteUtilizationCsv(dir, {{"run", run.utilization_samples}}));
   JsonWriter summary;
   summary.BeginObject();
   WriteLoadFields(summary, load);

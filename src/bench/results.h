@@ -45,11 +45,16 @@ std::string SamplesCsv(std::span<const RequestRecord> records);
 void TraceInProcessRecords(std::span<const RequestRecord> records, std::string_view model,
                            TraceWriter& tracer);
 
-// utilization.csv: one row per sample, `label` naming the part of the run (a level, a cell) it
-// belongs to, time in seconds from `origin`.
-std::string UtilizationCsvHeader();
-std::string UtilizationCsvRows(std::span<const UtilizationSample> samples, Clock::time_point origin,
-                               std::string_view label);
+// One part of a run (a level, a cell) and the utilisation samples taken during it.
+struct UtilizationPart {
+  std::string label;
+  std::span<const UtilizationSample> samples;
+};
+
+// Writes <dir>/utilization.csv: one row per sample, labelled with its part, time in seconds from
+// the first sample of the run. Writes nothing when no part has a sample (a run under 100 ms).
+Status WriteUtilizationCsv(const std::filesystem::path& dir,
+                           const std::vector<UtilizationPart>& parts);
 
 // Writes run.json, samples.csv, utilization.csv and summary.json of one in-process run into
 // `dir`.

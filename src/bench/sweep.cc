@@ -147,16 +147,12 @@ Status WriteSweepResults(const std::filesystem::path& dir, const RunInfo& info,
   }
   summary.EndArray().EndObject();
   SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "summary.json", summary.str() + "\n"));
-  std::optional<Clock::time_point> origin;
-  std::string utilization = UtilizationCsvHeader();
+  std::vector<UtilizationPart> utilization;
   for (const SweepCell& c : cells) {
-    const auto& samples = c.run.utilization_samples;
-    if (samples.empty()) continue;
-    if (!origin) origin = samples.front().time;
-    utilization += UtilizationCsvRows(
-        samples, *origin, fmt::format("{} b{}", CellName(c.backend, c.precision), c.batch_size));
+    utilization.push_back({fmt::format("{} b{}", CellName(c.backend, c.precision), c.batch_size),
+                           c.run.utilization_samples});
   }
-  if (origin) SLUICE_RETURN_IF_ERROR(WriteTextFile(dir / "utilization.csv", utilization));
+  SLUICE_RETURN_IF_ERROR(WriteUtilizationCsv(dir, utilization));
   // Each cell's requests, for its latency histogram.
   std::error_code ec;
   std::filesystem::create_directories(dir / "samples", ec);
