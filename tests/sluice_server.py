@@ -1,5 +1,8 @@
 """Starts `sluice serve` for a black-box test and stops it by its PID (SIGTERM, then kill).
 
+A server that does not exit promptly after SIGTERM, or that waits out its shutdown grace with
+connections or requests still open, fails the test with its output (and its threads' stacks).
+
     with serving(sluice, ["--model-repository", repo]) as port:
         ...  # talk to http://127.0.0.1:<port>
 
@@ -7,16 +10,19 @@ With "--grpc-port", "0" among the arguments it yields (http_port, grpc_port).
 """
 import contextlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 
 @contextlib.contextmanager
-def serving(sluice, args, start_timeout=120, env=None):
+def serving(sluice, args, env=None, exit_timeout=45):
     server = subprocess.Popen([sluice, "serve", "--port", "0", *args],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env)
+    reader = None
     try:
         port = grpc_port = None
         for line in server.stdout:
@@ -29,11 +35,40 @@ def serving(sluice, args, start_timeout=120, env=None):
                 break
         if port is None or ("--grpc-port" in args and grpc_port is None):
             sys.exit(f"sluice serve did not start: {server.stdout.read()}")
+        # The rest of its output is read as it comes, so a chatty server never blocks on a full pipe.
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(server.stdout), daemon=True)
+        reader.start()
         yield (port, grpc_port) if "--grpc-port" in args else port
     finally:
+        def finish_reading():
+            if reader is None:
+                return server.stdout.read()
+            reader.join(timeout=10)
+            return "".join(output)
+
         server.send_signal(signal.SIGTERM)
         try:
-            server.wait(timeout=30)
+            server.wait(timeout=exit_timeout)
         except subprocess.TimeoutExpired:
+            stacks = thread_stacks(server.pid)
             server.kill()
-            raise
+            server.wait()
+            rest = finish_reading()
+            sys.exit(f"sluice serve (pid {server.pid}) did not exit within {exit_timeout} s of "
+                     f"SIGTERM.\nIts output after it started:\n{rest}\nIts threads:\n{stacks}")
+        rest = finish_reading()
+        if "shutdown grace expired" in rest and sys.exc_info()[0] is None:
+            sys.exit(f"sluice serve left something open at SIGTERM:\n{rest}")
+
+
+def thread_stacks(pid):
+    """Every thread's stack of a running process, by gdb (when installed), for a hang's report."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "(gdb is not installed)"
+    try:
+        return subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                              capture_output=True, text=True, timeout=60).stdout
+    except subprocess.TimeoutExpired:
+        return "(gdb did not finish within 60 s)"

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -106,6 +107,9 @@ class HttpServer::Impl {
   const HttpServerOptions options_;
   const Router& router_;
   net::io_context ioc_;
+  // Keeps the I/O threads running until Shutdown() ends, even while no operation is pending: an
+  // answer or a drain notice posted to a connection after the acceptor closed still runs.
+  net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
   tcp::acceptor acceptor_;
   MemoryBudget memory_budget_;
   std::vector<std::thread> threads_;
@@ -794,6 +798,7 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
                      open_connections_.load(), inflight_.load());
       }
     }
+    work_.reset();
     ioc_.stop();
     for (std::thread& t : threads_) t.join();
   });

@@ -1,0 +1,124 @@
+// HttpServer on its own (no engine): a router with test routes, real loopback sockets.
+#include "server/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+// A blocking loopback connection whose reads give up after `timeout`.
+class Connection {
+ public:
+  Connection(uint16_t port, std::chrono::seconds timeout) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    timeval tv{static_cast<time_t>(timeout.count()), 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~Connection() { close(fd_); }
+  bool connected() const { return connected_; }
+  bool Send(const std::string& data) {
+    return send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+  }
+  // What arrives until `text` has (or the server closes the connection, or a read times out).
+  std::string ReadUntil(const std::string& text) {
+    std::string all;
+    char buffer[4096];
+    ssize_t n;
+    while (all.find(text) == std::string::npos && (n = recv(fd_, buffer, sizeof(buffer), 0)) > 0) {
+      all.append(buffer, static_cast<size_t>(n));
+    }
+    return all;
+  }
+  // Everything until the server closes the connection (or a read times out).
+  std::string ReadToClose() { return ReadUntil(std::string(1, '\0')); }
+  // Whether the server closed the connection (end of stream, not a timeout).
+  bool ClosedByServer() {
+    char byte;
+    return recv(fd_, &byte, 1, 0) == 0;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// Whether a new connection to `port` is refused (the listening socket is closed).
+bool Refused(uint16_t port) { return !Connection(port, std::chrono::seconds(1)).connected(); }
+
+TEST(HttpServerTest, AnswerGivenAfterTheListenerClosedIsStillWrittenAndShutdownEndsAtOnce) {
+  // The handler answers later, from another thread, with nothing pending on the connection
+  // meanwhile (it does not watch for a disconnect): the I/O threads must still be there to write.
+  std::promise<Responder> held;
+  Router router;
+  router.Get("/later", [&held](const HttpRequest&, const PathParams&, Responder respond) {
+    held.set_value(std::move(respond));
+  });
+  HttpServerOptions options;
+  options.port = 0;
+  HttpServer server(options, router);
+  ASSERT_TRUE(server.Start().ok());
+
+  Connection client(server.port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send("GET /later HTTP/1.1\r\nHost: test\r\n\r\n"));
+  Responder respond = held.get_future().get();
+
+  const auto grace = std::chrono::seconds(20);
+  const auto shutdown_start = std::chrono::steady_clock::now();
+  std::thread shutdown([&server, grace] { server.Shutdown(grace); });
+  while (!Refused(server.port())) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  // Answered, and the responder (which holds the connection) let go, as a handler does.
+  std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"late"})"));
+  const std::string reply = client.ReadToClose();
+  shutdown.join();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  EXPECT_NE(reply.find(R"({"answer":"late"})"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Connection: close"), std::string::npos) << reply;
+  // Answered and closed: shutdown did not wait out its grace.
+  EXPECT_LT(std::chrono::steady_clock::now() - shutdown_start, grace / 2);
+  EXPECT_EQ(server.stats().open_connections, 0);
+}
+
+TEST(HttpServerTest, IdleKeepAliveConnectionClosesWhenShutdownBegins) {
+  Router router;
+  router.Get("/now", [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, R"({"answer":"now"})"));
+  });
+  HttpServerOptions options;
+  options.port = 0;
+  HttpServer server(options, router);
+  ASSERT_TRUE(server.Start().ok());
+
+  Connection client(server.port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send("GET /now HTTP/1.1\r\nHost: test\r\n\r\n"));
+  const std::string reply = client.ReadUntil(R"({"answer":"now"})");
+  ASSERT_NE(reply.find(R"({"answer":"now"})"), std::string::npos) << reply;
+  EXPECT_EQ(reply.find("Connection: close"), std::string::npos) << reply;  // Kept alive.
+
+  const auto grace = std::chrono::seconds(20);
+  const auto shutdown_start = std::chrono::steady_clock::now();
+  server.Shutdown(grace);
+  EXPECT_LT(std::chrono::steady_clock::now() - shutdown_start, grace / 2);
+  EXPECT_TRUE(client.ClosedByServer());
+  EXPECT_EQ(server.stats().open_connections, 0);
+}
+
+}  // namespace
+}  // namespace sluice
