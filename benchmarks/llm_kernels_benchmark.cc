@@ -107,7 +107,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   for (auto isa : {sluice::llm::KernelIsa::kAvx2, sluice::llm::KernelIsa::kAvx512Bf16,
                    sluice::llm::KernelIsa::kAmx}) {
-    for (int64_t rows : {1, 4, 16, 64, 128}) {
+    for (int64_t rows : {1, 4, 16, 64, 128, 512}) {
       b->Args({rows, 1, static_cast<int64_t>(isa)});
       if (cores > 1) b->Args({rows, cores, static_cast<int64_t>(isa)});
     }

@@ -460,8 +460,9 @@ SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t strid
 // (and decoding one sequence keeps the same four weight tiles a k step as bf16); the two int32
 // sums are combined and scaled in fp32. The weights stay the only 8-bit operand.
 constexpr int32_t kFixedMax = 16383;
-#define SLUICE_AMX \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8")))
+#define SLUICE_AMX                                                                         \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8," \
+                        "prfchw")))
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -826,33 +827,47 @@ SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __m
     }                                  \
   } while (0)
 
-// C tile c -- 16 output columns from j0 against `b_rows` rows of B -- written to y from row
-// `row0` of x, for the columns in [n_begin, n_end). bf16: the sums as they are. int8: B's rows
-// are each row of x's high bytes then its low bytes, so a row's result is 128 high + low (in
-// fp32), times the columns' and the row's scales.
+// A C tile's sums, stored out of its tile register, and where they go: 16 output columns from j0
+// against `b_rows` rows of B, written to y from row `row0` of x.
+struct StoredTile {
+  alignas(64) float sums[16][16];  // int8: int32 sums, reinterpreted.
+  int64_t b_rows = 0, j0 = 0, row0 = 0;
+};
+
+// Writes a stored C tile to y, for the columns in [n_begin, n_end). bf16: the sums as they are.
+// int8: B's rows are each row of x's high bytes then its low bytes, so a row's result is 128 high
+// + low (in fp32), times the columns' and the row's scales.
 template <bool kInt8>
-SLUICE_AMX void EmitTile(int c, int64_t b_rows, int64_t j0, int64_t n_begin, int64_t n_end,
-                         const float* scales, const MatmulInput& x, int64_t row0, float* y,
-                         int64_t n) {
-  alignas(64) float out[16][16];
-  const __mmask16 lanes = ColumnLanes(j0, n_begin, n_end);
+SLUICE_AVX512 void FinishTile(StoredTile& c, int64_t n_begin, int64_t n_end, const float* scales,
+                              const MatmulInput& x, float* y, int64_t n) {
+  const __mmask16 lanes = ColumnLanes(c.j0, n_begin, n_end);
   if constexpr (kInt8) {
-    alignas(64) int32_t sums[16][16];
-    StoreTile(c, &sums[0][0]);
     const __m512i high = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i low = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512 shift = _mm512_set1_ps(128.0f);
     for (int i = 0; i < 16; ++i) {
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(sums[i]));
-      _mm512_store_ps(out[i], _mm512_fmadd_ps(_mm512_permutexvar_ps(high, v), shift,
-                                              _mm512_permutexvar_ps(low, v)));
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(c.sums[i]));
+      _mm512_store_ps(c.sums[i], _mm512_fmadd_ps(_mm512_permutexvar_ps(high, v), shift,
+                                                 _mm512_permutexvar_ps(low, v)));
     }
-    StoreTransposed(out, b_rows / 2, lanes, scales + j0, y + row0 * n + j0, n,
-                    x.row_scales.data() + row0);
+    StoreTransposed(c.sums, c.b_rows / 2, lanes, scales + c.j0, y + c.row0 * n + c.j0, n,
+                    x.row_scales.data() + c.row0);
   } else {
-    StoreTile(c, &out[0][0]);
-    StoreTransposed(out, b_rows, lanes, nullptr, y + row0 * n + j0, n);
+    StoreTransposed(c.sums, c.b_rows, lanes, nullptr, y + c.row0 * n + c.j0, n);
   }
+}
+
+// C tile c, stored and written to y at once (see StoredTile).
+template <bool kInt8>
+SLUICE_AMX void EmitTile(int c, int64_t b_rows, int64_t j0, int64_t n_begin, int64_t n_end,
+                         const float* scales, const MatmulInput& x, int64_t row0, float* y,
+                         int64_t n) {
+  StoredTile stored;
+  StoreTile(c, &stored.sums[0][0]);
+  stored.b_rows = b_rows;
+  stored.j0 = j0;
+  stored.row0 = row0;
+  FinishTile<kInt8>(stored, n_begin, n_end, scales, x, y, n);
 }
 
 // y[:, n_begin : n_end] for bf16 weights (kInt8 false; x's pairs) or int8 ones (x's quads, two
@@ -886,6 +901,13 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
   // The last block may be partial; with an odd number of blocks it goes alone, below.
   const int64_t blocks = (b_total + 15) / 16, paired = blocks / 2 * 2;
   int64_t configured = -1;  // rows_b of the tile configuration loaded.
+  // A pair's C tiles are stored out of their registers at once, then written to y (transposed,
+  // AVX-512) one a k step during the next pair's products, which run on beside them; the lines of
+  // y a pair writes are asked for while its products run. (The store out of the registers still
+  // waits for the pair's last products: the tiles are not renamed.)
+  StoredTile pending[4];
+  int pending_count = 0;
+  auto finish = [&](int q) { FinishTile<kInt8>(pending[q], n_begin, n_end, scales, x, y, n); };
   for (int64_t t = t_begin; t < t_end && paired > 0; t += 2) {
     const int64_t count = std::min<int64_t>(2, t_end - t);
     for (int64_t block = 0; block < paired; block += 2) {
@@ -900,6 +922,8 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
+      const int64_t first_row = block * 16 / kSplit, lines = (16 + rows_b) / kSplit * count;
+      const int64_t per_step = (lines + k_tiles - 1) / k_tiles;
       for (int64_t u = 0; u < k_tiles; ++u) {
         if (u + 2 < k_tiles) {
           PrefetchTile(tile(t, u + 2));
@@ -917,15 +941,24 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
           SLUICE_TILE_DOT(kInt8, 1, 5, 6);
           SLUICE_TILE_DOT(kInt8, 3, 5, 7);
         }
+        if (u < pending_count) finish(static_cast<int>(u));
+        // This pair's lines of y, asked for (to write) while the products run.
+        for (int64_t line = u * per_step; line < std::min(lines, (u + 1) * per_step); ++line) {
+          __builtin_prefetch(y + (first_row + line / count) * n + (t + line % count) * 16, 1, 3);
+        }
       }
-      for (int q = 0; q < 2 * count; ++q) {  // C0, C1: block a; C2, C3: block b.
-        const int c = q < count ? q : 2 + (q - count);
-        const int64_t b = block + c / 2;
-        EmitTile<kInt8>(c, c < 2 ? 16 : rows_b, (t + c % 2) * 16, n_begin, n_end, scales, x,
-                        b * 16 / kSplit, y, n);
+      for (int64_t q = k_tiles; q < pending_count; ++q) finish(static_cast<int>(q));
+      pending_count = 2 * static_cast<int>(count);
+      for (int q = 0; q < pending_count; ++q) {  // C0, C1: block a; C2, C3: block b.
+        const int c = q < count ? q : 2 + (q - static_cast<int>(count));
+        StoreTile(c, &pending[q].sums[0][0]);
+        pending[q].b_rows = c < 2 ? 16 : rows_b;
+        pending[q].j0 = (t + c % 2) * 16;
+        pending[q].row0 = (block + c / 2) * 16 / kSplit;
       }
     }
   }
+  for (int q = 0; q < pending_count; ++q) finish(q);
   for (int64_t block = paired; block < blocks; ++block) {
     const int64_t rows = std::min<int64_t>(16, b_total - block * 16);
     const uint32_t* xb = b_data + block * k_tiles * 256;
