@@ -2,6 +2,7 @@
 // on each code path the CPU has: bytes of weight read per second is the figure to hold against
 // the machine's memory bandwidth, which ReadBandwidth measures (a 512 MiB buffer summed with the
 // widest loads the CPU has, split over the threads; the best of the repetitions is the ceiling).
+// DecodeAttentionBf16 is one decode step's attention over a bf16 cache.
 //   build/llm_kernels_benchmark --benchmark_filter='Bf16|ReadBandwidth'
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -116,6 +117,43 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(Bf16)->Apply(Shapes);
 BENCHMARK(Int8)->Apply(Shapes);
+
+// One decode step's attention at SmolLM2-135M's shapes over a bf16 cache: 16 sequences x 30
+// layers x 3 KV heads (3 queries each, head size 64), each over `len` cached positions of its own
+// (so the cache comes from memory, as in a step), on one thread; the bytes are the cache's.
+void DecodeAttentionBf16(benchmark::State& state) {
+  const int64_t len = state.range(0), d = 64, groups = 3, heads = 16 * 30 * 3;
+  const auto isa = static_cast<sluice::llm::KernelIsa>(state.range(1));
+  if (isa > sluice::llm::BestKernelIsa()) {
+    state.SkipWithError("this CPU lacks the path");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  sluice::llm::LimitKernelIsa(isa);
+  state.SetLabel(sluice::llm::KernelIsaName(isa));
+  std::vector<uint16_t> cache(static_cast<size_t>(heads * 2 * len * d),
+                              sluice::llm::Fp32ToBf16(0.01f));
+  std::vector<float> q(static_cast<size_t>(groups * d), 0.1f), out(q.size()),
+      scratch(static_cast<size_t>(groups * len));
+  for (auto _ : state) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const uint16_t* k = cache.data() + h * 2 * len * d;
+      sluice::llm::DecodeAttention(q.data(), static_cast<int>(groups), k, k + len * d, len, d,
+                                   0.125f, out.data(), scratch.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(cache.size() * 2));
+  sluice::llm::LimitKernelIsa(sluice::llm::KernelIsa::kAmx);
+}
+BENCHMARK(DecodeAttentionBf16)
+    ->ArgsProduct({{64, 192, 512},
+                   {static_cast<int64_t>(sluice::llm::KernelIsa::kAvx2),
+                    static_cast<int64_t>(sluice::llm::KernelIsa::kAvx512Bf16)}})
+    ->ArgNames({"len", "isa"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) float SumAvx2(const float* p, size_t count) {
