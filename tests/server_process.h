@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -65,12 +66,19 @@ class ServerProcess {
     if (pid_ > 0 && !stopped_) Stop();
     if (stdout_) fclose(stdout_);
   }
-  // SIGTERM, then the exit status (as from waitpid).
+  // SIGTERM, then the exit status (as from waitpid). What the server printed after it started is
+  // read first (to its end), so it never blocks on a full pipe; a server that waited out its
+  // shutdown grace with something still open fails the test.
   int Stop() {
     stopped_ = true;
     kill(pid_, SIGTERM);
+    char line[512];
+    while (stdout_ && fgets(line, sizeof(line), stdout_)) output_ += line;
     int status = 0;
     waitpid(pid_, &status, 0);
+    if (output_.find("shutdown grace expired") != std::string::npos) {
+      ADD_FAILURE() << "sluice serve left something open at SIGTERM:\n" << output_;
+    }
     return status;
   }
   int port() const { return port_; }
