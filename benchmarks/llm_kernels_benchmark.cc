@@ -39,19 +39,26 @@ Weight SomeWeight() {
   }
 }
 
+// Limits the kernels to `isa` and labels the run with it; false (the run skipped) when this CPU
+// lacks that path. The caller puts the limit back to kAmx at its end.
+bool UsePath(benchmark::State& state, sluice::llm::KernelIsa isa) {
+  if (isa > sluice::llm::BestKernelIsa()) {
+    state.SkipWithError("this CPU lacks the path");
+    for (auto _ : state) {
+    }
+    return false;
+  }
+  sluice::llm::LimitKernelIsa(isa);
+  state.SetLabel(sluice::llm::KernelIsaName(isa));
+  return true;
+}
+
 template <class Weight, class Call>
 void Run(benchmark::State& state, Call call) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const auto isa = static_cast<sluice::llm::KernelIsa>(state.range(2));
-  if (isa > sluice::llm::BestKernelIsa()) {
-    state.SkipWithError("this CPU lacks the path");
-    for (auto _ : state) {
-    }
-    return;
-  }
-  sluice::llm::LimitKernelIsa(isa);
-  state.SetLabel(sluice::llm::KernelIsaName(isa));
+  if (!UsePath(state, isa)) return;
   // Thirty layers' worth of weights so the matrices come from memory, not cache.
   constexpr int kCopies = 30;
   std::vector<std::vector<Weight>> weights;
@@ -124,14 +131,7 @@ BENCHMARK(Int8)->Apply(Shapes);
 void DecodeAttentionBf16(benchmark::State& state) {
   const int64_t len = state.range(0), d = 64, groups = 3, heads = 16 * 30 * 3;
   const auto isa = static_cast<sluice::llm::KernelIsa>(state.range(1));
-  if (isa > sluice::llm::BestKernelIsa()) {
-    state.SkipWithError("this CPU lacks the path");
-    for (auto _ : state) {
-    }
-    return;
-  }
-  sluice::llm::LimitKernelIsa(isa);
-  state.SetLabel(sluice::llm::KernelIsaName(isa));
+  if (!UsePath(state, isa)) return;
   std::vector<uint16_t> cache(static_cast<size_t>(heads * 2 * len * d),
                               sluice::llm::Fp32ToBf16(0.01f));
   std::vector<float> q(static_cast<size_t>(groups * d), 0.1f), out(q.size()),

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -60,22 +61,34 @@ class Connection {
 // Whether a new connection to `port` is refused (the listening socket is closed).
 bool Refused(uint16_t port) { return !Connection(port, std::chrono::seconds(1)).connected(); }
 
-TEST(HttpServerTest, AnswerGivenAfterTheListenerClosedIsStillWrittenAndShutdownEndsAtOnce) {
+class HttpServerTest : public ::testing::Test {
+ protected:
+  // Starts the server on an ephemeral loopback port with router_'s routes, and sends GET `path`
+  // on a new connection (client_).
+  void StartAndGet(const std::string& path) {
+    HttpServerOptions options;
+    options.port = 0;
+    server_ = std::make_unique<HttpServer>(options, router_);
+    ASSERT_TRUE(server_->Start().ok());
+    client_ = std::make_unique<Connection>(server_->port(), std::chrono::seconds(10));
+    ASSERT_TRUE(client_->connected());
+    ASSERT_TRUE(client_->Send("GET " + path + " HTTP/1.1\r\nHost: test\r\n\r\n"));
+  }
+
+  Router router_;  // Outlives the server.
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<Connection> client_;
+};
+
+TEST_F(HttpServerTest, AnswerGivenAfterTheListenerClosedIsStillWrittenAndShutdownEndsAtOnce) {
   // The handler answers later, from another thread, with nothing pending on the connection
   // meanwhile (it does not watch for a disconnect): the I/O threads must still be there to write.
   std::promise<Responder> held;
-  Router router;
-  router.Get("/later", [&held](const HttpRequest&, const PathParams&, Responder respond) {
+  router_.Get("/later", [&held](const HttpRequest&, const PathParams&, Responder respond) {
     held.set_value(std::move(respond));
   });
-  HttpServerOptions options;
-  options.port = 0;
-  HttpServer server(options, router);
-  ASSERT_TRUE(server.Start().ok());
-
-  Connection client(server.port(), std::chrono::seconds(10));
-  ASSERT_TRUE(client.connected());
-  ASSERT_TRUE(client.Send("GET /later HTTP/1.1\r\nHost: test\r\n\r\n"));
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/later"));
+  HttpServer& server = *server_;
   Responder respond = held.get_future().get();
 
   const auto grace = std::chrono::seconds(20);
@@ -85,7 +98,7 @@ TEST(HttpServerTest, AnswerGivenAfterTheListenerClosedIsStillWrittenAndShutdownE
 
   // Answered, and the responder (which holds the connection) let go, as a handler does.
   std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"late"})"));
-  const std::string reply = client.ReadToClose();
+  const std::string reply = client_->ReadToClose();
   shutdown.join();
   EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
   EXPECT_NE(reply.find(R"({"answer":"late"})"), std::string::npos) << reply;
@@ -95,29 +108,21 @@ TEST(HttpServerTest, AnswerGivenAfterTheListenerClosedIsStillWrittenAndShutdownE
   EXPECT_EQ(server.stats().open_connections, 0);
 }
 
-TEST(HttpServerTest, IdleKeepAliveConnectionClosesWhenShutdownBegins) {
-  Router router;
-  router.Get("/now", [](const HttpRequest&, const PathParams&, Responder respond) {
+TEST_F(HttpServerTest, IdleKeepAliveConnectionClosesWhenShutdownBegins) {
+  router_.Get("/now", [](const HttpRequest&, const PathParams&, Responder respond) {
     respond(HttpResponse::Json(200, R"({"answer":"now"})"));
   });
-  HttpServerOptions options;
-  options.port = 0;
-  HttpServer server(options, router);
-  ASSERT_TRUE(server.Start().ok());
-
-  Connection client(server.port(), std::chrono::seconds(10));
-  ASSERT_TRUE(client.connected());
-  ASSERT_TRUE(client.Send("GET /now HTTP/1.1\r\nHost: test\r\n\r\n"));
-  const std::string reply = client.ReadUntil(R"({"answer":"now"})");
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/now"));
+  const std::string reply = client_->ReadUntil(R"({"answer":"now"})");
   ASSERT_NE(reply.find(R"({"answer":"now"})"), std::string::npos) << reply;
   EXPECT_EQ(reply.find("Connection: close"), std::string::npos) << reply;  // Kept alive.
 
   const auto grace = std::chrono::seconds(20);
   const auto shutdown_start = std::chrono::steady_clock::now();
-  server.Shutdown(grace);
+  server_->Shutdown(grace);
   EXPECT_LT(std::chrono::steady_clock::now() - shutdown_start, grace / 2);
-  EXPECT_TRUE(client.ClosedByServer());
-  EXPECT_EQ(server.stats().open_connections, 0);
+  EXPECT_TRUE(client_->ClosedByServer());
+  EXPECT_EQ(server_->stats().open_connections, 0);
 }
 
 }  // namespace
