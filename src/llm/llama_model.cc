@@ -1,15 +1,15 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
-// grouped-query attention with at::scaled_dot_product_attention over a static per-slot KV cache,
-// SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with fp32
-// weights and bf16 otherwise; the weights of the
-// linear layers are fp32 (ATen's matmul), bf16, or int8 with per-output-channel scales. bf16 and
-// int8 weights go through cpu_kernels.h, which widens them to fp32 in registers: decoding is bound
-// by reading the weights, and ATen's bf16 / int8 paths are slow on CPUs without AVX-512 bf16.
+// grouped-query attention over a static per-slot KV cache (cpu_kernels.h, for prompts and
+// decoding), SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with
+// fp32 weights and bf16 otherwise; the weights of the linear layers are fp32 (ATen's matmul), bf16,
+// or int8 with per-output-channel scales. bf16 and int8 weights go through cpu_kernels.h, which
+// widens them to fp32 in registers: decoding is bound by reading the weights, and ATen's bf16 /
+// int8 paths are slow on CPUs without AVX-512 bf16.
 //
 // One step runs every chunk of the batch through each weight matrix once: the tokens of all
 // chunks are stacked into one [T, hidden] activation, so a decode step over 16 slots reads the
-// weights once, not 16 times. Attention is the only per-sequence part: decode chunks share one
-// batched call over a contiguous range of slots; each prefill chunk has its own.
+// weights once, not 16 times. Attention is the only per-sequence part: one task per token and KV
+// head, over that token's slot in the cache.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -389,9 +389,12 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
 }
 
 // Attention for every token, after this step's keys and values were written to the cache.
-// qkv: [T, (H + 2 KV) D]; returns [T, H D]. A decode chunk (one token) attends over its slot's
-// cache with DecodeAttention, one task per (chunk, KV head) shared among the threads; a prefill
-// chunk goes through at::scaled_dot_product_attention, causal within the chunk.
+// qkv: [T, (H + 2 KV) D]; returns [T, H D]. Each (token, KV head) is one task, shared among the
+// threads: the token's query heads of that group attend over its slot's cache up to and including
+// its own position (causal by construction) with DecodeAttention. A prompt's chunk goes the same
+// way as a decoding token, one query at a time over cache rows that stay in L2 across the chunk's
+// tokens: through at::scaled_dot_product_attention (its queries permuted, the cache widened to
+// fp32, an explicit causal mask) a 128-token prompt's attention took 11 ms of a 42 ms prefill.
 at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
                                  const std::vector<SequenceChunk>& chunks,
                                  const std::vector<int64_t>& offsets) {
@@ -399,65 +402,43 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
   const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
                 width = qkv.size(1), context = serve_.context_length;
   at::Tensor out = at::empty({total, int64_t{a.heads} * d}, qkv.options());
-  const at::Tensor& cache_k = cache_k_[static_cast<size_t>(layer)];
-  const at::Tensor& cache_v = cache_v_[static_cast<size_t>(layer)];
-
-  std::vector<size_t> decode;
+  // Each token's chunk; the longest span any token attends over (for the scratch rows).
+  std::vector<int32_t> chunk_of(static_cast<size_t>(total));
+  int64_t longest = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].tokens.size() == 1 && !chunks[i].all_logits) decode.push_back(i);
+    const auto len = static_cast<int64_t>(chunks[i].tokens.size());
+    std::fill_n(chunk_of.begin() + offsets[i], len, static_cast<int32_t>(i));
+    longest = std::max(longest, chunks[i].start + len);
   }
-  if (!decode.empty()) {
-    const int64_t tasks = static_cast<int64_t>(decode.size()) * a.kv_heads;
-    int64_t longest = 0;
-    for (size_t i : decode) longest = std::max<int64_t>(longest, chunks[i].start + 1);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const float* rows = qkv.data_ptr<float>();
-    const void* keys = cache_k.data_ptr();
-    const void* values = cache_v.data_ptr();
-    float* o = out.data_ptr<float>();
-    const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
-    std::atomic<int64_t> next{0};
+  const int64_t tasks = total * a.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* rows = qkv.data_ptr<float>();
+  const void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
+  const void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
+  float* o = out.data_ptr<float>();
+  const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
+  std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(threads)
-    {
-      std::vector<float> scratch(static_cast<size_t>(groups * longest));
-      for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
-        const SequenceChunk& chunk = chunks[decode[static_cast<size_t>(task / a.kv_heads)]];
-        const int64_t h = task % a.kv_heads, row = offsets[decode[task / a.kv_heads]];
-        const int64_t cache_row = (int64_t{chunk.slot} * a.kv_heads + h) * context * d;
-        const float* q = rows + row * width + h * groups * d;
-        float* result = o + row * a.heads * d + h * groups * d;
-        if (bf16_cache_) {
-          DecodeAttention(q, static_cast<int>(groups),
-                          static_cast<const uint16_t*>(keys) + cache_row,
-                          static_cast<const uint16_t*>(values) + cache_row, chunk.start + 1, d,
-                          scale, result, scratch.data());
-        } else {
-          DecodeAttention(q, static_cast<int>(groups), static_cast<const float*>(keys) + cache_row,
-                          static_cast<const float*>(values) + cache_row, chunk.start + 1, d, scale,
-                          result, scratch.data());
-        }
+  {
+    std::vector<float> scratch(static_cast<size_t>(groups * longest));
+    for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+      const int64_t row = task / a.kv_heads, h = task % a.kv_heads;
+      const auto i = static_cast<size_t>(chunk_of[static_cast<size_t>(row)]);
+      const SequenceChunk& chunk = chunks[i];
+      const int64_t len = chunk.start + (row - offsets[i]) + 1;  // Positions up to this token's.
+      const int64_t cache_row = (int64_t{chunk.slot} * a.kv_heads + h) * context * d;
+      const float* q = rows + row * width + h * groups * d;
+      float* result = o + row * a.heads * d + h * groups * d;
+      if (bf16_cache_) {
+        DecodeAttention(q, static_cast<int>(groups), static_cast<const uint16_t*>(keys) + cache_row,
+                        static_cast<const uint16_t*>(values) + cache_row, len, d, scale, result,
+                        scratch.data());
+      } else {
+        DecodeAttention(q, static_cast<int>(groups), static_cast<const float*>(keys) + cache_row,
+                        static_cast<const float*>(values) + cache_row, len, d, scale, result,
+                        scratch.data());
       }
     }
-  }
-  // Prefill chunks: queries ordered (KV head, group, token); causal within the chunk.
-  const at::Tensor q = qkv.narrow(1, 0, int64_t{a.heads} * d);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (std::find(decode.begin(), decode.end(), i) != decode.end()) continue;
-    const SequenceChunk& chunk = chunks[i];
-    const int64_t len = static_cast<int64_t>(chunk.tokens.size()), end = chunk.start + len;
-    at::Tensor query = q.narrow(0, offsets[i], len)
-                           .reshape({len, a.kv_heads, groups, d})
-                           .permute({1, 2, 0, 3})
-                           .reshape({1, a.kv_heads, groups * len, d});
-    at::Tensor rows = at::arange(chunk.start, end, at::kLong).repeat({groups}).unsqueeze(1);
-    at::Tensor mask = at::arange(end, at::kLong).unsqueeze(0) <= rows;  // [G len, end]
-    at::Tensor keys = cache_k[chunk.slot].narrow(1, 0, end).unsqueeze(0).to(at::kFloat);
-    at::Tensor values = cache_v[chunk.slot].narrow(1, 0, end).unsqueeze(0).to(at::kFloat);
-    at::Tensor result = at::scaled_dot_product_attention(query, keys, values, mask);
-    out.narrow(0, offsets[i], len)
-        .copy_(result.view({a.kv_heads, groups, len, d})
-                   .permute({2, 0, 1, 3})
-                   .reshape({len, int64_t{a.heads} * d}));
   }
   return out;
 }
