@@ -1,7 +1,8 @@
 // The KServe v2 gRPC service (inference.GRPCInferenceService) over the same engine as the REST
-// routes, on gRPC's callback API: no thread waits on a request. ModelInfer decodes the message,
-// submits it to the model's scheduler and returns; the scheduler's completion fills the response
-// and finishes the call. A call the client cancels (or whose deadline passes) cancels its queued
+// routes; no thread waits on a request. ModelInfer runs on gRPC's asynchronous API: a completion
+// queue's thread decodes the message, submits it to the model's scheduler and returns; the
+// scheduler's completion fills the response and finishes the call. The other RPCs run on the
+// callback API. A call the client cancels (or whose deadline passes) cancels its queued
 // request, as a disconnect does over HTTP; the call's deadline is the request's deadline.
 //
 // Status codes follow the REST mapping: INVALID_ARGUMENT (400), NOT_FOUND (404),
@@ -29,6 +30,10 @@ struct GrpcServerOptions {
   std::string api_key;
   // Largest request and response message; larger ones fail with RESOURCE_EXHAUSTED.
   size_t max_message_bytes = 64u << 20;
+  // Threads polling the connections and running ModelInfer calls (one completion queue each).
+  // One: decoding a call and submitting it is short next to the model's work, and on 2 cores a
+  // second poller only competes with the model's workers.
+  int threads = 1;
   // Memory gRPC's transport may hold for all calls together (its resource quota); 0: gRPC's own
   // default.
   size_t memory_budget_bytes = 0;
