@@ -19,6 +19,8 @@ PACKAGES=(
   libpcre2-dev
   # The KServe v2 gRPC service and client: gRPC C++, protobuf, and their code generators.
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # HTTP/2 framing for the gRPC benchmark's lean client.
+  libnghttp2-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev wrk
   # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.

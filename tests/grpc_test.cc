@@ -1,16 +1,20 @@
 // Black-box tests of the KServe v2 gRPC service: the real binary (`sluice serve --grpc-port 0`)
 // with the tiny test models, spoken to by a client generated from the same proto.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "bench/grpc_load.h"
 #include "grpc_predict_v2.grpc.pb.h"
 #include "server_process.h"
 
@@ -453,42 +457,112 @@ TEST(GrpcServiceTest, SigtermFinishesCallsInFlight) {
 
 namespace {
 
-TEST_F(GrpcTest, BenchDrivesTheGrpcServiceWithBothLoops) {
-  const std::string results = testing::TempDir() + "/grpc-bench-" + std::to_string(getpid());
-  const std::string command = fmt::format(
-      "{} bench --grpc --url grpc://127.0.0.1:{} --metrics-url http://127.0.0.1:{} --model "
-      "identity --binary --concurrency 1,4 --rate 100 --duration 1 --warmup 0.2 --results-dir {} "
-      "2>&1",
-      SLUICE_BINARY, server_->grpc_port(), server_->port(), results);
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  ASSERT_EQ(pclose(pipe), 0) << output;
-  EXPECT_NE(output.find("gRPC benchmark of identity"), std::string::npos) << output;
-  // One table row per level: closed loops at 1 and 4 calls in flight, the open loop at 100/s;
-  // none with errors.
-  std::istringstream lines(output);
-  std::string line;
-  int rows = 0;
-  while (std::getline(lines, line)) {
-    std::istringstream fields(line);
-    std::string conns, rate;
-    double rps = 0, samples = 0, p50 = 0, p90 = 0, p99 = 0, mean = 0;
-    int errors = -1;
-    if (!(fields >> conns >> rate >> rps >> samples >> p50 >> p90 >> p99 >> mean >> errors)) {
-      continue;
+TEST_F(GrpcTest, BenchDrivesTheGrpcServiceWithBothLoopsAndBothClients) {
+  for (const char* client : {"h2", "grpc++"}) {
+    SCOPED_TRACE(client);
+    const std::string results =
+        testing::TempDir() + "/grpc-bench-" + std::to_string(getpid()) + "-" + client;
+    const std::string command = fmt::format(
+        "{} bench --grpc --grpc-client {} --url grpc://127.0.0.1:{} --metrics-url "
+        "http://127.0.0.1:{} --model identity --binary --concurrency 1,4 --rate 100 --duration 1 "
+        "--warmup 0.2 --results-dir {} 2>&1",
+        SLUICE_BINARY, client, server_->grpc_port(), server_->port(), results);
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buffer[4096];
+    while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+    ASSERT_EQ(pclose(pipe), 0) << output;
+    EXPECT_NE(output.find("gRPC benchmark of identity"), std::string::npos) << output;
+    EXPECT_NE(output.find(fmt::format("client {}", client)), std::string::npos) << output;
+    // One table row per level: closed loops at 1 and 4 calls in flight, the open loop at 100/s;
+    // none with errors.
+    std::istringstream lines(output);
+    std::string line;
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string conns, rate;
+      double rps = 0, samples = 0, p50 = 0, p90 = 0, p99 = 0, mean = 0, batch = 0;
+      int errors = -1;
+      if (!(fields >> conns >> rate >> rps >> samples >> p50 >> p90 >> p99 >> mean >> errors >>
+            batch)) {
+        continue;
+      }
+      ++rows;
+      EXPECT_GT(rps, 0) << line;
+      EXPECT_EQ(errors, 0) << line;
+      EXPECT_GE(batch, 1) << line;  // The server's /metrics saw the calls.
+      if (rate == "closed") {
+        EXPECT_GT(rps, 50) << line;
+      } else {
+        EXPECT_NEAR(rps, 100, 40) << line;
+      }
     }
-    ++rows;
-    EXPECT_GT(rps, 0) << line;
-    EXPECT_EQ(errors, 0) << line;
-    if (rate == "closed") {
-      EXPECT_GT(rps, 50) << line;
+    EXPECT_EQ(rows, 3) << output;
+    EXPECT_NE(output.find("Results: " + results), std::string::npos) << output;
+  }
+}
+
+sluice::GrpcLoadOptions BenchLoad(int port, const char* model, sluice::GrpcClient client) {
+  sluice::GrpcLoadOptions load;
+  load.target = fmt::format("127.0.0.1:{}", port);
+  load.model = model;
+  load.client = client;
+  load.concurrency = 4;
+  load.warmup = sluice::Seconds(0);
+  return load;
+}
+
+int64_t CountOutcomes(const sluice::HttpLoadRun& run, sluice::StatusCode code) {
+  return std::count_if(run.records.begin(), run.records.end(),
+                       [code](const auto& r) { return r.outcome == code; });
+}
+
+TEST(GrpcServiceTest, BenchClientsCountRefusalsAndLostConnections) {
+  for (const auto client : {sluice::GrpcClient::kH2, sluice::GrpcClient::kGrpcCpp}) {
+    SCOPED_TRACE(client == sluice::GrpcClient::kH2 ? "h2" : "grpc++");
+    {
+      // "slow" queues one call (for 3 s) and refuses the rest with UNAVAILABLE + retry-after:
+      // every call is answered, the refusals counted as such, none as lost.
+      ServerProcess server({"--grpc-port", "0"}, MakeGrpcRepository());
+      ASSERT_GT(server.grpc_port(), 0) << server.output();
+      auto load = BenchLoad(server.grpc_port(), "slow", client);
+      load.duration = sluice::Seconds(0.5);
+      auto run = sluice::RunGrpcLoad(load);
+      ASSERT_TRUE(run.ok()) << run.status().message();
+      EXPECT_EQ(run->transport_errors, 0)
+          << fmt::format("{}", fmt::join(run->first_transport_errors, "; "));
+      EXPECT_EQ(run->sent, run->answered);
+      EXPECT_EQ(run->unavailable_without_retry_after, 0);
+      EXPECT_EQ(static_cast<int64_t>(run->records.size()), run->sent);
+      EXPECT_EQ(CountOutcomes(*run, sluice::StatusCode::kOk), 1);
+      EXPECT_EQ(CountOutcomes(*run, sluice::StatusCode::kUnavailable), run->sent - 1);
+      EXPECT_EQ(server.Stop(), 0);
+    }
+    {
+      // The server dies mid-run: the calls it held are lost, counted as transport errors, and the
+      // run still ends on time.
+      ServerProcess server({"--grpc-port", "0"});
+      ASSERT_GT(server.grpc_port(), 0) << server.output();
+      auto load = BenchLoad(server.grpc_port(), "identity", client);
+      load.duration = sluice::Seconds(1.5);
+      std::thread killer([pid = server.pid()] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        kill(pid, SIGKILL);
+      });
+      const auto start = std::chrono::steady_clock::now();
+      auto run = sluice::RunGrpcLoad(load);
+      killer.join();
+      ASSERT_TRUE(run.ok()) << run.status().message();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      EXPECT_GT(run->transport_errors, 0);
+      EXPECT_GT(CountOutcomes(*run, sluice::StatusCode::kOk), 0);
+      EXPECT_GT(CountOutcomes(*run, sluice::StatusCode::kUnavailable), 0);
+      EXPECT_LT(run->answered, run->sent);
+      server.Stop();
     }
   }
-  EXPECT_EQ(rows, 3) << output;
-  EXPECT_NE(output.find("Results: " + results), std::string::npos) << output;
 }
 
 }  // namespace

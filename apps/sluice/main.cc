@@ -856,6 +856,12 @@ int main(int argc, char** argv) {
                       "contents instead of typed)");
   bench_app->add_flag("--grpc", bench.http.grpc,
                       "--url is a KServe v2 gRPC service (host:port): ModelInfer calls");
+  bench_app
+      ->add_option("--grpc-client", bench.http.grpc_client,
+                   "--grpc: h2 (gRPC's wire format on nghttp2, the leaner) or grpc++ (gRPC C++'s "
+                   "asynchronous client)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"h2", "grpc++"}));
   bench_app->add_option("--metrics-url", bench.http.metrics_url,
                         "--grpc: the server's HTTP address, for batch and queue figures from "
                         "its /metrics");

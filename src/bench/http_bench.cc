@@ -140,6 +140,8 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
     }
     auto target = ParseGrpcTarget(o.url);
     if (!target.ok()) return target.status();
+    auto client = ParseGrpcClient(o.grpc_client);
+    if (!client.ok()) return client.status();
     if (!o.endpoint.empty() && o.endpoint != "v2") {
       return Status::InvalidArgument("--grpc sends KServe v2 ModelInfer calls: no --endpoint");
     }
@@ -148,9 +150,11 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
       if (!m.ok()) return m.status();
       metrics = *m;
     }
-    run_level = [&o, target = *target](int connections, double rate, uint64_t seed) {
+    run_level = [&o, target = *target, client = *client](int connections, double rate,
+                                                         uint64_t seed) {
       GrpcLoadOptions load;
       load.target = target;
+      load.client = client;
       load.model = o.model;
       load.samples_per_request = o.samples_per_request;
       load.raw = o.binary;
@@ -217,12 +221,12 @@ Result<std::vector<HttpLevelResult>> RunHttpBench(
 
 std::string FormatHttpTable(const HttpBenchOptions& o, const std::vector<HttpLevelResult>& levels) {
   std::string out =
-      fmt::format("{} benchmark of {} at {} ({}{}; {:.0f} s per level after {:.0f} s warm-up)\n",
+      fmt::format("{} benchmark of {} at {} ({}{}{}; {:.0f} s per level after {:.0f} s warm-up)\n",
                   o.grpc ? "gRPC" : "HTTP", o.model, o.url, o.grpc ? "ModelInfer" : o.endpoint,
                   o.endpoint == "v2"
                       ? (o.binary ? (o.grpc ? " raw" : " binary") : (o.grpc ? " typed" : " JSON"))
                       : "",
-                  o.duration.count(), o.warmup.count());
+                  o.grpc ? ", client " + o.grpc_client : "", o.duration.count(), o.warmup.count());
   out += fmt::format("{:>6} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}\n",
                      "conns", "rate", "req/s", "samples/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",
                      "errors", "batch", "cpu %");
@@ -246,6 +250,7 @@ Status WriteHttpBenchResults(const std::filesystem::path& dir, const RunInfo& in
     json.BeginObject()
         .Field("url", o.url)
         .Field("transport", o.grpc ? "grpc" : "http")
+        .Field("client", o.grpc ? o.grpc_client : "beast")
         .Field("model", o.model)
         .Field("endpoint", o.endpoint)
         .Field("binary", o.binary)

@@ -31,6 +31,7 @@ struct HttpBenchOptions {
   // ModelInfer with raw contents (`binary`) or typed contents. Server-side batch and queue
   // figures come from `metrics_url`'s /metrics when given.
   bool grpc = false;
+  std::string grpc_client = "h2";  // "h2" (nghttp2) or "grpc++" (gRPC C++); see grpc_load.h.
   std::string metrics_url;
   // HTTP only: traces the requests it samples from the client's side (see HttpLoadOptions).
   TraceWriter* tracer = nullptr;
