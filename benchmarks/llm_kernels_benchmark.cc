@@ -150,7 +150,8 @@ void DecodeAttentionBf16(benchmark::State& state) {
 BENCHMARK(DecodeAttentionBf16)
     ->ArgsProduct({{64, 192, 512},
                    {static_cast<int64_t>(sluice::llm::KernelIsa::kAvx2),
-                    static_cast<int64_t>(sluice::llm::KernelIsa::kAvx512Bf16)}})
+                    static_cast<int64_t>(sluice::llm::KernelIsa::kAvx512Bf16),
+                    static_cast<int64_t>(sluice::llm::KernelIsa::kAmx)}})
     ->ArgNames({"len", "isa"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

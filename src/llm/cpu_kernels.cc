@@ -675,6 +675,10 @@ SLUICE_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
                        _mm512_shuffle_f32x4(low, high, 0xDD));
 }
 
+template <class T>
+SLUICE_AVX512 void Avx512SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
+                                   float* scratch);
+
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256): the
 // scores of 16 cached positions at a time, their keys read (and widened from bf16) once for all
 // the groups' queries; the softmax's exponentials are vectors; each value row is read once too.
@@ -729,6 +733,15 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k,
                             _mm512_mul_ps(SumLanes16(dots), scale_v));
     }
   }
+  Avx512SoftmaxPv(groups, v, len, d, out, scratch);
+}
+
+// The rest of an attention once its scores are in scratch (`groups` rows of len): each row's
+// softmax, then out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of up to four groups per
+// pass over v.
+template <class T>
+SLUICE_AVX512 void Avx512SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
+                                   float* scratch) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
     const float max = *std::max_element(row, row + len);
@@ -748,7 +761,6 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k,
                             _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + j), inverse));
     }
   }
-  // out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of up to four groups per pass over v.
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
@@ -756,6 +768,97 @@ SLUICE_AVX512 void Avx512DecodeAttention(const float* q, int groups, const T* k,
       kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
     }
   }
+}
+
+// Attention over a bf16 cache with the scores on AMX (d a multiple of 32, at most 128; at most 16
+// groups): 16 cached positions a block, their keys' tiles loaded straight from the cache as A (16
+// positions x 32 dimensions each), the queries rounded to bf16 as B (pairs of dimensions x
+// groups), so a block's 16 x groups scores take d / 32 tile products where the vector path widens
+// every key and takes 16 groups x d / 16 multiply-adds and a transpose. The softmax and p . v are
+// the vector path's.
+SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v,
+                                   int64_t len, int64_t d, float scale, float* out,
+                                   float* scratch) {
+  const int64_t k_tiles = d / 32;
+  // Tiles: C 0 (16 positions x groups), A 1-2 (alternating), B 4 .. 3 + k_tiles.
+  TileConfig config;
+  const auto group_bytes = static_cast<uint16_t>(groups * 4);
+  config.rows[0] = 16;
+  config.colsb[0] = group_bytes;
+  for (int t = 1; t <= 2; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  for (int64_t t = 0; t < k_tiles; ++t) {
+    config.rows[4 + t] = 16;
+    config.colsb[4 + t] = group_bytes;
+  }
+  _tile_loadconfig(&config);
+  // B tile t, row r, column g: the pair of q[g]'s dimensions 32 t + 2 r and 32 t + 2 r + 1.
+  alignas(64) uint16_t rounded[16 * 128];
+  alignas(64) uint32_t pairs[4][16][16];
+  RoundRows(q, groups, d, d, rounded);
+  const auto* rounded_pairs = reinterpret_cast<const uint32_t*>(rounded);
+  for (int64_t t = 0; t < k_tiles; ++t) {
+    for (int r = 0; r < 16; ++r) {
+      for (int g = 0; g < groups; ++g) pairs[t][r][g] = rounded_pairs[g * d / 2 + 16 * t + r];
+    }
+  }
+  _tile_loadd(4, pairs[0], 64);
+  if (k_tiles > 1) _tile_loadd(5, pairs[1], 64);
+  if (k_tiles > 2) _tile_loadd(6, pairs[2], 64);
+  if (k_tiles > 3) _tile_loadd(7, pairs[3], 64);
+  constexpr int64_t kLine = 32;  // bf16 values a cache line.
+  for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
+    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+  }
+  alignas(64) uint16_t tail[16 * 128];  // The last block's keys, zero past len.
+  alignas(64) float block[16][16];      // A block's scores, a row a position.
+  const __m512i column =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(16));
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  const int64_t stride = d * 2;
+  for (int64_t j0 = 0; j0 < len; j0 += 16) {
+    const int64_t count = std::min<int64_t>(16, len - j0);
+    const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
+    for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
+      _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+    }
+    for (int64_t e = j0 * d; e < (j0 + count) * d; e += kLine) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T1);
+    }
+    const uint16_t* keys = k + j0 * d;
+    if (count < 16) {
+      std::memcpy(tail, keys, static_cast<size_t>(count * d) * sizeof(uint16_t));
+      std::memset(tail + count * d, 0, static_cast<size_t>((16 - count) * d) * sizeof(uint16_t));
+      keys = tail;
+    }
+    _tile_zero(0);
+    _tile_loadd(1, keys, stride);
+    _tile_dpbf16ps(0, 1, 4);
+    if (k_tiles > 1) {
+      _tile_loadd(2, keys + 32, stride);
+      _tile_dpbf16ps(0, 2, 5);
+    }
+    if (k_tiles > 2) {
+      _tile_loadd(1, keys + 64, stride);
+      _tile_dpbf16ps(0, 1, 6);
+    }
+    if (k_tiles > 3) {
+      _tile_loadd(2, keys + 96, stride);
+      _tile_dpbf16ps(0, 2, 7);
+    }
+    _tile_stored(0, block, 64);
+    const __mmask16 lanes = FirstLanes(count);
+    for (int g = 0; g < groups; ++g) {
+      const __m512 scores =
+          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, column, &block[0][g], 4);
+      _mm512_mask_storeu_ps(scratch + g * len + j0, lanes, _mm512_mul_ps(scores, scale_v));
+    }
+  }
+  _tile_release();
+  Avx512SoftmaxPv(groups, v, len, d, out, scratch);
 }
 
 // The lanes of the 16 columns from j0 that lie in [n_begin, n_end).
@@ -1249,6 +1352,11 @@ template <class T>
 void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
                        float scale, float* out, float* scratch) {
 #ifdef SLUICE_X86
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (Active() >= KernelIsa::kAmx && d % 32 == 0 && d <= 128 && groups <= 16) {
+      return AmxDecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+    }
+  }
   if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
     return Avx512DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
   }

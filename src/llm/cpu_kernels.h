@@ -85,7 +85,9 @@ void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int6
 // of the cache; out: [groups, d]; scratch: at least groups * len floats.
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch);
-// As above over a cache held in bf16 (bits): half the bytes to read.
+// As above over a cache held in bf16 (bits): half the bytes to read. On the AMX path (d a
+// multiple of 32 up to 128, up to 16 groups) the scores are tile products of the cached keys and
+// the queries rounded to bf16.
 void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch);
 // x rounded to bf16 bits, to nearest even (AVX-512 BF16's instruction where the path has it,

@@ -255,11 +255,12 @@ TEST(CpuKernelIsa, NamesThePathInUseAndHonoursTheLimit) {
 namespace sluice::llm {
 namespace {
 
-// Against a double-precision softmax attention, on both paths, with head sizes that take the
-// vector paths (multiples of 8 and 16; more groups than one pass over v holds) and one that
-// takes neither.
+// Against a double-precision softmax attention, on every path, with head sizes that take the
+// vector paths (multiples of 8 and 16; more groups than one pass over v holds), AMX's (multiples
+// of 32 up to 128, up to 16 groups) and one that takes none.
 // Attention over an fp32 cache, and over the same cache held in bf16: the reference reads the
-// cached rows as the kernel stores them (rounded to bf16 for the second).
+// cached rows as the kernel stores them (rounded to bf16 for the second), and the queries as the
+// kernel multiplies them (rounded to bf16 on AMX, whose products take bf16).
 TEST(DecodeAttention, MatchesSoftmaxAttention) {
   for (KernelIsa isa : kEveryIsa) {
     if (isa > BestKernelIsa()) continue;
@@ -267,7 +268,8 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
     for (bool bf16 : {false, true}) {
       for (auto [groups, len, d] :
            {std::tuple{3, 1, 64}, std::tuple{3, 37, 64}, std::tuple{1, 200, 16},
-            std::tuple{2, 9, 12}, std::tuple{5, 20, 48}, std::tuple{9, 33, 128}}) {
+            std::tuple{2, 9, 12}, std::tuple{5, 20, 48}, std::tuple{9, 33, 128},
+            std::tuple{16, 48, 96}, std::tuple{4, 16, 32}}) {
         std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
@@ -287,6 +289,9 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
           }
           DecodeAttention(q.data(), groups, k16.data(), v16.data(), len, d, scale, out.data(),
                           scratch.data());
+          if (isa == KernelIsa::kAmx && d % 32 == 0 && d <= 128 && groups <= 16) {
+            for (float& x : q) x = Bf16ToFp32(Fp32ToBf16(x));
+          }
         } else {
           DecodeAttention(q.data(), groups, k.data(), v.data(), len, d, scale, out.data(),
                           scratch.data());
