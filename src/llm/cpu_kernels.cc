@@ -1112,13 +1112,14 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
 // x for the AMX path: rows rounded to bf16, then for each block of 16 rows and each 32 columns,
 // 16 pairs of columns, each holding the pair of every row of the block: per block and 32 columns,
 // the 16 rows x 16 pairs (32-bit elements) transposed in registers, one masked store a pair.
-SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<uint16_t>* rows,
-                            std::vector<uint32_t>* pairs) {
+// Blocks [block_begin, block_end) of 16 rows, into buffers already sized.
+SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, ScratchVector<uint16_t>* rows,
+                            ScratchVector<uint32_t>* pairs, int64_t block_begin,
+                            int64_t block_end) {
   const int64_t kp = RoundUp32(k), k_tiles = kp / 32;
-  rows->resize(static_cast<size_t>(m * kp));
-  RoundRows(x, m, k, kp, rows->data());
-  pairs->resize(static_cast<size_t>(((m + 15) / 16) * k_tiles * 256));
-  for (int64_t block = 0; block * 16 < m; ++block) {
+  const int64_t first = block_begin * 16, last = std::min(m, block_end * 16);
+  RoundRows(x + first * k, last - first, k, kp, rows->data() + first * kp);
+  for (int64_t block = block_begin; block < block_end && block * 16 < m; ++block) {
     const int64_t count = std::min<int64_t>(16, m - block * 16);
     const __mmask16 lanes = FirstLanes(count);
     uint32_t* to = pairs->data() + block * k_tiles * 256;
@@ -1144,7 +1145,7 @@ SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, std::vector<ui
 SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* in) {
   const int64_t kp = RoundUp64(k), k_tiles = kp / 64, b_rows = 2 * m;
   in->row_scales.resize(static_cast<size_t>(m));
-  thread_local std::vector<uint8_t> bytes;  // [2 m, kp], row after row.
+  thread_local ScratchVector<uint8_t> bytes;  // [2 m, kp], row after row.
   bytes.resize(static_cast<size_t>(b_rows * kp));
   const __m512i limit = _mm512_set1_epi32(kFixedMax), low_bits = _mm512_set1_epi32(127);
   for (int64_t i = 0; i < m; ++i) {
@@ -1273,6 +1274,11 @@ void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) {
 }
 
 void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights) {
+  Reserve(x_rows, rows, columns, int8_weights);
+  Fill(0, Blocks());
+}
+
+void MatmulInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights) {
   x = x_rows;
   m = rows;
   k = columns;
@@ -1281,11 +1287,31 @@ void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns, bo
 #ifdef SLUICE_X86
   if (isa == KernelIsa::kAvx512Bf16) {
     this->rows.resize(static_cast<size_t>(m * RoundUp8(k)));
-    RoundRows(x, m, k, RoundUp8(k), this->rows.data());
-  } else if (isa == KernelIsa::kAmx && int8_weights) {
+  } else if (isa == KernelIsa::kAmx && !int8_weights) {
+    this->rows.resize(static_cast<size_t>(m * RoundUp32(k)));
+    pairs.resize(static_cast<size_t>(((m + 15) / 16) * (RoundUp32(k) / 32) * 256));
+  }
+#endif
+}
+
+// The int8 AMX form is made in one piece (its rows' scales come first); the paths that keep x
+// fp32 need nothing.
+int64_t MatmulInput::Blocks() const {
+  if (isa == KernelIsa::kAmx && for_int8) return 1;
+  if (isa == KernelIsa::kAmx || isa == KernelIsa::kAvx512Bf16) return (m + 15) / 16;
+  return 0;
+}
+
+void MatmulInput::Fill(int64_t block_begin, int64_t block_end) {
+#ifdef SLUICE_X86
+  if (block_begin >= block_end) return;
+  if (isa == KernelIsa::kAvx512Bf16) {
+    const int64_t first = block_begin * 16, last = std::min(m, block_end * 16);
+    RoundRows(x + first * k, last - first, k, RoundUp8(k), rows.data() + first * RoundUp8(k));
+  } else if (isa == KernelIsa::kAmx && for_int8) {
     QuadRows(x, m, k, this);
   } else if (isa == KernelIsa::kAmx) {
-    PairRows(x, m, k, &this->rows, &pairs);
+    PairRows(x, m, k, &rows, &pairs, block_begin, block_end);
   }
 #endif
 }

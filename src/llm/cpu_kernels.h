@@ -20,9 +20,36 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace sluice::llm {
+
+// An allocator whose construction without a value leaves the element uninitialised, so a scratch
+// vector grows without first zeroing what is about to be overwritten.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  explicit UninitializedAllocator(const UninitializedAllocator<U>& /*other*/) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using ScratchVector = std::vector<T, UninitializedAllocator<T>>;
 
 // The code paths, in order: each runs where the CPU (and, for AMX, the kernel) has its
 // instructions. The AMX and AVX-512 BF16 paths round x to bf16 before multiplying (the products
@@ -63,17 +90,22 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
 // With int8_weights it is made ready for int8 weights (on AMX, a form of its own).
 struct MatmulInput {
   void Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights = false);
+  // Prepare in two parts, for threads to share: Reserve on one thread, then Fill over disjoint
+  // ranges of the Blocks() blocks of 16 rows, all of them done before the products start.
+  void Reserve(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights = false);
+  int64_t Blocks() const;
+  void Fill(int64_t block_begin, int64_t block_end);
 
   const float* x = nullptr;  // [m, k], not owned.
   int64_t m = 0, k = 0;
   KernelIsa isa = KernelIsa::kPortable;  // The path at Prepare time.
   bool for_int8 = false;
-  std::vector<uint16_t> rows;   // AVX-512 BF16 and AMX: x in bf16, padded rows.
-  std::vector<uint32_t> pairs;  // AMX: x's pairs of columns, 16 rows at a time.
+  ScratchVector<uint16_t> rows;   // AVX-512 BF16 and AMX: x in bf16, padded rows.
+  ScratchVector<uint32_t> pairs;  // AMX: x's pairs of columns, 16 rows at a time.
   // AMX with int8 weights: each row of x as 15-bit fixed point (row_scales), its high and low
   // bytes as two rows, in groups of four columns, 16 rows at a time.
-  std::vector<uint32_t> quads;
-  std::vector<float> row_scales;
+  ScratchVector<uint32_t> quads;
+  ScratchVector<float> row_scales;
 };
 void MatmulBf16(const MatmulInput& x, const uint16_t* w, int64_t n, float* y, int64_t n_begin,
                 int64_t n_end);

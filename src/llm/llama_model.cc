@@ -87,24 +87,36 @@ struct Linear {
     const int8_t* w8 = scales.defined() ? weight.data_ptr<int8_t>() : nullptr;
     const float* s = scales.defined() ? scales.data_ptr<float>() : nullptr;
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
-    // x is rounded and laid out for the kernels once, here, and shared by every run.
+    // x is rounded and laid out for the kernels once and shared by every run: by the threads
+    // together, a share of its blocks of 16 rows each, when there are several blocks (a prompt's
+    // rows: done by one thread it held the other idle for a tenth of a prefill step).
     thread_local MatmulInput prepared;
-    prepared.Prepare(xp, m, k, w8 != nullptr);
+    prepared.Reserve(xp, m, k, w8 != nullptr);
+    const int64_t x_blocks = prepared.Blocks();
+    const bool shared_prepare = threads > 1 && x_blocks > 1;
+    if (!shared_prepare) prepared.Fill(0, x_blocks);
     const MatmulInput& rows = prepared;
     const int64_t shares = 2 * int64_t{threads};
 #pragma omp parallel num_threads(threads)
-    for (int64_t first = next.load(std::memory_order_relaxed); first < n;) {
-      int64_t tiles = (blocks - first / kTile) / shares;
-      tiles = tiles >= 4 ? tiles / 4 * 4 : std::max<int64_t>(1, tiles);  // Whole k steps of 4.
-      const int64_t last = std::min(n, first + tiles * kTile);
-      // On failure `first` becomes the counter's current value: another thread took the run.
-      if (!next.compare_exchange_weak(first, last, std::memory_order_relaxed)) continue;
-      if (w8 != nullptr) {
-        MatmulInt8(rows, w8, s, n, yp, first, last);
-      } else {
-        MatmulBf16(rows, w16, n, yp, first, last);
+    {
+      if (shared_prepare) {
+        const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+        prepared.Fill(x_blocks * t / team, x_blocks * (t + 1) / team);
+#pragma omp barrier
       }
-      first = next.load(std::memory_order_relaxed);
+      for (int64_t first = next.load(std::memory_order_relaxed); first < n;) {
+        int64_t tiles = (blocks - first / kTile) / shares;
+        tiles = tiles >= 4 ? tiles / 4 * 4 : std::max<int64_t>(1, tiles);  // Whole k steps of 4.
+        const int64_t last = std::min(n, first + tiles * kTile);
+        // On failure `first` becomes the counter's current value: another thread took the run.
+        if (!next.compare_exchange_weak(first, last, std::memory_order_relaxed)) continue;
+        if (w8 != nullptr) {
+          MatmulInt8(rows, w8, s, n, yp, first, last);
+        } else {
+          MatmulBf16(rows, w16, n, yp, first, last);
+        }
+        first = next.load(std::memory_order_relaxed);
+      }
     }
   }
   int64_t bytes() const {
@@ -162,7 +174,8 @@ class LlamaModel final : public StepModel {
   // and values copied into their slots' cache rows.
   void RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
                       const std::vector<int>& slots, int64_t begin, int64_t end);
-  void RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out) const;
+  void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
+               const float* residual = nullptr) const;
 
   ModelArchitecture arch_;
   LlmServeConfig serve_;
@@ -334,14 +347,19 @@ void LlamaModel::BuildRope() {
 // attention, SwiGLU, residual adds) runs as plain loops over contiguous fp32 rows: as ATen calls
 // it was a few thousand small operations per decode step, costing more than a third of the step.
 
-// out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), as transformers computes it in fp32.
-void LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out) const {
+// out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), as transformers computes it in fp32; with
+// `residual`, x[t] += residual[t] first (the residual connection, in the same pass over the rows).
+void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
+                         const float* residual) const {
   const int64_t width = x.size(1);
-  const float* in = x.data_ptr<float>();
+  float* in = x.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
   float* o = out.data_ptr<float>();
   const auto eps = static_cast<float>(arch_.rms_norm_eps);
   ForRows(x.size(0), [&](int64_t begin, int64_t end) {
+    if (residual != nullptr) {
+      for (int64_t i = begin * width; i < end * width; ++i) in[i] += residual[i];
+    }
     llm::RmsNorm(in + begin * width, end - begin, width, w, eps, o + begin * width);
   });
 }
@@ -488,29 +506,37 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     at::Tensor x = embedding_.index_select(0, at::tensor(tokens, at::kLong)).to(at::kFloat);
     at::Tensor normed = at::empty({total, hidden}, at::kFloat);
     at::Tensor act = at::empty({total, inter}, at::kFloat);
-    float* xp = x.data_ptr<float>();
+    const float* xp = x.data_ptr<float>();
+    at::Tensor down;                 // The last layer's MLP output ...
+    const float* pending = nullptr;  // ... not yet added to x.
     for (int l = 0; l < a.layers; ++l) {
       const Layer& layer = layers_[static_cast<size_t>(l)];
-      RmsNorm(x, layer.attn_norm, normed);
+      RmsNorm(x, layer.attn_norm, normed, pending);
       at::Tensor qkv = layer.qkv(normed);
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, slots, begin, end);
       });
       at::Tensor attn = layer.out(Attention(l, qkv, chunks, offsets));
-      const float* ap = attn.data_ptr<float>();
-      for (int64_t i = 0; i < total * hidden; ++i) xp[i] += ap[i];
-      RmsNorm(x, layer.ffn_norm, normed);
+      RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
       at::Tensor gate_up = layer.gate_up(normed);
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
         SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
       });
-      at::Tensor down = layer.down(act);
-      const float* dp = down.data_ptr<float>();
-      for (int64_t i = 0; i < total * hidden; ++i) xp[i] += dp[i];
+      down = layer.down(act);
+      pending = down.data_ptr<float>();
     }
-    at::Tensor last = x.index_select(0, at::tensor(logit_rows, at::kLong));
+    // The last residual, for the rows whose logits are wanted only.
+    at::Tensor last = at::empty({static_cast<int64_t>(logit_rows.size()), hidden}, at::kFloat);
+    float* lp = last.data_ptr<float>();
+    for (size_t r = 0; r < logit_rows.size(); ++r) {
+      const int64_t row = logit_rows[r] * hidden;
+      for (int64_t c = 0; c < hidden; ++c) {
+        lp[static_cast<int64_t>(r) * hidden + c] =
+            pending != nullptr ? xp[row + c] + pending[row + c] : xp[row + c];
+      }
+    }
     at::Tensor last_normed = at::empty_like(last);
     RmsNorm(last, final_norm_, last_normed);
     const size_t before = logits->size();
