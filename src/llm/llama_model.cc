@@ -58,12 +58,6 @@ struct Linear {
     return result;
   }
 
-  // y = x W^T, a new contiguous [rows of x, out] tensor.
-  at::Tensor operator()(const at::Tensor& x) const {
-    at::Tensor y = at::empty({x.size(0), out}, x.options());
-    Into(x, y.data_ptr<float>());
-    return y;
-  }
   // y = x W^T into `yp`: [rows of x, out], contiguous.
   void Into(const at::Tensor& x, float* yp) const {
     const int64_t m = x.size(0), k = in, n = out;
@@ -168,8 +162,12 @@ class LlamaModel final : public StepModel {
  private:
   Status LoadWeights(const SafetensorsFile& file);
   void BuildRope();
-  at::Tensor Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
-                       const std::vector<int64_t>& offsets);
+  void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
+                 const std::vector<int64_t>& offsets, at::Tensor& out);
+  // A step's activations live in buffers kept from step to step (allocated afresh each step, the
+  // larger ones came from new pages the kernel zeroed, every prompt step): buffer i as [rows,
+  // columns] fp32, grown to the largest step seen.
+  at::Tensor Buffer(size_t i, int64_t rows, int64_t columns);
   // Rows [begin, end) of qkv: query and key heads rotated in place by their positions, then keys
   // and values copied into their slots' cache rows.
   void RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
@@ -190,6 +188,7 @@ class LlamaModel final : public StepModel {
   // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
   bool bf16_cache_ = false;
   int64_t weight_bytes_ = 0;
+  std::vector<at::Tensor> buffers_;
 };
 
 Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
@@ -407,19 +406,18 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
 }
 
 // Attention for every token, after this step's keys and values were written to the cache.
-// qkv: [T, (H + 2 KV) D]; returns [T, H D]. Each (token, KV head) is one task, shared among the
+// qkv: [T, (H + 2 KV) D]; out: [T, H D]. Each (token, KV head) is one task, shared among the
 // threads: the token's query heads of that group attend over its slot's cache up to and including
 // its own position (causal by construction) with DecodeAttention. A prompt's chunk goes the same
 // way as a decoding token, one query at a time over cache rows that stay in L2 across the chunk's
 // tokens: through at::scaled_dot_product_attention (its queries permuted, the cache widened to
 // fp32, an explicit causal mask) a 128-token prompt's attention took 11 ms of a 42 ms prefill.
-at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
-                                 const std::vector<SequenceChunk>& chunks,
-                                 const std::vector<int64_t>& offsets) {
+void LlamaModel::Attention(int layer, const at::Tensor& qkv,
+                           const std::vector<SequenceChunk>& chunks,
+                           const std::vector<int64_t>& offsets, at::Tensor& out) {
   const ModelArchitecture& a = arch_;
   const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
                 width = qkv.size(1), context = serve_.context_length;
-  at::Tensor out = at::empty({total, int64_t{a.heads} * d}, qkv.options());
   // Each token's chunk; the longest span any token attends over (for the scratch rows).
   std::vector<int32_t> chunk_of(static_cast<size_t>(total));
   int64_t longest = 0;
@@ -458,7 +456,14 @@ at::Tensor LlamaModel::Attention(int layer, const at::Tensor& qkv,
       }
     }
   }
-  return out;
+}
+
+at::Tensor LlamaModel::Buffer(size_t i, int64_t rows, int64_t columns) {
+  if (buffers_.size() <= i) buffers_.resize(i + 1);
+  at::Tensor& buffer = buffers_[i];
+  const int64_t size = rows * columns;
+  if (!buffer.defined() || buffer.numel() < size) buffer = at::empty({size}, at::kFloat);
+  return buffer.narrow(0, 0, size).view({rows, columns});
 }
 
 Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
@@ -503,28 +508,34 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     c10::InferenceMode guard;
     const int64_t total = static_cast<int64_t>(tokens.size()), hidden = a.hidden_size,
                   inter = a.intermediate_size;
-    at::Tensor x = embedding_.index_select(0, at::tensor(tokens, at::kLong)).to(at::kFloat);
-    at::Tensor normed = at::empty({total, hidden}, at::kFloat);
-    at::Tensor act = at::empty({total, inter}, at::kFloat);
+    at::Tensor x = Buffer(0, total, hidden);
+    x.copy_(embedding_.index_select(0, at::tensor(tokens, at::kLong)));
+    at::Tensor normed = Buffer(1, total, hidden);
+    at::Tensor qkv = Buffer(2, total, layers_.front().qkv.out);
+    at::Tensor heads = Buffer(3, total, int64_t{a.heads} * a.head_dim);
+    at::Tensor attn = Buffer(4, total, hidden);
+    at::Tensor gate_up = Buffer(5, total, 2 * inter);
+    at::Tensor act = Buffer(6, total, inter);
+    at::Tensor down = Buffer(7, total, hidden);  // The last layer's MLP output ...
     const float* xp = x.data_ptr<float>();
-    at::Tensor down;                 // The last layer's MLP output ...
-    const float* pending = nullptr;  // ... not yet added to x.
+    const float* pending = nullptr;  // ... once there is one, not yet added to x.
     for (int l = 0; l < a.layers; ++l) {
       const Layer& layer = layers_[static_cast<size_t>(l)];
       RmsNorm(x, layer.attn_norm, normed, pending);
-      at::Tensor qkv = layer.qkv(normed);
+      layer.qkv.Into(normed, qkv.data_ptr<float>());
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, slots, begin, end);
       });
-      at::Tensor attn = layer.out(Attention(l, qkv, chunks, offsets));
+      Attention(l, qkv, chunks, offsets, heads);
+      layer.out.Into(heads, attn.data_ptr<float>());
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
-      at::Tensor gate_up = layer.gate_up(normed);
+      layer.gate_up.Into(normed, gate_up.data_ptr<float>());
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
         SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
       });
-      down = layer.down(act);
+      layer.down.Into(act, down.data_ptr<float>());
       pending = down.data_ptr<float>();
     }
     // The last residual, for the rows whose logits are wanted only.
