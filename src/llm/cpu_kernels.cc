@@ -1109,32 +1109,31 @@ SLUICE_AMX void AmxMatmul(const MatmulInput& x, const void* weights, const float
 }
 #undef SLUICE_TILE_DOT
 
-// x for the AMX path: rows rounded to bf16, then for each block of 16 rows and each 32 columns,
-// 16 pairs of columns, each holding the pair of every row of the block: per block and 32 columns,
-// the 16 rows x 16 pairs (32-bit elements) transposed in registers, one masked store a pair.
-// Blocks [block_begin, block_end) of 16 rows, into buffers already sized.
-SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, ScratchVector<uint16_t>* rows,
-                            ScratchVector<uint32_t>* pairs, int64_t block_begin,
-                            int64_t block_end) {
-  const int64_t kp = RoundUp32(k), k_tiles = kp / 32;
-  const int64_t first = block_begin * 16, last = std::min(m, block_end * 16);
-  RoundRows(x + first * k, last - first, k, kp, rows->data() + first * kp);
-  for (int64_t block = block_begin; block < block_end && block * 16 < m; ++block) {
+// x for the AMX path: for each block of 16 rows and each 32 columns, 16 pairs of columns, each
+// holding the pair of every row of the block (rounded to bf16): per block and 32 columns, the 16
+// rows x 16 pairs (32-bit elements) transposed in registers, one masked store a pair. Units
+// [unit_begin, unit_end) of the blocks x k tiles (a block's tiles in order), into `pairs` already
+// sized.
+SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, ScratchVector<uint32_t>* pairs,
+                            int64_t unit_begin, int64_t unit_end) {
+  const int64_t k_tiles = RoundUp32(k) / 32;
+  for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
+    const int64_t block = unit / k_tiles, u = unit % k_tiles;
     const int64_t count = std::min<int64_t>(16, m - block * 16);
-    const __mmask16 lanes = FirstLanes(count);
-    uint32_t* to = pairs->data() + block * k_tiles * 256;
-    for (int64_t u = 0; u < k_tiles; ++u) {
-      alignas(64) float tile[16][16];
-      for (int64_t i = 0; i < 16; ++i) {
-        const __m512 row = i < count ? _mm512_loadu_ps(reinterpret_cast<const float*>(
-                                           rows->data() + (block * 16 + i) * kp + u * 32))
-                                     : _mm512_setzero_ps();
-        _mm512_store_ps(tile[i], row);
+    const __mmask16 low = FirstLanes(k - u * 32), high = FirstLanes(k - u * 32 - 16);
+    alignas(64) float tile[16][16];
+    for (int64_t i = 0; i < 16; ++i) {
+      __m512 row = _mm512_setzero_ps();
+      if (i < count) {
+        const float* from = x + (block * 16 + i) * k + u * 32;
+        row = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high, from + 16),
+                                                           _mm512_maskz_loadu_ps(low, from)));
       }
-      // tile[i][p]: pair p of row i; the transpose gives, for each pair p, every row's.
-      float* out = reinterpret_cast<float*>(to + u * 16 * count);
-      StoreTransposed(tile, 16, lanes, nullptr, out, count);
+      _mm512_store_ps(tile[i], row);
     }
+    // tile[i][p]: pair p of row i; the transpose gives, for each pair p, every row's.
+    float* out = reinterpret_cast<float*>(pairs->data() + block * k_tiles * 256 + u * 16 * count);
+    StoreTransposed(tile, 16, FirstLanes(count), nullptr, out, count);
   }
 }
 
@@ -1275,7 +1274,7 @@ void PackInt8(const int8_t* w, int64_t n, int64_t k, int8_t* packed) {
 
 void MatmulInput::Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights) {
   Reserve(x_rows, rows, columns, int8_weights);
-  Fill(0, Blocks());
+  Fill(0, Units());
 }
 
 void MatmulInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights) {
@@ -1288,30 +1287,31 @@ void MatmulInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bo
   if (isa == KernelIsa::kAvx512Bf16) {
     this->rows.resize(static_cast<size_t>(m * RoundUp8(k)));
   } else if (isa == KernelIsa::kAmx && !int8_weights) {
-    this->rows.resize(static_cast<size_t>(m * RoundUp32(k)));
     pairs.resize(static_cast<size_t>(((m + 15) / 16) * (RoundUp32(k) / 32) * 256));
   }
 #endif
 }
 
-// The int8 AMX form is made in one piece (its rows' scales come first); the paths that keep x
+// The AMX bf16 form goes by (block of 16 rows, 32 columns), AVX-512 BF16's by blocks of 16 rows;
+// the int8 AMX form is made in one piece (its rows' scales come first); the paths that keep x
 // fp32 need nothing.
-int64_t MatmulInput::Blocks() const {
+int64_t MatmulInput::Units() const {
   if (isa == KernelIsa::kAmx && for_int8) return 1;
-  if (isa == KernelIsa::kAmx || isa == KernelIsa::kAvx512Bf16) return (m + 15) / 16;
+  if (isa == KernelIsa::kAmx) return (m + 15) / 16 * (RoundUp32(k) / 32);
+  if (isa == KernelIsa::kAvx512Bf16) return (m + 15) / 16;
   return 0;
 }
 
-void MatmulInput::Fill(int64_t block_begin, int64_t block_end) {
+void MatmulInput::Fill(int64_t unit_begin, int64_t unit_end) {
 #ifdef SLUICE_X86
-  if (block_begin >= block_end) return;
+  if (unit_begin >= unit_end) return;
   if (isa == KernelIsa::kAvx512Bf16) {
-    const int64_t first = block_begin * 16, last = std::min(m, block_end * 16);
+    const int64_t first = unit_begin * 16, last = std::min(m, unit_end * 16);
     RoundRows(x + first * k, last - first, k, RoundUp8(k), rows.data() + first * RoundUp8(k));
   } else if (isa == KernelIsa::kAmx && for_int8) {
     QuadRows(x, m, k, this);
   } else if (isa == KernelIsa::kAmx) {
-    PairRows(x, m, k, &rows, &pairs, block_begin, block_end);
+    PairRows(x, m, k, &pairs, unit_begin, unit_end);
   }
 #endif
 }

@@ -91,16 +91,16 @@ void MatmulInt8(const float* x, int64_t m, int64_t k, const int8_t* w, const flo
 struct MatmulInput {
   void Prepare(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights = false);
   // Prepare in two parts, for threads to share: Reserve on one thread, then Fill over disjoint
-  // ranges of the Blocks() blocks of 16 rows, all of them done before the products start.
+  // ranges of the Units() pieces of work, all of them done before the products start.
   void Reserve(const float* x_rows, int64_t rows, int64_t columns, bool int8_weights = false);
-  int64_t Blocks() const;
-  void Fill(int64_t block_begin, int64_t block_end);
+  int64_t Units() const;
+  void Fill(int64_t unit_begin, int64_t unit_end);
 
   const float* x = nullptr;  // [m, k], not owned.
   int64_t m = 0, k = 0;
   KernelIsa isa = KernelIsa::kPortable;  // The path at Prepare time.
   bool for_int8 = false;
-  ScratchVector<uint16_t> rows;   // AVX-512 BF16 and AMX: x in bf16, padded rows.
+  ScratchVector<uint16_t> rows;   // AVX-512 BF16: x in bf16, padded rows.
   ScratchVector<uint32_t> pairs;  // AMX: x's pairs of columns, 16 rows at a time.
   // AMX with int8 weights: each row of x as 15-bit fixed point (row_scales), its high and low
   // bytes as two rows, in groups of four columns, 16 rows at a time.

@@ -81,21 +81,22 @@ struct Linear {
     const int8_t* w8 = scales.defined() ? weight.data_ptr<int8_t>() : nullptr;
     const float* s = scales.defined() ? scales.data_ptr<float>() : nullptr;
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
-    // x is rounded and laid out for the kernels once and shared by every run: by the threads
-    // together, a share of its blocks of 16 rows each, when there are several blocks (a prompt's
-    // rows: done by one thread it held the other idle for a tenth of a prefill step).
+    // x is rounded and laid out for the kernels once and shared by every run: for a prompt's
+    // rows by the threads together, a share of the work each (done by one thread, it held the
+    // other idle for a tenth of a prompt step); for up to 16 rows (decoding) by this thread, as
+    // the barrier after a shared preparation costs what sharing saves.
     thread_local MatmulInput prepared;
     prepared.Reserve(xp, m, k, w8 != nullptr);
-    const int64_t x_blocks = prepared.Blocks();
-    const bool shared_prepare = threads > 1 && x_blocks > 1;
-    if (!shared_prepare) prepared.Fill(0, x_blocks);
+    const int64_t x_units = prepared.Units();
+    const bool shared_prepare = threads > 1 && x_units > 1 && m > 16;
+    if (!shared_prepare) prepared.Fill(0, x_units);
     const MatmulInput& rows = prepared;
     const int64_t shares = 2 * int64_t{threads};
 #pragma omp parallel num_threads(threads)
     {
       if (shared_prepare) {
         const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-        prepared.Fill(x_blocks * t / team, x_blocks * (t + 1) / team);
+        prepared.Fill(x_units * t / team, x_units * (t + 1) / team);
 #pragma omp barrier
       }
       for (int64_t first = next.load(std::memory_order_relaxed); first < n;) {
