@@ -85,18 +85,21 @@ struct Linear {
     // rows by the threads together, a share of the work each (done by one thread, it held the
     // other idle for a tenth of a prompt step); for up to 16 rows (decoding) by this thread, as
     // the barrier after a shared preparation costs what sharing saves.
+    // (The region's threads reach this thread's buffers through `shared_input`: named inside the
+    // region, the thread_local would be each thread's own.)
     thread_local MatmulInput prepared;
-    prepared.Reserve(xp, m, k, w8 != nullptr);
-    const int64_t x_units = prepared.Units();
+    MatmulInput& shared_input = prepared;
+    shared_input.Reserve(xp, m, k, w8 != nullptr);
+    const int64_t x_units = shared_input.Units();
     const bool shared_prepare = threads > 1 && x_units > 1 && m > 16;
-    if (!shared_prepare) prepared.Fill(0, x_units);
-    const MatmulInput& rows = prepared;
+    if (!shared_prepare) shared_input.Fill(0, x_units);
+    const MatmulInput& rows = shared_input;
     const int64_t shares = 2 * int64_t{threads};
 #pragma omp parallel num_threads(threads)
     {
       if (shared_prepare) {
         const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-        prepared.Fill(x_units * t / team, x_units * (t + 1) / team);
+        shared_input.Fill(x_units * t / team, x_units * (t + 1) / team);
 #pragma omp barrier
       }
       for (int64_t first = next.load(std::memory_order_relaxed); first < n;) {
