@@ -770,17 +770,16 @@ SLUICE_AVX512 void Avx512SoftmaxPv(int groups, const T* v, int64_t len, int64_t 
   }
 }
 
-// Attention over a bf16 cache with the scores on AMX (d a multiple of 32, at most 128; at most 16
-// groups): 16 cached positions a block, their keys' tiles loaded straight from the cache as A (16
-// positions x 32 dimensions each), the queries rounded to bf16 as B (pairs of dimensions x
-// groups), so a block's 16 x groups scores take d / 32 tile products where the vector path widens
-// every key and takes 16 groups x d / 16 multiply-adds and a transpose. The softmax and p . v are
-// the vector path's.
-SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v,
-                                   int64_t len, int64_t d, float scale, float* out,
-                                   float* scratch) {
+// GCC's tile loads are asm statements that do not say they read memory: what was just written to
+// a buffer a tile load reads must be written before it, not left for later or dropped as unread.
+inline void SeenByTileLoads() { asm volatile("" ::: "memory"); }
+
+// The queries of one KV head's group (rounded to bf16) into B tiles 4 .. 3 + d / 32, as pairs of
+// dimensions x groups (B tile t, row r, column g: q[g]'s dimensions 32 t + 2 r and 32 t + 2 r + 1),
+// with C 0 (16 positions x groups) and A 1-2 (16 positions x 32 dimensions of the cached keys)
+// configured beside them. d a multiple of 32, at most 128; at most 16 groups.
+SLUICE_AMX void AmxLoadQueries(const float* q, int groups, int64_t d) {
   const int64_t k_tiles = d / 32;
-  // Tiles: C 0 (16 positions x groups), A 1-2 (alternating), B 4 .. 3 + k_tiles.
   TileConfig config;
   const auto group_bytes = static_cast<uint16_t>(groups * 4);
   config.rows[0] = 16;
@@ -794,7 +793,6 @@ SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k
     config.colsb[4 + t] = group_bytes;
   }
   _tile_loadconfig(&config);
-  // B tile t, row r, column g: the pair of q[g]'s dimensions 32 t + 2 r and 32 t + 2 r + 1.
   alignas(64) uint16_t rounded[16 * 128];
   alignas(64) uint32_t pairs[4][16][16];
   RoundRows(q, groups, d, d, rounded);
@@ -804,52 +802,74 @@ SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k
       for (int g = 0; g < groups; ++g) pairs[t][r][g] = rounded_pairs[g * d / 2 + 16 * t + r];
     }
   }
+  SeenByTileLoads();
   _tile_loadd(4, pairs[0], 64);
   if (k_tiles > 1) _tile_loadd(5, pairs[1], 64);
   if (k_tiles > 2) _tile_loadd(6, pairs[2], 64);
   if (k_tiles > 3) _tile_loadd(7, pairs[3], 64);
+}
+
+// The scores (unscaled) of the queries loaded by AmxLoadQueries against cached positions [j0,
+// j0 + 16) of k (fewer at the end of len: zero keys stand in), a row a position: block[j][g].
+// The keys two blocks ahead are asked for.
+SLUICE_AMX void AmxBlockScores(const uint16_t* k, int64_t j0, int64_t len, int64_t d,
+                               float (&block)[16][16]) {
   constexpr int64_t kLine = 32;  // bf16 values a cache line.
+  const int64_t k_tiles = d / 32, count = std::min<int64_t>(16, len - j0);
+  const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
+  for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
+    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+  }
+  const uint16_t* keys = k + j0 * d;
+  alignas(64) uint16_t tail[16 * 128];  // The last block's keys, zero past len.
+  if (count < 16) {
+    std::memcpy(tail, keys, static_cast<size_t>(count * d) * sizeof(uint16_t));
+    std::memset(tail + count * d, 0, static_cast<size_t>((16 - count) * d) * sizeof(uint16_t));
+    keys = tail;
+    SeenByTileLoads();
+  }
+  const int64_t stride = d * 2;
+  _tile_zero(0);
+  _tile_loadd(1, keys, stride);
+  _tile_dpbf16ps(0, 1, 4);
+  if (k_tiles > 1) {
+    _tile_loadd(2, keys + 32, stride);
+    _tile_dpbf16ps(0, 2, 5);
+  }
+  if (k_tiles > 2) {
+    _tile_loadd(1, keys + 64, stride);
+    _tile_dpbf16ps(0, 1, 6);
+  }
+  if (k_tiles > 3) {
+    _tile_loadd(2, keys + 96, stride);
+    _tile_dpbf16ps(0, 2, 7);
+  }
+  _tile_stored(0, block, 64);
+}
+
+// Attention over a bf16 cache with the scores on AMX: 16 cached positions a block, their keys'
+// tiles loaded straight from the cache as A, the queries as B, so a block's 16 x groups scores
+// take d / 32 tile products where the vector path widens every key and takes 16 groups x d / 16
+// multiply-adds and a transpose. Then the vector path's softmax and p . v.
+SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v,
+                                   int64_t len, int64_t d, float scale, float* out,
+                                   float* scratch) {
+  AmxLoadQueries(q, groups, d);
+  constexpr int64_t kLine = 32;
   for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
     _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
   }
-  alignas(64) uint16_t tail[16 * 128];  // The last block's keys, zero past len.
-  alignas(64) float block[16][16];      // A block's scores, a row a position.
+  alignas(64) float block[16][16];
   const __m512i column =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(16));
   const __m512 scale_v = _mm512_set1_ps(scale);
-  const int64_t stride = d * 2;
   for (int64_t j0 = 0; j0 < len; j0 += 16) {
     const int64_t count = std::min<int64_t>(16, len - j0);
-    const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
-    for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
-      _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
-    }
     for (int64_t e = j0 * d; e < (j0 + count) * d; e += kLine) {
       _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T1);
     }
-    const uint16_t* keys = k + j0 * d;
-    if (count < 16) {
-      std::memcpy(tail, keys, static_cast<size_t>(count * d) * sizeof(uint16_t));
-      std::memset(tail + count * d, 0, static_cast<size_t>((16 - count) * d) * sizeof(uint16_t));
-      keys = tail;
-    }
-    _tile_zero(0);
-    _tile_loadd(1, keys, stride);
-    _tile_dpbf16ps(0, 1, 4);
-    if (k_tiles > 1) {
-      _tile_loadd(2, keys + 32, stride);
-      _tile_dpbf16ps(0, 2, 5);
-    }
-    if (k_tiles > 2) {
-      _tile_loadd(1, keys + 64, stride);
-      _tile_dpbf16ps(0, 1, 6);
-    }
-    if (k_tiles > 3) {
-      _tile_loadd(2, keys + 96, stride);
-      _tile_dpbf16ps(0, 2, 7);
-    }
-    _tile_stored(0, block, 64);
+    AmxBlockScores(k, j0, len, d, block);
     const __mmask16 lanes = FirstLanes(count);
     for (int g = 0; g < groups; ++g) {
       const __m512 scores =
@@ -860,6 +880,91 @@ SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k
   _tile_release();
   Avx512SoftmaxPv(groups, v, len, d, out, scratch);
 }
+
+// As AmxDecodeAttention for G groups and d = 16 V, with the softmax and p . v folded into the
+// pass over the cache (an online softmax: a block whose scores raise a group's running maximum
+// rescales what that group has summed so far), so one block's exponentials and multiply-adds run
+// while the next blocks' keys and values are on their way from memory; every sum stays in a
+// register. out[g] is divided by its sum of exponentials at the end.
+template <int G, int V>
+SLUICE_AMX void AmxFusedAttention(const float* q, const uint16_t* k, const uint16_t* v, int64_t len,
+                                  float scale, float* out) {
+  constexpr int64_t d = 16 * V, kLine = 32;
+  // Rescaling by e^(old maximum - new) when a later block's scores are far larger (the token's
+  // own and nearby positions often are) takes what was summed into the denormal range, where
+  // every multiply-add took a microcode assist (16 streams ran 60% slower): denormal results
+  // and inputs count as zero here, for this function's duration.
+  const unsigned saved_csr = _mm_getcsr();
+  constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
+  _mm_setcsr(saved_csr | kFlushToZero | kDenormalsAreZero);
+  AmxLoadQueries(q, G, d);
+  for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
+    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T0);
+  }
+  alignas(64) float block[16][16];
+  alignas(64) float weights[G][16];
+  const __m512i column =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(16));
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  __m512 acc[G][V], sums[G], maxes[G];
+  for (int g = 0; g < G; ++g) {
+    for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
+    sums[g] = _mm512_setzero_ps();
+    maxes[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  }
+  for (int64_t j0 = 0; j0 < len; j0 += 16) {
+    const int64_t count = std::min<int64_t>(16, len - j0);
+    const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
+    for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T0);
+    }
+    AmxBlockScores(k, j0, len, d, block);
+    const __mmask16 lanes = FirstLanes(count);
+    for (int g = 0; g < G; ++g) {
+      const __m512 scores = _mm512_mul_ps(
+          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, column, &block[0][g], 4), scale_v);
+      const __m512 block_max = _mm512_set1_ps(_mm512_mask_reduce_max_ps(lanes, scores));
+      if (_mm512_cmp_ps_mask(block_max, maxes[g], _CMP_GT_OQ) != 0) {
+        if (j0 > 0) {  // Before the first block there is nothing to rescale.
+          const __m512 factor = Exp16(_mm512_sub_ps(maxes[g], block_max));
+          for (int u = 0; u < V; ++u) acc[g][u] = _mm512_mul_ps(acc[g][u], factor);
+          sums[g] = _mm512_mul_ps(sums[g], factor);
+        }
+        maxes[g] = block_max;
+      }
+      const __m512 e = _mm512_maskz_mov_ps(lanes, Exp16(_mm512_sub_ps(scores, maxes[g])));
+      sums[g] = _mm512_add_ps(sums[g], e);
+      _mm512_store_ps(weights[g], e);
+    }
+    for (int64_t jj = 0; jj < count; ++jj) {
+      const uint16_t* row = v + (j0 + jj) * d;
+      __m512 values[V];
+      for (int u = 0; u < V; ++u) values[u] = Load16(row + 16 * u);
+      for (int g = 0; g < G; ++g) {
+        const __m512 weight = _mm512_set1_ps(weights[g][jj]);
+        for (int u = 0; u < V; ++u) acc[g][u] = _mm512_fmadd_ps(weight, values[u], acc[g][u]);
+      }
+    }
+  }
+  _tile_release();
+  for (int g = 0; g < G; ++g) {
+    const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sums[g]));
+    for (int u = 0; u < V; ++u)
+      _mm512_storeu_ps(out + g * d + 16 * u, _mm512_mul_ps(acc[g][u], inverse));
+  }
+  _mm_setcsr(saved_csr);
+}
+
+using FusedAttentionFn = void (*)(const float*, const uint16_t*, const uint16_t*, int64_t, float,
+                                  float*);
+// [groups - 1][d / 32 - 1] for d = 32 and 64.
+constexpr FusedAttentionFn kFusedAttention[4][2] = {
+    {AmxFusedAttention<1, 2>, AmxFusedAttention<1, 4>},
+    {AmxFusedAttention<2, 2>, AmxFusedAttention<2, 4>},
+    {AmxFusedAttention<3, 2>, AmxFusedAttention<3, 4>},
+    {AmxFusedAttention<4, 2>, AmxFusedAttention<4, 4>}};
 
 // The lanes of the 16 columns from j0 that lie in [n_begin, n_end).
 inline __mmask16 ColumnLanes(int64_t j0, int64_t n_begin, int64_t n_end) {
@@ -1380,6 +1485,9 @@ void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64
 #ifdef SLUICE_X86
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (Active() >= KernelIsa::kAmx && d % 32 == 0 && d <= 128 && groups <= 16) {
+      if (groups <= 4 && d <= 64) {
+        return kFusedAttention[groups - 1][d / 32 - 1](q, k, v, len, scale, out);
+      }
       return AmxDecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
     }
   }
