@@ -223,11 +223,7 @@ class GrpcLoadRunner {
     bool ok;
     while (queue_.Next(&tag, &ok)) {
     }
-    sampler.Stop();
-    run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
-    run_.utilization = sampler.Average(measure_from_, end_);
-    run_.utilization_samples = sampler.samples();
-    run_.unsent = static_cast<int64_t>(pending_.size());
+    FinishLoadRun(run_, sampler, measure_from_, end_, static_cast<int64_t>(pending_.size()));
     return std::move(run_);
   }
 
@@ -356,11 +352,7 @@ class H2LoadRunner {
       ScheduleArrival();
     }
     ioc_.run();
-    sampler.Stop();
-    run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
-    run_.utilization = sampler.Average(measure_from_, end_);
-    run_.utilization_samples = sampler.samples();
-    run_.unsent = static_cast<int64_t>(pending_.size());
+    FinishLoadRun(run_, sampler, measure_from_, end_, static_cast<int64_t>(pending_.size()));
     return std::move(run_);
   }
 

@@ -96,11 +96,7 @@ class LoadRunner {
       ScheduleArrival();
     }
     ioc_.run();
-    sampler.Stop();
-    run_.summary = Summarize(run_.records, /*first_is_warmup=*/false);
-    run_.utilization = sampler.Average(measure_from_, end_);
-    run_.utilization_samples = sampler.samples();
-    run_.unsent = static_cast<int64_t>(pending_.size());
+    FinishLoadRun(run_, sampler, measure_from_, end_, static_cast<int64_t>(pending_.size()));
     return std::move(run_);
   }
 
@@ -295,6 +291,15 @@ class LoadRunner {
 void AddTransportError(HttpLoadRun& run, std::string what) {
   ++run.transport_errors;
   if (run.first_transport_errors.size() < 5) run.first_transport_errors.push_back(std::move(what));
+}
+
+void FinishLoadRun(HttpLoadRun& run, UtilizationSampler& sampler, Clock::time_point measure_from,
+                   Clock::time_point end, int64_t unsent) {
+  sampler.Stop();
+  run.summary = Summarize(run.records, /*first_is_warmup=*/false);
+  run.utilization = sampler.Average(measure_from, end);
+  run.utilization_samples = sampler.samples();
+  run.unsent = unsent;
 }
 
 Result<HttpTarget> ParseHttpUrl(std::string_view url) {

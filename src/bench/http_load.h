@@ -73,6 +73,11 @@ struct HttpLoadRun {
 // Counts a lost connection or call in `run`, keeping the first few descriptions.
 void AddTransportError(HttpLoadRun& run, std::string what);
 
+// Ends a level: stops `sampler`, then fills in `run`'s summary of its records, the utilisation
+// over the measured period [measure_from, end) and the requests never sent.
+void FinishLoadRun(HttpLoadRun& run, UtilizationSampler& sampler, Clock::time_point measure_from,
+                   Clock::time_point end, int64_t unsent);
+
 // Runs one load level. Fails only when no connection can be opened at all.
 Result<HttpLoadRun> RunHttpLoad(const HttpLoadOptions& options);
 

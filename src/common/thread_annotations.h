@@ -13,8 +13,11 @@
 #define CAPABILITY(name) SLUICE_THREAD_ANNOTATION(capability(name))
 // The class holds a lock for its lifetime (RAII).
 #define SCOPED_CAPABILITY SLUICE_THREAD_ANNOTATION(scoped_lockable)
-// The field is read and written only with `mu` held.
+// The field is read and written only with `mu` held. (abseil's legacy header, which gRPC's pull
+// in, defines the same annotation under this name; whichever comes first serves.)
+#ifndef GUARDED_BY
 #define GUARDED_BY(mu) SLUICE_THREAD_ANNOTATION(guarded_by(mu))
+#endif
 // The function must be called with `mu` held.
 #define REQUIRES(...) SLUICE_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 // The function takes `mu` itself; callers must not hold it.

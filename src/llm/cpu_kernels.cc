@@ -847,6 +847,11 @@ SLUICE_AMX void AmxBlockScores(const uint16_t* k, int64_t j0, int64_t len, int64
   _tile_stored(0, block, 64);
 }
 
+// The offsets of one column of a 16 x 16 block of floats stored row after row, for a gather.
+SLUICE_AVX512 inline __m512i TileColumn() {
+  return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+}
+
 // Attention over a bf16 cache with the scores on AMX: 16 cached positions a block, their keys'
 // tiles loaded straight from the cache as A, the queries as B, so a block's 16 x groups scores
 // take d / 32 tile products where the vector path widens every key and takes 16 groups x d / 16
@@ -860,9 +865,7 @@ SLUICE_AMX void AmxDecodeAttention(const float* q, int groups, const uint16_t* k
     _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
   }
   alignas(64) float block[16][16];
-  const __m512i column =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(16));
+  const __m512i column = TileColumn();
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < len; j0 += 16) {
     const int64_t count = std::min<int64_t>(16, len - j0);
@@ -904,9 +907,7 @@ SLUICE_AMX void AmxFusedAttention(const float* q, const uint16_t* k, const uint1
   }
   alignas(64) float block[16][16];
   alignas(64) float weights[G][16];
-  const __m512i column =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(16));
+  const __m512i column = TileColumn();
   const __m512 scale_v = _mm512_set1_ps(scale);
   __m512 acc[G][V], sums[G], maxes[G];
   for (int g = 0; g < G; ++g) {
@@ -982,9 +983,7 @@ SLUICE_AVX512 void StoreTransposed(const float (&out)[16][16], int64_t rows, __m
                                    const float* scales, float* y, int64_t n,
                                    const float* row_scales = nullptr) {
   if (rows == 1) {  // One row (decoding one sequence): its column of the tile, gathered.
-    const __m512i column =
-        _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-    __m512 v = _mm512_i32gather_ps(column, &out[0][0], 4);
+    __m512 v = _mm512_i32gather_ps(TileColumn(), &out[0][0], 4);
     if (scales != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(lanes, scales));
     if (row_scales != nullptr) v = _mm512_mul_ps(v, _mm512_set1_ps(row_scales[0]));
     _mm512_mask_storeu_ps(y, lanes, v);
