@@ -31,6 +31,9 @@ PACKAGES=(
   unzip
   # Headless Chromium: the tests render every report.html in it and check it loads nothing.
   chromium
+  # Deployment: the OCI image (a Debian base from Debian's archive, built and run without a
+  # daemon) and the replicas' load balancer.
+  mmdebstrap podman buildah uidmap haproxy
 )
 
 missing=()

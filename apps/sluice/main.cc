@@ -1,4 +1,4 @@
-// sluice: the command-line entry point (bench, sweep).
+// sluice: the command-line entry point (bench, sweep, report; serve in serve_command.cc).
 //
 // Each subcommand is a named function over an options struct; parsing stays here, the work lives
 // in src/.
@@ -23,6 +23,7 @@
 #include "bench/results.h"
 #include "bench/stats.h"
 #include "bench/sweep.h"
+#include "cli_common.h"
 #include "common/mutex.h"
 #include "common/system_info.h"
 #include "config/model_config.h"
@@ -30,7 +31,7 @@
 #include "llm/load_llm.h"
 #include "llm/precision_agreement.h"
 #include "llm/tokenizer.h"
-#include "server/serve.h"
+#include "serve_command.h"
 
 namespace sluice {
 namespace {
@@ -77,12 +78,6 @@ struct BenchCommand {
   ProfileOptions profile_options;
 };
 
-// The profiler switches of serve and bench.
-struct ProfileSwitch {
-  bool on = false;
-  ProfileOptions options;
-};
-
 struct SweepCommand {
   std::string file;
   ModelSelection model;
@@ -98,13 +93,6 @@ std::string CommandLine(int argc, char** argv) {
   std::string line = "sluice";
   for (int i = 1; i < argc; ++i) line += fmt::format(" {}", argv[i]);
   return line;
-}
-
-// The binary's backend loader: TorchScript or AOTInductor, as the config says.
-Result<std::shared_ptr<Backend>> LoadSharedBackend(const ModelConfig& config) {
-  auto backend = LoadBackend(config);
-  if (!backend.ok()) return backend.status();
-  return std::shared_ptr<Backend>(std::move(*backend));
 }
 
 // `extra_warmup_sizes` are warmed up besides the configured ones (the sizes a benchmark sends).
@@ -160,13 +148,6 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-int Fail(const Status& status) {
-  fmt::print(stderr, "error: {}\n", status.message());
-  return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound
-             ? 2
-             : 1;
 }
 
 // "torchscript", "torchscript+freeze" or "aotinductor".
@@ -729,49 +710,6 @@ int RunReportCommand(const std::vector<std::string>& dirs, const std::string& ou
   return 0;
 }
 
-int RunServe(const ServeOptions& options, const llm::LlmLoadOverrides& llm_overrides,
-             ProfileSwitch profile) {
-  BackendLoader loader = LoadSharedBackend;
-  auto profile_log = std::make_shared<ProfileLog>();
-  if (profile.on || ProfilerRequestedByEnvironment()) {
-    if (profile.options.dir.empty()) {
-      auto dir = CreateRunDirectory("results", "profile-serve");
-      if (!dir.ok()) return Fail(dir.status());
-      profile.options.dir = *dir;
-    }
-    fmt::print("profiling runs {}-{} of each model instance into {}\n",
-               profile.options.skip_runs + 1, profile.options.skip_runs + profile.options.runs,
-               profile.options.dir.string());
-    loader = [options = profile.options,
-              profile_log](const ModelConfig& config) -> Result<std::shared_ptr<Backend>> {
-      auto backend = LoadSharedBackend(config);
-      if (!backend.ok()) return backend.status();
-      return WithProfiler(*backend, config.name, options, profile_log);
-    };
-  }
-  Status status = RunServer(options, loader, [&](const std::string& dir) {
-    return llm::LoadLlmEngine(dir, llm_overrides);
-  });
-  for (const auto& file : profile_log->files()) fmt::print("profile: {}\n", file.string());
-  if (!status.ok()) return Fail(status);
-  return 0;
-}
-
-void AddProfileOptions(CLI::App& app, bool& on, ProfileOptions& options, bool with_dir) {
-  app.add_flag("--profile", on,
-               "Run libtorch's profiler over a window of model runs (or SLUICE_TORCH_PROFILER=1)");
-  app.add_option("--profile-runs", options.runs, "--profile: model runs recorded per instance")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--profile-skip", options.skip_runs, "--profile: model runs before the window")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  if (with_dir) {
-    app.add_option("--profile-dir", options.dir,
-                   "--profile: where the traces go (default: results/<time>-profile-serve)");
-  }
-}
-
 void AddModelOptions(CLI::App& app, ModelSelection& s) {
   app.add_option("--model,-m", s.model, "Model name in the repository");
   app.add_option("--model-repository", s.model_repository, "Directory of models")
@@ -936,111 +874,8 @@ int main(int argc, char** argv) {
                         "Timed requests per cell (default 20)");
   sweep_app->add_option("--results-dir", sweep.results_dir, "Where results/<run-id>/ goes");
 
-  ServeOptions serve;
-  CLI::App* serve_app = app.add_subcommand(
-      "serve",
-      "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
-  serve_app->add_option("--model-repository", serve.model_repository, "Directory of models")
-      ->capture_default_str();
-  serve_app->add_option("--model,-m", serve.models, "Serve only these models (repeatable)");
-  serve_app->add_option("--host", serve.http.host, "Address to bind")->capture_default_str();
-  serve_app->add_option("--port,-p", serve.http.port, "Port; 0 picks a free one")
-      ->capture_default_str();
-  serve_app->add_option("--io-threads", serve.http.io_threads, "HTTP event-loop threads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  serve_app
-      ->add_option("--decode-threads", serve.decode_threads,
-                   "Image decode threads for /predict and /predictions")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  llm::LlmLoadOverrides llm_overrides;
-  serve_app
-      ->add_option("--llm-precision", llm_overrides.precision,
-                   "Language models' precision, over their config.yaml (fp32, bf16, int8)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
-  serve_app
-      ->add_option("--llm-slots", llm_overrides.slots,
-                   "Language models' KV-cache slots, over their config.yaml")
-      ->check(CLI::Range(1, 256));
-  serve_app
-      ->add_option("--llm-threads", llm_overrides.threads,
-                   "Language models' intra-op threads (0: every core)")
-      ->check(CLI::Range(0, 1024));
-  serve_app->add_option("--predict-model", serve.predict_model,
-                        "Model behind /predict (default: the first with preprocess.image)");
-  serve_app
-      ->add_option("--max-body-bytes", serve.http.max_body_bytes,
-                   "Larger bodies get 413 (bytes, or with a unit: 64MiB)")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
-  serve_app
-      ->add_option("--max-header-bytes", serve.http.max_header_bytes,
-                   "Larger headers get 431 (bytes, or with a unit: 16KiB)")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
-  serve_app
-      ->add_option("--memory-budget", serve.http.memory_budget_bytes,
-                   "Bytes of request bodies and decoded tensors in flight, server-wide (e.g. "
-                   "512MiB, 4GiB; default: a quarter of the machine's memory); a body that does "
-                   "not fit gets 503 with Retry-After before it is read")
-      ->transform(CLI::AsSizeValue(false));
-  serve_app
-      ->add_option("--max-connections", serve.http.max_connections,
-                   "Open connections beyond which new ones are closed")
-      ->capture_default_str();
-  double idle_seconds = serve.http.idle_timeout.count();
-  serve_app
-      ->add_option("--idle-timeout", idle_seconds,
-                   "Seconds a connection may wait for a complete request")
-      ->capture_default_str();
-  double header_seconds = serve.http.header_timeout.count();
-  serve_app
-      ->add_option("--header-timeout", header_seconds,
-                   "Seconds from a request's first byte to its complete header (408)")
-      ->capture_default_str();
-  double body_seconds = serve.http.body_timeout.count();
-  serve_app
-      ->add_option("--body-timeout", body_seconds,
-                   "Seconds from the header to the complete body (408)")
-      ->capture_default_str();
-  serve_app
-      ->add_option("--api-key", serve.http.api_key,
-                   "Require this key (Authorization: Bearer or X-API-Key) on every route but "
-                   "health")
-      ->envname("SLUICE_API_KEY");
-  serve_app
-      ->add_option("--grpc-port", serve.grpc_port,
-                   "Also serve KServe v2 over gRPC on this port of --host (0 picks a free one; "
-                   "off unless given)")
-      ->check(CLI::Range(0, 65535));
-  serve_app
-      ->add_option("--grpc-max-message-bytes", serve.grpc_max_message_bytes,
-                   "Larger gRPC messages fail with RESOURCE_EXHAUSTED (bytes, or with a unit)")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
-  serve_app->add_flag("--model-control", serve.model_control,
-                      "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
-  ProfileSwitch serve_profile;
-  AddProfileOptions(*serve_app, serve_profile.on, serve_profile.options, /*with_dir=*/true);
-  serve_app->add_option("--trace", serve.trace_file,
-                        "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON)");
-  serve_app
-      ->add_option("--trace-sample-rate", serve.trace_sample_rate,
-                   "--trace: fraction of requests traced (a traceparent marked sampled always is)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  serve_app
-      ->add_option("--trace-max-bytes", serve.trace_max_bytes,
-                   "--trace: the file's size limit; later requests are dropped (bytes, or with "
-                   "a unit)")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
-  double grace_seconds = serve.shutdown_grace.count();
-  serve_app
-      ->add_option("--shutdown-grace", grace_seconds,
-                   "Seconds to finish in-flight requests after SIGTERM/SIGINT")
-      ->capture_default_str();
+  ServeCommand serve;
+  CLI::App* serve_app = AddServeCommand(app, serve);
 
   CLI::App* report_app =
       app.add_subcommand("report", "Merge results folders into one self-contained HTML page");
@@ -1056,13 +891,7 @@ int main(int argc, char** argv) {
   bench.http.duration = Seconds(http_duration);
   bench.http.warmup = Seconds(http_warmup);
   bench.http.seed = bench.run.seed;
-  if (serve_app->parsed()) {
-    serve.http.idle_timeout = Seconds(idle_seconds);
-    serve.http.header_timeout = Seconds(header_seconds);
-    serve.http.body_timeout = Seconds(body_seconds);
-    serve.shutdown_grace = Seconds(grace_seconds);
-    return RunServe(serve, llm_overrides, serve_profile);
-  }
+  if (serve_app->parsed()) return RunServeCommand(serve);
   if (bench_app->parsed()) return RunBench(bench, command_line);
   if (sweep_app->parsed()) return RunSweepCommand(sweep, command_line);
   if (report_app->parsed()) return RunReportCommand(report_dirs, report_output);

@@ -429,8 +429,9 @@ Result<ModelConfig> LoadModelConfig(const std::filesystem::path& model_dir,
   ModelConfig c = std::move(parsed).value();
   std::string dir_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (dir_name.empty()) dir_name = model_dir.lexically_normal().parent_path().filename().string();
+  if (overrides.name) c.name = *overrides.name;
   if (c.name.empty()) c.name = dir_name;
-  if (c.name != dir_name) {
+  if (!overrides.name && c.name != dir_name) {
     return Error(source, "name",
                  fmt::format("'{}' differs from the directory name '{}'", c.name, dir_name));
   }

@@ -124,6 +124,9 @@ Status ValidateModelConfig(const ModelConfig& config, int cores, std::string_vie
 // Settings given on the command line, applied over the file before normalising, so derived
 // defaults (threads per instance) follow them.
 struct ModelConfigOverrides {
+  // The name to serve the directory under, whatever its own name and the file's `name` (a single
+  // model's directory, as KServe mounts one at /mnt/models). Unset: the directory's name.
+  std::optional<std::string> name;
   std::optional<int> instance_count;
   std::optional<int> threads;
   std::optional<int> max_batch_size;

@@ -86,6 +86,9 @@ class HttpServer::Impl {
   const Router& router() const { return router_; }
   MemoryBudget& memory_budget() { return memory_budget_; }
   bool draining() const { return draining_.load(); }
+  // Responses close their connections: draining, or told to (CloseConnectionsAfterResponses).
+  bool keep_alive_allowed() const { return !draining_.load() && !no_keep_alive_.load(); }
+  void CloseConnectionsAfterResponses() { no_keep_alive_.store(true); }
   void RequestStarted() { inflight_.fetch_add(1); }
   void RequestFinished(int status, Clock::time_point received) {
     if (status >= 100 && status < 600) responses_[static_cast<size_t>(status)].fetch_add(1);
@@ -115,6 +118,7 @@ class HttpServer::Impl {
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
   std::atomic<bool> draining_{false};
+  std::atomic<bool> no_keep_alive_{false};
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> accepted_connections_{0};
@@ -506,7 +510,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     res->set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) res->set(name, value);
     if (!traceparent_.empty()) res->set("traceparent", traceparent_);
-    res->keep_alive(keep_alive_ && !server_.draining());
+    res->keep_alive(keep_alive_ && server_.keep_alive_allowed());
     res->body() = std::move(response.body);
     res->prepare_payload();
     const int status = response.status;
@@ -531,7 +535,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     res->set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) res->set(name, value);
     if (!traceparent_.empty()) res->set("traceparent", traceparent_);
-    res->keep_alive(keep_alive_ && !server_.draining());
+    res->keep_alive(keep_alive_ && server_.keep_alive_allowed());
     res->chunked(true);
     keep_alive_ = res->keep_alive();
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*res);
@@ -828,6 +832,7 @@ HttpServer::~HttpServer() { Shutdown(Clock::duration::zero()); }
 Status HttpServer::Start() { return impl_->Start(); }
 uint16_t HttpServer::port() const { return impl_->port(); }
 void HttpServer::Shutdown(Clock::duration grace) { impl_->Shutdown(grace); }
+void HttpServer::CloseConnectionsAfterResponses() { impl_->CloseConnectionsAfterResponses(); }
 HttpStats HttpServer::stats() const { return impl_->stats(); }
 
 }  // namespace sluice

@@ -57,6 +57,11 @@ class HttpServer {
   // The bound port (the real one when options.port was 0).
   uint16_t port() const;
 
+  // From now on every response carries Connection: close and its connection closes after it,
+  // while new connections are still accepted: clients holding keep-alive connections reconnect,
+  // through their load balancer, to another replica. The drain before Shutdown().
+  void CloseConnectionsAfterResponses();
+
   // Stops accepting connections, waits (up to `grace`) until every request already read has
   // been answered, then closes all connections and joins the I/O threads.
   void Shutdown(Clock::duration grace);

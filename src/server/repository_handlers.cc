@@ -13,12 +13,20 @@
 
 namespace sluice {
 
-std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repository) {
+namespace {
+
+bool IsTensorModelDir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(dir / "config.yaml", ec) && !llm::IsLanguageModelDir(dir.string());
+}
+
+// The names of the directories in `repository` that `keep` accepts, sorted.
+std::vector<std::string> ListModelDirs(const std::filesystem::path& repository,
+                                       bool (*keep)(const std::filesystem::path&)) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(repository, ec)) {
-    if (entry.is_directory(ec) && std::filesystem::exists(entry.path() / "config.yaml", ec) &&
-        !llm::IsLanguageModelDir(entry.path().string())) {
+    if (entry.is_directory(ec) && keep(entry.path())) {
       names.push_back(entry.path().filename().string());
     }
   }
@@ -26,16 +34,26 @@ std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repos
   return names;
 }
 
-std::vector<std::string> ListLanguageModels(const std::filesystem::path& repository) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(repository, ec)) {
-    if (entry.is_directory(ec) && llm::IsLanguageModelDir(entry.path().string())) {
-      names.push_back(entry.path().filename().string());
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+bool IsLanguageModelPath(const std::filesystem::path& dir) {
+  return llm::IsLanguageModelDir(dir.string());
+}
+
+}  // namespace
+
+std::filesystem::path ModelLocations::DirOf(const std::string& name) const {
+  return single_model_name.empty() ? repository / name : repository;
+}
+
+std::vector<std::string> ModelLocations::TensorModels() const {
+  if (single_model_name.empty()) return ListModelDirs(repository, IsTensorModelDir);
+  if (IsTensorModelDir(repository)) return {single_model_name};
+  return {};
+}
+
+std::vector<std::string> ModelLocations::LanguageModels() const {
+  if (single_model_name.empty()) return ListModelDirs(repository, IsLanguageModelPath);
+  if (IsLanguageModelPath(repository)) return {single_model_name};
+  return {};
 }
 
 RepositoryHandlers::RepositoryHandlers(Engine& engine, V2Handlers& v2, PredictHandlers& predict,
@@ -51,12 +69,19 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
     v2_.SetLoadError(name, "invalid model name");
     return Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name)));
   }
-  const std::filesystem::path dir = options_.repository / name;
-  auto config = LoadModelConfig(dir);
+  if (!options_.models.single_model_name.empty() && name != options_.models.single_model_name) {
+    return Status::NotFound(fmt::format("no model '{}': this server serves only '{}'", name,
+                                        options_.models.single_model_name));
+  }
+  const std::filesystem::path dir = options_.models.DirOf(name);
+  ModelConfigOverrides overrides;
+  if (!options_.models.single_model_name.empty()) overrides.name = name;
+  auto config = LoadModelConfig(dir, overrides);
   if (!config.ok()) {
     std::error_code ec;
     if (!std::filesystem::exists(dir / "config.yaml", ec)) {
-      return Status::NotFound(fmt::format("no model '{}' in the repository", name));
+      return Status::NotFound(fmt::format("no model '{}' in the repository ({} has no config.yaml)",
+                                          name, dir.string()));
     }
     v2_.SetLoadError(name, config.status().message());
     return config.status();
@@ -114,7 +139,7 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
   // Every model directory of the repository, and every loaded model (one may have been removed
   // from disk since it loaded).
   std::set<std::string> names;
-  for (const std::string& name : ListRepositoryModels(options_.repository)) {
+  for (const std::string& name : options_.models.TensorModels()) {
     if (IsValidModelName(name)) names.insert(name);
   }
   for (const std::string& name : engine_.ModelNames()) names.insert(name);

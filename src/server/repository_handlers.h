@@ -19,15 +19,24 @@
 
 namespace sluice {
 
-// The names of the repository's model directories (those holding a config.yaml, language models
-// aside), sorted.
-std::vector<std::string> ListRepositoryModels(const std::filesystem::path& repository);
-// The language-model directories (config.json + model.safetensors) of `repository`, sorted.
-std::vector<std::string> ListLanguageModels(const std::filesystem::path& repository);
+// Where the served models' directories are: a repository holding <name>/ for each model, or one
+// model's own directory (its config.yaml at the root) served under a given name, as KServe mounts
+// a model at /mnt/models.
+struct ModelLocations {
+  std::filesystem::path repository;  // The repository, or the single model's directory.
+  std::string single_model_name;     // Set: `repository` is this one model's directory.
+
+  // The directory model `name` loads from (for a single model, whatever the name).
+  std::filesystem::path DirOf(const std::string& name) const;
+  // Tensor models (a config.yaml, not a language model), sorted.
+  std::vector<std::string> TensorModels() const;
+  // Language models (config.json + model.safetensors), sorted.
+  std::vector<std::string> LanguageModels() const;
+};
 
 struct RepositoryOptions {
-  std::filesystem::path repository;  // Holds <name>/config.yaml for each model.
-  bool model_control = false;        // Load and unload routes allowed; off: 403.
+  ModelLocations models;
+  bool model_control = false;  // Load and unload routes allowed; off: 403.
 };
 
 // Thread-safe. Loads and unloads run on `control_pool` (they take seconds and block on draining),

@@ -2,6 +2,7 @@
 #include "server/serve.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -28,6 +29,58 @@ void OnTerminationSignal(int signal) {
   [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);
 }
 
+// Waits for a termination signal, at most `timeout` when given; returns its number, or 0 when
+// the timeout passed first.
+int WaitForSignal(std::optional<Seconds> timeout) {
+  const auto until = Clock::Real().Now() +
+                     std::chrono::duration_cast<Clock::duration>(timeout.value_or(Seconds(0)));
+  while (true) {
+    int wait_ms = -1;
+    if (timeout) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::Real().Now());
+      if (left.count() <= 0) return 0;
+      wait_ms = static_cast<int>(left.count());
+    }
+    pollfd readable{.fd = g_signal_pipe[0], .events = POLLIN, .revents = 0};
+    if (poll(&readable, 1, wait_ms) <= 0) continue;  // EINTR or the timeout: checked above.
+    unsigned char signal = 0;
+    if (read(g_signal_pipe[0], &signal, 1) == 1) return signal;
+  }
+}
+
+Result<ModelLocations> ModelLocationsOf(const ServeOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!options.model_dir.empty()) {
+    if (!fs::is_directory(options.model_dir, ec)) {
+      return Status::InvalidArgument(
+          fmt::format("--model-dir '{}' is not a directory", options.model_dir));
+    }
+    std::string name = options.model_name;
+    if (name.empty()) name = fs::path(options.model_dir).lexically_normal().filename().string();
+    if (name.empty()) {
+      name = fs::path(options.model_dir).lexically_normal().parent_path().filename().string();
+    }
+    if (!IsValidModelName(name)) {
+      return Status::InvalidArgument(fmt::format(
+          "--model-name '{}' is not a valid model name ([A-Za-z0-9_.-], not starting with '.')",
+          name));
+    }
+    if (!options.models.empty() && options.models != std::vector<std::string>{name}) {
+      return Status::InvalidArgument("--model cannot name other models with --model-dir");
+    }
+    return ModelLocations{.repository = options.model_dir, .single_model_name = name};
+  }
+  if (!options.model_name.empty()) {
+    return Status::InvalidArgument("--model-name needs --model-dir (a single model's directory)");
+  }
+  if (!fs::is_directory(options.model_repository, ec)) {
+    return Status::InvalidArgument(
+        fmt::format("model repository '{}' is not a directory", options.model_repository));
+  }
+  return ModelLocations{.repository = options.model_repository, .single_model_name = {}};
+}
+
 }  // namespace
 
 Status RunServer(const ServeOptions& options, const BackendLoader& loader,
@@ -42,28 +95,27 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
-  namespace fs = std::filesystem;
-  const fs::path repository = options.model_repository;
-  std::error_code ec;
-  if (!fs::is_directory(repository, ec)) {
-    return Status::InvalidArgument(
-        fmt::format("model repository '{}' is not a directory", repository.string()));
-  }
+  Result<ModelLocations> locations = ModelLocationsOf(options);
+  if (!locations.ok()) return locations.status();
   std::vector<std::string> names =
-      options.models.empty() ? ListRepositoryModels(repository) : options.models;
+      options.models.empty() ? locations->TensorModels() : options.models;
   // Language models: every one in the repository (or those named), each its own engine.
   std::map<std::string, std::shared_ptr<llm::LlmEngine>> language_models;
   std::vector<std::string> llm_names =
-      options.models.empty() ? ListLanguageModels(repository) : std::vector<std::string>();
+      options.models.empty() ? locations->LanguageModels() : std::vector<std::string>();
   for (const std::string& name : options.models) {
-    if (llm::IsLanguageModelDir((repository / name).string())) llm_names.push_back(name);
+    if (llm::IsLanguageModelDir(locations->DirOf(name).string())) llm_names.push_back(name);
   }
   std::erase_if(names, [&](const std::string& name) {
     return std::find(llm_names.begin(), llm_names.end(), name) != llm_names.end();
   });
+  if (!locations->single_model_name.empty() && names.empty() && llm_names.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "--model-dir '{}' holds neither a config.yaml nor a language model", options.model_dir));
+  }
   for (const std::string& name : llm_names) {
     if (!llm_loader) return Status::InvalidArgument("this build cannot serve language models");
-    auto engine = llm_loader((repository / name).string());
+    auto engine = llm_loader(locations->DirOf(name).string());
     if (!engine.ok()) {
       return Status(engine.status().code(),
                     fmt::format("language model '{}': {}", name, engine.status().message()));
@@ -84,7 +136,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   // One thread: loads and unloads run one at a time, in the order asked.
   auto control_pool = std::make_unique<ThreadPool>(1, 16);
   RepositoryHandlers repository_handlers(engine, handlers, predict, *control_pool,
-                                         {repository, options.model_control});
+                                         {*locations, options.model_control});
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
@@ -111,7 +163,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     GrpcModelSource source;
     source.engine = &engine;
     source.load_error = [&handlers](const std::string& model) { return handlers.LoadError(model); };
-    source.ready = [&handlers] { return !handlers.HasLoadErrors(); };
+    source.ready = [&handlers] { return handlers.IsReady(); };
     grpc = std::make_unique<GrpcServer>(std::move(grpc_options), std::move(source));
     SLUICE_RETURN_IF_ERROR(grpc->Start());
     handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
@@ -134,9 +186,19 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
   std::fflush(stdout);
 
-  unsigned char signal = 0;
-  while (read(g_signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
+  const int signal = WaitForSignal(std::nullopt);
+  if (options.drain_delay.count() > 0) {
+    // Readiness fails first, while requests are still answered: Kubernetes removes the pod from
+    // its endpoints (and a load balancer's health check marks it down) asynchronously.
+    handlers.SetShuttingDown();
+    server.CloseConnectionsAfterResponses();
+    fmt::print("received signal {}: not ready; still serving for {:g} s before closing\n", signal,
+               options.drain_delay.count());
+    std::fflush(stdout);
+    const int second = WaitForSignal(options.drain_delay);
+    if (second != 0) fmt::print("received signal {}: ending the drain delay\n", second);
   }
+  handlers.SetShuttingDown();
   fmt::print("received signal {}: finishing in-flight requests\n", signal);
   std::fflush(stdout);
   // Stop taking connections and answer every request already read; then drain the engine (the

@@ -16,15 +16,24 @@ namespace sluice {
 struct ServeOptions {
   std::string model_repository = "models";  // Directory of models/<name>/config.yaml.
   std::vector<std::string> models;          // Only these; empty: every model in the repository.
+  // One model's own directory (its config.yaml, or a language model's files, at the root, as
+  // KServe mounts a model at /mnt/models), served under `model_name` instead of a repository.
+  std::string model_dir;
+  std::string model_name;  // With model_dir; empty: the directory's name.
   HttpServerOptions http;
   // The KServe v2 gRPC service, on http.host at this port (0: an ephemeral one); off when unset.
   // Its API key and memory budget are the HTTP server's.
   std::optional<uint16_t> grpc_port;
   size_t grpc_max_message_bytes = 64u << 20;  // Larger gRPC messages fail (RESOURCE_EXHAUSTED).
   int decode_threads = 2;                     // Image decode pool for /predict and /predictions.
-  std::string predict_model;   // Serves /predict bodies that name no model; empty: the first
-                               // model with preprocess.image.
-  Seconds shutdown_grace{30};  // Longest wait for in-flight requests on SIGTERM/SIGINT.
+  std::string predict_model;  // Serves /predict bodies that name no model; empty: the first
+                              // model with preprocess.image.
+  // After SIGTERM/SIGINT, readiness (/v2/health/ready, gRPC ServerReady) fails at once while
+  // requests are still taken and answered (with Connection: close) for this long, so a load
+  // balancer or Kubernetes stops sending new ones before the listener closes. A second signal
+  // ends the delay early.
+  Seconds drain_delay{0};
+  Seconds shutdown_grace{30};  // Then the longest wait for in-flight requests.
   bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
   // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
   // (valid JSON) when the server stops.

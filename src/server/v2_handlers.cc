@@ -105,8 +105,7 @@ void V2Handlers::Live(const HttpRequest&, const PathParams&, Responder respond) 
 }
 
 void V2Handlers::Ready(const HttpRequest&, const PathParams&, Responder respond) {
-  // Ready when every model of the repository loaded.
-  const bool ready = !HasLoadErrors();
+  const bool ready = IsReady();
   respond(HttpResponse::Json(ready ? 200 : 503, fmt::format("{{\"ready\":{}}}", ready)));
 }
 

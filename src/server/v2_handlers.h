@@ -2,6 +2,7 @@
 // Prometheus metrics. Each is a named member function; AddRoutes() puts them in the route table.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +37,10 @@ class V2Handlers {
   void AddRoutes(Router& router);
   // Whether some model of the repository failed to load (the server is then not ready).
   bool HasLoadErrors() const;
+  // From now on the server is not ready (it is shutting down), whatever its models.
+  void SetShuttingDown() { shutting_down_.store(true); }
+  // Ready: every model of the repository loaded, and not shutting down.
+  bool IsReady() const { return !shutting_down_.load() && !HasLoadErrors(); }
 
   // More series for /metrics (the language models', gRPC's), appended after the engine's in the
   // order added. Call before the servers start.
@@ -62,6 +67,7 @@ class V2Handlers {
   const V2Limits limits_;
   mutable Mutex mu_;
   std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace sluice

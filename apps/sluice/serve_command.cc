@@ -1,0 +1,144 @@
+// `sluice serve`: flags and the backends it loads.
+#include "serve_command.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "backends/load_backend.h"
+#include "backends/profiler.h"
+#include "bench/results.h"
+
+namespace sluice {
+
+CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
+  CLI::App* app = parent.add_subcommand(
+      "serve",
+      "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
+  app->add_option("--model-repository", cmd.options.model_repository, "Directory of models")
+      ->capture_default_str();
+  app->add_option("--model,-m", cmd.options.models, "Serve only these models (repeatable)");
+  app->add_option("--model-dir", cmd.options.model_dir,
+                  "Serve one model's own directory (config.yaml or a language model's files at "
+                  "its root, as KServe mounts /mnt/models) instead of a repository");
+  app->add_option("--model-name", cmd.options.model_name,
+                  "--model-dir: the name to serve it under (default: the directory's name)");
+  app->add_option("--host", cmd.options.http.host, "Address to bind")->capture_default_str();
+  app->add_option("--port,-p", cmd.options.http.port, "Port; 0 picks a free one")
+      ->capture_default_str();
+  app->add_option("--io-threads", cmd.options.http.io_threads, "HTTP event-loop threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app->add_option("--decode-threads", cmd.options.decode_threads,
+                  "Image decode threads for /predict and /predictions")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app->add_option("--llm-precision", cmd.llm_overrides.precision,
+                  "Language models' precision, over their config.yaml (fp32, bf16, int8)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  app->add_option("--llm-slots", cmd.llm_overrides.slots,
+                  "Language models' KV-cache slots, over their config.yaml")
+      ->check(CLI::Range(1, 256));
+  app->add_option("--llm-threads", cmd.llm_overrides.threads,
+                  "Language models' intra-op threads (0: every core)")
+      ->check(CLI::Range(0, 1024));
+  app->add_option("--predict-model", cmd.options.predict_model,
+                  "Model behind /predict (default: the first with preprocess.image)");
+  app->add_option("--max-body-bytes", cmd.options.http.max_body_bytes,
+                  "Larger bodies get 413 (bytes, or with a unit: 64MiB)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--max-header-bytes", cmd.options.http.max_header_bytes,
+                  "Larger headers get 431 (bytes, or with a unit: 16KiB)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--memory-budget", cmd.options.http.memory_budget_bytes,
+                  "Bytes of request bodies and decoded tensors in flight, server-wide (e.g. "
+                  "512MiB, 4GiB; default: a quarter of the machine's memory); a body that does "
+                  "not fit gets 503 with Retry-After before it is read")
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--max-connections", cmd.options.http.max_connections,
+                  "Open connections beyond which new ones are closed")
+      ->capture_default_str();
+  app->add_option("--idle-timeout", cmd.idle_seconds,
+                  "Seconds a connection may wait for a complete request")
+      ->capture_default_str();
+  app->add_option("--header-timeout", cmd.header_seconds,
+                  "Seconds from a request's first byte to its complete header (408)")
+      ->capture_default_str();
+  app->add_option("--body-timeout", cmd.body_seconds,
+                  "Seconds from the header to the complete body (408)")
+      ->capture_default_str();
+  app->add_option("--api-key", cmd.options.http.api_key,
+                  "Require this key (Authorization: Bearer or X-API-Key) on every route but "
+                  "health")
+      ->envname("SLUICE_API_KEY");
+  app->add_option("--grpc-port", cmd.options.grpc_port,
+                  "Also serve KServe v2 over gRPC on this port of --host (0 picks a free one; "
+                  "off unless given)")
+      ->check(CLI::Range(0, 65535));
+  app->add_option("--grpc-max-message-bytes", cmd.options.grpc_max_message_bytes,
+                  "Larger gRPC messages fail with RESOURCE_EXHAUSTED (bytes, or with a unit)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  app->add_flag("--model-control", cmd.options.model_control,
+                "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
+  AddProfileOptions(*app, cmd.profile.on, cmd.profile.options, /*with_dir=*/true);
+  app->add_option("--trace", cmd.options.trace_file,
+                  "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON)");
+  app->add_option("--trace-sample-rate", cmd.options.trace_sample_rate,
+                  "--trace: fraction of requests traced (a traceparent marked sampled always is)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--trace-max-bytes", cmd.options.trace_max_bytes,
+                  "--trace: the file's size limit; later requests are dropped (bytes, or with "
+                  "a unit)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--drain-delay", cmd.drain_seconds,
+                  "Seconds after SIGTERM/SIGINT during which readiness fails but requests are "
+                  "still taken and answered (with Connection: close), before the listener closes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  app->add_option("--shutdown-grace", cmd.grace_seconds,
+                  "Seconds to finish in-flight requests once the listener closes")
+      ->capture_default_str();
+  return app;
+}
+
+int RunServeCommand(ServeCommand& cmd) {
+  ServeOptions& options = cmd.options;
+  options.http.idle_timeout = Seconds(cmd.idle_seconds);
+  options.http.header_timeout = Seconds(cmd.header_seconds);
+  options.http.body_timeout = Seconds(cmd.body_seconds);
+  options.drain_delay = Seconds(cmd.drain_seconds);
+  options.shutdown_grace = Seconds(cmd.grace_seconds);
+  ProfileSwitch& profile = cmd.profile;
+  BackendLoader loader = LoadSharedBackend;
+  auto profile_log = std::make_shared<ProfileLog>();
+  if (profile.on || ProfilerRequestedByEnvironment()) {
+    if (profile.options.dir.empty()) {
+      auto dir = CreateRunDirectory("results", "profile-serve");
+      if (!dir.ok()) return Fail(dir.status());
+      profile.options.dir = *dir;
+    }
+    fmt::print("profiling runs {}-{} of each model instance into {}\n",
+               profile.options.skip_runs + 1, profile.options.skip_runs + profile.options.runs,
+               profile.options.dir.string());
+    loader = [options = profile.options,
+              profile_log](const ModelConfig& config) -> Result<std::shared_ptr<Backend>> {
+      auto backend = LoadSharedBackend(config);
+      if (!backend.ok()) return backend.status();
+      return WithProfiler(*backend, config.name, options, profile_log);
+    };
+  }
+  Status status = RunServer(options, loader, [&](const std::string& dir) {
+    return llm::LoadLlmEngine(dir, cmd.llm_overrides);
+  });
+  for (const auto& file : profile_log->files()) fmt::print("profile: {}\n", file.string());
+  if (!status.ok()) return Fail(status);
+  return 0;
+}
+
+}  // namespace sluice
