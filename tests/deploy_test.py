@@ -1,7 +1,7 @@
 """The deployment manifests (deploy/), checked against real schemas and tied to the binary.
 
-1. Every KServe manifest validates against its CustomResourceDefinition's openAPIV3Schema (from
-   KServe, in shared/kserve/ or --kserve-crds), strictly: unknown fields are errors, as
+1. Every KServe manifest validates against its CustomResourceDefinition's openAPIV3Schema (KServe's,
+   in deploy/schemas/kserve/), strictly: unknown fields are errors, as
    `kubectl apply --validate=strict` makes them. Every core manifest validates with
    kubernetes-validate --strict. A manifest with a misspelt field is refused by both.
 2. `sluice serve` started with exactly the ClusterServingRuntime's container args (the model path
@@ -39,7 +39,6 @@ DEPLOY = os.path.join(ROOT, "deploy")
 CRD_FILES = {
     ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"):
         "serving.kserve.io_clusterservingruntimes.yaml",
-    ("serving.kserve.io/v1alpha1", "ServingRuntime"): "serving.kserve.io_servingruntimes.yaml",
     ("serving.kserve.io/v1beta1", "InferenceService"): "serving.kserve.io_inferenceservices.yaml",
 }
 KUBERNETES_VERSION = "1.33.0"
