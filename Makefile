@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro bench-python accuracy models clean format
+.PHONY: all deps configure build image test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro bench-python accuracy models clean format
 
 all: build
 
@@ -23,6 +23,12 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The OCI image (deploy/Containerfile) from this build, on a Debian 12 base made locally from
+# Debian's archive (scripts/base-image.sh): localhost/sluice:0.1.0. docs/DEPLOY.md has the rest.
+IMAGE ?= localhost/sluice:0.1.0
+image: build
+	./scripts/image.sh $(BUILD_DIR) $(IMAGE)
 
 # Unit tests, the backend's reference checks on tiny generated models, black-box CLI and server
 # tests and the fuzz corpora; clang's thread-safety analysis; then all of the tests again built
