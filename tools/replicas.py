@@ -1,0 +1,296 @@
+"""Three `sluice serve` replicas behind HAProxy, under load, through a rolling restart and a crash.
+
+The replicas listen on free loopback ports; HAProxy (Debian's) balances them with active health
+checks on /v2/health/ready (every 500 ms, down after one failure), L7 retries on connection
+failures and empty responses, and redispatch to another replica. `sluice bench --url` drives it
+at --connections for --duration seconds. Meanwhile:
+  at --rolling-at s: replica 1 gets SIGTERM (readiness fails at once, --drain-delay later the
+    listener closes, in-flight work drains) and is started again once it exits: a rolling update;
+  at --crash-at s: replica 2 gets SIGKILL and is started again --crash-restart-after s later.
+Prints a table of requests, errors and p50/p99 latency before, during and after each event, from
+the bench's per-request samples, and writes it as JSON (--out). Every process it starts it stops
+by its PID.
+
+    .venv/bin/python tools/replicas.py --sluice build/sluice --model-repository models \\
+        --model fashion_mnist --duration 30 --rolling-at 8 --crash-at 18
+
+Exit code 1 when requests failed during the rolling update (or, with --require-no-errors, at all).
+"""
+import argparse
+import csv
+import glob
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HAPROXY_CONFIG = """\
+global
+    maxconn 4096
+    stats socket {socket} mode 600 level user
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 30s
+    timeout server 30s
+    timeout queue 5s
+    # A request whose connection to a replica fails, or whose replica closes without answering
+    # (killed), is sent again, to another replica (redispatch), up to 3 times.
+    retries 3
+    option redispatch 1
+    retry-on conn-failure empty-response response-timeout
+    option http-buffer-request
+frontend sluice
+    bind 127.0.0.1:{port}
+    default_backend replicas
+backend replicas
+    balance leastconn
+    option httpchk GET /v2/health/ready
+    http-check expect status 200
+    default-server inter 500ms fastinter 250ms downinter 250ms fall 1 rise 2 check
+{servers}
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+class Replica:
+    def __init__(self, args, index):
+        self.args = args
+        self.index = index
+        self.port = free_port()
+        self.process = None
+        self.log = open(os.path.join(args.workdir, f"replica{index}.log"), "a")
+
+    def start(self):
+        a = self.args
+        self.process = subprocess.Popen(
+            [a.sluice, "serve", "--model-repository", a.model_repository, "--model", a.model,
+             "--port", str(self.port), "--drain-delay", str(a.drain_delay),
+             "--shutdown-grace", "20"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def signal(self, sig):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def haproxy_stats(path):
+    """Per replica: requests sent to it, HAProxy's retries and redispatches away from it."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(b"show stat\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    rows = list(csv.DictReader(data.decode().lstrip("# ").splitlines()))
+    return {r["svname"]: {"requests": int(r["stot"] or 0), "retries": int(r["wretr"] or 0),
+                          "redispatches": int(r["wredis"] or 0),
+                          "connection_errors": int(r["econ"] or 0),
+                          "response_errors": int(r["eresp"] or 0)}
+            for r in rows if r["pxname"] == "replicas"}
+
+
+def phases_table(samples, events, duration):
+    """Requests, errors, p50 and p99 (ms) per phase; `events` maps names to seconds on the
+    bench's timeline."""
+    bounds = [("before", 0.0, events["sigterm"])]
+    bounds.append(("rolling update (SIGTERM -> back ready)", events["sigterm"],
+                   events["rolling_ready"]))
+    bounds.append(("after the rolling update", events["rolling_ready"], events["sigkill"]))
+    bounds.append(("crash (SIGKILL -> back ready)", events["sigkill"], events["crash_ready"]))
+    bounds.append(("after the crash", events["crash_ready"], duration + 1))
+    rows = []
+    for name, start, end in bounds:
+        inside = [s for s in samples if start <= s["request_time_s"] < end]
+        latencies = sorted(s["latency_s"] * 1e3 for s in inside if s["outcome"] == "ok")
+        errors = [s["outcome"] for s in inside if s["outcome"] != "ok"]
+
+        def pct(p):
+            if not latencies:
+                return float("nan")
+            return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))]
+
+        rows.append({"phase": name, "from_s": round(start, 2), "to_s": round(end, 2),
+                     "requests": len(inside), "errors": len(errors),
+                     "error_kinds": sorted(set(errors)),
+                     "p50_ms": round(pct(50), 2), "p99_ms": round(pct(99), 2),
+                     "median_of_latencies_ms": round(statistics.median(latencies), 2)
+                     if latencies else None})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sluice", default="build/sluice")
+    parser.add_argument("--model-repository", default="models")
+    parser.add_argument("--model", default="fashion_mnist")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--duration", type=float, default=30)
+    parser.add_argument("--warmup", type=float, default=1)
+    parser.add_argument("--rolling-at", type=float, default=8)
+    parser.add_argument("--crash-at", type=float, default=18)
+    parser.add_argument("--crash-restart-after", type=float, default=1)
+    parser.add_argument("--drain-delay", type=float, default=2)
+    parser.add_argument("--haproxy", default="/usr/sbin/haproxy")
+    parser.add_argument("--out", help="write the table as JSON here")
+    parser.add_argument("--require-no-errors", action="store_true",
+                        help="fail on any failed request, the crash's included")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as workdir:
+        args.workdir = workdir
+        replicas = [Replica(args, i) for i in range(args.replicas)]
+        haproxy = bench = None
+        try:
+            for r in replicas:
+                r.start()
+            for r in replicas:
+                if not wait_ready(r.port):
+                    sys.exit(f"replica {r.index} did not become ready: "
+                             f"{open(r.log.name).read()}")
+            port = free_port()
+            servers = "\n".join(f"    server r{r.index} 127.0.0.1:{r.port}" for r in replicas)
+            config = os.path.join(workdir, "haproxy.cfg")
+            with open(config, "w") as f:
+                f.write(HAPROXY_CONFIG.format(port=port, servers=servers,
+                                              socket=os.path.join(workdir, "haproxy.sock")))
+            haproxy = subprocess.Popen([args.haproxy, "-db", "-f", config],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       text=True)
+            if not wait_ready(port, timeout=10):
+                sys.exit(f"HAProxy did not start: {haproxy.stderr.read() if haproxy.poll() else ''}")
+            results = os.path.join(workdir, "results")
+            bench_started = time.monotonic()
+            bench = subprocess.Popen(
+                [args.sluice, "bench", "--url", f"http://127.0.0.1:{port}", "--model", args.model,
+                 "--concurrency", str(args.connections), "--duration", str(args.duration),
+                 "--warmup", str(args.warmup), "--binary", "--results-dir", results],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # The bench's timeline starts at its first measured request, about when its warm-up
+            # ends; events are placed on it.
+            origin = bench_started + args.warmup
+            events = {}
+
+            def at(offset):
+                time.sleep(max(0.0, origin + offset - time.monotonic()))
+                return time.monotonic() - origin
+
+            # Rolling update of replica 1: SIGTERM, wait for its exit, start it again.
+            rolling = replicas[1 % len(replicas)]
+            events["sigterm"] = at(args.rolling_at)
+            rolling.signal(signal.SIGTERM)
+            code = rolling.process.wait(timeout=60)
+            events["rolling_exit"] = time.monotonic() - origin
+            events["rolling_exit_code"] = code
+            rolling.start()
+            wait_ready(rolling.port)
+            events["rolling_ready"] = time.monotonic() - origin
+            # Crash of replica 2: SIGKILL, a pause, start it again.
+            crashed = replicas[2 % len(replicas)]
+            events["sigkill"] = at(args.crash_at)
+            crashed.signal(signal.SIGKILL)
+            crashed.process.wait()
+            time.sleep(args.crash_restart_after)
+            crashed.start()
+            wait_ready(crashed.port)
+            events["crash_ready"] = time.monotonic() - origin
+            output, _ = bench.communicate(timeout=args.duration + 120)
+            balancer = haproxy_stats(os.path.join(workdir, "haproxy.sock"))
+            print(output)
+            if bench.returncode != 0:
+                sys.exit(f"the bench failed ({bench.returncode})")
+            files = glob.glob(os.path.join(results, "*", f"samples_c{args.connections}.csv"))
+            with open(files[0]) as f:
+                samples = [{"request_time_s": float(r["request_time_s"]),
+                            "latency_s": float(r["latency_s"]), "outcome": r["outcome"]}
+                           for r in csv.DictReader(f) if r["warmup"] != "1"]
+            with open(glob.glob(os.path.join(results, "*", "summary.json"))[0]) as f:
+                summary = json.load(f)
+        finally:
+            if bench and bench.poll() is None:
+                bench.kill()
+                bench.wait()
+            if haproxy and haproxy.poll() is None:
+                haproxy.terminate()
+                haproxy.wait(timeout=10)
+            for r in replicas:
+                r.stop()
+
+    rows = phases_table(samples, events, args.duration)
+    level = summary["levels"][0] if "levels" in summary else summary
+    print(f"{args.replicas} replicas of {args.model} behind HAProxy, {args.connections} "
+          f"connections, {args.duration:g} s; replica 1 SIGTERM at {events['sigterm']:.1f} s "
+          f"(exit {events['rolling_exit_code']} at {events['rolling_exit']:.1f} s, ready again at "
+          f"{events['rolling_ready']:.1f} s); replica 2 SIGKILL at {events['sigkill']:.1f} s "
+          f"(ready again at {events['crash_ready']:.1f} s)")
+    print(f"| phase | from s | to s | requests | errors | p50 ms | p99 ms |")
+    print(f"|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['phase']} | {row['from_s']:.1f} | {row['to_s']:.1f} | {row['requests']} | "
+              f"{row['errors']} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |")
+    print("| replica | requests sent | retried | redispatched | connection errors | "
+          "response errors |")
+    print("|---|---|---|---|---|---|")
+    for name, st in balancer.items():
+        print(f"| {name} | {st['requests']} | {st['retries']} | {st['redispatches']} | "
+              f"{st['connection_errors']} | {st['response_errors']} |")
+    total_errors = sum(r["errors"] for r in rows)
+    transport = level.get("transport_errors", 0)
+    print(f"total: {sum(r['requests'] for r in rows)} requests, {total_errors} failed, "
+          f"{transport} client transport errors")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"events": events, "phases": rows, "transport_errors": transport,
+                       "haproxy": balancer,
+                       "args": {k: v for k, v in vars(args).items() if k != "workdir"}}, f,
+                      indent=2)
+    idle = [name for name in (f"r{i}" for i in range(args.replicas))
+            if balancer.get(name, {}).get("requests", 0) == 0]
+    if idle:
+        sys.exit(f"FAIL: replicas {idle} were sent no requests: the run tested nothing of them")
+    rolling_errors = rows[1]["errors"] + rows[0]["errors"] + rows[2]["errors"]
+    if rolling_errors or transport or events["rolling_exit_code"] != 0:
+        sys.exit(f"FAIL: {rolling_errors} failed requests around the rolling update, "
+                 f"{transport} transport errors, replica exit code {events['rolling_exit_code']}")
+    if args.require_no_errors and total_errors:
+        sys.exit(f"FAIL: {total_errors} failed requests")
+
+
+if __name__ == "__main__":
+    main()
