@@ -26,7 +26,7 @@ Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Pyt
 C++ backends' tests reproduce; each bf16 or int8 package also gets reference_<precision>.yaml and
 reference_<precision>/, the outputs of the same package run by Python on the same inputs.
 
-Usage: tools/export_models.py --out models [--only NAME ...] [--force]
+Usage: tools/export_models.py --out models [--only NAME ...] [--force] [--isa avx2]
        tools/export_models.py --test --out build/test-models
 """
 import argparse
@@ -454,7 +454,11 @@ def main():
                         help="rewrite only the AOTInductor packages (and their references) from "
                              "the existing model.pt: packages are compiled for the exporting CPU, "
                              "so a repository moved to another machine needs this")
+    parser.add_argument("--isa", choices=sorted(sluice_export.TARGET_ISAS), default="native",
+                        help="instruction set the packages are compiled for: native (this CPU), "
+                             "or avx2 / avx512 for any x86-64 CPU with them (images, clusters)")
     args = parser.parse_args()
+    sluice_export.set_target_isa(args.isa)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     os.makedirs(args.out, exist_ok=True)
     if args.test:

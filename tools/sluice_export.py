@@ -24,6 +24,12 @@ The packages are compiled for the CPU that exports them (-march=native), with ke
 the serving thread's OpenMP budget (cpp.dynamic_threads), linked against nothing but what the
 serving process already holds (aot_inductor.link_libtorch off: a CPU server then never loads
 libtorch_cuda), and record their batch range and precision in their metadata.
+
+set_target_isa("avx2") compiles them for any x86-64 CPU with AVX2 instead (x86-64-v3: AVX2, FMA,
+F16C, BMI; Haswell, Zen and later): Inductor's vector kernels at 256 bits and -march=x86-64-v3 in
+place of -march=native, so no AVX-512 instruction is emitted even on a machine that has it. The
+package records sluice.cpu_isa=avx2, and Sluice refuses it on a CPU without AVX2. For images and
+clusters whose nodes differ from the exporting machine (deploy/).
 """
 import ctypes
 import os
@@ -31,6 +37,37 @@ import os
 import torch
 
 PRECISIONS = ("fp32", "bf16", "int8")
+TARGET_ISAS = {"native": None, "avx2": ("x86-64-v3", 256), "avx512": ("x86-64-v4", 512)}
+
+
+_target_isa = "native"
+
+
+def set_target_isa(isa):
+    """Compiles the packages exported from now on for `isa` (see TARGET_ISAS) rather than for this
+    CPU. "native" (the default) leaves Inductor's own choice."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
+    if isa not in TARGET_ISAS:
+        raise ValueError(f"unknown ISA {isa!r}; one of {', '.join(TARGET_ISAS)}")
+    if TARGET_ISAS[isa] is None:
+        return
+    global _target_isa
+    _target_isa = isa
+    march, simdlen = TARGET_ISAS[isa]
+    inductor_config.cpp.simdlen = simdlen
+    original = getattr(cpp_builder._get_optimization_cflags, "__wrapped__",
+                       cpp_builder._get_optimization_cflags)
+
+    def cflags(*args, **kwargs):
+        flags, ldflags = original(*args, **kwargs)
+        if "march=native" not in flags:
+            raise RuntimeError(f"Inductor's compile flags changed ({flags}); set_target_isa "
+                               "cannot replace -march=native")
+        return [f"march={march}" if f == "march=native" else f for f in flags], ldflags
+
+    cflags.__wrapped__ = original
+    cpp_builder._get_optimization_cflags = cflags
 
 
 def package_name(precision):
@@ -122,7 +159,8 @@ def export_package(model, example_inputs, path, max_batch_size, precision="fp32"
     buckets = batch_buckets(max_batch_size)
     options = _inductor_configs({"sluice.max_batch_size": str(max_batch_size),
                                  "sluice.precision": precision,
-                                 "sluice.batch_buckets": ",".join(str(b) for b in buckets)})
+                                 "sluice.batch_buckets": ",".join(str(b) for b in buckets),
+                                 "sluice.cpu_isa": _target_isa})
     options["aot_inductor.package"] = True
     files = {}
     with torch.no_grad():

@@ -173,10 +173,17 @@ Status CheckPackage(const std::unordered_map<std::string, std::string>& metadata
         "the package was compiled for device '{}'; this build of Sluice runs CPU packages only",
         device));
   }
+  // Inductor's vector ISA, or the target tools/sluice_export.py --isa compiled the whole package
+  // for (-march=x86-64-v3 / v4: Inductor records INVALID_VEC_ISA when its own vector check fails,
+  // while -march still decides which instructions the compiler emits).
   std::string isa = get("AOTI_CPU_ISA");
+  const std::string target = get("sluice.cpu_isa");
+  if (target == "avx2") isa = "AVX2";
+  if (target == "avx512") isa = "AVX512";
   bool supported = true;
   if (isa == "AVX2") {
-    supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
   } else if (isa.rfind("AVX512", 0) == 0) {
     supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
