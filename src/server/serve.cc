@@ -187,10 +187,10 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   std::fflush(stdout);
 
   const int signal = WaitForSignal(std::nullopt);
+  handlers.SetShuttingDown();
   if (options.drain_delay.count() > 0) {
     // Readiness fails first, while requests are still answered: Kubernetes removes the pod from
     // its endpoints (and a load balancer's health check marks it down) asynchronously.
-    handlers.SetShuttingDown();
     server.CloseConnectionsAfterResponses();
     fmt::print("received signal {}: not ready; still serving for {:g} s before closing\n", signal,
                options.drain_delay.count());
@@ -198,7 +198,6 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     const int second = WaitForSignal(options.drain_delay);
     if (second != 0) fmt::print("received signal {}: ending the drain delay\n", second);
   }
-  handlers.SetShuttingDown();
   fmt::print("received signal {}: finishing in-flight requests\n", signal);
   std::fflush(stdout);
   // Stop taking connections and answer every request already read; then drain the engine (the
