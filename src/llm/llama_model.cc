@@ -1,8 +1,8 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
-// grouped-query attention over a static per-slot KV cache (cpu_kernels.h, for prompts and
+// grouped-query attention over a static per-slot KV cache (kernels/kernels.h, for prompts and
 // decoding), SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with
 // fp32 weights and bf16 otherwise; the weights of the linear layers are fp32 (ATen's matmul), bf16,
-// or int8 with per-output-channel scales. bf16 and int8 weights go through cpu_kernels.h, which
+// or int8 with per-output-channel scales. bf16 and int8 weights go through kernels/kernels.h, which
 // widens them to fp32 in registers: decoding is bound by reading the weights, and ATen's bf16 /
 // int8 paths are slow on CPUs without AVX-512 bf16.
 //
@@ -24,15 +24,15 @@
 #include <numbers>
 #include <thread>
 
-#include "llm/cpu_kernels.h"
-#include "llm/safetensors.h"
+#include "llm/kernels/kernels.h"
+#include "llm/files/safetensors.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {
 namespace {
 
 // A linear layer y = x W^T, x fp32: an fp32 weight [out, in], or a bf16 or int8 one packed for
-// cpu_kernels.h (+ per-row fp32 scales for int8).
+// kernels/kernels.h (+ per-row fp32 scales for int8).
 struct Linear {
   at::Tensor weight;  // fp32 [out, in]; or bf16 / int8 [PackedSize(out, in)].
   at::Tensor scales;  // [out], fp32: int8 only.

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "llm/precision_agreement.h"
-#include "llm/safetensors.h"
+#include "llm/files/safetensors.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {

@@ -18,10 +18,10 @@
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
-#include "llm/chat_template.h"
+#include "llm/text/chat_template.h"
 #include "llm/sampler.h"
 #include "llm/step_model.h"
-#include "llm/tokenizer.h"
+#include "llm/text/tokenizer.h"
 
 namespace sluice::llm {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "llm/cpu_kernels.h"
+#include "llm/kernels/kernels.h"
 
 namespace sluice::llm {
 

@@ -1,4 +1,4 @@
-#include "llm/chat_template.h"
+#include "llm/text/chat_template.h"
 
 #include <fmt/format.h>
 

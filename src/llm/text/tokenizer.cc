@@ -1,4 +1,4 @@
-#include "llm/tokenizer.h"
+#include "llm/text/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "llm/safetensors.h"
+#include "llm/files/safetensors.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

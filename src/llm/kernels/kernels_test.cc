@@ -1,4 +1,4 @@
-#include "llm/cpu_kernels.h"
+#include "llm/kernels/kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The C++ tokenizer against the tokenizers package: SmolLM2's tokenizer and the tiny models'
 // on the strings tools/llm_export.py --test wrote with the ids the package gives them.
-#include "llm/tokenizer.h"
+#include "llm/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <simdjson.h>

@@ -1,6 +1,6 @@
 // Chat templates rendered in C++ against transformers' apply_chat_template (and Jinja with
 // transformers' settings) on the conversations tools/llm_export.py --test wrote.
-#include "llm/chat_template.h"
+#include "llm/text/chat_template.h"
 
 #include <gtest/gtest.h>
 #include <simdjson.h>

@@ -1,0 +1,160 @@
+// The AVX2 + FMA path. Register-blocked dot products: a block of MB rows of x against NB rows of W
+// keeps MB x NB eight-lane fp32 accumulators (MB x NB = 8, so eight independent FMA chains hide the
+// FMA latency) and walks k eight values at a time; each weight vector is widened to fp32 once and
+// used by all MB rows. Lane l of an accumulator sums the products of columns l, l + 8, l + 16, ...
+// in that order, and the eight lanes are added the same way for every block shape, so the result
+// of an element never depends on the shape of the block that computed it.
+//
+// Columns go in chunks of about 64 KiB of weights, which stay in L2 while each block of MB rows of
+// x (in L1) passes over them: every weight comes from memory once per call.
+#include <algorithm>
+
+#include "llm/kernels/internal.h"
+
+#ifdef SLUICE_X86
+namespace sluice::llm::kernels::avx2 {
+
+// As PortableDecodeAttention, eight lanes of d at a time (d a multiple of 8).
+SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+SLUICE_AVX2 inline __m256 Load8(const uint16_t* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+template <class T>
+SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v,
+                                     int64_t len, int64_t d, float scale, float* out,
+                                     float* scratch) {
+  for (int64_t j = 0; j < len; ++j) {
+    const T* kj = k + j * d;
+    for (int g = 0; g < groups; ++g) {
+      const float* qg = q + g * d;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t c = 0; c < d; c += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), Load8(kj + c), acc);
+      }
+      __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+      sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+      scratch[g * len + j] = _mm_cvtss_f32(sum) * scale;
+    }
+  }
+  portable::SoftmaxRows(scratch, groups, len);
+  for (int g = 0; g < groups; ++g) {
+    const float* p = scratch + g * len;
+    for (int64_t c = 0; c < d; c += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t j = 0; j < len; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), Load8(v + j * d + c), acc);
+      }
+      _mm256_storeu_ps(out + g * d + c, acc);
+    }
+  }
+}
+
+SLUICE_AVX2 inline __m256 Widen8(const uint16_t* w) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+SLUICE_AVX2 inline __m256 Widen8(const int8_t* w) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
+SLUICE_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+// Rows [i0, i0 + MB) of x against weight rows [j0, j0 + NB), all in one group of eight.
+template <int MB, int NB, class T>
+SLUICE_AVX2 void Block(const float* x, int64_t k, const T* w, const float* scales, int64_t n,
+                       float* y, int64_t i0, int64_t j0) {
+  // The accumulators must live in registers: the loops over the block are unrolled (pragmas), as
+  // GCC at -O2 otherwise keeps the array in memory and every FMA waits on a store.
+  __m256 acc[MB][NB];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int64_t kp = RoundUp8(k), k8 = k & ~int64_t{7};
+  const T* wr = w + PackedOffset(j0, 0, kp);
+  const float* xr[MB];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; ++i) xr[i] = x + (i0 + i) * k;
+  for (int64_t c = 0; c < kp; c += 8) {
+    __m256 xv[MB];
+    if (c < k8) {
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(xr[i] + c);
+    } else {  // The last, partial run of columns: the padding weights are zero.
+      alignas(32) int32_t mask[8];
+      for (int l = 0; l < 8; ++l) mask[l] = c + l < k ? -1 : 0;
+      const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask));
+      for (int i = 0; i < MB; ++i) xv[i] = _mm256_maskload_ps(xr[i] + c, lanes);
+    }
+    const T* wc = wr + c * 8;
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      const __m256 wv = Widen8(wc + j * 8);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    for (int j = 0; j < NB; ++j) {
+      const float sum = HorizontalSum(acc[i][j]);
+      y[(i0 + i) * n + j0 + j] = scales != nullptr ? sum * scales[j0 + j] : sum;
+    }
+  }
+}
+
+// Columns [j_begin, j_end) for every row of x; j_end - j_begin is a multiple of NB, and a block
+// of NB columns never straddles two groups of eight.
+template <int MB, int NB, class T>
+SLUICE_AVX2 void Columns(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                         int64_t n, float* y, int64_t j_begin, int64_t j_end) {
+  const int64_t group_bytes = 8 * RoundUp8(k) * static_cast<int64_t>(sizeof(T));
+  const int64_t chunk = std::max<int64_t>(1, (64 << 10) / group_bytes) * 8;
+  for (int64_t c0 = j_begin; c0 < j_end; c0 += chunk) {
+    const int64_t c1 = std::min(j_end, c0 + chunk);
+    int64_t i = 0;
+    for (; i + MB <= m; i += MB) {
+      for (int64_t j = c0; j < c1; j += NB) Block<MB, NB, T>(x, k, w, scales, n, y, i, j);
+    }
+    if constexpr (MB > 1) {
+      for (; i < m; ++i) {
+        for (int64_t j = c0; j < c1; j += NB) Block<1, NB, T>(x, k, w, scales, n, y, i, j);
+      }
+    }
+  }
+}
+
+template <class T>
+SLUICE_AVX2 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                            int64_t n, float* y, int64_t n_begin, int64_t n_end) {
+  // Whole groups of eight columns, then the last group's real columns one at a time.
+  const int64_t grouped = n_begin + (n_end - n_begin) / 8 * 8;
+  if (m == 1) {
+    Columns<1, 8, T>(x, m, k, w, scales, n, y, n_begin, grouped);
+  } else if (m < 4) {
+    Columns<2, 4, T>(x, m, k, w, scales, n, y, n_begin, grouped);
+  } else {
+    Columns<4, 2, T>(x, m, k, w, scales, n, y, n_begin, grouped);
+  }
+  Columns<4, 1, T>(x, m, k, w, scales, n, y, grouped, n_end);
+}
+
+template SLUICE_AVX2 void Matmul(const float*, int64_t, int64_t, const uint16_t*, const float*,
+                                 int64_t, float*, int64_t, int64_t);
+template SLUICE_AVX2 void Matmul(const float*, int64_t, int64_t, const int8_t*, const float*,
+                                 int64_t, float*, int64_t, int64_t);
+template SLUICE_AVX2 void DecodeAttention(const float*, int, const float*, const float*, int64_t,
+                                          int64_t, float, float*, float*);
+template SLUICE_AVX2 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
+                                          int64_t, int64_t, float, float*, float*);
+
+}  // namespace sluice::llm::kernels::avx2
+#endif  // SLUICE_X86

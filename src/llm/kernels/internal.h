@@ -1,0 +1,167 @@
+// What the kernel files under llm/kernels/ share, and nothing outside them includes: the packed
+// layouts' arithmetic, the target attributes of each instruction set, a few AVX-512 helpers, and
+// each instruction set's entry points, which dispatch.cc calls for the path in use.
+//
+// One file per instruction set and concern: portable.cc (plain C++, every CPU), avx2.cc (AVX2 +
+// FMA), avx512.cc (AVX-512 with BF16), amx.cc (AMX tiles), quant_*.cc (GGUF block formats), and
+// dispatch.cc (CPU detection, the SLUICE_CPU_KERNELS cap, and llm/kernels/kernels.h's functions). A
+// function compiled for an instruction set carries its target attribute on its declaration here
+// and its definition there, so the rest of the build keeps the baseline flags.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "llm/kernels/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLUICE_X86 1
+#define SLUICE_AVX2 __attribute__((target("avx2,fma")))
+#define SLUICE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define SLUICE_AMX                                                                         \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8," \
+                        "prfchw")))
+#endif
+
+namespace sluice::llm::kernels {
+
+inline int64_t RoundUp8(int64_t v) { return (v + 7) & ~int64_t{7}; }
+inline int64_t RoundUp16(int64_t v) { return (v + 15) & ~int64_t{15}; }
+inline int64_t RoundUp32(int64_t v) { return (v + 31) & ~int64_t{31}; }
+inline int64_t RoundUp64(int64_t v) { return (v + 63) & ~int64_t{63}; }
+
+// The AMX layouts: one tile register's load (1 KiB) each, 16 rows of 64 bytes: bf16 tiles of 16
+// rows x 32 columns, int8 tiles of 16 rows x 64 columns. Tile (t, u) -- rows [16 t, 16 t + 16),
+// columns [c u, c u + c) for c columns a tile -- at (t * k_tiles + u) * 16 c, its rows one after
+// the other. A layer's tiles for a range of rows form one sequential stream.
+constexpr int64_t kTileElements = 16 * 32;      // bf16.
+constexpr int64_t kInt8TileElements = 16 * 64;  // int8.
+inline int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles,
+                          int64_t elements = kTileElements) {
+  return (t * k_tiles + u) * elements;
+}
+
+// The other paths' layout: offset of row j's weights for columns [c, c + 8), c a multiple of 8.
+inline int64_t PackedOffset(int64_t j, int64_t c, int64_t k_padded) {
+  return (j / 8) * 8 * k_padded + c * 8 + (j % 8) * 8;
+}
+
+// The path in use: the best the CPU has, within the limit (dispatch.cc).
+KernelIsa Active();
+
+namespace portable {
+// T: uint16_t (bf16 bits) or int8_t; scales null for bf16.
+template <class T>
+void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales, int64_t n,
+            float* y, int64_t n_begin, int64_t n_end);
+// T: float or uint16_t (bf16 bits).
+template <class T>
+void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
+                     float scale, float* out, float* scratch);
+// Softmax of each of `groups` rows of `len` scores, in place.
+void SoftmaxRows(float* scores, int groups, int64_t len);
+void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
+             float* out);
+void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+}  // namespace portable
+
+#ifdef SLUICE_X86
+
+// The first min(16, max(0, count)) lanes.
+inline __mmask16 FirstLanes(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xffff : count > 0 ? (1u << count) - 1 : 0);
+}
+
+// GCC 12 warns that the "undefined" vector inside its own AVX-512 conversion intrinsics may be
+// used uninitialized (a false positive of its headers, not of this code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+// e^x for x <= 0 (softmax scores less their maximum), 16 lanes: x = n ln 2 + r with |r| <= ln 2 /
+// 2, e^r by its degree-6 Taylor polynomial (relative error below 3e-7 on that range), times 2^n
+// built in the exponent bits. Below -87 the result is 0, as expf's would underflow to denormals.
+SLUICE_AVX512 inline __m512 Exp16(__m512 x) {
+  const __m512 floor_x = _mm512_set1_ps(-87.0f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, floor_x, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, floor_x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln 2, with ln 2 split in two so that n ln 2 is exact enough.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i scale =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(scale));
+}
+
+// 16 values widened to fp32.
+SLUICE_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+SLUICE_AVX512 inline __m512 Load16(const uint16_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace avx2 {
+template <class T>
+SLUICE_AVX2 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
+                        int64_t n, float* y, int64_t n_begin, int64_t n_end);
+template <class T>
+SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                                 int64_t d, float scale, float* out, float* scratch);
+}  // namespace avx2
+
+namespace avx512 {
+template <class T>
+SLUICE_AVX512 void Matmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
+                          float* y, int64_t n_begin, int64_t n_end);
+// x rounded to bf16, rows of `stride` values (zeros past k).
+SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out);
+template <class T>
+SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                                   int64_t d, float scale, float* out, float* scratch);
+// softmax of the scores in `scratch`, then out[g] = sum_j p[g, j] v[j].
+template <class T>
+SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
+                             float* scratch);
+SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n);
+SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
+                           float eps, float* out);
+SLUICE_AVX512 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+}  // namespace avx512
+
+namespace amx {
+// Whether the CPU has AMX and Linux granted this process its tile state.
+bool Usable();
+template <bool kInt8>
+SLUICE_AMX void Matmul(const MatmulInput& x, const void* weights, const float* scales, int64_t n,
+                       float* y, int64_t n_begin, int64_t n_end);
+// d a multiple of 32 up to 128, up to 16 groups.
+SLUICE_AMX void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v,
+                                int64_t len, int64_t d, float scale, float* out, float* scratch);
+// Up to 4 groups, d 32 or 64: the softmax and p . v folded into the pass over the keys.
+SLUICE_AMX void FusedDecodeAttention(const float* q, int groups, const uint16_t* k,
+                                     const uint16_t* v, int64_t len, int64_t d, float scale,
+                                     float* out);
+SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, ScratchVector<uint32_t>* pairs,
+                            int64_t unit_begin, int64_t unit_end);
+SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* in);
+}  // namespace amx
+
+#endif  // SLUICE_X86
+
+}  // namespace sluice::llm::kernels
