@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "llm/cpu_kernels.h"
+#include "llm/kernels/kernels.h"
 
 namespace {
 

@@ -30,7 +30,7 @@
 #include "config/sweep_config.h"
 #include "llm/load_llm.h"
 #include "llm/precision_agreement.h"
-#include "llm/tokenizer.h"
+#include "llm/text/tokenizer.h"
 #include "serve_command.h"
 
 namespace sluice {

@@ -98,8 +98,6 @@ SLUICE_AMX void StoreTile(int t, void* out) {
   }
 }
 
-
-
 // GCC's tile loads are asm statements that do not say they read memory: what was just written to
 // a buffer a tile load reads must be written before it, not left for later or dropped as unread.
 inline void SeenByTileLoads() { asm volatile("" ::: "memory"); }
@@ -187,8 +185,7 @@ SLUICE_AVX512 inline __m512i TileColumn() {
 // take d / 32 tile products where the vector path widens every key and takes 16 groups x d / 16
 // multiply-adds and a transpose. Then the vector path's softmax and p . v.
 SLUICE_AMX void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v,
-                                   int64_t len, int64_t d, float scale, float* out,
-                                   float* scratch) {
+                                int64_t len, int64_t d, float scale, float* out, float* scratch) {
   AmxLoadQueries(q, groups, d);
   constexpr int64_t kLine = 32;
   for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
@@ -411,7 +408,7 @@ SLUICE_AMX void EmitTile(int c, int64_t b_rows, int64_t j0, int64_t n_begin, int
 // rows of B for each row of x). scales: int8's per-column scales.
 template <bool kInt8>
 SLUICE_AMX void Matmul(const MatmulInput& x, const void* weights, const float* scales, int64_t n,
-                          float* y, int64_t n_begin, int64_t n_end) {
+                       float* y, int64_t n_begin, int64_t n_end) {
   using Weight = std::conditional_t<kInt8, int8_t, uint16_t>;
   constexpr int64_t kTileK = kInt8 ? 64 : 32;
   constexpr int64_t kElements = kInt8 ? kInt8TileElements : kTileElements;

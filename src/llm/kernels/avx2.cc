@@ -22,9 +22,8 @@ SLUICE_AVX2 inline __m256 Load8(const uint16_t* p) {
 }
 
 template <class T>
-SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v,
-                                     int64_t len, int64_t d, float scale, float* out,
-                                     float* scratch) {
+SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                                 int64_t d, float scale, float* out, float* scratch) {
   for (int64_t j = 0; j < len; ++j) {
     const T* kj = k + j * d;
     for (int g = 0; g < groups; ++g) {
@@ -134,7 +133,7 @@ SLUICE_AVX2 void Columns(const float* x, int64_t m, int64_t k, const T* w, const
 
 template <class T>
 SLUICE_AVX2 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales,
-                            int64_t n, float* y, int64_t n_begin, int64_t n_end) {
+                        int64_t n, float* y, int64_t n_begin, int64_t n_end) {
   // Whole groups of eight columns, then the last group's real columns one at a time.
   const int64_t grouped = n_begin + (n_end - n_begin) / 8 * 8;
   if (m == 1) {

@@ -151,7 +151,7 @@ SLUICE_AVX512 void Columns512(const uint16_t* xb, int64_t m, int64_t kp, const T
 
 template <class T>
 SLUICE_AVX512 void Matmul(const MatmulInput& x, const T* w, const float* scales, int64_t n,
-                                float* y, int64_t n_begin, int64_t n_end) {
+                          float* y, int64_t n_begin, int64_t n_end) {
   const int64_t m = x.m, kp = RoundUp8(x.k);
   const uint16_t* rows = x.rows.data();
   if (m == 1) {
@@ -162,7 +162,6 @@ SLUICE_AVX512 void Matmul(const MatmulInput& x, const T* w, const float* scales,
     Columns512<4, 2, T>(rows, m, kp, w, scales, n, y, n_begin, n_end);
   }
 }
-
 
 // x rounded to bf16, rows of `stride` values (zeros past k).
 SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out) {
@@ -177,8 +176,6 @@ SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t strid
     }
   }
 }
-
-
 
 SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n) {
   __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -198,7 +195,7 @@ SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n) {
 
 // As RmsNorm, 16 columns at a time, the squares summed in four vectors of lanes.
 SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
-                                 float eps, float* out) {
+                           float eps, float* out) {
   for (int64_t t = 0; t < rows; ++t) {
     const float* row = x + t * width;
     __m512 sums[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -303,15 +300,14 @@ SLUICE_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
 
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                                   float* scratch);
+                             float* scratch);
 
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256): the
 // scores of 16 cached positions at a time, their keys read (and widened from bf16) once for all
 // the groups' queries; the softmax's exponentials are vectors; each value row is read once too.
 template <class T>
-SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v,
-                                         int64_t len, int64_t d, float scale, float* out,
-                                         float* scratch) {
+SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                                   int64_t d, float scale, float* out, float* scratch) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   alignas(64) float widened[16 * 256];
   // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
@@ -367,7 +363,7 @@ SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const
 // pass over v.
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                                   float* scratch) {
+                             float* scratch) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
     const float max = *std::max_element(row, row + len);

@@ -77,10 +77,10 @@ KernelIsa Active() { return std::min(Supported(), isa_limit.load(std::memory_ord
 
 using kernels::Active;
 using kernels::PackedOffset;
-using kernels::RoundUp8;
 using kernels::RoundUp16;
 using kernels::RoundUp32;
 using kernels::RoundUp64;
+using kernels::RoundUp8;
 #ifdef SLUICE_X86
 namespace avx2 = kernels::avx2;
 namespace avx512 = kernels::avx512;
@@ -154,7 +154,8 @@ void MatmulInput::Fill(int64_t unit_begin, int64_t unit_end) {
   if (unit_begin >= unit_end) return;
   if (isa == KernelIsa::kAvx512Bf16) {
     const int64_t first = unit_begin * 16, last = std::min(m, unit_end * 16);
-    avx512::RoundRows(x + first * k, last - first, k, RoundUp8(k), rows.data() + first * RoundUp8(k));
+    avx512::RoundRows(x + first * k, last - first, k, RoundUp8(k),
+                      rows.data() + first * RoundUp8(k));
   } else if (isa == KernelIsa::kAmx && for_int8) {
     amx::QuadRows(x, m, k, this);
   } else if (isa == KernelIsa::kAmx) {

@@ -19,9 +19,10 @@
 #define SLUICE_X86 1
 #define SLUICE_AVX2 __attribute__((target("avx2,fma")))
 #define SLUICE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#define SLUICE_AMX                                                                         \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8," \
-                        "prfchw")))
+#define SLUICE_AMX                                                              \
+  __attribute__((                                                               \
+      target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8," \
+             "prfchw")))
 #endif
 
 namespace sluice::llm::kernels {
@@ -37,8 +38,7 @@ inline int64_t RoundUp64(int64_t v) { return (v + 63) & ~int64_t{63}; }
 // the other. A layer's tiles for a range of rows form one sequential stream.
 constexpr int64_t kTileElements = 16 * 32;      // bf16.
 constexpr int64_t kInt8TileElements = 16 * 64;  // int8.
-inline int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles,
-                          int64_t elements = kTileElements) {
+inline int64_t TileOffset(int64_t t, int64_t u, int64_t k_tiles, int64_t elements = kTileElements) {
   return (t * k_tiles + u) * elements;
 }
 

@@ -51,10 +51,9 @@ void SoftmaxRows(float* scores, int groups, int64_t len) {
   }
 }
 
-
 template <class T>
-void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                             int64_t d, float scale, float* out, float* scratch) {
+void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
+                     float scale, float* out, float* scratch) {
   for (int64_t j = 0; j < len; ++j) {
     for (int g = 0; g < groups; ++g) {
       float dot = 0;
@@ -97,8 +96,8 @@ template void Matmul(const float*, int64_t, int64_t, const uint16_t*, const floa
                      int64_t, int64_t);
 template void Matmul(const float*, int64_t, int64_t, const int8_t*, const float*, int64_t, float*,
                      int64_t, int64_t);
-template void DecodeAttention(const float*, int, const float*, const float*, int64_t, int64_t, float,
-                              float*, float*);
+template void DecodeAttention(const float*, int, const float*, const float*, int64_t, int64_t,
+                              float, float*, float*);
 template void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*, int64_t, int64_t,
                               float, float*, float*);
 
