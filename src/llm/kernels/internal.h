@@ -66,6 +66,24 @@ void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, f
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 }  // namespace portable
 
+// GGUF's block formats, 32 weights at a time (quant.cc).
+namespace quant {
+// 32 weights of a block as signed bytes q with w = scale[h] * q + bias, h the half (16 weights) a
+// weight lies in: scale[0] == scale[1] except in Q6_K.
+struct Chunk {
+  int8_t q[32];
+  float scale[2];
+  float bias;
+};
+// Chunk c (32-weight run) of the block at `block` of a quantised type.
+void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out);
+// Weights a block of the type, and its bytes.
+int64_t BlockElements(uint32_t type);
+int64_t BlockBytes(uint32_t type);
+void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                    int64_t n_begin, int64_t n_end);
+}  // namespace quant
+
 #ifdef SLUICE_X86
 
 // The first min(16, max(0, count)) lanes.
@@ -161,6 +179,22 @@ SLUICE_AVX512 void PairRows(const float* x, int64_t m, int64_t k, ScratchVector<
                             int64_t unit_begin, int64_t unit_end);
 SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* in);
 }  // namespace amx
+
+#define SLUICE_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define SLUICE_AVX512VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+namespace quant_avx2 {
+SLUICE_AVX2 void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                        int64_t n_begin, int64_t n_end);
+}
+namespace quant_avxvnni {
+SLUICE_AVXVNNI void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                           int64_t n_begin, int64_t n_end);
+}
+namespace quant_avx512vnni {
+SLUICE_AVX512VNNI void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                              float* y, int64_t n_begin, int64_t n_end);
+}
 
 #endif  // SLUICE_X86
 

@@ -139,8 +139,44 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
              float* out);
 
+// Products with weights in GGUF's block formats (llm/files/gguf.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
+// Q6_K), read as the file holds them: x is quantised per block of 32 columns to int8 (a scale
+// per block, round to nearest), each 32 weights are unpacked to signed bytes with their scale (two
+// for Q6_K's blocks of 16) and offset, and the byte products are summed in int32 (as llama.cpp
+// does), then scaled and added in fp32. The instructions, best first: AVX-512 VNNI (VPDPBUSD on
+// 256-bit vectors), AVX-VNNI, AVX2 (VPMADDUBSW + VPMADDWD), a portable loop.
+enum class QuantIsa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni };
+QuantIsa BestQuantIsa();
+const char* QuantIsaName(QuantIsa isa);
+// The path in use: "avx512vnni", "avxvnni", "avx2" or "portable" (SLUICE_QUANT_KERNELS caps it).
+const char* QuantKernelIsa();
+void LimitQuantIsa(QuantIsa limit);
+
+// Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
+bool IsQuantType(uint32_t ggml_type);
+// Bytes of one row of k weights of a quantised type (k a multiple of its block).
+int64_t QuantRowBytes(uint32_t ggml_type, int64_t k);
+// Row `row` of k weights to fp32 (any type GgmlBlockLayout knows, floats included).
+void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out);
+
+// x quantised for the products: per row and block of 32 columns, q = round(x / d) with d = max |x|
+// / 127, and d * sum(q). k a multiple of 32.
+struct QuantInput {
+  void Prepare(const float* x_rows, int64_t rows, int64_t columns);
+  int64_t m = 0, k = 0;
+  ScratchVector<int8_t> q;     // [m, k].
+  ScratchVector<float> scale;  // [m, k / 32].
+  ScratchVector<float> q_sum;  // [m, k / 32]: scale * sum(q).
+};
+// y[i, j] = sum_c x[i, c] w[j, c] for j in [n_begin, n_end): w holds n rows of x.k weights of
+// `ggml_type`, one after the other. Calls on disjoint column ranges may run at once.
+void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,
+                 int64_t n_begin, int64_t n_end);
+
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);
 float Bf16ToFp32(uint16_t bits);
+// IEEE half bits to fp32.
+float Fp16ToFp32(uint16_t bits);
 
 }  // namespace sluice::llm

@@ -1,0 +1,335 @@
+// GGUF's block formats: their layouts (as llama.cpp's ggml-common.h defines them), the portable
+// unpacking and products, x's quantisation, and the choice of path. The vector paths are in
+// quant_avx2.cc, quant_avxvnni.cc and quant_avx512vnni.cc.
+//
+// Layouts, each block little-endian, fp16 scales:
+//   Q4_0  32 weights, 18 bytes: d; 16 bytes, weight l in byte l's low nibble, l + 16 in its high
+//         nibble; w = d (q - 8).
+//   Q4_1  32 weights, 20 bytes: d, m; nibbles as Q4_0; w = d q + m.
+//   Q8_0  32 weights, 34 bytes: d; 32 signed bytes; w = d q.
+//   Q4_K  256 weights, 144 bytes: d, dmin; 12 bytes of eight 6-bit scales and mins; 128 bytes of
+//         nibbles, each 64 weights' 32 bytes holding the first 32 in low nibbles and the next 32
+//         in high ones; w = d sc q - dmin m for the 32-weight run's (sc, m).
+//   Q5_K  256 weights, 176 bytes: as Q4_K with 32 bytes of fifth bits (run c: bit c of byte l for
+//         its weight l) between the scales and the nibbles.
+//   Q6_K  256 weights, 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 signed
+//         8-bit scales (one per 16 weights), d; w = d sc (q - 32).
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "llm/files/gguf.h"
+#include "llm/kernels/internal.h"
+
+namespace sluice::llm {
+namespace kernels::quant {
+namespace {
+
+uint16_t Half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return bits;
+}
+
+// Q4_K and Q5_K's run j scale and min, 6 bits each, packed in 12 bytes.
+void ScaleMin(const uint8_t* scales, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+int64_t BlockElements(uint32_t type) {
+  int64_t elements = 0, bytes = 0;
+  GgmlBlockLayout(type, &elements, &bytes);
+  return elements;
+}
+
+int64_t BlockBytes(uint32_t type) {
+  int64_t elements = 0, bytes = 0;
+  GgmlBlockLayout(type, &elements, &bytes);
+  return bytes;
+}
+
+void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
+  out->bias = 0;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const bool q4_1 = static_cast<GgmlType>(type) == GgmlType::kQ4_1;
+      const float d = Fp16ToFp32(Half(block));
+      const uint8_t* qs = block + (q4_1 ? 4 : 2);
+      const int offset = q4_1 ? 0 : 8;
+      for (int l = 0; l < 16; ++l) {
+        out->q[l] = static_cast<int8_t>((qs[l] & 0xF) - offset);
+        out->q[l + 16] = static_cast<int8_t>((qs[l] >> 4) - offset);
+      }
+      out->scale[0] = out->scale[1] = d;
+      if (q4_1) out->bias = Fp16ToFp32(Half(block + 2));
+      return;
+    }
+    case GgmlType::kQ8_0:
+      std::memcpy(out->q, block + 2, 32);
+      out->scale[0] = out->scale[1] = Fp16ToFp32(Half(block));
+      return;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      const bool q5 = static_cast<GgmlType>(type) == GgmlType::kQ5_K;
+      const float d = Fp16ToFp32(Half(block)), dmin = Fp16ToFp32(Half(block + 2));
+      const uint8_t* scales = block + 4;
+      const uint8_t* qh = block + 16;
+      const uint8_t* qs = block + (q5 ? 48 : 16) + 32 * (c / 2);
+      const int shift = (c % 2) * 4;
+      for (int l = 0; l < 32; ++l) {
+        int q = (qs[l] >> shift) & 0xF;
+        if (q5) q |= ((qh[l] >> c) & 1) << 4;
+        out->q[l] = static_cast<int8_t>(q);
+      }
+      int sc = 0, m = 0;
+      ScaleMin(scales, c, &sc, &m);
+      out->scale[0] = out->scale[1] = d * static_cast<float>(sc);
+      out->bias = -dmin * static_cast<float>(m);
+      return;
+    }
+    case GgmlType::kQ6_K: {
+      const int half = c / 4, r = c % 4;
+      const uint8_t* ql = block + 64 * half + (r % 2) * 32;
+      const uint8_t* qh = block + 128 + 32 * half;
+      const auto* sc = reinterpret_cast<const int8_t*>(block + 192) + 8 * half;
+      const float d = Fp16ToFp32(Half(block + 208));
+      const int low_shift = (r / 2) * 4, high_shift = 2 * r;
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4);
+        out->q[l] = static_cast<int8_t>(q - 32);
+      }
+      out->scale[0] = d * static_cast<float>(sc[2 * r]);
+      out->scale[1] = d * static_cast<float>(sc[2 * r + 1]);
+      return;
+    }
+    default:
+      break;
+  }
+  std::memset(out->q, 0, sizeof out->q);
+  out->scale[0] = out->scale[1] = 0;
+}
+
+void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                    int64_t n_begin, int64_t n_end) {
+  const int64_t block = BlockElements(type), block_bytes = BlockBytes(type);
+  const int64_t blocks = x.k / block, chunks = x.k / 32, per_block = block / 32;
+  const auto* rows = static_cast<const uint8_t*>(w);
+  Chunk chunk;
+  std::vector<float> sums(static_cast<size_t>(x.m));
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint8_t* row = rows + j * blocks * block_bytes;
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    for (int64_t b = 0; b < chunks; ++b) {
+      UnpackChunk(type, row + (b / per_block) * block_bytes, static_cast<int>(b % per_block),
+                  &chunk);
+      for (int64_t i = 0; i < x.m; ++i) {
+        const int8_t* xq = x.q.data() + i * x.k + b * 32;
+        int32_t halves[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) halves[l / 16] += int32_t{chunk.q[l]} * xq[l];
+        const float d = x.scale[static_cast<size_t>(i * chunks + b)];
+        sums[static_cast<size_t>(i)] += d * (chunk.scale[0] * static_cast<float>(halves[0]) +
+                                             chunk.scale[1] * static_cast<float>(halves[1])) +
+                                        chunk.bias * x.q_sum[static_cast<size_t>(i * chunks + b)];
+      }
+    }
+    for (int64_t i = 0; i < x.m; ++i) y[i * n + j] = sums[static_cast<size_t>(i)];
+  }
+}
+
+}  // namespace kernels::quant
+
+namespace {
+
+QuantIsa SupportedQuant() {
+#ifdef SLUICE_X86
+  static const QuantIsa best = [] {
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw")) {
+      return QuantIsa::kAvx512Vnni;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      // AVX-VNNI (CPUID 7.1 EAX bit 4); __builtin_cpu_supports learnt its name after GCC 12.
+      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+      __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
+      return (eax >> 4) & 1u ? QuantIsa::kAvxVnni : QuantIsa::kAvx2;
+    }
+    return QuantIsa::kPortable;
+  }();
+  return best;
+#else
+  return QuantIsa::kPortable;
+#endif
+}
+
+QuantIsa QuantLimitFromEnvironment() {
+  const char* name = std::getenv("SLUICE_QUANT_KERNELS");
+  if (name == nullptr) return QuantIsa::kAvx512Vnni;
+  for (QuantIsa isa :
+       {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni, QuantIsa::kAvx512Vnni}) {
+    if (std::strcmp(name, QuantIsaName(isa)) == 0) return isa;
+  }
+  std::fprintf(stderr,
+               "SLUICE_QUANT_KERNELS=%s is none of portable, avx2, avxvnni, avx512vnni: ignored\n",
+               name);
+  return QuantIsa::kAvx512Vnni;
+}
+
+std::atomic<QuantIsa> quant_limit{QuantLimitFromEnvironment()};
+
+// The best path within the limit. AVX-VNNI and AVX-512 VNNI are not ordered by what a CPU has
+// (one may have either): below a limit the CPU does not reach, the next lower path it has.
+QuantIsa ActiveQuant() {
+  const QuantIsa best = SupportedQuant(), limit = quant_limit.load(std::memory_order_relaxed);
+  if (best <= limit) return best;
+  if (limit == QuantIsa::kAvxVnni && best == QuantIsa::kAvx512Vnni) return QuantIsa::kAvx2;
+  return limit;
+}
+
+}  // namespace
+
+QuantIsa BestQuantIsa() { return SupportedQuant(); }
+
+const char* QuantIsaName(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx512Vnni:
+      return "avx512vnni";
+    case QuantIsa::kAvxVnni:
+      return "avxvnni";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+const char* QuantKernelIsa() { return QuantIsaName(ActiveQuant()); }
+
+void LimitQuantIsa(QuantIsa limit) { quant_limit.store(limit); }
+
+bool IsQuantType(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t QuantRowBytes(uint32_t ggml_type, int64_t k) {
+  return k / kernels::quant::BlockElements(ggml_type) * kernels::quant::BlockBytes(ggml_type);
+}
+
+void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kF32:
+      std::memcpy(out, row, static_cast<size_t>(k) * 4);
+      return;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      for (int64_t c = 0; c < k; ++c) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * c, 2);
+        out[c] = static_cast<GgmlType>(ggml_type) == GgmlType::kF16 ? Fp16ToFp32(bits)
+                                                                    : Bf16ToFp32(bits);
+      }
+      return;
+    default:
+      break;
+  }
+  if (!IsQuantType(ggml_type)) {
+    std::fill(out, out + k, 0.0f);
+    return;
+  }
+  const int64_t block = kernels::quant::BlockElements(ggml_type);
+  const int64_t block_bytes = kernels::quant::BlockBytes(ggml_type);
+  kernels::quant::Chunk chunk;
+  for (int64_t c = 0; c < k; c += 32) {
+    kernels::quant::UnpackChunk(ggml_type, bytes + (c / block) * block_bytes,
+                                static_cast<int>((c % block) / 32), &chunk);
+    for (int l = 0; l < 32; ++l) {
+      out[c + l] = chunk.scale[l / 16] * static_cast<float>(chunk.q[l]) + chunk.bias;
+    }
+  }
+}
+
+void QuantInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
+  m = rows;
+  k = columns;
+  const int64_t chunks = k / 32;
+  q.resize(static_cast<size_t>(m * k));
+  scale.resize(static_cast<size_t>(m * chunks));
+  q_sum.resize(static_cast<size_t>(m * chunks));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < chunks; ++b) {
+      const float* from = x_rows + i * k + b * 32;
+      int8_t* to = q.data() + i * k + b * 32;
+      float amax = 0;
+      for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(from[l]));
+      const float d = amax / 127.0f, inverse = d != 0 ? 1.0f / d : 0.0f;
+      int32_t total = 0;
+      for (int l = 0; l < 32; ++l) {
+        const auto v = static_cast<int32_t>(std::nearbyint(from[l] * inverse));
+        to[l] = static_cast<int8_t>(v);
+        total += v;
+      }
+      scale[static_cast<size_t>(i * chunks + b)] = d;
+      q_sum[static_cast<size_t>(i * chunks + b)] = d * static_cast<float>(total);
+    }
+  }
+}
+
+void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,
+                 int64_t n_begin, int64_t n_end) {
+#ifdef SLUICE_X86
+  switch (ActiveQuant()) {
+    case QuantIsa::kAvx512Vnni:
+      return kernels::quant_avx512vnni::Matmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kAvxVnni:
+      return kernels::quant_avxvnni::Matmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kAvx2:
+      return kernels::quant_avx2::Matmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kPortable:
+      break;
+  }
+#endif
+  kernels::quant::PortableMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+}
+
+float Fp16ToFp32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1Fu, mantissa = bits & 0x3FFu;
+  uint32_t out;
+  if (exponent == 0x1F) {
+    out = sign | 0x7F800000u | (mantissa << 13);  // Inf, NaN.
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    out = sign;
+  } else {  // Subnormal: the value is mantissa * 2^-24, exact in fp32.
+    float value = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -value : value;
+  }
+  float value;
+  std::memcpy(&value, &out, sizeof value);
+  return value;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,11 @@
+// GGUF block-format products on AVX-512 VNNI: VPDPBUSD on 256-bit vectors (AVX-512 VL), four byte
+// products summed into each int32 lane by one instruction.
+#include "llm/files/gguf.h"
+#include "llm/kernels/internal.h"
+
+#ifdef SLUICE_X86
+#define SLUICE_QUANT_NAMESPACE quant_avx512vnni
+#define SLUICE_QUANT_TARGET SLUICE_AVX512VNNI
+#define SLUICE_QUANT_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#include "llm/kernels/quant_x86.inc"
+#endif

@@ -1,0 +1,11 @@
+// GGUF block-format products on AVX-VNNI (VEX-encoded VPDPBUSD, on CPUs with it and without
+// AVX-512).
+#include "llm/files/gguf.h"
+#include "llm/kernels/internal.h"
+
+#ifdef SLUICE_X86
+#define SLUICE_QUANT_NAMESPACE quant_avxvnni
+#define SLUICE_QUANT_TARGET SLUICE_AVXVNNI
+#define SLUICE_QUANT_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#include "llm/kernels/quant_x86.inc"
+#endif

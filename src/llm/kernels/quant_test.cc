@@ -1,0 +1,213 @@
+// GGUF block-format products on every path this CPU has, against a scalar reference: the weights
+// dequantised by DequantizeRow, x as its int8 quantisation stands for it, summed in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "llm/files/gguf.h"
+#include "llm/kernels/kernels.h"
+
+namespace sluice::llm {
+namespace {
+
+uint16_t ToHalf(float value) {
+  // Exact for the values used here (small integers times powers of two, normal range).
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const int exponent = static_cast<int>((bits >> 23) & 0xFF) - 127 + 15;
+  const uint32_t mantissa = (bits >> 13) & 0x3FFu;
+  if (value == 0) return static_cast<uint16_t>(sign);
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exponent) << 10) | mantissa);
+}
+
+void PutHalf(uint8_t* at, float value) {
+  const uint16_t bits = ToHalf(value);
+  std::memcpy(at, &bits, 2);
+}
+
+// n rows of k weights of `type`: random bytes, with every fp16 scale set to a sane value (random
+// bytes there could be Inf or NaN).
+std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt19937& rng) {
+  int64_t block = 0, block_bytes = 0;
+  EXPECT_TRUE(GgmlBlockLayout(type, &block, &block_bytes));
+  std::vector<uint8_t> rows(static_cast<size_t>(n * k / block * block_bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : rows) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_int_distribution<int> power(-12, -6);
+  auto scale = [&] { return std::ldexp(1.0f + static_cast<float>(byte(rng) % 8) / 8, power(rng)); };
+  for (size_t at = 0; at < rows.size(); at += static_cast<size_t>(block_bytes)) {
+    uint8_t* b = rows.data() + at;
+    switch (static_cast<GgmlType>(type)) {
+      case GgmlType::kQ8_0:
+        PutHalf(b, scale());
+        for (int l = 0; l < 32; ++l) {  // llama.cpp's quantiser writes -127 .. 127.
+          if (b[2 + l] == 0x80) b[2 + l] = 0x81;
+        }
+        break;
+      case GgmlType::kQ4_0:
+        PutHalf(b, scale());
+        break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:
+        PutHalf(b, scale());
+        PutHalf(b + 2, (byte(rng) % 2 ? -1.0f : 1.0f) * scale());
+        break;
+      case GgmlType::kQ6_K:
+        PutHalf(b + 208, scale());
+        break;
+      default:
+        break;
+    }
+  }
+  return rows;
+}
+
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                               GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
+                               QuantIsa::kAvx512Vnni};
+
+bool PathOnThisCpu(QuantIsa isa) {
+  const QuantIsa best = BestQuantIsa();
+  if (isa == best || isa <= QuantIsa::kAvx2) return best >= isa;
+  return false;  // AVX-VNNI on an AVX-512 VNNI CPU (or the reverse) is not run.
+}
+
+class QuantMatmulTest
+    : public ::testing::TestWithParam<std::tuple<GgmlType, QuantIsa, std::tuple<int, int, int>>> {
+ protected:
+  void TearDown() override { LimitQuantIsa(QuantIsa::kAvx512Vnni); }
+};
+
+TEST_P(QuantMatmulTest, EqualsTheDequantisedProduct) {
+  const auto [type_enum, isa, shape] = GetParam();
+  const auto type = static_cast<uint32_t>(type_enum);
+  if (!PathOnThisCpu(isa)) GTEST_SKIP() << QuantIsaName(isa) << " is not this CPU's";
+  LimitQuantIsa(isa);
+  ASSERT_STREQ(QuantKernelIsa(), QuantIsaName(isa));
+  const auto [m, n, k] = shape;
+  std::mt19937 rng(static_cast<unsigned>(type * 7919 + m * 131 + n * 17 + k));
+  const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = normal(rng);
+  x[0] = 0;  // A block with zeros in it.
+  QuantInput input;
+  input.Prepare(x.data(), m, k);
+  std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+  // Two column ranges, as two threads would split them.
+  MatmulQuant(input, type, w.data(), n, y.data(), 0, n / 2);
+  MatmulQuant(input, type, w.data(), n, y.data(), n / 2, n);
+
+  const int64_t row_bytes = QuantRowBytes(type, k);
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < n; ++j) {
+    DequantizeRow(type, w.data() + j * row_bytes, k, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      double expected = 0, magnitude = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double xv =
+            static_cast<double>(input.scale[static_cast<size_t>(i * k / 32 + c / 32)]) *
+            input.q[static_cast<size_t>(i * k + c)];
+        expected += xv * row[static_cast<size_t>(c)];
+        magnitude += std::abs(xv * row[static_cast<size_t>(c)]);
+      }
+      ASSERT_NEAR(y[static_cast<size_t>(i * n + j)], expected, 2e-6 * magnitude + 1e-30)
+          << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", row " << i << ", column " << j;
+    }
+  }
+}
+
+std::string CaseName(
+    const ::testing::TestParamInfo<std::tuple<GgmlType, QuantIsa, std::tuple<int, int, int>>>&
+        info) {
+  const auto [type, isa, shape] = info.param;
+  const auto [m, n, k] = shape;
+  return GgmlTypeName(static_cast<uint32_t>(type)) + "_" + QuantIsaName(isa) + "_m" +
+         std::to_string(m) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmulTest,
+                         ::testing::Combine(::testing::ValuesIn(kTypes),
+                                            ::testing::ValuesIn(kPaths),
+                                            ::testing::Values(std::make_tuple(1, 7, 512),
+                                                              std::make_tuple(6, 9, 256),
+                                                              std::make_tuple(17, 5, 768))),
+                         CaseName);
+
+// The layouts as llama.cpp writes them, one hand-made block each.
+TEST(QuantLayout, Q4_0AndQ4_1NibblesAndScales) {
+  uint8_t q4_0[18] = {};
+  PutHalf(q4_0, 0.5f);
+  q4_0[2] = 0x1F;   // Weight 0: 15 - 8 = 7; weight 16: 1 - 8 = -7.
+  q4_0[17] = 0x80;  // Weight 15: 0 - 8; weight 31: 8 - 8.
+  float out[32];
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kQ4_0), q4_0, 32, out);
+  EXPECT_EQ(out[0], 3.5f);
+  EXPECT_EQ(out[16], -3.5f);
+  EXPECT_EQ(out[15], -4.0f);
+  EXPECT_EQ(out[31], 0.0f);
+  uint8_t q4_1[20] = {};
+  PutHalf(q4_1, 0.25f);
+  PutHalf(q4_1 + 2, -1.0f);
+  q4_1[4] = 0xF2;  // Weight 0: 2 * 0.25 - 1; weight 16: 15 * 0.25 - 1.
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kQ4_1), q4_1, 32, out);
+  EXPECT_EQ(out[0], -0.5f);
+  EXPECT_EQ(out[16], 2.75f);
+  EXPECT_EQ(out[1], -1.0f);
+}
+
+TEST(QuantLayout, Q4_KAndQ6_KScalesAndRuns) {
+  uint8_t q4k[144] = {};
+  PutHalf(q4k, 0.5f);
+  PutHalf(q4k + 2, 0.25f);
+  // Run 1: scale 3, min 2 (low six bits of bytes 1 and 5); run 5: scale 0x2A (low nibble of byte
+  // 9, high bits from byte 1's top two), min 0x15 (byte 9's high nibble, byte 5's top two).
+  q4k[4 + 1] = 3 | (2 << 6);
+  q4k[4 + 5] = 2 | (1 << 6);
+  q4k[4 + 9] = 0xA | (0x5 << 4);
+  q4k[16 + 0] = 0x70;       // Run 0 weight 0: 0; run 1 weight 0: 7.
+  q4k[16 + 64 + 3] = 0x90;  // Run 5 weight 3: 9 (runs 4, 5 share bytes 64 .. 95).
+  float out[256];
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kQ4_K), q4k, 256, out);
+  EXPECT_EQ(out[32], 0.5f * 3 * 7 - 0.25f * 2);
+  EXPECT_EQ(out[160 + 3], 0.5f * 0x2A * 9 - 0.25f * 0x15);
+  EXPECT_EQ(out[0], 0.0f);  // Run 0: scale 0, min 0.
+
+  uint8_t q6k[210] = {};
+  PutHalf(q6k + 208, 0.5f);
+  auto* scales = reinterpret_cast<int8_t*>(q6k + 192);
+  scales[2] = -3;       // Weights 32 .. 47.
+  scales[9] = 5;        // Second half (weights 128 ..), weights 144 .. 159.
+  q6k[32] = 0x0B;       // Weight 32: low nibble 11 ...
+  q6k[128] = 0x04;      // ... high bits 1 (qh byte 0, bits 2-3): q = 11 + 16 - 32 = -5.
+  q6k[64 + 16] = 0x03;  // Weight 144: low nibble 3, high bits 0: 3 - 32.
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kQ6_K), q6k, 256, out);
+  EXPECT_EQ(out[32], 0.5f * -3 * -5);
+  EXPECT_EQ(out[144], 0.5f * 5 * (3 - 32));
+}
+
+TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 20) / 8;
+  QuantInput input;
+  input.Prepare(x.data(), 1, 64);
+  ASSERT_EQ(input.scale.size(), 2u);
+  EXPECT_FLOAT_EQ(input.scale[0], 20.0f / 8 / 127);  // Block 0's largest magnitude: |-20 / 8|.
+  EXPECT_EQ(input.q[0], -127);
+  EXPECT_EQ(input.q[20], 0);
+  int sum = 0;
+  for (int c = 32; c < 64; ++c) sum += input.q[static_cast<size_t>(c)];
+  EXPECT_FLOAT_EQ(input.q_sum[1], input.scale[1] * static_cast<float>(sum));
+  EXPECT_EQ(input.q[63], 127);
+}
+
+}  // namespace
+}  // namespace sluice::llm
