@@ -24,48 +24,101 @@
 #include <numbers>
 #include <thread>
 
-#include "llm/kernels/kernels.h"
+#include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
+#include "llm/kernels/kernels.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {
 namespace {
 
-// A linear layer y = x W^T, x fp32: an fp32 weight [out, in], or a bf16 or int8 one packed for
-// kernels/kernels.h (+ per-row fp32 scales for int8).
+// A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
+// own kind: fp32 [rows, in] (ATen's matmul); bf16 or int8 packed for kernels/kernels.h (+ per-row
+// fp32 scales for int8); or a GGUF file's quantised blocks, read where the file is mapped. A
+// Hugging Face model's layers are one part each (q, k and v stacked into one matrix); a GGUF
+// file's are one part per tensor, as its tensors may differ in type (Q4_K_M keeps v in Q6_K, q
+// and k in Q4_K).
 struct Linear {
-  at::Tensor weight;  // fp32 [out, in]; or bf16 / int8 [PackedSize(out, in)].
-  at::Tensor scales;  // [out], fp32: int8 only.
+  struct Part {
+    int64_t first = 0, rows = 0;   // Output columns [first, first + rows).
+    at::Tensor weight;             // fp32 [rows, in]; or bf16 / int8 [PackedSize(rows, in)].
+    at::Tensor scales;             // [rows], fp32: int8 only.
+    const void* blocks = nullptr;  // GGUF blocks, rows x QuantRowBytes(type, in) bytes ...
+    uint32_t type = 0;             // ... of this GgmlType.
+    bool fp32() const { return blocks == nullptr && weight.scalar_type() == at::kFloat; }
+    int64_t bytes(int64_t in) const {
+      if (blocks != nullptr) return rows * QuantRowBytes(type, in);
+      return weight.nbytes() + (scales.defined() ? static_cast<int64_t>(scales.nbytes()) : 0);
+    }
+  };
+  std::vector<Part> parts;
+  at::Tensor bias;  // fp32 [out]; undefined when none.
   int64_t out = 0, in = 0;
 
-  static Linear Make(const at::Tensor& w, LlmPrecision precision) {
-    Linear result{{}, {}, w.size(0), w.size(1)};
+  // One part from a float matrix [rows, in], in `precision`.
+  void Add(const at::Tensor& w, LlmPrecision precision) {
+    Part part;
+    part.first = out;
+    part.rows = w.size(0);
+    in = w.size(1);
     const at::Tensor w32 = w.to(at::kFloat).contiguous();
     if (precision == LlmPrecision::kFp32) {
-      result.weight = w32;
+      part.weight = w32;
     } else if (precision == LlmPrecision::kBf16) {
       const at::Tensor bf16 = w32.to(at::kBFloat16).contiguous();
-      result.weight = at::empty({PackedSize(result.out, result.in)}, at::kBFloat16);
-      PackBf16(static_cast<const uint16_t*>(bf16.data_ptr()), result.out, result.in,
-               static_cast<uint16_t*>(result.weight.data_ptr()));
+      part.weight = at::empty({PackedSize(part.rows, in)}, at::kBFloat16);
+      PackBf16(static_cast<const uint16_t*>(bf16.data_ptr()), part.rows, in,
+               static_cast<uint16_t*>(part.weight.data_ptr()));
     } else {  // Per row: scale = max |w| / 127, q = round(w / scale).
-      result.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
+      part.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
       const at::Tensor q =
-          at::round(w32 / result.scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
-      result.weight = at::empty({PackedSize(result.out, result.in)}, at::kChar);
-      PackInt8(q.data_ptr<int8_t>(), result.out, result.in, result.weight.data_ptr<int8_t>());
+          at::round(w32 / part.scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
+      part.weight = at::empty({PackedSize(part.rows, in)}, at::kChar);
+      PackInt8(q.data_ptr<int8_t>(), part.rows, in, part.weight.data_ptr<int8_t>());
     }
-    return result;
+    out += part.rows;
+    parts.push_back(std::move(part));
+  }
+  // One part of GGUF blocks: `rows` rows of `columns` weights of `type`.
+  void AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t columns) {
+    Part part;
+    part.first = out;
+    part.rows = rows;
+    part.blocks = blocks;
+    part.type = type;
+    in = columns;
+    out += rows;
+    parts.push_back(std::move(part));
   }
 
-  // y = x W^T into `yp`: [rows of x, out], contiguous.
+  // y = x W^T (+ b) into `yp`: [rows of x, out], contiguous.
   void Into(const at::Tensor& x, float* yp) const {
-    const int64_t m = x.size(0), k = in, n = out;
-    if (weight.scalar_type() == at::kFloat) {
-      at::Tensor y = at::from_blob(yp, {m, n}, x.options());
-      at::mm_out(y, x, weight.t());
-      return;
+    const int64_t m = x.size(0), n = out;
+    at::Tensor y = at::from_blob(yp, {m, n}, x.options());
+    bool vector_parts = false, int8_parts = false, block_parts = false;
+    for (const Part& part : parts) {
+      if (part.fp32()) {
+        at::Tensor columns = y.narrow(1, part.first, part.rows);
+        if (part.rows == n) {
+          at::mm_out(columns, x, part.weight.t());
+        } else {
+          columns.copy_(at::mm(x, part.weight.t()));
+        }
+      } else if (part.blocks != nullptr) {
+        block_parts = true;
+      } else {
+        vector_parts = true;
+        int8_parts = int8_parts || part.scales.defined();
+      }
     }
+    if (vector_parts || block_parts) Products(x, yp, vector_parts, int8_parts, block_parts);
+    if (bias.defined()) y.add_(bias);
+  }
+
+  // The bf16, int8 and block parts' columns, shared among the intra-op threads.
+  void Products(const at::Tensor& x, float* yp, bool vector_parts, bool int8_parts,
+                bool block_parts) const {
+    const int64_t m = x.size(0), k = in, n = out;
     const at::Tensor input = x.contiguous();
     const float* xp = input.data_ptr<float>();
     // Threads take runs of output columns from a shared counter, so a thread that joins the
@@ -77,9 +130,6 @@ struct Linear {
     constexpr int64_t kTile = 16;
     const int64_t blocks = (n + kTile - 1) / kTile;
     std::atomic<int64_t> next{0};
-    const auto* w16 = static_cast<const uint16_t*>(weight.data_ptr());
-    const int8_t* w8 = scales.defined() ? weight.data_ptr<int8_t>() : nullptr;
-    const float* s = scales.defined() ? scales.data_ptr<float>() : nullptr;
     const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), blocks));
     // x is rounded and laid out for the kernels once and shared by every run: for a prompt's
     // rows by the threads together, a share of the work each (done by one thread, it held the
@@ -88,13 +138,35 @@ struct Linear {
     // (The region's threads reach this thread's buffers through `shared_input`: named inside the
     // region, the thread_local would be each thread's own.)
     thread_local MatmulInput prepared;
+    thread_local QuantInput quantised;
     MatmulInput& shared_input = prepared;
-    shared_input.Reserve(xp, m, k, w8 != nullptr);
-    const int64_t x_units = shared_input.Units();
+    const QuantInput& block_input = quantised;
+    if (block_parts) quantised.Prepare(xp, m, k);
+    int64_t x_units = 0;
+    if (vector_parts) {
+      shared_input.Reserve(xp, m, k, int8_parts);
+      x_units = shared_input.Units();
+    }
     const bool shared_prepare = threads > 1 && x_units > 1 && m > 16;
-    if (!shared_prepare) shared_input.Fill(0, x_units);
+    if (vector_parts && !shared_prepare) shared_input.Fill(0, x_units);
     const MatmulInput& rows = shared_input;
     const int64_t shares = 2 * int64_t{threads};
+    auto run = [&](int64_t first, int64_t last) {
+      for (const Part& part : parts) {
+        const int64_t begin = std::max(first, part.first) - part.first;
+        const int64_t end = std::min(last, part.first + part.rows) - part.first;
+        if (begin >= end || part.fp32()) continue;
+        float* y = yp + part.first;
+        if (part.blocks != nullptr) {
+          MatmulQuant(block_input, part.type, part.blocks, n, y, begin, end);
+        } else if (part.scales.defined()) {
+          MatmulInt8(rows, part.weight.data_ptr<int8_t>(), part.scales.data_ptr<float>(), n, y,
+                     begin, end);
+        } else {
+          MatmulBf16(rows, static_cast<const uint16_t*>(part.weight.data_ptr()), n, y, begin, end);
+        }
+      }
+    };
 #pragma omp parallel num_threads(threads)
     {
       if (shared_prepare) {
@@ -108,22 +180,21 @@ struct Linear {
         const int64_t last = std::min(n, first + tiles * kTile);
         // On failure `first` becomes the counter's current value: another thread took the run.
         if (!next.compare_exchange_weak(first, last, std::memory_order_relaxed)) continue;
-        if (w8 != nullptr) {
-          MatmulInt8(rows, w8, s, n, yp, first, last);
-        } else {
-          MatmulBf16(rows, w16, n, yp, first, last);
-        }
+        run(first, last);
         first = next.load(std::memory_order_relaxed);
       }
     }
   }
   int64_t bytes() const {
-    return weight.nbytes() + (scales.defined() ? static_cast<int64_t>(scales.nbytes()) : 0);
+    int64_t total = bias.defined() ? static_cast<int64_t>(bias.nbytes()) : 0;
+    for (const Part& part : parts) total += part.bytes(in);
+    return total;
   }
 };
 
 struct Layer {
   at::Tensor attn_norm, ffn_norm;  // [hidden], compute dtype.
+  at::Tensor q_norm, k_norm;       // [D], fp32: qwen3 only.
   Linear qkv;                      // q, k, v projections stacked: [(H + 2 KV) D, hidden].
   Linear out;                      // [hidden, H D].
   Linear gate_up;                  // gate and up stacked: [2 I, hidden].
@@ -165,6 +236,7 @@ class LlamaModel final : public StepModel {
 
  private:
   Status LoadWeights(const SafetensorsFile& file);
+  Status LoadGgufWeights(const GgufFile& file);
   void BuildRope();
   void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
                  const std::vector<int64_t>& offsets, at::Tensor& out);
@@ -182,7 +254,10 @@ class LlamaModel final : public StepModel {
   ModelArchitecture arch_;
   LlmServeConfig serve_;
   at::ScalarType weight_dtype_ = at::kFloat;  // Of the embedding and unquantised linear layers.
-  at::Tensor embedding_;                      // [vocab, hidden].
+  at::Tensor embedding_;                      // [vocab, hidden]; or, from a GGUF file, ...
+  const void* embedding_blocks_ = nullptr;    // ... its quantised rows, of ...
+  uint32_t embedding_type_ = 0;               // ... this GgmlType.
+  std::unique_ptr<GgufFile> gguf_;            // Mapped while its blocks are read.
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   Linear lm_head_;
@@ -198,7 +273,16 @@ class LlamaModel final : public StepModel {
 Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
   namespace fs = std::filesystem;
   auto model = std::make_unique<LlamaModel>();
-  auto arch = ParseArchitecture((fs::path(options.dir) / "config.json").string());
+  auto gguf_path = FindGgufFile(options.dir);
+  if (!gguf_path.ok()) return gguf_path.status();
+  std::unique_ptr<GgufFile> gguf;
+  if (!gguf_path->empty()) {
+    auto opened = GgufFile::Open(*gguf_path);
+    if (!opened.ok()) return opened.status();
+    gguf = std::move(*opened);
+  }
+  auto arch = gguf != nullptr ? ArchitectureFromGguf(*gguf)
+                              : ParseArchitecture((fs::path(options.dir) / "config.json").string());
   if (!arch.ok()) return arch.status();
   model->arch_ = *arch;
   model->serve_ = options.serve;
@@ -210,8 +294,12 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   model->weight_dtype_ =
       options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
   model->bf16_cache_ = options.serve.precision != LlmPrecision::kFp32;
-  auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
-  if (!file.ok()) return file.status();
+  std::unique_ptr<SafetensorsFile> safetensors;
+  if (gguf == nullptr) {
+    auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
+    if (!file.ok()) return file.status();
+    safetensors = std::move(*file);
+  }
   // Loading runs on one thread. An OpenMP parallel region here would leave this thread a team of
   // workers for the life of the process; with the generation loop's own team that makes more
   // OpenMP threads than cores, and libgomp then puts idle workers to sleep at once instead of
@@ -224,7 +312,12 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   } restore{omp_threads};
   try {
     c10::InferenceMode guard;
-    SLUICE_RETURN_IF_ERROR(model->LoadWeights(**file));
+    if (gguf != nullptr) {
+      SLUICE_RETURN_IF_ERROR(model->LoadGgufWeights(*gguf));
+      model->gguf_ = std::move(gguf);
+    } else {
+      SLUICE_RETURN_IF_ERROR(model->LoadWeights(*safetensors));
+    }
     model->BuildRope();
     const auto& a = model->arch_;
     for (int i = 0; i < a.layers; ++i) {
@@ -270,7 +363,8 @@ Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
   };
   auto linear = [&](std::vector<at::Tensor> parts) {
     at::Tensor w = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
-    Linear result = Linear::Make(w, serve_.precision);
+    Linear result;
+    result.Add(w, serve_.precision);
     weight_bytes_ += result.bytes();
     return result;
   };
@@ -319,12 +413,141 @@ Status LlamaModel::LoadWeights(const SafetensorsFile& file) {
   return Status::Ok();
 }
 
+// llama.cpp's tensor names (blk.N.attn_q.weight, ...), each tensor kept in its type: quantised
+// ones as parts of their layers read where the file is mapped, float ones converted to the
+// serving precision. Shapes are checked against the architecture.
+Status LlamaModel::LoadGgufWeights(const GgufFile& file) {
+  const ModelArchitecture& a = arch_;
+  auto find = [&](const std::string& name,
+                  const std::vector<int64_t>& shape) -> Result<const GgufTensor*> {
+    const GgufTensor* tensor = file.FindTensor(name);
+    if (tensor == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), name));
+    }
+    if (tensor->shape != shape) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
+                                                 file.path(), name, fmt::join(tensor->shape, ", "),
+                                                 fmt::join(shape, ", ")));
+    }
+    return tensor;
+  };
+  auto floats = [](const GgufTensor& tensor) {
+    at::Tensor values = at::empty(tensor.shape, at::kFloat);
+    DequantizeRow(tensor.type, tensor.data, tensor.elements(), values.data_ptr<float>());
+    return values;
+  };
+  // Consecutive float tensors become one part (stacked); each quantised tensor a part of its own.
+  auto linear = [&](const std::vector<const GgufTensor*>& tensors) {
+    Linear result;
+    std::vector<at::Tensor> pending;
+    auto flush = [&] {
+      if (pending.empty()) return;
+      result.Add(pending.size() == 1 ? pending[0] : at::cat(pending, 0), serve_.precision);
+      pending.clear();
+    };
+    for (const GgufTensor* tensor : tensors) {
+      if (IsQuantType(tensor->type)) {
+        flush();
+        result.AddBlocks(tensor->data, tensor->type, tensor->shape[0], tensor->shape[1]);
+      } else {
+        pending.push_back(floats(*tensor));
+      }
+    }
+    flush();
+    weight_bytes_ += result.bytes();
+    return result;
+  };
+  auto norm = [&](const GgufTensor& tensor) {
+    weight_bytes_ += tensor.elements() * at::elementSize(at::kFloat);
+    return floats(tensor);
+  };
+  const int64_t hidden = a.hidden_size, inter = a.intermediate_size, d = a.head_dim,
+                q_rows = int64_t{a.heads} * d, kv_rows = int64_t{a.kv_heads} * d;
+  const bool phi3 = a.name == "phi3";
+  auto embedding = find("token_embd.weight", {a.vocab_size, hidden});
+  if (!embedding.ok()) return embedding.status();
+  if (IsQuantType((*embedding)->type)) {
+    embedding_blocks_ = (*embedding)->data;
+    embedding_type_ = (*embedding)->type;
+  } else {
+    embedding_ = floats(**embedding).to(weight_dtype_).contiguous();
+  }
+  for (int i = 0; i < a.layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    std::vector<Result<const GgufTensor*>> qkv, gate_up;
+    if (phi3) {
+      qkv.push_back(find(p + "attn_qkv.weight", {q_rows + 2 * kv_rows, hidden}));
+      gate_up.push_back(find(p + "ffn_up.weight", {2 * inter, hidden}));
+    } else {
+      qkv.push_back(find(p + "attn_q.weight", {q_rows, hidden}));
+      qkv.push_back(find(p + "attn_k.weight", {kv_rows, hidden}));
+      qkv.push_back(find(p + "attn_v.weight", {kv_rows, hidden}));
+      gate_up.push_back(find(p + "ffn_gate.weight", {inter, hidden}));
+      gate_up.push_back(find(p + "ffn_up.weight", {inter, hidden}));
+    }
+    auto o = find(p + "attn_output.weight", {hidden, q_rows});
+    auto down = find(p + "ffn_down.weight", {hidden, inter});
+    auto attn_norm = find(p + "attn_norm.weight", {hidden});
+    auto ffn_norm = find(p + "ffn_norm.weight", {hidden});
+    std::vector<const GgufTensor*> qkv_tensors, gate_up_tensors;
+    for (auto* list : {&qkv, &gate_up}) {
+      for (const auto& t : *list) {
+        if (!t.ok()) return t.status();
+        (list == &qkv ? qkv_tensors : gate_up_tensors).push_back(*t);
+      }
+    }
+    for (const auto* t : {&o, &down, &attn_norm, &ffn_norm}) {
+      if (!t->ok()) return t->status();
+    }
+    Layer layer;
+    layer.qkv = linear(qkv_tensors);
+    layer.out = linear({*o});
+    layer.gate_up = linear(gate_up_tensors);
+    layer.down = linear({*down});
+    layer.attn_norm = norm(**attn_norm);
+    layer.ffn_norm = norm(**ffn_norm);
+    if (a.attention_bias) {
+      auto qb = find(p + "attn_q.bias", {q_rows});
+      auto kb = find(p + "attn_k.bias", {kv_rows});
+      auto vb = find(p + "attn_v.bias", {kv_rows});
+      for (const auto* t : {&qb, &kb, &vb}) {
+        if (!t->ok()) return t->status();
+      }
+      layer.qkv.bias = at::cat({floats(**qb), floats(**kb), floats(**vb)}, 0);
+      weight_bytes_ += layer.qkv.bias.nbytes();
+    }
+    if (a.qk_norm) {
+      auto qn = find(p + "attn_q_norm.weight", {d});
+      auto kn = find(p + "attn_k_norm.weight", {d});
+      if (!qn.ok()) return qn.status();
+      if (!kn.ok()) return kn.status();
+      layer.q_norm = norm(**qn);
+      layer.k_norm = norm(**kn);
+    }
+    layers_.push_back(std::move(layer));
+  }
+  auto final_norm = find("output_norm.weight", {hidden});
+  if (!final_norm.ok()) return final_norm.status();
+  final_norm_ = norm(**final_norm);
+  if (a.tie_word_embeddings) {
+    lm_head_ = linear({*embedding});
+  } else {
+    auto head = find("output.weight", {a.vocab_size, hidden});
+    if (!head.ok()) return head.status();
+    lm_head_ = linear({*head});
+  }
+  return Status::Ok();
+}
+
 // cos/sin of position x inverse frequency, in fp32 as transformers computes them.
 void LlamaModel::BuildRope() {
   const ModelArchitecture& a = arch_;
   const int64_t half = a.head_dim / 2;
   at::Tensor exponents = at::arange(0, a.head_dim, 2, at::kLong).to(at::kFloat) / a.head_dim;
   at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
+  if (!a.rope_freq_factors.empty()) {
+    inv_freq = inv_freq / at::tensor(a.rope_freq_factors, at::kFloat);
+  }
   if (a.rope_scaling == RopeScaling::kLinear) {
     inv_freq = inv_freq / a.rope_factor;
   } else if (a.rope_scaling == RopeScaling::kLlama3) {
@@ -392,12 +615,27 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
     const float* cos = cos_table + position * half;
     const float* sin = sin_table + position * half;
     float* row = base + t * width;
+    if (a.qk_norm) {  // Each query head by q_norm, each key head by k_norm, in place.
+      const Layer& weights = layers_[static_cast<size_t>(layer)];
+      const auto eps = static_cast<float>(a.rms_norm_eps);
+      llm::RmsNorm(row, a.heads, d, weights.q_norm.data_ptr<float>(), eps, row);
+      llm::RmsNorm(row + q_cols, a.kv_heads, d, weights.k_norm.data_ptr<float>(), eps,
+                   row + q_cols);
+    }
     for (int64_t h = 0; h < heads; ++h) {
       float* x = row + h * d;
-      for (int64_t i = 0; i < half; ++i) {
-        const float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * cos[i] - x2 * sin[i];
-        x[i + half] = x2 * cos[i] + x1 * sin[i];
+      if (a.rope_interleaved) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = x[2 * i], x2 = x[2 * i + 1];
+          x[2 * i] = x1 * cos[i] - x2 * sin[i];
+          x[2 * i + 1] = x2 * cos[i] + x1 * sin[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = x[i], x2 = x[i + half];
+          x[i] = x1 * cos[i] - x2 * sin[i];
+          x[i + half] = x2 * cos[i] + x1 * sin[i];
+        }
       }
     }
     const int64_t slot = slots[static_cast<size_t>(t)];
@@ -513,7 +751,18 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     const int64_t total = static_cast<int64_t>(tokens.size()), hidden = a.hidden_size,
                   inter = a.intermediate_size;
     at::Tensor x = Buffer(0, total, hidden);
-    x.copy_(embedding_.index_select(0, at::tensor(tokens, at::kLong)));
+    if (embedding_blocks_ != nullptr) {
+      const int64_t row_bytes = QuantRowBytes(embedding_type_, hidden);
+      float* xp_rows = x.data_ptr<float>();
+      for (int64_t t = 0; t < total; ++t) {
+        DequantizeRow(embedding_type_,
+                      static_cast<const uint8_t*>(embedding_blocks_) +
+                          tokens[static_cast<size_t>(t)] * row_bytes,
+                      hidden, xp_rows + t * hidden);
+      }
+    } else {
+      x.copy_(embedding_.index_select(0, at::tensor(tokens, at::kLong)));
+    }
     at::Tensor normed = Buffer(1, total, hidden);
     at::Tensor qkv = Buffer(2, total, layers_.front().qkv.out);
     at::Tensor heads = Buffer(3, total, int64_t{a.heads} * a.head_dim);

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "llm/precision_agreement.h"
 #include "llm/files/safetensors.h"
+#include "llm/precision_agreement.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {

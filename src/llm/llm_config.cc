@@ -4,8 +4,10 @@
 #include <simdjson.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 namespace sluice::llm {
 namespace {
@@ -202,9 +204,9 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   const YAML::Node llm = root["llm"];
   if (!llm) return config;
   if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
-  static const std::set<std::string> kKeys = {"precision",         "slots",   "context_length",
-                                              "prefill_chunk",     "threads", "max_waiting",
-                                              "default_max_tokens"};
+  static const std::set<std::string> kKeys = {"precision",          "slots",     "context_length",
+                                              "prefill_chunk",      "threads",   "max_waiting",
+                                              "default_max_tokens", "model_file"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -222,6 +224,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
         return Bad(path, "llm.precision", fmt::format("'{}' is not fp32, bf16 or int8", value));
       }
     }
+    if (llm["model_file"]) config.model_file = llm["model_file"].as<std::string>();
     struct IntKey {
       const char* key;
       int* field;
@@ -249,10 +252,58 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   return config;
 }
 
+namespace {
+
+std::vector<std::string> GgufFilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".gguf" && entry.is_regular_file(ec)) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
 bool IsLanguageModelDir(const std::string& dir) {
   std::error_code ec;
-  return std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec) &&
-         std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec);
+  if (std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec) &&
+      std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec)) {
+    return true;
+  }
+  return !GgufFilesIn(dir).empty();
+}
+
+Result<std::string> FindGgufFile(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path config = fs::path(dir) / "config.yaml";
+  std::error_code ec;
+  if (fs::exists(config, ec)) {
+    try {
+      const YAML::Node root = YAML::LoadFile(config.string());
+      if (root["llm"] && root["llm"]["model_file"]) {
+        const fs::path file = fs::path(dir) / root["llm"]["model_file"].as<std::string>();
+        if (!fs::is_regular_file(file, ec)) {
+          return Bad(config.string(), "llm.model_file",
+                     fmt::format("names {}, which is not a file", file.string()));
+        }
+        return file.string();
+      }
+    } catch (const YAML::Exception& e) {
+      return Status::InvalidArgument(fmt::format("{}: {}", config.string(), e.what()));
+    }
+  }
+  const std::vector<std::string> files = GgufFilesIn(dir);
+  if (files.empty()) return std::string();
+  if (files.size() > 1) {
+    return Status::InvalidArgument(
+        fmt::format("{}: holds {} GGUF files ({}); name one with llm.model_file in config.yaml",
+                    dir, files.size(), fmt::join(files, ", ")));
+  }
+  return (fs::path(dir) / files.front()).string();
 }
 
 }  // namespace sluice::llm

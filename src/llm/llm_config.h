@@ -12,8 +12,10 @@ namespace sluice::llm {
 
 enum class RopeScaling { kNone, kLinear, kLlama3 };
 
-// A Llama-architecture decoder, as config.json describes it.
+// A Llama-family decoder, as config.json or a GGUF file's metadata describes it. The families
+// differ in small ways, each a field here: one decoder serves them all.
 struct ModelArchitecture {
+  std::string name = "llama";  // llama, mistral, qwen2, qwen3, phi3.
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -29,6 +31,14 @@ struct ModelArchitecture {
   double rope_low_freq_factor = 1.0;    // kLlama3.
   double rope_high_freq_factor = 4.0;   // kLlama3.
   int rope_original_max_positions = 0;  // kLlama3.
+  // Rotary pairs: (i, i + D/2) as transformers rotates (false), or (2i, 2i + 1) as llama.cpp
+  // rotates the q/k rows of a GGUF 'llama' file, which its converter permuted to match.
+  bool rope_interleaved = false;
+  // Per-frequency divisors of the rotary frequencies (GGUF's rope_freqs tensor: llama3's scaling
+  // as llama.cpp stores it); empty: none.
+  std::vector<float> rope_freq_factors;
+  bool attention_bias = false;  // qwen2: biases on the q, k and v projections.
+  bool qk_norm = false;         // qwen3: RMSNorm of each query and key head before the rotation.
   bool tie_word_embeddings = false;
   int bos_token_id = -1;  // -1: none.
   std::vector<int> eos_token_ids;
@@ -48,6 +58,8 @@ struct LlmServeConfig {
   int threads = 0;               // Intra-op threads; 0: every core.
   int max_waiting = 256;         // Requests waiting for a slot; beyond it: kUnavailable.
   int default_max_tokens = 256;  // When a request gives no max_tokens (capped by the context).
+  // A GGUF model's file in the directory (when it holds more than one).
+  std::string model_file;
 };
 
 // Parses config.json. Errors name the file and key.
@@ -57,7 +69,17 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& config_json_path)
 Result<LlmServeConfig> ParseServeConfig(const std::string& config_yaml_path,
                                         const ModelArchitecture& architecture);
 
-// True when `dir` holds a language model (config.json and model.safetensors).
+// True when `dir` holds a language model: config.json and model.safetensors, or a .gguf file.
 bool IsLanguageModelDir(const std::string& dir);
+
+// The GGUF file a language-model directory is served from: config.yaml's `llm.model_file`, else
+// the one .gguf file in it; "" when it has none (the Hugging Face layout). An error when several
+// are there and none is named, or the named one is absent.
+Result<std::string> FindGgufFile(const std::string& dir);
+
+class GgufFile;
+// The architecture from a GGUF file's metadata (general.architecture and its keys). Errors name
+// the file and the key; an architecture Sluice does not serve is refused by name.
+Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file);
 
 }  // namespace sluice::llm

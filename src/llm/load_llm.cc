@@ -4,9 +4,22 @@
 
 #include <filesystem>
 
+#include "llm/files/gguf.h"
+
 namespace sluice::llm {
 
 namespace {
+
+// The architecture from the directory's GGUF file or its config.json.
+Result<ModelArchitecture> Architecture(const std::string& dir) {
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  if (gguf->empty())
+    return ParseArchitecture((std::filesystem::path(dir) / "config.json").string());
+  auto file = GgufFile::Open(*gguf);
+  if (!file.ok()) return file.status();
+  return ArchitectureFromGguf(**file);
+}
 
 // config.yaml's serving settings with the overrides applied.
 Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitecture& arch,
@@ -34,7 +47,7 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
 
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
-  auto arch = ParseArchitecture((std::filesystem::path(dir) / "config.json").string());
+  auto arch = Architecture(dir);
   if (!arch.ok()) return arch.status();
   auto serve = ServeConfig(dir, *arch, overrides);
   if (!serve.ok()) return serve.status();
@@ -44,7 +57,7 @@ Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
   namespace fs = std::filesystem;
-  auto arch = ParseArchitecture((fs::path(dir) / "config.json").string());
+  auto arch = Architecture(dir);
   if (!arch.ok()) return arch.status();
   auto serve = ServeConfig(dir, *arch, overrides);
   if (!serve.ok()) return serve.status();

@@ -1,0 +1,146 @@
+// A GGUF file's metadata as Sluice's ModelArchitecture: llama.cpp's keys, prefixed with the
+// architecture's name ("qwen2.embedding_length"), and its conventions (the rotary layout of each
+// architecture, llama3's frequency scaling as a tensor, tied output when output.weight is absent).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "llm/files/gguf.h"
+#include "llm/kernels/kernels.h"
+#include "llm/llm_config.h"
+
+namespace sluice::llm {
+namespace {
+
+Status Bad(const GgufFile& file, const std::string& key, const std::string& why) {
+  return Status::InvalidArgument(fmt::format("{}: '{}' {}", file.path(), key, why));
+}
+
+// The architectures Sluice serves, with how each differs from Llama.
+struct Family {
+  const char* name;
+  bool rope_interleaved;  // llama.cpp's LLAMA_ROPE_TYPE_NORM; the others are NEOX (halves).
+  bool attention_bias;
+  bool qk_norm;
+};
+constexpr Family kFamilies[] = {
+    {"llama", true, false, false}, {"mistral", true, false, false}, {"qwen2", false, true, false},
+    {"qwen3", false, false, true}, {"phi3", false, false, false},
+};
+
+}  // namespace
+
+Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
+  auto name = file.String("general.architecture");
+  if (!name.ok()) return name.status();
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies) {
+    if (*name == f.name) family = &f;
+  }
+  if (family == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: architecture '{}' is not one Sluice serves (llama, mistral, qwen2, qwen3, phi3)",
+        file.path(), *name));
+  }
+  ModelArchitecture arch;
+  arch.name = *name;
+  arch.rope_interleaved = family->rope_interleaved;
+  arch.attention_bias = family->attention_bias;
+  arch.qk_norm = family->qk_norm;
+  const std::string p = *name + ".";
+  struct IntKey {
+    std::string key;
+    int* field;
+    int64_t fallback;  // -1: required.
+  };
+  for (const IntKey& item : {IntKey{p + "embedding_length", &arch.hidden_size, -1},
+                             IntKey{p + "feed_forward_length", &arch.intermediate_size, -1},
+                             IntKey{p + "block_count", &arch.layers, -1},
+                             IntKey{p + "attention.head_count", &arch.heads, -1},
+                             IntKey{p + "context_length", &arch.max_position_embeddings, 2048}}) {
+    auto value = item.fallback < 0 ? file.Integer(item.key) : file.Integer(item.key, item.fallback);
+    if (!value.ok()) return value.status();
+    if (*value <= 0 || *value > (1 << 30)) return Bad(file, item.key, "must be positive");
+    *item.field = static_cast<int>(*value);
+  }
+  auto kv = file.Integer(p + "attention.head_count_kv", arch.heads);
+  if (!kv.ok()) return kv.status();
+  if (*kv <= 0 || arch.heads % *kv != 0) {
+    return Bad(file, p + "attention.head_count_kv", "must divide attention.head_count");
+  }
+  arch.kv_heads = static_cast<int>(*kv);
+  auto key_length = file.Integer(p + "attention.key_length", arch.hidden_size / arch.heads);
+  auto value_length = file.Integer(p + "attention.value_length", key_length.ok() ? *key_length : 0);
+  if (!key_length.ok()) return key_length.status();
+  if (!value_length.ok()) return value_length.status();
+  if (*key_length <= 0 || *key_length % 2 != 0 || *key_length > 1024) {
+    return Bad(file, p + "attention.key_length", "must be even, at most 1024");
+  }
+  if (*value_length != *key_length) {
+    return Bad(file, p + "attention.value_length", "differs from key_length: not supported");
+  }
+  arch.head_dim = static_cast<int>(*key_length);
+  auto rope_dims = file.Integer(p + "rope.dimension_count", arch.head_dim);
+  if (!rope_dims.ok()) return rope_dims.status();
+  if (*rope_dims != arch.head_dim) {
+    return Bad(file, p + "rope.dimension_count",
+               fmt::format("is {}, the head size {}: partial rotary embeddings are not supported",
+                           *rope_dims, arch.head_dim));
+  }
+  auto eps = file.Number(p + "attention.layer_norm_rms_epsilon");
+  if (!eps.ok()) return eps.status();
+  arch.rms_norm_eps = *eps;
+  auto theta = file.Number(p + "rope.freq_base", 10000.0);
+  if (!theta.ok()) return theta.status();
+  arch.rope_theta = *theta;
+  auto scaling = file.String(p + "rope.scaling.type", "none");
+  if (!scaling.ok()) return scaling.status();
+  if (*scaling == "linear") {
+    auto factor = file.Number(p + "rope.scaling.factor");
+    if (!factor.ok()) return factor.status();
+    if (*factor <= 0) return Bad(file, p + "rope.scaling.factor", "must be positive");
+    arch.rope_scaling = RopeScaling::kLinear;
+    arch.rope_factor = *factor;
+  } else if (*scaling != "none") {
+    return Bad(file, p + "rope.scaling.type",
+               fmt::format("is '{}': Sluice supports none and linear", *scaling));
+  }
+  if (const GgufTensor* freqs = file.FindTensor("rope_freqs.weight"); freqs != nullptr) {
+    if (freqs->type != static_cast<uint32_t>(GgmlType::kF32) || freqs->shape.size() != 1 ||
+        freqs->shape[0] != arch.head_dim / 2) {
+      return Bad(file, "rope_freqs.weight",
+                 fmt::format("must be F32 of {} values", arch.head_dim / 2));
+    }
+    arch.rope_freq_factors.resize(static_cast<size_t>(arch.head_dim / 2));
+    std::memcpy(arch.rope_freq_factors.data(), freqs->data, freqs->bytes);
+  }
+  // The vocabulary: the embedding's rows (the tokenizer's list may be shorter, never longer).
+  const GgufTensor* embedding = file.FindTensor("token_embd.weight");
+  if (embedding == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("{}: tensor 'token_embd.weight' is missing", file.path()));
+  }
+  if (embedding->shape.size() != 2 || embedding->shape[1] != arch.hidden_size) {
+    return Bad(file, "token_embd.weight", fmt::format("must be [vocab, {}]", arch.hidden_size));
+  }
+  arch.vocab_size = static_cast<int>(embedding->shape[0]);
+  arch.tie_word_embeddings = file.FindTensor("output.weight") == nullptr;
+  auto bos = file.Integer("tokenizer.ggml.bos_token_id", -1);
+  if (!bos.ok()) return bos.status();
+  arch.bos_token_id = static_cast<int>(*bos);
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+    auto id = file.Integer(key, -1);
+    if (!id.ok()) return id.status();
+    if (*id < 0) continue;
+    if (*id >= arch.vocab_size) return Bad(file, key, "is outside the vocabulary");
+    if (std::find(arch.eos_token_ids.begin(), arch.eos_token_ids.end(), *id) ==
+        arch.eos_token_ids.end()) {
+      arch.eos_token_ids.push_back(static_cast<int>(*id));
+    }
+  }
+  return arch;
+}
+
+}  // namespace sluice::llm
