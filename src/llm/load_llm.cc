@@ -61,7 +61,16 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
   if (!arch.ok()) return arch.status();
   auto serve = ServeConfig(dir, *arch, overrides);
   if (!serve.ok()) return serve.status();
-  auto tokenizer = Tokenizer::Load(dir);
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  Result<std::unique_ptr<Tokenizer>> tokenizer = Status::Internal("no tokenizer");
+  if (gguf->empty()) {
+    tokenizer = Tokenizer::Load(dir);
+  } else {
+    auto file = GgufFile::Open(*gguf);
+    if (!file.ok()) return file.status();
+    tokenizer = Tokenizer::FromGguf(**file);
+  }
   if (!tokenizer.ok()) return tokenizer.status();
   std::unique_ptr<ChatTemplate> chat_template;
   if (!(*tokenizer)->chat_template().empty()) {

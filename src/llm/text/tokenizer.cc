@@ -1,5 +1,7 @@
 #include "llm/text/tokenizer.h"
 
+#include "llm/files/gguf.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fmt/format.h>
 #include <pcre2.h>
@@ -126,7 +128,19 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 class Tokenizer::Impl {
  public:
+  Impl() {
+    for (uint32_t b = 0; b < 256; ++b) cp_byte[byte_cp_table[b]] = static_cast<uint8_t>(b);
+  }
   Status Load(const std::string& dir);
+  Status LoadGguf(const GgufFile& file);
+  // A byte-level token string (GPT-2's alphabet) as the bytes it stands for; false when it is
+  // not UTF-8. Characters outside the alphabet are kept as they are.
+  bool ByteLevelBytes(const std::string& token, std::string* bytes) const;
+  // Merge `rank`: left + right; an error names a token missing from the vocab.
+  Status AddMerge(const std::string& left, const std::string& right, int32_t rank,
+                  const std::string& source);
+  // Sorts the added tokens longest first and finds each byte's token: after the vocab is read.
+  void Finish();
   Status LoadPreTokenizer(simdjson::dom::element spec);
   void EncodeText(std::string_view text, std::vector<int32_t>& ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>& ids) const;
@@ -140,6 +154,9 @@ class Tokenizer::Impl {
   std::vector<PreTokenizerStep> steps;
   std::vector<int32_t> prefix, suffix;  // Post-processor special tokens.
   std::vector<int32_t> byte_ids;        // Byte -> id of its byte-level character.
+  std::unordered_map<uint32_t, uint8_t> cp_byte;  // GPT-2's alphabet back to bytes.
+  std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
+  bool ignore_merges = false;  // A piece that is a token as a whole is that token (llama3).
   std::string bos, eos, chat_template;
 };
 
@@ -238,9 +255,6 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   if (model["vocab"].get(vocab_json) != simdjson::SUCCESS) {
     return Status::InvalidArgument(fmt::format("{}: no vocab", path.string()));
   }
-  const std::vector<uint32_t> byte_cp = ByteToCodePoint();
-  std::unordered_map<uint32_t, uint8_t> cp_byte;
-  for (uint32_t b = 0; b < 256; ++b) cp_byte[byte_cp[b]] = static_cast<uint8_t>(b);
   int64_t max_id = -1;
   for (auto field : vocab_json) {
     int64_t id = 0;
@@ -266,24 +280,9 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   id_bytes.assign(static_cast<size_t>(max_id + 1), "");
   special.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab) {
-    // Byte-level characters back to bytes.
-    std::string bytes;
-    for (size_t i = 0; i < token.size();) {
-      const int len = SequenceLength(std::string_view(token).substr(i));
-      if (len <= 0)
-        return Status::InvalidArgument(fmt::format("{}: vocab is not UTF-8", path.string()));
-      uint32_t cp = static_cast<unsigned char>(token[i]) & (len == 1 ? 0x7F : (0x7F >> len));
-      for (int j = 1; j < len; ++j)
-        cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(j)]) & 0x3F);
-      auto it = cp_byte.find(cp);
-      if (it == cp_byte.end()) {  // Not byte-level: keep the text itself.
-        bytes.append(token, i, static_cast<size_t>(len));
-      } else {
-        bytes += static_cast<char>(it->second);
-      }
-      i += static_cast<size_t>(len);
+    if (!ByteLevelBytes(token, &id_bytes[static_cast<size_t>(id)])) {
+      return Status::InvalidArgument(fmt::format("{}: vocab is not UTF-8", path.string()));
     }
-    id_bytes[static_cast<size_t>(id)] = bytes;
   }
   for (auto item : added_json) {
     int64_t id = 0;
@@ -296,15 +295,7 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     special[static_cast<size_t>(id)] = is_special;
     vocab[std::string(content)] = static_cast<int32_t>(id);
   }
-  std::sort(added.begin(), added.end(),
-            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  byte_ids.assign(256, -1);
-  for (uint32_t b = 0; b < 256; ++b) {
-    std::string ch;
-    AppendUtf8(byte_cp[b], ch);
-    auto it = vocab.find(ch);
-    if (it != vocab.end()) byte_ids[b] = it->second;
-  }
+  Finish();
   simdjson::dom::array merges_json;
   if (model["merges"].get(merges_json) != simdjson::SUCCESS) {
     return Status::InvalidArgument(fmt::format("{}: no merges", path.string()));
@@ -330,14 +321,7 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     } else {
       return Status::InvalidArgument("tokenizer.json: bad merge");
     }
-    auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
-    if (l == vocab.end() || r == vocab.end() || m == vocab.end()) {
-      return Status::InvalidArgument(fmt::format("{}: merge '{} {}' names a token not in the vocab",
-                                                 path.string(), left, right));
-    }
-    const uint64_t key =
-        (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
-    merges.emplace(key, std::make_pair(rank++, m->second));
+    SLUICE_RETURN_IF_ERROR(AddMerge(left, right, rank++, path.string()));
   }
   SLUICE_RETURN_IF_ERROR(LoadPreTokenizer(root["pre_tokenizer"]));
   simdjson::dom::array single;
@@ -397,6 +381,163 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   return Status::Ok();
 }
 
+bool Tokenizer::Impl::ByteLevelBytes(const std::string& token, std::string* bytes) const {
+  bytes->clear();
+  for (size_t i = 0; i < token.size();) {
+    const int len = SequenceLength(std::string_view(token).substr(i));
+    if (len <= 0) return false;
+    uint32_t cp = static_cast<unsigned char>(token[i]) & (len == 1 ? 0x7F : (0x7F >> len));
+    for (int j = 1; j < len; ++j)
+      cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(j)]) & 0x3F);
+    auto it = cp_byte.find(cp);
+    if (it == cp_byte.end()) {  // Not byte-level: keep the text itself.
+      bytes->append(token, i, static_cast<size_t>(len));
+    } else {
+      *bytes += static_cast<char>(it->second);
+    }
+    i += static_cast<size_t>(len);
+  }
+  return true;
+}
+
+Status Tokenizer::Impl::AddMerge(const std::string& left, const std::string& right, int32_t rank,
+                                 const std::string& source) {
+  auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
+  if (l == vocab.end() || r == vocab.end() || m == vocab.end()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: merge '{} {}' names a token not in the vocab", source, left, right));
+  }
+  const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
+  merges.emplace(key, std::make_pair(rank, m->second));
+  return Status::Ok();
+}
+
+void Tokenizer::Impl::Finish() {
+  std::sort(added.begin(), added.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  const std::vector<uint32_t> byte_cp = ByteToCodePoint();
+  byte_ids.assign(256, -1);
+  for (uint32_t b = 0; b < 256; ++b) {
+    std::string ch;
+    AppendUtf8(byte_cp[b], ch);
+    auto it = vocab.find(ch);
+    if (it != vocab.end()) byte_ids[b] = it->second;
+  }
+}
+
+// llama.cpp's pre-tokenizer types (tokenizer.ggml.pre) that Sluice reads, as PCRE2 patterns
+// applied in sequence, each isolating its matches.
+struct GgufPreTokenizer {
+  const char* names[4];
+  std::vector<const char*> patterns;
+  bool ignore_merges;
+  bool add_bos;  // When the file does not say (tokenizer.ggml.add_bos_token).
+};
+
+const std::vector<GgufPreTokenizer>& GgufPreTokenizers() {
+  static const auto* table = new std::vector<GgufPreTokenizer>{
+      {{"default", "gpt-2", "phi-2", nullptr}, {kByteLevelPattern}, false, false},
+      {{"smollm", "starcoder", "refact", nullptr}, {R"(\p{N})", kByteLevelPattern}, false, false},
+      {{"qwen2", "deepseek-r1-qwen", "stablelm2", nullptr},
+       {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       false, false},
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3"},
+       {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       true, true},
+  };
+  return *table;
+}
+
+// GGUF's tokenizer: tokenizer.ggml.model "gpt2" (byte-level BPE) with its tokens, token types,
+// merges, pre-tokenizer type, special token ids and chat template.
+Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
+  const std::string& path = file.path();
+  auto model = file.String("tokenizer.ggml.model");
+  if (!model.ok()) return model.status();
+  if (*model != "gpt2") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: tokenizer.ggml.model '{}' is not supported (Sluice reads 'gpt2', byte-level BPE)",
+        path, *model));
+  }
+  auto pre = file.String("tokenizer.ggml.pre", "default");
+  if (!pre.ok()) return pre.status();
+  const GgufPreTokenizer* pre_tokenizer = nullptr;
+  for (const GgufPreTokenizer& candidate : GgufPreTokenizers()) {
+    for (const char* name : candidate.names) {
+      if (name != nullptr && *pre == name) pre_tokenizer = &candidate;
+    }
+  }
+  if (pre_tokenizer == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, smollm, qwen2, llama-bpe)",
+        path, *pre));
+  }
+  for (const char* pattern : pre_tokenizer->patterns) {
+    auto regex = CompileRegex(pattern);
+    if (!regex.ok()) return regex.status();
+    PreTokenizerStep step;
+    step.regex = *regex;
+    steps.push_back(std::move(step));
+  }
+  ignore_merges = pre_tokenizer->ignore_merges;
+  auto tokens = file.Strings("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return tokens.status();
+  auto types = file.Integers("tokenizer.ggml.token_type");
+  if (!types.ok()) return types.status();
+  if ((*types)->size() != (*tokens)->size()) {
+    return Status::InvalidArgument(fmt::format("{}: {} token types for {} tokens", path,
+                                               (*types)->size(), (*tokens)->size()));
+  }
+  const size_t count = (*tokens)->size();
+  id_bytes.assign(count, "");
+  special.assign(count, false);
+  constexpr int64_t kControl = 3, kUserDefined = 4;
+  for (size_t id = 0; id < count; ++id) {
+    const std::string& token = (**tokens)[id];
+    const int64_t type = (**types)[id];
+    vocab.emplace(token, static_cast<int32_t>(id));
+    if (type == kControl || type == kUserDefined) {  // Matched in text as themselves.
+      id_bytes[id] = token;
+      special[id] = type == kControl;
+      added.emplace_back(token, static_cast<int32_t>(id));
+    } else if (!ByteLevelBytes(token, &id_bytes[id])) {
+      return Status::InvalidArgument(fmt::format("{}: token {} is not UTF-8", path, id));
+    }
+  }
+  auto merge_list = file.Strings("tokenizer.ggml.merges");
+  if (!merge_list.ok()) return merge_list.status();
+  int32_t rank = 0;
+  for (const std::string& merge : **merge_list) {
+    const size_t space = merge.find(' ', 1);
+    if (space == std::string::npos) {
+      return Status::InvalidArgument(fmt::format("{}: merge '{}' has no space", path, merge));
+    }
+    SLUICE_RETURN_IF_ERROR(AddMerge(merge.substr(0, space), merge.substr(space + 1), rank++, path));
+  }
+  Finish();
+  auto token_of = [&](const char* key, std::string* out) -> Status {
+    auto id = file.Integer(key, -1);
+    if (!id.ok()) return id.status();
+    if (*id >= static_cast<int64_t>(count)) {
+      return Status::InvalidArgument(fmt::format("{}: '{}' is outside the vocabulary", path, key));
+    }
+    if (*id >= 0) *out = (**tokens)[static_cast<size_t>(*id)];
+    return Status::Ok();
+  };
+  SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.bos_token_id", &bos));
+  SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.eos_token_id", &eos));
+  auto add_bos = file.Bool("tokenizer.ggml.add_bos_token", pre_tokenizer->add_bos);
+  if (!add_bos.ok()) return add_bos.status();
+  if (*add_bos && !bos.empty()) prefix.push_back(vocab.at(bos));
+  auto add_eos = file.Bool("tokenizer.ggml.add_eos_token", false);
+  if (!add_eos.ok()) return add_eos.status();
+  if (*add_eos && !eos.empty()) suffix.push_back(vocab.at(eos));
+  auto chat = file.String("tokenizer.chat_template", "");
+  if (!chat.ok()) return chat.status();
+  chat_template = *chat;
+  return Status::Ok();
+}
+
 // Applies the pre-tokenizer steps in turn; each step splits every piece the previous one made.
 void Tokenizer::Impl::Split(std::string_view text, std::vector<std::string_view>& pieces) const {
   std::vector<std::string_view> current{text}, next;
@@ -445,6 +586,14 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
     int32_t id;
     int prev, next;
   };
+  if (ignore_merges) {
+    std::string characters;
+    for (char byte : word) AppendUtf8(byte_cp_table[static_cast<unsigned char>(byte)], characters);
+    if (auto it = vocab.find(characters); it != vocab.end()) {
+      ids.push_back(it->second);
+      return;
+    }
+  }
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
   for (size_t i = 0; i < word.size(); ++i) {
@@ -514,6 +663,12 @@ Tokenizer::~Tokenizer() = default;
 Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
   auto impl = std::make_unique<Impl>();
   SLUICE_RETURN_IF_ERROR(impl->Load(dir));
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
+  auto impl = std::make_unique<Impl>();
+  SLUICE_RETURN_IF_ERROR(impl->LoadGguf(file));
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 

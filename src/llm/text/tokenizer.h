@@ -14,11 +14,17 @@
 
 namespace sluice::llm {
 
+class GgufFile;
+
 // Immutable after Load(); thread-safe.
 class Tokenizer {
  public:
   // Reads `dir`/tokenizer.json and, when present, `dir`/tokenizer_config.json (bos/eos tokens).
   static Result<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
+  // From a GGUF file's metadata (tokenizer.ggml.*: a "gpt2" byte-level BPE vocabulary, merges,
+  // token types, the pre-tokenizer type, bos/eos, add_bos_token, the chat template), splitting
+  // text as llama.cpp's pre-tokenizer of that type does.
+  static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
   ~Tokenizer();
 
   // Text (valid UTF-8, which the caller checks) to ids. Added tokens in the text are recognised

@@ -2,6 +2,9 @@
 // on the strings tools/llm_export.py --test wrote with the ids the package gives them.
 #include "llm/text/tokenizer.h"
 
+#include "llm/files/gguf.h"
+#include "llm/llm_config.h"
+
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
@@ -38,9 +41,19 @@ std::vector<Case> ReadCases(const std::string& path) {
 
 class TokenizerCasesTest : public ::testing::TestWithParam<std::pair<std::string, size_t>> {};
 
-TEST_P(TokenizerCasesTest, SameIdsAsTheTokenizersPackageAndRoundTrips) {
+// The ids the reference gave: the tokenizers package for a tokenizer.json, llama.cpp
+// (llama_tokenize) for a GGUF file's tokenizer.
+TEST_P(TokenizerCasesTest, SameIdsAsTheReferenceAndRoundTrips) {
   const std::string dir = Dir(GetParam().first);
-  auto tokenizer = Tokenizer::Load(dir);
+  auto gguf = FindGgufFile(dir);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  std::unique_ptr<GgufFile> file;
+  if (!gguf->empty()) {
+    auto opened = GgufFile::Open(*gguf);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    file = std::move(*opened);
+  }
+  auto tokenizer = file != nullptr ? Tokenizer::FromGguf(*file) : Tokenizer::Load(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const std::vector<Case> cases = ReadCases(dir + "/tokenizer_cases.jsonl");
   ASSERT_GE(cases.size(), GetParam().second);
@@ -75,6 +88,7 @@ TEST_P(TokenizerCasesTest, SameIdsAsTheTokenizersPackageAndRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerCasesTest,
                          ::testing::Values(std::make_pair("smollm2_tokenizer", size_t{10000}),
+                                           std::make_pair("gguf_smollm2_q4_1", size_t{10000}),
                                            std::make_pair("tiny_llm", size_t{2000})));
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {
