@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "llm/files/gguf.h"
@@ -23,14 +22,15 @@
 namespace sluice::llm {
 namespace {
 
+// The files tools/gguf_models.py writes (a fixed list: the tests are listed when they are built,
+// before the files are written).
 std::vector<std::string> GgufModelDirs() {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(SLUICE_TEST_MODELS, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("gguf_", 0) == 0 && entry.is_directory(ec)) dirs.push_back(name);
+  std::vector<std::string> dirs = {"gguf_smollm2_q4_1"};
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
+    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"}) {
+      dirs.push_back(std::string("gguf_") + arch + "_" + type);
+    }
   }
-  std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
 
@@ -69,9 +69,8 @@ struct Tolerance {
   double top1;
 };
 Tolerance ToleranceFor(const std::string& dir) {
-  if (dir.ends_with("_f32")) return {1e-4, 1.0};
-  if (dir.ends_with("_f16")) return {1e-3, 0.98};
-  return {0.08, 0.85};  // Quantised weights and x.
+  if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3, 0.99};
+  return {0.1, 0.9};  // Quantised weights and x.
 }
 
 class GgufModelTest : public ::testing::TestWithParam<std::string> {};
@@ -133,7 +132,6 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufModelTest, ::testing::ValuesIn(GgufModelDirs()),
                          [](const auto& info) { return info.param; });
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GgufModelTest);
 
 }  // namespace
 }  // namespace sluice::llm

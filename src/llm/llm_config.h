@@ -15,7 +15,9 @@ enum class RopeScaling { kNone, kLinear, kLlama3 };
 // A Llama-family decoder, as config.json or a GGUF file's metadata describes it. The families
 // differ in small ways, each a field here: one decoder serves them all.
 struct ModelArchitecture {
-  std::string name = "llama";  // llama, mistral, qwen2, qwen3, phi3.
+  // llama (Llama 2/3, SmolLM, TinyLlama, and Mistral, which llama.cpp stores as llama), qwen2,
+  // qwen3, phi3.
+  std::string name = "llama";
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;

@@ -26,8 +26,10 @@ struct Family {
   bool qk_norm;
 };
 constexpr Family kFamilies[] = {
-    {"llama", true, false, false}, {"mistral", true, false, false}, {"qwen2", false, true, false},
-    {"qwen3", false, false, true}, {"phi3", false, false, false},
+    {"llama", true, false, false},
+    {"qwen2", false, true, false},
+    {"qwen3", false, false, true},
+    {"phi3", false, false, false},
 };
 
 }  // namespace
@@ -40,9 +42,9 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
     if (*name == f.name) family = &f;
   }
   if (family == nullptr) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: architecture '{}' is not one Sluice serves (llama, mistral, qwen2, qwen3, phi3)",
-        file.path(), *name));
+    return Status::InvalidArgument(
+        fmt::format("{}: architecture '{}' is not one Sluice serves (llama, qwen2, qwen3, phi3)",
+                    file.path(), *name));
   }
   ModelArchitecture arch;
   arch.name = *name;

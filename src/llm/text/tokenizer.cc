@@ -152,8 +152,8 @@ class Tokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
   std::vector<std::pair<std::string, int32_t>> added;                // Longest first.
   std::vector<PreTokenizerStep> steps;
-  std::vector<int32_t> prefix, suffix;  // Post-processor special tokens.
-  std::vector<int32_t> byte_ids;        // Byte -> id of its byte-level character.
+  std::vector<int32_t> prefix, suffix;            // Post-processor special tokens.
+  std::vector<int32_t> byte_ids;                  // Byte -> id of its byte-level character.
   std::unordered_map<uint32_t, uint8_t> cp_byte;  // GPT-2's alphabet back to bytes.
   std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
   bool ignore_merges = false;  // A piece that is a token as a whole is that token (llama3).
@@ -440,10 +440,12 @@ const std::vector<GgufPreTokenizer>& GgufPreTokenizers() {
       {{"smollm", "starcoder", "refact", nullptr}, {R"(\p{N})", kByteLevelPattern}, false, false},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2", nullptr},
        {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
-       false, false},
+       false,
+       false},
       {{"llama-bpe", "llama3", "llama-v3", "falcon3"},
        {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
-       true, true},
+       true,
+       true},
   };
   return *table;
 }
@@ -485,8 +487,8 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto types = file.Integers("tokenizer.ggml.token_type");
   if (!types.ok()) return types.status();
   if ((*types)->size() != (*tokens)->size()) {
-    return Status::InvalidArgument(fmt::format("{}: {} token types for {} tokens", path,
-                                               (*types)->size(), (*tokens)->size()));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} token types for {} tokens", path, (*types)->size(), (*tokens)->size()));
   }
   const size_t count = (*tokens)->size();
   id_bytes.assign(count, "");

