@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-server and llama-bench, the peer the language-model benchmarks compare
+# against, from the llama.cpp tree vendored in llama-cpp-python's source distribution on PyPI
+# (the version requirements.txt pins), for this CPU (GGML_NATIVE), without CURL.
+# Usage: benchmarks/build_llama_cpp.sh [DIR]   (default build/peers/llama.cpp; about 5 min on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build/peers/llama.cpp}
+version=$(sed -n 's/^llama-cpp-python==//p' requirements.txt)
+[ -n "$version" ] || { echo "requirements.txt pins no llama-cpp-python" >&2; exit 1; }
+if [ -x "$dir/build/bin/llama-server" ] && [ -x "$dir/build/bin/llama-bench" ]; then
+  echo "$dir/build/bin: llama-server and llama-bench are built"
+  exit 0
+fi
+mkdir -p "$dir"
+start=$(date +%s)
+.venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
+  --no-binary :all: "llama-cpp-python==$version" -d "$dir/sdist"
+tar -xzf "$dir/sdist/llama_cpp_python-$version.tar.gz" -C "$dir/sdist"
+src="$dir/sdist/llama_cpp_python-$version/vendor/llama.cpp"
+cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$dir/build" -j "$(nproc)" --target llama-server llama-bench >/dev/null
+echo "$dir/build/bin: llama-server and llama-bench (llama.cpp from llama-cpp-python $version)" \
+  "built in $(( $(date +%s) - start )) s"

@@ -1,0 +1,188 @@
+// The GGUF reader on files written here byte by byte: a valid one read back, and each kind of bad
+// file refused with an error that names the problem.
+#include "llm/files/gguf.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "llm/llm_config.h"
+
+namespace sluice::llm {
+namespace {
+
+// A GGUF file in memory: metadata and tensor descriptions, then aligned data.
+class Writer {
+ public:
+  template <class T>
+  void Put(std::vector<uint8_t>& out, T value) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&value);
+    out.insert(out.end(), bytes, bytes + sizeof value);
+  }
+  void PutString(std::vector<uint8_t>& out, const std::string& s) {
+    Put<uint64_t>(out, s.size());
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  void String(const std::string& key, const std::string& value) {
+    PutString(kv_, key);
+    Put<uint32_t>(kv_, 8);
+    PutString(kv_, value);
+    ++kv_count_;
+  }
+  void U32(const std::string& key, uint32_t value) {
+    PutString(kv_, key);
+    Put<uint32_t>(kv_, 4);
+    Put<uint32_t>(kv_, value);
+    ++kv_count_;
+  }
+  void F32(const std::string& key, float value) {
+    PutString(kv_, key);
+    Put<uint32_t>(kv_, 6);
+    Put<float>(kv_, value);
+    ++kv_count_;
+  }
+  // A tensor of `type` with dims innermost first and `bytes` of data.
+  void Tensor(const std::string& name, uint32_t type, std::vector<uint64_t> dims, size_t bytes) {
+    PutString(tensors_, name);
+    Put<uint32_t>(tensors_, static_cast<uint32_t>(dims.size()));
+    for (uint64_t d : dims) Put<uint64_t>(tensors_, d);
+    Put<uint32_t>(tensors_, type);
+    Put<uint64_t>(tensors_, data_.size());
+    data_.resize(data_.size() + (bytes + 31) / 32 * 32, 0x3c);
+    ++tensor_count_;
+  }
+  std::vector<uint8_t> Bytes(uint32_t magic = 0x46554747, uint32_t version = 3) {
+    std::vector<uint8_t> out;
+    Put<uint32_t>(out, magic);
+    Put<uint32_t>(out, version);
+    Put<uint64_t>(out, tensor_count_);
+    Put<uint64_t>(out, kv_count_);
+    out.insert(out.end(), kv_.begin(), kv_.end());
+    out.insert(out.end(), tensors_.begin(), tensors_.end());
+    out.resize((out.size() + 31) / 32 * 32, 0);
+    out.insert(out.end(), data_.begin(), data_.end());
+    return out;
+  }
+
+ private:
+  std::vector<uint8_t> kv_, tensors_, data_;
+  uint64_t kv_count_ = 0, tensor_count_ = 0;
+};
+
+std::string TempDir() {
+  return (std::filesystem::temp_directory_path() / ("sluice_gguf_test_" + std::to_string(getpid())))
+      .string();
+}
+
+std::string WriteFile(const std::vector<uint8_t>& bytes, const std::string& name) {
+  const std::string dir = TempDir();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+// A two-tensor llama file's header: the metadata ArchitectureFromGguf needs.
+Writer Llama(const std::string& arch = "llama") {
+  Writer w;
+  w.String("general.architecture", arch);
+  w.U32(arch + ".embedding_length", 64);
+  w.U32(arch + ".feed_forward_length", 128);
+  w.U32(arch + ".block_count", 1);
+  w.U32(arch + ".attention.head_count", 4);
+  w.U32(arch + ".attention.head_count_kv", 2);
+  w.F32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.Tensor("token_embd.weight", 8, {64, 10}, 10 * 2 * 34);  // Q8_0: 2 blocks a row.
+  w.Tensor("output_norm.weight", 0, {64}, 64 * 4);
+  return w;
+}
+
+class GgufTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { std::filesystem::remove_all(TempDir()); }
+};
+
+std::string ErrorOf(const std::vector<uint8_t>& bytes, const std::string& name) {
+  auto file = GgufFile::Open(WriteFile(bytes, name));
+  EXPECT_FALSE(file.ok()) << name << " was accepted";
+  return file.ok() ? "" : file.status().message();
+}
+
+TEST_F(GgufTest, ReadsMetadataTensorsAndArchitecture) {
+  auto file = GgufFile::Open(WriteFile(Llama().Bytes(), "good.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ((*file)->version(), 3u);
+  EXPECT_EQ(*(*file)->String("general.architecture"), "llama");
+  EXPECT_EQ(*(*file)->Integer("llama.block_count"), 1);
+  EXPECT_FALSE((*file)->Integer("general.architecture").ok());  // A string, not an integer.
+  EXPECT_NE((*file)->Integer("no.such.key").status().message().find("no.such.key"),
+            std::string::npos);
+  const GgufTensor* embedding = (*file)->FindTensor("token_embd.weight");
+  ASSERT_NE(embedding, nullptr);
+  EXPECT_EQ(embedding->shape, (std::vector<int64_t>{10, 64}));  // Outermost first.
+  EXPECT_EQ(embedding->bytes, 10u * 2 * 34);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(embedding->data) % 32, 0u);
+  auto arch = ArchitectureFromGguf(**file);
+  ASSERT_TRUE(arch.ok()) << arch.status().ToString();
+  EXPECT_EQ(arch->vocab_size, 10);
+  EXPECT_EQ(arch->head_dim, 16);
+  EXPECT_TRUE(arch->rope_interleaved);
+  EXPECT_TRUE(arch->tie_word_embeddings);
+}
+
+TEST_F(GgufTest, BadFilesAreRefusedByName) {
+  std::vector<uint8_t> good = Llama().Bytes();
+  EXPECT_NE(ErrorOf(Llama().Bytes(0x46554746), "magic.gguf").find("magic"), std::string::npos);
+  EXPECT_NE(ErrorOf(Llama().Bytes(0x46554747, 7), "version.gguf").find("version 7"),
+            std::string::npos);
+  // Cut inside the data: the last tensor runs past the end.
+  std::vector<uint8_t> truncated(good.begin(), good.end() - 40);
+  EXPECT_NE(ErrorOf(truncated, "truncated.gguf").find("truncated"), std::string::npos);
+  // Cut inside the metadata.
+  std::vector<uint8_t> header_only(good.begin(), good.begin() + 60);
+  EXPECT_NE(ErrorOf(header_only, "header.gguf").find("past the end"), std::string::npos);
+  // A type Sluice does not read (Q5_1 = 7) is named.
+  Writer q5 = Llama();
+  q5.Tensor("blk.0.attn_q.weight", 7, {64, 64}, 64 * 2 * 24);
+  EXPECT_NE(ErrorOf(q5.Bytes(), "type.gguf").find("Q5_1"), std::string::npos);
+  // Rows that are not whole blocks.
+  Writer partial = Llama();
+  partial.Tensor("blk.0.attn_k.weight", 12, {64, 32}, 4096);  // Q4_K rows of 256.
+  EXPECT_NE(ErrorOf(partial.Bytes(), "blocks.gguf").find("whole"), std::string::npos);
+  // Two entries for one key.
+  Writer twice = Llama();
+  twice.U32("llama.block_count", 2);
+  EXPECT_NE(ErrorOf(twice.Bytes(), "twice.gguf").find("twice"), std::string::npos);
+}
+
+TEST_F(GgufTest, UnknownArchitectureAndInconsistentShapesAreRefused) {
+  auto gemma = GgufFile::Open(WriteFile(Llama("gemma2").Bytes(), "gemma.gguf"));
+  ASSERT_TRUE(gemma.ok());
+  auto arch = ArchitectureFromGguf(**gemma);
+  ASSERT_FALSE(arch.ok());
+  EXPECT_NE(arch.status().message().find("'gemma2'"), std::string::npos);
+
+  Writer wrong;  // An embedding of width 32 in a model of width 64.
+  wrong.String("general.architecture", "qwen2");
+  wrong.U32("qwen2.embedding_length", 64);
+  wrong.U32("qwen2.feed_forward_length", 128);
+  wrong.U32("qwen2.block_count", 1);
+  wrong.U32("qwen2.attention.head_count", 4);
+  wrong.F32("qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
+  wrong.Tensor("token_embd.weight", 0, {32, 10}, 32 * 10 * 4);
+  auto file = GgufFile::Open(WriteFile(wrong.Bytes(), "shape.gguf"));
+  ASSERT_TRUE(file.ok());
+  auto shape = ArchitectureFromGguf(**file);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_NE(shape.status().message().find("token_embd.weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::llm
