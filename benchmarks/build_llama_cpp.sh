@@ -18,8 +18,15 @@ start=$(date +%s)
   --no-binary :all: "llama-cpp-python==$version" -d "$dir/sdist"
 tar -xzf "$dir/sdist/llama_cpp_python-$version.tar.gz" -C "$dir/sdist"
 src="$dir/sdist/llama_cpp_python-$version/vendor/llama.cpp"
-cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$dir/build" -j "$(nproc)" --target llama-server llama-bench >/dev/null
+# The compiler's output goes to build.log (GCC 12 warns at length about AVX-512 intrinsics).
+log="$dir/build.log"
+if ! { cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+         -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+         -DLLAMA_BUILD_EXAMPLES=OFF &&
+       cmake --build "$dir/build" -j "$(nproc)" --target llama-server llama-bench; } >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  echo "building llama.cpp failed: $log" >&2
+  exit 1
+fi
 echo "$dir/build/bin: llama-server and llama-bench (llama.cpp from llama-cpp-python $version)" \
   "built in $(( $(date +%s) - start )) s"

@@ -32,6 +32,13 @@
 namespace sluice::llm {
 namespace {
 
+// Whether int8 weights take the block products: where AMX's int8 tiles are not in use, the CPU
+// has byte products (VNNI or AVX2) and rows are whole blocks of 32.
+bool Int8AsBlocks(int64_t columns) {
+  return std::string_view(CpuKernelIsa()) != KernelIsaName(KernelIsa::kAmx) &&
+         BestQuantIsa() >= QuantIsa::kAvx2 && columns % 32 == 0;
+}
+
 // A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
 // own kind: fp32 [rows, in] (ATen's matmul); bf16 or int8 packed for kernels/kernels.h (+ per-row
 // fp32 scales for int8); or a GGUF file's quantised blocks, read where the file is mapped. A
@@ -69,6 +76,14 @@ struct Linear {
       part.weight = at::empty({PackedSize(part.rows, in)}, at::kBFloat16);
       PackBf16(static_cast<const uint16_t*>(bf16.data_ptr()), part.rows, in,
                static_cast<uint16_t*>(part.weight.data_ptr()));
+    } else if (Int8AsBlocks(in)) {
+      // Without AMX's int8 tiles, int8 weights go through the block products (AVX-512 VNNI,
+      // AVX-VNNI, AVX2): as Q8_0, a scale per 32 weights, x quantised to int8 per 32 as well.
+      const int64_t row_bytes = QuantRowBytes(static_cast<uint32_t>(GgmlType::kQ8_0), in);
+      part.weight = at::empty({part.rows * row_bytes}, at::kByte);
+      QuantizeQ8_0(w32.data_ptr<float>(), part.rows * in, part.weight.data_ptr<uint8_t>());
+      part.blocks = part.weight.data_ptr<uint8_t>();
+      part.type = static_cast<uint32_t>(GgmlType::kQ8_0);
     } else {  // Per row: scale = max |w| / 127, q = round(w / scale).
       part.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
       const at::Tensor q =
@@ -819,8 +834,8 @@ std::string LlamaModel::weight_formats() const {
   std::vector<std::string> formats;
   auto add = [&](const Linear& linear) {
     for (const Linear::Part& part : linear.parts) {
-      std::string name = part.blocks != nullptr ? GgmlTypeName(part.type)
-                         : part.fp32()          ? "fp32"
+      std::string name = part.blocks != nullptr  ? GgmlTypeName(part.type)
+                         : part.fp32()           ? "fp32"
                          : part.scales.defined() ? "int8"
                                                  : "bf16";
       if (std::find(formats.begin(), formats.end(), name) == formats.end()) {

@@ -156,6 +156,9 @@ void LimitQuantIsa(QuantIsa limit);
 bool IsQuantType(uint32_t ggml_type);
 // Bytes of one row of k weights of a quantised type (k a multiple of its block).
 int64_t QuantRowBytes(uint32_t ggml_type, int64_t k);
+// n values (a multiple of 32) as Q8_0 blocks, as llama.cpp quantises them: per 32, d = max |w| /
+// 127 (stored as fp16) and q = round(w / d). `blocks`: n / 32 * 34 bytes.
+void QuantizeQ8_0(const float* w, int64_t n, void* blocks);
 // Row `row` of k weights to fp32 (any type GgmlBlockLayout knows, floats included).
 void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out);
 
@@ -176,7 +179,8 @@ void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);
 float Bf16ToFp32(uint16_t bits);
-// IEEE half bits to fp32.
+// IEEE half bits to and from fp32 (to: rounding to nearest even; beyond the range: infinity).
 float Fp16ToFp32(uint16_t bits);
+uint16_t Fp32ToFp16(float value);
 
 }  // namespace sluice::llm

@@ -270,6 +270,21 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
   }
 }
 
+void QuantizeQ8_0(const float* w, int64_t n, void* blocks) {
+  auto* out = static_cast<uint8_t*>(blocks);
+  for (int64_t b = 0; b < n / 32; ++b, out += 34) {
+    const float* from = w + b * 32;
+    float amax = 0;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(from[l]));
+    const float d = amax / 127.0f, inverse = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t half = Fp32ToFp16(d);
+    std::memcpy(out, &half, 2);
+    for (int l = 0; l < 32; ++l) {
+      out[2 + l] = static_cast<uint8_t>(static_cast<int8_t>(std::round(from[l] * inverse)));
+    }
+  }
+}
+
 void QuantInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
   m = rows;
   k = columns;
@@ -311,6 +326,24 @@ void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t
   }
 #endif
   kernels::quant::PortableMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+}
+
+uint16_t Fp32ToFp16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x >= 0x7F800000u) return sign | 0x7C00u | (x > 0x7F800000u ? 0x200u : 0u);  // Inf, NaN.
+  if (x >= 0x477FF000u) return sign | 0x7C00u;  // Rounds past 65504: infinity.
+  if (x < 0x38800000u) {  // Below 2^-14: a subnormal half, value / 2^-24 rounded to nearest even.
+    float magnitude;
+    std::memcpy(&magnitude, &x, sizeof magnitude);
+    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
+  }
+  // Rebias the exponent (127 -> 15) and round the mantissa to 10 bits, ties to even; a carry
+  // moves into the exponent as it should.
+  const uint32_t rounded = x + 0xFFFu + ((x >> 13) & 1u);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
 }
 
 float Fp16ToFp32(uint16_t bits) {

@@ -211,3 +211,49 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 
 }  // namespace
 }  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+TEST(HalfTest, EveryHalfRoundTripsAndFloatsRoundToNearest) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto half = static_cast<uint16_t>(bits);
+    const float value = Fp16ToFp32(half);
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(Fp16ToFp32(Fp32ToFp16(value))));
+      continue;
+    }
+    ASSERT_EQ(Fp32ToFp16(value), half) << "half 0x" << std::hex << bits;
+  }
+  EXPECT_EQ(Fp16ToFp32(Fp32ToFp16(1.0f + 1.0f / 4096)), 1.0f);  // A tie: to even.
+  EXPECT_EQ(Fp16ToFp32(Fp32ToFp16(1.0f + 3.0f / 4096)), 1.0f + 4.0f / 4096);
+  EXPECT_TRUE(std::isinf(Fp16ToFp32(Fp32ToFp16(70000.0f))));
+  EXPECT_EQ(Fp16ToFp32(Fp32ToFp16(1e-7f)), std::ldexp(2.0f, -24));  // Subnormal: 1.68 x 2^-24.
+}
+
+// Within half a step, and the scale's own rounding to fp16 (2^-11 relative) times the largest q.
+TEST(QuantizeQ8_0Test, BlocksHoldEachWeightWithinHalfAStep) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> w(256);
+  for (float& v : w) v = normal(rng);
+  std::fill(w.begin() + 32, w.begin() + 64, 0.0f);  // An all-zero block.
+  std::vector<uint8_t> blocks(256 / 32 * 34);
+  QuantizeQ8_0(w.data(), 256, blocks.data());
+  std::vector<float> back(256);
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kQ8_0), blocks.data(), 256, back.data());
+  for (int b = 0; b < 8; ++b) {
+    float amax = 0;
+    for (int l = 0; l < 32; ++l)
+      amax = std::max(amax, std::abs(w[static_cast<size_t>(b * 32 + l)]));
+    for (int l = 0; l < 32; ++l) {
+      const auto i = static_cast<size_t>(b * 32 + l);
+      EXPECT_NEAR(back[i], w[i], amax / 127 * 0.5f + amax * std::ldexp(1.0f, -11) + 1e-9f)
+          << "weight " << i;
+    }
+  }
+  EXPECT_EQ(back[40], 0.0f);
+}
+
+}  // namespace
+}  // namespace sluice::llm
