@@ -10,7 +10,7 @@ For each architecture (llama, mistral as llama.cpp stores it, qwen2, qwen3, phi3
      metadata keys (q/k rows permuted to llama.cpp's rotary layout for llama, as its converter
      does);
   3. quantised with llama.cpp (llama-cpp-python's llama_model_quantize) to F16, Q8_0, Q4_0, Q4_1,
-     Q4_K_M (Q4_K + Q6_K), Q5_K_M (Q5_K + Q6_K) and Q6_K;
+     Q5_0, Q5_1, Q4_K_M (Q4_K + Q6_K), Q5_K_M (Q5_K + Q6_K) and Q6_K;
   4. each file evaluated by llama.cpp on fixed prompts: reference.safetensors holds the prompt ids
      (llama.cpp's tokenisation), every position's logits and a greedy continuation.
 Directories: gguf_<architecture>_<type>/model.gguf. For each architecture's pre-tokenizer,
@@ -36,7 +36,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
-TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"]
+TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"]
 # llama.cpp's pre-tokenizer type each test file declares (the tiny vocab serves them all).
 PRE_TOKENIZER = {"llama": "smollm", "mistral": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2",
                  "phi3": "gpt-2"}

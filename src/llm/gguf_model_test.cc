@@ -27,7 +27,8 @@ namespace {
 std::vector<std::string> GgufModelDirs() {
   std::vector<std::string> dirs = {"gguf_smollm2_q4_1"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
-    for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"}) {
+    for (const char* type :
+         {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
       dirs.push_back(std::string("gguf_") + arch + "_" + type);
     }
   }

@@ -213,6 +213,10 @@ std::string GgmlTypeName(uint32_t type) {
       return "Q4_0";
     case GgmlType::kQ4_1:
       return "Q4_1";
+    case GgmlType::kQ5_0:
+      return "Q5_0";
+    case GgmlType::kQ5_1:
+      return "Q5_1";
     case GgmlType::kQ8_0:
       return "Q8_0";
     case GgmlType::kQ4_K:
@@ -246,6 +250,12 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
       return true;
     case GgmlType::kQ4_1:
       *elements = 32, *bytes = 20;
+      return true;
+    case GgmlType::kQ5_0:
+      *elements = 32, *bytes = 22;
+      return true;
+    case GgmlType::kQ5_1:
+      *elements = 32, *bytes = 24;
       return true;
     case GgmlType::kQ8_0:
       *elements = 32, *bytes = 34;
@@ -361,7 +371,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
     if (!GgmlBlockLayout(tensor.type, &block, &block_bytes)) {
       return Status::InvalidArgument(fmt::format(
           "{}: tensor '{}' has type {}, which Sluice does not read (F32, F16, BF16, Q8_0, Q4_0, "
-          "Q4_1, Q4_K, Q5_K, Q6_K)",
+          "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
           path, tensor.name, GgmlTypeName(tensor.type)));
     }
     if (ne[0] % block != 0) {

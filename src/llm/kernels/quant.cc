@@ -6,6 +6,9 @@
 //   Q4_0  32 weights, 18 bytes: d; 16 bytes, weight l in byte l's low nibble, l + 16 in its high
 //         nibble; w = d (q - 8).
 //   Q4_1  32 weights, 20 bytes: d, m; nibbles as Q4_0; w = d q + m.
+//   Q5_0  32 weights, 22 bytes: d; 32 fifth bits (bit l for weight l); nibbles as Q4_0;
+//         w = d (q - 16).
+//   Q5_1  32 weights, 24 bytes: d, m; fifth bits and nibbles as Q5_0; w = d q + m.
 //   Q8_0  32 weights, 34 bytes: d; 32 signed bytes; w = d q.
 //   Q4_K  256 weights, 144 bytes: d, dmin; 12 bytes of eight 6-bit scales and mins; 128 bytes of
 //         nibbles, each 64 weights' 32 bytes holding the first 32 in low nibbles and the next 32
@@ -73,6 +76,22 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
       }
       out->scale[0] = out->scale[1] = d;
       if (q4_1) out->bias = Fp16ToFp32(Half(block + 2));
+      return;
+    }
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      const bool q5_1 = static_cast<GgmlType>(type) == GgmlType::kQ5_1;
+      uint32_t high;
+      std::memcpy(&high, block + (q5_1 ? 4 : 2), 4);
+      const uint8_t* qs = block + (q5_1 ? 8 : 6);
+      const int offset = q5_1 ? 0 : 16;
+      for (int l = 0; l < 16; ++l) {
+        out->q[l] = static_cast<int8_t>(((qs[l] & 0xF) | (((high >> l) & 1) << 4)) - offset);
+        out->q[l + 16] =
+            static_cast<int8_t>(((qs[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) - offset);
+      }
+      out->scale[0] = out->scale[1] = Fp16ToFp32(Half(block));
+      if (q5_1) out->bias = Fp16ToFp32(Half(block + 2));
       return;
     }
     case GgmlType::kQ8_0:
@@ -222,6 +241,8 @@ bool IsQuantType(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:

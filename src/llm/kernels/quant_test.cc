@@ -51,9 +51,11 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
         }
         break;
       case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0:
         PutHalf(b, scale());
         break;
       case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
       case GgmlType::kQ4_K:
       case GgmlType::kQ5_K:
         PutHalf(b, scale());
@@ -69,8 +71,8 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
   return rows;
 }
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                               GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                               GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Sluice against llama.cpp's llama-server on the same GGUF file, side by side.
+
+Starts each server on 127.0.0.1 (Sluice: `sluice serve --model-dir`, each model directory given;
+llama.cpp: `llama-server -m FILE -np 16` with as many threads as cores), then drives them with the
+same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts of the server's
+own token count), at 1, 4 and 16 streams, in interleaved rounds (A B B A ...), so that drift in the
+machine's speed falls on every server alike. Each server's resident memory is read from
+/proc/PID/status after its runs. Prints the medians of the rounds per server and stream count, and
+writes them as CSV; every process started is stopped by its PID.
+
+benchmarks/build_llama_cpp.sh builds llama-server first.
+
+Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PATH]
+           [--model NAME=DIR ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
+"""
+import argparse
+import csv
+import glob
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url, process, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"{process.args[0]} exited with {process.returncode} before {url} was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    sys.exit(f"{url} not ready in {timeout} s")
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    def __init__(self, name, command, ready_path, port, log):
+        self.name, self.port = name, port
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        wait_ready(f"http://127.0.0.1:{port}{ready_path}", self.process)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def bench(sluice, port, model, concurrency, args, results_dir):
+    command = [sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--model", model,
+               "-c", concurrency, "--prompt-tokens", str(args.prompt_tokens),
+               "--output-tokens", str(args.output_tokens), "--results-dir", results_dir]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    runs = sorted(glob.glob(os.path.join(results_dir, "*", "summary.csv")), key=os.path.getmtime)
+    with open(runs[-1]) as f:
+        return list(csv.DictReader(f))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sluice", default="build/sluice")
+    parser.add_argument("--llama-server", default="build/peers/llama.cpp/build/bin/llama-server")
+    parser.add_argument("--model", action="append", default=[],
+                        help="NAME=DIR: a model directory Sluice serves (repeatable); default "
+                             "smollm2=models/smollm2")
+    parser.add_argument("--gguf", help="the file llama-server serves (default: the first "
+                                       "model's .gguf)")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--out", default="results/llm-side-by-side.csv")
+    args = parser.parse_args()
+    models = dict(m.split("=", 1) for m in (args.model or ["smollm2=models/smollm2"]))
+    gguf = args.gguf or glob.glob(os.path.join(next(iter(models.values())), "*.gguf"))[0]
+    threads = os.cpu_count() or 1
+    results_dir = tempfile.mkdtemp(prefix="sluice-side-by-side-")
+    log = open(os.path.join(results_dir, "servers.log"), "w")
+    servers = []
+    try:
+        sluice_port = free_port()
+        command = [args.sluice, "serve", "--port", str(sluice_port)]
+        repository = tempfile.mkdtemp(prefix="sluice-models-", dir=results_dir)
+        for name, path in models.items():
+            os.symlink(os.path.abspath(path), os.path.join(repository, name))
+        command += ["--model-repository", repository]
+        servers.append(Server("sluice", command, "/v2/health/ready", sluice_port, log))
+        llama_port = free_port()
+        servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
+                                            "--port", str(llama_port), "-np", "16", "-c",
+                                            str(16 * (args.prompt_tokens + args.output_tokens + 64)),
+                                            "-t", str(threads), "-tb", str(threads),
+                                            "--no-webui"], "/health", llama_port, log))
+        # (label, server, model name): every Sluice model, then llama.cpp.
+        targets = [(f"sluice {name}", servers[0], name) for name in models]
+        targets.append((f"llama-server {os.path.basename(gguf)}", servers[1], "model"))
+        rows = {}
+        for r in range(args.rounds):
+            order = targets if r % 2 == 0 else list(reversed(targets))
+            for label, server, model in order:
+                print(f"round {r + 1}/{args.rounds}: {label}", flush=True)
+                for row in bench(args.sluice, server.port, model, args.concurrency, args,
+                                 results_dir):
+                    rows.setdefault((label, int(row["concurrency"])), []).append(row)
+        memory = {s.name: rss_mib(s.process.pid) for s in servers}
+    finally:
+        for server in servers:
+            server.stop()
+        log.close()
+    fields = ["output_tokens_per_s", "ttft_median_ms", "tpot_median_ms", "itl_p99_ms"]
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["server", "streams", "rounds"] + fields + ["rss_mib"])
+        print(f"medians of {args.rounds} interleaved rounds, {args.prompt_tokens} prompt / "
+              f"{args.output_tokens} output tokens, {threads} threads; RSS after the runs")
+        print(f"{'server':44} {'streams':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TPOT p50':>9} "
+              f"{'ITL p99':>9} {'RSS MiB':>8}")
+        for (label, streams), runs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            medians = [statistics.median(float(run[k]) for run in runs) for k in fields]
+            rss = memory["sluice" if label.startswith("sluice") else "llama.cpp"]
+            writer.writerow([label, streams, len(runs)] + [f"{m:.2f}" for m in medians] +
+                            [f"{rss:.0f}"])
+            print(f"{label:44} {streams:>7} {medians[0]:>10.1f} {medians[1]:>9.1f} "
+                  f"{medians[2]:>9.2f} {medians[3]:>9.1f} {rss:>8.0f}")
+    print(f"CSV: {args.out}; logs and runs: {results_dir}")
+
+
+if __name__ == "__main__":
+    main()
