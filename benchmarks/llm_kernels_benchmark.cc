@@ -13,10 +13,12 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "llm/files/gguf.h"
 #include "llm/kernels/kernels.h"
 
 namespace {
@@ -124,6 +126,88 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(Bf16)->Apply(Shapes);
 BENCHMARK(Int8)->Apply(Shapes);
+
+// Random bytes are blocks of random weights, but for their fp16 scales and offsets (which could
+// be NaNs or denormals): those are set to 1/128.
+void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
+  using sluice::llm::GgmlType;
+  int64_t elements = 0, block_bytes = 0;
+  sluice::llm::GgmlBlockLayout(type, &elements, &block_bytes);
+  std::vector<int64_t> halves = {0};
+  if (type == static_cast<uint32_t>(GgmlType::kQ4_1) ||
+      type == static_cast<uint32_t>(GgmlType::kQ4_K)) {
+    halves = {0, 2};
+  } else if (type == static_cast<uint32_t>(GgmlType::kQ6_K)) {
+    halves = {208};
+  }
+  for (size_t block = 0; block < blocks->size(); block += static_cast<size_t>(block_bytes)) {
+    for (int64_t offset : halves) {
+      (*blocks)[block + static_cast<size_t>(offset)] = 0x00;
+      (*blocks)[block + static_cast<size_t>(offset) + 1] = 0x20;  // 0x2000: 2^-7.
+    }
+  }
+}
+
+// The GGUF block products (MatmulQuant) at the same shapes: one layer's matrices x 30 in one
+// block format, x quantised once per width beforehand (the decoder does it once per layer input),
+// on the quantised path this CPU has (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
+//   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:16/threads:2'
+void Quant(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const auto type = static_cast<uint32_t>(state.range(2));
+  state.SetLabel(std::string(sluice::llm::QuantKernelIsa()) + " " +
+                 sluice::llm::GgmlTypeName(type));
+  std::mt19937 rng(5);
+  constexpr int kCopies = 30;
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<Shape> shapes;
+  int64_t bytes = 0;
+  for (int copy = 0; copy < kCopies; ++copy) {
+    for (const Shape& s : kLayer) {
+      std::vector<uint8_t> w(static_cast<size_t>(s.n * sluice::llm::QuantRowBytes(type, s.k)));
+      for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+      SetBlockScales(type, &w);
+      bytes += static_cast<int64_t>(w.size());
+      weights.push_back(std::move(w));
+      shapes.push_back(s);
+    }
+  }
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(m * 1536));
+  for (float& v : x) v = normal(rng);
+  sluice::llm::QuantInput narrow, wide;
+  narrow.Prepare(x.data(), m, 576);
+  wide.Prepare(x.data(), m, 1536);
+  std::vector<std::vector<float>> ys(static_cast<size_t>(threads),
+                                     std::vector<float>(static_cast<size_t>(m * 3072)));
+  auto share = [&](int t) {
+    for (size_t index = 0; index < weights.size(); ++index) {
+      const Shape& s = shapes[index];
+      const int64_t per = (s.n / 64 + threads - 1) / threads * 64;
+      const int64_t first = std::min(s.n, t * per), last = std::min(s.n, first + per);
+      if (first < last) {
+        sluice::llm::MatmulQuant(s.k == 576 ? narrow : wide, type, weights[index].data(), s.n,
+                                 ys[static_cast<size_t>(t)].data(), first, last);
+      }
+    }
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(share, t);
+    share(0);
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(ys.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(Quant)
+    ->ArgsProduct({{1, 4, 16, 128},
+                   {1, std::max(1u, std::thread::hardware_concurrency())},
+                   {3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 14 /* Q6_K */}})
+    ->ArgNames({"rows", "threads", "type"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // One decode step's attention at SmolLM2-135M's shapes over a bf16 cache: 16 sequences x 30
 // layers x 3 KV heads (3 queries each, head size 64), each over `len` cached positions of its own

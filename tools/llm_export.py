@@ -8,6 +8,14 @@ smollm2 (default, for the demo and benchmarks)
     everything from the file (hyperparameters, tokenizer, chat template) and keeps its weights in
     their Q4_1 blocks.
 
+smollm2_q4_k_m
+    The same file requantised by llama.cpp's own quantiser (llama-cpp-python's
+    llama_model_quantize, allow_requantize) to Q4_K_M, the mix most GGUF downloads use (Q4_K with
+    Q6_K for attention values and the second half of the feed-forward downs; rows of 576 are not
+    whole 256-blocks, so llama.cpp falls back to Q5_0 for those). Its weights are the Q4_1 values
+    quantised again, so it answers a little worse than the Q4_1 file: it is there for speed
+    comparisons on the format people download.
+
 smollm2_hf
     The same model in the Hugging Face layout (config.json, model.safetensors, tokenizer.json,
     tokenizer_config.json with the chat template, config.yaml), for comparisons with transformers
@@ -183,6 +191,14 @@ def save_tokenizer(tokenizer, out_dir, chat_template):
         json.dump(config, f, indent=2)
 
 
+def write_gguf_config(out_dir):
+    """config.yaml for a GGUF model directory: the serving settings of smollm2_hf's."""
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, chunk=256)
+                .replace("# bf16 | fp32 | int8 (int8: weight-only, per-channel scales)",
+                         "# of the file's float tensors; quantised ones keep their blocks"))
+
+
 def write_smollm2_gguf(out_dir, force):
     """The GGUF file as it is, and a config.yaml with the serving settings."""
     import shutil
@@ -192,11 +208,27 @@ def write_smollm2_gguf(out_dir, force):
         return
     os.makedirs(out_dir, exist_ok=True)
     shutil.copyfile(gguf_path(), target)
-    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, chunk=256)
-                .replace("# bf16 | fp32 | int8 (int8: weight-only, per-channel scales)",
-                         "# of the file's float tensors; quantised ones keep their blocks"))
+    write_gguf_config(out_dir)
     print(f"{out_dir}: {GGUF_NAME} ({os.path.getsize(target) / 1e6:.0f} MB)")
+
+
+def write_smollm2_requantised(out_dir, kind, force):
+    """The Q4_1 file requantised to `kind` by llama.cpp's quantiser, with its config.yaml."""
+    import llama_cpp
+    target = os.path.join(out_dir, GGUF_NAME.replace(".Q4_1.", f".{kind.upper()}."))
+    if os.path.exists(target) and not force:
+        print(f"{out_dir}: exists (--force rewrites it)")
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + kind.upper())
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    rc = llama_cpp.llama_model_quantize(gguf_path().encode(), target.encode(), params)
+    if rc != 0:
+        sys.exit(f"llama_model_quantize {kind} of {gguf_path()} failed: {rc}")
+    write_gguf_config(out_dir)
+    print(f"{out_dir}: {os.path.basename(target)} ({os.path.getsize(target) / 1e6:.0f} MB)")
 
 
 def check_chat(model_dir):
@@ -490,6 +522,7 @@ def main():
         write_test_models(args.out)
     else:
         write_smollm2_gguf(os.path.join(args.out, "smollm2"), args.force)
+        write_smollm2_requantised(os.path.join(args.out, "smollm2_q4_k_m"), "q4_k_m", args.force)
         convert_smollm2(os.path.join(args.out, "smollm2_hf"), args.precision, args.force)
 
 

@@ -32,11 +32,13 @@
 namespace sluice::llm {
 namespace {
 
-// Whether int8 weights take the block products: where AMX's int8 tiles are not in use, the CPU
-// has byte products (VNNI or AVX2) and rows are whole blocks of 32.
+// Whether int8 weights take the block products: on CPUs whose vector path is AVX2 (no AVX-512
+// BF16) but which have AVX-VNNI, with rows of whole blocks of 32. With AVX-512 BF16 or AMX the
+// int8 path of kernels.h stays: on an AMD EPYC (AVX-512 VNNI and BF16) the block products ran 16
+// streams at 160 output tokens/s where that path runs 396 (docs/PERFORMANCE.md).
 bool Int8AsBlocks(int64_t columns) {
-  return std::string_view(CpuKernelIsa()) != KernelIsaName(KernelIsa::kAmx) &&
-         BestQuantIsa() >= QuantIsa::kAvx2 && columns % 32 == 0;
+  return std::string_view(CpuKernelIsa()) == KernelIsaName(KernelIsa::kAvx2) &&
+         BestQuantIsa() == QuantIsa::kAvxVnni && columns % 32 == 0;
 }
 
 // A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
@@ -156,14 +158,18 @@ struct Linear {
     thread_local QuantInput quantised;
     MatmulInput& shared_input = prepared;
     const QuantInput& block_input = quantised;
-    if (block_parts) quantised.Prepare(xp, m, k);
+    QuantInput& shared_quantised = quantised;
     int64_t x_units = 0;
     if (vector_parts) {
       shared_input.Reserve(xp, m, k, int8_parts);
       x_units = shared_input.Units();
     }
-    const bool shared_prepare = threads > 1 && x_units > 1 && m > 16;
-    if (vector_parts && !shared_prepare) shared_input.Fill(0, x_units);
+    if (block_parts) quantised.Reserve(xp, m, k);
+    const bool shared_prepare = threads > 1 && m > 16 && (block_parts || x_units > 1);
+    if (!shared_prepare) {
+      if (vector_parts) shared_input.Fill(0, x_units);
+      if (block_parts) quantised.Fill(0, m);
+    }
     const MatmulInput& rows = shared_input;
     const int64_t shares = 2 * int64_t{threads};
     auto run = [&](int64_t first, int64_t last) {
@@ -186,7 +192,8 @@ struct Linear {
     {
       if (shared_prepare) {
         const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-        shared_input.Fill(x_units * t / team, x_units * (t + 1) / team);
+        if (vector_parts) shared_input.Fill(x_units * t / team, x_units * (t + 1) / team);
+        if (block_parts) shared_quantised.Fill(m * t / team, m * (t + 1) / team);
 #pragma omp barrier
       }
       for (int64_t first = next.load(std::memory_order_relaxed); first < n;) {

@@ -82,6 +82,9 @@ int64_t BlockElements(uint32_t type);
 int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
+// Rows of x (k a multiple of 32) quantised per 32: q, the blocks' scales and scale * sum(q).
+void PortableQuantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
+                      float* q_sum);
 }  // namespace quant
 
 #ifdef SLUICE_X86
@@ -186,7 +189,10 @@ SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* i
 namespace quant_avx2 {
 SLUICE_AVX2 void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                         int64_t n_begin, int64_t n_end);
-}
+// As quant::PortableQuantize, eight lanes at a time, with the same results.
+SLUICE_AVX2 void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
+                          float* q_sum);
+}  // namespace quant_avx2
 namespace quant_avxvnni {
 SLUICE_AVXVNNI void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                            int64_t n_begin, int64_t n_end);

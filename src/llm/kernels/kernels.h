@@ -166,6 +166,11 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out);
 // / 127, and d * sum(q). k a multiple of 32.
 struct QuantInput {
   void Prepare(const float* x_rows, int64_t rows, int64_t columns);
+  // Prepare in two parts, for threads to share: Reserve on one thread, then Fill over disjoint
+  // ranges of rows, all of them done before the products start.
+  void Reserve(const float* x_rows, int64_t rows, int64_t columns);
+  void Fill(int64_t row_begin, int64_t row_end);
+  const float* x = nullptr;  // Not owned.
   int64_t m = 0, k = 0;
   ScratchVector<int8_t> q;     // [m, k].
   ScratchVector<float> scale;  // [m, k / 32].

@@ -139,6 +139,25 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
   out->scale[0] = out->scale[1] = 0;
 }
 
+void PortableQuantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
+                      float* q_sum) {
+  for (int64_t b = 0; b < rows * (k / 32); ++b) {
+    const float* from = x + b * 32;
+    int8_t* to = q + b * 32;
+    float amax = 0;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(from[l]));
+    const float d = amax / 127.0f, inverse = d != 0 ? 1.0f / d : 0.0f;
+    int32_t total = 0;
+    for (int l = 0; l < 32; ++l) {
+      const auto v = static_cast<int32_t>(std::nearbyint(from[l] * inverse));
+      to[l] = static_cast<int8_t>(v);
+      total += v;
+    }
+    scale[b] = d;
+    q_sum[b] = d * static_cast<float>(total);
+  }
+}
+
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end) {
   const int64_t block = BlockElements(type), block_bytes = BlockBytes(type);
@@ -307,29 +326,32 @@ void QuantizeQ8_0(const float* w, int64_t n, void* blocks) {
 }
 
 void QuantInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
+  Reserve(x_rows, rows, columns);
+  Fill(0, rows);
+}
+
+void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
+  x = x_rows;
   m = rows;
   k = columns;
-  const int64_t chunks = k / 32;
   q.resize(static_cast<size_t>(m * k));
-  scale.resize(static_cast<size_t>(m * chunks));
-  q_sum.resize(static_cast<size_t>(m * chunks));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < chunks; ++b) {
-      const float* from = x_rows + i * k + b * 32;
-      int8_t* to = q.data() + i * k + b * 32;
-      float amax = 0;
-      for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(from[l]));
-      const float d = amax / 127.0f, inverse = d != 0 ? 1.0f / d : 0.0f;
-      int32_t total = 0;
-      for (int l = 0; l < 32; ++l) {
-        const auto v = static_cast<int32_t>(std::nearbyint(from[l] * inverse));
-        to[l] = static_cast<int8_t>(v);
-        total += v;
-      }
-      scale[static_cast<size_t>(i * chunks + b)] = d;
-      q_sum[static_cast<size_t>(i * chunks + b)] = d * static_cast<float>(total);
-    }
+  scale.resize(static_cast<size_t>(m * (k / 32)));
+  q_sum.resize(static_cast<size_t>(m * (k / 32)));
+}
+
+void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
+  if (row_begin >= row_end) return;
+  const int64_t chunks = k / 32;
+  const float* from = x + row_begin * k;
+  int8_t* to = q.data() + row_begin * k;
+  float* scales = scale.data() + row_begin * chunks;
+  float* sums = q_sum.data() + row_begin * chunks;
+#ifdef SLUICE_X86
+  if (ActiveQuant() >= QuantIsa::kAvx2) {
+    return kernels::quant_avx2::Quantize(from, row_end - row_begin, k, to, scales, sums);
   }
+#endif
+  kernels::quant::PortableQuantize(from, row_end - row_begin, k, to, scales, sums);
 }
 
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,

@@ -6,6 +6,6 @@
 #ifdef SLUICE_X86
 #define SLUICE_QUANT_NAMESPACE quant_avxvnni
 #define SLUICE_QUANT_TARGET SLUICE_AVXVNNI
-#define SLUICE_QUANT_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#define SLUICE_QUANT_DPBUSD(a, u, s) _mm256_dpbusd_avx_epi32(a, u, s)
 #include "llm/kernels/quant_x86.inc"
 #endif

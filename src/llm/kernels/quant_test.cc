@@ -259,3 +259,76 @@ TEST(QuantizeQ8_0Test, BlocksHoldEachWeightWithinHalfAStep) {
 
 }  // namespace
 }  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// x's quantisation is the same on the vector path as on the portable loop, to the bit, ties
+// (values exactly halfway between two steps) included.
+TEST(QuantInputTest, VectorPathEqualsThePortableLoop) {
+  if (BestQuantIsa() < QuantIsa::kAvx2) GTEST_SKIP() << "no vector path on this CPU";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(5 * 96);
+  for (float& v : x) v = normal(rng);
+  for (int l = 0; l < 32; ++l) x[static_cast<size_t>(l)] = static_cast<float>(l - 16) * 0.5f;
+  x[31] = 127.0f * 0.5f;  // Block 0's scale is 0.5: its values fall on steps and halfway.
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
+  QuantInput vector_path, portable;
+  vector_path.Prepare(x.data(), 5, 96);
+  LimitQuantIsa(QuantIsa::kPortable);
+  portable.Prepare(x.data(), 5, 96);
+  LimitQuantIsa(QuantIsa::kAvx512Vnni);
+  EXPECT_EQ(std::vector<int8_t>(vector_path.q.begin(), vector_path.q.end()),
+            std::vector<int8_t>(portable.q.begin(), portable.q.end()));
+  EXPECT_EQ(std::vector<float>(vector_path.scale.begin(), vector_path.scale.end()),
+            std::vector<float>(portable.scale.begin(), portable.scale.end()));
+  EXPECT_EQ(std::vector<float>(vector_path.q_sum.begin(), vector_path.q_sum.end()),
+            std::vector<float>(portable.q_sum.begin(), portable.q_sum.end()));
+  EXPECT_EQ(portable.q[1], -15);  // -7.5 / 0.5 = -15 exactly.
+}
+
+}  // namespace
+}  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// A row of x gets the same bits from the products whatever rows are beside it (the decoder's
+// batch invariance: a sequence's logits do not change with the other sequences of its step), on
+// every path and format.
+TEST(QuantBatchTest, EachRowEqualsItselfAlone) {
+  for (QuantIsa isa : kPaths) {
+    if (!PathOnThisCpu(isa)) continue;
+    LimitQuantIsa(isa);
+    for (GgmlType type_enum : kTypes) {
+      const auto type = static_cast<uint32_t>(type_enum);
+      constexpr int64_t m = 7, n = 21, k = 512;
+      std::mt19937 rng(static_cast<unsigned>(type) + 3);
+      const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (float& v : x) v = normal(rng);
+      QuantInput all;
+      all.Prepare(x.data(), m, k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      MatmulQuant(all, type, w.data(), n, y.data(), 0, n);
+      for (int64_t i = 0; i < m; ++i) {
+        QuantInput one;
+        one.Prepare(x.data() + i * k, 1, k);
+        std::vector<float> alone(static_cast<size_t>(n));
+        MatmulQuant(one, type, w.data(), n, alone.data(), 3, n);  // Another column split too.
+        MatmulQuant(one, type, w.data(), n, alone.data(), 0, 3);
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(alone[static_cast<size_t>(j)], y[static_cast<size_t>(i * n + j)])
+              << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", row " << i << ", column "
+              << j;
+        }
+      }
+    }
+  }
+  LimitQuantIsa(QuantIsa::kAvx512Vnni);
+}
+
+}  // namespace
+}  // namespace sluice::llm
