@@ -15,7 +15,7 @@ fi
 mkdir -p "$dir"
 start=$(date +%s)
 .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps \
-  --no-binary :all: "llama-cpp-python==$version" -d "$dir/sdist"
+  --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$dir/sdist"
 tar -xzf "$dir/sdist/llama_cpp_python-$version.tar.gz" -C "$dir/sdist"
 src="$dir/sdist/llama_cpp_python-$version/vendor/llama.cpp"
 # The compiler's output goes to build.log (GCC 12 warns at length about AVX-512 intrinsics).

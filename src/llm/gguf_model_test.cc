@@ -64,14 +64,22 @@ std::vector<Reference> ReadReference(const std::string& dir) {
 }
 
 // Tolerances by the file's weight type (the directory's suffix): the relative logit difference
-// allowed, and the share of positions whose top token must agree.
+// allowed, the share of positions whose top token must agree, and the share of prompts whose
+// greedy continuation (16 tokens) must equal llama.cpp's throughout. Float files and SmolLM2's
+// real weights: every continuation. The tiny random models' quantised files: none is required, as
+// their logits are near ties (a random model's top two differ by less than the quantisation of x,
+// which Sluice does per 32 columns and llama.cpp per 256 for the K-quants), so one flipped token
+// sends a free-running continuation elsewhere; the top-1 agreement at every position, teacher-
+// forced, checks them instead.
 struct Tolerance {
   double relative;
   double top1;
+  double greedy;
 };
 Tolerance ToleranceFor(const std::string& dir) {
-  if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3, 0.99};
-  return {0.1, 0.9};  // Quantised weights and x.
+  if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3, 0.99, 1.0};
+  if (dir.starts_with("gguf_smollm2")) return {0.1, 0.95, 1.0};
+  return {0.1, 0.9, 0.0};  // Quantised weights and x.
 }
 
 class GgufModelTest : public ::testing::TestWithParam<std::string> {};
@@ -90,7 +98,7 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);
   double worst_relative = 0;
-  size_t positions = 0, top1_same = 0, greedy_same = 0, greedy_total = 0;
+  size_t positions = 0, top1_same = 0, greedy_same = 0, greedy_total = 0, prompts_equal = 0;
   for (const Reference& r : references) {
     std::vector<float> logits;
     ASSERT_TRUE((*model)->Run({SequenceChunk{0, 0, r.input_ids, true}}, &logits).ok());
@@ -111,24 +119,30 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
     // Greedy decoding from the prompt, token by token, until it departs from llama.cpp's.
     std::vector<float> step = std::vector<float>(logits.end() - vocab, logits.end());
     int position = static_cast<int>(r.input_ids.size());
+    size_t same = 0;
     for (int32_t expected : r.greedy) {
       const auto next =
           static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
       ++greedy_total;
       if (next != expected) break;
       ++greedy_same;
+      ++same;
       step.clear();
       ASSERT_TRUE((*model)->Run({SequenceChunk{0, position++, {next}, false}}, &step).ok());
     }
+    prompts_equal += same == r.greedy.size();
   }
   const Tolerance tolerance = ToleranceFor(GetParam());
   const double top1 = static_cast<double>(top1_same) / static_cast<double>(positions);
   std::printf(
       "gguf agreement %s: max |logit difference| / max |logit| %.2e, top-1 %.1f%% of %zu, "
-      "greedy %zu of %zu tokens before departing\n",
-      GetParam().c_str(), worst_relative, 100 * top1, positions, greedy_same, greedy_total);
+      "greedy %zu of %zu tokens before departing, %zu of %zu continuations equal\n",
+      GetParam().c_str(), worst_relative, 100 * top1, positions, greedy_same, greedy_total,
+      prompts_equal, references.size());
   EXPECT_LE(worst_relative, tolerance.relative);
   EXPECT_GE(top1, tolerance.top1);
+  EXPECT_GE(static_cast<double>(prompts_equal),
+            tolerance.greedy * static_cast<double>(references.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufModelTest, ::testing::ValuesIn(GgufModelDirs()),
