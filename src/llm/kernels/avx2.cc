@@ -8,11 +8,125 @@
 // Columns go in chunks of about 64 KiB of weights, which stay in L2 while each block of MB rows of
 // x (in L1) passes over them: every weight comes from memory once per call.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "llm/kernels/internal.h"
 
 #ifdef SLUICE_X86
 namespace sluice::llm::kernels::avx2 {
+
+// e^x for x <= 0, eight lanes: avx512's Exp16 (internal.h) on AVX2 -- x = n ln 2 + r, e^r by its
+// degree-6 Taylor polynomial, times 2^n built in the exponent bits; 0 below -87.
+SLUICE_AVX2 inline __m256 Exp8(__m256 x) {
+  const __m256 floor_x = _mm256_set1_ps(-87.0f);
+  const __m256 kept = _mm256_cmp_ps(x, floor_x, _CMP_GE_OQ);
+  x = _mm256_max_ps(x, floor_x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i scale =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(kept, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
+}
+
+// Lanes [0, count) of eight (count >= 8: all of them), for masked loads and stores.
+SLUICE_AVX2 inline __m256i FirstLanes8(int64_t count) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(count, 8))),
+                            lanes);
+}
+
+SLUICE_AVX2 inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+SLUICE_AVX2 inline float HorizontalAdd(__m256 v) {
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len) {
+  const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int g = 0; g < groups; ++g) {
+    float* row = scores + g * len;
+    __m256 top = lowest;
+    for (int64_t j = 0; j < len; j += 8) {
+      const __m256i in = FirstLanes8(len - j);
+      top = _mm256_max_ps(
+          top, _mm256_blendv_ps(lowest, _mm256_maskload_ps(row + j, in), _mm256_castsi256_ps(in)));
+    }
+    const __m256 max = _mm256_set1_ps(HorizontalMax(top));
+    __m256 total = _mm256_setzero_ps();
+    for (int64_t j = 0; j < len; j += 8) {
+      const __m256i in = FirstLanes8(len - j);
+      const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(in),
+                                     Exp8(_mm256_sub_ps(_mm256_maskload_ps(row + j, in), max)));
+      _mm256_maskstore_ps(row + j, in, e);
+      total = _mm256_add_ps(total, e);
+    }
+    const __m256 inverse = _mm256_set1_ps(1.0f / HorizontalAdd(total));
+    for (int64_t j = 0; j < len; j += 8) {
+      const __m256i in = FirstLanes8(len - j);
+      _mm256_maskstore_ps(row + j, in, _mm256_mul_ps(_mm256_maskload_ps(row + j, in), inverse));
+    }
+  }
+}
+
+SLUICE_AVX2 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
+                         float eps, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* row = x + t * width;
+    __m256 sums[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                      _mm256_setzero_ps()};
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256 v = _mm256_maskload_ps(row + c, FirstLanes8(width - c));
+      sums[(c / 8) % 4] = _mm256_fmadd_ps(v, v, sums[(c / 8) % 4]);
+    }
+    const float squares = HorizontalAdd(
+        _mm256_add_ps(_mm256_add_ps(sums[0], sums[1]), _mm256_add_ps(sums[2], sums[3])));
+    const __m256 inverse =
+        _mm256_set1_ps(1.0f / std::sqrt(squares / static_cast<float>(width) + eps));
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256i lanes = FirstLanes8(width - c);
+      const __m256 scaled = _mm256_mul_ps(_mm256_maskload_ps(row + c, lanes), inverse);
+      _mm256_maskstore_ps(out + t * width + c, lanes,
+                          _mm256_mul_ps(_mm256_maskload_ps(weight + c, lanes), scaled));
+    }
+  }
+}
+
+// silu(g) = g / (1 + e^-g), as g / (1 + e) when g >= 0 and g e / (1 + e) when g < 0, e = e^-|g|.
+SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* gate = gate_up + t * 2 * inter;
+    const float* up = gate + inter;
+    for (int64_t c = 0; c < inter; c += 8) {
+      const __m256i lanes = FirstLanes8(inter - c);
+      const __m256 g = _mm256_maskload_ps(gate + c, lanes);
+      const __m256 e = Exp8(_mm256_or_ps(g, sign_bit));  // e^-|g|
+      const __m256 negative = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+      const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), negative);
+      const __m256 silu = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
+      _mm256_maskstore_ps(out + t * inter + c, lanes,
+                          _mm256_mul_ps(silu, _mm256_maskload_ps(up + c, lanes)));
+    }
+  }
+}
 
 // As PortableDecodeAttention, eight lanes of d at a time (d a multiple of 8).
 SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -38,7 +152,7 @@ SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T
       scratch[g * len + j] = _mm_cvtss_f32(sum) * scale;
     }
   }
-  portable::SoftmaxRows(scratch, groups, len);
+  SoftmaxRows(scratch, groups, len);
   for (int g = 0; g < groups; ++g) {
     const float* p = scratch + g * len;
     for (int64_t c = 0; c < d; c += 8) {

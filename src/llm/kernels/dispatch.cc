@@ -278,6 +278,7 @@ void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, f
              float* out) {
 #ifdef SLUICE_X86
   if (Active() >= KernelIsa::kAvx512Bf16) return avx512::RmsNorm(x, rows, width, weight, eps, out);
+  if (Active() >= KernelIsa::kAvx2) return avx2::RmsNorm(x, rows, width, weight, eps, out);
 #endif
   portable::RmsNorm(x, rows, width, weight, eps, out);
 }
@@ -285,6 +286,7 @@ void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, f
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
 #ifdef SLUICE_X86
   if (Active() >= KernelIsa::kAvx512Bf16) return avx512::SwiGlu(gate_up, rows, inter, out);
+  if (Active() >= KernelIsa::kAvx2) return avx2::SwiGlu(gate_up, rows, inter, out);
 #endif
   portable::SwiGlu(gate_up, rows, inter, out);
 }

@@ -144,6 +144,11 @@ SLUICE_AVX2 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const 
 template <class T>
 SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
                                  int64_t d, float scale, float* out, float* scratch);
+// As portable's, eight lanes at a time (e^x by a polynomial, as avx512's).
+SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len);
+SLUICE_AVX2 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
+                         float eps, float* out);
+SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 }  // namespace avx2
 
 namespace avx512 {
@@ -186,9 +191,11 @@ SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* i
 #define SLUICE_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define SLUICE_AVX512VNNI \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+// The block products on AVX2 need F16C too (the blocks' fp16 scales, eight at a time).
+#define SLUICE_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
 namespace quant_avx2 {
-SLUICE_AVX2 void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
-                        int64_t n_begin, int64_t n_end);
+SLUICE_QUANT_AVX2 void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                              float* y, int64_t n_begin, int64_t n_end);
 // As quant::PortableQuantize, eight lanes at a time, with the same results.
 SLUICE_AVX2 void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                           float* q_sum);

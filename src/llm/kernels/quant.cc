@@ -196,7 +196,8 @@ QuantIsa SupportedQuant() {
         __builtin_cpu_supports("avx512bw")) {
       return QuantIsa::kAvx512Vnni;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
       // AVX-VNNI (CPUID 7.1 EAX bit 4); __builtin_cpu_supports learnt its name after GCC 12.
       unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
       __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
