@@ -33,12 +33,14 @@ namespace sluice::llm {
 namespace {
 
 // Whether int8 weights take the block products: on CPUs whose vector path is AVX2 (no AVX-512
-// BF16) but which have AVX-VNNI, with rows of whole blocks of 32. With AVX-512 BF16 or AMX the
-// int8 path of kernels.h stays: on an AMD EPYC (AVX-512 VNNI and BF16) the block products ran 16
-// streams at 160 output tokens/s where that path runs 396 (docs/PERFORMANCE.md).
+// BF16), with rows of whole blocks of 32. There, as Q8_0 blocks, 16 streams ran at 221-224 output
+// tokens/s against 172-184 with the widening int8 kernels, a 128-token prefill in 198 ms against
+// 242-281 (AMD EPYC, AVX2, in-process, interleaved). With AVX-512 BF16 or AMX the int8 path of
+// kernels.h stays: on an AMD EPYC with AVX-512 VNNI and BF16 the block products (then row by row)
+// ran 16 streams at 160 output tokens/s where that path ran 396.
 bool Int8AsBlocks(int64_t columns) {
   return std::string_view(CpuKernelIsa()) == KernelIsaName(KernelIsa::kAvx2) &&
-         BestQuantIsa() == QuantIsa::kAvxVnni && columns % 32 == 0;
+         BestQuantIsa() >= QuantIsa::kAvx2 && columns % 32 == 0;
 }
 
 // A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
