@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Sluice against llama.cpp's llama-server on the same GGUF file, side by side.
 
-Starts each server on 127.0.0.1 (Sluice: `sluice serve --model-dir`, each model directory given;
-llama.cpp: `llama-server -m FILE -np 16` with as many threads as cores), then drives them with the
+Starts each server on 127.0.0.1 (Sluice: one `sluice serve` per model directory given, so that each
+one's memory is its own; llama.cpp: `llama-server -m FILE -np 16` with as many threads as cores,
+its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt: the client's seeded prompts
+repeat from round to round, and llama.cpp's slots would answer them from the KV cache of the round
+before, where Sluice, which has no prefix cache, pays every prompt), then drives them with the
 same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts of the server's
 own token count), at 1, 4 and 16 streams, in interleaved rounds (A B B A ...), so that drift in the
 machine's speed falls on every server alike. Each server's resident memory is read from
@@ -106,22 +109,21 @@ def main():
     log = open(os.path.join(results_dir, "servers.log"), "w")
     servers = []
     try:
-        sluice_port = free_port()
-        command = [args.sluice, "serve", "--port", str(sluice_port)]
-        repository = tempfile.mkdtemp(prefix="sluice-models-", dir=results_dir)
         for name, path in models.items():
-            os.symlink(os.path.abspath(path), os.path.join(repository, name))
-        command += ["--model-repository", repository]
-        servers.append(Server("sluice", command, "/v2/health/ready", sluice_port, log))
+            port = free_port()
+            command = [args.sluice, "serve", "--port", str(port), "--model-dir",
+                       os.path.abspath(path), "--model-name", name]
+            servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))
         llama_port = free_port()
         servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
                                             "--port", str(llama_port), "-np", "16", "-c",
                                             str(16 * (args.prompt_tokens + args.output_tokens + 64)),
                                             "-t", str(threads), "-tb", str(threads),
-                                            "--no-webui"], "/health", llama_port, log))
+                                            "--no-webui", "--no-cache-prompt"],
+                              "/health", llama_port, log))
         # (label, server, model name): every Sluice model, then llama.cpp.
-        targets = [(f"sluice {name}", servers[0], name) for name in models]
-        targets.append((f"llama-server {os.path.basename(gguf)}", servers[1], "model"))
+        targets = [(f"sluice {name}", server, name) for name, server in zip(models, servers)]
+        targets.append((f"llama-server {os.path.basename(gguf)}", servers[-1], "model"))
         rows = {}
         for r in range(args.rounds):
             order = targets if r % 2 == 0 else list(reversed(targets))
@@ -146,7 +148,7 @@ def main():
               f"{'ITL p99':>9} {'RSS MiB':>8}")
         for (label, streams), runs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             medians = [statistics.median(float(run[k]) for run in runs) for k in fields]
-            rss = memory["sluice" if label.startswith("sluice") else "llama.cpp"]
+            rss = memory[label if label.startswith("sluice") else "llama.cpp"]
             writer.writerow([label, streams, len(runs)] + [f"{m:.2f}" for m in medians] +
                             [f"{rss:.0f}"])
             print(f"{label:44} {streams:>7} {medians[0]:>10.1f} {medians[1]:>9.1f} "
