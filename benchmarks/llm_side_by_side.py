@@ -15,7 +15,7 @@ writes them as CSV; every process started is stopped by its PID.
 benchmarks/build_llama_cpp.sh builds llama-server first.
 
 Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PATH]
-           [--model NAME=DIR ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
+           [--model NAME=DIR[@PRECISION] ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
 """
 import argparse
 import csv
@@ -92,7 +92,8 @@ def main():
     parser.add_argument("--sluice", default="build/sluice")
     parser.add_argument("--llama-server", default="build/peers/llama.cpp/build/bin/llama-server")
     parser.add_argument("--model", action="append", default=[],
-                        help="NAME=DIR: a model directory Sluice serves (repeatable); default "
+                        help="NAME=DIR[@PRECISION]: a model directory Sluice serves (repeatable), "
+                             "PRECISION (fp32, bf16, int8) overriding its config.yaml's; default "
                              "smollm2=models/smollm2")
     parser.add_argument("--gguf", help="the file llama-server serves (default: the first "
                                        "model's .gguf)")
@@ -103,16 +104,20 @@ def main():
     parser.add_argument("--out", default="results/llm-side-by-side.csv")
     args = parser.parse_args()
     models = dict(m.split("=", 1) for m in (args.model or ["smollm2=models/smollm2"]))
-    gguf = args.gguf or glob.glob(os.path.join(next(iter(models.values())), "*.gguf"))[0]
+    first_dir = next(iter(models.values())).partition("@")[0]
+    gguf = args.gguf or glob.glob(os.path.join(first_dir, "*.gguf"))[0]
     threads = os.cpu_count() or 1
     results_dir = tempfile.mkdtemp(prefix="sluice-side-by-side-")
     log = open(os.path.join(results_dir, "servers.log"), "w")
     servers = []
     try:
-        for name, path in models.items():
+        for name, spec in models.items():
+            path, _, precision = spec.partition("@")
             port = free_port()
             command = [args.sluice, "serve", "--port", str(port), "--model-dir",
                        os.path.abspath(path), "--model-name", name]
+            if precision:
+                command += ["--llm-precision", precision]
             servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))
         llama_port = free_port()
         servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
