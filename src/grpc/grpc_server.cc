@@ -391,8 +391,13 @@ class InferCall {
   void OnDone() {
     if (!context_.IsCancelled()) return;
     // gRPC cancels a call whose deadline passes; the request's own deadline (the same instant)
-    // expires it in the queue, counted as deadline_exceeded rather than cancelled.
-    if (context_.deadline() <= std::chrono::system_clock::now()) return;
+    // expires it in the queue, counted as deadline_exceeded rather than cancelled. A client whose
+    // deadline passes cancels the call itself, and its cancellation can arrive a moment before
+    // the server's copy of the deadline (grpc-timeout is relative, so the server's instant is
+    // later by the request's transit; seen under load): one within kDeadlineSlack of the deadline
+    // is that deadline, and the request expires in the queue by itself.
+    constexpr std::chrono::milliseconds kDeadlineSlack{250};
+    if (context_.deadline() <= std::chrono::system_clock::now() + kDeadlineSlack) return;
     std::shared_ptr<ModelScheduler> scheduler;
     RequestId id = 0;
     {
