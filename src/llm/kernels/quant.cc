@@ -196,10 +196,12 @@ QuantIsa SupportedQuant() {
         __builtin_cpu_supports("avx512bw")) {
       return QuantIsa::kAvx512Vnni;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    // F16C is CPUID 1 ECX bit 29 (clang 14's __builtin_cpu_supports does not know its name).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+    const bool f16c = ((ecx >> 29) & 1u) != 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
       // AVX-VNNI (CPUID 7.1 EAX bit 4); __builtin_cpu_supports learnt its name after GCC 12.
-      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
       __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
       return (eax >> 4) & 1u ? QuantIsa::kAvxVnni : QuantIsa::kAvx2;
     }
