@@ -55,6 +55,29 @@ bool UsePath(benchmark::State& state, sluice::llm::KernelIsa isa) {
   return true;
 }
 
+// Each iteration, `threads` threads walk every matrix in turn, each computing its share of the
+// columns (a multiple of 64), as the decoder's threads do; the threads start once per pass, not
+// once per matrix. product(index, t, first, last) computes matrix index's columns [first, last)
+// into thread t's output.
+template <class Product>
+void PassOverMatrices(benchmark::State& state, int threads, const std::vector<Shape>& shapes,
+                      const Product& product) {
+  auto share = [&](int t) {
+    for (size_t index = 0; index < shapes.size(); ++index) {
+      const Shape& s = shapes[index];
+      const int64_t per = (s.n / 64 + threads - 1) / threads * 64;
+      const int64_t first = std::min(s.n, t * per), last = std::min(s.n, first + per);
+      if (first < last) product(index, t, first, last);
+    }
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(share, t);
+    share(0);
+    for (auto& th : pool) th.join();
+  }
+}
+
 template <class Weight, class Call>
 void Run(benchmark::State& state, Call call) {
   const int64_t m = state.range(0);
@@ -78,26 +101,12 @@ void Run(benchmark::State& state, Call call) {
   std::vector<float> scales(3072, 0.01f);
   std::vector<std::vector<float>> ys(static_cast<size_t>(threads),
                                      std::vector<float>(static_cast<size_t>(m * 3072)));
-  // Each thread walks every matrix in turn, computing its share of the columns (a multiple of
-  // 64), as the decoder's threads do; the threads start once per pass, not once per matrix.
-  auto share = [&](int t) {
-    for (size_t index = 0; index < weights.size(); ++index) {
-      const Shape& s = shapes[index];
-      const int64_t per = (s.n / 64 + threads - 1) / threads * 64;
-      const int64_t first = std::min(s.n, t * per), last = std::min(s.n, first + per);
-      if (first < last) {
-        call(x.data(), m, s.k, weights[index].data(), scales.data(), s.n,
-             ys[static_cast<size_t>(t)].data(), first, last);
-      }
-    }
-  };
-  for (auto _ : state) {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(share, t);
-    share(0);
-    for (auto& th : pool) th.join();
-    benchmark::DoNotOptimize(ys.data());
-  }
+  PassOverMatrices(state, threads, shapes, [&](size_t index, int t, int64_t first, int64_t last) {
+    const Shape& s = shapes[index];
+    call(x.data(), m, s.k, weights[index].data(), scales.data(), s.n,
+         ys[static_cast<size_t>(t)].data(), first, last);
+    benchmark::DoNotOptimize(ys[static_cast<size_t>(t)].data());
+  });
   state.SetBytesProcessed(state.iterations() * bytes);
   sluice::llm::LimitKernelIsa(sluice::llm::KernelIsa::kAmx);
 }
@@ -181,24 +190,12 @@ void Quant(benchmark::State& state) {
   wide.Prepare(x.data(), m, 1536);
   std::vector<std::vector<float>> ys(static_cast<size_t>(threads),
                                      std::vector<float>(static_cast<size_t>(m * 3072)));
-  auto share = [&](int t) {
-    for (size_t index = 0; index < weights.size(); ++index) {
-      const Shape& s = shapes[index];
-      const int64_t per = (s.n / 64 + threads - 1) / threads * 64;
-      const int64_t first = std::min(s.n, t * per), last = std::min(s.n, first + per);
-      if (first < last) {
-        sluice::llm::MatmulQuant(s.k == 576 ? narrow : wide, type, weights[index].data(), s.n,
-                                 ys[static_cast<size_t>(t)].data(), first, last);
-      }
-    }
-  };
-  for (auto _ : state) {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(share, t);
-    share(0);
-    for (auto& th : pool) th.join();
-    benchmark::DoNotOptimize(ys.data());
-  }
+  PassOverMatrices(state, threads, shapes, [&](size_t index, int t, int64_t first, int64_t last) {
+    const Shape& s = shapes[index];
+    sluice::llm::MatmulQuant(s.k == 576 ? narrow : wide, type, weights[index].data(), s.n,
+                             ys[static_cast<size_t>(t)].data(), first, last);
+    benchmark::DoNotOptimize(ys[static_cast<size_t>(t)].data());
+  });
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(Quant)
