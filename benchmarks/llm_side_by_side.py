@@ -103,6 +103,8 @@ def main():
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--out", default="results/llm-side-by-side.csv")
     args = parser.parse_args()
+    # SIGTERM (a stopped run) unwinds as an exception, so `finally` stops the servers started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))
     models = dict(m.split("=", 1) for m in (args.model or ["smollm2=models/smollm2"]))
     first_dir = next(iter(models.values())).partition("@")[0]
     gguf = args.gguf or glob.glob(os.path.join(first_dir, "*.gguf"))[0]

@@ -77,12 +77,15 @@ def timed_generate(model, inputs, kwargs, batch):
     return generated / seconds, warmup
 
 
-def run_sluice(sluice, model_dir, batch, prompt_tokens, output_tokens, threads):
+def run_sluice(sluice, model_dir, batch, prompt_tokens, output_tokens, threads, precision="bf16"):
+    """Sluice's output tokens/s; `precision` None serves a GGUF file's quantised weights as they
+    are (its float tensors in bf16)."""
     repository, name = os.path.split(os.path.abspath(model_dir))
     cmd = [sluice, "bench", "--llm", "--in-process", "--model-repository", repository,
-           "--model", name, "--precision", "bf16", "--threads", str(threads),
-           "--concurrency", str(batch), "--prompt-tokens", str(prompt_tokens),
-           "--output-tokens", str(output_tokens)]
+           "--model", name, "--threads", str(threads), "--concurrency", str(batch),
+           "--prompt-tokens", str(prompt_tokens), "--output-tokens", str(output_tokens)]
+    if precision:
+        cmd += ["--precision", precision]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"([\d.]+) output tokens/s overall", out).group(1))
 

@@ -2,13 +2,15 @@
 """Writes the GGUF test models: tiny random decoders of each architecture Sluice serves from GGUF
 files, quantised by llama.cpp's own quantiser, each with llama.cpp's logits beside it.
 
-For each architecture (llama, mistral as llama.cpp stores it, qwen2, qwen3, phi3):
+For each architecture (llama, mistral as llama.cpp stores it, qwen2, qwen3, phi3, gemma3):
   1. a random model from transformers' own class (LlamaForCausalLM, MistralForCausalLM, ...),
      hidden 256 and feed-forward 768 (whole blocks of 256 for the K-quants), 2 layers, 4 heads of
      64, 2 KV heads, with tests' 384-token byte-level BPE tokenizer (tiny_llm's);
   2. written as GGUF (F32) with the gguf package's writer, under llama.cpp's tensor names and
      metadata keys (q/k rows permuted to llama.cpp's rotary layout for llama, as its converter
-     does);
+     does; gemma3's norm weights + 1, as its converter folds Gemma's RMSNorm offset in, and a
+     sliding window of 8 positions on every other layer, so that both kinds of layer and the
+     window's edge are met by the prompts);
   3. quantised with llama.cpp (llama-cpp-python's llama_model_quantize) to F16, Q8_0, Q4_0, Q4_1,
      Q5_0, Q5_1, Q4_K_M (Q4_K + Q6_K), Q5_K_M (Q5_K + Q6_K) and Q6_K;
   4. each file evaluated by llama.cpp on fixed prompts: reference.safetensors holds the prompt ids
@@ -35,11 +37,12 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
+ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"]
 TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"]
 # llama.cpp's pre-tokenizer type each test file declares (the tiny vocab serves them all).
 PRE_TOKENIZER = {"llama": "smollm", "mistral": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2",
-                 "phi3": "gpt-2"}
+                 "phi3": "gpt-2", "gemma3": "gpt-2"}
+GEMMA3_WINDOW, GEMMA3_PATTERN = 8, 2  # Layers 0, 2, ... local over 8 positions; 1, 3, ... global.
 PROMPTS = [
     "hello world",
     "the quick brown fox jumps over the lazy dog 12345",
@@ -48,13 +51,17 @@ PROMPTS = [
 TINY_TOKENIZER_DIR = "tiny_llm"  # Written by tools/llm_export.py --test.
 
 
-def hf_model(arch, vocab, seed):
+def hf_model(arch, vocab, seed, **shape):
+    """A random model of `arch` from transformers' own class; `shape` overrides the tiny sizes
+    (hidden_size=..., num_hidden_layers=..., ...)."""
     import transformers
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                  rms_norm_eps=1e-5, tie_word_embeddings=arch in ("llama", "qwen3"),
+                  rms_norm_eps=1e-5, tie_word_embeddings=arch in ("llama", "qwen3", "gemma3"),
                   bos_token_id=1, eos_token_id=2)
+    window = shape.pop("sliding_window", GEMMA3_WINDOW)  # gemma3's only.
+    common.update(shape)
     if arch == "llama":
         config = transformers.LlamaConfig(**common, rope_theta=10000.0)
         model = transformers.LlamaForCausalLM(config)
@@ -67,9 +74,16 @@ def hf_model(arch, vocab, seed):
     elif arch == "qwen3":
         config = transformers.Qwen3Config(**common, head_dim=64, rope_theta=1000000.0)
         model = transformers.Qwen3ForCausalLM(config)
-    else:
+    elif arch == "phi3":
         config = transformers.Phi3Config(**common, rope_theta=10000.0, pad_token_id=0)
         model = transformers.Phi3ForCausalLM(config)
+    else:  # gemma3 (its text model); the weights are what matter, the GGUF metadata says the rest.
+        layers = common["num_hidden_layers"]
+        config = transformers.Gemma3TextConfig(
+            **common, head_dim=64, query_pre_attn_scalar=64, sliding_window=window,
+            layer_types=["sliding_attention" if i % GEMMA3_PATTERN < GEMMA3_PATTERN - 1
+                         else "full_attention" for i in range(layers)])
+        model = transformers.Gemma3ForCausalLM(config)
     model.eval()
     with torch.no_grad():  # Norm weights away from 1, biases away from 0, so a missing one shows.
         for name, param in model.named_parameters():
@@ -97,7 +111,12 @@ def tensors(arch, model):
     for i in range(config.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         out[b + "attn_norm.weight"] = state[p + "input_layernorm.weight"]
-        out[b + "ffn_norm.weight"] = state[p + "post_attention_layernorm.weight"]
+        if arch == "gemma3":  # A norm before and after each of attention and the feed-forward.
+            out[b + "post_attention_norm.weight"] = state[p + "post_attention_layernorm.weight"]
+            out[b + "ffn_norm.weight"] = state[p + "pre_feedforward_layernorm.weight"]
+            out[b + "post_ffw_norm.weight"] = state[p + "post_feedforward_layernorm.weight"]
+        else:
+            out[b + "ffn_norm.weight"] = state[p + "post_attention_layernorm.weight"]
         out[b + "attn_output.weight"] = state[p + "self_attn.o_proj.weight"]
         out[b + "ffn_down.weight"] = state[p + "mlp.down_proj.weight"]
         if arch == "phi3":
@@ -115,9 +134,11 @@ def tensors(arch, model):
         if arch == "qwen2":
             for name in ("q", "k", "v"):
                 out[b + f"attn_{name}.bias"] = state[p + f"self_attn.{name}_proj.bias"]
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             out[b + "attn_q_norm.weight"] = state[p + "self_attn.q_norm.weight"]
             out[b + "attn_k_norm.weight"] = state[p + "self_attn.k_norm.weight"]
+    if arch == "gemma3":  # Gemma's RMSNorm scales by 1 + w; llama.cpp's files hold 1 + w.
+        out = {k: v + 1.0 if k.endswith("norm.weight") else v for k, v in out.items()}
     return out
 
 
@@ -141,7 +162,14 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template):
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     rope = getattr(config, "rope_parameters", None) or {}
-    writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+    if arch == "gemma3":
+        writer.add_rope_freq_base(float(rope["full_attention"]["rope_theta"]))
+        writer.add_rope_freq_base_swa(float(rope["sliding_attention"]["rope_theta"]))
+        writer.add_sliding_window(config.sliding_window)
+        writer.add_uint32(f"{name}.attention.sliding_window_pattern", GEMMA3_PATTERN)
+    else:
+        writer.add_rope_freq_base(
+            float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     vocab = tokenizer_json["model"]["vocab"]
     added = {t["id"]: t for t in tokenizer_json["added_tokens"]}

@@ -26,7 +26,7 @@ namespace {
 // before the files are written).
 std::vector<std::string> GgufModelDirs() {
   std::vector<std::string> dirs = {"gguf_smollm2_q4_1"};
-  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
       dirs.push_back(std::string("gguf_") + arch + "_" + type);
@@ -71,16 +71,20 @@ std::vector<Reference> ReadReference(const std::string& dir) {
 // required, as their logits are near ties (a random model's top two differ by less than the
 // quantisation of x, which Sluice does per 32 columns and llama.cpp per 256 for the K-quants), so
 // one flipped token sends a free-running continuation elsewhere; the top-1 agreement at every
-// position, teacher-forced, checks them instead.
+// position, teacher-forced, checks them instead. gemma3's logits are allowed about three times the
+// difference: llama.cpp's CPU GELU reads a table of fp16 values at the gate rounded to fp16 (2^-11
+// relative, each), where Sluice computes it in fp32 (measured: 3.5e-3 and 5.0e-3 on the float
+// files, 0.13-0.15 on the K-quants, with every float continuation equal).
 struct Tolerance {
   double relative;
   double top1;
   double greedy;
 };
 Tolerance ToleranceFor(const std::string& dir) {
-  if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3, 0.99, 1.0};
+  const double table_gelu = dir.starts_with("gguf_gemma3") ? 3.0 : 1.0;
+  if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3 * table_gelu, 0.99, 1.0};
   if (dir.starts_with("gguf_smollm2")) return {0.1, 0.9, 0.75};
-  return {0.1, 0.9, 0.0};  // Quantised weights and x.
+  return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.
 }
 
 class GgufModelTest : public ::testing::TestWithParam<std::string> {};

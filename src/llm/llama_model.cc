@@ -217,12 +217,13 @@ struct Linear {
 };
 
 struct Layer {
-  at::Tensor attn_norm, ffn_norm;  // [hidden], compute dtype.
-  at::Tensor q_norm, k_norm;       // [D], fp32: qwen3 only.
-  Linear qkv;                      // q, k, v projections stacked: [(H + 2 KV) D, hidden].
-  Linear out;                      // [hidden, H D].
-  Linear gate_up;                  // gate and up stacked: [2 I, hidden].
-  Linear down;                     // [hidden, I].
+  at::Tensor attn_norm, ffn_norm;            // [hidden], compute dtype.
+  at::Tensor q_norm, k_norm;                 // [D], fp32: qwen3 and gemma3.
+  at::Tensor post_attn_norm, post_ffn_norm;  // [hidden], fp32: gemma3 (post_norms).
+  Linear qkv;                                // q, k, v projections stacked: [(H + 2 KV) D, hidden].
+  Linear out;                                // [hidden, H D].
+  Linear gate_up;                            // gate and up stacked: [2 I, hidden].
+  Linear down;                               // [hidden, I].
 };
 
 at::ScalarType TorchDtype(const std::string& dtype) {
@@ -276,6 +277,11 @@ class LlamaModel final : public StepModel {
                       const std::vector<int>& slots, int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
+  // Rows of x normed in place (gemma3's post-norms).
+  void RmsNormInPlace(at::Tensor& x, const at::Tensor& weight) const;
+  bool IsLocal(int layer) const {
+    return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
+  }
 
   ModelArchitecture arch_;
   LlmServeConfig serve_;
@@ -287,8 +293,9 @@ class LlamaModel final : public StepModel {
   std::vector<Layer> layers_;
   at::Tensor final_norm_;
   Linear lm_head_;
-  at::Tensor rope_cos_, rope_sin_;             // [context, D/2], fp32.
-  std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [slots, KV, context, D].
+  at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
+  at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
+  std::vector<at::Tensor> cache_k_, cache_v_;   // Per layer: [slots, KV, context, D].
   // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
   // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
   bool bf16_cache_ = false;
@@ -550,6 +557,14 @@ Status LlamaModel::LoadGgufWeights(const GgufFile& file) {
       layer.q_norm = norm(**qn);
       layer.k_norm = norm(**kn);
     }
+    if (a.post_norms) {
+      auto post_attn = find(p + "post_attention_norm.weight", {hidden});
+      auto post_ffn = find(p + "post_ffw_norm.weight", {hidden});
+      if (!post_attn.ok()) return post_attn.status();
+      if (!post_ffn.ok()) return post_ffn.status();
+      layer.post_attn_norm = norm(**post_attn);
+      layer.post_ffn_norm = norm(**post_ffn);
+    }
     layers_.push_back(std::move(layer));
   }
   auto final_norm = find("output_norm.weight", {hidden});
@@ -565,11 +580,19 @@ Status LlamaModel::LoadGgufWeights(const GgufFile& file) {
   return Status::Ok();
 }
 
-// cos/sin of position x inverse frequency, in fp32 as transformers computes them.
+// cos/sin of position x inverse frequency, in fp32 as transformers computes them; for the
+// sliding-window layers of a model that has them, a second table with their base and no scaling.
 void LlamaModel::BuildRope() {
   const ModelArchitecture& a = arch_;
   const int64_t half = a.head_dim / 2;
   at::Tensor exponents = at::arange(0, a.head_dim, 2, at::kLong).to(at::kFloat) / a.head_dim;
+  at::Tensor positions = at::arange(serve_.context_length, at::kFloat).unsqueeze(1);
+  if (!a.local_layers.empty()) {
+    at::Tensor local =
+        positions.matmul((1.0 / at::pow(a.rope_theta_local, exponents)).unsqueeze(0));
+    rope_local_cos_ = local.cos().contiguous();
+    rope_local_sin_ = local.sin().contiguous();
+  }
   at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
   if (!a.rope_freq_factors.empty()) {
     inv_freq = inv_freq / at::tensor(a.rope_freq_factors, at::kFloat);
@@ -588,7 +611,6 @@ void LlamaModel::BuildRope() {
     at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     inv_freq = at::where(medium, smoothed, scaled);
   }
-  at::Tensor positions = at::arange(serve_.context_length, at::kFloat).unsqueeze(1);
   at::Tensor freqs = positions.matmul(inv_freq.unsqueeze(0));  // [context, half]
   rope_cos_ = freqs.cos().contiguous();
   rope_sin_ = freqs.sin().contiguous();
@@ -616,6 +638,16 @@ void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& ou
   });
 }
 
+void LlamaModel::RmsNormInPlace(at::Tensor& x, const at::Tensor& weight) const {
+  const int64_t width = x.size(1);
+  float* rows = x.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  const auto eps = static_cast<float>(arch_.rms_norm_eps);
+  ForRows(x.size(0), [&](int64_t begin, int64_t end) {
+    llm::RmsNorm(rows + begin * width, end - begin, width, w, eps, rows + begin * width);
+  });
+}
+
 // Rotation: HF's halves layout (the first half of a head pairs with the second), query heads
 // then key heads, adjacent in a row.
 void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
@@ -625,8 +657,9 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
                 q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d,
                 context = serve_.context_length;
   float* base = qkv.data_ptr<float>();
-  const float* cos_table = rope_cos_.data_ptr<float>();
-  const float* sin_table = rope_sin_.data_ptr<float>();
+  const bool local = IsLocal(layer);
+  const float* cos_table = (local ? rope_local_cos_ : rope_cos_).data_ptr<float>();
+  const float* sin_table = (local ? rope_local_sin_ : rope_sin_).data_ptr<float>();
   void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
   void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
   auto put = [&](const float* from, void* cache, int64_t at) {
@@ -695,7 +728,10 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
     longest = std::max(longest, chunks[i].start + len);
   }
   const int64_t tasks = total * a.kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = a.attention_scale > 0 ? static_cast<float>(a.attention_scale)
+                                            : 1.0f / std::sqrt(static_cast<float>(d));
+  // A sliding-window layer: each token over the last `window` positions, its own included.
+  const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
   const float* rows = qkv.data_ptr<float>();
   const void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
   const void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
@@ -709,8 +745,10 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
       const int64_t row = task / a.kv_heads, h = task % a.kv_heads;
       const auto i = static_cast<size_t>(chunk_of[static_cast<size_t>(row)]);
       const SequenceChunk& chunk = chunks[i];
-      const int64_t len = chunk.start + (row - offsets[i]) + 1;  // Positions up to this token's.
-      const int64_t cache_row = (int64_t{chunk.slot} * a.kv_heads + h) * context * d;
+      const int64_t end = chunk.start + (row - offsets[i]) + 1;  // Positions up to this token's.
+      const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+      const int64_t len = end - first;
+      const int64_t cache_row = ((int64_t{chunk.slot} * a.kv_heads + h) * context + first) * d;
       const float* q = rows + row * width + h * groups * d;
       float* result = o + row * a.heads * d + h * groups * d;
       if (bf16_cache_) {
@@ -789,6 +827,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     } else {
       x.copy_(embedding_.index_select(0, at::tensor(tokens, at::kLong)));
     }
+    if (a.scale_embedding) x.mul_(std::sqrt(static_cast<float>(hidden)));
     at::Tensor normed = Buffer(1, total, hidden);
     at::Tensor qkv = Buffer(2, total, layers_.front().qkv.out);
     at::Tensor heads = Buffer(3, total, int64_t{a.heads} * a.head_dim);
@@ -807,14 +846,20 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
+      if (a.post_norms) RmsNormInPlace(attn, layer.post_attn_norm);
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
       layer.gate_up.Into(normed, gate_up.data_ptr<float>());
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
-        SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
+        if (a.activation == GateActivation::kGeluTanh) {
+          GeGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
+        } else {
+          SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
+        }
       });
       layer.down.Into(act, down.data_ptr<float>());
+      if (a.post_norms) RmsNormInPlace(down, layer.post_ffn_norm);
       pending = down.data_ptr<float>();
     }
     // The last residual, for the rows whose logits are wanted only.
@@ -832,6 +877,12 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     const size_t before = logits->size();
     logits->resize(before + static_cast<size_t>(last.size(0) * lm_head_.out));
     lm_head_.Into(last_normed, logits->data() + before);
+    if (a.final_logit_softcap > 0) {
+      const auto cap = static_cast<float>(a.final_logit_softcap);
+      for (size_t i = before; i < logits->size(); ++i) {
+        (*logits)[i] = cap * std::tanh((*logits)[i] / cap);
+      }
+    }
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("model step failed: {}", e.what_without_backtrace()));
   }

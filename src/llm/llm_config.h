@@ -11,12 +11,15 @@
 namespace sluice::llm {
 
 enum class RopeScaling { kNone, kLinear, kLlama3 };
+// The feed-forward's gate: silu(gate) * up (SwiGLU), or gelu(gate) * up with GELU's tanh form
+// (GeGLU, gemma's).
+enum class GateActivation { kSilu, kGeluTanh };
 
 // A Llama-family decoder, as config.json or a GGUF file's metadata describes it. The families
 // differ in small ways, each a field here: one decoder serves them all.
 struct ModelArchitecture {
   // llama (Llama 2/3, SmolLM, TinyLlama, and Mistral, which llama.cpp stores as llama), qwen2,
-  // qwen3, phi3.
+  // qwen3, phi3, gemma3.
   std::string name = "llama";
   int vocab_size = 0;
   int hidden_size = 0;
@@ -41,6 +44,19 @@ struct ModelArchitecture {
   std::vector<float> rope_freq_factors;
   bool attention_bias = false;  // qwen2: biases on the q, k and v projections.
   bool qk_norm = false;         // qwen3: RMSNorm of each query and key head before the rotation.
+  // gemma3: the embedding times sqrt(hidden_size); the attention's and the feed-forward's outputs
+  // RMS-normed (post_attention_norm, post_ffw_norm) before each residual add; GeGLU.
+  bool scale_embedding = false;
+  bool post_norms = false;
+  GateActivation activation = GateActivation::kSilu;
+  // Sliding-window attention: on the layers marked local, a token attends over the last
+  // sliding_window positions (its own included) only, rotated with rope_theta_local and no
+  // scaling. Empty: every layer global.
+  std::vector<bool> local_layers;
+  int sliding_window = 0;
+  double rope_theta_local = 10000.0;
+  double attention_scale = 0;      // Queries' scale before the softmax; 0: 1 / sqrt(head_dim).
+  double final_logit_softcap = 0;  // > 0: logits = cap * tanh(logits / cap).
   bool tie_word_embeddings = false;
   int bos_token_id = -1;  // -1: none.
   std::vector<int> eos_token_ids;

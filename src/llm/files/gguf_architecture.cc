@@ -1,6 +1,7 @@
 // A GGUF file's metadata as Sluice's ModelArchitecture: llama.cpp's keys, prefixed with the
 // architecture's name ("qwen2.embedding_length"), and its conventions (the rotary layout of each
-// architecture, llama3's frequency scaling as a tensor, tied output when output.weight is absent).
+// architecture, llama3's frequency scaling as a tensor, tied output when output.weight is absent,
+// gemma3's norms stored with their + 1 folded in and its every sixth layer global).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,13 +25,65 @@ struct Family {
   bool rope_interleaved;  // llama.cpp's LLAMA_ROPE_TYPE_NORM; the others are NEOX (halves).
   bool attention_bias;
   bool qk_norm;
+  bool gemma;  // gemma3: scaled embedding, post-norms, GeGLU, sliding-window layers.
 };
 constexpr Family kFamilies[] = {
-    {"llama", true, false, false},
-    {"qwen2", false, true, false},
-    {"qwen3", false, false, true},
-    {"phi3", false, false, false},
+    {"llama", true, false, false, false}, {"qwen2", false, true, false, false},
+    {"qwen3", false, false, true, false}, {"phi3", false, false, false, false},
+    {"gemma3", false, false, true, true},
 };
+
+// gemma3's sliding-window layers, as llama.cpp reads them: attention.sliding_window (absent or 0:
+// every layer global) and attention.sliding_window_pattern, either one flag per layer or a period
+// n whose last layer is global (default 6: layers 5, 11, ... global); the local layers' rotary
+// base rope.freq_base_swa (default 10,000, gemma3's), the queries' scale 1 / sqrt(head size)
+// (1 / sqrt(hidden / heads) for the 62-layer 27B, as llama.cpp sets it), an optional final logit
+// soft cap.
+Status ReadGemma(const GgufFile& file, const std::string& p, ModelArchitecture* arch) {
+  arch->scale_embedding = true;
+  arch->post_norms = true;
+  arch->activation = GateActivation::kGeluTanh;
+  arch->attention_scale =
+      arch->layers == 62 ? 1.0 / std::sqrt(static_cast<double>(arch->hidden_size) / arch->heads)
+                         : 1.0 / std::sqrt(static_cast<double>(arch->head_dim));
+  auto cap = file.Number(p + "final_logit_softcapping", 0.0);
+  if (!cap.ok()) return cap.status();
+  if (*cap < 0) return Bad(file, p + "final_logit_softcapping", "must not be negative");
+  arch->final_logit_softcap = *cap;
+  auto window = file.Integer(p + "attention.sliding_window", 0);
+  if (!window.ok()) return window.status();
+  if (*window < 0 || *window > (1 << 30)) {
+    return Bad(file, p + "attention.sliding_window", "must be a positive count");
+  }
+  if (*window == 0) return Status::Ok();
+  arch->sliding_window = static_cast<int>(*window);
+  arch->local_layers.assign(static_cast<size_t>(arch->layers), false);
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  const GgufValue* pattern = file.Find(pattern_key);
+  if (pattern != nullptr && pattern->kind == GgufValue::kArray) {
+    if (pattern->element_kind != GgufValue::kBool && pattern->element_kind != GgufValue::kInteger) {
+      return Bad(file, pattern_key, "must be an integer or one bool per layer");
+    }
+    if (pattern->integers.size() != static_cast<size_t>(arch->layers)) {
+      return Bad(file, pattern_key, fmt::format("must hold {} flags, one a layer", arch->layers));
+    }
+    for (int l = 0; l < arch->layers; ++l) {
+      arch->local_layers[static_cast<size_t>(l)] = pattern->integers[static_cast<size_t>(l)] != 0;
+    }
+  } else {
+    auto period = file.Integer(pattern_key, 6);
+    if (!period.ok()) return period.status();
+    if (*period < 0 || *period > (1 << 30)) return Bad(file, pattern_key, "must not be negative");
+    for (int l = 0; l < arch->layers; ++l) {
+      arch->local_layers[static_cast<size_t>(l)] = *period == 0 || l % *period < *period - 1;
+    }
+  }
+  auto local_theta = file.Number(p + "rope.freq_base_swa", 10000.0);
+  if (!local_theta.ok()) return local_theta.status();
+  if (*local_theta <= 0) return Bad(file, p + "rope.freq_base_swa", "must be positive");
+  arch->rope_theta_local = *local_theta;
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -43,7 +96,8 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   }
   if (family == nullptr) {
     return Status::InvalidArgument(
-        fmt::format("{}: architecture '{}' is not one Sluice serves (llama, qwen2, qwen3, phi3)",
+        fmt::format("{}: architecture '{}' is not one Sluice serves (llama, qwen2, qwen3, phi3, "
+                    "gemma3)",
                     file.path(), *name));
   }
   ModelArchitecture arch;
@@ -117,6 +171,9 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
     }
     arch.rope_freq_factors.resize(static_cast<size_t>(arch.head_dim / 2));
     std::memcpy(arch.rope_freq_factors.data(), freqs->data, freqs->bytes);
+  }
+  if (family->gemma) {
+    if (Status gemma = ReadGemma(file, p, &arch); !gemma.ok()) return gemma;
   }
   // The vocabulary: the embedding's rows (the tokenizer's list may be shorter, never longer).
   const GgufTensor* embedding = file.FindTensor("token_embd.weight");

@@ -40,6 +40,14 @@ class Writer {
     Put<uint32_t>(kv_, value);
     ++kv_count_;
   }
+  void Bools(const std::string& key, const std::vector<bool>& values) {
+    PutString(kv_, key);
+    Put<uint32_t>(kv_, 9);  // An array ...
+    Put<uint32_t>(kv_, 7);  // ... of bools.
+    Put<uint64_t>(kv_, values.size());
+    for (bool v : values) Put<uint8_t>(kv_, v ? 1 : 0);
+    ++kv_count_;
+  }
   void F32(const std::string& key, float value) {
     PutString(kv_, key);
     Put<uint32_t>(kv_, 6);
@@ -90,12 +98,12 @@ std::string WriteFile(const std::vector<uint8_t>& bytes, const std::string& name
 }
 
 // A two-tensor llama file's header: the metadata ArchitectureFromGguf needs.
-Writer Llama(const std::string& arch = "llama") {
+Writer Llama(const std::string& arch = "llama", uint32_t layers = 1) {
   Writer w;
   w.String("general.architecture", arch);
   w.U32(arch + ".embedding_length", 64);
   w.U32(arch + ".feed_forward_length", 128);
-  w.U32(arch + ".block_count", 1);
+  w.U32(arch + ".block_count", layers);
   w.U32(arch + ".attention.head_count", 4);
   w.U32(arch + ".attention.head_count_kv", 2);
   w.F32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
@@ -160,6 +168,47 @@ TEST_F(GgufTest, BadFilesAreRefusedByName) {
   Writer twice = Llama();
   twice.U32("llama.block_count", 2);
   EXPECT_NE(ErrorOf(twice.Bytes(), "twice.gguf").find("twice"), std::string::npos);
+}
+
+// gemma3's sliding-window layers as llama.cpp reads them: a period (default 6, its last layer
+// global), or one flag per layer; a list of the wrong length is refused by its key.
+TEST_F(GgufTest, Gemma3SlidingWindowLayers) {
+  auto read = [](Writer w, const std::string& name) {
+    auto file = GgufFile::Open(WriteFile(w.Bytes(), name));
+    EXPECT_TRUE(file.ok()) << file.status().ToString();
+    return file.ok() ? ArchitectureFromGguf(**file) : Result<ModelArchitecture>(file.status());
+  };
+  Writer none = Llama("gemma3", 7);  // No window: every layer global.
+  auto global = read(none, "gemma_none.gguf");
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  EXPECT_TRUE(global->local_layers.empty());
+  EXPECT_TRUE(global->scale_embedding && global->post_norms && global->qk_norm);
+  EXPECT_EQ(global->activation, GateActivation::kGeluTanh);
+  EXPECT_FALSE(global->rope_interleaved);
+  EXPECT_DOUBLE_EQ(global->attention_scale, 0.25);  // 1 / sqrt(head size 16).
+
+  Writer period = Llama("gemma3", 7);
+  period.U32("gemma3.attention.sliding_window", 512);
+  period.F32("gemma3.rope.freq_base_swa", 20000.0f);
+  auto six = read(period, "gemma_period.gguf");
+  ASSERT_TRUE(six.ok()) << six.status().ToString();
+  EXPECT_EQ(six->sliding_window, 512);
+  EXPECT_EQ(six->local_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_DOUBLE_EQ(six->rope_theta_local, 20000.0);
+
+  Writer flags = Llama("gemma3", 3);
+  flags.U32("gemma3.attention.sliding_window", 4);
+  flags.Bools("gemma3.attention.sliding_window_pattern", {false, true, false});
+  auto listed = read(flags, "gemma_flags.gguf");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->local_layers, (std::vector<bool>{false, true, false}));
+
+  Writer short_list = Llama("gemma3", 3);
+  short_list.U32("gemma3.attention.sliding_window", 4);
+  short_list.Bools("gemma3.attention.sliding_window_pattern", {true, false});
+  auto refused = read(short_list, "gemma_short.gguf");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("sliding_window_pattern"), std::string::npos);
 }
 
 TEST_F(GgufTest, UnknownArchitectureAndInconsistentShapesAreRefused) {

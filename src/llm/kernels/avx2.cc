@@ -128,6 +128,30 @@ SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float
   }
 }
 
+// gelu(g) = g sigmoid(2 u), u = sqrt(2 / pi) (g + 0.044715 g^3); sigmoid(z) as 1 / (1 + e) when
+// z >= 0 and e / (1 + e) when z < 0, e = e^-|z|, as SwiGlu's.
+SLUICE_AVX2 void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 twice_root = _mm256_set1_ps(2.0f * 0.7978845608028654f);
+  const __m256 cubic = _mm256_set1_ps(0.044715f);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* gate = gate_up + t * 2 * inter;
+    const float* up = gate + inter;
+    for (int64_t c = 0; c < inter; c += 8) {
+      const __m256i lanes = FirstLanes8(inter - c);
+      const __m256 g = _mm256_maskload_ps(gate + c, lanes);
+      const __m256 z = _mm256_mul_ps(
+          twice_root, _mm256_fmadd_ps(_mm256_mul_ps(cubic, _mm256_mul_ps(g, g)), g, g));
+      const __m256 e = Exp8(_mm256_or_ps(z, sign_bit));  // e^-|z|
+      const __m256 negative = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
+      const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), negative);
+      const __m256 gelu = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
+      _mm256_maskstore_ps(out + t * inter + c, lanes,
+                          _mm256_mul_ps(gelu, _mm256_maskload_ps(up + c, lanes)));
+    }
+  }
+}
+
 SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 SLUICE_AVX2 inline __m256 Load8(const uint16_t* p) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -250,8 +274,7 @@ SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T
     const int gs = std::min(4, groups - g0);
     for (int64_t c0 = 0; c0 < d; c0 += 8 * kPvVectors[gs - 1]) {
       const int vectors = static_cast<int>(std::min<int64_t>(kPvVectors[gs - 1], (d - c0) / 8));
-      kAccumulatePv8<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len,
-                                             out + g0 * d + c0);
+      kAccumulatePv8<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
     }
   }
 }

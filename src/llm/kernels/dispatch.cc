@@ -291,6 +291,14 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
   portable::SwiGlu(gate_up, rows, inter, out);
 }
 
+// AVX-512 CPUs take the AVX2 path: GeGLU is a small share of a gemma step.
+void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+#ifdef SLUICE_X86
+  if (Active() >= KernelIsa::kAvx2) return avx2::GeGlu(gate_up, rows, inter, out);
+#endif
+  portable::GeGlu(gate_up, rows, inter, out);
+}
+
 uint16_t Fp32ToBf16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);

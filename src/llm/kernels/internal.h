@@ -64,6 +64,7 @@ void SoftmaxRows(float* scores, int groups, int64_t len);
 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
              float* out);
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 }  // namespace portable
 
 // GGUF's block formats, 32 weights at a time (quant.cc).
@@ -149,6 +150,7 @@ SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len);
 SLUICE_AVX2 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
                          float eps, float* out);
 SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+SLUICE_AVX2 void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 }  // namespace avx2
 
 namespace avx512 {

@@ -132,6 +132,9 @@ int64_t ArgMax(const float* x, int64_t n);
 // SwiGLU: out[t, c] = silu(gate_up[t, c]) * gate_up[t, inter + c] for each of `rows` rows of
 // gate_up ([rows, 2 inter]: the gate, then the up projection); out: [rows, inter].
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
+// GeGLU (gemma's): out[t, c] = gelu(gate) * up with GELU's tanh form, gelu(g) = g / 2 (1 +
+// tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3), computed as g sigmoid(2 u).
+void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 
 // RMSNorm of each of `rows` rows of x ([rows, width]):
 // out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), in fp32 as transformers computes it (the sum

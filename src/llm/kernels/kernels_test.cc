@@ -355,6 +355,37 @@ TEST(SwiGlu, MatchesTheFormulaOnEveryPath) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
+// gelu(gate) * up (tanh form) on every path, against the double-precision formula: within 1e-5
+// (relative), as u = sqrt(2 / pi) (g + 0.044715 g^3) rounds to fp32 and e^-2|u| carries that
+// rounding times 2|u|; far negative gates go to 0 without NaNs.
+TEST(GeGlu, MatchesTheFormulaOnEveryPath) {
+  constexpr int64_t kRows = 3, kInter = 37;
+  std::vector<float> gate_up(kRows * 2 * kInter);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : gate_up) v = normal(rng);
+  const float extremes[] = {0.0f, -0.0f, 100.0f, -100.0f, 10.0f, -10.0f, 1e-8f, -1e-8f, -3.0f};
+  for (size_t i = 0; i < std::size(extremes); ++i) gate_up[i] = extremes[i];
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    std::vector<float> out(kRows * kInter, -1.0f);
+    GeGlu(gate_up.data(), kRows, kInter, out.data());
+    for (int64_t t = 0; t < kRows; ++t) {
+      for (int64_t c = 0; c < kInter; ++c) {
+        const double g = gate_up[t * 2 * kInter + c], up = gate_up[t * 2 * kInter + kInter + c];
+        const double u = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
+        const double want = 0.5 * g * (1.0 + std::tanh(u)) * up;
+        const float got = out[t * kInter + c];
+        ASSERT_TRUE(std::isfinite(got)) << KernelIsaName(isa) << " g " << g;
+        EXPECT_NEAR(got, want, 1e-5 * std::abs(want) + 1e-30)
+            << KernelIsaName(isa) << " row " << t << " column " << c << " g " << g;
+      }
+    }
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
 // RMSNorm on every path: within 1e-6 (relative) of the double-precision formula, rows of a width
 // that is not a multiple of 16, a row of zeros (eps alone), and each row on its own.
 TEST(RmsNorm, MatchesTheFormulaOnEveryPath) {

@@ -92,6 +92,20 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
   }
 }
 
+void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* gate = gate_up + t * 2 * inter;
+    for (int64_t c = 0; c < inter; ++c) {
+      const float g = gate[c];
+      // g (1 + tanh(u)) / 2 = g sigmoid(2 u), without 1 + tanh(u)'s cancellation for g < 0.
+      const float z = 2.0f * kSqrt2OverPi * (g + kCubic * g * g * g);
+      const float e = std::exp(-std::abs(z));
+      out[t * inter + c] = (z >= 0 ? g : g * e) / (1.0f + e) * gate[inter + c];
+    }
+  }
+}
+
 template void Matmul(const float*, int64_t, int64_t, const uint16_t*, const float*, int64_t, float*,
                      int64_t, int64_t);
 template void Matmul(const float*, int64_t, int64_t, const int8_t*, const float*, int64_t, float*,
