@@ -343,8 +343,9 @@ int RunLlmInProcess(const BenchCommand& cmd) {
                             (o.prompt_tokens > static_cast<int>(counted) ? 1 : -1));
   }
   const std::vector<int> levels = cmd.concurrency.empty() ? std::vector<int>{1} : cmd.concurrency;
-  fmt::print("in-process {} ({}): prompts of {} tokens, {} output tokens\n", dir,
-             llm::LlmPrecisionName((*engine)->config().precision), counted, o.output_tokens);
+  fmt::print("in-process {} (weights {}, kernels {}): prompts of {} tokens, {} output tokens\n",
+             dir, (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(), counted,
+             o.output_tokens);
   // Warm-up, untimed: one request through every step shape the levels will use.
   for (int concurrency : {1, *std::max_element(levels.begin(), levels.end())}) {
     Mutex mu;
