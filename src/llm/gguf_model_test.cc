@@ -66,7 +66,7 @@ std::vector<Reference> ReadReference(const std::string& dir) {
 // Tolerances by the file's weight type (the directory's suffix): the relative logit difference
 // allowed, the share of positions whose top token must agree, and the share of prompts whose
 // greedy continuation (16 tokens) must equal llama.cpp's throughout. Float files: every
-// continuation; SmolLM2's real Q4_1 weights: 3 of 4 (4 of 4 on an AMD EPYC with AVX2, where 2 of
+// continuation; SmolLM2's real Q4_1 weights: 3 of 4 (3 of 4 on an AMD EPYC with AVX2, where 3 of
 // its 40 positions' top tokens differ, near ties). The tiny random models' quantised files: none is
 // required, as their logits are near ties (a random model's top two differ by less than the
 // quantisation of x, which Sluice does per 32 columns and llama.cpp per 256 for the K-quants), so
