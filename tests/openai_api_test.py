@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
 where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
-usage chunk, the error shapes, a disconnect mid-stream, the API key.
+usage chunk, /tokenize and /detokenize, the error shapes, a disconnect mid-stream, the API key.
 
 Usage: tests/openai_api_test.py SLUICE TEST_MODELS
 """
@@ -95,6 +95,34 @@ def run(port):
                                            max_tokens=8, temperature=0, stop=["zzzz"])
     check(completion.object == "text_completion" and completion.usage.completion_tokens <= 8,
           f"completion: {completion}")
+
+    # /tokenize and /detokenize (vLLM's routes): the counts the completions report, and back.
+    status, _, body = raw(port, "POST", "/tokenize", {"model": "tiny_llm", "messages": messages})
+    tokenized = json.loads(body)
+    check(status == 200 and tokenized["count"] == len(tokenized["tokens"]) ==
+          chat.usage.prompt_tokens and tokenized["max_model_len"] == 256, f"tokenize chat: {body}")
+    status, _, body = raw(port, "POST", "/tokenize", {"prompt": "the quick brown fox"})
+    check(status == 200 and json.loads(body)["count"] == completion.usage.prompt_tokens,
+          f"tokenize prompt: {body} against {completion.usage}")
+    status, _, body = raw(port, "POST", "/tokenize", {"prompt": "the quick brown fox",
+                                                      "add_special_tokens": False})
+    ids = json.loads(body)["tokens"]
+    status, _, body = raw(port, "POST", "/detokenize", {"model": "tiny_llm", "tokens": ids})
+    check(status == 200 and json.loads(body) == {"prompt": "the quick brown fox"},
+          f"detokenize: {status} {body}")
+    for path, bad, param in [("/tokenize", {"prompt": "x", "return_token_strs": True},
+                              "return_token_strs"),
+                             ("/tokenize", {"prompt": "x", "messages": messages}, "prompt"),
+                             ("/tokenize", {"prompt": 7}, "prompt"),
+                             ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"},
+                              "add_special_tokens"),
+                             ("/detokenize", {"tokens": [1, 100000]}, "tokens"),
+                             ("/detokenize", {"tokens": "1 2"}, "tokens"),
+                             ("/detokenize", {"model": "no_such_model", "tokens": [1]}, "model")]:
+        status, _, body = raw(port, "POST", path, bad)
+        error = json.loads(body)["error"]
+        check(status in (400, 404) and error["param"] == param and error["message"],
+              f"{path} {bad}: {status} {error}")
 
     seeded = [client.completions.create(model="tiny_llm", prompt="hello", max_tokens=10,
                                         temperature=1.0, seed=42,

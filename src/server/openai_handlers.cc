@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -97,6 +98,53 @@ std::optional<ParseError> ReadContent(const element& message, std::string& out) 
   return std::nullopt;
 }
 
+// root["messages"]: a non-empty array of {role, content}.
+std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::ChatMessage>& out) {
+  simdjson::dom::array messages;
+  if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
+    return ParseError{"'messages' must be a non-empty array", "messages"};
+  }
+  std::string_view text;
+  for (element m : messages) {
+    llm::ChatMessage message;
+    if (m["role"].get(text) != simdjson::SUCCESS) {
+      return ParseError{"each message needs a string 'role'", "messages"};
+    }
+    message.role = std::string(text);
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "developer" && message.role != "tool") {
+      return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
+    }
+    if (auto error = ReadContent(m, message.content)) return error;
+    out.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+// root[key] as a bool when present (else `out` unchanged).
+std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  if (value.get(out) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be true or false", key), key};
+  }
+  return std::nullopt;
+}
+
+// The first key of `root` outside `known`, refused by name.
+std::optional<ParseError> OnlyKeys(const element& root,
+                                   std::initializer_list<std::string_view> known) {
+  simdjson::dom::object object;
+  if (root.get(object) != simdjson::SUCCESS) return ParseError{"the body is not a JSON object", ""};
+  for (auto field : object) {
+    if (std::find(known.begin(), known.end(), field.key) == known.end()) {
+      return ParseError{fmt::format("'{}' is not a parameter of this route", field.key),
+                        std::string(field.key)};
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequest& r) {
   simdjson::dom::parser parser;
   element root;
@@ -106,23 +154,7 @@ std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequ
   std::string_view text;
   if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
   if (chat) {
-    simdjson::dom::array messages;
-    if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
-      return ParseError{"'messages' must be a non-empty array", "messages"};
-    }
-    for (element m : messages) {
-      llm::ChatMessage message;
-      if (m["role"].get(text) != simdjson::SUCCESS) {
-        return ParseError{"each message needs a string 'role'", "messages"};
-      }
-      message.role = std::string(text);
-      if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-          message.role != "developer" && message.role != "tool") {
-        return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
-      }
-      if (auto error = ReadContent(m, message.content)) return error;
-      r.messages.push_back(std::move(message));
-    }
+    if (auto error = ReadMessages(root, r.messages)) return error;
   } else {
     element prompt;
     if (root["prompt"].get(prompt) != simdjson::SUCCESS) {
@@ -373,6 +405,128 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Get("/v1/models", bind(&OpenAiHandlers::Models));
   router.Post("/v1/chat/completions", bind(&OpenAiHandlers::ChatCompletions));
   router.Post("/v1/completions", bind(&OpenAiHandlers::Completions));
+  router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
+  router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
+}
+
+Result<std::shared_ptr<llm::LlmEngine>> OpenAiHandlers::Find(std::string& model) const {
+  if (model.empty() && models_.size() == 1) model = models_.begin()->first;
+  auto it = models_.find(model);
+  if (it == models_.end()) {
+    return Status::NotFound(model.empty() ? std::string("'model' is required")
+                                          : fmt::format("The model '{}' does not exist", model));
+  }
+  return it->second;
+}
+
+Result<std::string> OpenAiHandlers::RenderChat(const llm::LlmEngine& engine,
+                                               const std::string& model,
+                                               const std::vector<llm::ChatMessage>& messages,
+                                               bool add_generation_prompt) {
+  const llm::ChatTemplate* chat_template = engine.chat_template();
+  if (chat_template == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("model '{}' has no chat template; use /v1/completions", model));
+  }
+  const llm::Tokenizer& tokenizer = engine.tokenizer();
+  return chat_template->Render(
+      messages, add_generation_prompt,
+      {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}});
+}
+
+void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(request.body.data(), request.body.size()).get(root) != simdjson::SUCCESS ||
+      !root.is_object()) {
+    return respond(OpenAiError(Status::InvalidArgument("the body is not a JSON object")));
+  }
+  std::string model, prompt;
+  std::vector<llm::ChatMessage> messages;
+  std::string_view text;
+  const bool chat = root["messages"].error() == simdjson::SUCCESS;
+  bool add_special = !chat, add_generation_prompt = true;
+  std::optional<ParseError> error = OnlyKeys(
+      root, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"});
+  if (!error) error = ReadBool(root, "add_special_tokens", add_special);
+  if (!error) error = ReadBool(root, "add_generation_prompt", add_generation_prompt);
+  if (!error && root["model"].error() == simdjson::SUCCESS) {
+    if (root["model"].get(text) != simdjson::SUCCESS) {
+      error = ParseError{"'model' must be a string", "model"};
+    } else {
+      model = std::string(text);
+    }
+  }
+  if (!error && chat) {
+    if (root["prompt"].error() == simdjson::SUCCESS) {
+      error = ParseError{"give 'prompt' or 'messages', not both", "prompt"};
+    } else {
+      error = ReadMessages(root, messages);
+    }
+  } else if (!error) {
+    if (root["prompt"].get(text) != simdjson::SUCCESS) {
+      error = ParseError{"'prompt' (a string) or 'messages' is required", "prompt"};
+    } else {
+      prompt = std::string(text);
+    }
+  }
+  if (error) return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  auto engine = Find(model);
+  if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
+  if (chat) {
+    auto rendered = RenderChat(**engine, model, messages, add_generation_prompt);
+    if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
+    prompt = std::move(*rendered);
+  }
+  const std::vector<int32_t> ids = (*engine)->tokenizer().Encode(prompt, add_special);
+  JsonWriter json;
+  json.BeginObject().Field("count", static_cast<int64_t>(ids.size()));
+  json.Field("max_model_len", int64_t{(*engine)->model().context_length()});
+  json.Key("tokens").BeginArray();
+  for (int32_t id : ids) json.Int(id);
+  json.EndArray().EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, Responder respond) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(request.body.data(), request.body.size()).get(root) != simdjson::SUCCESS ||
+      !root.is_object()) {
+    return respond(OpenAiError(Status::InvalidArgument("the body is not a JSON object")));
+  }
+  std::optional<ParseError> error = OnlyKeys(root, {"model", "tokens"});
+  std::string model;
+  std::string_view text;
+  if (!error && root["model"].error() == simdjson::SUCCESS) {
+    if (root["model"].get(text) != simdjson::SUCCESS) {
+      error = ParseError{"'model' must be a string", "model"};
+    } else {
+      model = std::string(text);
+    }
+  }
+  simdjson::dom::array tokens;
+  if (!error && root["tokens"].get(tokens) != simdjson::SUCCESS) {
+    error = ParseError{"'tokens' (an array of token ids) is required", "tokens"};
+  }
+  if (error) return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  auto engine = Find(model);
+  if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
+  const int64_t vocab = (*engine)->model().architecture().vocab_size;
+  std::vector<int32_t> ids;
+  for (element token : tokens) {
+    int64_t id = 0;
+    if (token.get(id) != simdjson::SUCCESS || id < 0 || id >= vocab) {
+      return respond(
+          OpenAiError(Status::InvalidArgument(fmt::format(
+                          "'tokens' must hold token ids in [0, {}) of model '{}'", vocab, model)),
+                      "tokens"));
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  JsonWriter json;
+  json.BeginObject().Field("prompt", (*engine)->tokenizer().Decode(ids)).EndObject();
+  respond(HttpResponse::Json(200, json.str()));
 }
 
 void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {
@@ -402,33 +556,13 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   if (auto error = Parse(request.body, chat, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  std::shared_ptr<llm::LlmEngine> engine;
-  if (parsed.model.empty() && models_.size() == 1) {
-    parsed.model = models_.begin()->first;
-  }
-  auto it = models_.find(parsed.model);
-  if (it == models_.end()) {
-    return respond(OpenAiError(
-        Status::NotFound(parsed.model.empty()
-                             ? std::string("'model' is required")
-                             : fmt::format("The model '{}' does not exist", parsed.model)),
-        "model"));
-  }
-  engine = it->second;
+  auto found = Find(parsed.model);
+  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  std::shared_ptr<llm::LlmEngine> engine = *found;
   std::string prompt_text = parsed.prompt;
   if (chat) {
-    const llm::ChatTemplate* chat_template = engine->chat_template();
-    if (chat_template == nullptr) {
-      return respond(
-          OpenAiError(Status::InvalidArgument(fmt::format("model '{}' has no chat template; use "
-                                                          "/v1/completions",
-                                                          parsed.model)),
-                      "messages"));
-    }
-    const llm::Tokenizer& tokenizer = engine->tokenizer();
-    auto rendered = chat_template->Render(
-        parsed.messages, /*add_generation_prompt=*/true,
-        {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}});
+    auto rendered =
+        RenderChat(*engine, parsed.model, parsed.messages, /*add_generation_prompt=*/true);
     if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
     prompt_text = std::move(*rendered);
   }

@@ -1,11 +1,14 @@
 // The OpenAI-style language-model routes: GET /v1/models, POST /v1/completions and
-// POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape. Bodies
-// are parsed into typed requests here; the engine (llm/llm_engine.h) never sees JSON.
+// POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape; and
+// vLLM's POST /tokenize ({"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"}) and
+// POST /detokenize ({"tokens"} -> {"prompt"}). Bodies are parsed into typed requests here; the
+// engine (llm/llm_engine.h) never sees JSON.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "llm/llm_engine.h"
 #include "server/router.h"
@@ -21,6 +24,8 @@ class OpenAiHandlers {
   void Models(const HttpRequest&, const PathParams&, Responder respond);
   void ChatCompletions(const HttpRequest& request, const PathParams&, Responder respond);
   void Completions(const HttpRequest& request, const PathParams&, Responder respond);
+  void Tokenize(const HttpRequest& request, const PathParams&, Responder respond);
+  void Detokenize(const HttpRequest& request, const PathParams&, Responder respond);
 
   // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
   std::string RenderMetrics() const;
@@ -28,6 +33,13 @@ class OpenAiHandlers {
 
  private:
   void Generate(const HttpRequest& request, bool chat, Responder respond);
+  // The engine serving `model`; an empty name is the only model where there is one (and is set
+  // to its name). kNotFound naming the model otherwise.
+  Result<std::shared_ptr<llm::LlmEngine>> Find(std::string& model) const;
+  // The conversation through the model's chat template (kInvalidArgument where it has none).
+  static Result<std::string> RenderChat(const llm::LlmEngine& engine, const std::string& model,
+                                        const std::vector<llm::ChatMessage>& messages,
+                                        bool add_generation_prompt);
 
   std::map<std::string, std::shared_ptr<llm::LlmEngine>> models_;
   const int64_t created_;  // Unix seconds at start, the `created` of every model.
