@@ -121,6 +121,27 @@ std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::Cha
   return std::nullopt;
 }
 
+// `body` as a JSON object, parsed into `parser`'s memory.
+std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
+                                      element& root) {
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return ParseError{"the body is not a JSON object", ""};
+  }
+  return std::nullopt;
+}
+
+// root[key] as a string when present (else `out` unchanged).
+std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  std::string_view text;
+  if (value.get(text) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be a string", key), key};
+  }
+  out = std::string(text);
+  return std::nullopt;
+}
+
 // root[key] as a bool when present (else `out` unchanged).
 std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
   element value;
@@ -148,9 +169,7 @@ std::optional<ParseError> OnlyKeys(const element& root,
 std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequest& r) {
   simdjson::dom::parser parser;
   element root;
-  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
-    return ParseError{"the body is not a JSON object", ""};
-  }
+  if (auto error = ParseObject(parser, body, root)) return error;
   std::string_view text;
   if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
   if (chat) {
@@ -437,9 +456,8 @@ Result<std::string> OpenAiHandlers::RenderChat(const llm::LlmEngine& engine,
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
   simdjson::dom::parser parser;
   element root;
-  if (parser.parse(request.body.data(), request.body.size()).get(root) != simdjson::SUCCESS ||
-      !root.is_object()) {
-    return respond(OpenAiError(Status::InvalidArgument("the body is not a JSON object")));
+  if (auto error = ParseObject(parser, request.body, root)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message)));
   }
   std::string model, prompt;
   std::vector<llm::ChatMessage> messages;
@@ -450,13 +468,7 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
       root, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"});
   if (!error) error = ReadBool(root, "add_special_tokens", add_special);
   if (!error) error = ReadBool(root, "add_generation_prompt", add_generation_prompt);
-  if (!error && root["model"].error() == simdjson::SUCCESS) {
-    if (root["model"].get(text) != simdjson::SUCCESS) {
-      error = ParseError{"'model' must be a string", "model"};
-    } else {
-      model = std::string(text);
-    }
-  }
+  if (!error) error = ReadString(root, "model", model);
   if (!error && chat) {
     if (root["prompt"].error() == simdjson::SUCCESS) {
       error = ParseError{"give 'prompt' or 'messages', not both", "prompt"};
@@ -491,20 +503,12 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
 void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, Responder respond) {
   simdjson::dom::parser parser;
   element root;
-  if (parser.parse(request.body.data(), request.body.size()).get(root) != simdjson::SUCCESS ||
-      !root.is_object()) {
-    return respond(OpenAiError(Status::InvalidArgument("the body is not a JSON object")));
+  if (auto error = ParseObject(parser, request.body, root)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message)));
   }
   std::optional<ParseError> error = OnlyKeys(root, {"model", "tokens"});
   std::string model;
-  std::string_view text;
-  if (!error && root["model"].error() == simdjson::SUCCESS) {
-    if (root["model"].get(text) != simdjson::SUCCESS) {
-      error = ParseError{"'model' must be a string", "model"};
-    } else {
-      model = std::string(text);
-    }
-  }
+  if (!error) error = ReadString(root, "model", model);
   simdjson::dom::array tokens;
   if (!error && root["tokens"].get(tokens) != simdjson::SUCCESS) {
     error = ParseError{"'tokens' (an array of token ids) is required", "tokens"};

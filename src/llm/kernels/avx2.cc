@@ -109,47 +109,43 @@ SLUICE_AVX2 void RmsNorm(const float* x, int64_t rows, int64_t width, const floa
   }
 }
 
-// silu(g) = g / (1 + e^-g), as g / (1 + e) when g >= 0 and g e / (1 + e) when g < 0, e = e^-|g|.
-SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign_bit = _mm256_set1_ps(-0.0f);
+// g sigmoid(z), as g / (1 + e) when z >= 0 and g e / (1 + e) when z < 0, e = e^-|z|: no
+// overflow on either side.
+SLUICE_AVX2 inline __m256 TimesSigmoid(__m256 g, __m256 z) {
+  const __m256 e = Exp8(_mm256_or_ps(z, _mm256_set1_ps(-0.0f)));  // e^-|z|
+  const __m256 negative = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), negative);
+  return _mm256_div_ps(numerator, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// out[t, c] = gate(g) * up for each row of gate_up ([rows, 2 inter]: the gate, then up).
+template <class Gate>
+SLUICE_AVX2 inline void GatedRows(const float* gate_up, int64_t rows, int64_t inter, float* out,
+                                  Gate gate) {
   for (int64_t t = 0; t < rows; ++t) {
-    const float* gate = gate_up + t * 2 * inter;
-    const float* up = gate + inter;
+    const float* g = gate_up + t * 2 * inter;
+    const float* up = g + inter;
     for (int64_t c = 0; c < inter; c += 8) {
       const __m256i lanes = FirstLanes8(inter - c);
-      const __m256 g = _mm256_maskload_ps(gate + c, lanes);
-      const __m256 e = Exp8(_mm256_or_ps(g, sign_bit));  // e^-|g|
-      const __m256 negative = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
-      const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), negative);
-      const __m256 silu = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
-      _mm256_maskstore_ps(out + t * inter + c, lanes,
-                          _mm256_mul_ps(silu, _mm256_maskload_ps(up + c, lanes)));
+      _mm256_maskstore_ps(
+          out + t * inter + c, lanes,
+          _mm256_mul_ps(gate(_mm256_maskload_ps(g + c, lanes)), _mm256_maskload_ps(up + c, lanes)));
     }
   }
 }
 
-// gelu(g) = g sigmoid(2 u), u = sqrt(2 / pi) (g + 0.044715 g^3); sigmoid(z) as 1 / (1 + e) when
-// z >= 0 and e / (1 + e) when z < 0, e = e^-|z|, as SwiGlu's.
+// silu(g) = g sigmoid(g).
+SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  GatedRows(gate_up, rows, inter, out, [](__m256 g) SLUICE_AVX2 { return TimesSigmoid(g, g); });
+}
+
+// gelu(g) = g sigmoid(2 u), u = sqrt(2 / pi) (g + 0.044715 g^3).
 SLUICE_AVX2 void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign_bit = _mm256_set1_ps(-0.0f);
-  const __m256 twice_root = _mm256_set1_ps(2.0f * 0.7978845608028654f);
-  const __m256 cubic = _mm256_set1_ps(0.044715f);
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* gate = gate_up + t * 2 * inter;
-    const float* up = gate + inter;
-    for (int64_t c = 0; c < inter; c += 8) {
-      const __m256i lanes = FirstLanes8(inter - c);
-      const __m256 g = _mm256_maskload_ps(gate + c, lanes);
-      const __m256 z = _mm256_mul_ps(
-          twice_root, _mm256_fmadd_ps(_mm256_mul_ps(cubic, _mm256_mul_ps(g, g)), g, g));
-      const __m256 e = Exp8(_mm256_or_ps(z, sign_bit));  // e^-|z|
-      const __m256 negative = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
-      const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), negative);
-      const __m256 gelu = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
-      _mm256_maskstore_ps(out + t * inter + c, lanes,
-                          _mm256_mul_ps(gelu, _mm256_maskload_ps(up + c, lanes)));
-    }
-  }
+  GatedRows(gate_up, rows, inter, out, [](__m256 g) SLUICE_AVX2 {
+    const __m256 cubic = _mm256_mul_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(g, g));
+    return TimesSigmoid(
+        g, _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), _mm256_fmadd_ps(cubic, g, g)));
+  });
 }
 
 SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
