@@ -277,8 +277,6 @@ class LlamaModel final : public StepModel {
                       const std::vector<int>& slots, int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
-  // Rows of x normed in place (gemma3's post-norms).
-  void RmsNormInPlace(at::Tensor& x, const at::Tensor& weight) const;
   bool IsLocal(int layer) const {
     return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
   }
@@ -623,6 +621,7 @@ void LlamaModel::BuildRope() {
 
 // out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps), as transformers computes it in fp32; with
 // `residual`, x[t] += residual[t] first (the residual connection, in the same pass over the rows).
+// out may be x (gemma3's post-norms, in place).
 void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                          const float* residual) const {
   const int64_t width = x.size(1);
@@ -635,16 +634,6 @@ void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& ou
       for (int64_t i = begin * width; i < end * width; ++i) in[i] += residual[i];
     }
     llm::RmsNorm(in + begin * width, end - begin, width, w, eps, o + begin * width);
-  });
-}
-
-void LlamaModel::RmsNormInPlace(at::Tensor& x, const at::Tensor& weight) const {
-  const int64_t width = x.size(1);
-  float* rows = x.data_ptr<float>();
-  const float* w = weight.data_ptr<float>();
-  const auto eps = static_cast<float>(arch_.rms_norm_eps);
-  ForRows(x.size(0), [&](int64_t begin, int64_t end) {
-    llm::RmsNorm(rows + begin * width, end - begin, width, w, eps, rows + begin * width);
   });
 }
 
@@ -846,7 +835,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
-      if (a.post_norms) RmsNormInPlace(attn, layer.post_attn_norm);
+      if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
       layer.gate_up.Into(normed, gate_up.data_ptr<float>());
       const float* gu = gate_up.data_ptr<float>();
@@ -859,7 +848,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
         }
       });
       layer.down.Into(act, down.data_ptr<float>());
-      if (a.post_norms) RmsNormInPlace(down, layer.post_ffn_norm);
+      if (a.post_norms) RmsNorm(down, layer.post_ffn_norm, down);
       pending = down.data_ptr<float>();
     }
     // The last residual, for the rows whose logits are wanted only.
