@@ -69,7 +69,9 @@ llm:
   precision: {precision}     # bf16 | fp32 | int8 (int8: weight-only, per-channel scales)
   slots: {slots}             # requests decoded together (continuous batching); KV cache per slot
   context_length: {context}  # tokens per slot (prompt + generated); <= max_position_embeddings
-  prefill_chunk: {chunk}     # prompt tokens run per step while other slots keep decoding
+  max_step_tokens: {step}    # prompt tokens per step beside decoding streams (bounds their ITL)
+  prefill_chunk: {chunk}     # prompt tokens per step while nothing decodes
+  speculative_tokens: 0      # prompt-lookup drafts per step and stream; 0: off
   threads: 0                 # intra-op threads; 0: every core
   max_waiting: 256           # requests queued for a slot; beyond it: 503 with Retry-After
 """
@@ -161,7 +163,8 @@ def convert_smollm2(out_dir, precision, force):
     tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizer_from_json(SMOLLM_PRE_TOKENIZER)
     save_tokenizer(tokenizer, out_dir, gguf_value(reader, "tokenizer.chat_template"))
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, chunk=256))
+        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, step=64,
+                                    chunk=256))
     print(f"{out_dir}: {len(tensors)} tensors from {GGUF_NAME} in {time.time() - start:.1f} s")
     check_chat(out_dir)
 
@@ -194,7 +197,7 @@ def save_tokenizer(tokenizer, out_dir, chat_template):
 def write_gguf_config(out_dir):
     """config.yaml for a GGUF model directory: the serving settings of smollm2_hf's."""
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, chunk=256)
+        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, step=64, chunk=256)
                 .replace("# bf16 | fp32 | int8 (int8: weight-only, per-channel scales)",
                          "# of the file's float tensors; quantised ones keep their blocks"))
 
@@ -319,7 +322,7 @@ def write_tiny_llm(out_dir, name, chat_template, scaled, seed):
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(config_json, f, indent=2)
     with open(os.path.join(model_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision="fp32", slots=8, context=256, chunk=16))
+        f.write(SERVE_CONFIG.format(precision="fp32", slots=8, context=256, step=8, chunk=16))
 
     rng = random.Random(seed + 1)
     reference = {}

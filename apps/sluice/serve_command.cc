@@ -43,6 +43,13 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   app->add_option("--llm-threads", cmd.llm_overrides.threads,
                   "Language models' intra-op threads (0: every core)")
       ->check(CLI::Range(0, 1024));
+  app->add_option("--llm-max-step-tokens", cmd.llm_overrides.max_step_tokens,
+                  "Language models' prompt tokens per step beside decoding streams, over their "
+                  "config.yaml")
+      ->check(CLI::Range(1, 8192));
+  app->add_option("--llm-speculative-tokens", cmd.llm_overrides.speculative_tokens,
+                  "Language models' prompt-lookup drafts per step (0: off), over their config.yaml")
+      ->check(CLI::Range(0, 64));
   app->add_option("--predict-model", cmd.options.predict_model,
                   "Model behind /predict (default: the first with preprocess.image)");
   app->add_option("--max-body-bytes", cmd.options.http.max_body_bytes,

@@ -204,9 +204,11 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   const YAML::Node llm = root["llm"];
   if (!llm) return config;
   if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
-  static const std::set<std::string> kKeys = {"precision",          "slots",     "context_length",
-                                              "prefill_chunk",      "threads",   "max_waiting",
-                                              "default_max_tokens", "model_file"};
+  static const std::set<std::string> kKeys = {
+      "precision",          "slots",         "context_length",
+      "max_step_tokens",    "prefill_chunk", "speculative_tokens",
+      "speculative_ngram",  "threads",       "max_waiting",
+      "default_max_tokens", "model_file"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -234,7 +236,10 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
     for (const IntKey& item : std::initializer_list<IntKey>{
              {"slots", &config.slots, 1, 256},
              {"context_length", &config.context_length, 2, architecture.max_position_embeddings},
+             {"max_step_tokens", &config.max_step_tokens, 1, 8192},
              {"prefill_chunk", &config.prefill_chunk, 1, 8192},
+             {"speculative_tokens", &config.speculative_tokens, 0, 64},
+             {"speculative_ngram", &config.speculative_ngram, 1, 8},
              {"threads", &config.threads, 0, 1024},
              {"max_waiting", &config.max_waiting, 0, 1 << 20},
              {"default_max_tokens", &config.default_max_tokens, 1, 1 << 20}}) {

@@ -70,9 +70,17 @@ struct LlmServeConfig {
   LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
   int slots = 8;              // Sequences decoded together; a KV cache is allocated for each.
   int context_length = 2048;  // Tokens per slot, prompt + generated; <= max_position_embeddings.
-  // Prompt tokens run per step beside the decoding slots; >= 1. Larger chunks prefill faster
-  // (bigger matrix products, fewer steps) but stall the decoding slots longer per step.
+  // The token budget of a step (vLLM's chunked prefill): prompt tokens run beside decoding
+  // sequences; >= 1. A newcomer's prompt is spread over steps, so a decoding stream waits out at
+  // most this much prompt work per token: larger budgets prefill sooner and stall streams longer.
+  int max_step_tokens = 64;
+  // Prompt tokens per step while no sequence decodes (nobody waits on the step); >= 1.
   int prefill_chunk = 256;
+  // Prompt-lookup speculative decoding: drafts per decoding sequence and step, copied from the
+  // earlier text that followed its latest n-gram, verified in the step; outputs are those of
+  // plain decoding. 0: off. Pays off where the output repeats the input (summaries, edits, code).
+  int speculative_tokens = 0;
+  int speculative_ngram = 3;     // The longest n-gram looked up; 1-8.
   int threads = 0;               // Intra-op threads; 0: every core.
   int max_waiting = 256;         // Requests waiting for a slot; beyond it: kUnavailable.
   int default_max_tokens = 256;  // When a request gives no max_tokens (capped by the context).

@@ -22,21 +22,38 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "";
 }
 
+// What the loop keeps of a request beside the scheduler's part: its text and its events.
 struct LlmEngine::Sequence {
   uint64_t id = 0;
   GenerationRequest request;
   EventCallback on_event;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StreamDecoder> decoder;
-  int slot = -1;
-  int prefilled = 0;        // Prompt tokens in the cache.
-  int32_t next_token = -1;  // Sampled, not yet in the cache (decoding once >= 0).
-  int generated = 0;
   std::string held;  // Decoded text not yet sent: it may be the start of a stop string.
   Clock::time_point submitted, last_token;
-  int position() const { return prefilled + std::max(0, generated - 1); }
-  bool decoding() const { return next_token >= 0; }
 };
+
+namespace {
+
+SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
+                            const LlmServeConfig& config) {
+  SchedulerOptions options;
+  options.eos_ids = model.architecture().eos_token_ids;
+  const int32_t eos = tokenizer.TokenId(tokenizer.eos_token());
+  if (eos >= 0 &&
+      std::find(options.eos_ids.begin(), options.eos_ids.end(), eos) == options.eos_ids.end()) {
+    options.eos_ids.push_back(eos);
+  }
+  options.slots = model.slots();
+  options.context_length = model.context_length();
+  options.max_step_tokens = config.max_step_tokens;
+  options.prefill_chunk = config.prefill_chunk;
+  options.speculative_tokens = config.speculative_tokens;
+  options.speculative_ngram = config.speculative_ngram;
+  return options;
+}
+
+}  // namespace
 
 LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer> tokenizer,
                      std::unique_ptr<ChatTemplate> chat_template, LlmServeConfig config,
@@ -46,14 +63,9 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
       chat_template_(std::move(chat_template)),
       config_(config),
       clock_(clock),
+      scheduler_(OptionsFor(*model_, *tokenizer_, config_)),
       ttft_(Histogram::LatencySecondsBuckets()),
       inter_token_(Histogram::LatencySecondsBuckets()) {
-  eos_ids_ = model_->architecture().eos_token_ids;
-  const int32_t eos = tokenizer_->TokenId(tokenizer_->eos_token());
-  if (eos >= 0 && std::find(eos_ids_.begin(), eos_ids_.end(), eos) == eos_ids_.end()) {
-    eos_ids_.push_back(eos);
-  }
-  running_.resize(static_cast<size_t>(model_->slots()));
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -103,12 +115,13 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
     MutexLock lock(mu_);
     if (stopping_) return Status::Unavailable("the server is shutting down");
     const int free_slots = model_->slots() - busy_slots_;
-    if (static_cast<int>(waiting_.size()) - free_slots >= config_.max_waiting) {
-      return Status::Unavailable(fmt::format("all {} slots are busy and {} requests wait",
-                                             model_->slots(), waiting_.size()));
+    const int waiting = static_cast<int>(incoming_.size()) + scheduled_waiting_;
+    if (waiting - free_slots >= config_.max_waiting) {
+      return Status::Unavailable(
+          fmt::format("all {} slots are busy and {} requests wait", model_->slots(), waiting));
     }
     id = seq->id = next_id_++;
-    waiting_.push_back(std::move(seq));
+    incoming_.push_back(std::move(seq));
   }
   wake_.Signal();
   return id;
@@ -124,13 +137,15 @@ LlmStats LlmEngine::stats() const {
   {
     MutexLock lock(mu_);
     s.slots_busy = busy_slots_;
-    s.waiting = static_cast<int>(waiting_.size());
+    s.waiting = static_cast<int>(incoming_.size()) + scheduled_waiting_;
   }
   s.slots = model_->slots();
   s.requests_finished = finished_.load();
   s.prompt_tokens = prompt_tokens_.load();
   s.generated_tokens = generated_tokens_.load();
   s.steps = steps_.load();
+  s.draft_tokens = draft_tokens_.load();
+  s.accepted_draft_tokens = accepted_draft_tokens_.load();
   s.time_to_first_token = ttft_.Snapshot();
   s.inter_token = inter_token_.Snapshot();
   return s;
@@ -140,31 +155,30 @@ double LlmEngine::EstimatedWaitSeconds() const {
   MutexLock lock(mu_);
   // A slot frees, on average, every (tokens per request x step time) / slots.
   const double per_request = step_seconds_ * config_.default_max_tokens;
-  const double waves = std::ceil(static_cast<double>(waiting_.size() + 1) / model_->slots());
+  const double waiting = static_cast<double>(incoming_.size() + scheduled_waiting_);
+  const double waves = std::ceil((waiting + 1) / model_->slots());
   return std::max(1.0, waves * per_request);
 }
 
-GenerationEvent LlmEngine::Advance(Sequence& seq, int32_t token, Clock::time_point now) {
+GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
+                                   Clock::time_point now) {
   GenerationEvent event;
   event.prompt_tokens = static_cast<int>(seq.request.prompt.size());
-  if (seq.generated == 0) {
+  if (update.generated == 1) {
     ttft_.Observe(SecondsBetween(seq.submitted, now));
+    prompt_tokens_.fetch_add(event.prompt_tokens);
   } else {
     inter_token_.Observe(SecondsBetween(seq.last_token, now));
   }
   seq.last_token = now;
-  ++seq.generated;
   generated_tokens_.fetch_add(1);
-  seq.next_token = token;
-  event.completion_tokens = seq.generated;
-  const bool eos = !seq.request.ignore_eos &&
-                   std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
-  if (eos) {
+  event.completion_tokens = update.generated;
+  if (update.eos) {
     event.text = std::move(seq.held) + seq.decoder->Flush();
     event.finish = FinishReason::kStop;
     return event;
   }
-  seq.held += seq.decoder->Push(token);
+  seq.held += seq.decoder->Push(update.token);
   // The earliest stop string ends the text before it.
   size_t stop_at = std::string::npos;
   for (const std::string& stop : seq.request.stop) {
@@ -176,7 +190,7 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, int32_t token, Clock::time_poi
     event.finish = FinishReason::kStop;
     return event;
   }
-  if (seq.generated >= seq.request.max_tokens || seq.position() >= model_->context_length()) {
+  if (update.length) {
     event.text = std::move(seq.held) + seq.decoder->Flush();
     seq.held.clear();
     event.finish = FinishReason::kLength;
@@ -197,120 +211,111 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, int32_t token, Clock::time_poi
   return event;
 }
 
-void LlmEngine::Loop() {
+void LlmEngine::PublishCounts() {
+  MutexLock lock(mu_);
+  busy_slots_ = scheduler_.running();
+  scheduled_waiting_ = scheduler_.waiting();
+}
+
+Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
+  logits_.clear();
+  const Clock::time_point start = clock_.Now();
+  SLUICE_RETURN_IF_ERROR(model_->Run(plan.chunks, &logits_));
+  {
+    MutexLock lock(mu_);
+    step_seconds_ = 0.9 * step_seconds_ + 0.1 * SecondsBetween(start, clock_.Now());
+  }
   const int vocab = model_->architecture().vocab_size;
-  std::vector<SequenceChunk> chunks;
-  std::vector<Sequence*> owners;
-  std::vector<float> logits;
+  tokens->assign(plan.chunks.size(), {});
+  size_t row = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const std::vector<int32_t>& input = plan.chunks[i].tokens;
+    if (plan.samples[i]) {
+      Sampler& sampler = *sequences_.at(plan.ids[i])->sampler;
+      // Row j follows input[j]: its token is what plain decoding would have sampled there, so a
+      // draft (input[j + 1]) is kept while it equals it, and the first that differs is replaced.
+      for (size_t j = 0; j < static_cast<size_t>(plan.rows[i]); ++j) {
+        const int32_t token = sampler.Next(logits_.data() + (row + j) * vocab, vocab);
+        (*tokens)[i].push_back(token);
+        if (j + 1 >= input.size() || token != input[j + 1]) break;
+      }
+      if (plan.rows[i] > 1) {
+        draft_tokens_.fetch_add(plan.rows[i] - 1);
+        accepted_draft_tokens_.fetch_add(static_cast<int64_t>((*tokens)[i].size()) - 1);
+      }
+    }
+    row += static_cast<size_t>(plan.rows[i]);
+  }
+  return Status::Ok();
+}
+
+void LlmEngine::Loop() {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::pair<std::unique_ptr<Sequence>, GenerationEvent>> finished;
   std::vector<std::pair<Sequence*, GenerationEvent>> events;
   for (;;) {
     std::vector<uint64_t> cancelled;
-    const bool any_running =
-        std::any_of(running_.begin(), running_.end(), [](const auto& s) { return s != nullptr; });
+    std::deque<std::unique_ptr<Sequence>> arrived;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && waiting_.empty() && !any_running && cancelled_.empty()) {
+      while (!stopping_ && incoming_.empty() && sequences_.empty() && cancelled_.empty()) {
         wake_.Wait(lock);
       }
-      if (stopping_ && waiting_.empty() && !any_running) return;
+      if (stopping_ && incoming_.empty() && sequences_.empty()) return;
       cancelled.swap(cancelled_);
-      std::erase_if(waiting_, [&](const auto& seq) {
-        return std::find(cancelled.begin(), cancelled.end(), seq->id) != cancelled.end();
-      });
-      for (auto& slot_seq : running_) {
-        if (slot_seq &&
-            std::find(cancelled.begin(), cancelled.end(), slot_seq->id) != cancelled.end()) {
-          slot_seq.reset();
-          --busy_slots_;
-        }
-      }
-      // Free slots, lowest first, to the oldest waiting requests: decoding slots stay a dense
-      // range, which the batched attention reads without copying.
-      for (size_t slot = 0; slot < running_.size() && !waiting_.empty(); ++slot) {
-        if (running_[slot]) continue;
-        running_[slot] = std::move(waiting_.front());
-        waiting_.pop_front();
-        running_[slot]->slot = static_cast<int>(slot);
-        ++busy_slots_;
-      }
+      arrived.swap(incoming_);
     }
+    for (auto& seq : arrived) {
+      scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
+                                      seq->request.ignore_eos});
+      sequences_.emplace(seq->id, std::move(seq));
+    }
+    for (const uint64_t id : cancelled) {
+      if (scheduler_.Remove(id)) sequences_.erase(id);
+    }
+    const StepPlan plan = scheduler_.Schedule();
+    PublishCounts();
+    if (plan.empty()) continue;
 
-    chunks.clear();
-    owners.clear();
-    for (auto& seq : running_) {
-      if (seq && seq->decoding()) {
-        chunks.push_back(SequenceChunk{seq->slot, seq->position(), {seq->next_token}, false});
-        owners.push_back(seq.get());
-      }
-    }
-    // One prompt chunk per step, oldest first, so decoding slots keep going while it prefills.
-    int budget = config_.prefill_chunk;
-    std::vector<Sequence*> prefilling;
-    for (auto& seq : running_) {
-      if (seq && !seq->decoding()) prefilling.push_back(seq.get());
-    }
-    std::sort(prefilling.begin(), prefilling.end(),
-              [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
-    for (Sequence* seq : prefilling) {
-      if (budget <= 0) break;
-      const int remaining = static_cast<int>(seq->request.prompt.size()) - seq->prefilled;
-      const int n = std::min(budget, remaining);
-      SequenceChunk chunk{seq->slot, seq->prefilled, {}, false};
-      chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
-                          seq->request.prompt.begin() + seq->prefilled + n);
-      chunks.push_back(std::move(chunk));
-      owners.push_back(seq);
-      budget -= n;
-    }
-    if (chunks.empty()) continue;
-
-    logits.clear();
-    const Clock::time_point start = clock_.Now();
-    const Status status = model_->Run(chunks, &logits);
+    const Status status = RunStep(plan, &tokens);
     const Clock::time_point now = clock_.Now();
     steps_.fetch_add(1);
     events.clear();
+    finished.clear();
     if (!status.ok()) {
       spdlog::error("language model step failed: {}", status.message());
-      for (Sequence* seq : owners) {
+      for (const uint64_t id : plan.ids) {
+        auto it = sequences_.find(id);
+        if (it == sequences_.end()) continue;
         GenerationEvent event;
         event.finish = FinishReason::kError;
         event.error = status;
-        event.prompt_tokens = static_cast<int>(seq->request.prompt.size());
-        event.completion_tokens = seq->generated;
-        events.emplace_back(seq, std::move(event));
+        event.prompt_tokens = static_cast<int>(it->second->request.prompt.size());
+        scheduler_.Remove(id);
+        finished.emplace_back(std::move(it->second), std::move(event));
+        sequences_.erase(it);
       }
     } else {
-      {
-        MutexLock lock(mu_);
-        step_seconds_ = 0.9 * step_seconds_ + 0.1 * SecondsBetween(start, now);
-      }
-      for (size_t i = 0; i < chunks.size(); ++i) {
-        Sequence* seq = owners[i];
-        if (!seq->decoding()) {
-          seq->prefilled += static_cast<int>(chunks[i].tokens.size());
-          if (seq->prefilled < static_cast<int>(seq->request.prompt.size())) continue;
-          prompt_tokens_.fetch_add(seq->prefilled);
+      for (const TokenUpdate& update : scheduler_.Update(plan, tokens)) {
+        auto it = sequences_.find(update.id);
+        if (it == sequences_.end()) continue;  // Ended by a stop string at an earlier token.
+        GenerationEvent event = Advance(*it->second, update, now);
+        if (event.finish == FinishReason::kNone) {
+          events.emplace_back(it->second.get(), std::move(event));
+          continue;
         }
-        const int32_t token =
-            seq->sampler->Next(logits.data() + i * static_cast<size_t>(vocab), vocab);
-        events.emplace_back(seq, Advance(*seq, token, now));
+        if (!update.eos && !update.length) scheduler_.Remove(update.id);  // A stop string.
+        finished.emplace_back(std::move(it->second), std::move(event));
+        sequences_.erase(it);
       }
     }
     // A finished request's slot is free (and counted) before its last event goes out.
-    for (auto& [seq, event] : events) {
-      if (event.finish == FinishReason::kNone) {
-        seq->on_event(event);
-        continue;
-      }
-      std::unique_ptr<Sequence> done = std::move(running_[static_cast<size_t>(seq->slot)]);
-      finished_.fetch_add(1);
-      {
-        MutexLock lock(mu_);
-        --busy_slots_;
-      }
-      done->on_event(event);
-    }
+    PublishCounts();
+    finished_.fetch_add(static_cast<int64_t>(finished.size()));
+    for (auto& [seq, event] : events) seq->on_event(event);
+    for (auto& [seq, event] : finished) seq->on_event(event);
+    // Now, not at the next step: a request's callback may hold its connection open.
+    finished.clear();
   }
 }
 

@@ -1,7 +1,9 @@
 // The generation loop: requests wait for a KV-cache slot, then every step runs all decoding slots
-// as one batch plus a chunk of one waiting prompt (iteration-level, "continuous" batching). A new
-// request joins at the next step; a slot is freed on EOS, a stop string, max_tokens, Cancel()
-// (a client that disconnected), or an error. No torch here: the model is a StepModel.
+// as one batch plus prompt chunks within a token budget (iteration-level, "continuous" batching).
+// What a step runs is the Scheduler's (scheduler.h); this loop runs it on the model, samples,
+// turns tokens into text (stop strings held back) and delivers events. A new request joins at the
+// next step; a slot is freed on EOS, a stop string, max_tokens, Cancel() (a client that
+// disconnected), or an error. No torch here: the model is a StepModel.
 #pragma once
 
 #include <atomic>
@@ -12,15 +14,17 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
-#include "llm/text/chat_template.h"
 #include "llm/sampler.h"
+#include "llm/scheduler.h"
 #include "llm/step_model.h"
+#include "llm/text/chat_template.h"
 #include "llm/text/tokenizer.h"
 
 namespace sluice::llm {
@@ -54,6 +58,8 @@ struct LlmStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t steps = 0;
+  int64_t draft_tokens = 0;               // Prompt-lookup drafts proposed.
+  int64_t accepted_draft_tokens = 0;      // Of those, verified and kept.
   HistogramSnapshot time_to_first_token;  // Seconds, submit to first generated token.
   HistogramSnapshot inter_token;          // Seconds between a sequence's tokens.
 };
@@ -95,29 +101,35 @@ class LlmEngine {
  private:
   struct Sequence;
   void Loop();
-  // Appends `token` to `seq`; returns the event to deliver (finish set when it is done).
-  GenerationEvent Advance(Sequence& seq, int32_t token, Clock::time_point now);
+  // Runs `plan` on the model and samples from its logits: tokens per chunk, for Update().
+  Status RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens);
+  // Turns `update`'s token into `seq`'s next event (finish set when it is done).
+  GenerationEvent Advance(Sequence& seq, const TokenUpdate& update, Clock::time_point now);
+  void PublishCounts();  // The scheduler's counts, for stats() and admission.
 
   std::unique_ptr<StepModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   const LlmServeConfig config_;
   Clock& clock_;
-  std::vector<int32_t> eos_ids_;
 
   mutable Mutex mu_;
   CondVar wake_;
-  std::deque<std::unique_ptr<Sequence>> waiting_ GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Sequence>> incoming_ GUARDED_BY(mu_);  // Not yet scheduled.
   std::vector<uint64_t> cancelled_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
-  int busy_slots_ GUARDED_BY(mu_) = 0;
+  int busy_slots_ GUARDED_BY(mu_) = 0;          // The scheduler's running().
+  int scheduled_waiting_ GUARDED_BY(mu_) = 0;   // The scheduler's waiting().
   double step_seconds_ GUARDED_BY(mu_) = 0.05;  // Smoothed duration of a decode step.
 
   // Loop thread only.
-  std::vector<std::unique_ptr<Sequence>> running_;  // Indexed by slot; null when free.
+  Scheduler scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
+  std::vector<float> logits_;
 
   std::atomic<int64_t> finished_{0}, prompt_tokens_{0}, generated_tokens_{0}, steps_{0};
+  std::atomic<int64_t> draft_tokens_{0}, accepted_draft_tokens_{0};
   Histogram ttft_;
   Histogram inter_token_;
   std::thread loop_;

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "common/mutex.h"
 #include "llm/load_llm.h"
@@ -15,8 +17,7 @@ namespace {
 
 std::string Dir() { return std::string(SLUICE_TEST_MODELS) + "/tiny_llm"; }
 
-std::shared_ptr<LlmEngine> Load(int slots = 8) {
-  LlmLoadOverrides overrides;
+std::shared_ptr<LlmEngine> Load(int slots = 8, LlmLoadOverrides overrides = {}) {
   overrides.precision = "fp32";
   overrides.slots = slots;
   overrides.threads = 1;
@@ -218,6 +219,85 @@ TEST(LlmEngineTest, EosEndsGenerationUnlessIgnored) {
     EXPECT_EQ(full.text.substr(0, o.text.size()), o.text) << "seed " << seed;
   }
   EXPECT_GT(stopped, 0) << "no seed reached EOS within 200 tokens";
+}
+
+}  // namespace
+}  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+const std::vector<std::string> kPrompts = {
+    "hello world hello world hello world", "the quick brown fox the quick brown",
+    "serving models batch latency token cache serving models", "decode prefill decode prefill",
+    "12345 67890 12345"};
+
+// Each prompt's output, submitted together to `engine`; sampled with seeds when `temperature`.
+std::vector<std::string> Outputs(LlmEngine& engine, double temperature, int max_tokens) {
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    GenerationRequest r = Request(engine, kPrompts[i], max_tokens);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 11 + i;
+    collectors.push_back(std::make_unique<Collector>());
+    EXPECT_TRUE(engine.Submit(std::move(r), collectors.back()->Callback()).ok());
+  }
+  std::vector<std::string> texts;
+  for (auto& c : collectors) texts.push_back(c->Wait().text);
+  return texts;
+}
+
+TEST(LlmEngineTest, OutputsDoNotDependOnTheStepTokenBudget) {
+  LlmLoadOverrides small;
+  small.max_step_tokens = 3;
+  auto chunked = Load(2, small);  // Two slots: prompts prefill beside decoding streams.
+  auto whole = Load(2);
+  ASSERT_NE(chunked, nullptr);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(Outputs(*chunked, 0, 24), Outputs(*whole, 0, 24));
+}
+
+// Prompt-lookup drafts are verified against the tokens plain decoding samples, so outputs are the
+// same token for token, greedy or seeded; the tiny model repeats itself, so drafts are taken.
+TEST(LlmEngineTest, SpeculativeDecodingGivesThePlainOutputs) {
+  LlmLoadOverrides speculative;
+  speculative.speculative_tokens = 4;
+  auto drafted = Load(4, speculative);
+  auto plain = Load(4);
+  ASSERT_NE(drafted, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(Outputs(*drafted, 0, 60), Outputs(*plain, 0, 60));
+  EXPECT_EQ(Outputs(*drafted, 0.8, 60), Outputs(*plain, 0.8, 60));
+  const LlmStats stats = drafted->stats();
+  EXPECT_GT(stats.accepted_draft_tokens, 20);
+  EXPECT_LT(stats.steps, plain->stats().steps);
+  EXPECT_EQ(stats.generated_tokens, plain->stats().generated_tokens);
+  EXPECT_EQ(plain->stats().draft_tokens, 0);
+}
+
+}  // namespace
+}  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// The HTTP layer's callbacks hold their connections: the engine lets go of a request's callback
+// once its last event is out, not at some later step (an idle engine has no later step).
+TEST(LlmEngineTest, ACallbackIsReleasedAfterItsLastEvent) {
+  auto engine = Load(2);
+  ASSERT_NE(engine, nullptr);
+  auto held = std::make_shared<int>(0);
+  Collector c;
+  EventCallback forward = c.Callback();
+  ASSERT_TRUE(engine
+                  ->Submit(Request(*engine, "hello world", 3),
+                           [held, forward](const GenerationEvent& e) { forward(e); })
+                  .ok());
+  c.Wait();
+  for (int i = 0; i < 2000 && held.use_count() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(held.use_count(), 1);
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   }
   if (overrides.slots > 0) serve->slots = overrides.slots;
   if (overrides.threads >= 0) serve->threads = overrides.threads;
+  if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
+  if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;
   return serve;
 }
 

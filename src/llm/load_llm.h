@@ -12,9 +12,11 @@
 namespace sluice::llm {
 
 struct LlmLoadOverrides {
-  std::string precision;  // "fp32" | "bf16" | "int8"; empty: config.yaml's.
-  int slots = 0;          // 0: config.yaml's.
-  int threads = -1;       // -1: config.yaml's.
+  std::string precision;        // "fp32" | "bf16" | "int8"; empty: config.yaml's.
+  int slots = 0;                // 0: config.yaml's.
+  int threads = -1;             // -1: config.yaml's.
+  int max_step_tokens = 0;      // 0: config.yaml's.
+  int speculative_tokens = -1;  // -1: config.yaml's; 0: off.
 };
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,

@@ -627,6 +627,15 @@ std::string OpenAiHandlers::RenderMetrics() const {
   w.Family("sluice_llm_steps_total", "counter", "Model steps (one batch each).");
   for (const auto& [name, s] : all)
     w.Sample("sluice_llm_steps_total", label(name), static_cast<double>(s.steps));
+  w.Family("sluice_llm_draft_tokens_total", "counter",
+           "Prompt-lookup draft tokens proposed (speculative decoding).");
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_draft_tokens_total", label(name), static_cast<double>(s.draft_tokens));
+  w.Family("sluice_llm_accepted_draft_tokens_total", "counter",
+           "Draft tokens that verification kept.");
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_accepted_draft_tokens_total", label(name),
+             static_cast<double>(s.accepted_draft_tokens));
   w.Family("sluice_llm_model_info", "gauge",
            "The linear layers' weight formats and the kernel paths their products run on.");
   for (const auto& [name, engine] : models_) {

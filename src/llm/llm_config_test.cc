@@ -1,0 +1,63 @@
+// The `llm:` section of a model's config.yaml: defaults, the step budget and speculative keys,
+// and errors that name the key.
+#include "llm/llm_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::llm {
+namespace {
+
+class ServeConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("llm_config_test_" + std::to_string(::getpid()) + ".yaml"))
+                .string();
+    arch_.max_position_embeddings = 4096;
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  Result<LlmServeConfig> Parse(const std::string& yaml) {
+    std::ofstream(path_) << yaml;
+    return ParseServeConfig(path_, arch_);
+  }
+  std::string path_;
+  ModelArchitecture arch_;
+};
+
+TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
+  auto config = Parse(
+      "llm:\n  max_step_tokens: 48\n  prefill_chunk: 512\n  speculative_tokens: 5\n"
+      "  speculative_ngram: 2\n");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->max_step_tokens, 48);
+  EXPECT_EQ(config->prefill_chunk, 512);
+  EXPECT_EQ(config->speculative_tokens, 5);
+  EXPECT_EQ(config->speculative_ngram, 2);
+  auto defaults = Parse("llm:\n  slots: 4\n");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->max_step_tokens, LlmServeConfig{}.max_step_tokens);
+  EXPECT_EQ(defaults->speculative_tokens, 0) << "speculative decoding is off by default";
+}
+
+TEST_F(ServeConfigTest, ErrorsNameTheKey) {
+  for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
+           {"llm:\n  max_step_tokens: 0\n", "llm.max_step_tokens"},
+           {"llm:\n  speculative_tokens: 65\n", "llm.speculative_tokens"},
+           {"llm:\n  speculative_ngram: 0\n", "llm.speculative_ngram"},
+           {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
+    auto config = Parse(yaml);
+    ASSERT_FALSE(config.ok()) << yaml;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(config.status().message().find(key), std::string::npos) << config.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace sluice::llm

@@ -1,0 +1,161 @@
+#include "llm/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sluice::llm {
+
+struct Scheduler::Sequence {
+  ScheduledRequest request;
+  // The prompt and the tokens generated so far. Once decoding, the last one is not in the cache
+  // yet: it is the next step's input, at position tokens.size() - 1.
+  std::vector<int32_t> tokens;
+  int slot = -1;
+  int prefilled = 0;  // Prompt tokens in the cache.
+  int generated = 0;
+  bool decoding() const { return generated > 0; }
+  int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+};
+
+Scheduler::Scheduler(SchedulerOptions options)
+    : options_(std::move(options)), slots_(static_cast<size_t>(options_.slots)) {}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::Add(ScheduledRequest request) {
+  auto seq = std::make_unique<Sequence>();
+  seq->tokens = request.prompt;
+  seq->request = std::move(request);
+  waiting_.push_back(std::move(seq));
+}
+
+bool Scheduler::Remove(uint64_t id) {
+  for (auto& seq : slots_) {
+    if (seq && seq->request.id == id) {
+      seq.reset();
+      return true;
+    }
+  }
+  const auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                               [id](const auto& seq) { return seq->request.id == id; });
+  if (it == waiting_.end()) return false;
+  waiting_.erase(it);
+  return true;
+}
+
+int Scheduler::running() const {
+  return static_cast<int>(
+      std::count_if(slots_.begin(), slots_.end(), [](const auto& seq) { return seq != nullptr; }));
+}
+
+int Scheduler::waiting() const { return static_cast<int>(waiting_.size()); }
+
+StepPlan Scheduler::Schedule() {
+  // Free slots, lowest first, to the oldest waiting requests: decoding slots stay a dense range,
+  // which the batched attention reads without copying.
+  size_t next_waiting = 0;
+  for (size_t slot = 0; slot < slots_.size() && next_waiting < waiting_.size(); ++slot) {
+    if (slots_[slot]) continue;
+    slots_[slot] = std::move(waiting_[next_waiting++]);
+    slots_[slot]->slot = static_cast<int>(slot);
+  }
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
+
+  StepPlan plan;
+  auto add = [&plan](const Sequence& seq, SequenceChunk chunk, bool samples) {
+    plan.rows.push_back(chunk.all_logits ? static_cast<int>(chunk.tokens.size()) : 1);
+    plan.chunks.push_back(std::move(chunk));
+    plan.ids.push_back(seq.request.id);
+    plan.samples.push_back(samples);
+  };
+  std::vector<Sequence*> prefilling;
+  for (auto& seq : slots_) {
+    if (!seq) continue;
+    if (!seq->decoding()) {
+      prefilling.push_back(seq.get());
+      continue;
+    }
+    const int position = static_cast<int>(seq->tokens.size()) - 1;
+    SequenceChunk chunk{seq->slot, position, {seq->tokens.back()}, false};
+    // Drafts and the token sampled after them must fit max_tokens and the context.
+    const int room = std::min(seq->request.max_tokens - seq->generated - 1,
+                              options_.context_length - position - 1);
+    const int max_drafts = std::min(options_.speculative_tokens, room);
+    if (max_drafts > 0) {
+      const std::vector<int32_t> drafts =
+          PromptLookup(seq->tokens, options_.speculative_ngram, max_drafts);
+      chunk.tokens.insert(chunk.tokens.end(), drafts.begin(), drafts.end());
+      chunk.all_logits = !drafts.empty();
+    }
+    add(*seq, std::move(chunk), true);
+    ++plan.decoding;
+  }
+  // Prompt work, oldest request first, within the step's budget.
+  int budget = plan.empty() ? options_.prefill_chunk : options_.max_step_tokens;
+  std::sort(prefilling.begin(), prefilling.end(),
+            [](const Sequence* a, const Sequence* b) { return a->request.id < b->request.id; });
+  for (Sequence* seq : prefilling) {
+    if (budget <= 0) break;
+    const int n = std::min(budget, seq->prompt_size() - seq->prefilled);
+    SequenceChunk chunk{seq->slot, seq->prefilled, {}, false};
+    chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
+                        seq->request.prompt.begin() + seq->prefilled + n);
+    add(*seq, std::move(chunk), seq->prefilled + n == seq->prompt_size());
+    plan.prompt_tokens += n;
+    budget -= n;
+  }
+  return plan;
+}
+
+std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
+                                           const std::vector<std::vector<int32_t>>& tokens) {
+  std::vector<TokenUpdate> updates;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const SequenceChunk& chunk = plan.chunks[i];
+    std::unique_ptr<Sequence>& owner = slots_[static_cast<size_t>(chunk.slot)];
+    if (!owner || owner->request.id != plan.ids[i]) continue;  // Removed during the step.
+    Sequence& seq = *owner;
+    if (!seq.decoding()) seq.prefilled += static_cast<int>(chunk.tokens.size());
+    if (!plan.samples[i] || i >= tokens.size()) continue;
+    const std::vector<int32_t>& sampled = tokens[i];
+    for (size_t j = 0; j < sampled.size(); ++j) {
+      seq.tokens.push_back(sampled[j]);
+      ++seq.generated;
+      TokenUpdate update;
+      update.id = seq.request.id;
+      update.token = sampled[j];
+      update.generated = seq.generated;
+      if (j == 0) update.drafts_accepted = static_cast<int>(sampled.size()) - 1;
+      update.eos = !seq.request.ignore_eos &&
+                   std::find(options_.eos_ids.begin(), options_.eos_ids.end(), sampled[j]) !=
+                       options_.eos_ids.end();
+      update.length = seq.generated >= seq.request.max_tokens ||
+                      static_cast<int>(seq.tokens.size()) > options_.context_length;
+      updates.push_back(update);
+      if (update.eos || update.length) {
+        owner.reset();
+        break;
+      }
+    }
+  }
+  return updates;
+}
+
+std::vector<int32_t> Scheduler::PromptLookup(const std::vector<int32_t>& tokens, int ngram,
+                                             int max_drafts) {
+  const int size = static_cast<int>(tokens.size());
+  if (max_drafts <= 0) return {};
+  for (int n = std::min(ngram, size - 1); n >= 1; --n) {
+    const auto suffix = tokens.end() - n;
+    // The most recent earlier occurrence: it best predicts what comes next.
+    for (int start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix, tokens.end(), tokens.begin() + start)) continue;
+      const int from = start + n;
+      const int count = std::min(max_drafts, size - from);
+      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + count);
+    }
+  }
+  return {};
+}
+
+}  // namespace sluice::llm

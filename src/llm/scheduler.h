@@ -1,0 +1,104 @@
+// Decides what each generation step runs, and applies what it produced, without threads, clocks
+// or a model (vLLM v1's split): Schedule() gives free KV-cache slots to the oldest waiting
+// requests and returns the step's plan (every decoding sequence, plus prompt chunks within the
+// token budget, plus prompt-lookup drafts); Update() takes the tokens sampled from the step's
+// logits and advances, finishes (EOS, max_tokens, the context) and frees sequences. The engine
+// (llm_engine.cc) runs plans on the model and keeps text, stop strings and events outside.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "llm/step_model.h"
+
+namespace sluice::llm {
+
+struct SchedulerOptions {
+  int slots = 8;              // KV-cache slots, each one sequence; >= 1.
+  int context_length = 2048;  // Tokens a slot holds, prompt + generated.
+  // Prompt tokens per step beside decoding sequences (vLLM's chunked prefill): a newcomer's
+  // prompt is spread over steps, so the decoding streams' inter-token latency stays bounded.
+  int max_step_tokens = 64;
+  // Prompt tokens per step while no sequence decodes: nobody waits on the step, so chunks may be
+  // larger (larger products, fewer steps, sooner first tokens).
+  int prefill_chunk = 256;
+  // Prompt-lookup speculative decoding: up to this many draft tokens per decoding sequence and
+  // step, copied from where the latest n-gram last occurred in its prompt or output; 0: off.
+  int speculative_tokens = 0;
+  int speculative_ngram = 3;  // The longest n-gram matched (then shorter ones, down to 1).
+  std::vector<int32_t> eos_ids;
+};
+
+struct ScheduledRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;  // Non-empty, shorter than the context.
+  int max_tokens = 1;           // >= 1.
+  bool ignore_eos = false;
+};
+
+// What one step runs: chunks[i] belongs to sequence ids[i].
+struct StepPlan {
+  std::vector<SequenceChunk> chunks;
+  std::vector<uint64_t> ids;
+  // Logit rows chunk i yields (1; with drafts, 1 + drafts) and whether tokens are sampled from
+  // them (false for a prompt chunk that is not the prompt's last).
+  std::vector<int> rows;
+  std::vector<bool> samples;
+  int decoding = 0;       // Chunks of decoding sequences (they come first).
+  int prompt_tokens = 0;  // Prompt work in this step.
+  bool empty() const { return chunks.empty(); }
+};
+
+// One token appended to a sequence by Update(), in order.
+struct TokenUpdate {
+  uint64_t id = 0;
+  int32_t token = -1;
+  int generated = 0;        // The sequence's generated tokens, this one included.
+  bool eos = false;         // An end-of-sequence token (not ignored): the sequence is done.
+  bool length = false;      // max_tokens or the context reached: the sequence is done.
+  int drafts_accepted = 0;  // With the first update of a verified chunk: its drafts taken.
+};
+
+// Thread-compatible: the engine's loop thread alone calls it.
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request behind the others (the caller checked its lengths).
+  void Add(ScheduledRequest request);
+  // Drops a waiting or running sequence; its slot is free for the next Schedule(). False when
+  // `id` is unknown (already finished).
+  bool Remove(uint64_t id);
+
+  // The next step. Sequences in it must not be Add()ed or Remove()d until Update(); an empty
+  // plan means nothing to run.
+  StepPlan Schedule();
+  // Applies the step's results: tokens[i] are those sampled from chunk i's rows in order, the
+  // first that differs from its draft included and none after it (empty when !samples[i]).
+  // Sequences that finish are freed. Returns every appended token, in chunk order.
+  std::vector<TokenUpdate> Update(const StepPlan& plan,
+                                  const std::vector<std::vector<int32_t>>& tokens);
+
+  int running() const;  // Sequences holding a slot.
+  int waiting() const;  // Sequences waiting for one.
+  const SchedulerOptions& options() const { return options_; }
+
+  // Draft tokens for a sequence `tokens` (its prompt and output so far): what followed the most
+  // recent earlier occurrence of its last n tokens, longest n first; at most `max_drafts`.
+  static std::vector<int32_t> PromptLookup(const std::vector<int32_t>& tokens, int ngram,
+                                           int max_drafts);
+
+ private:
+  struct Sequence;
+  Sequence* Find(uint64_t id);
+
+  SchedulerOptions options_;
+  std::vector<std::unique_ptr<Sequence>> waiting_;  // Oldest first.
+  std::vector<std::unique_ptr<Sequence>> slots_;    // Indexed by slot; null when free.
+};
+
+}  // namespace sluice::llm

@@ -1,0 +1,288 @@
+// The step planner with fake steps: the token budget, slot assignment, finishing, removal,
+// prompt-lookup drafts and their verification, and a randomised run checked against a model of
+// what each slot's cache holds.
+#include "llm/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+namespace sluice::llm {
+namespace {
+
+ScheduledRequest Request(uint64_t id, int prompt_tokens, int max_tokens) {
+  ScheduledRequest r;
+  r.id = id;
+  for (int i = 0; i < prompt_tokens; ++i) r.prompt.push_back(100 + i);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// Each sampling chunk gives `token` (once; drafts are all rejected).
+std::vector<std::vector<int32_t>> Sample(const StepPlan& plan, int32_t token = 7) {
+  std::vector<std::vector<int32_t>> tokens(plan.chunks.size());
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    if (plan.samples[i]) tokens[i] = {token};
+  }
+  return tokens;
+}
+
+TEST(SchedulerTest, PromptWorkBesideDecodingStaysWithinTheBudget) {
+  SchedulerOptions options;
+  options.slots = 4;
+  options.max_step_tokens = 64;
+  options.prefill_chunk = 256;
+  Scheduler scheduler(options);
+  scheduler.Add(Request(1, 10, 100));
+  scheduler.Add(Request(2, 10, 100));
+  StepPlan first = scheduler.Schedule();
+  // Nothing decodes yet: both prompts whole, under the larger idle chunk.
+  ASSERT_EQ(first.chunks.size(), 2u);
+  EXPECT_EQ(first.prompt_tokens, 20);
+  EXPECT_TRUE(first.samples[0] && first.samples[1]);
+  scheduler.Update(first, Sample(first));
+
+  scheduler.Add(Request(3, 200, 5));
+  std::vector<int> prompt_steps;
+  for (int step = 0; step < 4; ++step) {
+    StepPlan plan = scheduler.Schedule();
+    ASSERT_EQ(plan.chunks.size(), 3u) << "two decoding sequences and the newcomer's chunk";
+    EXPECT_EQ(plan.chunks[0].tokens.size(), 1u);
+    EXPECT_EQ(plan.chunks[1].tokens.size(), 1u);
+    EXPECT_EQ(plan.chunks[2].slot, 2);
+    EXPECT_EQ(plan.chunks[2].start, 64 * step);
+    prompt_steps.push_back(plan.prompt_tokens);
+    EXPECT_EQ(plan.samples[2], step == 3) << "a token only after the prompt's last chunk";
+    const auto updates = scheduler.Update(plan, Sample(plan));
+    EXPECT_EQ(updates.size(), step == 3 ? 3u : 2u);
+  }
+  EXPECT_EQ(prompt_steps, (std::vector<int>{64, 64, 64, 8}));
+  EXPECT_EQ(scheduler.Schedule().decoding, 3);
+}
+
+TEST(SchedulerTest, SlotsGoLowestFirstToTheOldestAndFreeOnFinish) {
+  SchedulerOptions options;
+  options.slots = 2;
+  Scheduler scheduler(options);
+  for (uint64_t id = 1; id <= 4; ++id) scheduler.Add(Request(id, 4, id == 1 ? 1 : 3));
+  StepPlan plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(plan.chunks[0].slot, 0);
+  EXPECT_EQ(plan.chunks[1].slot, 1);
+  EXPECT_EQ(scheduler.running(), 2);
+  EXPECT_EQ(scheduler.waiting(), 2);
+  auto updates = scheduler.Update(plan, Sample(plan));
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_TRUE(updates[0].length) << "max_tokens 1";
+  EXPECT_FALSE(updates[1].length);
+  EXPECT_EQ(scheduler.running(), 1);
+  plan = scheduler.Schedule();  // Request 3 takes slot 0 and prefills beside 2's decode.
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(plan.chunks[0].slot, 1);
+  EXPECT_EQ(plan.chunks[0].start, 4);
+  EXPECT_EQ(plan.chunks[1].slot, 0);
+  EXPECT_EQ(plan.chunks[1].start, 0);
+  EXPECT_EQ(scheduler.waiting(), 1);
+}
+
+TEST(SchedulerTest, EosEndsUnlessIgnoredAndTheContextEndsGeneration) {
+  SchedulerOptions options;
+  options.slots = 3;
+  options.context_length = 8;
+  options.eos_ids = {2};
+  Scheduler scheduler(options);
+  ScheduledRequest stops = Request(1, 3, 10);
+  stops.ignore_eos = false;
+  scheduler.Add(stops);
+  scheduler.Add(Request(2, 3, 10));  // Ignores EOS; the context (8) ends it.
+  StepPlan plan = scheduler.Schedule();
+  auto updates = scheduler.Update(plan, Sample(plan, 2));
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_TRUE(updates[0].eos);
+  EXPECT_FALSE(updates[1].eos);
+  int generated = 1;
+  while (scheduler.running() > 0) {
+    plan = scheduler.Schedule();
+    ASSERT_EQ(plan.ids, (std::vector<uint64_t>{2}));
+    updates = scheduler.Update(plan, Sample(plan, 2));
+    ++generated;
+    EXPECT_EQ(updates.back().length, generated == 6) << generated;
+  }
+  EXPECT_EQ(generated, 6);  // 3 prompt + 6 generated: the 9th token has no room in 8.
+}
+
+TEST(SchedulerTest, RemovedSequencesLeaveTheirSlotsAndTheirResultsAreDropped) {
+  SchedulerOptions options;
+  options.slots = 1;
+  Scheduler scheduler(options);
+  scheduler.Add(Request(1, 4, 50));
+  scheduler.Add(Request(2, 4, 50));
+  scheduler.Add(Request(3, 4, 2));
+  EXPECT_TRUE(scheduler.Remove(2));  // Waiting.
+  StepPlan plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{1}));
+  EXPECT_TRUE(scheduler.Remove(1));  // Running, its step under way.
+  EXPECT_TRUE(scheduler.Update(plan, Sample(plan)).empty());
+  EXPECT_FALSE(scheduler.Remove(1));
+  plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(plan.chunks[0].slot, 0);
+  EXPECT_EQ(plan.chunks[0].start, 0);
+}
+
+TEST(SchedulerTest, PromptLookupTakesWhatFollowedTheLatestLongestMatch) {
+  using V = std::vector<int32_t>;
+  // "1 2 3" occurred twice before; the later one was followed by 9 8.
+  EXPECT_EQ(Scheduler::PromptLookup(V{1, 2, 3, 4, 5, 1, 2, 3, 9, 8, 1, 2, 3}, 3, 4),
+            (V{9, 8, 1, 2}));
+  EXPECT_EQ(Scheduler::PromptLookup(V{1, 2, 3, 4, 5, 1, 2, 3, 9, 8, 1, 2, 3}, 3, 1), (V{9}));
+  // No 3- or 2-gram match: the last token alone.
+  EXPECT_EQ(Scheduler::PromptLookup(V{5, 6, 7, 5, 9, 4, 5}, 3, 2), (V{9, 4}));
+  EXPECT_TRUE(Scheduler::PromptLookup(V{1, 2, 3, 4}, 3, 4).empty());
+  EXPECT_TRUE(Scheduler::PromptLookup(V{1, 1, 1}, 2, 0).empty());
+  EXPECT_TRUE(Scheduler::PromptLookup(V{1}, 2, 3).empty());
+}
+
+TEST(SchedulerTest, DraftsAreVerifiedAndTheCacheAdvancesByWhatWasKept) {
+  SchedulerOptions options;
+  options.slots = 1;
+  options.speculative_tokens = 3;
+  options.speculative_ngram = 2;
+  Scheduler scheduler(options);
+  ScheduledRequest r;
+  r.id = 1;
+  r.prompt = {10, 11, 12, 13, 10, 11};  // "10 11" was followed by 12 13 10.
+  r.max_tokens = 20;
+  r.ignore_eos = true;
+  scheduler.Add(r);
+  StepPlan plan = scheduler.Schedule();
+  scheduler.Update(plan, {{12}});  // The prompt's token: 12.
+  plan = scheduler.Schedule();
+  // Input 12 at position 6, then drafts for "11 12": 13 10 11.
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start, 6);
+  EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{12, 13, 10, 11}));
+  EXPECT_TRUE(plan.chunks[0].all_logits);
+  EXPECT_EQ(plan.rows[0], 4);
+  // Two drafts kept (13, 10), the third replaced by 40.
+  auto updates = scheduler.Update(plan, {{13, 10, 40}});
+  ASSERT_EQ(updates.size(), 3u);
+  EXPECT_EQ(updates[0].drafts_accepted, 2);
+  EXPECT_EQ(updates[2].token, 40);
+  EXPECT_EQ(updates[2].generated, 4);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.chunks[0].start, 9) << "12, 13, 10 are in the cache; 40 is the next input";
+  EXPECT_EQ(plan.chunks[0].tokens.front(), 40);
+}
+
+TEST(SchedulerTest, DraftsStopShortOfMaxTokensAndTheContext) {
+  SchedulerOptions options;
+  options.slots = 1;
+  options.speculative_tokens = 8;
+  options.context_length = 64;
+  Scheduler scheduler(options);
+  ScheduledRequest r;
+  r.id = 1;
+  r.prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3};
+  r.max_tokens = 4;
+  r.ignore_eos = true;
+  scheduler.Add(r);
+  StepPlan plan = scheduler.Schedule();
+  scheduler.Update(plan, {{4}});
+  plan = scheduler.Schedule();
+  // 1 generated, 3 to go: 2 drafts and the token sampled after them.
+  EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{4, 5, 6}));
+  auto updates = scheduler.Update(plan, {{5, 6, 7}});
+  ASSERT_EQ(updates.size(), 3u);
+  EXPECT_TRUE(updates.back().length);
+  EXPECT_EQ(scheduler.running(), 0);
+}
+
+// Random admissions, removals, drafts and acceptance; a fake model tracks each slot's cached
+// length and owner. No chunk may skip or rewrite a cached position of its sequence, share a
+// slot, or exceed the budget, and every request ends exactly once with what it asked for.
+TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
+  std::mt19937 rng(7);
+  SchedulerOptions options;
+  options.slots = 4;
+  options.context_length = 96;
+  options.max_step_tokens = 16;
+  options.prefill_chunk = 40;
+  options.speculative_tokens = 3;
+  options.speculative_ngram = 2;
+  options.eos_ids = {0};
+  Scheduler scheduler(options);
+  struct Slot {
+    uint64_t owner = 0;
+    int cached = 0;
+  };
+  std::vector<Slot> slots(4);
+  std::map<uint64_t, int> max_tokens, generated;
+  std::set<uint64_t> ended, removed;
+  uint64_t next_id = 1;
+  int drafts_kept = 0;
+  for (int step = 0; step < 3000; ++step) {
+    if (rng() % 3 == 0 && next_id <= 400) {
+      ScheduledRequest r;
+      r.id = next_id++;
+      const int prompt = 1 + static_cast<int>(rng() % 60);
+      for (int i = 0; i < prompt; ++i) r.prompt.push_back(1 + static_cast<int32_t>(rng() % 4));
+      r.max_tokens = 1 + static_cast<int>(rng() % 30);
+      r.ignore_eos = rng() % 2 == 0;
+      max_tokens[r.id] = r.max_tokens;
+      scheduler.Add(r);
+    }
+    if (rng() % 17 == 0 && next_id > 1) {
+      const uint64_t id = 1 + rng() % (next_id - 1);
+      if (scheduler.Remove(id)) removed.insert(id);
+    }
+    const StepPlan plan = scheduler.Schedule();
+    std::set<int> used;
+    std::vector<std::vector<int32_t>> tokens(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const SequenceChunk& chunk = plan.chunks[i];
+      ASSERT_TRUE(used.insert(chunk.slot).second) << "slot " << chunk.slot << " twice";
+      Slot& slot = slots[static_cast<size_t>(chunk.slot)];
+      if (slot.owner != plan.ids[i]) slot = Slot{plan.ids[i], 0};  // A new sequence's slot.
+      ASSERT_EQ(chunk.start, slot.cached) << "sequence " << plan.ids[i];
+      slot.cached += static_cast<int>(chunk.tokens.size());
+      ASSERT_LE(slot.cached, options.context_length);
+      if (!plan.samples[i]) continue;
+      // Keep a random number of the drafts, then one token of our own (or EOS now and then).
+      const int kept = static_cast<int>(rng() % static_cast<unsigned>(plan.rows[i]));
+      for (int j = 0; j < kept; ++j) tokens[i].push_back(chunk.tokens[static_cast<size_t>(j) + 1]);
+      tokens[i].push_back(rng() % 40 == 0 ? 0 : 5);
+      // Rejected drafts' positions are rewritten by later steps.
+      slot.cached -= plan.rows[i] - 1 - kept;
+    }
+    ASSERT_LE(plan.prompt_tokens,
+              plan.decoding > 0 ? options.max_step_tokens : options.prefill_chunk);
+    for (const TokenUpdate& u : scheduler.Update(plan, tokens)) {
+      ASSERT_FALSE(ended.count(u.id)) << "sequence " << u.id << " went on after its end";
+      ASSERT_EQ(u.generated, ++generated[u.id]);
+      ASSERT_LE(u.generated, max_tokens[u.id]);
+      if (u.eos || u.length) ended.insert(u.id);
+      if (u.length && !u.eos) {
+        ASSERT_EQ(u.generated, max_tokens[u.id]);
+      }
+      drafts_kept += u.drafts_accepted;
+    }
+  }
+  while (scheduler.running() + scheduler.waiting() > 0) {
+    const StepPlan plan = scheduler.Schedule();
+    for (const TokenUpdate& u : scheduler.Update(plan, Sample(plan, 5))) {
+      if (u.eos || u.length) ended.insert(u.id);
+    }
+  }
+  for (const auto& [id, limit] : max_tokens) {
+    EXPECT_TRUE(ended.count(id) + removed.count(id) == 1) << "sequence " << id;
+  }
+  EXPECT_GT(ended.size(), 300u);
+  EXPECT_GT(drafts_kept, 100);
+}
+
+}  // namespace
+}  // namespace sluice::llm
