@@ -7,6 +7,7 @@ Usage: tests/openai_api_test.py SLUICE TEST_MODELS
 """
 import http.client
 import json
+import math
 import os
 import re
 import subprocess
@@ -130,6 +131,8 @@ def run(port):
               for _ in range(2)]
     check(seeded[0] == seeded[1], f"seeded sampling differs: {seeded}")
 
+    choices_and_logprobs(client, messages)
+
     # Errors in OpenAI's shape.
     try:
         client.chat.completions.create(model="no_such_model", messages=messages)
@@ -144,7 +147,12 @@ def run(port):
     prompt_tokens = re.search(r"prompt has (\d+) tokens", error["message"])
     check(prompt_tokens and int(prompt_tokens.group(1)) > 256, f"names the prompt length: {error}")
     for bad, param in [({"messages": []}, "messages"), ({"messages": messages, "temperature": 5}, "temperature"),
-                       ({"messages": messages, "n": 2}, "n"), ({"messages": messages, "stop": [1]}, "stop"),
+                       ({"messages": messages, "n": 0}, "n"), ({"messages": messages, "stop": [1]}, "stop"),
+                       ({"messages": messages, "response_format": {"type": "json_object"}},
+                        "response_format"),
+                       ({"messages": messages, "top_logprobs": 2}, "top_logprobs"),
+                       ({"messages": messages, "logprobs": True, "top_logprobs": 21},
+                        "top_logprobs"),
                        ({"messages": [{"role": "robot", "content": "x"}]}, "messages")]:
         status, _, body = raw(port, "POST", "/v1/chat/completions", {"model": "tiny_llm", **bad})
         error = json.loads(body)["error"]
@@ -174,6 +182,55 @@ def run(port):
     # The other routes still serve beside the language model.
     status, _, _ = raw(port, "GET", "/v2/models/identity/ready")
     check(status == 200, f"identity ready: {status}")
+
+
+def choices_and_logprobs(client, messages):
+    """n choices (seeded: the same n texts again), and log-probabilities in both routes' shapes."""
+    sampled = [client.chat.completions.create(
+        model="tiny_llm", messages=messages, max_tokens=10, temperature=1.0, seed=7, n=3,
+        extra_body={"ignore_eos": True}) for _ in range(2)]
+    texts = [[c.message.content for c in r.choices] for r in sampled]
+    check([c.index for c in sampled[0].choices] == [0, 1, 2], f"indices: {sampled[0].choices}")
+    check(texts[0] == texts[1] and len(set(texts[0])) > 1, f"seeded n=3: {texts}")
+    check(sampled[0].usage.completion_tokens == 30, f"usage of 3 choices: {sampled[0].usage}")
+    streamed = {}
+    for chunk in client.chat.completions.create(
+            model="tiny_llm", messages=messages, max_tokens=10, temperature=1.0, seed=7, n=3,
+            stream=True, extra_body={"ignore_eos": True}):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+    check([streamed[i] for i in range(3)] == texts[0], f"streamed n=3: {streamed} vs {texts[0]}")
+
+    # Greedy: the chosen token is the most likely one; the top list is sorted; probabilities <= 1.
+    chat = client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=6,
+                                          temperature=0, logprobs=True, top_logprobs=3,
+                                          extra_body={"ignore_eos": True})
+    content = chat.choices[0].logprobs.content
+    check(len(content) == 6, f"one entry per token: {content}")
+    check("".join(t.token for t in content) == chat.choices[0].message.content,
+          f"tokens spell the reply: {content}")
+    for t in content:
+        tops = [a.logprob for a in t.top_logprobs]
+        check(len(tops) == 3 and tops == sorted(tops, reverse=True), f"top_logprobs: {t}")
+        check(t.top_logprobs[0].token == t.token and abs(tops[0] - t.logprob) < 1e-6,
+              f"greedy takes the top token: {t}")
+        check(sum(math.exp(x) for x in tops) <= 1 + 1e-5 and bytes(t.bytes) == t.token.encode(),
+              f"probabilities and bytes: {t}")
+    plain = client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=6,
+                                           temperature=0, extra_body={"ignore_eos": True})
+    check(plain.choices[0].logprobs is None and
+          plain.choices[0].message.content == chat.choices[0].message.content,
+          f"logprobs change nothing else: {plain}")
+    completion = client.completions.create(model="tiny_llm", prompt="the quick brown fox",
+                                           max_tokens=5, temperature=0, logprobs=2,
+                                           extra_body={"ignore_eos": True})
+    lp = completion.choices[0].logprobs
+    check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5 and
+          "".join(lp.tokens) == completion.choices[0].text, f"completion logprobs: {lp}")
+    check(lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i]) for i in range(5)],
+          f"text_offset: {lp.text_offset}")
+    check(all(len(top) == 2 and abs(max(top.values()) - token_lp) < 1e-6
+              for top, token_lp in zip(lp.top_logprobs, lp.token_logprobs)), f"top: {lp}")
 
 
 def bench(sluice, port):

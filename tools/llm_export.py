@@ -163,7 +163,7 @@ def convert_smollm2(out_dir, precision, force):
     tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizer_from_json(SMOLLM_PRE_TOKENIZER)
     save_tokenizer(tokenizer, out_dir, gguf_value(reader, "tokenizer.chat_template"))
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, step=64,
+        f.write(SERVE_CONFIG.format(precision=precision, slots=16, context=2048, step=32,
                                     chunk=256))
     print(f"{out_dir}: {len(tensors)} tensors from {GGUF_NAME} in {time.time() - start:.1f} s")
     check_chat(out_dir)
@@ -197,7 +197,7 @@ def save_tokenizer(tokenizer, out_dir, chat_template):
 def write_gguf_config(out_dir):
     """config.yaml for a GGUF model directory: the serving settings of smollm2_hf's."""
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, step=64, chunk=256)
+        f.write(SERVE_CONFIG.format(precision="bf16", slots=16, context=2048, step=32, chunk=256)
                 .replace("# bf16 | fp32 | int8 (int8: weight-only, per-channel scales)",
                          "# of the file's float tensors; quantised ones keep their blocks"))
 

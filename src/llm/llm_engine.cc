@@ -31,6 +31,7 @@ struct LlmEngine::Sequence {
   std::unique_ptr<StreamDecoder> decoder;
   std::string held;  // Decoded text not yet sent: it may be the start of a stop string.
   Clock::time_point submitted, last_token;
+  std::deque<TokenLogprobs> logprobs;  // Of sampled tokens, for their events.
 };
 
 namespace {
@@ -173,6 +174,10 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
   seq.last_token = now;
   generated_tokens_.fetch_add(1);
   event.completion_tokens = update.generated;
+  if (!seq.logprobs.empty()) {
+    event.logprobs = std::move(seq.logprobs.front());
+    seq.logprobs.pop_front();
+  }
   if (update.eos) {
     event.text = std::move(seq.held) + seq.decoder->Flush();
     event.finish = FinishReason::kStop;
@@ -231,11 +236,18 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const std::vector<int32_t>& input = plan.chunks[i].tokens;
     if (plan.samples[i]) {
-      Sampler& sampler = *sequences_.at(plan.ids[i])->sampler;
+      Sequence& seq = *sequences_.at(plan.ids[i]);
+      const int top_logprobs = seq.request.top_logprobs;
       // Row j follows input[j]: its token is what plain decoding would have sampled there, so a
       // draft (input[j + 1]) is kept while it equals it, and the first that differs is replaced.
       for (size_t j = 0; j < static_cast<size_t>(plan.rows[i]); ++j) {
-        const int32_t token = sampler.Next(logits_.data() + (row + j) * vocab, vocab);
+        float* logits = logits_.data() + (row + j) * vocab;
+        // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.
+        if (top_logprobs >= 0) raw_row_.assign(logits, logits + vocab);
+        const int32_t token = seq.sampler->Next(logits, vocab);
+        if (top_logprobs >= 0) {
+          seq.logprobs.push_back(LogProbabilities(raw_row_.data(), vocab, token, top_logprobs));
+        }
         (*tokens)[i].push_back(token);
         if (j + 1 >= input.size() || token != input[j + 1]) break;
       }

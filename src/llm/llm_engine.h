@@ -38,6 +38,8 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // Stop strings; the text before one is kept, it is not.
   bool ignore_eos = false;        // Benchmarks: generate max_tokens whatever the model says.
+  // -1: no log-probabilities. 0-20: each generated token's, and this many most likely tokens'.
+  int top_logprobs = -1;
 };
 
 // One update on a request, delivered in order on the engine's thread; must not block.
@@ -47,6 +49,9 @@ struct GenerationEvent {
   int prompt_tokens = 0;
   FinishReason finish = FinishReason::kNone;  // Set on the last event of the request.
   Status error;                               // With kError.
+  // With top_logprobs >= 0: the token this event generated (its text may be held back for a
+  // stop string and arrive with a later event).
+  std::optional<TokenLogprobs> logprobs;
 };
 using EventCallback = std::function<void(const GenerationEvent&)>;
 
@@ -127,6 +132,7 @@ class LlmEngine {
   Scheduler scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
   std::vector<float> logits_;
+  std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.
 
   std::atomic<int64_t> finished_{0}, prompt_tokens_{0}, generated_tokens_{0}, steps_{0};
   std::atomic<int64_t> draft_tokens_{0}, accepted_draft_tokens_{0};

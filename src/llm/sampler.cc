@@ -22,6 +22,27 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
   }
 }
 
+TokenLogprobs LogProbabilities(const float* logits, int vocab, int32_t chosen, int top) {
+  float max = logits[0];
+  for (int i = 1; i < vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_z); };
+  TokenLogprobs out;
+  out.chosen = {chosen, logprob(chosen)};
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = i;
+  const auto keep = static_cast<long>(std::clamp(top, 0, vocab));
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  for (long i = 0; i < keep; ++i) {
+    out.top.push_back({ids[static_cast<size_t>(i)], logprob(ids[static_cast<size_t>(i)])});
+  }
+  return out;
+}
+
 int32_t Sampler::Next(float* logits, int vocab) {
   if (params_.repetition_penalty != 1.0) {
     const auto penalty = static_cast<float>(params_.repetition_penalty);

@@ -21,6 +21,20 @@ struct SamplingParams {
   double presence_penalty = 0.0;    // [-2, 2]; once for each generated token.
 };
 
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;  // Natural log of the token's probability.
+};
+// A chosen token's log-probability and the `top` most likely tokens' (highest first).
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
+};
+
+// Log-probabilities under the model's own distribution: the log-softmax of the raw `logits`
+// (before penalties and temperature, as vLLM reports them), ties in the top list by id.
+TokenLogprobs LogProbabilities(const float* logits, int vocab, int32_t chosen, int top);
+
 // Thread-compatible: one per sequence.
 class Sampler {
  public:

@@ -19,7 +19,7 @@ struct SchedulerOptions {
   int context_length = 2048;  // Tokens a slot holds, prompt + generated.
   // Prompt tokens per step beside decoding sequences (vLLM's chunked prefill): a newcomer's
   // prompt is spread over steps, so the decoding streams' inter-token latency stays bounded.
-  int max_step_tokens = 64;
+  int max_step_tokens = 32;
   // Prompt tokens per step while no sequence decodes: nobody waits on the step, so chunks may be
   // larger (larger products, fewer steps, sooner first tokens).
   int prefill_chunk = 256;

@@ -29,6 +29,8 @@ struct CompletionRequest {
   llm::SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  int n = 1;              // Choices, each sampled from the prompt on its own.
+  int top_logprobs = -1;  // -1: no log-probabilities; else alternatives per token (0-20).
 };
 
 struct ParseError {
@@ -189,17 +191,43 @@ std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequ
       return ParseError{"'prompt' must be a string (or an array of one string)", "prompt"};
     }
   }
+  // Parameters Sluice does not serve (response_format, tools, logit_bias, echo, best_of, ...)
+  // are refused by name, never ignored.
+  if (auto error =
+          chat ? OnlyKeys(root,
+                          {"model", "messages", "stream", "stream_options", "max_tokens",
+                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+                           "frequency_penalty", "presence_penalty", "repetition_penalty",
+                           "ignore_eos", "n", "logprobs", "top_logprobs", "user"})
+               : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
+                                 "temperature", "top_p", "top_k", "seed", "stop",
+                                 "frequency_penalty", "presence_penalty", "repetition_penalty",
+                                 "ignore_eos", "n", "logprobs", "user"})) {
+    return error;
+  }
   bool flag = false;
   if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
   if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS)
     r.include_usage = flag;
   if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
-  if (root["logprobs"].get(flag) == simdjson::SUCCESS && flag) {
-    return ParseError{"logprobs are not supported", "logprobs"};
-  }
-  int64_t integer = 0;
-  if (auto e = ReadInt(root, "n", 1, 1, integer)) {
-    return ParseError{"only n = 1 is supported", "n"};
+  int64_t integer = 1;
+  if (auto e = ReadInt(root, "n", 1, 128, integer)) return e;
+  r.n = static_cast<int>(integer);
+  if (chat) {
+    // logprobs: true for the chosen tokens'; top_logprobs: how many alternatives beside.
+    bool logprobs = false;
+    if (auto e = ReadBool(root, "logprobs", logprobs)) return e;
+    integer = -1;
+    if (auto e = ReadInt(root, "top_logprobs", 0, 20, integer)) return e;
+    if (integer >= 0 && !logprobs) {
+      return ParseError{"'top_logprobs' needs 'logprobs': true", "top_logprobs"};
+    }
+    if (logprobs) r.top_logprobs = std::max<int>(0, static_cast<int>(integer));
+  } else {
+    // logprobs: the number of alternatives beside each chosen token.
+    integer = -1;
+    if (auto e = ReadInt(root, "logprobs", 0, 20, integer)) return e;
+    r.top_logprobs = static_cast<int>(integer);
   }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     integer = 0;
@@ -281,47 +309,147 @@ int64_t UnixSeconds() {
       .count();
 }
 
-// What one generation shares between the handler, the engine's events and the disconnect hook.
+// A token as OpenAI's log-probability entries show it: its text, or where its bytes are not whole
+// UTF-8 characters, "bytes:" and their escapes (vLLM's form).
+std::string TokenText(const llm::Tokenizer& tokenizer, int32_t id) {
+  const std::string& bytes = tokenizer.TokenBytes(id);
+  if (llm::IsValidUtf8(bytes)) return bytes;
+  std::string escaped = "bytes:";
+  for (unsigned char byte : bytes) escaped += fmt::format("\\x{:02x}", byte);
+  return escaped;
+}
+
+// "token", and its bytes as numbers.
+void WriteToken(JsonWriter& json, const llm::Tokenizer& tokenizer, int32_t id) {
+  json.Field("token", TokenText(tokenizer, id)).Key("bytes").BeginArray();
+  for (unsigned char byte : tokenizer.TokenBytes(id)) json.Int(byte);
+  json.EndArray();
+}
+
+// Chat's "logprobs": {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+void WriteChatLogprobs(JsonWriter& json, const llm::Tokenizer& tokenizer,
+                       const std::vector<llm::TokenLogprobs>& tokens) {
+  json.Key("logprobs").BeginObject().Key("content").BeginArray();
+  for (const llm::TokenLogprobs& t : tokens) {
+    json.BeginObject();
+    WriteToken(json, tokenizer, t.chosen.token);
+    json.Field("logprob", static_cast<double>(t.chosen.logprob)).Key("top_logprobs").BeginArray();
+    for (const llm::TokenLogprob& alternative : t.top) {
+      json.BeginObject();
+      WriteToken(json, tokenizer, alternative.token);
+      json.Field("logprob", static_cast<double>(alternative.logprob)).EndObject();
+    }
+    json.EndArray().EndObject();
+  }
+  json.EndArray().EndObject();
+}
+
+// Completions' "logprobs": {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+void WriteCompletionLogprobs(JsonWriter& json, const llm::Tokenizer& tokenizer,
+                             const std::vector<llm::TokenLogprobs>& tokens, int64_t offset) {
+  json.Key("logprobs").BeginObject().Key("tokens").BeginArray();
+  for (const llm::TokenLogprobs& t : tokens) json.String(TokenText(tokenizer, t.chosen.token));
+  json.EndArray().Key("token_logprobs").BeginArray();
+  for (const llm::TokenLogprobs& t : tokens) json.Double(t.chosen.logprob);
+  json.EndArray().Key("top_logprobs").BeginArray();
+  for (const llm::TokenLogprobs& t : tokens) {
+    json.BeginObject();
+    for (const llm::TokenLogprob& alternative : t.top) {
+      json.Field(TokenText(tokenizer, alternative.token), static_cast<double>(alternative.logprob));
+    }
+    json.EndObject();
+  }
+  json.EndArray().Key("text_offset").BeginArray();
+  for (const llm::TokenLogprobs& t : tokens) {
+    json.Int(offset);
+    offset += static_cast<int64_t>(tokenizer.TokenBytes(t.chosen.token).size());
+  }
+  json.EndArray().EndObject();
+}
+
+// One of a request's n choices, as its events arrive (on the engine's thread).
+struct Choice {
+  std::string text;  // Non-streaming: the whole reply.
+  std::vector<llm::TokenLogprobs> logprobs;
+  int64_t text_offset = 0;  // Completions: bytes of this choice's tokens already reported.
+  int completion_tokens = 0;
+  llm::FinishReason finish = llm::FinishReason::kNone;
+  bool sent_role = false;
+};
+
+// What one generation (its n choices) shares between the handler, the engine's events and the
+// disconnect hook. Events of all choices come from the engine's one loop thread.
 struct Generation {
+  explicit Generation(int n)
+      : engine_ids(static_cast<size_t>(n)), choices(static_cast<size_t>(n)) {}
+
   std::shared_ptr<llm::LlmEngine> engine;
   std::string id, model;
   bool chat = false;
   bool include_usage = false;
+  int top_logprobs = -1;  // -1: no log-probabilities.
   int64_t created = 0;
-  std::atomic<uint64_t> engine_id{0};
+  std::vector<std::atomic<uint64_t>> engine_ids;  // 0 until submitted.
   std::atomic<bool> cancelled{false};
   std::atomic<bool> answered{false};  // Non-streaming: the one response has been given.
-  std::string text;                   // Non-streaming: the whole reply.
   Responder respond;
   std::shared_ptr<ResponseStream> stream;
-  bool sent_role = false;
+  // Engine thread only.
+  std::vector<Choice> choices;
+  int unfinished = static_cast<int>(choices.size());
+  int prompt_tokens = 0;
+  bool failed = false;
 
   // Exactly one answer, whichever of the engine and a disconnect comes first.
   void Answer(HttpResponse response) {
     if (!answered.exchange(true)) respond(std::move(response));
   }
 
+  // Stops every choice still generating.
+  void CancelChoices() {
+    for (const auto& engine_id : engine_ids) {
+      if (const uint64_t request = engine_id.load()) engine->Cancel(request);
+    }
+  }
+
   void Cancel() {
     if (cancelled.exchange(true)) return;
-    if (const uint64_t engine_request = engine_id.load()) engine->Cancel(engine_request);
+    CancelChoices();
     // The server counts it as a client that left (a stream's end is the server's own).
     if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
   }
 
-  // data: {...}\n\n for one streamed chunk.
-  std::string Chunk(std::string_view content, llm::FinishReason finish, bool with_role) const {
+  void WriteLogprobs(JsonWriter& json, const Choice& choice,
+                     const std::vector<llm::TokenLogprobs>& tokens) const {
+    if (top_logprobs < 0) {
+      json.Key("logprobs").Null();
+    } else if (chat) {
+      WriteChatLogprobs(json, engine->tokenizer(), tokens);
+    } else {
+      WriteCompletionLogprobs(json, engine->tokenizer(), tokens, choice.text_offset);
+    }
+  }
+
+  // data: {...}\n\n for one streamed chunk of choice `index`.
+  std::string Chunk(size_t index, std::string_view content, llm::FinishReason finish,
+                    const std::vector<llm::TokenLogprobs>& tokens) const {
+    const Choice& choice = choices[index];
     JsonWriter json;
     BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
-    json.Key("choices").BeginArray().BeginObject().Field("index", int64_t{0});
+    json.Key("choices").BeginArray().BeginObject().Field("index", static_cast<int64_t>(index));
     if (chat) {
       json.Key("delta").BeginObject();
-      if (with_role) json.Field("role", "assistant");
-      if (!content.empty() || with_role) json.Field("content", content);
+      if (!choice.sent_role) json.Field("role", "assistant");
+      if (!content.empty() || !choice.sent_role) json.Field("content", content);
       json.EndObject();
     } else {
       json.Field("text", content);
     }
-    json.Key("logprobs").Null();
+    if (tokens.empty()) {
+      json.Key("logprobs").Null();
+    } else {
+      WriteLogprobs(json, choice, tokens);
+    }
     json.Key("finish_reason");
     if (finish == llm::FinishReason::kNone) {
       json.Null();
@@ -334,61 +462,96 @@ struct Generation {
     return "data: " + json.str() + "\n\n";
   }
 
-  void OnEvent(const llm::GenerationEvent& event) {
-    if (cancelled.load()) return;
-    if (event.finish == llm::FinishReason::kError) {
-      if (stream) {
-        // Headers are sent: the error travels as an event, then the stream ends.
-        JsonWriter json;
-        json.BeginObject().Key("error").BeginObject().Field("message", event.error.message());
-        json.Field("type", "server_error").Key("param").Null().Key("code").Null();
-        json.EndObject().EndObject();
-        stream->Write("data: " + json.str() + "\n\n");
-        stream->Close();
-      } else {
-        Answer(OpenAiError(event.error));
-      }
-      return;
-    }
+  int CompletionTokens() const {
+    int total = 0;
+    for (const Choice& choice : choices) total += choice.completion_tokens;
+    return total;
+  }
+
+  void Fail(const Status& error) {
+    failed = true;
+    CancelChoices();
     if (stream) {
-      std::string out;
-      if (!sent_role && chat) {
-        out += Chunk("", llm::FinishReason::kNone, /*with_role=*/true);
-        sent_role = true;
+      // Headers are sent: the error travels as an event, then the stream ends.
+      JsonWriter json;
+      json.BeginObject().Key("error").BeginObject().Field("message", error.message());
+      json.Field("type", "server_error").Key("param").Null().Key("code").Null();
+      json.EndObject().EndObject();
+      stream->Write("data: " + json.str() + "\n\n");
+      stream->Close();
+    } else {
+      Answer(OpenAiError(error));
+    }
+  }
+
+  void OnEvent(size_t index, const llm::GenerationEvent& event) {
+    if (cancelled.load() || failed) return;
+    if (event.finish == llm::FinishReason::kError) return Fail(event.error);
+    Choice& choice = choices[index];
+    choice.completion_tokens = event.completion_tokens;
+    prompt_tokens = event.prompt_tokens;
+    std::vector<llm::TokenLogprobs> tokens;
+    if (event.logprobs) tokens.push_back(*event.logprobs);
+    if (event.finish != llm::FinishReason::kNone) {
+      choice.finish = event.finish;
+      --unfinished;
+    }
+    if (stream) return Stream(index, event, tokens);
+    choice.text += event.text;
+    choice.logprobs.insert(choice.logprobs.end(), tokens.begin(), tokens.end());
+    if (unfinished > 0) return;
+    JsonWriter json;
+    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
+    json.Key("choices").BeginArray();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Choice& c = choices[i];
+      json.BeginObject().Field("index", static_cast<int64_t>(i));
+      if (chat) {
+        json.Key("message").BeginObject().Field("role", "assistant").Field("content", c.text);
+        json.EndObject();
+      } else {
+        json.Field("text", c.text);
       }
-      if (!event.text.empty()) out += Chunk(event.text, llm::FinishReason::kNone, false);
-      if (event.finish != llm::FinishReason::kNone) {
-        out += Chunk("", event.finish, false);
+      WriteLogprobs(json, c, c.logprobs);
+      json.Field("finish_reason", llm::FinishReasonName(c.finish)).EndObject();
+    }
+    json.EndArray();
+    WriteUsage(json, prompt_tokens, CompletionTokens());
+    json.EndObject();
+    Answer(HttpResponse::Json(200, json.str()));
+  }
+
+  void Stream(size_t index, const llm::GenerationEvent& event,
+              const std::vector<llm::TokenLogprobs>& tokens) {
+    Choice& choice = choices[index];
+    std::string out;
+    if (!choice.sent_role && chat) {
+      out += Chunk(index, "", llm::FinishReason::kNone, {});
+      choice.sent_role = true;
+    }
+    if (!event.text.empty() || !tokens.empty()) {
+      out += Chunk(index, event.text, llm::FinishReason::kNone, tokens);
+      for (const llm::TokenLogprobs& t : tokens) {
+        choice.text_offset +=
+            static_cast<int64_t>(engine->tokenizer().TokenBytes(t.chosen.token).size());
+      }
+    }
+    if (event.finish != llm::FinishReason::kNone) {
+      out += Chunk(index, "", event.finish, {});
+      if (unfinished == 0) {
         if (include_usage) {
           JsonWriter json;
           BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
           json.Key("choices").BeginArray().EndArray();
-          WriteUsage(json, event.prompt_tokens, event.completion_tokens);
+          WriteUsage(json, prompt_tokens, CompletionTokens());
           json.EndObject();
           out += "data: " + json.str() + "\n\n";
         }
         out += "data: [DONE]\n\n";
       }
-      if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
-      if (event.finish != llm::FinishReason::kNone) stream->Close();
-      return;
     }
-    text += event.text;
-    if (event.finish == llm::FinishReason::kNone) return;
-    JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
-    json.Key("choices").BeginArray().BeginObject().Field("index", int64_t{0});
-    if (chat) {
-      json.Key("message").BeginObject().Field("role", "assistant").Field("content", text);
-      json.EndObject();
-    } else {
-      json.Field("text", text);
-    }
-    json.Key("logprobs").Null().Field("finish_reason", llm::FinishReasonName(event.finish));
-    json.EndObject().EndArray();
-    WriteUsage(json, event.prompt_tokens, event.completion_tokens);
-    json.EndObject();
-    Answer(HttpResponse::Json(200, json.str()));
+    if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
+    if (unfinished == 0) stream->Close();
   }
 };
 
@@ -582,22 +745,35 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
     return respond(OpenAiError(length, chat ? "messages" : "prompt"));
   }
 
-  auto state = std::make_shared<Generation>();
+  generation.top_logprobs = parsed.top_logprobs;
+  auto state = std::make_shared<Generation>(parsed.n);
   state->engine = engine;
   state->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
   state->model = parsed.model;
   state->chat = chat;
   state->include_usage = parsed.include_usage;
+  state->top_logprobs = parsed.top_logprobs;
   state->created = UnixSeconds();
   state->respond = respond;
   if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
-  auto submitted = engine->Submit(
-      std::move(generation), [state](const llm::GenerationEvent& event) { state->OnEvent(event); });
-  if (!submitted.ok()) {
-    return respond(OpenAiError(submitted.status(), {}, engine->EstimatedWaitSeconds()));
+  // Each choice is a request of its own; with a seed, choice i samples with seed + i, so the
+  // choices differ and the same seed gives the same n texts.
+  for (int i = 0; i < parsed.n; ++i) {
+    llm::GenerationRequest choice = generation;
+    if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
+    const auto index = static_cast<size_t>(i);
+    auto submitted = engine->Submit(
+        std::move(choice),
+        [state, index](const llm::GenerationEvent& event) { state->OnEvent(index, event); });
+    if (!submitted.ok()) {
+      // All or nothing: the choices already queued are dropped unanswered.
+      state->cancelled = true;
+      state->CancelChoices();
+      return respond(OpenAiError(submitted.status(), {}, engine->EstimatedWaitSeconds()));
+    }
+    state->engine_ids[index] = *submitted;
   }
-  state->engine_id = *submitted;
-  if (state->cancelled.load()) engine->Cancel(*submitted);
+  if (state->cancelled.load()) state->CancelChoices();
   if (request.on_disconnect) request.on_disconnect([state] { state->Cancel(); });
   if (state->stream) {
     HttpResponse response;
