@@ -145,7 +145,7 @@ std::vector<int32_t> Scheduler::PromptLookup(const std::vector<int32_t>& tokens,
                                              int max_drafts) {
   const int size = static_cast<int>(tokens.size());
   if (max_drafts <= 0) return {};
-  for (int n = std::min(ngram, size - 1); n >= 1; --n) {
+  for (int n = std::min(ngram, size - 1); n >= std::min(2, ngram); --n) {
     const auto suffix = tokens.end() - n;
     // The most recent earlier occurrence: it best predicts what comes next.
     for (int start = size - n - 1; start >= 0; --start) {

@@ -26,7 +26,7 @@ struct SchedulerOptions {
   // Prompt-lookup speculative decoding: up to this many draft tokens per decoding sequence and
   // step, copied from where the latest n-gram last occurred in its prompt or output; 0: off.
   int speculative_tokens = 0;
-  int speculative_ngram = 3;  // The longest n-gram matched (then shorter ones, down to 1).
+  int speculative_ngram = 3;  // The longest n-gram matched (then shorter ones, down to 2).
   std::vector<int32_t> eos_ids;
 };
 
@@ -88,7 +88,9 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
 
   // Draft tokens for a sequence `tokens` (its prompt and output so far): what followed the most
-  // recent earlier occurrence of its last n tokens, longest n first; at most `max_drafts`.
+  // recent earlier occurrence of its last n tokens, n from `ngram` down to 2 (to 1 only when
+  // `ngram` is 1: one token's match is right too rarely to pay for its verification, measured
+  // in benchmarks/llm_speculative.py); at most `max_drafts`.
   static std::vector<int32_t> PromptLookup(const std::vector<int32_t>& tokens, int ngram,
                                            int max_drafts);
 

@@ -139,8 +139,11 @@ TEST(SchedulerTest, PromptLookupTakesWhatFollowedTheLatestLongestMatch) {
   EXPECT_EQ(Scheduler::PromptLookup(V{1, 2, 3, 4, 5, 1, 2, 3, 9, 8, 1, 2, 3}, 3, 4),
             (V{9, 8, 1, 2}));
   EXPECT_EQ(Scheduler::PromptLookup(V{1, 2, 3, 4, 5, 1, 2, 3, 9, 8, 1, 2, 3}, 3, 1), (V{9}));
-  // No 3- or 2-gram match: the last token alone.
-  EXPECT_EQ(Scheduler::PromptLookup(V{5, 6, 7, 5, 9, 4, 5}, 3, 2), (V{9, 4}));
+  // No 3-gram match; the 2-gram "4 5" was followed by 6.
+  EXPECT_EQ(Scheduler::PromptLookup(V{4, 5, 6, 7, 5, 9, 4, 5}, 3, 2), (V{6, 7}));
+  // A single token's match is too weak a guess: no drafts, unless n-grams of 1 are asked for.
+  EXPECT_TRUE(Scheduler::PromptLookup(V{5, 6, 7, 5, 9, 4, 5}, 3, 2).empty());
+  EXPECT_EQ(Scheduler::PromptLookup(V{5, 6, 7, 5, 9, 4, 5}, 1, 2), (V{9, 4}));
   EXPECT_TRUE(Scheduler::PromptLookup(V{1, 2, 3, 4}, 3, 4).empty());
   EXPECT_TRUE(Scheduler::PromptLookup(V{1, 1, 1}, 2, 0).empty());
   EXPECT_TRUE(Scheduler::PromptLookup(V{1}, 2, 3).empty());
