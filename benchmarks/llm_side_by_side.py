@@ -3,9 +3,9 @@
 
 Starts each server on 127.0.0.1 (Sluice: one `sluice serve` per model directory given, so that each
 one's memory is its own; llama.cpp: `llama-server -m FILE -np 16` with as many threads as cores,
-its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt: the client's seeded prompts
-repeat from round to round, and llama.cpp's slots would answer them from the KV cache of the round
-before, where Sluice, which has no prefix cache, pays every prompt), then drives them with the
+its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt; Sluice with
+--llm-prefix-caching off: the client's seeded prompts repeat from round to round, and either
+server's slots would answer them from the KV cache of the round before), then drives them with the
 same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts of the server's
 own token count), at 1, 4 and 16 streams, in interleaved rounds (A B B A ...), so that drift in the
 machine's speed falls on every server alike. Each server's resident memory is read from
@@ -117,7 +117,7 @@ def main():
             path, _, precision = spec.partition("@")
             port = free_port()
             command = [args.sluice, "serve", "--port", str(port), "--model-dir",
-                       os.path.abspath(path), "--model-name", name]
+                       os.path.abspath(path), "--model-name", name, "--llm-prefix-caching", "off"]
             if precision:
                 command += ["--llm-precision", precision]
             servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))

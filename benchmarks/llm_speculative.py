@@ -93,7 +93,10 @@ def main():
                 port = free_port()
                 servers[label] = Server(label, [args.sluice, "serve", "--model-repository",
                                                 repository, "--model", name, "--port", str(port),
-                                                "--llm-speculative-tokens", str(drafts)],
+                                                "--llm-speculative-tokens", str(drafts),
+                                        # The texts repeat each round: every request pays its
+                                        # prompt, as on the first.
+                                        "--llm-prefix-caching", "off"],
                                         "/v1/models", port, log)
             for server in servers.values():  # Warm-up, untimed.
                 chat(server.port, name, TEXTS[0], 8)

@@ -32,7 +32,8 @@ def measure(args, budget, log, results_dir):
     repository = os.path.dirname(os.path.abspath(args.model_dir))
     server = Server(f"sluice-{budget}",
                     [args.sluice, "serve", "--model-repository", repository, "--model", name,
-                     "--port", str(port), "--llm-max-step-tokens", str(budget)],
+                     "--port", str(port), "--llm-max-step-tokens", str(budget),
+                     "--llm-prefix-caching", "off"],
                     "/v1/models", port, log)
     try:
         subprocess.run([args.sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}",

@@ -72,6 +72,7 @@ llm:
   max_step_tokens: {step}    # prompt tokens per step beside decoding streams (bounds their ITL)
   prefill_chunk: {chunk}     # prompt tokens per step while nothing decodes
   speculative_tokens: 0      # prompt-lookup drafts per step and stream; 0: off
+  prefix_caching: true       # a newcomer reuses a freed slot's cached prefix of its prompt
   threads: 0                 # intra-op threads; 0: every core
   max_waiting: 256           # requests queued for a slot; beyond it: 503 with Retry-After
 """

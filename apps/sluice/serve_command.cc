@@ -50,6 +50,9 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   app->add_option("--llm-speculative-tokens", cmd.llm_overrides.speculative_tokens,
                   "Language models' prompt-lookup drafts per step (0: off), over their config.yaml")
       ->check(CLI::Range(0, 64));
+  app->add_option("--llm-prefix-caching", cmd.llm_overrides.prefix_caching,
+                  "Language models' prefix caching (on, off), over their config.yaml")
+      ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--predict-model", cmd.options.predict_model,
                   "Model behind /predict (default: the first with preprocess.image)");
   app->add_option("--max-body-bytes", cmd.options.http.max_body_bytes,

@@ -208,7 +208,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "precision",          "slots",         "context_length",
       "max_step_tokens",    "prefill_chunk", "speculative_tokens",
       "speculative_ngram",  "threads",       "max_waiting",
-      "default_max_tokens", "model_file"};
+      "default_max_tokens", "model_file",    "prefix_caching"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -227,6 +227,13 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       }
     }
     if (llm["model_file"]) config.model_file = llm["model_file"].as<std::string>();
+    if (llm["prefix_caching"]) {
+      bool on = true;
+      if (!YAML::convert<bool>::decode(llm["prefix_caching"], on)) {
+        return Bad(path, "llm.prefix_caching", "must be true or false");
+      }
+      config.prefix_caching = on;
+    }
     struct IntKey {
       const char* key;
       int* field;

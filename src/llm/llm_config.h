@@ -80,6 +80,9 @@ struct LlmServeConfig {
   // earlier text that followed its latest n-gram, verified in the step; outputs are those of
   // plain decoding. 0: off. Pays off where the output repeats the input (summaries, edits, code).
   int speculative_tokens = 0;
+  // A freed slot keeps its tokens' keys and values; a newcomer whose prompt starts with them (a
+  // system prompt, the conversation so far) takes that slot and runs only the rest.
+  bool prefix_caching = true;
   int speculative_ngram = 3;     // The longest n-gram looked up; 1-8.
   int threads = 0;               // Intra-op threads; 0: every core.
   int max_waiting = 256;         // Requests waiting for a slot; beyond it: kUnavailable.

@@ -44,6 +44,10 @@ TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->max_step_tokens, LlmServeConfig{}.max_step_tokens);
   EXPECT_EQ(defaults->speculative_tokens, 0) << "speculative decoding is off by default";
+  EXPECT_TRUE(defaults->prefix_caching);
+  auto off = Parse("llm:\n  prefix_caching: false\n");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->prefix_caching);
 }
 
 TEST_F(ServeConfigTest, ErrorsNameTheKey) {
@@ -51,6 +55,7 @@ TEST_F(ServeConfigTest, ErrorsNameTheKey) {
            {"llm:\n  max_step_tokens: 0\n", "llm.max_step_tokens"},
            {"llm:\n  speculative_tokens: 65\n", "llm.speculative_tokens"},
            {"llm:\n  speculative_ngram: 0\n", "llm.speculative_ngram"},
+           {"llm:\n  prefix_caching: sometimes\n", "llm.prefix_caching"},
            {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
     auto config = Parse(yaml);
     ASSERT_FALSE(config.ok()) << yaml;

@@ -51,6 +51,7 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
   options.prefill_chunk = config.prefill_chunk;
   options.speculative_tokens = config.speculative_tokens;
   options.speculative_ngram = config.speculative_ngram;
+  options.prefix_caching = config.prefix_caching;
   return options;
 }
 
@@ -147,6 +148,8 @@ LlmStats LlmEngine::stats() const {
   s.steps = steps_.load();
   s.draft_tokens = draft_tokens_.load();
   s.accepted_draft_tokens = accepted_draft_tokens_.load();
+  s.prefix_cache_queries = prefix_queries_.load();
+  s.prefix_cache_hits = prefix_hits_.load();
   s.time_to_first_token = ttft_.Snapshot();
   s.inter_token = inter_token_.Snapshot();
   return s;
@@ -217,6 +220,8 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
 }
 
 void LlmEngine::PublishCounts() {
+  prefix_queries_.store(scheduler_.prefix_queries());
+  prefix_hits_.store(scheduler_.prefix_hits());
   MutexLock lock(mu_);
   busy_slots_ = scheduler_.running();
   scheduled_waiting_ = scheduler_.waiting();

@@ -302,3 +302,61 @@ TEST(LlmEngineTest, ACallbackIsReleasedAfterItsLastEvent) {
 
 }  // namespace
 }  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+// Each generated token's log-probabilities, greedy, for `prompt` on `engine`.
+std::vector<TokenLogprobs> GreedyLogprobs(LlmEngine& engine, const std::string& prompt) {
+  GenerationRequest r = Request(engine, prompt, 12);
+  r.top_logprobs = 5;
+  Mutex mu;
+  CondVar cv;
+  bool done = false;
+  std::vector<TokenLogprobs> out;
+  EXPECT_TRUE(engine
+                  .Submit(std::move(r),
+                          [&](const GenerationEvent& e) {
+                            MutexLock lock(mu);
+                            if (e.logprobs) out.push_back(*e.logprobs);
+                            if (e.finish != FinishReason::kNone) {
+                              done = true;
+                              cv.SignalAll();
+                            }
+                          })
+                  .ok());
+  MutexLock lock(mu);
+  while (!done) cv.Wait(lock);
+  return out;
+}
+
+// A prompt whose start is cached in a slot runs only the rest, and gives the logits it gives
+// without the cache (to float rounding: the cached rows were computed in other chunks).
+TEST(LlmEngineTest, ACachedPrefixGivesTheSameLogits) {
+  LlmLoadOverrides off;
+  off.prefix_caching = "off";
+  auto cached = Load(2);
+  auto uncached = Load(2, off);
+  ASSERT_NE(cached, nullptr);
+  ASSERT_NE(uncached, nullptr);
+  const std::string system = "serving models batch latency token cache python torch tensor ";
+  GreedyLogprobs(*cached, system + "hello world");  // Leaves its tokens in a slot.
+  const int64_t hits_before = cached->stats().prefix_cache_hits;
+  const auto with_cache = GreedyLogprobs(*cached, system + "the quick brown fox");
+  const auto without = GreedyLogprobs(*uncached, system + "the quick brown fox");
+  EXPECT_GE(cached->stats().prefix_cache_hits - hits_before,
+            static_cast<int64_t>(cached->tokenizer().Encode(system).size()) - 1);
+  EXPECT_EQ(uncached->stats().prefix_cache_hits, 0);
+  ASSERT_EQ(with_cache.size(), 12u);
+  ASSERT_EQ(without.size(), 12u);
+  for (size_t i = 0; i < with_cache.size(); ++i) {
+    EXPECT_EQ(with_cache[i].chosen.token, without[i].chosen.token) << i;
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(with_cache[i].top[k].token, without[i].top[k].token) << i;
+      EXPECT_NEAR(with_cache[i].top[k].logprob, without[i].top[k].logprob, 1e-4) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::llm

@@ -42,6 +42,7 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   if (overrides.threads >= 0) serve->threads = overrides.threads;
   if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
   if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;
+  if (!overrides.prefix_caching.empty()) serve->prefix_caching = overrides.prefix_caching == "on";
   return serve;
 }
 

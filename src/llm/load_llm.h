@@ -17,6 +17,7 @@ struct LlmLoadOverrides {
   int threads = -1;             // -1: config.yaml's.
   int max_step_tokens = 0;      // 0: config.yaml's.
   int speculative_tokens = -1;  // -1: config.yaml's; 0: off.
+  std::string prefix_caching;   // "on" | "off"; empty: config.yaml's.
 };
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,

@@ -18,7 +18,9 @@ struct Scheduler::Sequence {
 };
 
 Scheduler::Scheduler(SchedulerOptions options)
-    : options_(std::move(options)), slots_(static_cast<size_t>(options_.slots)) {}
+    : options_(std::move(options)),
+      slots_(static_cast<size_t>(options_.slots)),
+      cached_(static_cast<size_t>(options_.slots)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -29,10 +31,47 @@ void Scheduler::Add(ScheduledRequest request) {
   waiting_.push_back(std::move(seq));
 }
 
+void Scheduler::Release(size_t slot) {
+  const Sequence& seq = *slots_[slot];
+  std::vector<int32_t>& cached = cached_[slot];
+  if (seq.decoding()) {
+    // All but the last token, which was sampled and never run.
+    cached.assign(seq.tokens.begin(), seq.tokens.end() - 1);
+  } else {
+    cached.assign(seq.request.prompt.begin(), seq.request.prompt.begin() + seq.prefilled);
+  }
+  slots_[slot].reset();
+}
+
+size_t Scheduler::PickSlot(const Sequence& seq, int* cached) const {
+  size_t best = slots_.size();
+  int best_length = -1;
+  const std::vector<int32_t>& prompt = seq.request.prompt;
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    if (slots_[slot]) continue;
+    int length = 0;
+    if (options_.prefix_caching) {
+      const std::vector<int32_t>& tokens = cached_[slot];
+      const size_t limit = std::min(tokens.size(), prompt.size() - 1);
+      length = static_cast<int>(std::mismatch(tokens.begin(),
+                                              tokens.begin() + static_cast<std::ptrdiff_t>(limit),
+                                              prompt.begin())
+                                    .first -
+                                tokens.begin());
+    }
+    if (length > best_length) {
+      best = slot;
+      best_length = length;
+    }
+  }
+  *cached = std::max(0, best_length);
+  return best;
+}
+
 bool Scheduler::Remove(uint64_t id) {
-  for (auto& seq : slots_) {
-    if (seq && seq->request.id == id) {
-      seq.reset();
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    if (slots_[slot] && slots_[slot]->request.id == id) {
+      Release(slot);
       return true;
     }
   }
@@ -51,13 +90,17 @@ int Scheduler::running() const {
 int Scheduler::waiting() const { return static_cast<int>(waiting_.size()); }
 
 StepPlan Scheduler::Schedule() {
-  // Free slots, lowest first, to the oldest waiting requests: decoding slots stay a dense range,
-  // which the batched attention reads without copying.
+  // Free slots to the oldest waiting requests, each where most of its prompt is cached.
   size_t next_waiting = 0;
-  for (size_t slot = 0; slot < slots_.size() && next_waiting < waiting_.size(); ++slot) {
-    if (slots_[slot]) continue;
+  for (int free = options_.slots - running(); free > 0 && next_waiting < waiting_.size(); --free) {
+    int cached = 0;
+    const size_t slot = PickSlot(*waiting_[next_waiting], &cached);
     slots_[slot] = std::move(waiting_[next_waiting++]);
-    slots_[slot]->slot = static_cast<int>(slot);
+    Sequence& seq = *slots_[slot];
+    seq.slot = static_cast<int>(slot);
+    seq.prefilled = cached;
+    prefix_queries_ += seq.prompt_size();
+    prefix_hits_ += cached;
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
 
@@ -133,7 +176,7 @@ std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
                       static_cast<int>(seq.tokens.size()) > options_.context_length;
       updates.push_back(update);
       if (update.eos || update.length) {
-        owner.reset();
+        Release(static_cast<size_t>(chunk.slot));
         break;
       }
     }

@@ -1,9 +1,10 @@
 // Decides what each generation step runs, and applies what it produced, without threads, clocks
 // or a model (vLLM v1's split): Schedule() gives free KV-cache slots to the oldest waiting
-// requests and returns the step's plan (every decoding sequence, plus prompt chunks within the
-// token budget, plus prompt-lookup drafts); Update() takes the tokens sampled from the step's
-// logits and advances, finishes (EOS, max_tokens, the context) and frees sequences. The engine
-// (llm_engine.cc) runs plans on the model and keeps text, stop strings and events outside.
+// requests (each to the free slot whose cached tokens share the longest prefix with its prompt,
+// which it then skips) and returns the step's plan (every decoding sequence, plus prompt chunks
+// within the token budget, plus prompt-lookup drafts); Update() takes the tokens sampled from the
+// step's logits and advances, finishes (EOS, max_tokens, the context) and frees sequences. The
+// engine (llm_engine.cc) runs plans on the model and keeps text, stop strings and events outside.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct SchedulerOptions {
   int speculative_tokens = 0;
   int speculative_ngram = 3;  // The longest n-gram matched (then shorter ones, down to 2).
   std::vector<int32_t> eos_ids;
+  // A slot keeps the keys and values of the tokens its last sequence left in it; a newcomer takes
+  // the free slot that holds the longest prefix of its prompt and runs only the rest.
+  bool prefix_caching = true;
 };
 
 struct ScheduledRequest {
@@ -85,6 +89,9 @@ class Scheduler {
 
   int running() const;  // Sequences holding a slot.
   int waiting() const;  // Sequences waiting for one.
+  // Prompt tokens of the sequences given slots so far, and of those the ones found cached.
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
   const SchedulerOptions& options() const { return options_; }
 
   // Draft tokens for a sequence `tokens` (its prompt and output so far): what followed the most
@@ -96,11 +103,17 @@ class Scheduler {
 
  private:
   struct Sequence;
-  Sequence* Find(uint64_t id);
+  // Frees `slot`, recording which tokens' keys and values it still holds.
+  void Release(size_t slot);
+  // The free slot for `seq`: the longest cached prefix of its prompt (short of its last token,
+  // which must run for logits), then the lowest slot. Its length in `*cached`.
+  size_t PickSlot(const Sequence& seq, int* cached) const;
 
   SchedulerOptions options_;
   std::vector<std::unique_ptr<Sequence>> waiting_;  // Oldest first.
   std::vector<std::unique_ptr<Sequence>> slots_;    // Indexed by slot; null when free.
+  std::vector<std::vector<int32_t>> cached_;        // A free slot's valid cache rows' tokens.
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace sluice::llm

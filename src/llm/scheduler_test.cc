@@ -15,7 +15,8 @@ namespace {
 ScheduledRequest Request(uint64_t id, int prompt_tokens, int max_tokens) {
   ScheduledRequest r;
   r.id = id;
-  for (int i = 0; i < prompt_tokens; ++i) r.prompt.push_back(100 + i);
+  // Prompts of different requests share no prefix (see PrefixCaching* for those that do).
+  for (int i = 0; i < prompt_tokens; ++i) r.prompt.push_back(static_cast<int32_t>(1000 * id) + i);
   r.max_tokens = max_tokens;
   r.ignore_eos = true;
   return r;
@@ -133,6 +134,77 @@ TEST(SchedulerTest, RemovedSequencesLeaveTheirSlotsAndTheirResultsAreDropped) {
   EXPECT_EQ(plan.chunks[0].start, 0);
 }
 
+// A freed slot keeps its tokens: a newcomer sharing a prefix takes that slot (not the lowest free
+// one) and starts after the prefix, always running its last prompt token for logits.
+TEST(SchedulerTest, PrefixCachingReusesTheSlotWithTheLongestPrefix) {
+  SchedulerOptions options;
+  options.slots = 3;
+  Scheduler scheduler(options);
+  auto request = [](uint64_t id, std::vector<int32_t> prompt) {
+    ScheduledRequest r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_tokens = 2;
+    r.ignore_eos = true;
+    return r;
+  };
+  scheduler.Add(request(1, {1, 2, 3}));
+  scheduler.Add(request(2, {5, 6, 7, 8, 9}));
+  while (scheduler.running() + scheduler.waiting() > 0) {
+    const StepPlan plan = scheduler.Schedule();
+    scheduler.Update(plan, Sample(plan, 40));
+  }
+  // Slot 1 holds 5 6 7 8 9 40 (the last sampled 40 never ran); slot 0 holds 1 2 3 40.
+  scheduler.Add(request(3, {5, 6, 7, 8, 9, 40, 41, 42}));
+  scheduler.Add(request(4, {1, 2, 3}));  // Wholly cached: its last token runs again.
+  scheduler.Add(request(5, {5, 6, 99}));
+  StepPlan plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(plan.chunks[0].slot, 1);
+  EXPECT_EQ(plan.chunks[0].start, 6);
+  EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{41, 42}));
+  EXPECT_EQ(plan.chunks[1].slot, 0);
+  EXPECT_EQ(plan.chunks[1].start, 2);
+  EXPECT_EQ(plan.chunks[1].tokens, (std::vector<int32_t>{3}));
+  EXPECT_EQ(plan.chunks[2].slot, 2) << "the only slot left";
+  EXPECT_EQ(plan.chunks[2].start, 0);
+  EXPECT_EQ(scheduler.prefix_queries(), 3 + 5 + 8 + 3 + 3);
+  EXPECT_EQ(scheduler.prefix_hits(), 6 + 2);
+}
+
+TEST(SchedulerTest, PrefixCachingOffStartsEveryPromptAtZero) {
+  SchedulerOptions options;
+  options.slots = 1;
+  options.prefix_caching = false;
+  Scheduler scheduler(options);
+  ScheduledRequest r = Request(1, 6, 1);
+  scheduler.Add(r);
+  StepPlan plan = scheduler.Schedule();
+  scheduler.Update(plan, Sample(plan));
+  r.id = 2;
+  scheduler.Add(r);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.chunks[0].start, 0);
+  EXPECT_EQ(scheduler.prefix_hits(), 0);
+}
+
+// A sequence removed while its prompt was half run leaves what it ran.
+TEST(SchedulerTest, ARemovedPromptLeavesItsRunPartCached) {
+  SchedulerOptions options;
+  options.slots = 1;
+  options.prefill_chunk = 4;
+  Scheduler scheduler(options);
+  ScheduledRequest r = Request(1, 10, 5);
+  scheduler.Add(r);
+  StepPlan plan = scheduler.Schedule();
+  scheduler.Update(plan, Sample(plan));  // 4 of 10 prompt tokens in the cache.
+  ASSERT_TRUE(scheduler.Remove(1));
+  r.id = 2;
+  scheduler.Add(r);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.chunks[0].start, 4);
+}
+
 TEST(SchedulerTest, PromptLookupTakesWhatFollowedTheLatestLongestMatch) {
   using V = std::vector<int32_t>;
   // "1 2 3" occurred twice before; the later one was followed by 9 8.
@@ -220,22 +292,30 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
   Scheduler scheduler(options);
   struct Slot {
     uint64_t owner = 0;
-    int cached = 0;
+    std::vector<int32_t> tokens;  // Whose keys and values the fake cache holds, by position.
   };
+  std::map<uint64_t, std::vector<int32_t>> prompts;
   std::vector<Slot> slots(4);
   std::map<uint64_t, int> max_tokens, generated;
   std::set<uint64_t> ended, removed;
   uint64_t next_id = 1;
   int drafts_kept = 0;
+  int64_t reused = 0;
   for (int step = 0; step < 3000; ++step) {
     if (rng() % 3 == 0 && next_id <= 400) {
       ScheduledRequest r;
       r.id = next_id++;
+      // Half the prompts open with one of two shared prefixes, so slots' caches get reused.
       const int prompt = 1 + static_cast<int>(rng() % 60);
-      for (int i = 0; i < prompt; ++i) r.prompt.push_back(1 + static_cast<int32_t>(rng() % 4));
+      const int shared = rng() % 2 ? static_cast<int>(rng() % 20) : 0;
+      const int32_t family = 10 + static_cast<int32_t>(rng() % 2);
+      for (int i = 0; i < prompt; ++i) {
+        r.prompt.push_back(i < shared ? family + i : 1 + static_cast<int32_t>(rng() % 4));
+      }
       r.max_tokens = 1 + static_cast<int>(rng() % 30);
       r.ignore_eos = rng() % 2 == 0;
       max_tokens[r.id] = r.max_tokens;
+      prompts[r.id] = r.prompt;
       scheduler.Add(r);
     }
     if (rng() % 17 == 0 && next_id > 1) {
@@ -249,17 +329,27 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
       const SequenceChunk& chunk = plan.chunks[i];
       ASSERT_TRUE(used.insert(chunk.slot).second) << "slot " << chunk.slot << " twice";
       Slot& slot = slots[static_cast<size_t>(chunk.slot)];
-      if (slot.owner != plan.ids[i]) slot = Slot{plan.ids[i], 0};  // A new sequence's slot.
-      ASSERT_EQ(chunk.start, slot.cached) << "sequence " << plan.ids[i];
-      slot.cached += static_cast<int>(chunk.tokens.size());
-      ASSERT_LE(slot.cached, options.context_length);
+      if (slot.owner != plan.ids[i]) {
+        // A new sequence may start past a prefix that the slot holds, and only there.
+        const std::vector<int32_t>& prompt = prompts[plan.ids[i]];
+        ASSERT_LT(chunk.start, static_cast<int>(prompt.size()));
+        ASSERT_LE(chunk.start, static_cast<int>(slot.tokens.size()));
+        ASSERT_TRUE(std::equal(prompt.begin(), prompt.begin() + chunk.start, slot.tokens.begin()))
+            << "sequence " << plan.ids[i] << " reuses rows of other tokens";
+        reused += chunk.start;
+        slot.owner = plan.ids[i];
+        slot.tokens.resize(static_cast<size_t>(chunk.start));
+      }
+      ASSERT_EQ(chunk.start, static_cast<int>(slot.tokens.size())) << "sequence " << plan.ids[i];
+      slot.tokens.insert(slot.tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+      ASSERT_LE(slot.tokens.size(), static_cast<size_t>(options.context_length));
       if (!plan.samples[i]) continue;
       // Keep a random number of the drafts, then one token of our own (or EOS now and then).
       const int kept = static_cast<int>(rng() % static_cast<unsigned>(plan.rows[i]));
       for (int j = 0; j < kept; ++j) tokens[i].push_back(chunk.tokens[static_cast<size_t>(j) + 1]);
       tokens[i].push_back(rng() % 40 == 0 ? 0 : 5);
       // Rejected drafts' positions are rewritten by later steps.
-      slot.cached -= plan.rows[i] - 1 - kept;
+      slot.tokens.resize(slot.tokens.size() - static_cast<size_t>(plan.rows[i] - 1 - kept));
     }
     ASSERT_LE(plan.prompt_tokens,
               plan.decoding > 0 ? options.max_step_tokens : options.prefill_chunk);
@@ -285,6 +375,8 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
   }
   EXPECT_GT(ended.size(), 300u);
   EXPECT_GT(drafts_kept, 100);
+  EXPECT_GT(reused, 200);
+  EXPECT_EQ(scheduler.prefix_hits(), reused);
 }
 
 }  // namespace

@@ -812,6 +812,16 @@ std::string OpenAiHandlers::RenderMetrics() const {
   for (const auto& [name, s] : all)
     w.Sample("sluice_llm_accepted_draft_tokens_total", label(name),
              static_cast<double>(s.accepted_draft_tokens));
+  w.Family("sluice_llm_prefix_cache_queries_total", "counter",
+           "Prompt tokens of requests given a slot (vLLM's prefix-cache queries).");
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_prefix_cache_queries_total", label(name),
+             static_cast<double>(s.prefix_cache_queries));
+  w.Family("sluice_llm_prefix_cache_hits_total", "counter",
+           "Of those, tokens found in the slot's cache and not run again.");
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_prefix_cache_hits_total", label(name),
+             static_cast<double>(s.prefix_cache_hits));
   w.Family("sluice_llm_model_info", "gauge",
            "The linear layers' weight formats and the kernel paths their products run on.");
   for (const auto& [name, engine] : models_) {
