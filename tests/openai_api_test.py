@@ -133,6 +133,16 @@ def run(port):
 
     choices_and_logprobs(client, messages)
 
+    # A repeated prompt finds all but its last token cached in the slot the first one left.
+    hits = metric(port, "sluice_llm_prefix_cache_hits_total")
+    again = [client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=4,
+                                            temperature=0, extra_body={"ignore_eos": True})
+             for _ in range(2)]
+    check(again[0].choices[0].message.content == again[1].choices[0].message.content,
+          f"cached prefix, other text: {again}")
+    check(metric(port, "sluice_llm_prefix_cache_hits_total") - hits >=
+          again[0].usage.prompt_tokens - 1, "the repeated prompt's prefix was not reused")
+
     # Errors in OpenAI's shape.
     try:
         client.chat.completions.create(model="no_such_model", messages=messages)
