@@ -250,7 +250,7 @@ def bench(sluice, port):
         out = subprocess.run(
             [sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--api-key", API_KEY,
              "--concurrency", "1,3", "--rate", "20", "--requests", "4", "--prompt-tokens", "40",
-             "--output-tokens", "6", "--results-dir", results],
+             "--shared-prefix-tokens", "20", "--output-tokens", "6", "--results-dir", results],
             capture_output=True, text=True, timeout=300)
         check(out.returncode == 0, f"bench failed: {out.stdout} {out.stderr}")
         runs = os.listdir(results)
@@ -267,11 +267,16 @@ def bench(sluice, port):
         for level in levels:
             check(level["ok"] == 4 == level["requests"], f"level {level}")
             check(level["completion_tokens"] == 4 * 6, f"completion tokens: {level}")
-            check(abs(level["prompt_tokens"] / 4 - 40) <= 2, f"prompt tokens: {level}")
+            # Sized on one probe prompt; the others' random words tokenise a little longer or
+            # shorter in the tiny model's 384-token vocabulary.
+            check(abs(level["prompt_tokens"] / 4 - 40) <= 5, f"prompt tokens: {level}")
             check(0 < level["ttft"]["median_ms"] <= level["e2el"]["median_ms"], f"times: {level}")
             check(level["tpot"]["median_ms"] > 0 and level["output_tokens_per_second"] > 0,
                   f"rates: {level}")
-        check("TTFT p50" in out.stdout, out.stdout)
+            # A ~20-token preamble of 40-token prompts (and "Request" after it) found cached in
+            # all but the first request of a level; each request's own words are not.
+            check(0.3 <= level["prefix_hit_rate"] <= 0.9, f"prefix hit rate: {level}")
+        check("TTFT p50" in out.stdout and "prefix hit" in out.stdout, out.stdout)
 
 
 if __name__ == "__main__":

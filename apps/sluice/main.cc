@@ -840,6 +840,9 @@ int main(int argc, char** argv) {
       ->add_option("--prompt-tokens", bench.llm_options.prompt_tokens,
                    "--llm: prompt length in the server's tokens")
       ->capture_default_str();
+  bench_app->add_option("--shared-prefix-tokens", bench.llm_options.shared_prefix_tokens,
+                        "--llm: of the prompt, a preamble every request shares (a system prompt); "
+                        "the table adds the server's prefix-cache hit rate");
   bench_app
       ->add_option("--output-tokens", bench.llm_options.output_tokens,
                    "--llm: tokens generated per request")

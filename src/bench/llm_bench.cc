@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -293,14 +294,22 @@ LlmLevelSummary SummarizeLlmLevel(const std::vector<LlmRequestRecord>& records) 
   return s;
 }
 
-std::vector<std::string> MakeLlmPrompts(int count, int words, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+std::vector<std::string> MakeLlmPrompts(int count, int words, uint64_t seed, int shared_words) {
+  shared_words = std::clamp(shared_words, 0, words);
+  std::string preamble;
+  std::mt19937_64 preamble_rng(0x5eed);  // Independent of the seed: one preamble for the run.
   std::uniform_int_distribution<size_t> pick(0, kWordCount - 1);
+  for (int w = 0; w < shared_words; ++w) {
+    preamble += w == 0 ? "" : " ";
+    preamble += kWords[pick(preamble_rng)];
+  }
+  std::mt19937_64 rng(seed);
   std::vector<std::string> prompts;
   for (int i = 0; i < count; ++i) {
-    // A distinct opening per request, so no two prompts share a cacheable prefix.
-    std::string prompt = fmt::format("Request {}:", i + 1);
-    for (int w = 0; w < words; ++w) {
+    // A distinct opening per request (after the preamble), so nothing else is shared.
+    std::string prompt = preamble.empty() ? "" : preamble + "\n";
+    prompt += fmt::format("Request {}:", i + 1);
+    for (int w = shared_words; w < words; ++w) {
       prompt += ' ';
       prompt += kWords[pick(rng)];
     }
@@ -309,12 +318,44 @@ std::vector<std::string> MakeLlmPrompts(int count, int words, uint64_t seed) {
   return prompts;
 }
 
+std::optional<std::pair<double, double>> PrefixCacheCounters(std::string_view metrics) {
+  double queries = 0, hits = 0;
+  bool found = false;
+  size_t start = 0;
+  while (start < metrics.size()) {
+    size_t end = metrics.find('\n', start);
+    if (end == std::string_view::npos) end = metrics.size();
+    const std::string_view line = metrics.substr(start, end - start);
+    start = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t name_end = line.find_first_of("{ ");
+    const std::string_view name = line.substr(0, name_end);
+    double* into = nullptr;
+    if (name == "sluice_llm_prefix_cache_queries_total" || name == "vllm:prefix_cache_queries" ||
+        name == "vllm:prefix_cache_queries_total") {
+      into = &queries;
+    } else if (name == "sluice_llm_prefix_cache_hits_total" || name == "vllm:prefix_cache_hits" ||
+               name == "vllm:prefix_cache_hits_total") {
+      into = &hits;
+    }
+    const size_t space = line.rfind(' ');
+    if (into == nullptr || space == std::string_view::npos) continue;
+    *into += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
+    found = true;
+  }
+  if (!found) return std::nullopt;
+  return std::make_pair(queries, hits);
+}
+
 Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
                                 const std::function<void(const std::string&)>& progress) {
   auto target = ParseHttpUrl(o.url);
   if (!target.ok()) return target.status();
   if (o.prompt_tokens < 1 || o.output_tokens < 1) {
     return Status::InvalidArgument("--prompt-tokens and --output-tokens must be >= 1");
+  }
+  if (o.shared_prefix_tokens < 0 || o.shared_prefix_tokens >= o.prompt_tokens) {
+    return Status::InvalidArgument("--shared-prefix-tokens must lie in [0, --prompt-tokens)");
   }
   for (int c : o.concurrency) {
     if (c < 1) return Status::InvalidArgument("every --concurrency level must be >= 1");
@@ -336,11 +377,16 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
     run.model = std::string(id);
   }
 
-  // Size the prompts: words per prompt scaled until the server counts about prompt_tokens.
+  // Size the prompts: words per prompt scaled until the server counts about prompt_tokens; the
+  // preamble takes its share of the words.
   int words = std::max(1, o.prompt_tokens * 3 / 4);
   int counted = 0;
+  auto shared_words = [&] {
+    return static_cast<int>(std::lround(double(words) * o.shared_prefix_tokens / o.prompt_tokens));
+  };
   for (int attempt = 0; attempt < 4; ++attempt) {
-    auto tokens = CountPromptTokens(o, *target, run.model, MakeLlmPrompts(1, words, o.seed)[0]);
+    auto tokens = CountPromptTokens(o, *target, run.model,
+                                    MakeLlmPrompts(1, words, o.seed, shared_words())[0]);
     if (!tokens.ok()) return tokens.status();
     counted = *tokens;
     if (std::abs(counted - o.prompt_tokens) <= std::max(1, o.prompt_tokens / 50)) break;
@@ -363,7 +409,13 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
     const int n = o.requests > 0          ? o.requests
                   : level.concurrency > 0 ? std::max(8, 2 * level.concurrency)
                                           : 16;
-    const auto prompts = MakeLlmPrompts(n, words, o.seed + 1000 * (li + 1));
+    const auto prompts = MakeLlmPrompts(n, words, o.seed + 1000 * (li + 1), shared_words());
+    auto prefix_counters = [&]() -> std::optional<std::pair<double, double>> {
+      auto metrics = Call(http::verb::get, *target, "/metrics", o.api_key, "");
+      if (!metrics.ok()) return std::nullopt;
+      return PrefixCacheCounters(*metrics);
+    };
+    const auto counters_before = prefix_counters();
     std::vector<std::string> bodies;
     for (const std::string& p : prompts) {
       bodies.push_back(CompletionBody(o, run.model, p, o.output_tokens, true));
@@ -404,6 +456,12 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
     LlmLevelResult result{SummarizeLlmLevel(records), std::move(records)};
     result.summary.concurrency = level.concurrency;
     result.summary.rate = level.rate;
+    if (const auto counters_after = prefix_counters(); counters_before && counters_after) {
+      const double queries = counters_after->first - counters_before->first;
+      if (queries > 0)
+        result.summary.prefix_hit_rate =
+            (counters_after->second - counters_before->second) / queries;
+    }
     prompt_tokens_sum += result.summary.prompt_tokens;
     prompt_requests += result.summary.ok;
     run.levels.push_back(std::move(result));
@@ -418,19 +476,25 @@ std::string FormatLlmTable(const LlmBenchOptions& o, const LlmBenchRun& run) {
       "streamed; times in ms (vLLM's TTFT, TPOT, ITL, E2EL)\n",
       run.model, o.url, run.mean_prompt_tokens, o.output_tokens,
       o.ignore_eos ? " (ignore_eos)" : "");
-  out += fmt::format("{:>6} {:>6} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
-                     "conc", "rate", "ok/all", "out tok/s", "tot tok/s", "TTFT p50", "TTFT p99",
-                     "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "E2EL p50");
+  if (o.shared_prefix_tokens > 0) {
+    out += fmt::format("every prompt opens with the same ~{} tokens\n", o.shared_prefix_tokens);
+  }
+  out += fmt::format(
+      "{:>6} {:>6} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "conc",
+      "rate", "ok/all", "out tok/s", "tot tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+      "ITL p50", "ITL p99", "E2EL p50", "prefix hit");
   for (const LlmLevelResult& l : run.levels) {
     const LlmLevelSummary& s = l.summary;
     out += fmt::format(
         "{:>6} {:>6} {:>7} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
-        "{:>9.1f}\n",
+        "{:>9.1f} {:>10}\n",
         s.concurrency > 0 ? std::to_string(s.concurrency) : std::string("-"),
         s.rate > 0 ? fmt::format("{:g}", s.rate) : std::string("closed"),
         fmt::format("{}/{}", s.ok, s.requests), s.output_tokens_per_second,
         s.total_tokens_per_second, s.ttft.median, s.ttft.p99, s.tpot.median, s.tpot.p99,
-        s.itl.median, s.itl.p99, s.e2el.median);
+        s.itl.median, s.itl.p99, s.e2el.median,
+        s.prefix_hit_rate < 0 ? std::string("n/a")
+                              : fmt::format("{:.1f}%", 100 * s.prefix_hit_rate));
     for (const std::string& e : s.first_errors) out += fmt::format("       error: {}\n", e);
   }
   return out;
@@ -443,6 +507,7 @@ Status WriteLlmBenchResults(const std::filesystem::path& dir, const RunInfo& inf
         .Field("url", o.url)
         .Field("model", run.model)
         .Field("prompt_tokens_target", int64_t{o.prompt_tokens})
+        .Field("shared_prefix_tokens", int64_t{o.shared_prefix_tokens})
         .Field("prompt_words", int64_t{run.prompt_words})
         .Field("mean_prompt_tokens", run.mean_prompt_tokens)
         .Field("output_tokens", int64_t{o.output_tokens})
@@ -484,6 +549,12 @@ Status WriteLlmBenchResults(const std::filesystem::path& dir, const RunInfo& inf
     dist(json, "tpot", s.tpot);
     dist(json, "itl", s.itl);
     dist(json, "e2el", s.e2el);
+    json.Key("prefix_hit_rate");
+    if (s.prefix_hit_rate < 0) {
+      json.Null();
+    } else {
+      json.Double(s.prefix_hit_rate);
+    }
     json.EndObject();
     csv += fmt::format(
         "{},{},{},{},{:.4f},{},{},{:.3f},{:.3f},{:.4f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},"

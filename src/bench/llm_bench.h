@@ -8,8 +8,11 @@
 //   output tokens/s = sum of usage.completion_tokens / (last response - first request).
 //
 // Token counts come from the server's own usage chunk (stream_options.include_usage). Prompts are
-// built from a fixed seeded word list, distinct per request (no shared prefix to cache), and sized
-// to --prompt-tokens by asking the server how many tokens a probe prompt has.
+// built from a fixed seeded word list, distinct per request (no shared prefix to cache) unless
+// --shared-prefix-tokens opens every prompt of the run with the same preamble (a system prompt),
+// and sized to --prompt-tokens by asking the server how many tokens a probe prompt has. Where the
+// server reports prefix-cache counters in /metrics (Sluice's, vLLM's), each level's hit rate is
+// the hits over the queries it added.
 //
 // Levels: closed loop at each --concurrency (that many streams always in flight), then open loop
 // at each --rate (Poisson arrivals, in flight without limit).
@@ -18,8 +21,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench/http_load.h"
@@ -35,6 +40,7 @@ struct LlmBenchOptions {
   std::vector<double> rates;  // Requests/s, open loop; after the closed-loop levels.
   int requests = 0;           // Per level; 0: max(8, 2 x concurrency) (rates: 16).
   int prompt_tokens = 128;
+  int shared_prefix_tokens = 0;  // Of prompt_tokens, a preamble common to every request; < it.
   int output_tokens = 128;
   bool ignore_eos = true;  // Sent as `ignore_eos` (vLLM, llama.cpp, Sluice): fixed output lengths.
   std::string api_key;
@@ -67,6 +73,7 @@ struct LlmLevelSummary {
   double total_tokens_per_second = 0;
   double requests_per_second = 0;
   LlmDistribution ttft, tpot, itl, e2el;
+  double prefix_hit_rate = -1;  // Prompt tokens found cached / prompt tokens; -1: not reported.
   std::vector<std::string> first_errors;
 };
 
@@ -93,7 +100,13 @@ StreamChunk ParseStreamChunk(std::string_view data);
 LlmLevelSummary SummarizeLlmLevel(const std::vector<LlmRequestRecord>& records);
 
 // `count` distinct prompts of `words` words each from the fixed word list; same seed, same prompts.
-std::vector<std::string> MakeLlmPrompts(int count, int words, uint64_t seed);
+// The first `shared_words` of them are one preamble, the same in every prompt of every seed.
+std::vector<std::string> MakeLlmPrompts(int count, int words, uint64_t seed, int shared_words = 0);
+
+// The prefix-cache counters of a Prometheus text: Sluice's sluice_llm_prefix_cache_{queries,hits}
+// _total or vLLM's vllm:prefix_cache_{queries,hits}(_total), summed over labels; nullopt when the
+// text has neither.
+std::optional<std::pair<double, double>> PrefixCacheCounters(std::string_view metrics);
 
 struct LlmLevelResult {
   LlmLevelSummary summary;

@@ -95,5 +95,39 @@ TEST(MakeLlmPrompts, FixedBySeedDistinctAndSized) {
   }
 }
 
+TEST(MakeLlmPrompts, ASharedPreambleOpensEveryPromptOfEverySeed) {
+  const auto a = MakeLlmPrompts(4, 40, 7, 25), b = MakeLlmPrompts(2, 40, 9, 25);
+  const std::string preamble = a[0].substr(0, a[0].find('\n') + 1);
+  EXPECT_EQ(std::count(preamble.begin(), preamble.end(), ' '), 24) << preamble;
+  for (const auto& prompts : {a, b}) {
+    for (const std::string& p : prompts) {
+      EXPECT_EQ(p.substr(0, preamble.size()), preamble);
+      // The preamble's 25 words, then "Request N:" and the other 15.
+      EXPECT_EQ(std::count(p.begin(), p.end(), ' '), 24 + 16) << p;
+    }
+  }
+  EXPECT_NE(a[0].substr(preamble.size(), 12), a[1].substr(preamble.size(), 12));
+  EXPECT_EQ(MakeLlmPrompts(3, 40, 7, 0), MakeLlmPrompts(3, 40, 7)) << "no preamble: as before";
+}
+
+TEST(PrefixCacheCounters, SluiceAndVllmNamesSummedOverLabels) {
+  const auto sluice = PrefixCacheCounters(
+      "# HELP sluice_llm_prefix_cache_hits_total x\n"
+      "sluice_llm_prefix_cache_queries_total{model=\"a\"} 100\n"
+      "sluice_llm_prefix_cache_queries_total{model=\"b\"} 50\n"
+      "sluice_llm_prefix_cache_hits_total{model=\"a\"} 30\n"
+      "sluice_llm_generated_tokens_total{model=\"a\"} 999\n");
+  ASSERT_TRUE(sluice.has_value());
+  EXPECT_DOUBLE_EQ(sluice->first, 150);
+  EXPECT_DOUBLE_EQ(sluice->second, 30);
+  const auto vllm = PrefixCacheCounters(
+      "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} 2.0e3\n"
+      "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 1.5e3\n");
+  ASSERT_TRUE(vllm.has_value());
+  EXPECT_DOUBLE_EQ(vllm->first, 2000);
+  EXPECT_DOUBLE_EQ(vllm->second, 1500);
+  EXPECT_FALSE(PrefixCacheCounters("llamacpp:prompt_tokens_total 5\n").has_value());
+}
+
 }  // namespace
 }  // namespace sluice
