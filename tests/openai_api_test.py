@@ -278,6 +278,21 @@ def bench(sluice, port):
             check(0.3 <= level["prefix_hit_rate"] <= 0.9, f"prefix hit rate: {level}")
         check("TTFT p50" in out.stdout and "prefix hit" in out.stdout, out.stdout)
 
+        # Conversations of 3 turns: each later turn resends the history, which it finds cached.
+        out = subprocess.run(
+            [sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--api-key", API_KEY,
+             "--concurrency", "2", "--requests", "6", "--turns", "3", "--prompt-tokens", "30",
+             "--output-tokens", "5", "--results-dir", results],
+            capture_output=True, text=True, timeout=300)
+        check(out.returncode == 0, f"multi-turn bench failed: {out.stdout} {out.stderr}")
+        runs = sorted(os.listdir(results))
+        with open(os.path.join(results, runs[-1], "summary.json")) as f:
+            level = json.load(f)["levels"][0]
+        # 2 conversations x 3 turns; later turns' prompts grow by an answer and a message.
+        check(level["ok"] == 6 and level["completion_tokens"] == 30, f"multi-turn: {level}")
+        check(level["prompt_tokens"] > 6 * 30 and level["prefix_hit_rate"] > 0.3,
+              f"multi-turn prompts and hits: {level}")
+
 
 if __name__ == "__main__":
     main()

@@ -844,6 +844,12 @@ int main(int argc, char** argv) {
                         "--llm: of the prompt, a preamble every request shares (a system prompt); "
                         "the table adds the server's prefix-cache hit rate");
   bench_app
+      ->add_option("--turns", bench.llm_options.turns,
+                   "--llm: conversations of this many requests per stream, each resending the "
+                   "history with its answer and a new message")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  bench_app
       ->add_option("--output-tokens", bench.llm_options.output_tokens,
                    "--llm: tokens generated per request")
       ->capture_default_str();

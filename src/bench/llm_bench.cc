@@ -6,7 +6,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -148,6 +148,7 @@ LlmRequestRecord StreamOne(const HttpTarget& target, const std::string& api_key,
         if (chunk.has_text) {
           if (record.first_token < 0) record.first_token = now;
           record.chunk_times.push_back(now);
+          record.text += chunk.text;
         }
         if (chunk.prompt_tokens >= 0) record.prompt_tokens = chunk.prompt_tokens;
         if (chunk.completion_tokens >= 0) record.completion_tokens = chunk.completion_tokens;
@@ -241,8 +242,10 @@ StreamChunk ParseStreamChunk(std::string_view data) {
   if (!doc["choices"].get(choices)) {
     for (simdjson::dom::element choice : choices) {
       std::string_view text;
-      if (!choice["text"].get(text) && !text.empty()) chunk.has_text = true;
-      if (!choice["delta"]["content"].get(text) && !text.empty()) chunk.has_text = true;
+      if ((!choice["text"].get(text) || !choice["delta"]["content"].get(text)) && !text.empty()) {
+        chunk.has_text = true;
+        chunk.text += text;
+      }
     }
   }
   simdjson::dom::element usage;
@@ -363,6 +366,10 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
   for (double r : o.rates) {
     if (!(r > 0)) return Status::InvalidArgument("every --rate must be > 0");
   }
+  if (o.turns < 1) return Status::InvalidArgument("--turns must be >= 1");
+  if (o.turns > 1 && !o.rates.empty()) {
+    return Status::InvalidArgument("--turns applies to --concurrency levels, not --rate");
+  }
   LlmBenchRun run;
   run.model = o.model;
   if (run.model.empty()) {
@@ -406,9 +413,10 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
   int64_t prompt_tokens_sum = 0, prompt_requests = 0;
   for (size_t li = 0; li < levels.size(); ++li) {
     const Level level = levels[li];
-    const int n = o.requests > 0          ? o.requests
-                  : level.concurrency > 0 ? std::max(8, 2 * level.concurrency)
-                                          : 16;
+    int n = o.requests > 0          ? o.requests
+            : level.concurrency > 0 ? std::max(8, 2 * level.concurrency)
+                                    : 16;
+    n = (n + o.turns - 1) / o.turns * o.turns;  // Whole conversations.
     const auto prompts = MakeLlmPrompts(n, words, o.seed + 1000 * (li + 1), shared_words());
     auto prefix_counters = [&]() -> std::optional<std::pair<double, double>> {
       auto metrics = Call(http::verb::get, *target, "/metrics", o.api_key, "");
@@ -428,12 +436,24 @@ Result<LlmBenchRun> RunLlmBench(const LlmBenchOptions& o,
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     std::atomic<int> next{0};  // Closed loop: the next request to send. Outlives the threads.
+    // Closed loop: request i is turn i % turns of conversation i / turns; a stream takes whole
+    // conversations, each turn sending the history, its answer and a new message. (Outlive the
+    // threads.)
+    const auto follow_ups = MakeLlmPrompts(n, std::max(1, words / 4), o.seed + 77 * (li + 1));
+    const int conversations = n / o.turns;
     if (level.concurrency > 0) {
-      for (int t = 0; t < std::min(level.concurrency, n); ++t) {
+      for (int t = 0; t < std::min(level.concurrency, conversations); ++t) {
         threads.emplace_back([&] {
-          for (int i; (i = next.fetch_add(1)) < n;) {
-            records[static_cast<size_t>(i)] =
-                StreamOne(*target, o.api_key, bodies[static_cast<size_t>(i)], t0);
+          for (int c; (c = next.fetch_add(1)) < conversations;) {
+            std::string history = prompts[static_cast<size_t>(c * o.turns)];
+            for (int turn = 0; turn < o.turns; ++turn) {
+              const auto i = static_cast<size_t>(c * o.turns + turn);
+              const std::string& body =
+                  turn == 0 ? bodies[i]
+                            : CompletionBody(o, run.model, history, o.output_tokens, true);
+              records[i] = StreamOne(*target, o.api_key, body, t0);
+              history += records[i].text + "\n" + follow_ups[i] + "\n";
+            }
           }
         });
       }
@@ -479,6 +499,9 @@ std::string FormatLlmTable(const LlmBenchOptions& o, const LlmBenchRun& run) {
   if (o.shared_prefix_tokens > 0) {
     out += fmt::format("every prompt opens with the same ~{} tokens\n", o.shared_prefix_tokens);
   }
+  if (o.turns > 1) {
+    out += fmt::format("conversations of {} turns, each resending the history\n", o.turns);
+  }
   out += fmt::format(
       "{:>6} {:>6} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "conc",
       "rate", "ok/all", "out tok/s", "tot tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
@@ -508,6 +531,7 @@ Status WriteLlmBenchResults(const std::filesystem::path& dir, const RunInfo& inf
         .Field("model", run.model)
         .Field("prompt_tokens_target", int64_t{o.prompt_tokens})
         .Field("shared_prefix_tokens", int64_t{o.shared_prefix_tokens})
+        .Field("turns", int64_t{o.turns})
         .Field("prompt_words", int64_t{run.prompt_words})
         .Field("mean_prompt_tokens", run.mean_prompt_tokens)
         .Field("output_tokens", int64_t{o.output_tokens})

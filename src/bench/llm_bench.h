@@ -12,7 +12,8 @@
 // --shared-prefix-tokens opens every prompt of the run with the same preamble (a system prompt),
 // and sized to --prompt-tokens by asking the server how many tokens a probe prompt has. Where the
 // server reports prefix-cache counters in /metrics (Sluice's, vLLM's), each level's hit rate is
-// the hits over the queries it added.
+// the hits over the queries it added. --turns makes each closed-loop stream a conversation whose
+// every turn resends the history.
 //
 // Levels: closed loop at each --concurrency (that many streams always in flight), then open loop
 // at each --rate (Poisson arrivals, in flight without limit).
@@ -41,6 +42,10 @@ struct LlmBenchOptions {
   int requests = 0;           // Per level; 0: max(8, 2 x concurrency) (rates: 16).
   int prompt_tokens = 128;
   int shared_prefix_tokens = 0;  // Of prompt_tokens, a preamble common to every request; < it.
+  // Closed-loop levels: each stream holds conversations of this many requests, each turn's
+  // prompt the previous prompt + its answer + a new message of a quarter of the first prompt's
+  // words (a chat whose history a prefix cache can reuse). 1: single requests.
+  int turns = 1;
   int output_tokens = 128;
   bool ignore_eos = true;  // Sent as `ignore_eos` (vLLM, llama.cpp, Sluice): fixed output lengths.
   std::string api_key;
@@ -53,6 +58,7 @@ struct LlmRequestRecord {
   double first_token = -1;  // -1: no text arrived.
   double done = 0;
   std::vector<double> chunk_times;  // Arrival of every chunk carrying text.
+  std::string text;                 // The generated text (multi-turn: the next turn's history).
   int prompt_tokens = 0;
   int completion_tokens = 0;
   bool ok = false;
@@ -91,6 +97,7 @@ class SseReader {
 struct StreamChunk {
   bool done = false;  // "[DONE]".
   bool has_text = false;
+  std::string text;                                // The choices' text or delta content.
   int prompt_tokens = -1, completion_tokens = -1;  // From a usage object, when present.
   std::string error;                               // An {"error": ...} payload's message.
 };

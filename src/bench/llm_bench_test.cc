@@ -27,6 +27,8 @@ TEST(SseReader, ReturnsDataLinesSplitAnywhere) {
 TEST(ParseStreamChunk, TextDeltaUsageDoneAndErrors) {
   EXPECT_TRUE(ParseStreamChunk("[DONE]").done);
   EXPECT_TRUE(ParseStreamChunk(R"({"choices":[{"index":0,"text":"Hi"}]})").has_text);
+  EXPECT_EQ(ParseStreamChunk(R"({"choices":[{"index":0,"text":"Hi"}]})").text, "Hi");
+  EXPECT_EQ(ParseStreamChunk(R"({"choices":[{"delta":{"content":" x"}}]})").text, " x");
   EXPECT_FALSE(ParseStreamChunk(R"({"choices":[{"index":0,"text":""}]})").has_text);
   EXPECT_TRUE(ParseStreamChunk(R"({"choices":[{"delta":{"content":" x"}}]})").has_text);
   EXPECT_FALSE(ParseStreamChunk(R"({"choices":[{"delta":{"role":"assistant"}}]})").has_text);
