@@ -20,7 +20,6 @@ import glob
 import json
 import os
 import random
-import re
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llm_side_by_side import Server, free_port  # noqa: E402
+from llm_side_by_side import Server, free_port, metric  # noqa: E402
 
 WORDS = ("model server request token cache batch stream latency memory thread queue river "
          "bread library sleep morning evening garden window table letter number music").split()
@@ -55,12 +54,6 @@ def ttft(port, model, system, question):
                     pass
                 return first
     raise RuntimeError("no text streamed")
-
-
-def metric(port, name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        match = re.search(rf"^{name}{{[^}}]*}} (\S+)$", response.read().decode(), re.M)
-    return float(match.group(1)) if match else 0.0
 
 
 def main():

@@ -21,6 +21,7 @@ import argparse
 import csv
 import glob
 import os
+import re
 import signal
 import socket
 import statistics
@@ -50,6 +51,13 @@ def wait_ready(url, process, timeout=120):
             pass
         time.sleep(0.3)
     sys.exit(f"{url} not ready in {timeout} s")
+
+
+def metric(port, name):
+    """A counter or gauge from a server's /metrics (the first series of `name`); 0 when absent."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        match = re.search(rf"^{name}{{[^}}]*}} (\S+)$", response.read().decode(), re.M)
+    return float(match.group(1)) if match else 0.0
 
 
 def rss_mib(pid):

@@ -15,7 +15,6 @@ Usage: benchmarks/llm_speculative.py [--sluice build/sluice] [--model-dir models
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llm_side_by_side import Server, free_port  # noqa: E402
+from llm_side_by_side import Server, free_port, metric  # noqa: E402
 
 TEXTS = [
     "The river begins as snowmelt high in the mountains, where small streams gather in narrow "
@@ -67,12 +66,6 @@ def chat(port, model, text, max_tokens):
         answer = json.load(response)
     seconds = time.perf_counter() - start
     return answer["choices"][0]["message"]["content"], answer["usage"]["completion_tokens"], seconds
-
-
-def metric(port, name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        match = re.search(rf"^{name}{{[^}}]*}} (\S+)$", response.read().decode(), re.M)
-    return float(match.group(1)) if match else 0.0
 
 
 def main():
