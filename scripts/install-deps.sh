@@ -58,6 +58,25 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# XGrammar's C++ library (constrained decoding for response_format): its source distribution from
+# PyPI, pinned by hash, into the git-ignored .deps/; CMake builds the library from it
+# (cmake/xgrammar.cmake). Debian has no grammar engine for token masks, and XGrammar is the one
+# vLLM, SGLang and TensorRT-LLM use.
+XGRAMMAR_SDIST=.deps/xgrammar-0.2.8.tar.gz
+XGRAMMAR_URL=https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-0.2.8.tar.gz
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+if [ -f "$XGRAMMAR_SDIST" ] && echo "$XGRAMMAR_SHA256  $XGRAMMAR_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+  echo "install-deps: $XGRAMMAR_SDIST present"
+else
+  echo "install-deps: downloading $XGRAMMAR_SDIST"
+  mkdir -p .deps
+  /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+    "$XGRAMMAR_URL" "$XGRAMMAR_SDIST.part"
+  echo "$XGRAMMAR_SHA256  $XGRAMMAR_SDIST.part" | sha256sum -c --quiet - ||
+    { echo "install-deps: $XGRAMMAR_SDIST has the wrong SHA-256" >&2; rm -f "$XGRAMMAR_SDIST.part"; exit 1; }
+  mv "$XGRAMMAR_SDIST.part" "$XGRAMMAR_SDIST"
+fi
+
 # The venv is made with Debian's Python (not whatever python3 comes first on PATH), so a new
 # machine and CI get the same interpreter.
 VENV=.venv

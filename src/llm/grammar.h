@@ -1,0 +1,61 @@
+// Grammar-constrained decoding, for OpenAI's `response_format`: a JSON schema (or "any JSON
+// object") is compiled against the model's vocabulary by XGrammar, and a matcher per sequence
+// masks each step's logits to the tokens that keep the output a prefix of a document the grammar
+// accepts, then follows the token sampled. Once the document is complete only an end-of-sequence
+// token is allowed, so a sequence that stops on its own holds one whole valid document.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+class Tokenizer;
+class Grammar;  // A compiled grammar; immutable, shared by the sequences that use it.
+
+// Thread-safe. Compiled grammars are cached by their source (a repeated schema costs a lookup).
+class GrammarCompiler {
+ public:
+  // `vocab_size`: the model's logits per row (ids past the tokenizer's are never allowed);
+  // `stop_ids`: the end-of-sequence tokens that end a complete document.
+  GrammarCompiler(const Tokenizer& tokenizer, int vocab_size, std::vector<int32_t> stop_ids);
+  ~GrammarCompiler();
+  GrammarCompiler(const GrammarCompiler&) = delete;
+  GrammarCompiler& operator=(const GrammarCompiler&) = delete;
+
+  // Any JSON object (JSON mode).
+  Result<std::shared_ptr<const Grammar>> JsonObject();
+  // Documents valid under `schema` (JSON Schema text). Properties the schema does not declare
+  // are not generated. kInvalidArgument, with XGrammar's reason, for a schema it cannot compile.
+  Result<std::shared_ptr<const Grammar>> JsonSchema(std::string_view schema);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One sequence's position in a grammar. Thread-compatible.
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+  ~GrammarMatcher();
+  GrammarMatcher(const GrammarMatcher&) = delete;
+  GrammarMatcher& operator=(const GrammarMatcher&) = delete;
+
+  // Sets to -infinity the `vocab` logits of every token the grammar does not allow next.
+  void Mask(float* logits, int vocab);
+  // Follows `token`; false (and no change) when the grammar does not allow it.
+  bool Accept(int32_t token);
+  // The document is complete and an end-of-sequence token was accepted.
+  bool Terminated() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::llm

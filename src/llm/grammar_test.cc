@@ -1,0 +1,184 @@
+// Constrained decoding on the tiny test vocabulary: a "model" whose logits are random noise is
+// masked by the grammar at every step and sampled at temperature 1; every document it ends must
+// parse and validate, whatever the noise.
+#include "llm/grammar.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "llm/sampler.h"
+#include "llm/text/tokenizer.h"
+
+namespace sluice::llm {
+namespace {
+
+constexpr int32_t kEos = 2;  // <|im_end|> in the tiny vocabulary.
+constexpr int kVocab = 400;  // Wider than the tokenizer's 384, as a model's logits may be.
+
+std::unique_ptr<Tokenizer> LoadTokenizer() {
+  auto tokenizer = Tokenizer::Load(std::string(SLUICE_TEST_MODELS) + "/tiny_llm");
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
+// Samples from noise under `grammar` until it terminates (true) or `max_tokens` run out.
+bool Generate(const std::shared_ptr<const Grammar>& grammar, uint64_t seed, int max_tokens,
+              std::vector<int32_t>* out) {
+  GrammarMatcher matcher(grammar);
+  SamplingParams params;
+  params.temperature = 1;
+  params.seed = seed;
+  Sampler sampler(params, {});
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> noise(0, 2);
+  std::vector<float> logits(kVocab);
+  for (int i = 0; i < max_tokens; ++i) {
+    for (float& x : logits) x = noise(rng);
+    matcher.Mask(logits.data(), kVocab);
+    const int32_t token = sampler.Next(logits.data(), kVocab);
+    EXPECT_FALSE(std::isinf(logits[token])) << "a masked token was drawn";
+    EXPECT_TRUE(matcher.Accept(token)) << token;
+    if (matcher.Terminated()) {
+      EXPECT_EQ(token, kEos);
+      return true;
+    }
+    out->push_back(token);
+  }
+  return false;
+}
+
+constexpr const char* kSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "ok": {"type": "boolean"},
+    "colour": {"enum": ["red", "green", "blue"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3}
+  },
+  "required": ["name", "age", "ok", "colour"],
+  "additionalProperties": false
+})";
+
+TEST(GrammarTest, NoiseUnderASchemaAlwaysGivesValidDocuments) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  auto grammar = compiler.JsonSchema(kSchema);
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  simdjson::dom::parser parser;
+  std::set<std::string> names;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(Generate(*grammar, seed, 600, &ids)) << "seed " << seed << " did not finish";
+    const std::string text = tokenizer->Decode(ids);
+    SCOPED_TRACE(text);
+    simdjson::dom::element doc;
+    ASSERT_EQ(parser.parse(text).get(doc), simdjson::SUCCESS);
+    simdjson::dom::object object;
+    ASSERT_EQ(doc.get(object), simdjson::SUCCESS);
+    std::set<std::string> keys;
+    for (auto field : object) keys.insert(std::string(field.key));
+    for (const char* key : {"name", "age", "ok", "colour"}) EXPECT_TRUE(keys.count(key)) << key;
+    for (const std::string& key : keys) {
+      EXPECT_TRUE(key == "name" || key == "age" || key == "ok" || key == "colour" ||
+                  key == "tags")
+          << key;
+    }
+    std::string_view name;
+    ASSERT_EQ(object["name"].get(name), simdjson::SUCCESS);
+    // maxLength counts characters (code points), not bytes.
+    size_t chars = 0;
+    for (unsigned char c : name) chars += (c & 0xC0) != 0x80;
+    EXPECT_LE(chars, 12u);
+    names.insert(std::string(name));
+    int64_t age = -1;
+    ASSERT_EQ(object["age"].get(age), simdjson::SUCCESS);
+    EXPECT_GE(age, 0);
+    EXPECT_LE(age, 120);
+    bool ok = false;
+    EXPECT_EQ(object["ok"].get(ok), simdjson::SUCCESS);
+    std::string_view colour;
+    ASSERT_EQ(object["colour"].get(colour), simdjson::SUCCESS);
+    EXPECT_TRUE(colour == "red" || colour == "green" || colour == "blue") << colour;
+    simdjson::dom::array tags;
+    if (object["tags"].get(tags) == simdjson::SUCCESS) {
+      EXPECT_LE(tags.size(), 3u);
+      for (auto tag : tags) EXPECT_TRUE(tag.is_string());
+    }
+  }
+  // The noise explores: the documents differ.
+  EXPECT_GT(names.size(), 50u);
+}
+
+TEST(GrammarTest, JsonModeGivesObjectsAndOnlyObjects) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  auto grammar = compiler.JsonObject();
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  simdjson::dom::parser parser;
+  int finished = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    std::vector<int32_t> ids;
+    if (!Generate(*grammar, seed, 400, &ids)) continue;  // Free-form JSON may run long.
+    ++finished;
+    const std::string text = tokenizer->Decode(ids);
+    simdjson::dom::element doc;
+    ASSERT_EQ(parser.parse(text).get(doc), simdjson::SUCCESS) << text;
+    EXPECT_TRUE(doc.is_object()) << text;
+  }
+  EXPECT_GT(finished, 50);
+}
+
+TEST(GrammarTest, TheMaskAllowsExactlyWhatAcceptTakes) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  auto grammar = compiler.JsonSchema(R"({"enum": ["yes", "no"]})");
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  GrammarMatcher matcher(*grammar);
+  std::vector<float> logits(kVocab, 0.f);
+  matcher.Mask(logits.data(), kVocab);
+  // Before anything, only tokens that begin `"yes"` or `"no"` (a quote, with what follows it).
+  int allowed = 0;
+  for (int id = 0; id < kVocab; ++id) {
+    if (std::isinf(logits[id])) continue;
+    ++allowed;
+    const std::string& bytes = tokenizer->TokenBytes(id);
+    ASSERT_FALSE(bytes.empty()) << id;
+    EXPECT_EQ(bytes[0], '"') << id;
+  }
+  EXPECT_GE(allowed, 1);
+  for (int id = 384; id < kVocab; ++id) EXPECT_TRUE(std::isinf(logits[id])) << id;
+  EXPECT_FALSE(matcher.Accept(tokenizer->Encode("maybe")[0]));  // Refused, and nothing changes.
+  for (int32_t id : tokenizer->Encode("\"no\"")) ASSERT_TRUE(matcher.Accept(id)) << id;
+  // The document is complete: only the end-of-sequence token remains.
+  std::fill(logits.begin(), logits.end(), 0.f);
+  matcher.Mask(logits.data(), kVocab);
+  for (int id = 0; id < kVocab; ++id) EXPECT_EQ(std::isinf(logits[id]), id != kEos) << id;
+  EXPECT_FALSE(matcher.Terminated());
+  EXPECT_TRUE(matcher.Accept(kEos));
+  EXPECT_TRUE(matcher.Terminated());
+}
+
+TEST(GrammarTest, ASchemaThatCannotCompileIsAnInvalidArgument) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  for (const char* schema : {"{not json", R"({"type": "no-such-type"})", "[1, 2]"}) {
+    auto grammar = compiler.JsonSchema(schema);
+    ASSERT_FALSE(grammar.ok()) << schema;
+    EXPECT_EQ(grammar.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(grammar.status().message().find("JSON schema"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace sluice::llm
