@@ -15,7 +15,10 @@ import sys
 import tempfile
 import time
 
+import jsonschema
 import openai
+import pydantic
+import typing
 
 from sluice_server import serving
 
@@ -132,6 +135,7 @@ def run(port):
     check(seeded[0] == seeded[1], f"seeded sampling differs: {seeded}")
 
     choices_and_logprobs(client, messages)
+    structured_outputs(client, messages)
 
     # A repeated prompt finds all but its last token cached in the slot the first one left.
     hits = metric(port, "sluice_llm_prefix_cache_hits_total")
@@ -158,7 +162,10 @@ def run(port):
     check(prompt_tokens and int(prompt_tokens.group(1)) > 256, f"names the prompt length: {error}")
     for bad, param in [({"messages": []}, "messages"), ({"messages": messages, "temperature": 5}, "temperature"),
                        ({"messages": messages, "n": 0}, "n"), ({"messages": messages, "stop": [1]}, "stop"),
-                       ({"messages": messages, "response_format": {"type": "json_object"}},
+                       ({"messages": messages, "response_format": {"type": "regex"}},
+                        "response_format"),
+                       ({"messages": messages, "response_format": {"type": "json_schema",
+                         "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}},
                         "response_format"),
                        ({"messages": messages, "top_logprobs": 2}, "top_logprobs"),
                        ({"messages": messages, "logprobs": True, "top_logprobs": 21},
@@ -241,6 +248,44 @@ def choices_and_logprobs(client, messages):
           f"text_offset: {lp.text_offset}")
     check(all(len(top) == 2 and abs(max(top.values()) - token_lp) < 1e-6
               for top, token_lp in zip(lp.top_logprobs, lp.token_logprobs)), f"top: {lp}")
+
+
+class Person(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=10)
+    age: int = pydantic.Field(ge=0, le=99)
+    colour: typing.Literal["red", "green", "blue"]
+
+
+def structured_outputs(client, messages):
+    """response_format through the SDK: its parse() helper with a pydantic model (a strict JSON
+    schema), 100 sampled choices at temperature 1 that all parse and validate, streamed too; JSON
+    mode; the (untrained) tiny model would write neither on its own."""
+    parsed = client.chat.completions.parse(model="tiny_llm", messages=messages, max_tokens=150,
+                                           temperature=1.0, seed=3, n=100, response_format=Person)
+    check(len(parsed.choices) == 100, f"n=100: {len(parsed.choices)}")
+    schema = Person.model_json_schema()
+    for choice in parsed.choices:
+        check(choice.finish_reason == "stop" and isinstance(choice.message.parsed, Person),
+              f"a choice that is not a Person: {choice}")
+        jsonschema.validate(json.loads(choice.message.content), schema)
+    check(len({c.message.content for c in parsed.choices}) > 50, "100 samples, few distinct")
+
+    response_format = {"type": "json_schema",
+                       "json_schema": {"name": "person", "schema": schema, "strict": True}}
+    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny_llm", messages=messages, max_tokens=150, temperature=1.0, seed=5, stream=True,
+        response_format=response_format) if c.choices)
+    jsonschema.validate(json.loads(text), schema)
+
+    completion = client.completions.create(model="tiny_llm", prompt="a JSON object:", n=20,
+                                           max_tokens=200, temperature=1.0, seed=9,
+                                           extra_body={"response_format": {"type": "json_object"}})
+    stopped = [c.text for c in completion.choices if c.finish_reason == "stop"]
+    check(len(stopped) >= 5, f"JSON mode: {len(stopped)} of 20 ended within 200 tokens")
+    for text in stopped:
+        check(isinstance(json.loads(text), dict), f"JSON mode gave {text!r}")
+    check(all(c.text.lstrip().startswith("{") for c in completion.choices),
+          f"JSON mode: {completion.choices}")
 
 
 def bench(sluice, port):

@@ -46,9 +46,11 @@ class GrammarMatcher {
   GrammarMatcher(const GrammarMatcher&) = delete;
   GrammarMatcher& operator=(const GrammarMatcher&) = delete;
 
-  // Sets to -infinity the `vocab` logits of every token the grammar does not allow next.
+  // Sets to -infinity the `vocab` logits of every token the grammar does not allow next, and of
+  // every token that would make the text invalid UTF-8 (XGrammar alone lets a byte-level
+  // vocabulary spell surrogates).
   void Mask(float* logits, int vocab);
-  // Follows `token`; false (and no change) when the grammar does not allow it.
+  // Follows `token`; false (and no change) when the grammar or UTF-8 does not allow it.
   bool Accept(int32_t token);
   // The document is complete and an end-of-sequence token was accepted.
   bool Terminated() const;

@@ -79,6 +79,9 @@ TEST(GrammarTest, NoiseUnderASchemaAlwaysGivesValidDocuments) {
     ASSERT_TRUE(Generate(*grammar, seed, 600, &ids)) << "seed " << seed << " did not finish";
     const std::string text = tokenizer->Decode(ids);
     SCOPED_TRACE(text);
+    std::string bytes;
+    for (int32_t id : ids) bytes += tokenizer->TokenBytes(id);
+    ASSERT_EQ(bytes, text) << "the tokens' bytes are not valid UTF-8";
     simdjson::dom::element doc;
     ASSERT_EQ(parser.parse(text).get(doc), simdjson::SUCCESS);
     simdjson::dom::object object;
@@ -115,6 +118,52 @@ TEST(GrammarTest, NoiseUnderASchemaAlwaysGivesValidDocuments) {
   }
   // The noise explores: the documents differ.
   EXPECT_GT(names.size(), 50u);
+}
+
+// Strings are where a byte-level vocabulary can spell what UTF-8 forbids (surrogates, overlong
+// forms): 1,000 documents of strings alone, each byte for byte valid UTF-8.
+TEST(GrammarTest, StringsStayValidUtf8) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  auto grammar = compiler.JsonSchema(R"({"type": "object", "properties": {
+      "a": {"type": "string", "maxLength": 10}, "b": {"type": "string", "maxLength": 10}},
+      "required": ["a", "b"], "additionalProperties": false})");
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  for (uint64_t seed = 1; seed <= 1000; ++seed) {
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(Generate(*grammar, seed, 300, &ids)) << "seed " << seed;
+    std::string bytes;
+    for (int32_t id : ids) bytes += tokenizer->TokenBytes(id);
+    ASSERT_TRUE(simdjson::validate_utf8(bytes.data(), bytes.size())) << "seed " << seed;
+  }
+}
+
+// After a lead byte 0xED, a continuation in 0xA0-0xBF would encode a surrogate: masked, and
+// refused by Accept(); 0x80-0x9F stays allowed.
+TEST(GrammarTest, ASurrogateCannotBeSpelled) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto single = [&](uint8_t byte) {
+    for (int id = 0; id < tokenizer->vocab_size(); ++id) {
+      if (tokenizer->TokenBytes(id) == std::string(1, static_cast<char>(byte))) return id;
+    }
+    return -1;
+  };
+  const int lead = single(0xED), low = single(0x9F), high = single(0xA0);
+  ASSERT_TRUE(lead >= 0 && low >= 0 && high >= 0);
+  GrammarCompiler compiler(*tokenizer, kVocab, {kEos});
+  auto grammar = compiler.JsonSchema(R"({"type": "string"})");
+  ASSERT_TRUE(grammar.ok());
+  GrammarMatcher matcher(*grammar);
+  ASSERT_TRUE(matcher.Accept(tokenizer->Encode("\"")[0]));
+  ASSERT_TRUE(matcher.Accept(lead));
+  std::vector<float> logits(kVocab, 0.f);
+  matcher.Mask(logits.data(), kVocab);
+  EXPECT_FALSE(std::isinf(logits[low]));
+  EXPECT_TRUE(std::isinf(logits[high]));
+  EXPECT_FALSE(matcher.Accept(high));
+  EXPECT_TRUE(matcher.Accept(low));
 }
 
 TEST(GrammarTest, JsonModeGivesObjectsAndOnlyObjects) {

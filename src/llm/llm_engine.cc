@@ -32,6 +32,8 @@ struct LlmEngine::Sequence {
   std::string held;  // Decoded text not yet sent: it may be the start of a stop string.
   Clock::time_point submitted, last_token;
   std::deque<TokenLogprobs> logprobs;  // Of sampled tokens, for their events.
+  std::unique_ptr<GrammarMatcher> matcher;  // With a response format.
+  bool grammar_failed = false;              // A sampled token the grammar refused.
 };
 
 namespace {
@@ -65,6 +67,8 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
       chat_template_(std::move(chat_template)),
       config_(config),
       clock_(clock),
+      grammars_(std::make_unique<GrammarCompiler>(*tokenizer_, model_->architecture().vocab_size,
+                                                  OptionsFor(*model_, *tokenizer_, config_).eos_ids)),
       scheduler_(OptionsFor(*model_, *tokenizer_, config_)),
       ttft_(Histogram::LatencySecondsBuckets()),
       inter_token_(Histogram::LatencySecondsBuckets()) {
@@ -106,7 +110,11 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
   int max_tokens = request.max_tokens;
   SLUICE_RETURN_IF_ERROR(CheckLength(static_cast<int>(request.prompt.size()), max_tokens));
   request.max_tokens = max_tokens;
+  if (request.grammar != nullptr && request.ignore_eos) {
+    return Status::InvalidArgument("a response format cannot be combined with ignore_eos");
+  }
   auto seq = std::make_unique<Sequence>();
+  if (request.grammar != nullptr) seq->matcher = std::make_unique<GrammarMatcher>(request.grammar);
   seq->sampler = std::make_unique<Sampler>(request.sampling, request.prompt);
   seq->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
   seq->request = std::move(request);
@@ -249,7 +257,11 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
         float* logits = logits_.data() + (row + j) * vocab;
         // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.
         if (top_logprobs >= 0) raw_row_.assign(logits, logits + vocab);
+        // Drafts need no rollback: the matcher follows each sampled token, and a row is only
+        // sampled while the tokens before it were the ones sampled.
+        if (seq.matcher != nullptr) seq.matcher->Mask(logits, vocab);
         const int32_t token = seq.sampler->Next(logits, vocab);
+        if (seq.matcher != nullptr && !seq.matcher->Accept(token)) seq.grammar_failed = true;
         if (top_logprobs >= 0) {
           seq.logprobs.push_back(LogProbabilities(raw_row_.data(), vocab, token, top_logprobs));
         }
@@ -316,6 +328,16 @@ void LlmEngine::Loop() {
       for (const TokenUpdate& update : scheduler_.Update(plan, tokens)) {
         auto it = sequences_.find(update.id);
         if (it == sequences_.end()) continue;  // Ended by a stop string at an earlier token.
+        if (it->second->grammar_failed) {
+          GenerationEvent event;
+          event.finish = FinishReason::kError;
+          event.error = Status::Internal("the response format's grammar allowed no token");
+          event.prompt_tokens = static_cast<int>(it->second->request.prompt.size());
+          if (!update.eos && !update.length) scheduler_.Remove(update.id);
+          finished.emplace_back(std::move(it->second), std::move(event));
+          sequences_.erase(it);
+          continue;
+        }
         GenerationEvent event = Advance(*it->second, update, now);
         if (event.finish == FinishReason::kNone) {
           events.emplace_back(it->second.get(), std::move(event));

@@ -21,6 +21,7 @@
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
+#include "llm/grammar.h"
 #include "llm/sampler.h"
 #include "llm/scheduler.h"
 #include "llm/step_model.h"
@@ -40,6 +41,9 @@ struct GenerationRequest {
   bool ignore_eos = false;        // Benchmarks: generate max_tokens whatever the model says.
   // -1: no log-probabilities. 0-20: each generated token's, and this many most likely tokens'.
   int top_logprobs = -1;
+  // With a grammar (from grammars()), every token is sampled among those the grammar allows, and
+  // the sequence can end only on an end-of-sequence token once the document is complete.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // One update on a request, delivered in order on the engine's thread; must not block.
@@ -104,6 +108,8 @@ class LlmEngine {
   const ChatTemplate* chat_template() const { return chat_template_.get(); }
   const StepModel& model() const { return *model_; }
   const LlmServeConfig& config() const { return config_; }
+  // Compiles response formats against this model's vocabulary (thread-safe, cached).
+  GrammarCompiler& grammars() const { return *grammars_; }
 
  private:
   struct Sequence;
@@ -119,6 +125,7 @@ class LlmEngine {
   std::unique_ptr<ChatTemplate> chat_template_;
   const LlmServeConfig config_;
   Clock& clock_;
+  const std::unique_ptr<GrammarCompiler> grammars_;
 
   mutable Mutex mu_;
   CondVar wake_;

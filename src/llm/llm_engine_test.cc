@@ -3,6 +3,7 @@
 #include "llm/llm_engine.h"
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <chrono>
 #include <future>
@@ -356,6 +357,105 @@ TEST(LlmEngineTest, ACachedPrefixGivesTheSameLogits) {
       EXPECT_NEAR(with_cache[i].top[k].logprob, without[i].top[k].logprob, 1e-4) << i;
     }
   }
+}
+
+}  // namespace
+}  // namespace sluice::llm
+
+namespace sluice::llm {
+namespace {
+
+constexpr const char* kPersonSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 10},
+    "age": {"type": "integer", "minimum": 0, "maximum": 99},
+    "colour": {"enum": ["red", "green", "blue"]}
+  },
+  "required": ["name", "age", "colour"],
+  "additionalProperties": false
+})";
+
+// 100 sampled completions at temperature 1 from the (untrained) tiny model, eight at a time:
+// every one ends on its own (EOS once the document is complete), parses, and holds the schema.
+TEST(LlmEngineTest, AResponseFormatMakesEverySampleAValidDocument) {
+  auto engine = Load(8);
+  ASSERT_NE(engine, nullptr);
+  auto grammar = engine->grammars().JsonSchema(kPersonSchema);
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  simdjson::dom::parser parser;
+  for (int wave = 0; wave < 100 / 8 + 1; ++wave) {
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (int i = 0; i < 8 && wave * 8 + i < 100; ++i) {
+      GenerationRequest r = Request(*engine, "a person as JSON:", 200);
+      r.ignore_eos = false;
+      r.sampling.temperature = 1;
+      r.sampling.seed = static_cast<uint64_t>(wave * 8 + i);
+      r.grammar = *grammar;
+      collectors.push_back(std::make_unique<Collector>());
+      auto id = engine->Submit(std::move(r), collectors.back()->Callback());
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+    }
+    for (auto& c : collectors) {
+      const Outcome o = c->Wait();
+      SCOPED_TRACE(o.text);
+      EXPECT_EQ(o.last.finish, FinishReason::kStop);
+      simdjson::dom::object doc;
+      ASSERT_EQ(parser.parse(o.text).get(doc), simdjson::SUCCESS);
+      EXPECT_EQ(doc.size(), 3u);
+      int64_t age = -1;
+      EXPECT_EQ(doc["age"].get(age), simdjson::SUCCESS);
+      EXPECT_TRUE(age >= 0 && age <= 99) << age;
+      std::string_view colour;
+      EXPECT_EQ(doc["colour"].get(colour), simdjson::SUCCESS);
+      EXPECT_TRUE(colour == "red" || colour == "green" || colour == "blue") << colour;
+      EXPECT_TRUE(doc["name"].is_string());
+    }
+  }
+}
+
+// Drafts verified under a grammar: the matcher follows each sampled row, so outputs equal plain
+// constrained decoding's, greedy and seeded.
+TEST(LlmEngineTest, SpeculativeDecodingUnderAGrammarGivesThePlainOutputs) {
+  LlmLoadOverrides speculative;
+  speculative.speculative_tokens = 4;
+  auto drafted = Load(4, speculative);
+  auto plain = Load(4);
+  ASSERT_NE(drafted, nullptr);
+  ASSERT_NE(plain, nullptr);
+  auto outputs = [](LlmEngine& engine, double temperature) {
+    auto grammar = engine.grammars().JsonObject();
+    EXPECT_TRUE(grammar.ok());
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      GenerationRequest r = Request(engine, kPrompts[i], 60);
+      r.ignore_eos = false;
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 5 + i;
+      r.grammar = *grammar;
+      collectors.push_back(std::make_unique<Collector>());
+      EXPECT_TRUE(engine.Submit(std::move(r), collectors.back()->Callback()).ok());
+    }
+    std::vector<std::string> texts;
+    for (auto& c : collectors) texts.push_back(c->Wait().text);
+    return texts;
+  };
+  const std::vector<std::string> greedy = outputs(*plain, 0);
+  EXPECT_EQ(outputs(*drafted, 0), greedy);
+  EXPECT_EQ(outputs(*drafted, 1), outputs(*plain, 1));
+  for (const std::string& text : greedy) EXPECT_EQ(text.substr(0, 1), "{") << text;
+  EXPECT_GT(drafted->stats().draft_tokens, 0);
+}
+
+TEST(LlmEngineTest, AGrammarWithIgnoreEosIsRefused) {
+  auto engine = Load(2);
+  ASSERT_NE(engine, nullptr);
+  GenerationRequest r = Request(*engine, "hello", 8);  // ignore_eos
+  r.grammar = *engine->grammars().JsonObject();
+  Collector c;
+  auto id = engine->Submit(std::move(r), c.Callback());
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

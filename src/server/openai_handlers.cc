@@ -1,7 +1,6 @@
 #include "server/openai_handlers.h"
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,272 +9,15 @@
 
 #include "common/json_writer.h"
 #include "metrics/prometheus.h"
+#include "server/openai_request.h"
 
 namespace sluice {
 namespace {
 
-using simdjson::dom::element;
+using openai::CompletionRequest;
+using openai::ResponseFormat;
 
 std::atomic<uint64_t> g_next_id{1};
-
-// A typed request, parsed from the body before anything reaches the engine.
-struct CompletionRequest {
-  std::string model;
-  std::vector<llm::ChatMessage> messages;  // Chat.
-  std::string prompt;                      // Completions.
-  bool stream = false;
-  bool include_usage = false;
-  int max_tokens = 0;  // 0: the model's default.
-  llm::SamplingParams sampling;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  int n = 1;              // Choices, each sampled from the prompt on its own.
-  int top_logprobs = -1;  // -1: no log-probabilities; else alternatives per token (0-20).
-};
-
-struct ParseError {
-  std::string message;
-  std::string param;
-};
-
-std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
-                                     double& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  double number = 0;
-  int64_t integer = 0;
-  if (value.get(number) != simdjson::SUCCESS) {
-    if (value.get(integer) != simdjson::SUCCESS)
-      return ParseError{fmt::format("'{}' must be a number", key), key};
-    number = static_cast<double>(integer);
-  }
-  if (!(number >= low && number <= high)) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
-                      key};
-  }
-  out = number;
-  return std::nullopt;
-}
-
-std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
-                                  int64_t& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  int64_t number = 0;
-  if (value.get(number) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be an integer", key), key};
-  }
-  if (number < low || number > high) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
-                      key};
-  }
-  out = number;
-  return std::nullopt;
-}
-
-// Content as a string, or OpenAI's array of parts of which the text ones are joined.
-std::optional<ParseError> ReadContent(const element& message, std::string& out) {
-  element content;
-  if (message["content"].get(content) != simdjson::SUCCESS || content.is_null()) {
-    out.clear();
-    return std::nullopt;
-  }
-  std::string_view text;
-  if (content.get(text) == simdjson::SUCCESS) {
-    out = std::string(text);
-    return std::nullopt;
-  }
-  simdjson::dom::array parts;
-  if (content.get(parts) != simdjson::SUCCESS) {
-    return ParseError{"message content must be a string or an array of text parts", "messages"};
-  }
-  for (element part : parts) {
-    std::string_view type;
-    if (part["type"].get(type) != simdjson::SUCCESS || type != "text" ||
-        part["text"].get(text) != simdjson::SUCCESS) {
-      return ParseError{"only text content parts are supported", "messages"};
-    }
-    out += text;
-  }
-  return std::nullopt;
-}
-
-// root["messages"]: a non-empty array of {role, content}.
-std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::ChatMessage>& out) {
-  simdjson::dom::array messages;
-  if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
-    return ParseError{"'messages' must be a non-empty array", "messages"};
-  }
-  std::string_view text;
-  for (element m : messages) {
-    llm::ChatMessage message;
-    if (m["role"].get(text) != simdjson::SUCCESS) {
-      return ParseError{"each message needs a string 'role'", "messages"};
-    }
-    message.role = std::string(text);
-    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-        message.role != "developer" && message.role != "tool") {
-      return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
-    }
-    if (auto error = ReadContent(m, message.content)) return error;
-    out.push_back(std::move(message));
-  }
-  return std::nullopt;
-}
-
-// `body` as a JSON object, parsed into `parser`'s memory.
-std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
-                                      element& root) {
-  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
-    return ParseError{"the body is not a JSON object", ""};
-  }
-  return std::nullopt;
-}
-
-// root[key] as a string when present (else `out` unchanged).
-std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  std::string_view text;
-  if (value.get(text) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be a string", key), key};
-  }
-  out = std::string(text);
-  return std::nullopt;
-}
-
-// root[key] as a bool when present (else `out` unchanged).
-std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  if (value.get(out) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be true or false", key), key};
-  }
-  return std::nullopt;
-}
-
-// The first key of `root` outside `known`, refused by name.
-std::optional<ParseError> OnlyKeys(const element& root,
-                                   std::initializer_list<std::string_view> known) {
-  simdjson::dom::object object;
-  if (root.get(object) != simdjson::SUCCESS) return ParseError{"the body is not a JSON object", ""};
-  for (auto field : object) {
-    if (std::find(known.begin(), known.end(), field.key) == known.end()) {
-      return ParseError{fmt::format("'{}' is not a parameter of this route", field.key),
-                        std::string(field.key)};
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<ParseError> Parse(std::string_view body, bool chat, CompletionRequest& r) {
-  simdjson::dom::parser parser;
-  element root;
-  if (auto error = ParseObject(parser, body, root)) return error;
-  std::string_view text;
-  if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
-  if (chat) {
-    if (auto error = ReadMessages(root, r.messages)) return error;
-  } else {
-    element prompt;
-    if (root["prompt"].get(prompt) != simdjson::SUCCESS) {
-      return ParseError{"'prompt' is required", "prompt"};
-    }
-    simdjson::dom::array list;
-    if (prompt.get(text) == simdjson::SUCCESS) {
-      r.prompt = std::string(text);
-    } else if (prompt.get(list) == simdjson::SUCCESS && list.size() == 1 &&
-               list.at(0).get(text) == simdjson::SUCCESS) {
-      r.prompt = std::string(text);
-    } else {
-      return ParseError{"'prompt' must be a string (or an array of one string)", "prompt"};
-    }
-  }
-  // Parameters Sluice does not serve (response_format, tools, logit_bias, echo, best_of, ...)
-  // are refused by name, never ignored.
-  if (auto error =
-          chat ? OnlyKeys(root,
-                          {"model", "messages", "stream", "stream_options", "max_tokens",
-                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-                           "frequency_penalty", "presence_penalty", "repetition_penalty",
-                           "ignore_eos", "n", "logprobs", "top_logprobs", "user"})
-               : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
-                                 "temperature", "top_p", "top_k", "seed", "stop",
-                                 "frequency_penalty", "presence_penalty", "repetition_penalty",
-                                 "ignore_eos", "n", "logprobs", "user"})) {
-    return error;
-  }
-  bool flag = false;
-  if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
-  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS)
-    r.include_usage = flag;
-  if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
-  int64_t integer = 1;
-  if (auto e = ReadInt(root, "n", 1, 128, integer)) return e;
-  r.n = static_cast<int>(integer);
-  if (chat) {
-    // logprobs: true for the chosen tokens'; top_logprobs: how many alternatives beside.
-    bool logprobs = false;
-    if (auto e = ReadBool(root, "logprobs", logprobs)) return e;
-    integer = -1;
-    if (auto e = ReadInt(root, "top_logprobs", 0, 20, integer)) return e;
-    if (integer >= 0 && !logprobs) {
-      return ParseError{"'top_logprobs' needs 'logprobs': true", "top_logprobs"};
-    }
-    if (logprobs) r.top_logprobs = std::max<int>(0, static_cast<int>(integer));
-  } else {
-    // logprobs: the number of alternatives beside each chosen token.
-    integer = -1;
-    if (auto e = ReadInt(root, "logprobs", 0, 20, integer)) return e;
-    r.top_logprobs = static_cast<int>(integer);
-  }
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    integer = 0;
-    if (auto e = ReadInt(root, key, 1, 1 << 24, integer)) return e;
-    if (integer > 0) r.max_tokens = static_cast<int>(integer);
-  }
-  integer = 0;
-  if (auto e = ReadInt(root, "top_k", -1, 1 << 24, integer)) return e;
-  r.sampling.top_k = integer < 0 ? 0 : static_cast<int>(integer);
-  element seed;
-  if (root["seed"].get(seed) == simdjson::SUCCESS && !seed.is_null()) {
-    // Any 64-bit integer, signed or not.
-    int64_t signed_seed = 0;
-    uint64_t unsigned_seed = 0;
-    if (seed.get(signed_seed) == simdjson::SUCCESS) {
-      r.sampling.seed = static_cast<uint64_t>(signed_seed);
-    } else if (seed.get(unsigned_seed) == simdjson::SUCCESS) {
-      r.sampling.seed = unsigned_seed;
-    } else {
-      return ParseError{"'seed' must be an integer", "seed"};
-    }
-  }
-  if (auto e = ReadNumber(root, "temperature", 0, 2, r.sampling.temperature)) return e;
-  if (auto e = ReadNumber(root, "top_p", 1e-9, 1, r.sampling.top_p)) return e;
-  if (auto e = ReadNumber(root, "frequency_penalty", -2, 2, r.sampling.frequency_penalty)) return e;
-  if (auto e = ReadNumber(root, "presence_penalty", -2, 2, r.sampling.presence_penalty)) return e;
-  if (auto e = ReadNumber(root, "repetition_penalty", 1e-3, 100, r.sampling.repetition_penalty))
-    return e;
-  element stop;
-  if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
-    simdjson::dom::array list;
-    if (stop.get(text) == simdjson::SUCCESS) {
-      r.stop.emplace_back(text);
-    } else if (stop.get(list) == simdjson::SUCCESS && list.size() <= 4) {
-      for (element item : list) {
-        if (item.get(text) != simdjson::SUCCESS)
-          return ParseError{"'stop' must hold strings", "stop"};
-        r.stop.emplace_back(text);
-      }
-    } else {
-      return ParseError{"'stop' must be a string or an array of up to 4 strings", "stop"};
-    }
-    for (const std::string& s : r.stop) {
-      if (s.empty()) return ParseError{"stop strings must not be empty", "stop"};
-    }
-  }
-  return std::nullopt;
-}
 
 std::string_view ErrorType(StatusCode code) {
   switch (code) {
@@ -617,43 +359,20 @@ Result<std::string> OpenAiHandlers::RenderChat(const llm::LlmEngine& engine,
 }
 
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
-  simdjson::dom::parser parser;
-  element root;
-  if (auto error = ParseObject(parser, request.body, root)) {
-    return respond(OpenAiError(Status::InvalidArgument(error->message)));
+  openai::TokenizeRequest parsed;
+  if (auto error = openai::ParseTokenize(request.body, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  std::string model, prompt;
-  std::vector<llm::ChatMessage> messages;
-  std::string_view text;
-  const bool chat = root["messages"].error() == simdjson::SUCCESS;
-  bool add_special = !chat, add_generation_prompt = true;
-  std::optional<ParseError> error = OnlyKeys(
-      root, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"});
-  if (!error) error = ReadBool(root, "add_special_tokens", add_special);
-  if (!error) error = ReadBool(root, "add_generation_prompt", add_generation_prompt);
-  if (!error) error = ReadString(root, "model", model);
-  if (!error && chat) {
-    if (root["prompt"].error() == simdjson::SUCCESS) {
-      error = ParseError{"give 'prompt' or 'messages', not both", "prompt"};
-    } else {
-      error = ReadMessages(root, messages);
-    }
-  } else if (!error) {
-    if (root["prompt"].get(text) != simdjson::SUCCESS) {
-      error = ParseError{"'prompt' (a string) or 'messages' is required", "prompt"};
-    } else {
-      prompt = std::string(text);
-    }
-  }
-  if (error) return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
-  auto engine = Find(model);
+  auto engine = Find(parsed.model);
   if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
-  if (chat) {
-    auto rendered = RenderChat(**engine, model, messages, add_generation_prompt);
+  if (parsed.chat) {
+    auto rendered =
+        RenderChat(**engine, parsed.model, parsed.messages, parsed.add_generation_prompt);
     if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
-    prompt = std::move(*rendered);
+    parsed.prompt = std::move(*rendered);
   }
-  const std::vector<int32_t> ids = (*engine)->tokenizer().Encode(prompt, add_special);
+  const std::vector<int32_t> ids =
+      (*engine)->tokenizer().Encode(parsed.prompt, parsed.add_special_tokens);
   JsonWriter json;
   json.BeginObject().Field("count", static_cast<int64_t>(ids.size()));
   json.Field("max_model_len", int64_t{(*engine)->model().context_length()});
@@ -664,29 +383,19 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
 }
 
 void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, Responder respond) {
-  simdjson::dom::parser parser;
-  element root;
-  if (auto error = ParseObject(parser, request.body, root)) {
-    return respond(OpenAiError(Status::InvalidArgument(error->message)));
+  openai::DetokenizeRequest parsed;
+  if (auto error = openai::ParseDetokenize(request.body, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  std::optional<ParseError> error = OnlyKeys(root, {"model", "tokens"});
-  std::string model;
-  if (!error) error = ReadString(root, "model", model);
-  simdjson::dom::array tokens;
-  if (!error && root["tokens"].get(tokens) != simdjson::SUCCESS) {
-    error = ParseError{"'tokens' (an array of token ids) is required", "tokens"};
-  }
-  if (error) return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
-  auto engine = Find(model);
+  auto engine = Find(parsed.model);
   if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
   const int64_t vocab = (*engine)->model().architecture().vocab_size;
   std::vector<int32_t> ids;
-  for (element token : tokens) {
-    int64_t id = 0;
-    if (token.get(id) != simdjson::SUCCESS || id < 0 || id >= vocab) {
+  for (const int64_t id : parsed.tokens) {
+    if (id < 0 || id >= vocab) {
       return respond(
           OpenAiError(Status::InvalidArgument(fmt::format(
-                          "'tokens' must hold token ids in [0, {}) of model '{}'", vocab, model)),
+                          "'tokens' must hold token ids in [0, {}) of model '{}'", vocab, parsed.model)),
                       "tokens"));
     }
     ids.push_back(static_cast<int32_t>(id));
@@ -720,7 +429,7 @@ void OpenAiHandlers::Completions(const HttpRequest& request, const PathParams&, 
 
 void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder respond) {
   CompletionRequest parsed;
-  if (auto error = Parse(request.body, chat, parsed)) {
+  if (auto error = openai::ParseCompletion(request.body, chat, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = Find(parsed.model);
@@ -739,6 +448,14 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   generation.sampling = parsed.sampling;
   generation.stop = std::move(parsed.stop);
   generation.ignore_eos = parsed.ignore_eos;
+  if (parsed.response_format.type != ResponseFormat::Type::kText) {
+    // Compiled once per schema and vocabulary; later requests with it find it cached.
+    auto grammar = parsed.response_format.type == ResponseFormat::Type::kJsonObject
+                       ? engine->grammars().JsonObject()
+                       : engine->grammars().JsonSchema(parsed.response_format.schema);
+    if (!grammar.ok()) return respond(OpenAiError(grammar.status(), "response_format"));
+    generation.grammar = std::move(*grammar);
+  }
   if (Status length =
           engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
       !length.ok()) {

@@ -1,8 +1,9 @@
 // The OpenAI-style language-model routes: GET /v1/models, POST /v1/completions and
 // POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape; and
 // vLLM's POST /tokenize ({"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"}) and
-// POST /detokenize ({"tokens"} -> {"prompt"}). Bodies are parsed into typed requests here; the
-// engine (llm/llm_engine.h) never sees JSON.
+// POST /detokenize ({"tokens"} -> {"prompt"}). Bodies are parsed into typed requests first
+// (openai_request.h); the engine (llm/llm_engine.h) never sees JSON. `response_format` compiles to
+// a grammar (llm/grammar.h) that constrains the request's tokens.
 #pragma once
 
 #include <map>

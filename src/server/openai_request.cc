@@ -1,0 +1,372 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace sluice::openai {
+namespace {
+
+using simdjson::dom::element;
+
+std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
+                                     double& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  double number = 0;
+  int64_t integer = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    if (value.get(integer) != simdjson::SUCCESS)
+      return ParseError{fmt::format("'{}' must be a number", key), key};
+    number = static_cast<double>(integer);
+  }
+  if (!(number >= low && number <= high)) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
+                                  int64_t& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  int64_t number = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be an integer", key), key};
+  }
+  if (number < low || number > high) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+// Content as a string, or OpenAI's array of parts of which the text ones are joined.
+std::optional<ParseError> ReadContent(const element& message, std::string& out) {
+  element content;
+  if (message["content"].get(content) != simdjson::SUCCESS || content.is_null()) {
+    out.clear();
+    return std::nullopt;
+  }
+  std::string_view text;
+  if (content.get(text) == simdjson::SUCCESS) {
+    out = std::string(text);
+    return std::nullopt;
+  }
+  simdjson::dom::array parts;
+  if (content.get(parts) != simdjson::SUCCESS) {
+    return ParseError{"message content must be a string or an array of text parts", "messages"};
+  }
+  for (element part : parts) {
+    std::string_view type;
+    if (part["type"].get(type) != simdjson::SUCCESS || type != "text" ||
+        part["text"].get(text) != simdjson::SUCCESS) {
+      return ParseError{"only text content parts are supported", "messages"};
+    }
+    out += text;
+  }
+  return std::nullopt;
+}
+
+// root["messages"]: a non-empty array of {role, content}.
+std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::ChatMessage>& out) {
+  simdjson::dom::array messages;
+  if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
+    return ParseError{"'messages' must be a non-empty array", "messages"};
+  }
+  std::string_view text;
+  for (element m : messages) {
+    llm::ChatMessage message;
+    if (m["role"].get(text) != simdjson::SUCCESS) {
+      return ParseError{"each message needs a string 'role'", "messages"};
+    }
+    message.role = std::string(text);
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "developer" && message.role != "tool") {
+      return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
+    }
+    if (auto error = ReadContent(m, message.content)) return error;
+    out.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+// `body` as a JSON object, parsed into `parser`'s memory.
+std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
+                                      element& root) {
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return ParseError{"the body is not a JSON object", ""};
+  }
+  return std::nullopt;
+}
+
+// root[key] as a string when present (else `out` unchanged).
+std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  std::string_view text;
+  if (value.get(text) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be a string", key), key};
+  }
+  out = std::string(text);
+  return std::nullopt;
+}
+
+// root[key] as a bool when present (else `out` unchanged).
+std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  if (value.get(out) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be true or false", key), key};
+  }
+  return std::nullopt;
+}
+
+// The first key of `root` outside `known`, refused by name.
+std::optional<ParseError> OnlyKeys(const element& root,
+                                   std::initializer_list<std::string_view> known,
+                                   std::string_view prefix = {}) {
+  simdjson::dom::object object;
+  if (root.get(object) != simdjson::SUCCESS) return ParseError{"the body is not a JSON object", ""};
+  for (auto field : object) {
+    if (std::find(known.begin(), known.end(), field.key) == known.end()) {
+      if (prefix.empty()) {
+        return ParseError{fmt::format("'{}' is not a parameter of this route", field.key),
+                          std::string(field.key)};
+      }
+      return ParseError{fmt::format("'{}{}' is not supported", prefix, field.key),
+                        std::string(prefix.substr(0, prefix.find('.')))};
+    }
+  }
+  return std::nullopt;
+}
+
+// root["response_format"]: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name", "description", "schema", "strict"}} (OpenAI's shape).
+std::optional<ParseError> ReadResponseFormat(const element& root, ResponseFormat& out) {
+  constexpr const char* kParam = "response_format";
+  element format;
+  if (root[kParam].get(format) != simdjson::SUCCESS || format.is_null()) return std::nullopt;
+  std::string_view type;
+  if (!format.is_object() || format["type"].get(type) != simdjson::SUCCESS) {
+    return ParseError{"'response_format' must be an object with a string 'type'", kParam};
+  }
+  if (type == "text") {
+    if (auto e = OnlyKeys(format, {"type"}, "response_format.")) return e;
+    out.type = ResponseFormat::Type::kText;
+    return std::nullopt;
+  }
+  if (type == "json_object") {
+    if (auto e = OnlyKeys(format, {"type"}, "response_format.")) return e;
+    out.type = ResponseFormat::Type::kJsonObject;
+    return std::nullopt;
+  }
+  if (type != "json_schema") {
+    return ParseError{fmt::format("response_format type '{}' is not supported; use 'text', "
+                                  "'json_object' or 'json_schema'",
+                                  type),
+                      kParam};
+  }
+  if (auto e = OnlyKeys(format, {"type", "json_schema"}, "response_format.")) return e;
+  element spec;
+  if (format["json_schema"].get(spec) != simdjson::SUCCESS || !spec.is_object()) {
+    return ParseError{"'response_format.json_schema' (an object) is required", kParam};
+  }
+  if (auto e = OnlyKeys(spec, {"name", "description", "schema", "strict"},
+                        "response_format.json_schema.")) {
+    return e;
+  }
+  std::string_view name;
+  element value;
+  if (spec["name"].get(value) == simdjson::SUCCESS &&
+      (value.get(name) != simdjson::SUCCESS || name.empty() || name.size() > 64 ||
+       !std::all_of(name.begin(), name.end(), [](char c) {
+         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+       }))) {
+    return ParseError{"'response_format.json_schema.name' must be 1-64 letters, digits, '_' or '-'",
+                      kParam};
+  }
+  bool strict = true;
+  if (spec["strict"].get(value) == simdjson::SUCCESS && !value.is_null() &&
+      value.get(strict) != simdjson::SUCCESS) {
+    return ParseError{"'response_format.json_schema.strict' must be true or false", kParam};
+  }
+  element schema;
+  if (spec["schema"].get(schema) != simdjson::SUCCESS || !schema.is_object()) {
+    return ParseError{"'response_format.json_schema.schema' (a JSON Schema object) is required",
+                      kParam};
+  }
+  out.type = ResponseFormat::Type::kJsonSchema;
+  out.schema = simdjson::minify(schema);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, CompletionRequest& r) {
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  std::string_view text;
+  if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
+  if (chat) {
+    if (auto error = ReadMessages(root, r.messages)) return error;
+  } else {
+    element prompt;
+    if (root["prompt"].get(prompt) != simdjson::SUCCESS) {
+      return ParseError{"'prompt' is required", "prompt"};
+    }
+    simdjson::dom::array list;
+    if (prompt.get(text) == simdjson::SUCCESS) {
+      r.prompt = std::string(text);
+    } else if (prompt.get(list) == simdjson::SUCCESS && list.size() == 1 &&
+               list.at(0).get(text) == simdjson::SUCCESS) {
+      r.prompt = std::string(text);
+    } else {
+      return ParseError{"'prompt' must be a string (or an array of one string)", "prompt"};
+    }
+  }
+  // Parameters Sluice does not serve (tools, logit_bias, echo, best_of, ...) are refused by
+  // name, never ignored.
+  if (auto error =
+          chat ? OnlyKeys(root,
+                          {"model", "messages", "stream", "stream_options", "max_tokens",
+                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+                           "frequency_penalty", "presence_penalty", "repetition_penalty",
+                           "ignore_eos", "n", "logprobs", "top_logprobs", "response_format",
+                           "user"})
+               : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
+                                 "temperature", "top_p", "top_k", "seed", "stop",
+                                 "frequency_penalty", "presence_penalty", "repetition_penalty",
+                                 "ignore_eos", "n", "logprobs", "response_format", "user"})) {
+    return error;
+  }
+  bool flag = false;
+  if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
+  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS)
+    r.include_usage = flag;
+  if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
+  if (auto e = ReadResponseFormat(root, r.response_format)) return e;
+  if (r.ignore_eos && r.response_format.type != ResponseFormat::Type::kText) {
+    return ParseError{"'ignore_eos' cannot be combined with a JSON 'response_format'", "ignore_eos"};
+  }
+  int64_t integer = 1;
+  if (auto e = ReadInt(root, "n", 1, 128, integer)) return e;
+  r.n = static_cast<int>(integer);
+  if (chat) {
+    // logprobs: true for the chosen tokens'; top_logprobs: how many alternatives beside.
+    bool logprobs = false;
+    if (auto e = ReadBool(root, "logprobs", logprobs)) return e;
+    integer = -1;
+    if (auto e = ReadInt(root, "top_logprobs", 0, 20, integer)) return e;
+    if (integer >= 0 && !logprobs) {
+      return ParseError{"'top_logprobs' needs 'logprobs': true", "top_logprobs"};
+    }
+    if (logprobs) r.top_logprobs = std::max<int>(0, static_cast<int>(integer));
+  } else {
+    // logprobs: the number of alternatives beside each chosen token.
+    integer = -1;
+    if (auto e = ReadInt(root, "logprobs", 0, 20, integer)) return e;
+    r.top_logprobs = static_cast<int>(integer);
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    integer = 0;
+    if (auto e = ReadInt(root, key, 1, 1 << 24, integer)) return e;
+    if (integer > 0) r.max_tokens = static_cast<int>(integer);
+  }
+  integer = 0;
+  if (auto e = ReadInt(root, "top_k", -1, 1 << 24, integer)) return e;
+  r.sampling.top_k = integer < 0 ? 0 : static_cast<int>(integer);
+  element seed;
+  if (root["seed"].get(seed) == simdjson::SUCCESS && !seed.is_null()) {
+    // Any 64-bit integer, signed or not.
+    int64_t signed_seed = 0;
+    uint64_t unsigned_seed = 0;
+    if (seed.get(signed_seed) == simdjson::SUCCESS) {
+      r.sampling.seed = static_cast<uint64_t>(signed_seed);
+    } else if (seed.get(unsigned_seed) == simdjson::SUCCESS) {
+      r.sampling.seed = unsigned_seed;
+    } else {
+      return ParseError{"'seed' must be an integer", "seed"};
+    }
+  }
+  if (auto e = ReadNumber(root, "temperature", 0, 2, r.sampling.temperature)) return e;
+  if (auto e = ReadNumber(root, "top_p", 1e-9, 1, r.sampling.top_p)) return e;
+  if (auto e = ReadNumber(root, "frequency_penalty", -2, 2, r.sampling.frequency_penalty)) return e;
+  if (auto e = ReadNumber(root, "presence_penalty", -2, 2, r.sampling.presence_penalty)) return e;
+  if (auto e = ReadNumber(root, "repetition_penalty", 1e-3, 100, r.sampling.repetition_penalty))
+    return e;
+  element stop;
+  if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
+    simdjson::dom::array list;
+    if (stop.get(text) == simdjson::SUCCESS) {
+      r.stop.emplace_back(text);
+    } else if (stop.get(list) == simdjson::SUCCESS && list.size() <= 4) {
+      for (element item : list) {
+        if (item.get(text) != simdjson::SUCCESS)
+          return ParseError{"'stop' must hold strings", "stop"};
+        r.stop.emplace_back(text);
+      }
+    } else {
+      return ParseError{"'stop' must be a string or an array of up to 4 strings", "stop"};
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty()) return ParseError{"stop strings must not be empty", "stop"};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ParseError> ParseTokenize(std::string_view body, TokenizeRequest& r) {
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  r.chat = root["messages"].error() == simdjson::SUCCESS;
+  r.add_special_tokens = !r.chat;
+  if (auto e = OnlyKeys(root, {"model", "prompt", "messages", "add_special_tokens",
+                               "add_generation_prompt"})) {
+    return e;
+  }
+  if (auto e = ReadBool(root, "add_special_tokens", r.add_special_tokens)) return e;
+  if (auto e = ReadBool(root, "add_generation_prompt", r.add_generation_prompt)) return e;
+  if (auto e = ReadString(root, "model", r.model)) return e;
+  if (r.chat) {
+    if (root["prompt"].error() == simdjson::SUCCESS) {
+      return ParseError{"give 'prompt' or 'messages', not both", "prompt"};
+    }
+    return ReadMessages(root, r.messages);
+  }
+  std::string_view text;
+  if (root["prompt"].get(text) != simdjson::SUCCESS) {
+    return ParseError{"'prompt' (a string) or 'messages' is required", "prompt"};
+  }
+  r.prompt = std::string(text);
+  return std::nullopt;
+}
+
+std::optional<ParseError> ParseDetokenize(std::string_view body, DetokenizeRequest& r) {
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  if (auto e = OnlyKeys(root, {"model", "tokens"})) return e;
+  if (auto e = ReadString(root, "model", r.model)) return e;
+  simdjson::dom::array tokens;
+  if (root["tokens"].get(tokens) != simdjson::SUCCESS) {
+    return ParseError{"'tokens' (an array of token ids) is required", "tokens"};
+  }
+  for (element token : tokens) {
+    int64_t id = 0;
+    if (token.get(id) != simdjson::SUCCESS) {
+      return ParseError{"'tokens' must hold integer token ids", "tokens"};
+    }
+    r.tokens.push_back(id);
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice::openai
