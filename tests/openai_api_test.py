@@ -135,7 +135,7 @@ def run(port):
     check(seeded[0] == seeded[1], f"seeded sampling differs: {seeded}")
 
     choices_and_logprobs(client, messages)
-    structured_outputs(client, messages)
+    structured_outputs(client, port, messages)
 
     # A repeated prompt finds all but its last token cached in the slot the first one left.
     hits = metric(port, "sluice_llm_prefix_cache_hits_total")
@@ -256,7 +256,7 @@ class Person(pydantic.BaseModel):
     colour: typing.Literal["red", "green", "blue"]
 
 
-def structured_outputs(client, messages):
+def structured_outputs(client, port, messages):
     """response_format through the SDK: its parse() helper with a pydantic model (a strict JSON
     schema), 100 sampled choices at temperature 1 that all parse and validate, streamed too; JSON
     mode; the (untrained) tiny model would write neither on its own."""
@@ -276,6 +276,20 @@ def structured_outputs(client, messages):
         model="tiny_llm", messages=messages, max_tokens=150, temperature=1.0, seed=5, stream=True,
         response_format=response_format) if c.choices)
     jsonschema.validate(json.loads(text), schema)
+
+    # A client that leaves while its schema compiles (off the I/O threads) frees everything.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    fresh = dict(schema, properties={**schema["properties"], "extra": {"type": "boolean"}})
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": "tiny_llm", "messages": messages, "max_tokens": 150, "stream": True,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": fresh}}}),
+        {"Content-Type": "application/json", "X-API-Key": API_KEY})
+    conn.sock.close()
+    conn.close()
+    deadline = time.time() + 10
+    while metric(port, "sluice_llm_slots_busy") != 0 and time.time() < deadline:
+        time.sleep(0.05)
+    check(metric(port, "sluice_llm_slots_busy") == 0, "a slot stayed busy after the disconnect")
 
     completion = client.completions.create(model="tiny_llm", prompt="a JSON object:", n=20,
                                            max_tokens=200, temperature=1.0, seed=9,

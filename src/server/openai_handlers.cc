@@ -133,7 +133,7 @@ struct Generation {
   int64_t created = 0;
   std::vector<std::atomic<uint64_t>> engine_ids;  // 0 until submitted.
   std::atomic<bool> cancelled{false};
-  std::atomic<bool> answered{false};  // Non-streaming: the one response has been given.
+  std::atomic<bool> answered{false};  // The response (a body, or a stream begun) is given.
   Responder respond;
   std::shared_ptr<ResponseStream> stream;
   // Engine thread only.
@@ -297,6 +297,41 @@ struct Generation {
   }
 };
 
+// Submits a generation's n choices (all or nothing) and, when streamed, starts the response. Each
+// choice is a request of its own; with a seed, choice i samples with seed + i, so the choices
+// differ and the same seed gives the same n texts.
+void Launch(const std::shared_ptr<Generation>& state, const llm::GenerationRequest& generation,
+            int n) {
+  for (int i = 0; i < n && !state->cancelled.load(); ++i) {
+    llm::GenerationRequest choice = generation;
+    if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
+    const auto index = static_cast<size_t>(i);
+    auto submitted = state->engine->Submit(
+        std::move(choice),
+        [state, index](const llm::GenerationEvent& event) { state->OnEvent(index, event); });
+    if (!submitted.ok()) {
+      // All or nothing: the choices already queued are dropped unanswered.
+      state->cancelled = true;
+      state->CancelChoices();
+      return state->Answer(
+          OpenAiError(submitted.status(), {}, state->engine->EstimatedWaitSeconds()));
+    }
+    state->engine_ids[index] = *submitted;
+  }
+  if (state->cancelled.load()) {
+    // The client left before (or while) its choices were queued.
+    state->CancelChoices();
+    return state->Answer(OpenAiError(Status::Cancelled("the client disconnected")));
+  }
+  if (state->stream) {
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.stream = state->stream;
+    state->Answer(std::move(response));
+  }
+}
+
 }  // namespace
 
 HttpResponse OpenAiError(const Status& status, std::string_view param, double retry_after_seconds) {
@@ -448,14 +483,6 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   generation.sampling = parsed.sampling;
   generation.stop = std::move(parsed.stop);
   generation.ignore_eos = parsed.ignore_eos;
-  if (parsed.response_format.type != ResponseFormat::Type::kText) {
-    // Compiled once per schema and vocabulary; later requests with it find it cached.
-    auto grammar = parsed.response_format.type == ResponseFormat::Type::kJsonObject
-                       ? engine->grammars().JsonObject()
-                       : engine->grammars().JsonSchema(parsed.response_format.schema);
-    if (!grammar.ok()) return respond(OpenAiError(grammar.status(), "response_format"));
-    generation.grammar = std::move(*grammar);
-  }
   if (Status length =
           engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
       !length.ok()) {
@@ -473,31 +500,25 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   state->created = UnixSeconds();
   state->respond = respond;
   if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
-  // Each choice is a request of its own; with a seed, choice i samples with seed + i, so the
-  // choices differ and the same seed gives the same n texts.
-  for (int i = 0; i < parsed.n; ++i) {
-    llm::GenerationRequest choice = generation;
-    if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
-    const auto index = static_cast<size_t>(i);
-    auto submitted = engine->Submit(
-        std::move(choice),
-        [state, index](const llm::GenerationEvent& event) { state->OnEvent(index, event); });
-    if (!submitted.ok()) {
-      // All or nothing: the choices already queued are dropped unanswered.
-      state->cancelled = true;
-      state->CancelChoices();
-      return respond(OpenAiError(submitted.status(), {}, engine->EstimatedWaitSeconds()));
-    }
-    state->engine_ids[index] = *submitted;
-  }
-  if (state->cancelled.load()) state->CancelChoices();
   if (request.on_disconnect) request.on_disconnect([state] { state->Cancel(); });
-  if (state->stream) {
-    HttpResponse response;
-    response.content_type = "text/event-stream";
-    response.headers.emplace_back("Cache-Control", "no-cache");
-    response.stream = state->stream;
-    respond(std::move(response));
+  if (parsed.response_format.type == ResponseFormat::Type::kText) {
+    return Launch(state, generation, parsed.n);
+  }
+  // A schema's first compilation takes milliseconds to seconds: off the I/O thread. Later
+  // requests with the same schema find it cached.
+  auto compile = [state, generation = std::move(generation), n = parsed.n,
+                  format = std::move(parsed.response_format)]() mutable {
+    if (state->cancelled.load()) return Launch(state, generation, n);  // Answers the cancel.
+    auto grammar = format.type == ResponseFormat::Type::kJsonObject
+                       ? state->engine->grammars().JsonObject()
+                       : state->engine->grammars().JsonSchema(format.schema);
+    if (!grammar.ok()) return state->Answer(OpenAiError(grammar.status(), "response_format"));
+    generation.grammar = std::move(*grammar);
+    Launch(state, generation, n);
+  };
+  if (!grammar_pool_.TrySubmit(std::move(compile))) {
+    state->Answer(OpenAiError(
+        Status::Unavailable("too many response formats are waiting to be compiled; retry later")));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "llm/llm_engine.h"
 #include "server/router.h"
 
@@ -44,6 +45,8 @@ class OpenAiHandlers {
 
   std::map<std::string, std::shared_ptr<llm::LlmEngine>> models_;
   const int64_t created_;  // Unix seconds at start, the `created` of every model.
+  // Compiles response formats' grammars (last: its thread stops first, before the models go).
+  ThreadPool grammar_pool_{1, 64};
 };
 
 // {"error": {"message", "type", "param", "code"}} with the status's HTTP code (503 adds
