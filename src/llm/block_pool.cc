@@ -1,0 +1,164 @@
+#include "llm/block_pool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace sluice::llm {
+
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t x) {
+  // splitmix64's finaliser over the running hash and the next word.
+  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+}  // namespace
+
+BlockPool::BlockPool(int blocks, int block_size)
+    : block_size_(block_size),
+      refs_(static_cast<size_t>(blocks), 0),
+      published_(static_cast<size_t>(blocks), false),
+      hash_(static_cast<size_t>(blocks), 0),
+      parent_(static_cast<size_t>(blocks), 0),
+      tokens_(static_cast<size_t>(blocks)),
+      where_(static_cast<size_t>(blocks)),
+      in_evictable_(static_cast<size_t>(blocks), false) {
+  unused_.reserve(static_cast<size_t>(blocks));
+  // Handed out lowest first.
+  for (int id = blocks - 1; id >= 0; --id) unused_.push_back(id);
+}
+
+uint64_t BlockPool::Hash(uint64_t parent, const int32_t* tokens) const {
+  uint64_t h = Mix(parent, static_cast<uint64_t>(block_size_));
+  for (int i = 0; i < block_size_; ++i) h = Mix(h, static_cast<uint32_t>(tokens[i]));
+  return h;
+}
+
+std::vector<int32_t> BlockPool::Match(const std::vector<int32_t>& tokens, int max_blocks) {
+  std::vector<int32_t> out;
+  const int full = std::min(max_blocks, static_cast<int>(tokens.size()) / block_size_);
+  uint64_t parent = kRootHash;
+  for (int b = 0; b < full; ++b) {
+    const int32_t* block = tokens.data() + static_cast<size_t>(b) * block_size_;
+    const uint64_t hash = Hash(parent, block);
+    auto it = by_hash_.find(hash);
+    if (it == by_hash_.end()) break;
+    const auto id = static_cast<size_t>(it->second);
+    if (parent_[id] != parent || !std::equal(tokens_[id].begin(), tokens_[id].end(), block)) {
+      break;  // A hash collision: not these tokens.
+    }
+    if (refs_[id] == 0) {
+      evictable_.erase(where_[id]);
+      in_evictable_[id] = false;
+    }
+    ++refs_[id];
+    out.push_back(it->second);
+    parent = hash;
+  }
+  return out;
+}
+
+bool BlockPool::Allocate(int n, std::vector<int32_t>* out) {
+  if (n > available()) return false;
+  for (int i = 0; i < n; ++i) {
+    int32_t id;
+    if (!unused_.empty()) {
+      id = unused_.back();
+      unused_.pop_back();
+    } else {
+      id = evictable_.front();
+      evictable_.pop_front();
+      in_evictable_[static_cast<size_t>(id)] = false;
+      Unpublish(id);
+    }
+    refs_[static_cast<size_t>(id)] = 1;
+    out->push_back(id);
+  }
+  return true;
+}
+
+uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens) {
+  const uint64_t hash = Hash(parent, tokens);
+  const auto i = static_cast<size_t>(id);
+  assert(refs_[i] > 0);
+  if (published_[i] || by_hash_.count(hash) != 0) return hash;
+  published_[i] = true;
+  hash_[i] = hash;
+  parent_[i] = parent;
+  tokens_[i].assign(tokens, tokens + block_size_);
+  by_hash_.emplace(hash, id);
+  return hash;
+}
+
+void BlockPool::Unpublish(int32_t id) {
+  const auto i = static_cast<size_t>(id);
+  if (!published_[i]) return;
+  by_hash_.erase(hash_[i]);
+  published_[i] = false;
+  tokens_[i].clear();
+}
+
+void BlockPool::Release(const std::vector<int32_t>& ids) {
+  for (const int32_t id : ids) {
+    const auto i = static_cast<size_t>(id);
+    assert(refs_[i] > 0);
+    if (--refs_[i] > 0) continue;
+    if (published_[i]) {
+      where_[i] = evictable_.insert(evictable_.end(), id);
+      in_evictable_[i] = true;
+    } else {
+      unused_.push_back(id);
+    }
+  }
+}
+
+bool BlockPool::Consistent(std::string* why) const {
+  std::vector<int> seen(refs_.size(), 0);
+  for (const int32_t id : unused_) {
+    const auto i = static_cast<size_t>(id);
+    if (refs_[i] != 0 || published_[i]) {
+      *why = fmt::format("unused block {} has {} refs, published {}", id, refs_[i], published_[i]);
+      return false;
+    }
+    ++seen[i];
+  }
+  for (const int32_t id : evictable_) {
+    const auto i = static_cast<size_t>(id);
+    if (refs_[i] != 0 || !published_[i] || !in_evictable_[i]) {
+      *why = fmt::format("evictable block {} has {} refs, published {}", id, refs_[i],
+                         published_[i]);
+      return false;
+    }
+    ++seen[i];
+  }
+  size_t published = 0;
+  for (size_t i = 0; i < refs_.size(); ++i) {
+    if (refs_[i] < 0 || (refs_[i] > 0) == (seen[i] > 0) || seen[i] > 1) {
+      *why = fmt::format("block {}: {} refs, listed {} times as available", i, refs_[i], seen[i]);
+      return false;
+    }
+    if (published_[i]) {
+      ++published;
+      auto it = by_hash_.find(hash_[i]);
+      if (it == by_hash_.end() || it->second != static_cast<int32_t>(i)) {
+        *why = fmt::format("published block {} is not found by its hash", i);
+        return false;
+      }
+    }
+  }
+  if (published != by_hash_.size()) {
+    *why = fmt::format("{} published blocks, {} hashes", published, by_hash_.size());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace sluice::llm

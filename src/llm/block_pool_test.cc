@@ -1,0 +1,219 @@
+// The paged cache's block pool: counting, prefix matches, eviction order, and a randomised run of
+// admissions, growth, cancellations and evictions against a fake cache that records what each
+// block holds.
+#include "llm/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+namespace sluice::llm {
+namespace {
+
+constexpr int kB = 4;  // Tokens per block.
+
+std::vector<int32_t> Tokens(std::initializer_list<int32_t> t) { return t; }
+
+// Publishes the full blocks of `tokens` held in `ids`, in order.
+void PublishAll(BlockPool& pool, const std::vector<int32_t>& ids,
+                const std::vector<int32_t>& tokens) {
+  uint64_t parent = BlockPool::kRootHash;
+  for (size_t b = 0; b < ids.size() && (b + 1) * kB <= tokens.size(); ++b) {
+    parent = pool.Publish(ids[b], parent, tokens.data() + b * kB);
+  }
+}
+
+TEST(BlockPoolTest, AllocatesWhatIsAvailableAndNoMore) {
+  BlockPool pool(3, kB);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.Allocate(2, &a));
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.available(), 1);
+  EXPECT_FALSE(pool.Allocate(2, &b));  // All or nothing.
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(pool.available(), 1);
+  pool.Release(a);
+  EXPECT_EQ(pool.available(), 3);
+  std::string why;
+  EXPECT_TRUE(pool.Consistent(&why)) << why;
+}
+
+TEST(BlockPoolTest, APublishedPrefixIsMatchedUpToItsFirstDifference) {
+  BlockPool pool(8, kB);
+  const auto first = Tokens({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13});
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(pool.Allocate(4, &ids));
+  PublishAll(pool, ids, first);  // Three full blocks; the fourth holds one token.
+  EXPECT_EQ(pool.published(), 3);
+  // Held: a second sequence shares them while the first still runs.
+  auto shared = pool.Match(Tokens({1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0}), 10);
+  EXPECT_EQ(shared, (std::vector<int32_t>{ids[0], ids[1]}));
+  EXPECT_EQ(pool.refs(ids[0]), 2);
+  pool.Release(ids);
+  // Released: cached, still matched; the unpublished fourth block is simply free.
+  EXPECT_EQ(pool.available(), 8 - 2);
+  auto again = pool.Match(first, 10);
+  EXPECT_EQ(again, (std::vector<int32_t>{ids[0], ids[1], ids[2]}));
+  EXPECT_EQ(pool.Match(first, 1).size(), 1u);  // At most max_blocks.
+  // A prefix that differs in its first block matches nothing.
+  EXPECT_TRUE(pool.Match(Tokens({9, 2, 3, 4, 5, 6, 7, 8}), 10).empty());
+  // The same block after another first block is another hash.
+  EXPECT_TRUE(pool.Match(Tokens({5, 6, 7, 8}), 10).empty());
+  std::string why;
+  EXPECT_TRUE(pool.Consistent(&why)) << why;
+}
+
+TEST(BlockPoolTest, UnpublishedBlocksGoFirstThenTheLeastRecentlyReleased) {
+  BlockPool pool(4, kB);
+  std::vector<int32_t> a, b, c;
+  ASSERT_TRUE(pool.Allocate(1, &a));
+  ASSERT_TRUE(pool.Allocate(1, &b));
+  pool.Publish(a[0], BlockPool::kRootHash, Tokens({1, 1, 1, 1}).data());
+  pool.Publish(b[0], BlockPool::kRootHash, Tokens({2, 2, 2, 2}).data());
+  pool.Release(b);  // b cached first, then a: b is the older.
+  pool.Release(a);
+  ASSERT_TRUE(pool.Allocate(2, &c));  // The two never published.
+  EXPECT_EQ(pool.published(), 2);
+  std::vector<int32_t> d;
+  ASSERT_TRUE(pool.Allocate(1, &d));
+  EXPECT_EQ(d[0], b[0]);  // Evicted: no longer found.
+  EXPECT_EQ(pool.published(), 1);
+  EXPECT_TRUE(pool.Match(Tokens({2, 2, 2, 2}), 1).empty());
+  EXPECT_EQ(pool.Match(Tokens({1, 1, 1, 1}), 1), a);
+  std::vector<int32_t> e;
+  EXPECT_FALSE(pool.Allocate(1, &e));  // a is held again: nothing to evict.
+}
+
+TEST(BlockPoolTest, ASecondCopyOfAPublishedBlockStaysUnpublished) {
+  BlockPool pool(2, kB);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.Allocate(1, &a));
+  ASSERT_TRUE(pool.Allocate(1, &b));
+  const auto t = Tokens({3, 1, 4, 1});
+  const uint64_t h1 = pool.Publish(a[0], BlockPool::kRootHash, t.data());
+  const uint64_t h2 = pool.Publish(b[0], BlockPool::kRootHash, t.data());
+  EXPECT_EQ(h1, h2);
+  EXPECT_TRUE(pool.is_published(a[0]));
+  EXPECT_FALSE(pool.is_published(b[0]));
+  pool.Release(b);
+  EXPECT_EQ(pool.available(), 1);
+}
+
+// Sequences come and go at random: prompts drawn from a few shared prefixes, admitted with what
+// Match() finds and blocks allocated for the rest, growing a block at a time as they decode,
+// cancelled or finished at random, their full blocks published as they fill. A fake cache records
+// the tokens each block holds: a matched block must hold exactly the prompt's tokens, a fresh one
+// must not be held by anyone, and no block is ever held beyond the pool.
+TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
+  std::mt19937 rng(29);
+  const int blocks = 40;
+  BlockPool pool(blocks, kB);
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int p = 0; p < 4; ++p) {
+    std::vector<int32_t> prefix;
+    for (int i = 0; i < 3 * kB + p; ++i) prefix.push_back(static_cast<int32_t>(rng() % 50));
+    prefixes.push_back(prefix);
+  }
+  struct Seq {
+    std::vector<int32_t> tokens;  // Written to the cache so far.
+    std::vector<int32_t> ids;     // Its block table.
+    uint64_t parent = BlockPool::kRootHash;
+    int published = 0;            // Full blocks published.
+  };
+  std::map<int, Seq> live;
+  std::map<int32_t, std::vector<int32_t>> cache;  // Block -> the tokens written into it.
+  std::map<int32_t, std::set<int>> holders;
+  int next_id = 0, admitted = 0, refused = 0, matched_blocks = 0;
+  auto write = [&](Seq& s, int32_t token) {
+    const size_t position = s.tokens.size();
+    const int32_t block = s.ids[position / kB];
+    ASSERT_EQ(holders[block].size(), 1u) << "a write into a block another sequence holds";
+    auto& content = cache[block];
+    content.resize(position % kB);
+    content.push_back(token);
+    s.tokens.push_back(token);
+    if (s.tokens.size() % kB == 0) {
+      const size_t b = s.tokens.size() / kB - 1;
+      s.parent = pool.Publish(s.ids[b], s.parent, s.tokens.data() + b * kB);
+      ++s.published;
+    }
+  };
+  auto release = [&](int id) {
+    Seq& s = live[id];
+    for (int32_t b : s.ids) holders[b].erase(id);
+    pool.Release(s.ids);
+    live.erase(id);
+  };
+  for (int step = 0; step < 5000; ++step) {
+    const int action = static_cast<int>(rng() % 10);
+    if (action < 3) {  // Admit a prompt: a shared prefix, then its own tokens.
+      std::vector<int32_t> prompt = prefixes[rng() % prefixes.size()];
+      const int own = static_cast<int>(rng() % (2 * kB));
+      for (int i = 0; i < own; ++i) prompt.push_back(static_cast<int32_t>(50 + rng() % 50));
+      const int room = static_cast<int>(rng() % (2 * kB)) + 1;  // Tokens it may generate.
+      const int need = (static_cast<int>(prompt.size()) + room + kB - 1) / kB;
+      // The block holding the prompt's last token always runs (for its logits): never matched.
+      Seq s;
+      s.ids = pool.Match(prompt, (static_cast<int>(prompt.size()) - 1) / kB);
+      for (size_t b = 0; b < s.ids.size(); ++b) {
+        const std::vector<int32_t> want(prompt.begin() + b * kB, prompt.begin() + (b + 1) * kB);
+        ASSERT_EQ(cache[s.ids[b]], want) << "a matched block holds other tokens";
+      }
+      const size_t matched = s.ids.size();
+      const int id = next_id++;
+      if (!pool.Allocate(need - static_cast<int>(matched), &s.ids)) {
+        pool.Release(s.ids);  // Waits (here: gives up) with nothing held.
+        ++refused;
+        continue;
+      }
+      ++admitted;
+      matched_blocks += static_cast<int>(matched);
+      std::set<int32_t> distinct(s.ids.begin(), s.ids.end());
+      ASSERT_EQ(distinct.size(), s.ids.size()) << "a block twice in one table";
+      for (int32_t b : s.ids) holders[b].insert(id);
+      // Its matched blocks are written already; it computes the rest of its prompt.
+      s.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(matched * kB));
+      for (size_t b = 0; b < matched; ++b) s.parent = pool.Hash(s.parent, prompt.data() + b * kB);
+      s.published = static_cast<int>(matched);
+      live.emplace(id, std::move(s));
+      Seq& added = live[id];
+      for (size_t i = added.tokens.size(); i < prompt.size(); ++i) write(added, prompt[i]);
+    } else if (action < 8 && !live.empty()) {  // A decoding step for one sequence.
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      Seq& s = it->second;
+      if (s.tokens.size() >= s.ids.size() * kB) {
+        release(it->first);  // Its reservation is used up: it finishes.
+      } else {
+        write(s, static_cast<int32_t>(100 + rng() % 20));
+      }
+    } else if (!live.empty()) {  // A cancellation.
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      release(it->first);
+    }
+    std::string why;
+    ASSERT_TRUE(pool.Consistent(&why)) << why;
+    int held = 0;
+    for (const auto& [block, who] : holders) held += !who.empty();
+    ASSERT_EQ(held, pool.held());
+    ASSERT_LE(held, blocks);
+    for (const auto& [block, who] : holders) {
+      if (who.size() > 1) {
+        ASSERT_TRUE(pool.is_published(block)) << "an unpublished block shared";
+      }
+      ASSERT_EQ(pool.refs(block), static_cast<int>(who.size()));
+    }
+  }
+  RecordProperty("admitted", admitted);
+  RecordProperty("refused", refused);
+  RecordProperty("matched_blocks", matched_blocks);
+  EXPECT_GT(admitted, 500);
+  EXPECT_GT(refused, 10);  // The pool ran short, and evicted along the way.
+  EXPECT_GT(matched_blocks, 100);
+}
+
+}  // namespace
+}  // namespace sluice::llm
