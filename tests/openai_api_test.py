@@ -137,7 +137,8 @@ def run(port):
     choices_and_logprobs(client, messages)
     structured_outputs(client, port, messages)
 
-    # A repeated prompt finds all but its last token cached in the slot the first one left.
+    # A repeated prompt finds its full 16-token blocks cached (all but the one holding its last
+    # token, which runs again for the logits).
     hits = metric(port, "sluice_llm_prefix_cache_hits_total")
     again = [client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=4,
                                             temperature=0, extra_body={"ignore_eos": True})
@@ -145,7 +146,10 @@ def run(port):
     check(again[0].choices[0].message.content == again[1].choices[0].message.content,
           f"cached prefix, other text: {again}")
     check(metric(port, "sluice_llm_prefix_cache_hits_total") - hits >=
-          again[0].usage.prompt_tokens - 1, "the repeated prompt's prefix was not reused")
+          (again[0].usage.prompt_tokens - 1) // 16 * 16 > 0,
+          "the repeated prompt's prefix was not reused")
+    check(metric(port, "sluice_llm_kv_cache_blocks") == 8 * 256 // 16 and
+          metric(port, "sluice_llm_kv_cache_blocks_used") == 0, "KV-cache blocks")
 
     # Errors in OpenAI's shape.
     try:

@@ -67,12 +67,14 @@ SMOLLM_PRE_TOKENIZER = {
 SERVE_CONFIG = """# Sluice serving settings for this language model (the model itself: config.json).
 llm:
   precision: {precision}     # bf16 | fp32 | int8 (int8: weight-only, per-channel scales)
-  slots: {slots}             # requests decoded together (continuous batching); KV cache per slot
-  context_length: {context}  # tokens per slot (prompt + generated); <= max_position_embeddings
+  slots: {slots}             # requests decoded together (continuous batching), at most
+  context_length: {context}  # tokens per request (prompt + generated); <= max_position_embeddings
+  kv_block_size: 16          # tokens per block of the paged KV cache
+  kv_cache_bytes: 0          # the cache's size; 0: room for `slots` requests of context_length
   max_step_tokens: {step}    # prompt tokens per step beside decoding streams (bounds their ITL)
   prefill_chunk: {chunk}     # prompt tokens per step while nothing decodes
   speculative_tokens: 0      # prompt-lookup drafts per step and stream; 0: off
-  prefix_caching: true       # a newcomer reuses a freed slot's cached prefix of its prompt
+  prefix_caching: true       # a newcomer reuses the cached full blocks of its prompt's prefix
   threads: 0                 # intra-op threads; 0: every core
   max_waiting: 256           # requests queued for a slot; beyond it: 503 with Retry-After
 """

@@ -38,8 +38,12 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "Language models' precision, over their config.yaml (fp32, bf16, int8)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   app->add_option("--llm-slots", cmd.llm_overrides.slots,
-                  "Language models' KV-cache slots, over their config.yaml")
-      ->check(CLI::Range(1, 256));
+                  "Language models' sequences run together (at most), over their config.yaml")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--llm-kv-cache-bytes", cmd.llm_overrides.kv_cache_bytes,
+                  "Language models' paged KV cache in bytes (0: slots x context), over their "
+                  "config.yaml")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--llm-threads", cmd.llm_overrides.threads,
                   "Language models' intra-op threads (0: every core)")
       ->check(CLI::Range(0, 1024));

@@ -106,7 +106,7 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   size_t positions = 0, top1_same = 0, greedy_same = 0, greedy_total = 0, prompts_equal = 0;
   for (const Reference& r : references) {
     std::vector<float> logits;
-    ASSERT_TRUE((*model)->Run({SequenceChunk{0, 0, r.input_ids, true}}, &logits).ok());
+    ASSERT_TRUE((*model)->Run({SequenceChunk{0, 0, r.input_ids, true, {}}}, &logits).ok());
     ASSERT_EQ(logits.size(), r.logits.size());
     for (size_t t = 0; t < r.input_ids.size(); ++t) {
       const float* ours = logits.data() + t * static_cast<size_t>(vocab);
@@ -133,7 +133,7 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
       ++greedy_same;
       ++same;
       step.clear();
-      ASSERT_TRUE((*model)->Run({SequenceChunk{0, position++, {next}, false}}, &step).ok());
+      ASSERT_TRUE((*model)->Run({SequenceChunk{0, position++, {next}, false, {}}}, &step).ok());
     }
     prompts_equal += same == r.greedy.size();
   }

@@ -1,6 +1,6 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
-// grouped-query attention over a static per-slot KV cache (kernels/kernels.h, for prompts and
-// decoding), SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with
+// grouped-query attention over a paged KV cache (kernels/kernels.h, for prompts and decoding;
+// blocks of kv_block_size positions per KV head, found through each chunk's block table), SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with
 // fp32 weights and bf16 otherwise; the weights of the linear layers are fp32 (ATen's matmul), bf16,
 // or int8 with per-output-channel scales. bf16 and int8 weights go through kernels/kernels.h, which
 // widens them to fp32 in registers: decoding is bound by reading the weights, and ATen's bf16 /
@@ -9,7 +9,8 @@
 // One step runs every chunk of the batch through each weight matrix once: the tokens of all
 // chunks are stacked into one [T, hidden] activation, so a decode step over 16 slots reads the
 // weights once, not 16 times. Attention is the only per-sequence part: one task per token and KV
-// head, over that token's slot in the cache.
+// head, over that token's blocks of the cache (read in place where they are consecutive, else
+// gathered once per step and chunk into one span, so the kernels always see contiguous rows).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -20,8 +21,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numbers>
+#include <numeric>
 #include <thread>
 
 #include "llm/files/gguf.h"
@@ -256,6 +259,8 @@ class LlamaModel final : public StepModel {
   const ModelArchitecture& architecture() const override { return arch_; }
   int slots() const override { return serve_.slots; }
   int context_length() const override { return serve_.context_length; }
+  int kv_block_size() const override { return serve_.kv_block_size; }
+  int kv_blocks() const override { return blocks_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
@@ -267,6 +272,10 @@ class LlamaModel final : public StepModel {
   void BuildRope();
   void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
                  const std::vector<int64_t>& offsets, at::Tensor& out);
+  // Where chunk i's keys (or values) of KV head h lie for `layer`: position p at element
+  // offset + p x D of `base` (the cache itself where its blocks for the span it reads are
+  // consecutive; else a copy of them gathered into gathered_). Fills kv_base_.
+  void LocateKeysAndValues(int layer, const std::vector<SequenceChunk>& chunks);
   // A step's activations live in buffers kept from step to step (allocated afresh each step, the
   // larger ones came from new pages the kernel zeroed, every prompt step): buffer i as [rows,
   // columns] fp32, grown to the largest step seen.
@@ -274,7 +283,7 @@ class LlamaModel final : public StepModel {
   // Rows [begin, end) of qkv: query and key heads rotated in place by their positions, then keys
   // and values copied into their slots' cache rows.
   void RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
-                      const std::vector<int>& slots, int64_t begin, int64_t end);
+                      const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
   bool IsLocal(int layer) const {
@@ -293,7 +302,18 @@ class LlamaModel final : public StepModel {
   Linear lm_head_;
   at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
   at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
-  std::vector<at::Tensor> cache_k_, cache_v_;   // Per layer: [slots, KV, context, D].
+  // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous.
+  std::vector<at::Tensor> cache_k_, cache_v_;
+  int blocks_ = 0;
+  // This step's block table of each chunk (its own, or its slot's static one).
+  std::vector<std::vector<int32_t>> tables_;
+  struct KvSpan {
+    const char* k = nullptr;
+    const char* v = nullptr;
+    int64_t offset = 0;  // Elements: position p's row starts at offset + p x D.
+  };
+  std::vector<KvSpan> kv_base_;              // [chunk x KV + h], for the layer at hand.
+  std::vector<char> gathered_k_, gathered_v_;  // Rows of tables that are not consecutive.
   // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
   // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
   bool bf16_cache_ = false;
@@ -351,12 +371,26 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     }
     model->BuildRope();
     const auto& a = model->arch_;
+    const LlmServeConfig& serve = model->serve_;
+    const int64_t block = serve.kv_block_size;
+    const int64_t per_slot = (serve.context_length + block - 1) / block;
+    const int64_t element = model->bf16_cache_ ? 2 : 4;
+    const int64_t block_bytes = int64_t{a.layers} * 2 * a.kv_heads * block * a.head_dim * element;
+    const int64_t blocks =
+        serve.kv_cache_bytes > 0 ? serve.kv_cache_bytes / block_bytes : serve.slots * per_slot;
+    if (blocks < per_slot) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: llm.kv_cache_bytes {} holds {} blocks of {} tokens ({} bytes each); one sequence of "
+          "context_length {} needs {} ({} bytes)",
+          options.dir, serve.kv_cache_bytes, blocks, block, block_bytes, serve.context_length,
+          per_slot, per_slot * block_bytes));
+    }
+    model->blocks_ = static_cast<int>(blocks);
     for (int i = 0; i < a.layers; ++i) {
-      auto shape = std::vector<int64_t>{model->serve_.slots, a.kv_heads,
-                                        model->serve_.context_length, a.head_dim};
+      auto shape = std::vector<int64_t>{a.kv_heads, blocks, block, a.head_dim};
       // Uninitialised: a position is written before anything reads it, and the pages of the
-      // cache (1.5 GB for SmolLM2 at 16 slots x 2048) are committed as slots reach them, not all
-      // at load.
+      // cache (1.5 GB for SmolLM2 at 16 slots x 2048) are committed as blocks are first used,
+      // not all at load.
       const at::ScalarType cache_dtype = model->bf16_cache_ ? at::kBFloat16 : at::kFloat;
       model->cache_k_.push_back(at::empty(shape, cache_dtype));
       model->cache_v_.push_back(at::empty(shape, cache_dtype));
@@ -640,11 +674,11 @@ void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& ou
 // Rotation: HF's halves layout (the first half of a head pairs with the second), query heads
 // then key heads, adjacent in a row.
 void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
-                                const std::vector<int>& slots, int64_t begin, int64_t end) {
+                                const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end) {
   const ModelArchitecture& a = arch_;
   const int64_t d = a.head_dim, half = d / 2, width = qkv.size(1), heads = a.heads + a.kv_heads,
                 q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d,
-                context = serve_.context_length;
+                block = serve_.kv_block_size;
   float* base = qkv.data_ptr<float>();
   const bool local = IsLocal(layer);
   const float* cos_table = (local ? rope_local_cos_ : rope_cos_).data_ptr<float>();
@@ -686,11 +720,76 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
         }
       }
     }
-    const int64_t slot = slots[static_cast<size_t>(t)];
+    const std::vector<int32_t>& table = tables_[static_cast<size_t>(chunk_of[static_cast<size_t>(t)])];
+    const int64_t physical = table[static_cast<size_t>(position / block)];
     for (int64_t h = 0; h < a.kv_heads; ++h) {
-      const int64_t at = ((slot * a.kv_heads + h) * context + position) * d;
+      const int64_t at = ((h * blocks_ + physical) * block + position % block) * d;
       put(row + q_cols + h * d, keys, at);
       put(row + q_cols + kv_cols + h * d, values, at);
+    }
+  }
+}
+
+void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>& chunks) {
+  const ModelArchitecture& a = arch_;
+  const int64_t d = a.head_dim, block = serve_.kv_block_size, kv = a.kv_heads;
+  const int64_t element = bf16_cache_ ? 2 : 4;
+  const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
+  const char* keys = static_cast<const char*>(cache_k_[static_cast<size_t>(layer)].data_ptr());
+  const char* values = static_cast<const char*>(cache_v_[static_cast<size_t>(layer)].data_ptr());
+  kv_base_.assign(chunks.size() * static_cast<size_t>(kv), KvSpan{});
+  struct Gather {
+    size_t chunk;
+    int64_t lo, hi, at;  // Positions [lo, hi) to bytes [at, ...) of gathered_.
+  };
+  std::vector<Gather> gathers;
+  int64_t gathered_bytes = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& chunk = chunks[i];
+    const std::vector<int32_t>& table = tables_[i];
+    const int64_t hi = chunk.start + static_cast<int64_t>(chunk.tokens.size());
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, chunk.start + 1 - window) : 0;
+    bool consecutive = true;
+    for (int64_t b = lo / block; b + 1 <= (hi - 1) / block; ++b) {
+      consecutive &= table[static_cast<size_t>(b) + 1] == table[static_cast<size_t>(b)] + 1;
+    }
+    if (consecutive) {
+      for (int64_t h = 0; h < kv; ++h) {
+        const int64_t first_row = (h * blocks_ + table[static_cast<size_t>(lo / block)]) * block;
+        kv_base_[i * kv + h] = KvSpan{keys, values, (first_row - lo / block * block) * d};
+      }
+    } else {
+      gathers.push_back(Gather{i, lo, hi, gathered_bytes});
+      gathered_bytes += kv * (hi - lo) * d * element;
+    }
+  }
+  if (gathers.empty()) return;
+  if (static_cast<int64_t>(gathered_k_.size()) < gathered_bytes) {
+    gathered_k_.resize(static_cast<size_t>(gathered_bytes));
+    gathered_v_.resize(static_cast<size_t>(gathered_bytes));
+  }
+  const auto jobs = static_cast<int64_t>(gathers.size()) * kv;
+#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(at::get_num_threads(), jobs)))
+  for (int64_t job = 0; job < jobs; ++job) {
+    const Gather& g = gathers[static_cast<size_t>(job / kv)];
+    const int64_t h = job % kv;
+    const std::vector<int32_t>& table = tables_[g.chunk];
+    const int64_t at = g.at + h * (g.hi - g.lo) * d * element;
+    for (int64_t p = g.lo; p < g.hi;) {
+      const int64_t n = std::min(block - p % block, g.hi - p);
+      const int64_t from =
+          ((h * blocks_ + table[static_cast<size_t>(p / block)]) * block + p % block) * d * element;
+      const int64_t to = at + (p - g.lo) * d * element;
+      std::memcpy(gathered_k_.data() + to, keys + from, static_cast<size_t>(n * d * element));
+      std::memcpy(gathered_v_.data() + to, values + from, static_cast<size_t>(n * d * element));
+      p += n;
+    }
+  }
+  for (const Gather& g : gathers) {
+    for (int64_t h = 0; h < kv; ++h) {
+      const int64_t at = g.at + h * (g.hi - g.lo) * d * element;
+      kv_base_[g.chunk * kv + h] =
+          KvSpan{gathered_k_.data() + at, gathered_v_.data() + at, -g.lo * d};
     }
   }
 }
@@ -707,7 +806,8 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
                            const std::vector<int64_t>& offsets, at::Tensor& out) {
   const ModelArchitecture& a = arch_;
   const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
-                width = qkv.size(1), context = serve_.context_length;
+                width = qkv.size(1);
+  LocateKeysAndValues(layer, chunks);
   // Each token's chunk; the longest span any token attends over (for the scratch rows).
   std::vector<int32_t> chunk_of(static_cast<size_t>(total));
   int64_t longest = 0;
@@ -722,8 +822,6 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
   // A sliding-window layer: each token over the last `window` positions, its own included.
   const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
   const float* rows = qkv.data_ptr<float>();
-  const void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
-  const void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
   float* o = out.data_ptr<float>();
   const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
   std::atomic<int64_t> next{0};
@@ -737,16 +835,19 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
       const int64_t end = chunk.start + (row - offsets[i]) + 1;  // Positions up to this token's.
       const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
       const int64_t len = end - first;
-      const int64_t cache_row = ((int64_t{chunk.slot} * a.kv_heads + h) * context + first) * d;
+      const KvSpan& span = kv_base_[i * static_cast<size_t>(a.kv_heads) + static_cast<size_t>(h)];
+      const int64_t cache_row = span.offset + first * d;
       const float* q = rows + row * width + h * groups * d;
       float* result = o + row * a.heads * d + h * groups * d;
       if (bf16_cache_) {
-        DecodeAttention(q, static_cast<int>(groups), static_cast<const uint16_t*>(keys) + cache_row,
-                        static_cast<const uint16_t*>(values) + cache_row, len, d, scale, result,
-                        scratch.data());
+        DecodeAttention(q, static_cast<int>(groups),
+                        reinterpret_cast<const uint16_t*>(span.k) + cache_row,
+                        reinterpret_cast<const uint16_t*>(span.v) + cache_row, len, d, scale,
+                        result, scratch.data());
       } else {
-        DecodeAttention(q, static_cast<int>(groups), static_cast<const float*>(keys) + cache_row,
-                        static_cast<const float*>(values) + cache_row, len, d, scale, result,
+        DecodeAttention(q, static_cast<int>(groups),
+                        reinterpret_cast<const float*>(span.k) + cache_row,
+                        reinterpret_cast<const float*>(span.v) + cache_row, len, d, scale, result,
                         scratch.data());
       }
     }
@@ -765,17 +866,38 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
   std::vector<int64_t> tokens, positions, offsets, logit_rows;
-  std::vector<int> slots;  // Each token's.
-  std::vector<bool> used(static_cast<size_t>(serve_.slots), false);
-  for (const SequenceChunk& chunk : chunks) {
+  std::vector<int32_t> chunk_of;  // Each token's chunk.
+  const int64_t block = serve_.kv_block_size;
+  const int64_t per_slot = (serve_.context_length + block - 1) / block;
+  tables_.resize(chunks.size());
+  std::vector<int32_t> written;  // Blocks this step writes into: no two chunks share one.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& chunk = chunks[i];
     const int64_t len = static_cast<int64_t>(chunk.tokens.size());
-    if (chunk.slot < 0 || chunk.slot >= serve_.slots || used[static_cast<size_t>(chunk.slot)]) {
-      return Status::Internal(fmt::format("step names slot {} twice or out of range", chunk.slot));
-    }
-    used[static_cast<size_t>(chunk.slot)] = true;
     if (len == 0 || chunk.start < 0 || chunk.start + len > serve_.context_length) {
       return Status::Internal(fmt::format("chunk of {} tokens at {} exceeds the context of {}", len,
                                           chunk.start, serve_.context_length));
+    }
+    std::vector<int32_t>& table = tables_[i];
+    if (chunk.blocks.empty()) {
+      if (chunk.slot < 0 || (chunk.slot + 1) * per_slot > blocks_) {
+        return Status::Internal(fmt::format("step names slot {}, out of range", chunk.slot));
+      }
+      table.resize(static_cast<size_t>(per_slot));
+      std::iota(table.begin(), table.end(), static_cast<int32_t>(chunk.slot * per_slot));
+    } else {
+      table = chunk.blocks;
+    }
+    const int64_t needed = (chunk.start + len + block - 1) / block;
+    if (static_cast<int64_t>(table.size()) < needed ||
+        std::any_of(table.begin(), table.begin() + needed,
+                    [this](int32_t b) { return b < 0 || b >= blocks_; })) {
+      return Status::Internal(fmt::format("a block table of {} entries does not cover {} tokens "
+                                          "in [0, {}) blocks",
+                                          table.size(), chunk.start + len, blocks_));
+    }
+    for (int64_t b = chunk.start / block; b < needed; ++b) {
+      written.push_back(table[static_cast<size_t>(b)]);
     }
     offsets.push_back(static_cast<int64_t>(tokens.size()));
     for (int64_t j = 0; j < len; ++j) {
@@ -788,8 +910,12 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       }
       tokens.push_back(token);
       positions.push_back(chunk.start + j);
-      slots.push_back(chunk.slot);
+      chunk_of.push_back(static_cast<int32_t>(i));
     }
+  }
+  std::sort(written.begin(), written.end());
+  if (std::adjacent_find(written.begin(), written.end()) != written.end()) {
+    return Status::Internal("two chunks of a step write into the same cache block");
   }
   thread_local int threads_set = -1;
   const int threads = serve_.threads > 0
@@ -831,7 +957,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       RmsNorm(x, layer.attn_norm, normed, pending);
       layer.qkv.Into(normed, qkv.data_ptr<float>());
       ForRows(total, [&](int64_t begin, int64_t end) {
-        RotateAndCache(l, qkv, positions, slots, begin, end);
+        RotateAndCache(l, qkv, positions, chunk_of, begin, end);
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "llm/files/safetensors.h"
@@ -83,7 +84,7 @@ std::vector<int32_t> Greedy(StepModel& model, int slot, const std::vector<int32_
   for (int i = 0; i < steps; ++i) {
     const int next = Argmax(logits.data(), vocab);
     out.push_back(next);
-    SequenceChunk c{slot, position++, {next}, false};
+    SequenceChunk c{slot, position++, {next}, false, {}};
     logits.clear();
     EXPECT_TRUE(model.Run({c}, &logits).ok());
   }
@@ -98,7 +99,7 @@ TEST_P(LlamaModelTest, Fp32LogitsEqualTransformers) {
   const int vocab = model->architecture().vocab_size;
   for (const Reference& r : ReadReference(ModelDir(GetParam()))) {
     std::vector<float> logits;
-    ASSERT_TRUE(model->Run({SequenceChunk{0, 0, r.input_ids, true}}, &logits).ok());
+    ASSERT_TRUE(model->Run({SequenceChunk{0, 0, r.input_ids, true, {}}}, &logits).ok());
     ASSERT_EQ(logits.size(), r.input_ids.size() * static_cast<size_t>(vocab));
     float worst = 0;
     for (size_t i = 0; i < logits.size(); ++i)
@@ -117,7 +118,7 @@ TEST_P(LlamaModelTest, IncrementalDecodingEqualsFullForward) {
     float worst = 0;
     for (size_t begin = 0; begin < n;) {
       const size_t len = begin < n / 2 ? std::min<size_t>(5, n / 2 - begin) : 1;
-      SequenceChunk c{3, static_cast<int>(begin), {}, false};
+      SequenceChunk c{3, static_cast<int>(begin), {}, false, {}};
       c.tokens.assign(r.input_ids.begin() + static_cast<long>(begin),
                       r.input_ids.begin() + static_cast<long>(begin + len));
       std::vector<float> logits;
@@ -147,12 +148,12 @@ TEST_P(LlamaModelTest, PromptRowsEqualOneAtATimeWithBf16AndInt8Weights) {
     ASSERT_NE(model, nullptr);
     const auto vocab = static_cast<size_t>(model->architecture().vocab_size);
     std::vector<float> whole;
-    ASSERT_TRUE(model->Run({SequenceChunk{2, 0, prompt, true}}, &whole).ok());
+    ASSERT_TRUE(model->Run({SequenceChunk{2, 0, prompt, true, {}}}, &whole).ok());
     ASSERT_EQ(whole.size(), prompt.size() * vocab);
     for (size_t i = 0; i < prompt.size(); ++i) {
       std::vector<float> one;
       ASSERT_TRUE(
-          model->Run({SequenceChunk{5, static_cast<int>(i), {prompt[i]}, false}}, &one).ok());
+          model->Run({SequenceChunk{5, static_cast<int>(i), {prompt[i]}, false, {}}}, &one).ok());
       ASSERT_EQ(one.size(), vocab);
       for (size_t v = 0; v < vocab; ++v) {
         ASSERT_EQ(one[v], whole[i * vocab + v])
@@ -196,7 +197,7 @@ TEST_P(LlamaModelTest, BatchInvariance) {
     for (int i = 0; i < n; ++i) {
       std::vector<float> logits;
       ASSERT_TRUE(
-          model->Run({SequenceChunk{7 - i, 0, prompts[static_cast<size_t>(i)], false}}, &logits)
+          model->Run({SequenceChunk{7 - i, 0, prompts[static_cast<size_t>(i)], false, {}}}, &logits)
               .ok());
       next[static_cast<size_t>(i)] = Argmax(logits.data(), vocab);
       position[static_cast<size_t>(i)] = static_cast<int>(prompts[static_cast<size_t>(i)].size());
@@ -206,7 +207,7 @@ TEST_P(LlamaModelTest, BatchInvariance) {
       for (int i = 0; i < n; ++i) {
         together[static_cast<size_t>(i)].push_back(next[static_cast<size_t>(i)]);
         chunks.push_back(SequenceChunk{
-            7 - i, position[static_cast<size_t>(i)]++, {next[static_cast<size_t>(i)]}, false});
+            7 - i, position[static_cast<size_t>(i)]++, {next[static_cast<size_t>(i)]}, false, {}});
       }
       std::vector<float> logits;
       ASSERT_TRUE(model->Run(chunks, &logits).ok());
@@ -251,6 +252,63 @@ TEST_P(LlamaModelTest, PrecisionAgreementComparesLogitsAndGreedyChoices) {
   EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
 }
 
+// Prefills `prompt` in chunks of 8 (every row's logits) on `blocks` (a slot's static blocks when
+// empty), then decodes `steps` greedy tokens: every logit, in order.
+std::vector<float> PagedRun(StepModel& model, int slot, const std::vector<int32_t>& blocks,
+                            const std::vector<int32_t>& prompt, int start, int steps) {
+  const int vocab = model.architecture().vocab_size;
+  std::vector<float> logits;
+  // Chunks of 8 from 0: a start at a block boundary keeps the same chunks (fp32 products go
+  // through ATen, whose results may depend on the rows multiplied together).
+  for (int begin = start; begin < static_cast<int>(prompt.size()); begin += 8) {
+    const int end = std::min<int>(begin + 8, static_cast<int>(prompt.size()));
+    SequenceChunk c{slot, begin, {prompt.begin() + begin, prompt.begin() + end}, true, blocks};
+    EXPECT_TRUE(model.Run({c}, &logits).ok());
+  }
+  int position = static_cast<int>(prompt.size());
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = Argmax(logits.data() + logits.size() - vocab, vocab);
+    SequenceChunk c{slot, position++, {next}, false, blocks};
+    EXPECT_TRUE(model.Run({c}, &logits).ok());
+  }
+  return logits;
+}
+
+// The same sequence through its slot's static blocks, through a table of scattered blocks (every
+// other one, in reverse, after another sequence left stale rows in them), through consecutive
+// blocks across two slots' ranges, and through a table whose first blocks another sequence
+// filled (a shared prefix, only read): the same logits, bit for bit.
+TEST_P(LlamaModelTest, PagedBlocksGiveTheStaticCachesLogitsToTheBit) {
+  for (LlmPrecision precision : {LlmPrecision::kFp32, LlmPrecision::kBf16}) {
+    auto model = Load(GetParam(), precision, 2, /*threads=*/2);
+    ASSERT_NE(model, nullptr);
+    ASSERT_EQ(model->kv_block_size(), 16);
+    ASSERT_EQ(model->kv_blocks(), 32);  // 2 slots x 256 / 16.
+    std::vector<int32_t> prompt, other;
+    for (int i = 0; i < 50; ++i) {
+      prompt.push_back(static_cast<int32_t>((i * 37 + 11) % 300));
+      other.push_back(static_cast<int32_t>((i * 53 + 5) % 300));
+    }
+    const std::vector<float> reference = PagedRun(*model, 0, {}, prompt, 0, 20);
+    PagedRun(*model, 1, {}, other, 0, 40);  // Stale rows in blocks 16-31.
+    std::vector<int32_t> scattered;
+    for (int b = 31; b >= 1; b -= 2) scattered.push_back(b);
+    EXPECT_EQ(PagedRun(*model, 0, scattered, prompt, 0, 20), reference)
+        << LlmPrecisionName(precision);
+    std::vector<int32_t> consecutive(16);
+    std::iota(consecutive.begin(), consecutive.end(), 8);
+    EXPECT_EQ(PagedRun(*model, 0, consecutive, prompt, 0, 20), reference);
+    // The first three blocks (48 tokens) of `scattered` hold the prompt's start: a newcomer with
+    // the same prompt takes them and runs only its last 2 tokens, then decodes.
+    std::vector<int32_t> shared = {31, 29, 27};
+    for (int b = 0; b < 13; ++b) shared.push_back(2 * b);
+    const std::vector<float> tail = PagedRun(*model, 0, shared, prompt, 48, 20);
+    const auto vocab = static_cast<size_t>(model->architecture().vocab_size);
+    ASSERT_EQ(tail.size(), (2 + 20) * vocab);
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), reference.end() - tail.size()));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
                          ::testing::Values("tiny_llm", "tiny_llm_scaled"));
 
@@ -266,18 +324,35 @@ TEST(LlamaModelLoadTest, ErrorsNameTheProblem) {
   auto too_long = LoadLlamaModel(options);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("max_position_embeddings"), std::string::npos);
+
+  options.serve.context_length = 256;
+  options.serve.kv_cache_bytes = 1000;  // Less than one sequence of the context.
+  auto small = LoadLlamaModel(options);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("kv_cache_bytes"), std::string::npos);
 }
 
 TEST(LlamaModelLoadTest, RejectsBadSteps) {
   auto model = Load("tiny_llm", LlmPrecision::kFp32, 2);
   ASSERT_NE(model, nullptr);
   std::vector<float> logits;
-  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false}}, &logits).ok());       // No slot 2.
-  EXPECT_FALSE(model->Run({SequenceChunk{0, 255, {1, 2}, false}}, &logits).ok());  // Past context.
-  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {100000}, false}}, &logits).ok());  // Bad token.
+  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false, {}}}, &logits).ok());       // No slot 2.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 255, {1, 2}, false, {}}}, &logits).ok());  // Past context.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {100000}, false, {}}}, &logits).ok());  // Bad token.
   EXPECT_FALSE(
-      model->Run({SequenceChunk{0, 0, {1}, false}, SequenceChunk{0, 1, {1}, false}}, &logits).ok());
+      model->Run({SequenceChunk{0, 0, {1}, false, {}}, SequenceChunk{0, 1, {1}, false, {}}}, &logits).ok());
+  // Tables: too short for the chunk, a block out of the pool, one block written by two chunks.
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 16, {1}, false, {3}}}, &logits).ok());
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false, {32}}}, &logits).ok());
+  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false, {5}}, SequenceChunk{1, 3, {1}, false, {5}}},
+                          &logits)
+                   .ok());
   EXPECT_TRUE(logits.empty());
+  // Two chunks may read the same block, each writing its own.
+  EXPECT_TRUE(model->Run({SequenceChunk{0, 16, {1}, false, {5, 6}},
+                          SequenceChunk{1, 16, {1}, false, {5, 7}}},
+                         &logits)
+                  .ok());
 }
 
 }  // namespace

@@ -208,7 +208,8 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "precision",          "slots",         "context_length",
       "max_step_tokens",    "prefill_chunk", "speculative_tokens",
       "speculative_ngram",  "threads",       "max_waiting",
-      "default_max_tokens", "model_file",    "prefix_caching"};
+      "default_max_tokens", "model_file",    "prefix_caching",
+      "kv_block_size",      "kv_cache_bytes"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -234,6 +235,11 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       }
       config.prefix_caching = on;
     }
+    if (llm["kv_cache_bytes"]) {
+      const int64_t bytes = llm["kv_cache_bytes"].as<int64_t>();
+      if (bytes < 0) return Bad(path, "llm.kv_cache_bytes", "must be >= 0 (0: slots x context)");
+      config.kv_cache_bytes = bytes;
+    }
     struct IntKey {
       const char* key;
       int* field;
@@ -241,7 +247,8 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       int max;
     };
     for (const IntKey& item : std::initializer_list<IntKey>{
-             {"slots", &config.slots, 1, 256},
+             {"slots", &config.slots, 1, 1024},
+             {"kv_block_size", &config.kv_block_size, 1, 1024},
              {"context_length", &config.context_length, 2, architecture.max_position_embeddings},
              {"max_step_tokens", &config.max_step_tokens, 1, 8192},
              {"prefill_chunk", &config.prefill_chunk, 1, 8192},

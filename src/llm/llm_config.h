@@ -68,8 +68,13 @@ std::string_view LlmPrecisionName(LlmPrecision precision);
 // How a model is served. Every field has a default, so config.yaml may be absent.
 struct LlmServeConfig {
   LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
-  int slots = 8;              // Sequences decoded together; a KV cache is allocated for each.
-  int context_length = 2048;  // Tokens per slot, prompt + generated; <= max_position_embeddings.
+  int slots = 8;              // Sequences decoded together, at most.
+  int context_length = 2048;  // Tokens per sequence, prompt + generated; <= max_position_embeddings.
+  // The paged KV cache: blocks of kv_block_size tokens from one pool of kv_cache_bytes (0: room
+  // for `slots` sequences of context_length tokens). A request is admitted once blocks for its
+  // prompt and max_tokens are free, so more short sequences than slots x context fit.
+  int kv_block_size = 16;
+  int64_t kv_cache_bytes = 0;
   // The token budget of a step (vLLM's chunked prefill): prompt tokens run beside decoding
   // sequences; >= 1. A newcomer's prompt is spread over steps, so a decoding stream waits out at
   // most this much prompt work per token: larger budgets prefill sooner and stall streams longer.
@@ -80,8 +85,9 @@ struct LlmServeConfig {
   // earlier text that followed its latest n-gram, verified in the step; outputs are those of
   // plain decoding. 0: off. Pays off where the output repeats the input (summaries, edits, code).
   int speculative_tokens = 0;
-  // A freed slot keeps its tokens' keys and values; a newcomer whose prompt starts with them (a
-  // system prompt, the conversation so far) takes that slot and runs only the rest.
+  // Full blocks stay cached under a hash of their tokens and all before them once their sequence
+  // ends; a newcomer whose prompt starts with them (a system prompt, the conversation so far)
+  // takes them and runs only the rest. Least recently used blocks go first when the pool runs short.
   bool prefix_caching = true;
   int speculative_ngram = 3;     // The longest n-gram looked up; 1-8.
   int threads = 0;               // Intra-op threads; 0: every core.

@@ -50,12 +50,26 @@ TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
   EXPECT_FALSE(off->prefix_caching);
 }
 
+TEST_F(ServeConfigTest, PagedCacheKeys) {
+  auto config = Parse("llm:\n  slots: 64\n  kv_block_size: 32\n  kv_cache_bytes: 268435456\n");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->slots, 64);
+  EXPECT_EQ(config->kv_block_size, 32);
+  EXPECT_EQ(config->kv_cache_bytes, int64_t{268435456});
+  auto defaults = Parse("llm:\n  slots: 4\n");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->kv_block_size, 16);
+  EXPECT_EQ(defaults->kv_cache_bytes, 0) << "0: room for slots x context";
+}
+
 TEST_F(ServeConfigTest, ErrorsNameTheKey) {
   for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
            {"llm:\n  max_step_tokens: 0\n", "llm.max_step_tokens"},
            {"llm:\n  speculative_tokens: 65\n", "llm.speculative_tokens"},
            {"llm:\n  speculative_ngram: 0\n", "llm.speculative_ngram"},
            {"llm:\n  prefix_caching: sometimes\n", "llm.prefix_caching"},
+           {"llm:\n  kv_block_size: 0\n", "llm.kv_block_size"},
+           {"llm:\n  kv_cache_bytes: -1\n", "llm.kv_cache_bytes"},
            {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
     auto config = Parse(yaml);
     ASSERT_FALSE(config.ok()) << yaml;

@@ -49,6 +49,8 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
   }
   options.slots = model.slots();
   options.context_length = model.context_length();
+  options.block_size = model.kv_block_size();
+  options.blocks = model.kv_blocks();
   options.max_step_tokens = config.max_step_tokens;
   options.prefill_chunk = config.prefill_chunk;
   options.speculative_tokens = config.speculative_tokens;
@@ -158,6 +160,8 @@ LlmStats LlmEngine::stats() const {
   s.accepted_draft_tokens = accepted_draft_tokens_.load();
   s.prefix_cache_queries = prefix_queries_.load();
   s.prefix_cache_hits = prefix_hits_.load();
+  s.kv_blocks = model_->kv_blocks();
+  s.kv_blocks_used = kv_blocks_used_.load();
   s.time_to_first_token = ttft_.Snapshot();
   s.inter_token = inter_token_.Snapshot();
   return s;
@@ -230,6 +234,7 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
 void LlmEngine::PublishCounts() {
   prefix_queries_.store(scheduler_.prefix_queries());
   prefix_hits_.store(scheduler_.prefix_hits());
+  kv_blocks_used_.store(scheduler_.kv_blocks_used());
   MutexLock lock(mu_);
   busy_slots_ = scheduler_.running();
   scheduled_waiting_ = scheduler_.waiting();

@@ -70,7 +70,9 @@ struct LlmStats {
   int64_t draft_tokens = 0;               // Prompt-lookup drafts proposed.
   int64_t accepted_draft_tokens = 0;      // Of those, verified and kept.
   int64_t prefix_cache_queries = 0;       // Prompt tokens of requests given a slot.
-  int64_t prefix_cache_hits = 0;          // Of those, found in the slot's cache (not run).
+  int64_t prefix_cache_hits = 0;          // Of those, found in cached blocks (not run).
+  int kv_blocks = 0;                      // Blocks of the paged KV cache ...
+  int kv_blocks_used = 0;                 // ... and those running sequences hold.
   HistogramSnapshot time_to_first_token;  // Seconds, submit to first generated token.
   HistogramSnapshot inter_token;          // Seconds between a sequence's tokens.
 };
@@ -146,6 +148,7 @@ class LlmEngine {
   std::atomic<int64_t> finished_{0}, prompt_tokens_{0}, generated_tokens_{0}, steps_{0};
   std::atomic<int64_t> draft_tokens_{0}, accepted_draft_tokens_{0};
   std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
+  std::atomic<int> kv_blocks_used_{0};
   Histogram ttft_;
   Histogram inter_token_;
   std::thread loop_;

@@ -39,6 +39,7 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
     }
   }
   if (overrides.slots > 0) serve->slots = overrides.slots;
+  if (overrides.kv_cache_bytes >= 0) serve->kv_cache_bytes = overrides.kv_cache_bytes;
   if (overrides.threads >= 0) serve->threads = overrides.threads;
   if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
   if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;

@@ -47,9 +47,9 @@ Result<PrecisionAgreement> ComparePrecisions(StepModel& reference, StepModel& ca
     // Step 0: the prompt, on the reference (slot 0) and twice on the candidate (slots 0 and 1).
     ref_logits.clear();
     cand_logits.clear();
-    SLUICE_RETURN_IF_ERROR(reference.Run({SequenceChunk{0, 0, prompt, false}}, &ref_logits));
+    SLUICE_RETURN_IF_ERROR(reference.Run({SequenceChunk{0, 0, prompt, false, {}}}, &ref_logits));
     SLUICE_RETURN_IF_ERROR(candidate.Run(
-        {SequenceChunk{0, 0, prompt, false}, SequenceChunk{1, 0, prompt, false}}, &cand_logits));
+        {SequenceChunk{0, 0, prompt, false, {}}, SequenceChunk{1, 0, prompt, false, {}}}, &cand_logits));
     std::vector<int32_t> ref_tokens, own_tokens;
     for (int step = 0; step < new_tokens; ++step) {
       const float* ref = ref_logits.data();
@@ -70,9 +70,9 @@ Result<PrecisionAgreement> ComparePrecisions(StepModel& reference, StepModel& ca
       ref_logits.clear();
       cand_logits.clear();
       SLUICE_RETURN_IF_ERROR(
-          reference.Run({SequenceChunk{0, position, {ref_next}, false}}, &ref_logits));
-      SLUICE_RETURN_IF_ERROR(candidate.Run({SequenceChunk{0, position, {ref_next}, false},
-                                            SequenceChunk{1, position, {own_next}, false}},
+          reference.Run({SequenceChunk{0, position, {ref_next}, false, {}}}, &ref_logits));
+      SLUICE_RETURN_IF_ERROR(candidate.Run({SequenceChunk{0, position, {ref_next}, false, {}},
+                                            SequenceChunk{1, position, {own_next}, false, {}}},
                                            &cand_logits));
     }
     const auto differ = std::mismatch(ref_tokens.begin(), ref_tokens.end(), own_tokens.begin());

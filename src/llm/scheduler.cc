@@ -13,14 +13,28 @@ struct Scheduler::Sequence {
   int slot = -1;
   int prefilled = 0;  // Prompt tokens in the cache.
   int generated = 0;
+  std::vector<int32_t> blocks;  // Its block table, for prompt + max_tokens.
+  uint64_t parent = BlockPool::kRootHash;  // The hash of its last published block.
+  int published = 0;                       // Its leading blocks published.
   bool decoding() const { return generated > 0; }
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+  // Tokens whose keys and values the cache holds.
+  int cached() const { return decoding() ? static_cast<int>(tokens.size()) - 1 : prefilled; }
 };
+
+namespace {
+
+int PoolBlocks(const SchedulerOptions& o) {
+  if (o.blocks > 0) return o.blocks;
+  return o.slots * ((o.context_length + o.block_size - 1) / o.block_size);
+}
+
+}  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options)
     : options_(std::move(options)),
-      slots_(static_cast<size_t>(options_.slots)),
-      cached_(static_cast<size_t>(options_.slots)) {}
+      pool_(PoolBlocks(options_), options_.block_size),
+      slots_(static_cast<size_t>(options_.slots)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -31,47 +45,25 @@ void Scheduler::Add(ScheduledRequest request) {
   waiting_.push_back(std::move(seq));
 }
 
-void Scheduler::Release(size_t slot) {
-  const Sequence& seq = *slots_[slot];
-  std::vector<int32_t>& cached = cached_[slot];
-  if (seq.decoding()) {
-    // All but the last token, which was sampled and never run.
-    cached.assign(seq.tokens.begin(), seq.tokens.end() - 1);
-  } else {
-    cached.assign(seq.request.prompt.begin(), seq.request.prompt.begin() + seq.prefilled);
-  }
+void Scheduler::Finish(size_t slot) {
+  pool_.Release(slots_[slot]->blocks);
   slots_[slot].reset();
 }
 
-size_t Scheduler::PickSlot(const Sequence& seq, int* cached) const {
-  size_t best = slots_.size();
-  int best_length = -1;
-  const std::vector<int32_t>& prompt = seq.request.prompt;
-  for (size_t slot = 0; slot < slots_.size(); ++slot) {
-    if (slots_[slot]) continue;
-    int length = 0;
-    if (options_.prefix_caching) {
-      const std::vector<int32_t>& tokens = cached_[slot];
-      const size_t limit = std::min(tokens.size(), prompt.size() - 1);
-      length = static_cast<int>(std::mismatch(tokens.begin(),
-                                              tokens.begin() + static_cast<std::ptrdiff_t>(limit),
-                                              prompt.begin())
-                                    .first -
-                                tokens.begin());
-    }
-    if (length > best_length) {
-      best = slot;
-      best_length = length;
-    }
+void Scheduler::Publish(Sequence& seq) {
+  if (!options_.prefix_caching) return;
+  const int block = options_.block_size;
+  while ((seq.published + 1) * block <= seq.cached()) {
+    const size_t b = static_cast<size_t>(seq.published);
+    seq.parent = pool_.Publish(seq.blocks[b], seq.parent, seq.tokens.data() + b * block);
+    ++seq.published;
   }
-  *cached = std::max(0, best_length);
-  return best;
 }
 
 bool Scheduler::Remove(uint64_t id) {
   for (size_t slot = 0; slot < slots_.size(); ++slot) {
     if (slots_[slot] && slots_[slot]->request.id == id) {
-      Release(slot);
+      Finish(slot);
       return true;
     }
   }
@@ -90,17 +82,34 @@ int Scheduler::running() const {
 int Scheduler::waiting() const { return static_cast<int>(waiting_.size()); }
 
 StepPlan Scheduler::Schedule() {
-  // Free slots to the oldest waiting requests, each where most of its prompt is cached.
+  // Free slots (lowest first) to the oldest waiting requests while blocks for their prompt and
+  // max_tokens can be had, the cached blocks of their prompts' prefixes first; the oldest that
+  // cannot get them waits, and the rest behind it.
+  const int block = options_.block_size;
   size_t next_waiting = 0;
-  for (int free = options_.slots - running(); free > 0 && next_waiting < waiting_.size(); --free) {
-    int cached = 0;
-    const size_t slot = PickSlot(*waiting_[next_waiting], &cached);
+  for (size_t slot = 0; slot < slots_.size() && next_waiting < waiting_.size(); ++slot) {
+    if (slots_[slot]) continue;
+    Sequence& seq = *waiting_[next_waiting];
+    const std::vector<int32_t>& prompt = seq.request.prompt;
+    std::vector<int32_t> blocks;
+    if (options_.prefix_caching) blocks = pool_.Match(prompt, (seq.prompt_size() - 1) / block);
+    const int matched = static_cast<int>(blocks.size());
+    const int tokens =
+        std::min(seq.prompt_size() + seq.request.max_tokens, options_.context_length);
+    if (!pool_.Allocate((tokens + block - 1) / block - matched, &blocks)) {
+      pool_.Release(blocks);
+      break;
+    }
     slots_[slot] = std::move(waiting_[next_waiting++]);
-    Sequence& seq = *slots_[slot];
     seq.slot = static_cast<int>(slot);
-    seq.prefilled = cached;
+    seq.blocks = std::move(blocks);
+    seq.prefilled = matched * block;
+    for (int b = 0; b < matched; ++b) {
+      seq.parent = pool_.Hash(seq.parent, prompt.data() + static_cast<size_t>(b) * block);
+    }
+    seq.published = matched;
     prefix_queries_ += seq.prompt_size();
-    prefix_hits_ += cached;
+    prefix_hits_ += seq.prefilled;
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
 
@@ -119,7 +128,7 @@ StepPlan Scheduler::Schedule() {
       continue;
     }
     const int position = static_cast<int>(seq->tokens.size()) - 1;
-    SequenceChunk chunk{seq->slot, position, {seq->tokens.back()}, false};
+    SequenceChunk chunk{seq->slot, position, {seq->tokens.back()}, false, seq->blocks};
     // Drafts and the token sampled after them must fit max_tokens and the context.
     const int room = std::min(seq->request.max_tokens - seq->generated - 1,
                               options_.context_length - position - 1);
@@ -140,7 +149,7 @@ StepPlan Scheduler::Schedule() {
   for (Sequence* seq : prefilling) {
     if (budget <= 0) break;
     const int n = std::min(budget, seq->prompt_size() - seq->prefilled);
-    SequenceChunk chunk{seq->slot, seq->prefilled, {}, false};
+    SequenceChunk chunk{seq->slot, seq->prefilled, {}, false, seq->blocks};
     chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
                         seq->request.prompt.begin() + seq->prefilled + n);
     add(*seq, std::move(chunk), seq->prefilled + n == seq->prompt_size());
@@ -159,7 +168,10 @@ std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
     if (!owner || owner->request.id != plan.ids[i]) continue;  // Removed during the step.
     Sequence& seq = *owner;
     if (!seq.decoding()) seq.prefilled += static_cast<int>(chunk.tokens.size());
-    if (!plan.samples[i] || i >= tokens.size()) continue;
+    if (!plan.samples[i] || i >= tokens.size()) {
+      Publish(seq);
+      continue;
+    }
     const std::vector<int32_t>& sampled = tokens[i];
     for (size_t j = 0; j < sampled.size(); ++j) {
       seq.tokens.push_back(sampled[j]);
@@ -175,10 +187,12 @@ std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
       update.length = seq.generated >= seq.request.max_tokens ||
                       static_cast<int>(seq.tokens.size()) > options_.context_length;
       updates.push_back(update);
-      if (update.eos || update.length) {
-        Release(static_cast<size_t>(chunk.slot));
-        break;
-      }
+      if (update.eos || update.length) break;
+    }
+    Publish(seq);
+    if (!updates.empty() && updates.back().id == seq.request.id &&
+        (updates.back().eos || updates.back().length)) {
+      Finish(static_cast<size_t>(chunk.slot));
     }
   }
   return updates;

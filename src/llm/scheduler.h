@@ -1,7 +1,8 @@
 // Decides what each generation step runs, and applies what it produced, without threads, clocks
-// or a model (vLLM v1's split): Schedule() gives free KV-cache slots to the oldest waiting
-// requests (each to the free slot whose cached tokens share the longest prefix with its prompt,
-// which it then skips) and returns the step's plan (every decoding sequence, plus prompt chunks
+// or a model (vLLM v1's split): Schedule() admits the oldest waiting requests while a slot (a
+// place among the sequences run together) and blocks of the paged KV cache for their prompt and
+// max_tokens are free, each taking the cached blocks of its prompt's longest cached prefix
+// (block_pool.h), which it then skips, and returns the step's plan (every decoding sequence, plus prompt chunks
 // within the token budget, plus prompt-lookup drafts); Update() takes the tokens sampled from the
 // step's logits and advances, finishes (EOS, max_tokens, the context) and frees sequences. The
 // engine (llm_engine.cc) runs plans on the model and keeps text, stop strings and events outside.
@@ -11,13 +12,16 @@
 #include <memory>
 #include <vector>
 
+#include "llm/block_pool.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {
 
 struct SchedulerOptions {
-  int slots = 8;              // KV-cache slots, each one sequence; >= 1.
-  int context_length = 2048;  // Tokens a slot holds, prompt + generated.
+  int slots = 8;              // Sequences run together, at most; >= 1.
+  int context_length = 2048;  // Tokens a sequence holds, prompt + generated.
+  int block_size = 16;        // Tokens per block of the KV cache.
+  int blocks = 0;             // Blocks in the pool; 0: slots x ceil(context / block_size).
   // Prompt tokens per step beside decoding sequences (vLLM's chunked prefill): a newcomer's
   // prompt is spread over steps, so the decoding streams' inter-token latency stays bounded.
   int max_step_tokens = 32;
@@ -29,8 +33,9 @@ struct SchedulerOptions {
   int speculative_tokens = 0;
   int speculative_ngram = 3;  // The longest n-gram matched (then shorter ones, down to 2).
   std::vector<int32_t> eos_ids;
-  // A slot keeps the keys and values of the tokens its last sequence left in it; a newcomer takes
-  // the free slot that holds the longest prefix of its prompt and runs only the rest.
+  // Full blocks are published as they fill and stay cached after their sequence ends; a newcomer
+  // takes those holding the longest prefix of its prompt (short of its last token, which must run
+  // for logits) and runs only the rest.
   bool prefix_caching = true;
 };
 
@@ -87,9 +92,11 @@ class Scheduler {
   std::vector<TokenUpdate> Update(const StepPlan& plan,
                                   const std::vector<std::vector<int32_t>>& tokens);
 
-  int running() const;  // Sequences holding a slot.
-  int waiting() const;  // Sequences waiting for one.
-  // Prompt tokens of the sequences given slots so far, and of those the ones found cached.
+  int running() const;  // Sequences admitted (holding a slot and their blocks).
+  int waiting() const;  // Sequences waiting for them.
+  int kv_blocks() const { return pool_.blocks(); }
+  int kv_blocks_used() const { return pool_.held(); }  // Held by running sequences.
+  // Prompt tokens of the sequences admitted so far, and of those the ones found cached.
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
   const SchedulerOptions& options() const { return options_; }
@@ -103,16 +110,15 @@ class Scheduler {
 
  private:
   struct Sequence;
-  // Frees `slot`, recording which tokens' keys and values it still holds.
-  void Release(size_t slot);
-  // The free slot for `seq`: the longest cached prefix of its prompt (short of its last token,
-  // which must run for logits), then the lowest slot. Its length in `*cached`.
-  size_t PickSlot(const Sequence& seq, int* cached) const;
+  // Frees `slot` and its sequence's blocks (the published ones stay cached).
+  void Finish(size_t slot);
+  // Publishes the sequence's blocks that filled.
+  void Publish(Sequence& seq);
 
   SchedulerOptions options_;
+  BlockPool pool_;
   std::vector<std::unique_ptr<Sequence>> waiting_;  // Oldest first.
   std::vector<std::unique_ptr<Sequence>> slots_;    // Indexed by slot; null when free.
-  std::vector<std::vector<int32_t>> cached_;        // A free slot's valid cache rows' tokens.
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 

@@ -1,6 +1,6 @@
-// The step planner with fake steps: the token budget, slot assignment, finishing, removal,
-// prompt-lookup drafts and their verification, and a randomised run checked against a model of
-// what each slot's cache holds.
+// The step planner with fake steps: the token budget, slot and block assignment, finishing,
+// removal, prefix reuse by blocks, prompt-lookup drafts and their verification, and a randomised
+// run checked against a model of what each block of the cache holds.
 #include "llm/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -134,11 +134,12 @@ TEST(SchedulerTest, RemovedSequencesLeaveTheirSlotsAndTheirResultsAreDropped) {
   EXPECT_EQ(plan.chunks[0].start, 0);
 }
 
-// A freed slot keeps its tokens: a newcomer sharing a prefix takes that slot (not the lowest free
-// one) and starts after the prefix, always running its last prompt token for logits.
-TEST(SchedulerTest, PrefixCachingReusesTheSlotWithTheLongestPrefix) {
+// A finished sequence's full blocks stay cached: a newcomer sharing a prefix takes the blocks of
+// its longest cached run and starts after them, always running its last prompt token for logits.
+TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   SchedulerOptions options;
   options.slots = 3;
+  options.block_size = 2;
   Scheduler scheduler(options);
   auto request = [](uint64_t id, std::vector<int32_t> prompt) {
     ScheduledRequest r;
@@ -154,22 +155,58 @@ TEST(SchedulerTest, PrefixCachingReusesTheSlotWithTheLongestPrefix) {
     const StepPlan plan = scheduler.Schedule();
     scheduler.Update(plan, Sample(plan, 40));
   }
-  // Slot 1 holds 5 6 7 8 9 40 (the last sampled 40 never ran); slot 0 holds 1 2 3 40.
+  // Cached: 1 2 | 3 40 from the first (its last 40 never ran), 5 6 | 7 8 | 9 40 from the second.
   scheduler.Add(request(3, {5, 6, 7, 8, 9, 40, 41, 42}));
-  scheduler.Add(request(4, {1, 2, 3}));  // Wholly cached: its last token runs again.
+  scheduler.Add(request(4, {1, 2, 3}));  // Short of its last token: the block 1 2 only.
   scheduler.Add(request(5, {5, 6, 99}));
+  scheduler.Add(request(6, {7, 8, 9}));  // 7 8 follows 5 6 in the cache: not a prefix of this.
   StepPlan plan = scheduler.Schedule();
   ASSERT_EQ(plan.ids, (std::vector<uint64_t>{3, 4, 5}));
-  EXPECT_EQ(plan.chunks[0].slot, 1);
   EXPECT_EQ(plan.chunks[0].start, 6);
   EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{41, 42}));
-  EXPECT_EQ(plan.chunks[1].slot, 0);
   EXPECT_EQ(plan.chunks[1].start, 2);
   EXPECT_EQ(plan.chunks[1].tokens, (std::vector<int32_t>{3}));
-  EXPECT_EQ(plan.chunks[2].slot, 2) << "the only slot left";
-  EXPECT_EQ(plan.chunks[2].start, 0);
+  EXPECT_EQ(plan.chunks[2].start, 2);
+  EXPECT_EQ(plan.chunks[2].tokens, (std::vector<int32_t>{99}));
+  // Shared blocks: the same physical blocks in their tables.
+  EXPECT_EQ(plan.chunks[0].blocks[0], plan.chunks[2].blocks[0]);
+  EXPECT_NE(plan.chunks[0].blocks[0], plan.chunks[1].blocks[0]);
   EXPECT_EQ(scheduler.prefix_queries(), 3 + 5 + 8 + 3 + 3);
-  EXPECT_EQ(scheduler.prefix_hits(), 6 + 2);
+  EXPECT_EQ(scheduler.prefix_hits(), 6 + 2 + 2);
+  scheduler.Update(plan, Sample(plan, 40));
+  ASSERT_TRUE(scheduler.Remove(3));
+  plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids.back(), 6u);
+  EXPECT_EQ(plan.chunks.back().start, 0);
+}
+
+// More sequences run than there are blocks for at their full context, since each holds blocks
+// for its own prompt and max_tokens; the next waits until blocks free.
+TEST(SchedulerTest, BlocksNotSlotsBoundWhatRunsTogether) {
+  SchedulerOptions options;
+  options.slots = 8;
+  options.context_length = 64;
+  options.block_size = 4;
+  options.blocks = 16;  // One sequence of the full context.
+  options.prefix_caching = false;
+  Scheduler scheduler(options);
+  for (uint64_t id = 1; id <= 6; ++id) scheduler.Add(Request(id, 6, 6));  // 3 blocks each.
+  StepPlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.ids, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  scheduler.Update(plan, Sample(plan));
+  EXPECT_EQ(scheduler.kv_blocks_used(), 15);
+  EXPECT_EQ(scheduler.waiting(), 1);
+  std::set<int32_t> distinct;
+  for (const SequenceChunk& chunk : plan.chunks) {
+    ASSERT_EQ(chunk.blocks.size(), 3u);
+    distinct.insert(chunk.blocks.begin(), chunk.blocks.end());
+  }
+  EXPECT_EQ(distinct.size(), 15u);
+  ASSERT_TRUE(scheduler.Remove(2));
+  EXPECT_EQ(scheduler.kv_blocks_used(), 12);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.ids.back(), 6u);
+  EXPECT_EQ(scheduler.waiting(), 0);
 }
 
 TEST(SchedulerTest, PrefixCachingOffStartsEveryPromptAtZero) {
@@ -188,16 +225,17 @@ TEST(SchedulerTest, PrefixCachingOffStartsEveryPromptAtZero) {
   EXPECT_EQ(scheduler.prefix_hits(), 0);
 }
 
-// A sequence removed while its prompt was half run leaves what it ran.
-TEST(SchedulerTest, ARemovedPromptLeavesItsRunPartCached) {
+// A sequence removed while its prompt was half run leaves the full blocks it ran.
+TEST(SchedulerTest, ARemovedPromptLeavesItsRunBlocksCached) {
   SchedulerOptions options;
   options.slots = 1;
-  options.prefill_chunk = 4;
+  options.prefill_chunk = 6;
+  options.block_size = 4;
   Scheduler scheduler(options);
   ScheduledRequest r = Request(1, 10, 5);
   scheduler.Add(r);
   StepPlan plan = scheduler.Schedule();
-  scheduler.Update(plan, Sample(plan));  // 4 of 10 prompt tokens in the cache.
+  scheduler.Update(plan, Sample(plan));  // 6 of 10 prompt tokens in the cache: one full block.
   ASSERT_TRUE(scheduler.Remove(1));
   r.id = 2;
   scheduler.Add(r);
@@ -279,23 +317,28 @@ TEST(SchedulerTest, DraftsStopShortOfMaxTokensAndTheContext) {
 // Random admissions, removals, drafts and acceptance; a fake model tracks each slot's cached
 // length and owner. No chunk may skip or rewrite a cached position of its sequence, share a
 // slot, or exceed the budget, and every request ends exactly once with what it asked for.
-TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
+// Admissions, removals, drafts kept at random and shared prompt prefixes over 3,000 steps, with
+// a pool too small for every slot's full context, checked against a fake cache that records the
+// token each row of each block holds: a chunk starts where its sequence's cached rows end, every
+// row before it holds the sequence's own token (a matched prefix included), and no chunk writes
+// into a block another running sequence holds.
+TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
   std::mt19937 rng(7);
   SchedulerOptions options;
   options.slots = 4;
   options.context_length = 96;
+  options.block_size = 4;
+  options.blocks = 40;  // Fewer than 4 x 24: requests wait for blocks, cached ones are evicted.
   options.max_step_tokens = 16;
   options.prefill_chunk = 40;
   options.speculative_tokens = 3;
   options.speculative_ngram = 2;
   options.eos_ids = {0};
   Scheduler scheduler(options);
-  struct Slot {
-    uint64_t owner = 0;
-    std::vector<int32_t> tokens;  // Whose keys and values the fake cache holds, by position.
-  };
-  std::map<uint64_t, std::vector<int32_t>> prompts;
-  std::vector<Slot> slots(4);
+  const int block = options.block_size;
+  std::vector<int32_t> cells(static_cast<size_t>(options.blocks * block), -1);
+  std::map<uint64_t, std::vector<int32_t>> confirmed;  // Prompt + generated tokens.
+  std::map<uint64_t, std::vector<int32_t>> tables;     // Of the sequences seen running.
   std::map<uint64_t, int> max_tokens, generated;
   std::set<uint64_t> ended, removed;
   uint64_t next_id = 1;
@@ -305,7 +348,7 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
     if (rng() % 3 == 0 && next_id <= 400) {
       ScheduledRequest r;
       r.id = next_id++;
-      // Half the prompts open with one of two shared prefixes, so slots' caches get reused.
+      // Half the prompts open with one of two shared prefixes, so blocks get reused.
       const int prompt = 1 + static_cast<int>(rng() % 60);
       const int shared = rng() % 2 ? static_cast<int>(rng() % 20) : 0;
       const int32_t family = 10 + static_cast<int32_t>(rng() % 2);
@@ -315,41 +358,57 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
       r.max_tokens = 1 + static_cast<int>(rng() % 30);
       r.ignore_eos = rng() % 2 == 0;
       max_tokens[r.id] = r.max_tokens;
-      prompts[r.id] = r.prompt;
+      confirmed[r.id] = r.prompt;
       scheduler.Add(r);
     }
     if (rng() % 17 == 0 && next_id > 1) {
       const uint64_t id = 1 + rng() % (next_id - 1);
-      if (scheduler.Remove(id)) removed.insert(id);
+      if (scheduler.Remove(id)) {
+        removed.insert(id);
+        tables.erase(id);
+      }
     }
     const StepPlan plan = scheduler.Schedule();
-    std::set<int> used;
     std::vector<std::vector<int32_t>> tokens(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const SequenceChunk& chunk = plan.chunks[i];
-      ASSERT_TRUE(used.insert(chunk.slot).second) << "slot " << chunk.slot << " twice";
-      Slot& slot = slots[static_cast<size_t>(chunk.slot)];
-      if (slot.owner != plan.ids[i]) {
-        // A new sequence may start past a prefix that the slot holds, and only there.
-        const std::vector<int32_t>& prompt = prompts[plan.ids[i]];
-        ASSERT_LT(chunk.start, static_cast<int>(prompt.size()));
-        ASSERT_LE(chunk.start, static_cast<int>(slot.tokens.size()));
-        ASSERT_TRUE(std::equal(prompt.begin(), prompt.begin() + chunk.start, slot.tokens.begin()))
-            << "sequence " << plan.ids[i] << " reuses rows of other tokens";
+      const uint64_t id = plan.ids[i];
+      const std::vector<int32_t>& own = confirmed[id];
+      auto seen = tables.find(id);
+      if (seen == tables.end()) {
+        ASSERT_EQ(chunk.start % block, 0) << "a matched prefix is whole blocks";
         reused += chunk.start;
-        slot.owner = plan.ids[i];
-        slot.tokens.resize(static_cast<size_t>(chunk.start));
+        seen = tables.emplace(id, chunk.blocks).first;
       }
-      ASSERT_EQ(chunk.start, static_cast<int>(slot.tokens.size())) << "sequence " << plan.ids[i];
-      slot.tokens.insert(slot.tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
-      ASSERT_LE(slot.tokens.size(), static_cast<size_t>(options.context_length));
+      ASSERT_EQ(chunk.blocks, seen->second) << "sequence " << id << "'s table changed";
+      const int end = chunk.start + static_cast<int>(chunk.tokens.size());
+      ASSERT_GE(static_cast<int>(chunk.blocks.size()) * block, end);
+      ASSERT_LE(end, options.context_length);
+      auto row = [&](int position) {
+        return static_cast<size_t>(chunk.blocks[static_cast<size_t>(position / block)] * block +
+                                   position % block);
+      };
+      for (int p = 0; p < chunk.start; ++p) {
+        ASSERT_EQ(cells[row(p)], own[static_cast<size_t>(p)])
+            << "sequence " << id << " reads another token's row at " << p;
+      }
+      ASSERT_EQ(chunk.tokens[0], own[static_cast<size_t>(chunk.start)]);
+      for (int b = chunk.start / block; b < (end + block - 1) / block; ++b) {
+        for (const auto& [other, table] : tables) {
+          if (other == id) continue;
+          ASSERT_EQ(std::count(table.begin(), table.end(), chunk.blocks[static_cast<size_t>(b)]),
+                    0)
+              << "sequence " << id << " writes into a block sequence " << other << " holds";
+        }
+      }
+      for (int p = chunk.start; p < end; ++p) {
+        cells[row(p)] = chunk.tokens[static_cast<size_t>(p - chunk.start)];
+      }
       if (!plan.samples[i]) continue;
       // Keep a random number of the drafts, then one token of our own (or EOS now and then).
       const int kept = static_cast<int>(rng() % static_cast<unsigned>(plan.rows[i]));
       for (int j = 0; j < kept; ++j) tokens[i].push_back(chunk.tokens[static_cast<size_t>(j) + 1]);
       tokens[i].push_back(rng() % 40 == 0 ? 0 : 5);
-      // Rejected drafts' positions are rewritten by later steps.
-      slot.tokens.resize(slot.tokens.size() - static_cast<size_t>(plan.rows[i] - 1 - kept));
     }
     ASSERT_LE(plan.prompt_tokens,
               plan.decoding > 0 ? options.max_step_tokens : options.prefill_chunk);
@@ -357,7 +416,11 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
       ASSERT_FALSE(ended.count(u.id)) << "sequence " << u.id << " went on after its end";
       ASSERT_EQ(u.generated, ++generated[u.id]);
       ASSERT_LE(u.generated, max_tokens[u.id]);
-      if (u.eos || u.length) ended.insert(u.id);
+      confirmed[u.id].push_back(u.token);
+      if (u.eos || u.length) {
+        ended.insert(u.id);
+        tables.erase(u.id);
+      }
       if (u.length && !u.eos) {
         ASSERT_EQ(u.generated, max_tokens[u.id]);
       }
@@ -377,6 +440,7 @@ TEST(SchedulerTest, RandomisedRunKeepsEverySlotConsistent) {
   EXPECT_GT(drafts_kept, 100);
   EXPECT_GT(reused, 200);
   EXPECT_EQ(scheduler.prefix_hits(), reused);
+  EXPECT_EQ(scheduler.kv_blocks_used(), 0);
 }
 
 }  // namespace

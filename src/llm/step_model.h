@@ -1,5 +1,5 @@
 // What the generation loop needs of a model: run one step over a batch of sequence chunks, each
-// in its own KV-cache slot. No torch here; the Llama decoder (llama_model.h) implements it, and
+// with its own blocks of the paged KV cache. No torch here; the Llama decoder (llama_model.h) implements it, and
 // the scheduler's tests use a fake.
 #pragma once
 
@@ -14,13 +14,16 @@
 namespace sluice::llm {
 
 // A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled
-// (decode). The tokens take cache positions [start, start + tokens.size()) of `slot`; positions
-// below `start` already hold this sequence's keys and values.
+// (decode), with drafts to verify. The tokens take cache positions [start, start + tokens.size())
+// of the sequence; positions below `start` already hold its keys and values. Position p lives in
+// block blocks[p / block_size] of the paged cache, at row p % block_size; without `blocks`, slot
+// s owns the blocks [s x n, (s + 1) x n), n = ceil(context / block_size) (a static cache).
 struct SequenceChunk {
   int slot = 0;
   int start = 0;
   std::vector<int32_t> tokens;
   bool all_logits = false;  // Logits of every token (tests); otherwise of the last one only.
+  std::vector<int32_t> blocks;  // The block table, covering at least start + tokens.size().
 };
 
 // Thread-compatible: one step at a time, from one thread (the scheduler's loop).
@@ -30,8 +33,11 @@ class StepModel {
   virtual const ModelArchitecture& architecture() const = 0;
   virtual int slots() const = 0;
   virtual int context_length() const = 0;
+  // The paged KV cache: tokens per block, and blocks in the pool.
+  virtual int kv_block_size() const { return 16; }
+  virtual int kv_blocks() const { return slots() * ((context_length() + 15) / 16); }
 
-  // Runs `chunks` (distinct slots) as one step and appends rows of vocab_size floats to
+  // Runs `chunks` (no block written by two) as one step and appends rows of vocab_size floats to
   // `logits`: for each chunk in order, its last token's (or every token's, with all_logits).
   virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
 

@@ -551,12 +551,12 @@ std::string OpenAiHandlers::RenderMetrics() const {
     w.Sample("sluice_llm_accepted_draft_tokens_total", label(name),
              static_cast<double>(s.accepted_draft_tokens));
   w.Family("sluice_llm_prefix_cache_queries_total", "counter",
-           "Prompt tokens of requests given a slot (vLLM's prefix-cache queries).");
+           "Prompt tokens of admitted requests (vLLM's prefix-cache queries).");
   for (const auto& [name, s] : all)
     w.Sample("sluice_llm_prefix_cache_queries_total", label(name),
              static_cast<double>(s.prefix_cache_queries));
   w.Family("sluice_llm_prefix_cache_hits_total", "counter",
-           "Of those, tokens found in the slot's cache and not run again.");
+           "Of those, tokens found in cached blocks and not run again.");
   for (const auto& [name, s] : all)
     w.Sample("sluice_llm_prefix_cache_hits_total", label(name),
              static_cast<double>(s.prefix_cache_hits));
@@ -568,10 +568,21 @@ std::string OpenAiHandlers::RenderMetrics() const {
                  ",kernels=" + LabelValue(engine->model().kernel_paths()),
              1);
   }
-  w.Family("sluice_llm_slots", "gauge", "KV-cache slots.");
+  w.Family("sluice_llm_slots", "gauge", "Sequences run together, at most.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots", label(name), s.slots);
   w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots_busy", label(name), s.slots_busy);
+  w.Family("sluice_llm_kv_cache_blocks", "gauge", "Blocks of the paged KV cache.");
+  for (const auto& [name, s] : all) w.Sample("sluice_llm_kv_cache_blocks", label(name), s.kv_blocks);
+  w.Family("sluice_llm_kv_cache_blocks_used", "gauge",
+           "Blocks held by running requests (the rest are free or cached).");
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_kv_cache_blocks_used", label(name), s.kv_blocks_used);
+  w.Family("sluice_llm_kv_cache_usage_ratio", "gauge", "Blocks used over blocks.");
+  for (const auto& [name, s] : all) {
+    w.Sample("sluice_llm_kv_cache_usage_ratio", label(name),
+             s.kv_blocks > 0 ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks : 0.0);
+  }
   w.Family("sluice_llm_requests_waiting", "gauge", "Requests waiting for a slot.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_waiting", label(name), s.waiting);
   w.Family("sluice_llm_time_to_first_token_seconds", "histogram",
