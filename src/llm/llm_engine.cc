@@ -301,7 +301,7 @@ void LlmEngine::Loop() {
     }
     for (auto& seq : arrived) {
       scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
-                                      seq->request.ignore_eos});
+                                      seq->request.ignore_eos, seq->request.shares_prompt_of});
       sequences_.emplace(seq->id, std::move(seq));
     }
     for (const uint64_t id : cancelled) {

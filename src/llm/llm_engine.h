@@ -44,6 +44,9 @@ struct GenerationRequest {
   // With a grammar (from grammars()), every token is sampled among those the grammar allows, and
   // the sequence can end only on an end-of-sequence token once the document is complete.
   std::shared_ptr<const Grammar> grammar;
+  // The id (from Submit) of a request with the same prompt, e.g. another of `n` choices: this one
+  // starts once that one's prompt is cached, and shares its blocks.
+  uint64_t shares_prompt_of = 0;
 };
 
 // One update on a request, delivered in order on the engine's thread; must not block.

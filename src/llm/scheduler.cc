@@ -60,6 +60,17 @@ void Scheduler::Publish(Sequence& seq) {
   }
 }
 
+bool Scheduler::AwaitsSharedPrompt(const Sequence& seq) const {
+  const uint64_t other = seq.request.shares_prompt_of;
+  if (other == 0 || !options_.prefix_caching) return false;
+  for (const auto& running : slots_) {
+    if (running && running->request.id == other) return !running->decoding();
+  }
+  return std::any_of(waiting_.begin(), waiting_.end(), [other](const auto& waiting) {
+    return waiting != nullptr && waiting->request.id == other;  // (Null: admitted this step.)
+  });
+}
+
 bool Scheduler::Remove(uint64_t id) {
   for (size_t slot = 0; slot < slots_.size(); ++slot) {
     if (slots_[slot] && slots_[slot]->request.id == id) {
@@ -87,8 +98,14 @@ StepPlan Scheduler::Schedule() {
   // cannot get them waits, and the rest behind it.
   const int block = options_.block_size;
   size_t next_waiting = 0;
+  std::vector<std::unique_ptr<Sequence>> deferred;  // Choices waiting for their shared prompt.
   for (size_t slot = 0; slot < slots_.size() && next_waiting < waiting_.size(); ++slot) {
     if (slots_[slot]) continue;
+    if (AwaitsSharedPrompt(*waiting_[next_waiting])) {
+      deferred.push_back(std::move(waiting_[next_waiting++]));
+      --slot;  // The slot is still free.
+      continue;
+    }
     Sequence& seq = *waiting_[next_waiting];
     const std::vector<int32_t>& prompt = seq.request.prompt;
     std::vector<int32_t> blocks;
@@ -111,7 +128,10 @@ StepPlan Scheduler::Schedule() {
     prefix_queries_ += seq.prompt_size();
     prefix_hits_ += seq.prefilled;
   }
+  // Those passed over keep their places, ahead of the ones not reached.
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(deferred.begin()),
+                  std::make_move_iterator(deferred.end()));
 
   StepPlan plan;
   auto add = [&plan](const Sequence& seq, SequenceChunk chunk, bool samples) {

@@ -44,6 +44,9 @@ struct ScheduledRequest {
   std::vector<int32_t> prompt;  // Non-empty, shorter than the context.
   int max_tokens = 1;           // >= 1.
   bool ignore_eos = false;
+  // Another request with the same prompt (`n` choices): with prefix caching, this one is admitted
+  // once that one's prompt is in the cache, and shares its full blocks instead of computing them.
+  uint64_t shares_prompt_of = 0;
 };
 
 // What one step runs: chunks[i] belongs to sequence ids[i].
@@ -114,6 +117,8 @@ class Scheduler {
   void Finish(size_t slot);
   // Publishes the sequence's blocks that filled.
   void Publish(Sequence& seq);
+  // Whether `seq` waits for another request's prompt to be cached (shares_prompt_of).
+  bool AwaitsSharedPrompt(const Sequence& seq) const;
 
   SchedulerOptions options_;
   BlockPool pool_;

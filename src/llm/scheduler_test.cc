@@ -180,6 +180,36 @@ TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   EXPECT_EQ(plan.chunks.back().start, 0);
 }
 
+// n choices of one prompt: the others wait for the first's prompt to be cached, then share its
+// full blocks and run only the last, partial one.
+TEST(SchedulerTest, ChoicesOfOnePromptShareItsBlocks) {
+  SchedulerOptions options;
+  options.slots = 4;
+  options.block_size = 4;
+  Scheduler scheduler(options);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ScheduledRequest r = Request(1, 42, 5);
+    r.id = id;
+    r.shares_prompt_of = id == 1 ? 0 : 1;
+    scheduler.Add(r);
+  }
+  scheduler.Add(Request(4, 6, 5));  // Not held back by the choices.
+  StepPlan plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{1, 4}));
+  EXPECT_EQ(scheduler.waiting(), 2);
+  scheduler.Update(plan, Sample(plan));
+  plan = scheduler.Schedule();
+  ASSERT_EQ(plan.ids, (std::vector<uint64_t>{1, 4, 2, 3}));
+  const std::vector<int32_t>& first = plan.chunks[0].blocks;
+  for (size_t i : {2u, 3u}) {
+    EXPECT_EQ(plan.chunks[i].start, 40);
+    EXPECT_EQ(plan.chunks[i].tokens.size(), 2u);
+    EXPECT_TRUE(std::equal(first.begin(), first.begin() + 10, plan.chunks[i].blocks.begin()));
+    EXPECT_NE(plan.chunks[i].blocks[10], first[10]);
+  }
+  EXPECT_EQ(scheduler.prefix_hits(), 80);
+}
+
 // More sequences run than there are blocks for at their full context, since each holds blocks
 // for its own prompt and max_tokens; the next waits until blocks free.
 TEST(SchedulerTest, BlocksNotSlotsBoundWhatRunsTogether) {
@@ -339,6 +369,7 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
   std::vector<int32_t> cells(static_cast<size_t>(options.blocks * block), -1);
   std::map<uint64_t, std::vector<int32_t>> confirmed;  // Prompt + generated tokens.
   std::map<uint64_t, std::vector<int32_t>> tables;     // Of the sequences seen running.
+  std::map<uint64_t, size_t> prompts;                  // Prompt lengths.
   std::map<uint64_t, int> max_tokens, generated;
   std::set<uint64_t> ended, removed;
   uint64_t next_id = 1;
@@ -355,10 +386,16 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
       for (int i = 0; i < prompt; ++i) {
         r.prompt.push_back(i < shared ? family + i : 1 + static_cast<int32_t>(rng() % 4));
       }
+      if (r.id > 1 && rng() % 5 == 0) {  // Another choice of the previous request's prompt.
+        r.prompt = confirmed[r.id - 1];
+        r.prompt.resize(prompts[r.id - 1]);
+        r.shares_prompt_of = r.id - 1;
+      }
       r.max_tokens = 1 + static_cast<int>(rng() % 30);
       r.ignore_eos = rng() % 2 == 0;
       max_tokens[r.id] = r.max_tokens;
       confirmed[r.id] = r.prompt;
+      prompts[r.id] = r.prompt.size();
       scheduler.Add(r);
     }
     if (rng() % 17 == 0 && next_id > 1) {

@@ -305,6 +305,8 @@ void Launch(const std::shared_ptr<Generation>& state, const llm::GenerationReque
   for (int i = 0; i < n && !state->cancelled.load(); ++i) {
     llm::GenerationRequest choice = generation;
     if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
+    // The other choices share the first one's prompt blocks rather than computing them again.
+    if (i > 0) choice.shares_prompt_of = state->engine_ids[0].load();
     const auto index = static_cast<size_t>(i);
     auto submitted = state->engine->Submit(
         std::move(choice),
