@@ -261,6 +261,7 @@ class LlamaModel final : public StepModel {
   int context_length() const override { return serve_.context_length; }
   int kv_block_size() const override { return serve_.kv_block_size; }
   int kv_blocks() const override { return blocks_; }
+  int64_t kv_cache_bytes() const override { return kv_cache_bytes_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
@@ -305,6 +306,7 @@ class LlamaModel final : public StepModel {
   // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous.
   std::vector<at::Tensor> cache_k_, cache_v_;
   int blocks_ = 0;
+  int64_t kv_cache_bytes_ = 0;  // blocks_ x the bytes of a block over every layer.
   // This step's block table of each chunk (its own, or its slot's static one).
   std::vector<std::vector<int32_t>> tables_;
   struct KvSpan {
@@ -386,6 +388,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
           per_slot, per_slot * block_bytes));
     }
     model->blocks_ = static_cast<int>(blocks);
+    model->kv_cache_bytes_ = blocks * block_bytes;
     for (int i = 0; i < a.layers; ++i) {
       auto shape = std::vector<int64_t>{a.kv_heads, blocks, block, a.head_dim};
       // Uninitialised: a position is written before anything reads it, and the pages of the

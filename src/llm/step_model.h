@@ -36,6 +36,7 @@ class StepModel {
   // The paged KV cache: tokens per block, and blocks in the pool.
   virtual int kv_block_size() const { return 16; }
   virtual int kv_blocks() const { return slots() * ((context_length() + 15) / 16); }
+  virtual int64_t kv_cache_bytes() const { return 0; }  // The pool's memory (0: not known).
 
   // Runs `chunks` (no block written by two) as one step and appends rows of vocab_size floats to
   // `logits`: for each chunk in order, its last token's (or every token's, with all_logits).

@@ -574,6 +574,11 @@ std::string OpenAiHandlers::RenderMetrics() const {
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots", label(name), s.slots);
   w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots_busy", label(name), s.slots_busy);
+  w.Family("sluice_llm_kv_cache_bytes", "gauge", "Memory of the paged KV cache.");
+  for (const auto& [name, engine] : models_) {
+    w.Sample("sluice_llm_kv_cache_bytes", label(name),
+             static_cast<double>(engine->model().kv_cache_bytes()));
+  }
   w.Family("sluice_llm_kv_cache_blocks", "gauge", "Blocks of the paged KV cache.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_kv_cache_blocks", label(name), s.kv_blocks);
   w.Family("sluice_llm_kv_cache_blocks_used", "gauge",
