@@ -351,9 +351,10 @@ def bench(sluice, port):
         runs = sorted(os.listdir(results))
         with open(os.path.join(results, runs[-1], "summary.json")) as f:
             level = json.load(f)["levels"][0]
-        # 2 conversations x 3 turns; later turns' prompts grow by an answer and a message.
+        # 2 conversations x 3 turns; later turns' prompts grow by an answer and a message and
+        # find the full 16-token blocks of the turn before cached.
         check(level["ok"] == 6 and level["completion_tokens"] == 30, f"multi-turn: {level}")
-        check(level["prompt_tokens"] > 6 * 30 and level["prefix_hit_rate"] > 0.3,
+        check(level["prompt_tokens"] > 6 * 30 and level["prefix_hit_rate"] > 0.15,
               f"multi-turn prompts and hits: {level}")
 
 

@@ -85,6 +85,36 @@ bool BlockPool::Allocate(int n, std::vector<int32_t>* out) {
   return true;
 }
 
+bool BlockPool::AllocateRun(int n, std::vector<int32_t>* out) {
+  if (n <= 0) return true;
+  const int total = blocks();
+  for (const bool evict : {false, true}) {
+    int run = 0;
+    for (int id = 0; id < total; ++id) {
+      const auto i = static_cast<size_t>(id);
+      const bool free = refs_[i] == 0 && (evict || !published_[i]);
+      run = free ? run + 1 : 0;
+      if (run < n) continue;
+      const int first = id - n + 1;
+      for (int b = first; b <= id; ++b) {
+        const auto j = static_cast<size_t>(b);
+        if (in_evictable_[j]) {
+          evictable_.erase(where_[j]);
+          in_evictable_[j] = false;
+          Unpublish(b);
+        }
+        refs_[j] = 1;
+        out->push_back(b);
+      }
+      unused_.erase(std::remove_if(unused_.begin(), unused_.end(),
+                                   [this](int32_t b) { return refs_[static_cast<size_t>(b)] > 0; }),
+                    unused_.end());
+      return true;
+    }
+  }
+  return false;
+}
+
 uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens) {
   const uint64_t hash = Hash(parent, tokens);
   const auto i = static_cast<size_t>(id);

@@ -42,6 +42,10 @@ class BlockPool {
   // stop being published) only when unpublished ones run out. False, and nothing taken, when
   // fewer than `n` are available.
   bool Allocate(int n, std::vector<int32_t>* out);
+  // As Allocate(), but `n` blocks with consecutive ids (a sequence whose blocks are consecutive is
+  // read in place; else its rows are gathered every step): the lowest run of blocks no one holds,
+  // preferring runs that evict no cached block. False, and nothing taken, when there is none.
+  bool AllocateRun(int n, std::vector<int32_t>* out);
   // Block `id` (held) now holds the full block `tokens` (block_size of them) after the block
   // hashed `parent`: later Match() calls can take it. Returns its hash (the next block's parent).
   // Where another block already holds the same hash, `id` stays unpublished.

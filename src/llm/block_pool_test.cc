@@ -86,6 +86,27 @@ TEST(BlockPoolTest, UnpublishedBlocksGoFirstThenTheLeastRecentlyReleased) {
   EXPECT_FALSE(pool.Allocate(1, &e));  // a is held again: nothing to evict.
 }
 
+TEST(BlockPoolTest, RunsAreConsecutiveAndEvictOnlyWhenTheyMust) {
+  BlockPool pool(6, kB);
+  std::vector<int32_t> a, b, c, d;
+  ASSERT_TRUE(pool.Allocate(6, &a));  // 0-5.
+  pool.Publish(a[1], BlockPool::kRootHash, Tokens({1, 1, 1, 1}).data());
+  pool.Release({a[1], a[2], a[4]});  // Free: 1 (cached), 2, 4.
+  EXPECT_FALSE(pool.AllocateRun(3, &b));
+  EXPECT_TRUE(b.empty());
+  ASSERT_TRUE(pool.AllocateRun(1, &b));
+  EXPECT_EQ(b, std::vector<int32_t>{2}) << "the lowest block that evicts nothing";
+  pool.Release({a[3]});  // Free: 1 (cached), 3, 4.
+  ASSERT_TRUE(pool.AllocateRun(2, &c));
+  EXPECT_EQ(c, (std::vector<int32_t>{3, 4}));
+  pool.Release(b);  // Free: 1 (cached), 2.
+  ASSERT_TRUE(pool.AllocateRun(2, &d));
+  EXPECT_EQ(d, (std::vector<int32_t>{1, 2})) << "a run that must evict the cached block";
+  EXPECT_EQ(pool.published(), 0);
+  std::string why;
+  EXPECT_TRUE(pool.Consistent(&why)) << why;
+}
+
 TEST(BlockPoolTest, ASecondCopyOfAPublishedBlockStaysUnpublished) {
   BlockPool pool(2, kB);
   std::vector<int32_t> a, b;

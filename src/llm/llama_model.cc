@@ -266,6 +266,7 @@ class LlamaModel final : public StepModel {
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+  Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
 
  private:
   Status LoadWeights(const SafetensorsFile& file);
@@ -863,6 +864,27 @@ at::Tensor LlamaModel::Buffer(size_t i, int64_t rows, int64_t columns) {
   const int64_t size = rows * columns;
   if (!buffer.defined() || buffer.numel() < size) buffer = at::empty({size}, at::kFloat);
   return buffer.narrow(0, 0, size).view({rows, columns});
+}
+
+Status LlamaModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) {
+  for (const auto& [from, to] : copies) {
+    if (from < 0 || from >= blocks_ || to < 0 || to >= blocks_ || from == to) {
+      return Status::Internal(fmt::format("cannot copy block {} to block {}", from, to));
+    }
+  }
+  const int64_t bytes = int64_t{serve_.kv_block_size} * arch_.head_dim * (bf16_cache_ ? 2 : 4);
+  for (size_t layer = 0; layer < cache_k_.size(); ++layer) {
+    for (at::Tensor* cache : {&cache_k_[layer], &cache_v_[layer]}) {
+      char* base = static_cast<char*>(cache->data_ptr());
+      for (int64_t h = 0; h < arch_.kv_heads; ++h) {
+        for (const auto& [from, to] : copies) {
+          std::memcpy(base + (h * blocks_ + to) * bytes, base + (h * blocks_ + from) * bytes,
+                      static_cast<size_t>(bytes));
+        }
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {

@@ -276,8 +276,8 @@ std::vector<float> PagedRun(StepModel& model, int slot, const std::vector<int32_
 
 // The same sequence through its slot's static blocks, through a table of scattered blocks (every
 // other one, in reverse, after another sequence left stale rows in them), through consecutive
-// blocks across two slots' ranges, and through a table whose first blocks another sequence
-// filled (a shared prefix, only read): the same logits, bit for bit.
+// blocks across two slots' ranges, through a table whose first blocks another sequence filled (a
+// shared prefix, only read), and through those blocks copied: the same logits, bit for bit.
 TEST_P(LlamaModelTest, PagedBlocksGiveTheStaticCachesLogitsToTheBit) {
   for (LlmPrecision precision : {LlmPrecision::kFp32, LlmPrecision::kBf16}) {
     auto model = Load(GetParam(), precision, 2, /*threads=*/2);
@@ -306,6 +306,11 @@ TEST_P(LlamaModelTest, PagedBlocksGiveTheStaticCachesLogitsToTheBit) {
     const auto vocab = static_cast<size_t>(model->architecture().vocab_size);
     ASSERT_EQ(tail.size(), (2 + 20) * vocab);
     EXPECT_TRUE(std::equal(tail.begin(), tail.end(), reference.end() - tail.size()));
+    // The same three blocks copied into a consecutive run of its own (blocks 8-10 of 8-23).
+    ASSERT_TRUE(model->CopyBlocks({{31, 8}, {29, 9}, {27, 10}}).ok());
+    EXPECT_EQ(PagedRun(*model, 0, consecutive, prompt, 48, 20), tail);
+    EXPECT_FALSE(model->CopyBlocks({{3, 3}}).ok());
+    EXPECT_FALSE(model->CopyBlocks({{0, 32}}).ok());
   }
 }
 

@@ -243,6 +243,7 @@ void LlmEngine::PublishCounts() {
 Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
   logits_.clear();
   const Clock::time_point start = clock_.Now();
+  if (!plan.copies.empty()) SLUICE_RETURN_IF_ERROR(model_->CopyBlocks(plan.copies));
   SLUICE_RETURN_IF_ERROR(model_->Run(plan.chunks, &logits_));
   {
     MutexLock lock(mu_);

@@ -14,6 +14,7 @@ struct Scheduler::Sequence {
   int prefilled = 0;  // Prompt tokens in the cache.
   int generated = 0;
   std::vector<int32_t> blocks;  // Its block table, for prompt + max_tokens.
+  std::vector<int32_t> copied;  // Cached blocks its first step copies into its own (then let go).
   uint64_t parent = BlockPool::kRootHash;  // The hash of its last published block.
   int published = 0;                       // Its leading blocks published.
   bool decoding() const { return generated > 0; }
@@ -46,6 +47,7 @@ void Scheduler::Add(ScheduledRequest request) {
 }
 
 void Scheduler::Finish(size_t slot) {
+  pool_.Release(slots_[slot]->copied);
   pool_.Release(slots_[slot]->blocks);
   slots_[slot].reset();
 }
@@ -97,6 +99,7 @@ StepPlan Scheduler::Schedule() {
   // max_tokens can be had, the cached blocks of their prompts' prefixes first; the oldest that
   // cannot get them waits, and the rest behind it.
   const int block = options_.block_size;
+  StepPlan plan;
   size_t next_waiting = 0;
   std::vector<std::unique_ptr<Sequence>> deferred;  // Choices waiting for their shared prompt.
   for (size_t slot = 0; slot < slots_.size() && next_waiting < waiting_.size(); ++slot) {
@@ -113,7 +116,17 @@ StepPlan Scheduler::Schedule() {
     const int matched = static_cast<int>(blocks.size());
     const int tokens =
         std::min(seq.prompt_size() + seq.request.max_tokens, options_.context_length);
-    if (!pool_.Allocate((tokens + block - 1) / block - matched, &blocks)) {
+    const int need = (tokens + block - 1) / block;
+    // Consecutive blocks are read in place; others are gathered every step. So a newcomer takes
+    // a consecutive run where there is one, its cached prefix copied in (once, before its first
+    // chunk: far cheaper than computing it, or than gathering it at every step), and else
+    // shares the cached blocks where they lie.
+    std::vector<int32_t> run;
+    if (pool_.AllocateRun(need, &run)) {
+      for (int b = 0; b < matched; ++b) plan.copies.emplace_back(blocks[b], run[b]);
+      seq.copied = std::move(blocks);
+      blocks = std::move(run);
+    } else if (!pool_.Allocate(need - matched, &blocks)) {
       pool_.Release(blocks);
       break;
     }
@@ -133,7 +146,6 @@ StepPlan Scheduler::Schedule() {
   waiting_.insert(waiting_.begin(), std::make_move_iterator(deferred.begin()),
                   std::make_move_iterator(deferred.end()));
 
-  StepPlan plan;
   auto add = [&plan](const Sequence& seq, SequenceChunk chunk, bool samples) {
     plan.rows.push_back(chunk.all_logits ? static_cast<int>(chunk.tokens.size()) : 1);
     plan.chunks.push_back(std::move(chunk));
@@ -187,6 +199,8 @@ std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
     std::unique_ptr<Sequence>& owner = slots_[static_cast<size_t>(chunk.slot)];
     if (!owner || owner->request.id != plan.ids[i]) continue;  // Removed during the step.
     Sequence& seq = *owner;
+    pool_.Release(seq.copied);  // The step copied them.
+    seq.copied.clear();
     if (!seq.decoding()) seq.prefilled += static_cast<int>(chunk.tokens.size());
     if (!plan.samples[i] || i >= tokens.size()) {
       Publish(seq);

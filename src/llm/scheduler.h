@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "llm/block_pool.h"
@@ -57,9 +58,12 @@ struct StepPlan {
   // them (false for a prompt chunk that is not the prompt's last).
   std::vector<int> rows;
   std::vector<bool> samples;
+  // Blocks to copy (every layer's rows, first to second) before the chunks run: a newcomer's
+  // cached prefix copied into a consecutive run of its own.
+  std::vector<std::pair<int32_t, int32_t>> copies;
   int decoding = 0;       // Chunks of decoding sequences (they come first).
   int prompt_tokens = 0;  // Prompt work in this step.
-  bool empty() const { return chunks.empty(); }
+  bool empty() const { return chunks.empty() && copies.empty(); }
 };
 
 // One token appended to a sequence by Update(), in order.

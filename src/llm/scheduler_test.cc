@@ -168,9 +168,17 @@ TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   EXPECT_EQ(plan.chunks[1].tokens, (std::vector<int32_t>{3}));
   EXPECT_EQ(plan.chunks[2].start, 2);
   EXPECT_EQ(plan.chunks[2].tokens, (std::vector<int32_t>{99}));
-  // Shared blocks: the same physical blocks in their tables.
-  EXPECT_EQ(plan.chunks[0].blocks[0], plan.chunks[2].blocks[0]);
-  EXPECT_NE(plan.chunks[0].blocks[0], plan.chunks[1].blocks[0]);
+  // The cached blocks are copied into each newcomer's own consecutive run before the step: the
+  // block 5 6 into both 3's and 5's first blocks.
+  std::map<int32_t, int32_t> source;  // Destination -> source.
+  for (const auto& [from, to] : plan.copies) source[to] = from;
+  ASSERT_EQ(plan.copies.size(), 3u + 1u + 1u);
+  for (const SequenceChunk& chunk : plan.chunks) {
+    for (size_t b = 1; b < chunk.blocks.size(); ++b) EXPECT_EQ(chunk.blocks[b], chunk.blocks[0] + b);
+  }
+  EXPECT_EQ(source.at(plan.chunks[0].blocks[0]), source.at(plan.chunks[2].blocks[0]));
+  EXPECT_NE(source.at(plan.chunks[0].blocks[0]), source.at(plan.chunks[1].blocks[0]));
+  EXPECT_TRUE(source.count(plan.chunks[0].blocks[2]) && !source.count(plan.chunks[0].blocks[3]));
   EXPECT_EQ(scheduler.prefix_queries(), 3 + 5 + 8 + 3 + 3);
   EXPECT_EQ(scheduler.prefix_hits(), 6 + 2 + 2);
   scheduler.Update(plan, Sample(plan, 40));
@@ -201,11 +209,14 @@ TEST(SchedulerTest, ChoicesOfOnePromptShareItsBlocks) {
   plan = scheduler.Schedule();
   ASSERT_EQ(plan.ids, (std::vector<uint64_t>{1, 4, 2, 3}));
   const std::vector<int32_t>& first = plan.chunks[0].blocks;
+  std::set<std::pair<int32_t, int32_t>> copies(plan.copies.begin(), plan.copies.end());
+  EXPECT_EQ(copies.size(), 20u);
   for (size_t i : {2u, 3u}) {
     EXPECT_EQ(plan.chunks[i].start, 40);
     EXPECT_EQ(plan.chunks[i].tokens.size(), 2u);
-    EXPECT_TRUE(std::equal(first.begin(), first.begin() + 10, plan.chunks[i].blocks.begin()));
-    EXPECT_NE(plan.chunks[i].blocks[10], first[10]);
+    for (size_t b = 0; b < 10; ++b) {
+      EXPECT_TRUE(copies.count({first[b], plan.chunks[i].blocks[b]})) << i << " " << b;
+    }
   }
   EXPECT_EQ(scheduler.prefix_hits(), 80);
 }
@@ -373,7 +384,7 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
   std::map<uint64_t, int> max_tokens, generated;
   std::set<uint64_t> ended, removed;
   uint64_t next_id = 1;
-  int drafts_kept = 0;
+  int drafts_kept = 0, copied = 0, scattered = 0;
   int64_t reused = 0;
   for (int step = 0; step < 3000; ++step) {
     if (rng() % 3 == 0 && next_id <= 400) {
@@ -406,6 +417,13 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
       }
     }
     const StepPlan plan = scheduler.Schedule();
+    for (const auto& [from, to] : plan.copies) {
+      for (const auto& [other, table] : tables) {
+        ASSERT_EQ(std::count(table.begin(), table.end(), to), 0) << "a copy over a held block";
+      }
+      std::copy_n(cells.begin() + from * block, block, cells.begin() + to * block);
+      ++copied;
+    }
     std::vector<std::vector<int32_t>> tokens(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const SequenceChunk& chunk = plan.chunks[i];
@@ -415,6 +433,12 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
       if (seen == tables.end()) {
         ASSERT_EQ(chunk.start % block, 0) << "a matched prefix is whole blocks";
         reused += chunk.start;
+        for (size_t b = 1; b < chunk.blocks.size(); ++b) {
+          if (chunk.blocks[b] != chunk.blocks[b - 1] + 1) {
+            ++scattered;
+            break;
+          }
+        }
         seen = tables.emplace(id, chunk.blocks).first;
       }
       ASSERT_EQ(chunk.blocks, seen->second) << "sequence " << id << "'s table changed";
@@ -478,6 +502,8 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
   EXPECT_GT(reused, 200);
   EXPECT_EQ(scheduler.prefix_hits(), reused);
   EXPECT_EQ(scheduler.kv_blocks_used(), 0);
+  EXPECT_GT(copied, 50);
+  EXPECT_GT(scattered, 10) << "the pool was never too fragmented for a run";
 }
 
 }  // namespace

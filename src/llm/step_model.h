@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llm/llm_config.h"
@@ -38,6 +39,8 @@ class StepModel {
   virtual int kv_blocks() const { return slots() * ((context_length() + 15) / 16); }
   virtual int64_t kv_cache_bytes() const { return 0; }  // The pool's memory (0: not known).
 
+  // Copies whole blocks (every layer's keys and values): from `copies[i].first` to `.second`.
+  virtual Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) = 0;
   // Runs `chunks` (no block written by two) as one step and appends rows of vocab_size floats to
   // `logits`: for each chunk in order, its last token's (or every token's, with all_logits).
   virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
