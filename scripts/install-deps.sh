@@ -12,6 +12,8 @@ PACKAGES=(
   build-essential cmake make pkg-config git
   # Python for the venv; its headers, which torch.compile and AOTInductor compile against.
   python3 python3-venv python3-dev
+  # The certificate authorities HTTPS downloads (XGrammar's source below) are checked against.
+  ca-certificates
   # Serving and codec libraries.
   libboost-dev libboost-system-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
