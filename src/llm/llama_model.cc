@@ -272,8 +272,10 @@ class LlamaModel final : public StepModel {
   Status LoadWeights(const SafetensorsFile& file);
   Status LoadGgufWeights(const GgufFile& file);
   void BuildRope();
+  // chunk_of: each token's chunk.
   void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
-                 const std::vector<int64_t>& offsets, at::Tensor& out);
+                 const std::vector<int64_t>& offsets, const std::vector<int32_t>& chunk_of,
+                 at::Tensor& out);
   // Where chunk i's keys (or values) of KV head h lie for `layer`: position p at element
   // offset + p x D of `base` (the cache itself where its blocks for the span it reads are
   // consecutive; else a copy of them gathered into gathered_). Fills kv_base_.
@@ -807,18 +809,16 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
 // fp32, an explicit causal mask) a 128-token prompt's attention took 11 ms of a 42 ms prefill.
 void LlamaModel::Attention(int layer, const at::Tensor& qkv,
                            const std::vector<SequenceChunk>& chunks,
-                           const std::vector<int64_t>& offsets, at::Tensor& out) {
+                           const std::vector<int64_t>& offsets,
+                           const std::vector<int32_t>& chunk_of, at::Tensor& out) {
   const ModelArchitecture& a = arch_;
   const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
                 width = qkv.size(1);
   LocateKeysAndValues(layer, chunks);
-  // Each token's chunk; the longest span any token attends over (for the scratch rows).
-  std::vector<int32_t> chunk_of(static_cast<size_t>(total));
+  // The longest span any token attends over (for the scratch rows).
   int64_t longest = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const auto len = static_cast<int64_t>(chunks[i].tokens.size());
-    std::fill_n(chunk_of.begin() + offsets[i], len, static_cast<int32_t>(i));
-    longest = std::max(longest, chunks[i].start + len);
+  for (const SequenceChunk& chunk : chunks) {
+    longest = std::max(longest, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
   }
   const int64_t tasks = total * a.kv_heads;
   const float scale = a.attention_scale > 0 ? static_cast<float>(a.attention_scale)
@@ -984,7 +984,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, chunk_of, begin, end);
       });
-      Attention(l, qkv, chunks, offsets, heads);
+      Attention(l, qkv, chunks, offsets, chunk_of, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
       if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());

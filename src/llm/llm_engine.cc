@@ -69,9 +69,9 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
       chat_template_(std::move(chat_template)),
       config_(config),
       clock_(clock),
-      grammars_(std::make_unique<GrammarCompiler>(*tokenizer_, model_->architecture().vocab_size,
-                                                  OptionsFor(*model_, *tokenizer_, config_).eos_ids)),
       scheduler_(OptionsFor(*model_, *tokenizer_, config_)),
+      grammars_(std::make_unique<GrammarCompiler>(*tokenizer_, model_->architecture().vocab_size,
+                                                  scheduler_.options().eos_ids)),
       ttft_(Histogram::LatencySecondsBuckets()),
       inter_token_(Histogram::LatencySecondsBuckets()) {
   loop_ = std::thread([this] { Loop(); });

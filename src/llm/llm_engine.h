@@ -130,7 +130,6 @@ class LlmEngine {
   std::unique_ptr<ChatTemplate> chat_template_;
   const LlmServeConfig config_;
   Clock& clock_;
-  const std::unique_ptr<GrammarCompiler> grammars_;
 
   mutable Mutex mu_;
   CondVar wake_;
@@ -144,6 +143,8 @@ class LlmEngine {
 
   // Loop thread only.
   Scheduler scheduler_;
+  // Any thread (it is thread-safe); after scheduler_, whose end-of-sequence tokens end documents.
+  const std::unique_ptr<GrammarCompiler> grammars_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
   std::vector<float> logits_;
   std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.

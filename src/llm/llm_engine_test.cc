@@ -234,12 +234,20 @@ const std::vector<std::string> kPrompts = {
     "12345 67890 12345"};
 
 // Each prompt's output, submitted together to `engine`; sampled with seeds when `temperature`.
-std::vector<std::string> Outputs(LlmEngine& engine, double temperature, int max_tokens) {
+// With `json`: in JSON mode, ending on EOS.
+std::vector<std::string> Outputs(LlmEngine& engine, double temperature, int max_tokens,
+                                 bool json = false) {
   std::vector<std::unique_ptr<Collector>> collectors;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     GenerationRequest r = Request(engine, kPrompts[i], max_tokens);
     r.sampling.temperature = temperature;
     r.sampling.seed = 11 + i;
+    if (json) {
+      auto grammar = engine.grammars().JsonObject();
+      EXPECT_TRUE(grammar.ok());
+      r.grammar = *grammar;
+      r.ignore_eos = false;
+    }
     collectors.push_back(std::make_unique<Collector>());
     EXPECT_TRUE(engine.Submit(std::move(r), collectors.back()->Callback()).ok());
   }
@@ -428,26 +436,9 @@ TEST(LlmEngineTest, SpeculativeDecodingUnderAGrammarGivesThePlainOutputs) {
   auto plain = Load(4);
   ASSERT_NE(drafted, nullptr);
   ASSERT_NE(plain, nullptr);
-  auto outputs = [](LlmEngine& engine, double temperature) {
-    auto grammar = engine.grammars().JsonObject();
-    EXPECT_TRUE(grammar.ok());
-    std::vector<std::unique_ptr<Collector>> collectors;
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      GenerationRequest r = Request(engine, kPrompts[i], 60);
-      r.ignore_eos = false;
-      r.sampling.temperature = temperature;
-      r.sampling.seed = 5 + i;
-      r.grammar = *grammar;
-      collectors.push_back(std::make_unique<Collector>());
-      EXPECT_TRUE(engine.Submit(std::move(r), collectors.back()->Callback()).ok());
-    }
-    std::vector<std::string> texts;
-    for (auto& c : collectors) texts.push_back(c->Wait().text);
-    return texts;
-  };
-  const std::vector<std::string> greedy = outputs(*plain, 0);
-  EXPECT_EQ(outputs(*drafted, 0), greedy);
-  EXPECT_EQ(outputs(*drafted, 1), outputs(*plain, 1));
+  const std::vector<std::string> greedy = Outputs(*plain, 0, 60, /*json=*/true);
+  EXPECT_EQ(Outputs(*drafted, 0, 60, /*json=*/true), greedy);
+  EXPECT_EQ(Outputs(*drafted, 1, 60, /*json=*/true), Outputs(*plain, 1, 60, /*json=*/true));
   for (const std::string& text : greedy) EXPECT_EQ(text.substr(0, 1), "{") << text;
   EXPECT_GT(drafted->stats().draft_tokens, 0);
 }
