@@ -165,8 +165,15 @@ void Quant(benchmark::State& state) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const auto type = static_cast<uint32_t>(state.range(2));
+  const bool repacked = state.range(3) != 0;
+  if (repacked && !sluice::llm::CanRepackQuant(type, 576)) {
+    state.SkipWithError("not a repacked format");
+    for (auto _ : state) {
+    }
+    return;
+  }
   state.SetLabel(std::string(sluice::llm::QuantKernelIsa()) + " " +
-                 sluice::llm::GgmlTypeName(type));
+                 sluice::llm::GgmlTypeName(type) + (repacked ? " repacked" : ""));
   std::mt19937 rng(5);
   constexpr int kCopies = 30;
   std::vector<std::vector<uint8_t>> weights;
@@ -177,6 +184,10 @@ void Quant(benchmark::State& state) {
       std::vector<uint8_t> w(static_cast<size_t>(s.n * sluice::llm::QuantRowBytes(type, s.k)));
       for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
       SetBlockScales(type, &w);
+      if (repacked) {
+        std::vector<uint8_t> file = w;
+        sluice::llm::RepackQuant(type, file.data(), s.n, s.k, w.data());
+      }
       bytes += static_cast<int64_t>(w.size());
       weights.push_back(std::move(w));
       shapes.push_back(s);
@@ -192,17 +203,23 @@ void Quant(benchmark::State& state) {
                                      std::vector<float>(static_cast<size_t>(m * 3072)));
   PassOverMatrices(state, threads, shapes, [&](size_t index, int t, int64_t first, int64_t last) {
     const Shape& s = shapes[index];
-    sluice::llm::MatmulQuant(s.k == 576 ? narrow : wide, type, weights[index].data(), s.n,
-                             ys[static_cast<size_t>(t)].data(), first, last);
+    const sluice::llm::QuantInput& x = s.k == 576 ? narrow : wide;
+    float* y = ys[static_cast<size_t>(t)].data();
+    if (repacked) {
+      sluice::llm::MatmulQuantRepacked(x, type, weights[index].data(), s.n, y, first, last);
+    } else {
+      sluice::llm::MatmulQuant(x, type, weights[index].data(), s.n, y, first, last);
+    }
     benchmark::DoNotOptimize(ys[static_cast<size_t>(t)].data());
   });
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(Quant)
-    ->ArgsProduct({{1, 4, 16, 128},
+    ->ArgsProduct({{1, 2, 3, 4, 5, 16, 128},
                    {1, std::max(1u, std::thread::hardware_concurrency())},
-                   {3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 14 /* Q6_K */}})
-    ->ArgNames({"rows", "threads", "type"})
+                   {3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 14 /* Q6_K */},
+                   {0, 1}})
+    ->ArgNames({"rows", "threads", "type", "repacked"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -1,10 +1,11 @@
 // The Llama decoder on ATen ops: RMSNorm, rotary embeddings (the config's theta and scaling),
 // grouped-query attention over a paged KV cache (kernels/kernels.h, for prompts and decoding;
-// blocks of kv_block_size positions per KV head, found through each chunk's block table), SwiGLU, tied or untied output. Activations and norms are fp32, the KV cache fp32 with
-// fp32 weights and bf16 otherwise; the weights of the linear layers are fp32 (ATen's matmul), bf16,
-// or int8 with per-output-channel scales. bf16 and int8 weights go through kernels/kernels.h, which
-// widens them to fp32 in registers: decoding is bound by reading the weights, and ATen's bf16 /
-// int8 paths are slow on CPUs without AVX-512 bf16.
+// blocks of kv_block_size positions per KV head, found through each chunk's block table), SwiGLU,
+// tied or untied output. Activations and norms are fp32, the KV cache fp32 with fp32 weights and
+// bf16 otherwise; the weights of the linear layers are fp32 (ATen's matmul), bf16, or int8 with
+// per-output-channel scales. bf16 and int8 weights go through kernels/kernels.h, which widens them
+// to fp32 in registers: decoding is bound by reading the weights, and ATen's bf16 / int8 paths are
+// slow on CPUs without AVX-512 bf16.
 //
 // One step runs every chunk of the batch through each weight matrix once: the tokens of all
 // chunks are stacked into one [T, hidden] activation, so a decode step over 16 slots reads the
@@ -16,15 +17,19 @@
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <sys/mman.h>
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numbers>
 #include <numeric>
+#include <string_view>
 #include <thread>
 
 #include "llm/files/gguf.h"
@@ -46,9 +51,31 @@ bool Int8AsBlocks(int64_t columns) {
          BestQuantIsa() >= QuantIsa::kAvx2 && columns % 32 == 0;
 }
 
+// Whether GGUF blocks (and int8 weights as Q8_0) that kernels.h can repack are repacked at load:
+// on unless SLUICE_QUANT_REPACK=0, which keeps the file's layout (to compare the two).
+bool RepackBlocks() {
+  static const bool repack = [] {
+    const char* value = std::getenv("SLUICE_QUANT_REPACK");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return repack;
+}
+
+// Gives back the pages of a mapped file range that a repacked copy replaced: they stay in the
+// page cache, but no longer count in the process's resident memory (read again on a later touch,
+// as the embedding's rows are when the output head is tied to them).
+void ReleaseMappedPages(const void* data, int64_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const auto end =
+      (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) & ~(page - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 // A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
 // own kind: fp32 [rows, in] (ATen's matmul); bf16 or int8 packed for kernels/kernels.h (+ per-row
-// fp32 scales for int8); or a GGUF file's quantised blocks, read where the file is mapped. A
+// fp32 scales for int8); or a GGUF file's quantised blocks, read where the file is mapped, or
+// (Q4_0, Q4_1, Q8_0) repacked at load into the layout kernels.h streams fastest. A
 // Hugging Face model's layers are one part each (q, k and v stacked into one matrix); a GGUF
 // file's are one part per tensor, as its tensors may differ in type (Q4_K_M keeps v in Q6_K, q
 // and k in Q4_K).
@@ -58,7 +85,8 @@ struct Linear {
     at::Tensor weight;             // fp32 [rows, in]; or bf16 / int8 [PackedSize(rows, in)].
     at::Tensor scales;             // [rows], fp32: int8 only.
     const void* blocks = nullptr;  // GGUF blocks, rows x QuantRowBytes(type, in) bytes ...
-    uint32_t type = 0;             // ... of this GgmlType.
+    uint32_t type = 0;             // ... of this GgmlType ...
+    bool repacked = false;         // ... as RepackQuant lays them out (held in `weight`).
     bool fp32() const { return blocks == nullptr && weight.scalar_type() == at::kFloat; }
     int64_t bytes(int64_t in) const {
       if (blocks != nullptr) return rows * QuantRowBytes(type, in);
@@ -91,6 +119,7 @@ struct Linear {
       QuantizeQ8_0(w32.data_ptr<float>(), part.rows * in, part.weight.data_ptr<uint8_t>());
       part.blocks = part.weight.data_ptr<uint8_t>();
       part.type = static_cast<uint32_t>(GgmlType::kQ8_0);
+      Repack(&part, in);
     } else {  // Per row: scale = max |w| / 127, q = round(w / scale).
       part.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
       const at::Tensor q =
@@ -109,8 +138,20 @@ struct Linear {
     part.blocks = blocks;
     part.type = type;
     in = columns;
+    if (Repack(&part, columns)) ReleaseMappedPages(blocks, rows * QuantRowBytes(type, columns));
     out += rows;
     parts.push_back(std::move(part));
+  }
+  // A block part's weights repacked into a buffer of its own, where kernels.h can: the products
+  // then read eight rows as one stream and transpose nothing (kernels.h), with the same results.
+  static bool Repack(Part* part, int64_t columns) {
+    if (!RepackBlocks() || !CanRepackQuant(part->type, part->rows)) return false;
+    at::Tensor packed = at::empty({part->rows * QuantRowBytes(part->type, columns)}, at::kByte);
+    RepackQuant(part->type, part->blocks, part->rows, columns, packed.data_ptr<uint8_t>());
+    part->weight = std::move(packed);
+    part->blocks = part->weight.data_ptr<uint8_t>();
+    part->repacked = true;
+    return true;
   }
 
   // y = x W^T (+ b) into `yp`: [rows of x, out], contiguous.
@@ -184,7 +225,11 @@ struct Linear {
         if (begin >= end || part.fp32()) continue;
         float* y = yp + part.first;
         if (part.blocks != nullptr) {
-          MatmulQuant(block_input, part.type, part.blocks, n, y, begin, end);
+          if (part.repacked) {
+            MatmulQuantRepacked(block_input, part.type, part.blocks, n, y, begin, end);
+          } else {
+            MatmulQuant(block_input, part.type, part.blocks, n, y, begin, end);
+          }
         } else if (part.scales.defined()) {
           MatmulInt8(rows, part.weight.data_ptr<int8_t>(), part.scales.data_ptr<float>(), n, y,
                      begin, end);
@@ -317,7 +362,7 @@ class LlamaModel final : public StepModel {
     const char* v = nullptr;
     int64_t offset = 0;  // Elements: position p's row starts at offset + p x D.
   };
-  std::vector<KvSpan> kv_base_;              // [chunk x KV + h], for the layer at hand.
+  std::vector<KvSpan> kv_base_;                // [chunk x KV + h], for the layer at hand.
   std::vector<char> gathered_k_, gathered_v_;  // Rows of tables that are not consecutive.
   // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
   // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
@@ -726,7 +771,8 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
         }
       }
     }
-    const std::vector<int32_t>& table = tables_[static_cast<size_t>(chunk_of[static_cast<size_t>(t)])];
+    const std::vector<int32_t>& table =
+        tables_[static_cast<size_t>(chunk_of[static_cast<size_t>(t)])];
     const int64_t physical = table[static_cast<size_t>(position / block)];
     for (int64_t h = 0; h < a.kv_heads; ++h) {
       const int64_t at = ((h * blocks_ + physical) * block + position % block) * d;
@@ -775,7 +821,8 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
     gathered_v_.resize(static_cast<size_t>(gathered_bytes));
   }
   const auto jobs = static_cast<int64_t>(gathers.size()) * kv;
-#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(at::get_num_threads(), jobs)))
+#pragma omp parallel for num_threads( \
+    static_cast <int>(std::min <int64_t>(at::get_num_threads(), jobs)))
   for (int64_t job = 0; job < jobs; ++job) {
     const Gather& g = gathers[static_cast<size_t>(job / kv)];
     const int64_t h = job % kv;
@@ -917,9 +964,10 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     if (static_cast<int64_t>(table.size()) < needed ||
         std::any_of(table.begin(), table.begin() + needed,
                     [this](int32_t b) { return b < 0 || b >= blocks_; })) {
-      return Status::Internal(fmt::format("a block table of {} entries does not cover {} tokens "
-                                          "in [0, {}) blocks",
-                                          table.size(), chunk.start + len, blocks_));
+      return Status::Internal(
+          fmt::format("a block table of {} entries does not cover {} tokens "
+                      "in [0, {}) blocks",
+                      table.size(), chunk.start + len, blocks_));
     }
     for (int64_t b = chunk.start / block; b < needed; ++b) {
       written.push_back(table[static_cast<size_t>(b)]);

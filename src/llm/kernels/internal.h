@@ -83,6 +83,9 @@ int64_t BlockElements(uint32_t type);
 int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
+// As PortableMatmul, over weights that RepackQuant laid out (Q4_0, Q4_1, Q8_0).
+void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                            int64_t n_begin, int64_t n_end);
 // Rows of x (k a multiple of 32) quantised per 32: q, the blocks' scales and scale * sum(q).
 void PortableQuantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                       float* q_sum);
@@ -198,6 +201,8 @@ SLUICE_AVX512 void QuadRows(const float* x, int64_t m, int64_t k, MatmulInput* i
 namespace quant_avx2 {
 SLUICE_QUANT_AVX2 void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
                               float* y, int64_t n_begin, int64_t n_end);
+SLUICE_QUANT_AVX2 void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                      float* y, int64_t n_begin, int64_t n_end);
 // As quant::PortableQuantize, eight lanes at a time, with the same results.
 SLUICE_AVX2 void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                           float* q_sum);
@@ -205,11 +210,15 @@ SLUICE_AVX2 void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, fl
 namespace quant_avxvnni {
 SLUICE_AVXVNNI void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                            int64_t n_begin, int64_t n_end);
-}
+SLUICE_AVXVNNI void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                   float* y, int64_t n_begin, int64_t n_end);
+}  // namespace quant_avxvnni
 namespace quant_avx512vnni {
 SLUICE_AVX512VNNI void Matmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
                               float* y, int64_t n_begin, int64_t n_end);
-}
+SLUICE_AVX512VNNI void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                      float* y, int64_t n_begin, int64_t n_end);
+}  // namespace quant_avx512vnni
 
 #endif  // SLUICE_X86
 

@@ -158,19 +158,19 @@ void PortableQuantize(const float* x, int64_t rows, int64_t k, int8_t* q, float*
   }
 }
 
-void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
-                    int64_t n_begin, int64_t n_end) {
-  const int64_t block = BlockElements(type), block_bytes = BlockBytes(type);
-  const int64_t blocks = x.k / block, chunks = x.k / 32, per_block = block / 32;
-  const auto* rows = static_cast<const uint8_t*>(w);
+namespace {
+
+// y's columns [n_begin, n_end) with unpack(j, b, &chunk) giving weight row j's run b.
+template <class Unpack>
+void PortableProducts(const QuantInput& x, int64_t n, float* y, int64_t n_begin, int64_t n_end,
+                      const Unpack& unpack) {
+  const int64_t chunks = x.k / 32;
   Chunk chunk;
   std::vector<float> sums(static_cast<size_t>(x.m));
   for (int64_t j = n_begin; j < n_end; ++j) {
-    const uint8_t* row = rows + j * blocks * block_bytes;
     std::fill(sums.begin(), sums.end(), 0.0f);
     for (int64_t b = 0; b < chunks; ++b) {
-      UnpackChunk(type, row + (b / per_block) * block_bytes, static_cast<int>(b % per_block),
-                  &chunk);
+      unpack(j, b, &chunk);
       for (int64_t i = 0; i < x.m; ++i) {
         const int8_t* xq = x.q.data() + i * x.k + b * 32;
         int32_t halves[2] = {0, 0};
@@ -183,6 +183,54 @@ void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n
     }
     for (int64_t i = 0; i < x.m; ++i) y[i * n + j] = sums[static_cast<size_t>(i)];
   }
+}
+
+// The header of a repacked record: eight fp16 scales, and Q4_1's eight offsets after them.
+int RepackedHeader(uint32_t type) {
+  return static_cast<GgmlType>(type) == GgmlType::kQ4_1 ? 32 : 16;
+}
+
+// Row r's run in a repacked record, as UnpackChunk gives it from the file's block.
+void UnpackRepacked(uint32_t type, const uint8_t* record, int r, Chunk* out) {
+  const uint8_t* bytes = record + RepackedHeader(type);
+  const auto kind = static_cast<GgmlType>(type);
+  out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
+  out->bias = kind == GgmlType::kQ4_1 ? Fp16ToFp32(Half(record + 16 + 2 * r)) : 0.0f;
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < 4; ++b) {
+      if (kind == GgmlType::kQ8_0) {
+        out->q[4 * s + b] = static_cast<int8_t>(bytes[32 * s + 4 * r + b]);
+        out->q[16 + 4 * s + b] = static_cast<int8_t>(bytes[32 * (s + 4) + 4 * r + b]);
+      } else {
+        const int offset = kind == GgmlType::kQ4_0 ? 8 : 0;
+        const uint8_t byte = bytes[32 * s + 4 * r + b];
+        out->q[4 * s + b] = static_cast<int8_t>((byte & 0xF) - offset);
+        out->q[16 + 4 * s + b] = static_cast<int8_t>((byte >> 4) - offset);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                    int64_t n_begin, int64_t n_end) {
+  const int64_t block = BlockElements(type), block_bytes = BlockBytes(type);
+  const int64_t row_bytes = x.k / block * block_bytes, per_block = block / 32;
+  const auto* rows = static_cast<const uint8_t*>(w);
+  PortableProducts(x, n, y, n_begin, n_end, [&](int64_t j, int64_t b, Chunk* chunk) {
+    UnpackChunk(type, rows + j * row_bytes + (b / per_block) * block_bytes,
+                static_cast<int>(b % per_block), chunk);
+  });
+}
+
+void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
+                            int64_t n_begin, int64_t n_end) {
+  const int64_t record = 8 * BlockBytes(type), group = x.k / 32 * record;
+  const auto* groups = static_cast<const uint8_t*>(w);
+  PortableProducts(x, n, y, n_begin, n_end, [&](int64_t j, int64_t b, Chunk* chunk) {
+    UnpackRepacked(type, groups + j / 8 * group + b * record, static_cast<int>(j % 8), chunk);
+  });
 }
 
 }  // namespace kernels::quant
@@ -372,6 +420,62 @@ void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t
   }
 #endif
   kernels::quant::PortableMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+}
+
+bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+      return rows % 8 == 0;
+    default:
+      return false;
+  }
+}
+
+// Record (g, c), eight rows' run c, 8 blocks' bytes: the rows' d (fp16) at 2 r; Q4_1's m at 16 +
+// 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1: byte 4 r + b of vector p is row r's byte 4 p + b
+// of its 16, whose low nibble is weight 4 p + b and high nibble weight 16 + 4 p + b) or 8 (Q8_0:
+// byte 4 r + b of vector s is row r's weight 4 s + b).
+void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* out) {
+  const auto kind = static_cast<GgmlType>(ggml_type);
+  const int64_t block_bytes = kernels::quant::BlockBytes(ggml_type);
+  const int64_t row_bytes = QuantRowBytes(ggml_type, k), record_bytes = 8 * block_bytes;
+  const int header = kernels::quant::RepackedHeader(ggml_type);
+  const int vectors = kind == GgmlType::kQ8_0 ? 8 : 4;
+  const int quants = kind == GgmlType::kQ4_1 ? 4 : 2;  // Where a block's weights start.
+  const auto* from = static_cast<const uint8_t*>(w);
+  auto* to = static_cast<uint8_t*>(out);
+  for (int64_t g = 0; g < n / 8; ++g) {
+    for (int64_t c = 0; c < k / 32; ++c) {
+      uint8_t* record = to + g * 8 * row_bytes + c * record_bytes;
+      for (int r = 0; r < 8; ++r) {
+        const uint8_t* block = from + (8 * g + r) * row_bytes + c * block_bytes;
+        std::memcpy(record + 2 * r, block, 2);
+        if (kind == GgmlType::kQ4_1) std::memcpy(record + 16 + 2 * r, block + 2, 2);
+        for (int v = 0; v < vectors; ++v) {
+          std::memcpy(record + header + 32 * v + 4 * r, block + quants + 4 * v, 4);
+        }
+      }
+    }
+  }
+}
+
+void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n,
+                         float* y, int64_t n_begin, int64_t n_end) {
+#ifdef SLUICE_X86
+  switch (ActiveQuant()) {
+    case QuantIsa::kAvx512Vnni:
+      return kernels::quant_avx512vnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kAvxVnni:
+      return kernels::quant_avxvnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kAvx2:
+      return kernels::quant_avx2::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+    case QuantIsa::kPortable:
+      break;
+  }
+#endif
+  kernels::quant::PortableRepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
 }
 
 uint16_t Fp32ToFp16(float value) {

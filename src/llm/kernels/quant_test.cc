@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "llm/files/gguf.h"
@@ -209,6 +210,51 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
   for (int c = 32; c < 64; ++c) sum += input.q[static_cast<size_t>(c)];
   EXPECT_FLOAT_EQ(input.q_sum[1], input.scale[1] * static_cast<float>(sum));
   EXPECT_EQ(input.q[63], 127);
+}
+
+// Repacked weights give every product the bits the file's layout gives it, on every path, for
+// every count of x's rows (the vector paths take them four at a time) and for column ranges that
+// start and end inside a group of eight rows.
+TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
+  for (QuantIsa isa : kPaths) {
+    if (!PathOnThisCpu(isa)) continue;
+    LimitQuantIsa(isa);
+    for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+      const auto type = static_cast<uint32_t>(type_enum);
+      constexpr int64_t n = 40, k = 320;
+      ASSERT_TRUE(CanRepackQuant(type, n));
+      std::mt19937 rng(static_cast<unsigned>(type) + 11);
+      const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+      std::vector<uint8_t> repacked(w.size(), 0);
+      RepackQuant(type, w.data(), n, k, repacked.data());
+      ASSERT_NE(w, repacked);
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 9, 17}) {
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(static_cast<size_t>(m * k));
+        for (float& v : x) v = normal(rng);
+        QuantInput input;
+        input.Prepare(x.data(), m, k);
+        std::vector<float> file(static_cast<size_t>(m * n), -1.0f), packed(file.size(), -2.0f);
+        MatmulQuant(input, type, w.data(), n, file.data(), 0, n);
+        for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 13}, {13, 19}, {19, n}}) {
+          MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), begin, end);
+        }
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_EQ(packed[static_cast<size_t>(i)], file[static_cast<size_t>(i)])
+              << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", " << m << " rows, row "
+              << i / n << ", column " << i % n;
+        }
+      }
+    }
+  }
+  LimitQuantIsa(QuantIsa::kAvx512Vnni);
+}
+
+TEST(QuantRepackTest, OnlyWholeGroupsOfTheSimpleFormats) {
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 20));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_K), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ6_K), 576));
 }
 
 }  // namespace
