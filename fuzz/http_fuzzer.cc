@@ -35,14 +35,15 @@ class Fixture {
       : engine_([](const sluice::ModelConfig&) -> sluice::Result<std::shared_ptr<sluice::Backend>> {
           return std::shared_ptr<sluice::Backend>(std::make_shared<sluice::testing::EchoBackend>());
         }),
-        v2_(engine_, [this] { return server_ ? server_->stats() : sluice::HttpStats{}; }),
+        service_(engine_),
+        v2_(service_, [this] { return server_ ? server_->stats() : sluice::HttpStats{}; }),
         decode_pool_(1, 64),
         predict_(engine_, decode_pool_, "image") {
     for (const auto& config : {sluice::fuzz::MultiInputConfig(), sluice::fuzz::EchoConfig(),
                                sluice::fuzz::ImageConfig()}) {
       Check(engine_.AddModel(config));
     }
-    v2_.SetLoadError("broken", "cannot read model.pt");
+    service_.SetLoadError("broken", "cannot read model.pt");
     v2_.AddRoutes(router_);
     predict_.AddRoutes(router_);
     sluice::HttpServerOptions options;
@@ -69,6 +70,7 @@ class Fixture {
   }
 
   sluice::Engine engine_;
+  sluice::V2Service service_;
   sluice::V2Handlers v2_;
   sluice::ThreadPool decode_pool_;
   sluice::PredictHandlers predict_;

@@ -5,7 +5,7 @@
 
 #include "cli_common.h"
 #include "llm/load_llm.h"
-#include "server/serve.h"
+#include "serve/serve.h"
 
 namespace sluice {
 

@@ -14,15 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/constant_time.h"
 #include "common/histogram.h"
-#include "common/json_writer.h"
 #include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "grpc/grpc_codec.h"
 #include "grpc_predict_v2.grpc.pb.h"
 #include "metrics/prometheus.h"
-#include "server/router.h"
-#include "server/v2_handlers.h"
 
 namespace sluice {
 namespace {
@@ -90,8 +88,8 @@ class InferCall;
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
-  Impl(GrpcServerOptions options, GrpcModelSource models, V2Limits limits)
-      : options_(std::move(options)), models_(std::move(models)), limits_(limits) {
+  Impl(GrpcServerOptions options, V2Service& service)
+      : options_(std::move(options)), service_(service) {
     for (auto& h : latency_) h = std::make_unique<Histogram>(Histogram::LatencySecondsBuckets());
     for (auto& row : counts_) {
       for (auto& c : row) c.store(0);
@@ -201,7 +199,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* response) override {
-    response->set_ready(!models_.ready || models_.ready());
+    response->set_ready(service_.IsReady());
     return Answer(context, kServerReady, Clock::Real().Now(), grpc::Status::OK);
   }
 
@@ -221,9 +219,11 @@ class GrpcServer::Impl final : public ServiceBase {
                                            inference::ServerMetadataResponse* response) override {
     const Clock::time_point start = Clock::Real().Now();
     if (!Authorized(*context)) return Answer(context, kServerMetadata, start, Unauthenticated());
-    response->set_name("sluice");
+    response->set_name(std::string(kServerName));
     response->set_version(std::string(kServerVersion));
-    response->add_extensions("binary_tensor_data");
+    for (std::string_view extension : kServerExtensions) {
+      response->add_extensions(std::string(extension));
+    }
     return Answer(context, kServerMetadata, start, grpc::Status::OK);
   }
 
@@ -236,8 +236,8 @@ class GrpcServer::Impl final : public ServiceBase {
     if (!model.ok()) return Answer(context, kModelMetadata, start, ToGrpc(model.status()));
     const ModelConfig& config = (*model)->config();
     response->set_name(config.name);
-    response->add_versions(std::string("1"));
-    response->set_platform("pytorch_libtorch");
+    response->add_versions(std::string(kModelVersion));
+    response->set_platform(std::string(kModelPlatform));
     auto add = [](const TensorSpec& spec, auto* tensor) {
       tensor->set_name(spec.name);
       tensor->set_datatype(std::string(DataTypeName(spec.datatype)));
@@ -270,26 +270,10 @@ class GrpcServer::Impl final : public ServiceBase {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid API key");
   }
 
-  // The scheduler of `name` (version "" or "1"), or the REST routes' error.
+  // The scheduler of `name` (version "" or "1"), or the error the REST routes give too.
   Result<std::shared_ptr<ModelScheduler>> FindModel(const std::string& name,
                                                     const std::string& version) const {
-    if (!IsValidModelName(name)) {
-      return Status::InvalidArgument(fmt::format(
-          "invalid model name {}: use letters, digits, '_', '.', '-'", JsonQuote(name)));
-    }
-    if (!version.empty() && version != "1") {
-      return Status::NotFound(
-          fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
-    }
-    std::shared_ptr<ModelScheduler> scheduler = models_.engine->Find(name);
-    if (!scheduler) {
-      const std::string error = models_.load_error ? models_.load_error(name) : "";
-      if (!error.empty()) {
-        return Status::Unavailable(fmt::format("model '{}' failed to load: {}", name, error));
-      }
-      return Status::NotFound(fmt::format("unknown model '{}'", name));
-    }
-    return scheduler;
+    return service_.FindModel(name, version);
   }
 
   void Record(Method method, grpc::StatusCode code, Clock::time_point start) {
@@ -300,7 +284,7 @@ class GrpcServer::Impl final : public ServiceBase {
     latency_[method]->Observe(SecondsBetween(start, Clock::Real().Now()));
   }
 
-  const V2Limits& limits() const { return limits_; }
+  const V2Limits& limits() const { return service_.limits(); }
 
  private:
   // Finishes a call answered on the spot.
@@ -316,8 +300,7 @@ class GrpcServer::Impl final : public ServiceBase {
   static constexpr int kCallsRequested = 64;
 
   const GrpcServerOptions options_;
-  const GrpcModelSource models_;
-  const V2Limits limits_;
+  V2Service& service_;
   std::unique_ptr<ThreadPool> finisher_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> pollers_;
@@ -437,25 +420,23 @@ class InferCall {
     auto parsed = ParseGrpcInferRequest(request_, scheduler->config(), server_.limits());
     if (!parsed.ok()) return FinishWith(parsed.status());
 
-    auto infer = std::make_unique<InferRequest>();
-    infer->inputs = std::move(parsed->inputs);
     // The call's deadline is the request's: one that passes in the queue is never run.
+    std::optional<Clock::time_point> deadline;
     const auto remaining = context_.deadline() - std::chrono::system_clock::now();
     if (remaining < std::chrono::hours(24 * 365)) {
-      infer->deadline =
-          Clock::Real().Now() + std::chrono::duration_cast<Clock::duration>(remaining);
+      deadline = Clock::Real().Now() + std::chrono::duration_cast<Clock::duration>(remaining);
     }
-    auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
     // The answer is encoded and sent on the finisher thread, never on the model's worker.
-    infer->done = [this, scheduler, meta](InferResponse&& result) {
-      server_.Finish([this, scheduler, meta, result = std::move(result)] {
+    V2Done done = [this, scheduler](std::shared_ptr<const V2InferRequest> meta,
+                                    InferResponse&& result) {
+      server_.Finish([this, scheduler, meta = std::move(meta), result = std::move(result)] {
         if (!result.status.ok()) return FinishWith(result.status);
         Status encoded =
             EncodeGrpcInferResponse(scheduler->config(), *meta, result.outputs, &response_);
         FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
       });
     };
-    auto id = scheduler->Submit(std::move(infer));
+    auto id = V2Service::Submit(scheduler, std::move(*parsed), deadline, std::move(done));
     if (!id.ok()) return FinishWith(id.status());
     bool cancelled;
     {
@@ -503,8 +484,8 @@ void GrpcServer::Impl::Poll(grpc::ServerCompletionQueue* cq) {
   }
 }
 
-GrpcServer::GrpcServer(GrpcServerOptions options, GrpcModelSource models, V2Limits limits)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(models), limits)) {}
+GrpcServer::GrpcServer(GrpcServerOptions options, V2Service& service)
+    : impl_(std::make_unique<Impl>(std::move(options), service)) {}
 
 GrpcServer::~GrpcServer() { impl_->Shutdown(Clock::duration::zero()); }
 

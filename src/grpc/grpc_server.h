@@ -1,9 +1,10 @@
-// The KServe v2 gRPC service (inference.GRPCInferenceService) over the same engine as the REST
-// routes; no thread waits on a request. ModelInfer runs on gRPC's asynchronous API: a completion
-// queue's thread decodes the message, submits it to the model's scheduler and returns; the
-// scheduler's completion fills the response and finishes the call. The other RPCs run on the
-// callback API. A call the client cancels (or whose deadline passes) cancels its queued
-// request, as a disconnect does over HTTP; the call's deadline is the request's deadline.
+// The KServe v2 gRPC service (inference.GRPCInferenceService): the gRPC front of the v2 service
+// (service/v2_service.h) that the REST routes also call; no thread waits on a request. ModelInfer
+// runs on gRPC's asynchronous API: a completion queue's thread decodes the message, submits it to
+// the model's scheduler and returns; the scheduler's completion fills the response and finishes the
+// call. The other RPCs run on the callback API. A call the client cancels (or whose deadline
+// passes) cancels its queued request, as a disconnect does over HTTP; the call's deadline is the
+// request's deadline.
 //
 // Status codes follow the REST mapping: INVALID_ARGUMENT (400), NOT_FOUND (404),
 // RESOURCE_EXHAUSTED (413), UNAVAILABLE with a "retry-after" trailer (503), DEADLINE_EXCEEDED
@@ -11,13 +12,11 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
-#include "codec/v2_codec.h"
 #include "common/clock.h"
-#include "engine/engine.h"
+#include "service/v2_service.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -39,19 +38,11 @@ struct GrpcServerOptions {
   size_t memory_budget_bytes = 0;
 };
 
-// What the service needs from the rest of the server.
-struct GrpcModelSource {
-  Engine* engine = nullptr;
-  // Why a model of the repository failed to load; empty when it did not fail.
-  std::function<std::string(const std::string& model)> load_error;
-  // Whether every model of the repository loaded (ServerReady).
-  std::function<bool()> ready;
-};
-
 // Thread-safe. Start() once; Shutdown() once, from any thread.
 class GrpcServer {
  public:
-  GrpcServer(GrpcServerOptions options, GrpcModelSource models, V2Limits limits = {});
+  // `service` outlives the server.
+  GrpcServer(GrpcServerOptions options, V2Service& service);
   ~GrpcServer();  // Shutdown() with no grace.
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;

@@ -56,7 +56,7 @@ std::vector<std::string> ModelLocations::LanguageModels() const {
   return {};
 }
 
-RepositoryHandlers::RepositoryHandlers(Engine& engine, V2Handlers& v2, PredictHandlers& predict,
+RepositoryHandlers::RepositoryHandlers(Engine& engine, V2Service& v2, PredictHandlers& predict,
                                        ThreadPool& control_pool, RepositoryOptions options)
     : engine_(engine),
       v2_(v2),

@@ -15,7 +15,7 @@
 #include "engine/engine.h"
 #include "server/predict_handlers.h"
 #include "server/router.h"
-#include "server/v2_handlers.h"
+#include "service/v2_service.h"
 
 namespace sluice {
 
@@ -43,7 +43,7 @@ struct RepositoryOptions {
 // never on an I/O thread; a full pool answers 503.
 class RepositoryHandlers {
  public:
-  RepositoryHandlers(Engine& engine, V2Handlers& v2, PredictHandlers& predict,
+  RepositoryHandlers(Engine& engine, V2Service& v2, PredictHandlers& predict,
                      ThreadPool& control_pool, RepositoryOptions options);
 
   // Loads `name` from the repository (reloading it when already loaded) and records the outcome
@@ -62,7 +62,7 @@ class RepositoryHandlers {
                Responder respond);
 
   Engine& engine_;
-  V2Handlers& v2_;
+  V2Service& v2_;
   PredictHandlers& predict_;
   ThreadPool& control_pool_;
   const RepositoryOptions options_;

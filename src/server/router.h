@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/constant_time.h"
 #include "common/memory_budget.h"
 #include "common/mutex.h"
 #include "metrics/trace.h"
@@ -48,10 +49,6 @@ struct HttpRequest {
   // the rest. Touched only on the connection's strand.
   std::shared_ptr<RequestTrace> trace;
 };
-
-// Equal strings, in time that depends only on the lengths (not on where they differ): for API
-// keys.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 // 503 for a request that does not fit in the server's memory budget, naming what was asked and
 // what is in use.

@@ -42,29 +42,8 @@ void WriteHistogram(JsonWriter& json, std::string_view key, const HistogramSnaps
 
 }  // namespace
 
-V2Handlers::V2Handlers(Engine& engine, std::function<HttpStats()> http_stats, V2Limits limits)
-    : engine_(engine), http_stats_(std::move(http_stats)), limits_(limits) {}
-
-void V2Handlers::SetLoadError(const std::string& model, std::string error) {
-  MutexLock lock(mu_);
-  load_errors_[model] = std::move(error);
-}
-
-void V2Handlers::ClearLoadError(const std::string& model) {
-  MutexLock lock(mu_);
-  load_errors_.erase(model);
-}
-
-std::string V2Handlers::LoadError(const std::string& model) const {
-  MutexLock lock(mu_);
-  auto it = load_errors_.find(model);
-  return it == load_errors_.end() ? "" : it->second;
-}
-
-bool V2Handlers::HasLoadErrors() const {
-  MutexLock lock(mu_);
-  return !load_errors_.empty();
-}
+V2Handlers::V2Handlers(V2Service& service, std::function<HttpStats()> http_stats)
+    : service_(service), http_stats_(std::move(http_stats)) {}
 
 void V2Handlers::AddRoutes(Router& router) {
   auto bind = [this](auto method) {
@@ -95,8 +74,10 @@ void V2Handlers::AddRoutes(Router& router) {
 
 void V2Handlers::ServerMetadata(const HttpRequest&, const PathParams&, Responder respond) {
   JsonWriter json;
-  json.BeginObject().Field("name", "sluice").Field("version", kServerVersion);
-  json.Key("extensions").BeginArray().String("binary_tensor_data").EndArray().EndObject();
+  json.BeginObject().Field("name", kServerName).Field("version", kServerVersion);
+  json.Key("extensions").BeginArray();
+  for (std::string_view extension : kServerExtensions) json.String(extension);
+  json.EndArray().EndObject();
   respond(HttpResponse::Json(200, json.str()));
 }
 
@@ -105,30 +86,8 @@ void V2Handlers::Live(const HttpRequest&, const PathParams&, Responder respond) 
 }
 
 void V2Handlers::Ready(const HttpRequest&, const PathParams&, Responder respond) {
-  const bool ready = IsReady();
+  const bool ready = service_.IsReady();
   respond(HttpResponse::Json(ready ? 200 : 503, fmt::format("{{\"ready\":{}}}", ready)));
-}
-
-Result<std::shared_ptr<ModelScheduler>> V2Handlers::FindModel(const PathParams& params) const {
-  std::string_view name = params.Get("model");
-  if (!IsValidModelName(name)) {
-    return Status::InvalidArgument(
-        fmt::format("invalid model name {}: use letters, digits, '_', '.', '-'", JsonQuote(name)));
-  }
-  std::string_view version = params.Get("version");
-  if (!version.empty() && version != "1") {
-    return Status::NotFound(fmt::format("model '{}' has no version {}", name, JsonQuote(version)));
-  }
-  std::shared_ptr<ModelScheduler> scheduler = engine_.Find(std::string(name));
-  if (!scheduler) {
-    MutexLock lock(mu_);
-    auto it = load_errors_.find(std::string(name));
-    if (it != load_errors_.end()) {
-      return Status::Unavailable(fmt::format("model '{}' failed to load: {}", name, it->second));
-    }
-    return Status::NotFound(fmt::format("unknown model '{}'", name));
-  }
-  return scheduler;
 }
 
 void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Responder respond) {
@@ -139,8 +98,8 @@ void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Res
   }
   const ModelConfig& config = (*model)->config();
   JsonWriter json;
-  json.BeginObject().Field("name", config.name).Key("versions").BeginArray().String("1").EndArray();
-  json.Field("platform", "pytorch_libtorch");
+  json.BeginObject().Field("name", config.name).Key("versions").BeginArray();
+  json.String(kModelVersion).EndArray().Field("platform", kModelPlatform);
   WriteTensorSpecs(json, "inputs", config.inputs);
   WriteTensorSpecs(json, "outputs", config.outputs);
   json.EndObject();
@@ -177,10 +136,10 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
     } else {
       std::string_view body = request.body;
       parsed = ParseV2InferRequest(body.substr(0, header_size), body.substr(header_size), config,
-                                   limits_);
+                                   service_.limits());
     }
   } else {
-    parsed = ParseV2InferRequest(request.body, {}, config, limits_);
+    parsed = ParseV2InferRequest(request.body, {}, config, service_.limits());
   }
   if (!parsed.ok()) {
     respond(HttpResponse::Error(parsed.status()));
@@ -194,18 +153,17 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
     return;
   }
 
-  auto infer = std::make_unique<InferRequest>();
-  infer->inputs = std::move(parsed->inputs);
-  auto meta = std::make_shared<V2InferRequest>(std::move(*parsed));
   std::shared_ptr<ModelScheduler> scheduler = *model;
   const Clock::time_point received = request.received;
   // The engine calls back on a worker thread: encoding moves to the connection's strand, so model
   // instances never wait on JSON.
   // The request's memory stays counted until its answer is encoded.
-  infer->done = [scheduler, meta, received, post = request.post, respond, memory = request.memory,
-                 trace = request.trace](InferResponse&& response) mutable {
-    post([scheduler, meta, received, respond = std::move(respond), memory = std::move(memory),
-          trace = std::move(trace), response = std::move(response)]() mutable {
+  V2Done done = [scheduler, received, post = request.post, respond, memory = request.memory,
+                 trace = request.trace](std::shared_ptr<const V2InferRequest> meta,
+                                        InferResponse&& response) mutable {
+    post([scheduler, meta = std::move(meta), received, respond = std::move(respond),
+          memory = std::move(memory), trace = std::move(trace),
+          response = std::move(response)]() mutable {
       if (trace) trace->SetEngineTimes(response);
       if (!response.status.ok()) {
         respond(HttpResponse::Error(response.status));
@@ -236,7 +194,7 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
       respond(std::move(http));
     });
   };
-  auto id = scheduler->Submit(std::move(infer));
+  auto id = V2Service::Submit(scheduler, std::move(*parsed), std::nullopt, std::move(done));
   if (!id.ok()) {
     respond(HttpResponse::Error(id.status()));
     return;
@@ -298,8 +256,9 @@ void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Respon
 
 void V2Handlers::Metrics(const HttpRequest&, const PathParams&, Responder respond) {
   std::vector<std::pair<std::string, ModelStatsSnapshot>> models;
-  for (const std::string& name : engine_.ModelNames()) {
-    if (auto scheduler = engine_.Find(name)) models.emplace_back(name, scheduler->stats());
+  Engine& engine = service_.engine();
+  for (const std::string& name : engine.ModelNames()) {
+    if (auto scheduler = engine.Find(name)) models.emplace_back(name, scheduler->stats());
   }
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4";

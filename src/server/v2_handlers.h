@@ -1,46 +1,29 @@
-// The handlers behind Sluice's routes: KServe v2 (health, metadata, infer), per-model stats and
-// Prometheus metrics. Each is a named member function; AddRoutes() puts them in the route table.
+// The handlers behind Sluice's routes: KServe v2 (health, metadata, infer) over the v2 service,
+// per-model stats and Prometheus metrics. Each is a named member function; AddRoutes() puts them
+// in the route table.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "codec/v2_codec.h"
-#include "common/mutex.h"
 #include "engine/engine.h"
 #include "metrics/prometheus.h"
 #include "server/router.h"
+#include "service/v2_service.h"
 
 namespace sluice {
 
-// The version ServerMetadata reports, over REST and gRPC.
-inline constexpr std::string_view kServerVersion = "0.1.0";
-
-// Thread-safe.
+// Thread-safe. The REST front of the v2 service (service/v2_service.h): JSON (and the binary
+// extension's bytes) in and out.
 class V2Handlers {
  public:
   // `http_stats` reads the server's counters for /metrics.
-  V2Handlers(Engine& engine, std::function<HttpStats()> http_stats, V2Limits limits = {});
-
-  // Records why a model of the repository failed to load, so its metadata can say so.
-  void SetLoadError(const std::string& model, std::string error);
-  // Forgets a model's load error (it has loaded since).
-  void ClearLoadError(const std::string& model);
-  // The recorded load error of `model`; empty when none.
-  std::string LoadError(const std::string& model) const;
+  V2Handlers(V2Service& service, std::function<HttpStats()> http_stats);
 
   void AddRoutes(Router& router);
-  // Whether some model of the repository failed to load (the server is then not ready).
-  bool HasLoadErrors() const;
-  // From now on the server is not ready (it is shutting down), whatever its models.
-  void SetShuttingDown() { shutting_down_.store(true); }
-  // Ready: every model of the repository loaded, and not shutting down.
-  bool IsReady() const { return !shutting_down_.load() && !HasLoadErrors(); }
 
   // More series for /metrics (the language models', gRPC's), appended after the engine's in the
   // order added. Call before the servers start.
@@ -59,15 +42,13 @@ class V2Handlers {
 
  private:
   // The scheduler of the model named in `params` (and version, when given), or the error.
-  Result<std::shared_ptr<ModelScheduler>> FindModel(const PathParams& params) const;
+  Result<std::shared_ptr<ModelScheduler>> FindModel(const PathParams& params) const {
+    return service_.FindModel(params.Get("model"), params.Get("version"));
+  }
 
-  Engine& engine_;
+  V2Service& service_;
   std::function<HttpStats()> http_stats_;
   std::vector<std::function<std::string()>> extra_metrics_;
-  const V2Limits limits_;
-  mutable Mutex mu_;
-  std::map<std::string, std::string> load_errors_ GUARDED_BY(mu_);
-  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace sluice

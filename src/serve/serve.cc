@@ -1,5 +1,5 @@
 // The serve command's lifecycle: signals, model loading, HTTP, graceful shutdown.
-#include "server/serve.h"
+#include "serve/serve.h"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -18,6 +18,7 @@
 #include "server/predict_handlers.h"
 #include "server/repository_handlers.h"
 #include "server/v2_handlers.h"
+#include "service/v2_service.h"
 
 namespace sluice {
 namespace {
@@ -129,18 +130,19 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
 
   Engine engine(loader);
   HttpServer* server_ptr = nullptr;
-  V2Handlers handlers(engine,
+  V2Service service(engine);
+  V2Handlers handlers(service,
                       [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; });
   auto decode_pool = std::make_unique<ThreadPool>(options.decode_threads, 4096);
   PredictHandlers predict(engine, *decode_pool, options.predict_model);
   // One thread: loads and unloads run one at a time, in the order asked.
   auto control_pool = std::make_unique<ThreadPool>(1, 16);
-  RepositoryHandlers repository_handlers(engine, handlers, predict, *control_pool,
+  RepositoryHandlers repository_handlers(engine, service, predict, *control_pool,
                                          {*locations, options.model_control});
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
-      handlers.SetLoadError(name, status.message());
+      service.SetLoadError(name, status.message());
     }
   }
 
@@ -160,11 +162,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     grpc_options.memory_budget_bytes = options.http.memory_budget_bytes > 0
                                            ? options.http.memory_budget_bytes
                                            : MemoryBudget::DefaultLimit();
-    GrpcModelSource source;
-    source.engine = &engine;
-    source.load_error = [&handlers](const std::string& model) { return handlers.LoadError(model); };
-    source.ready = [&handlers] { return handlers.IsReady(); };
-    grpc = std::make_unique<GrpcServer>(std::move(grpc_options), std::move(source));
+    grpc = std::make_unique<GrpcServer>(std::move(grpc_options), service);
     SLUICE_RETURN_IF_ERROR(grpc->Start());
     handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
     fmt::print("Sluice gRPC listening on {}:{}\n", options.http.host, grpc->port());
@@ -187,7 +185,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   std::fflush(stdout);
 
   const int signal = WaitForSignal(std::nullopt);
-  handlers.SetShuttingDown();
+  service.SetShuttingDown();
   if (options.drain_delay.count() > 0) {
     // Readiness fails first, while requests are still answered: Kubernetes removes the pod from
     // its endpoints (and a load balancer's health check marks it down) asynchronously.
