@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <deque>
 
 namespace sluice::llm {
 
@@ -30,7 +31,8 @@ BlockPool::BlockPool(int blocks, int block_size)
       parent_(static_cast<size_t>(blocks), 0),
       tokens_(static_cast<size_t>(blocks)),
       where_(static_cast<size_t>(blocks)),
-      in_evictable_(static_cast<size_t>(blocks), false) {
+      in_evictable_(static_cast<size_t>(blocks), false),
+      released_(static_cast<size_t>(blocks), 0) {
   unused_.reserve(static_cast<size_t>(blocks));
   // Handed out lowest first.
   for (int id = blocks - 1; id >= 0; --id) unused_.push_back(id);
@@ -87,32 +89,55 @@ bool BlockPool::Allocate(int n, std::vector<int32_t>* out) {
 
 bool BlockPool::AllocateRun(int n, std::vector<int32_t>* out) {
   if (n <= 0) return true;
+  // Of the runs of n blocks no one holds, the one whose most recently cached block was released
+  // longest ago (a never-published block counts as released before all): the lowest run that
+  // evicts nothing where there is one, else the coldest run. (Taking the lowest run whatever it
+  // held evicted by block id, not by age: in a pool full of cached blocks, as a busy server's is,
+  // it threw out the prefix another conversation had cached a moment before.) A sliding maximum
+  // over the run's ages: `window` holds ids of the current run with strictly falling ages.
   const int total = blocks();
-  for (const bool evict : {false, true}) {
-    int run = 0;
-    for (int id = 0; id < total; ++id) {
-      const auto i = static_cast<size_t>(id);
-      const bool free = refs_[i] == 0 && (evict || !published_[i]);
-      run = free ? run + 1 : 0;
-      if (run < n) continue;
-      const int first = id - n + 1;
-      for (int b = first; b <= id; ++b) {
-        const auto j = static_cast<size_t>(b);
-        if (in_evictable_[j]) {
-          evictable_.erase(where_[j]);
-          in_evictable_[j] = false;
-          Unpublish(b);
-        }
-        refs_[j] = 1;
-        out->push_back(b);
-      }
-      unused_.erase(std::remove_if(unused_.begin(), unused_.end(),
-                                   [this](int32_t b) { return refs_[static_cast<size_t>(b)] > 0; }),
-                    unused_.end());
-      return true;
+  auto age = [this](int id) -> uint64_t {
+    const auto i = static_cast<size_t>(id);
+    return published_[i] ? released_[i] : 0;
+  };
+  int best_first = -1;
+  uint64_t best_age = 0;
+  std::deque<int> window;
+  int run = 0;
+  for (int id = 0; id < total; ++id) {
+    if (refs_[static_cast<size_t>(id)] != 0) {
+      run = 0;
+      window.clear();
+      continue;
+    }
+    ++run;
+    while (!window.empty() && age(window.back()) <= age(id)) window.pop_back();
+    window.push_back(id);
+    if (run < n) continue;
+    const int first = id - n + 1;
+    while (window.front() < first) window.pop_front();
+    const uint64_t newest = age(window.front());
+    if (best_first < 0 || newest < best_age) {
+      best_first = first;
+      best_age = newest;
+      if (best_age == 0) break;
     }
   }
-  return false;
+  if (best_first < 0) return false;
+  for (int b = best_first; b < best_first + n; ++b) {
+    const auto j = static_cast<size_t>(b);
+    if (in_evictable_[j]) {
+      evictable_.erase(where_[j]);
+      in_evictable_[j] = false;
+      Unpublish(b);
+    }
+    refs_[j] = 1;
+    out->push_back(b);
+  }
+  unused_.erase(std::remove_if(unused_.begin(), unused_.end(),
+                               [this](int32_t b) { return refs_[static_cast<size_t>(b)] > 0; }),
+                unused_.end());
+  return true;
 }
 
 uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens) {
@@ -144,6 +169,7 @@ void BlockPool::Release(const std::vector<int32_t>& ids) {
     if (published_[i]) {
       where_[i] = evictable_.insert(evictable_.end(), id);
       in_evictable_[i] = true;
+      released_[i] = ++releases_;
     } else {
       unused_.push_back(id);
     }
@@ -163,8 +189,8 @@ bool BlockPool::Consistent(std::string* why) const {
   for (const int32_t id : evictable_) {
     const auto i = static_cast<size_t>(id);
     if (refs_[i] != 0 || !published_[i] || !in_evictable_[i]) {
-      *why = fmt::format("evictable block {} has {} refs, published {}", id, refs_[i],
-                         published_[i]);
+      *why =
+          fmt::format("evictable block {} has {} refs, published {}", id, refs_[i], published_[i]);
       return false;
     }
     ++seen[i];

@@ -43,8 +43,9 @@ class BlockPool {
   // fewer than `n` are available.
   bool Allocate(int n, std::vector<int32_t>* out);
   // As Allocate(), but `n` blocks with consecutive ids (a sequence whose blocks are consecutive is
-  // read in place; else its rows are gathered every step): the lowest run of blocks no one holds,
-  // preferring runs that evict no cached block. False, and nothing taken, when there is none.
+  // read in place; else its rows are gathered every step): the lowest run of blocks no one holds
+  // that evicts no cached block, else the run whose most recently released cached block was
+  // released longest ago. False, and nothing taken, when there is none.
   bool AllocateRun(int n, std::vector<int32_t>* out);
   // Block `id` (held) now holds the full block `tokens` (block_size of them) after the block
   // hashed `parent`: later Match() calls can take it. Returns its hash (the next block's parent).
@@ -65,13 +66,15 @@ class BlockPool {
   const int block_size_;
   std::vector<int> refs_;
   std::vector<bool> published_;
-  std::vector<uint64_t> hash_, parent_;          // Of published blocks.
-  std::vector<std::vector<int32_t>> tokens_;     // Of published blocks.
+  std::vector<uint64_t> hash_, parent_;       // Of published blocks.
+  std::vector<std::vector<int32_t>> tokens_;  // Of published blocks.
   std::unordered_map<uint64_t, int32_t> by_hash_;
-  std::vector<int32_t> unused_;                  // Never published and held by no one.
-  std::list<int32_t> evictable_;                 // Published, held by no one; oldest first.
+  std::vector<int32_t> unused_;                      // Never published and held by no one.
+  std::list<int32_t> evictable_;                     // Published, held by no one; oldest first.
   std::vector<std::list<int32_t>::iterator> where_;  // A block's place in evictable_.
   std::vector<bool> in_evictable_;
+  std::vector<uint64_t> released_;  // When each evictable block was last released (releases_).
+  uint64_t releases_ = 0;
 };
 
 }  // namespace sluice::llm

@@ -107,6 +107,32 @@ TEST(BlockPoolTest, RunsAreConsecutiveAndEvictOnlyWhenTheyMust) {
   EXPECT_TRUE(pool.Consistent(&why)) << why;
 }
 
+// In a pool whose free blocks are all cached (a busy server's steady state), a run evicts the
+// blocks released longest ago, not the lowest ids: a prefix cached a moment before survives.
+TEST(BlockPoolTest, AFullPoolsRunEvictsTheColdestBlocks) {
+  BlockPool pool(6, kB);
+  std::vector<int32_t> all;
+  ASSERT_TRUE(pool.Allocate(6, &all));  // 0-5.
+  for (int32_t id : all) {
+    pool.Publish(id, BlockPool::kRootHash, Tokens({id, id, id, id}).data());
+  }
+  // Released oldest first at the high ids; then 4 is used again and released: the newest.
+  pool.Release({4, 5});
+  pool.Release({2, 3});
+  pool.Release({0, 1});
+  ASSERT_EQ(pool.Match(Tokens({4, 4, 4, 4}), 1), std::vector<int32_t>{4});
+  pool.Release({4});
+  std::vector<int32_t> run;
+  ASSERT_TRUE(pool.AllocateRun(2, &run));
+  EXPECT_EQ(run, (std::vector<int32_t>{2, 3})) << "the pair released longest ago";
+  EXPECT_EQ(pool.Match(Tokens({0, 0, 0, 0}), 1), std::vector<int32_t>{0}) << "0 stays cached";
+  std::vector<int32_t> second;
+  ASSERT_TRUE(pool.AllocateRun(2, &second));
+  EXPECT_EQ(second, (std::vector<int32_t>{4, 5})) << "the only free pair left";
+  std::string why;
+  EXPECT_TRUE(pool.Consistent(&why)) << why;
+}
+
 TEST(BlockPoolTest, ASecondCopyOfAPublishedBlockStaysUnpublished) {
   BlockPool pool(2, kB);
   std::vector<int32_t> a, b;
@@ -141,7 +167,7 @@ TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
     std::vector<int32_t> tokens;  // Written to the cache so far.
     std::vector<int32_t> ids;     // Its block table.
     uint64_t parent = BlockPool::kRootHash;
-    int published = 0;            // Full blocks published.
+    int published = 0;  // Full blocks published.
   };
   std::map<int, Seq> live;
   std::map<int32_t, std::vector<int32_t>> cache;  // Block -> the tokens written into it.
