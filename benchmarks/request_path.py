@@ -10,8 +10,14 @@ each round (A B, B A, ...), so drift falls on all alike. Also runs `sluice bench
 (batch 1) for the in-process p50 the 1-connection p50 is held against. Every process started is
 stopped by its PID.
 
+With --stages, instead: where a request's time goes, from the server's own trace (`sluice serve
+--trace`, a fifth of the requests sampled): the mean of each stage (read, decode, queue, batch,
+compute, respond, encode, write) at 1, 8 and 64 connections, and the rest of wrk's round trip
+(the client, the kernel, and the hand-offs the stages do not cover), each level on a fresh server.
+
 Usage: benchmarks/request_path.py [--sluice build/sluice] [--baseline-sluice PATH]
            [--models models] [--test-models build/test-models] [--seconds 5] [--rounds 2]
+           [--stages]
 """
 import argparse
 import base64
@@ -84,6 +90,42 @@ class Process:
                 self.process.wait()
 
 
+STAGES = ["read", "decode", "queue", "batch", "compute", "respond", "encode", "handle", "write"]
+
+
+def stages(args, servers, repository, predict_lua, work, log):
+    """Per server and connection level: the mean of each traced stage, in ms."""
+    print("| server | connections | requests/s | round trip | " + " | ".join(STAGES) +
+          " | untraced |")
+    print("|---" * (len(STAGES) + 5) + "|")
+    for connections in (1, 8, 64):
+        for name, binary in servers.items():
+            trace = os.path.join(work, f"{name}-{connections}.json")
+            port = free_port()
+            server = Process([binary, "serve", "--model-repository", repository, "--port",
+                              str(port), "--trace", trace, "--trace-sample-rate", "0.2"], log,
+                             f"http://127.0.0.1:{port}/v2/health/ready")
+            try:
+                rps, _, _, _ = wrk(f"http://127.0.0.1:{port}/predict", predict_lua, connections,
+                                   args.seconds)
+            finally:
+                server.stop()
+            with open(trace) as f:
+                events = json.load(f)
+            events = events["traceEvents"] if isinstance(events, dict) else events
+            sums, requests = {}, 0
+            for event in events:
+                if event.get("cat") == "request" and event["name"] == "POST /predict":
+                    requests += 1
+                elif event.get("cat") == "stage":
+                    sums[event["name"]] = sums.get(event["name"], 0.0) + event["dur"]
+            means = {stage: sums.get(stage, 0.0) / max(requests, 1) / 1000 for stage in STAGES}
+            round_trip = connections / rps * 1000
+            print(f"| {name} | {connections} | {rps:,.0f} | {round_trip:.3f} | " +
+                  " | ".join(f"{means[stage]:.3f}" for stage in STAGES) +
+                  f" | {round_trip - sum(means.values()):.3f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,6 +135,8 @@ def main():
     parser.add_argument("--test-models", default="build/test-models")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--stages", action="store_true",
+                        help="where a request's time goes, from the server's trace")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
@@ -171,6 +215,8 @@ http {{
         print(f"in-process fashion_mnist, batch 1, one request in flight: p50 "
               f"{float(p50.group(1)) * 1000:.3f} ms")
 
+        if args.stages:
+            return stages(args, servers, repository, predict_lua, work, log)
         results = {}
         levels = [("predict", 1), ("predict", 8), ("predict", 64), ("v2", 64)]
         for round_index in range(args.rounds):
