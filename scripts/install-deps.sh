@@ -23,8 +23,9 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # HTTP/2 framing for the gRPC benchmark's lean client.
   libnghttp2-dev
-  # Tests and benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev wrk
+  # Tests and benchmarks; nginx-light answers the fixed response the request-path benchmark
+  # holds Sluice's HTTP front against (benchmarks/request_path.py starts its own, on loopback).
+  libgtest-dev libgmock-dev libbenchmark-dev wrk nginx-light
   # Fuzzing (libFuzzer) and the thread-safety analysis: clang and its runtime libraries.
   clang libclang-rt-dev
   # The Fashion-MNIST data set the fashion_mnist model is trained and calibrated on.
