@@ -250,9 +250,8 @@ http {{
             print(f"{name}: identity v2 / nginx {ours / theirs:.2f}; /predict 8 / 64 connections "
                   f"{eight / sixty_four:.2f}")
     finally:
-        for p in processes:
-            p.stop(signal.SIGQUIT if p is processes[-1] and len(processes) > len(servers) else
-                   signal.SIGTERM)
+        for p in processes:  # nginx ends its workers on SIGQUIT after their requests.
+            p.stop(signal.SIGQUIT if p.process.args[0].endswith("nginx") else signal.SIGTERM)
         log.close()
         shutil.rmtree(work, ignore_errors=True)
 
