@@ -13,7 +13,8 @@ stopped by its PID.
 With --stages, instead: where a request's time goes, from the server's own trace (`sluice serve
 --trace`, a fifth of the requests sampled): the mean of each stage (read, decode, queue, batch,
 compute, respond, encode, write) at 1, 8 and 64 connections, and the rest of wrk's round trip
-(the client, the kernel, and the hand-offs the stages do not cover), each level on a fresh server.
+(the client, the kernel, and the hand-offs the stages do not cover), and the thread hand-offs per
+request from the server's counters (/metrics), each level on a fresh server.
 
 Usage: benchmarks/request_path.py [--sluice build/sluice] [--baseline-sluice PATH]
            [--models models] [--test-models build/test-models] [--seconds 5] [--rounds 2]
@@ -93,11 +94,29 @@ class Process:
 STAGES = ["read", "decode", "queue", "batch", "compute", "respond", "encode", "handle", "write"]
 
 
+# The server's counters of thread hand-offs (/metrics): an instance woken, a decode thread woken,
+# work posted to a connection's I/O thread.
+HAND_OFFS = {"instance wake-ups": "sluice_instance_wakeups_total",
+             "decode wake-ups": "sluice_decode_pool_wakeups_total",
+             "I/O hand-offs": "sluice_http_handoffs_total"}
+
+
+def hand_offs(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+
+    def total(name, label=""):
+        return sum(float(m.group(1)) for m in re.finditer(
+            rf"^{name}(?:{{[^}}]*{label}[^}}]*}})? ([\d.e+]+)$", text, re.M))
+    counts = {key: total(name) for key, name in HAND_OFFS.items()}
+    counts["requests"] = total("sluice_requests_total", 'outcome="ok"')
+    return counts
+
+
 def stages(args, servers, repository, predict_lua, work, log):
     """Per server and connection level: the mean of each traced stage, in ms."""
     print("| server | connections | requests/s | round trip | " + " | ".join(STAGES) +
-          " | untraced |")
-    print("|---" * (len(STAGES) + 5) + "|")
+          " | untraced | " + " | ".join(f"{key} / request" for key in HAND_OFFS) + " |")
+    print("|---" * (len(STAGES) + 5 + len(HAND_OFFS)) + "|")
     for connections in (1, 8, 64):
         for name, binary in servers.items():
             trace = os.path.join(work, f"{name}-{connections}.json")
@@ -106,10 +125,14 @@ def stages(args, servers, repository, predict_lua, work, log):
                               str(port), "--trace", trace, "--trace-sample-rate", "0.2"], log,
                              f"http://127.0.0.1:{port}/v2/health/ready")
             try:
+                before = hand_offs(port)
                 rps, _, _, _ = wrk(f"http://127.0.0.1:{port}/predict", predict_lua, connections,
                                    args.seconds)
+                after = hand_offs(port)
             finally:
                 server.stop()
+            answered = max(after["requests"] - before["requests"], 1)
+            per_request = {key: (after[key] - before[key]) / answered for key in HAND_OFFS}
             with open(trace) as f:
                 events = json.load(f)
             events = events["traceEvents"] if isinstance(events, dict) else events
@@ -123,7 +146,8 @@ def stages(args, servers, repository, predict_lua, work, log):
             round_trip = connections / rps * 1000
             print(f"| {name} | {connections} | {rps:,.0f} | {round_trip:.3f} | " +
                   " | ".join(f"{means[stage]:.3f}" for stage in STAGES) +
-                  f" | {round_trip - sum(means.values()):.3f} |")
+                  f" | {round_trip - sum(means.values()):.3f} | " +
+                  " | ".join(f"{per_request[key]:.2f}" for key in HAND_OFFS) + " |")
 
 
 def main():

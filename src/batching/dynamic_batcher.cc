@@ -96,6 +96,7 @@ BatcherPoll DynamicBatcher::WaitForBatch() {
     // towards the drain rate.
     ++waiting_instances_;
     clock_.WaitUntil(work_cv_, lock, poll.wake_at);
+    ++instance_wakeups_;
     AgeCompanyLocked(clock_.Now());
     --waiting_instances_;
   }
@@ -147,6 +148,11 @@ int64_t DynamicBatcher::queued_samples() const {
 int64_t DynamicBatcher::target_batch_size() const {
   MutexLock lock(mu_);
   return TargetSizeLocked();
+}
+
+int64_t DynamicBatcher::instance_wakeups() const {
+  MutexLock lock(mu_);
+  return instance_wakeups_;
 }
 
 double DynamicBatcher::company_rate() const {

@@ -147,6 +147,9 @@ class DynamicBatcher {
   // Observed queue waits over the cost model's predictions, smoothed: the factor those are
   // scaled by.
   double wait_calibration() const;
+  // Times an instance waiting in WaitForBatch() was woken (by work, a timeout, or the wake-up of
+  // another): the thread hand-offs a request's path costs at the model, against the requests run.
+  int64_t instance_wakeups() const;
 
   // The adaptive policy waits only when the expected company lowers the cost per sample by this
   // fraction at least.
@@ -234,6 +237,7 @@ class DynamicBatcher {
   double drained_samples_ GUARDED_BY(mu_) = 0;
   double backlog_seconds_ GUARDED_BY(mu_) = 0;
   int waiting_instances_ GUARDED_BY(mu_) = 0;  // In WaitForBatch(), waiting.
+  int64_t instance_wakeups_ GUARDED_BY(mu_) = 0;
   Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };
 

@@ -271,6 +271,23 @@ TEST_F(BatcherTest, WaitingInstanceWakesWhenTheBatchFills) {
   EXPECT_EQ(waiter.get().batch.samples, 2);
 }
 
+// Each time a waiting instance is woken counts: the hand-offs a request's path costs at the model.
+TEST_F(BatcherTest, CountsTheWakeUpsOfWaitingInstances) {
+  Make(Options(2, Micros(1'000'000)));
+  EXPECT_EQ(batcher_->instance_wakeups(), 0);
+  Add(1);
+  Add(2);
+  auto full = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  EXPECT_EQ(full.get().batch.samples, 2);
+  EXPECT_EQ(batcher_->instance_wakeups(), 0) << "a full batch is taken without waiting";
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  EXPECT_EQ(waiter.wait_for(milliseconds(20)), std::future_status::timeout);
+  Add(3);
+  Add(4);
+  EXPECT_EQ(waiter.get().batch.samples, 2);
+  EXPECT_GE(batcher_->instance_wakeups(), 1);
+}
+
 TEST_F(BatcherTest, ExpiryTimerReturnsExpiredRequestsWithoutAnInstance) {
   Make(Options(8, Micros(1'000'000)));
   auto timer = std::async(std::launch::async, [&] { return batcher_->WaitForExpiry(); });

@@ -1,6 +1,8 @@
 // Tests for status, tensor, clock, JSON writing and the blocking queue.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -8,6 +10,7 @@
 #include "common/blocking_queue.h"
 #include "common/clock.h"
 #include "common/json_writer.h"
+#include "common/thread_pool.h"
 #include "sluice/status.h"
 #include "sluice/tensor.h"
 
@@ -170,6 +173,25 @@ TEST(BlockingQueueTest, ManyProducersAndConsumersLoseNothing) {
   q.Close();
   for (auto& t : consumers) t.join();
   EXPECT_EQ(sum.load(), 3LL * kPerProducer * (kPerProducer + 1) / 2);
+}
+
+// A task handed to an idle pool wakes one of its threads, and the pool counts it; every task runs.
+TEST(ThreadPoolTest, RunsEveryTaskAndCountsItsWakeUps) {
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(1, 16);
+    // Until the thread has gone to wait, a submitted task may find it still starting.
+    while (pool.wakeups() == 0) {
+      ASSERT_TRUE(pool.TrySubmit([&ran] { ran.fetch_add(1); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const int before = ran.load();
+    EXPECT_GE(before, 1);
+    ASSERT_TRUE(pool.TrySubmit([&ran] { ran.fetch_add(1); }));
+    while (ran.load() == before) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(pool.wakeups(), 2);
+  }
+  EXPECT_GE(ran.load(), 2);
 }
 
 }  // namespace

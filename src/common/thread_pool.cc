@@ -28,12 +28,20 @@ bool ThreadPool::TrySubmit(std::function<void()> task) {
   return true;
 }
 
+int64_t ThreadPool::wakeups() const {
+  MutexLock lock(mu_);
+  return wakeups_;
+}
+
 void ThreadPool::Loop() {
   while (true) {
     std::function<void()> task;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && tasks_.empty()) cv_.Wait(lock);
+      while (!stopping_ && tasks_.empty()) {
+        cv_.Wait(lock);
+        ++wakeups_;
+      }
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());
       tasks_.pop_front();

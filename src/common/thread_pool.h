@@ -22,15 +22,18 @@ class ThreadPool {
 
   // Queues `task`; false (and `task` dropped unrun) when the queue is full or the pool stopping.
   bool TrySubmit(std::function<void()> task);
+  // Times a thread waiting for a task was woken: the hand-offs to the pool.
+  int64_t wakeups() const;
 
  private:
   void Loop();
 
   const size_t max_queued_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
+  int64_t wakeups_ GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -212,6 +212,7 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   s.adaptive_batching = o.policy == BatchingPolicy::kAdaptive;
   s.target_batch_size = static_cast<int>(batcher_.target_batch_size());
   s.company_rate = batcher_.company_rate();
+  s.instance_wakeups = batcher_.instance_wakeups();
   s.drain_rate = batcher_.drain_rate();
   s.wait_calibration = batcher_.wait_calibration();
   s.intake_seconds = batcher_.intake_seconds();

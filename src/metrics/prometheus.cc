@@ -92,6 +92,10 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
        "Time instances spent running batches, summed over instances; divide its rate by "
        "sluice_instances for the busy ratio.",
        [](const ModelStatsSnapshot& s) { return s.busy_seconds; }},
+      {"sluice_instance_wakeups_total", "counter",
+       "Times an instance waiting for work was woken: thread hand-offs at the model; against "
+       "sluice_batches_total, the wake-ups that found nothing to run.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instance_wakeups); }},
       {"sluice_instances", "gauge", "Model instances (workers).",
        [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instances); }},
       {"sluice_batch_target_size", "gauge",
@@ -164,6 +168,10 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
   w.Family("sluice_memory_budget_refusals_total", "counter",
            "Requests answered 503 because the memory budget could not hold them.");
   w.Sample("sluice_memory_budget_refusals_total", "", static_cast<double>(http.memory_refusals));
+  w.Family("sluice_http_handoffs_total", "counter",
+           "Work handed to a connection's I/O thread from another thread (a model's answer to "
+           "encode and write): a thread hand-off each.");
+  w.Sample("sluice_http_handoffs_total", "", static_cast<double>(http.handoffs));
   w.Family("sluice_http_request_seconds", "histogram",
            "Time from a request fully read to its response handed to the socket.");
   w.Histogram("sluice_http_request_seconds", "", http.request_seconds);

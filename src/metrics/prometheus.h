@@ -16,10 +16,13 @@ struct HttpStats {
   std::vector<std::pair<int, int64_t>> responses_by_status;  // (HTTP status, responses).
   int64_t open_connections = 0;
   int64_t accepted_connections = 0;
-  int64_t refused_connections = 0;    // Over the connection limit.
-  int64_t memory_budget_bytes = 0;    // The server's memory budget for requests in flight.
-  int64_t memory_in_use_bytes = 0;    // What requests in flight hold of it.
-  int64_t memory_refusals = 0;        // Requests answered 503 for want of it.
+  int64_t refused_connections = 0;  // Over the connection limit.
+  int64_t memory_budget_bytes = 0;  // The server's memory budget for requests in flight.
+  int64_t memory_in_use_bytes = 0;  // What requests in flight hold of it.
+  int64_t memory_refusals = 0;      // Requests answered 503 for want of it.
+  // Work handed to a connection's I/O thread from another thread (a model's answer, a decoded
+  // image's refusal): a thread hand-off each.
+  int64_t handoffs = 0;
   HistogramSnapshot request_seconds;  // Request fully read -> response handed to the socket.
 };
 

@@ -14,6 +14,7 @@
 
 #include "config/model_config.h"
 #include "llm/llm_config.h"
+#include "metrics/prometheus.h"
 #include "server/openai_handlers.h"
 #include "server/predict_handlers.h"
 #include "server/repository_handlers.h"
@@ -150,6 +151,14 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   handlers.AddRoutes(router);
   openai.AddRoutes(router);
   if (!openai.empty()) handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
+  // The HTTP server, the only reader of /metrics, stops before the pool goes.
+  handlers.AddExtraMetrics([pool = decode_pool.get()] {
+    PrometheusWriter w;
+    w.Family("sluice_decode_pool_wakeups_total", "counter",
+             "Times an image-decode thread waiting for work was woken: a thread hand-off each.");
+    w.Sample("sluice_decode_pool_wakeups_total", "", static_cast<double>(pool->wakeups()));
+    return w.text();
+  });
   predict.AddRoutes(router);
   repository_handlers.AddRoutes(router);
   std::unique_ptr<GrpcServer> grpc;

@@ -90,6 +90,7 @@ class HttpServer::Impl {
   bool keep_alive_allowed() const { return !draining_.load() && !no_keep_alive_.load(); }
   void CloseConnectionsAfterResponses() { no_keep_alive_.store(true); }
   void RequestStarted() { inflight_.fetch_add(1); }
+  void HandedOff() { handoffs_.fetch_add(1, std::memory_order_relaxed); }
   void RequestFinished(int status, Clock::time_point received) {
     if (status >= 100 && status < 600) responses_[static_cast<size_t>(status)].fetch_add(1);
     request_seconds_.Observe(SecondsBetween(received, Clock::Real().Now()));
@@ -122,6 +123,7 @@ class HttpServer::Impl {
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> accepted_connections_{0};
+  std::atomic<int64_t> handoffs_{0};  // request.post calls: work handed to an I/O thread.
   std::atomic<int64_t> refused_connections_{0};
   std::atomic<uint64_t> next_connection_id_{0};
   std::array<std::atomic<int64_t>, 600> responses_;
@@ -368,6 +370,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     StartTrace(raw, request);
     auto self = shared_from_this();
     request.post = [self](std::function<void()> work) {
+      self->server_.HandedOff();
       net::post(self->stream_.get_executor(), std::move(work));
     };
     request.on_disconnect = [self](std::function<void()> cancel) {
@@ -820,6 +823,7 @@ HttpStats HttpServer::Impl::stats() const {
   s.memory_budget_bytes = static_cast<int64_t>(memory_budget_.limit());
   s.memory_in_use_bytes = static_cast<int64_t>(memory_budget_.in_use());
   s.memory_refusals = memory_budget_.refusals();
+  s.handoffs = handoffs_.load(std::memory_order_relaxed);
   s.request_seconds = request_seconds_.Snapshot();
   return s;
 }
