@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "llm/files/gguf.h"
 #include "llm/kernels/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,6 +84,11 @@ int64_t BlockElements(uint32_t type);
 int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
+// Bytes before the weights in a record of weights RepackQuant laid out: the eight rows' fp16
+// scales, and Q4_1's eight offsets after them.
+constexpr int RepackedHeader(uint32_t type) {
+  return static_cast<GgmlType>(type) == GgmlType::kQ4_1 ? 32 : 16;
+}
 // As PortableMatmul, over weights that RepackQuant laid out (Q4_0, Q4_1, Q8_0).
 void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                             int64_t n_begin, int64_t n_end);

@@ -185,11 +185,6 @@ void PortableProducts(const QuantInput& x, int64_t n, float* y, int64_t n_begin,
   }
 }
 
-// The header of a repacked record: eight fp16 scales, and Q4_1's eight offsets after them.
-int RepackedHeader(uint32_t type) {
-  return static_cast<GgmlType>(type) == GgmlType::kQ4_1 ? 32 : 16;
-}
-
 // Row r's run in a repacked record, as UnpackChunk gives it from the file's block.
 void UnpackRepacked(uint32_t type, const uint8_t* record, int r, Chunk* out) {
   const uint8_t* bytes = record + RepackedHeader(type);
