@@ -322,14 +322,24 @@ bool DynamicBatcher::WaitingPaysLocked(Clock::time_point now, Clock::time_point 
                                        int64_t samples, int64_t limit) {
   if (now >= give_up) return false;
   const double left = std::chrono::duration<double>(give_up - now).count();
-  const double expected = CompanyRateLocked(now) * left;
-  if (expected < 1.0) return false;
-  const int64_t grown = std::min<int64_t>(limit, samples + static_cast<int64_t>(expected));
-  const double now_cost = cost_model_.PerSample(static_cast<int>(samples));
-  const double later_cost = cost_model_.PerSample(static_cast<int>(grown));
+  const double rate = CompanyRateLocked(now);
+  // Whole requests expected within the delay, and no more than the batch can take.
+  const int64_t expected = std::min<int64_t>(limit - samples, static_cast<int64_t>(rate * left));
+  if (expected < 1) return false;
+  const double now_cost = cost_model_.Estimate(static_cast<int>(samples));
   // Without costs yet, company is assumed to pay, as under the fixed policy.
   if (now_cost <= 0) return true;
-  return later_cost <= (1.0 - kAdaptiveMinGain) * now_cost;
+  // The instance idles while it waits: waiting for k more pays only when the wait plus the
+  // larger batch costs a sample at least kAdaptiveMinGain less than the batch of now does.
+  const double bar = (1.0 - kAdaptiveMinGain) * now_cost / static_cast<double>(samples);
+  for (int64_t k = 1; k <= expected; ++k) {
+    const int64_t grown = samples + k;
+    const double per_sample =
+        (static_cast<double>(k) / rate + cost_model_.Estimate(static_cast<int>(grown))) /
+        static_cast<double>(grown);
+    if (per_sample <= bar) return true;
+  }
+  return false;
 }
 
 bool DynamicBatcher::CutPrefixLocked(int64_t at_most, size_t& count, int64_t& samples) const {

@@ -9,11 +9,13 @@
 //   those.
 // - adaptive (the default in configs): the limit is the size with the lowest cost per sample in
 //   the cost model (learned from the batches run; max_batch_size until it knows any), and a batch
-//   that has not reached it goes at once unless waiting pays: the requests expected to join within
-//   what is left of max_queue_delay (from the rate at which requests arrive while others wait)
-//   must number at least one and lower the cost per sample by kAdaptiveMinGain. At light load
-//   nobody comes while a request waits, so it goes at once; under load the queue holds a full
-//   batch whenever an instance frees, so batches fill.
+//   that has not reached it goes at once unless waiting pays: for some k of the requests expected
+//   to join within what is left of max_queue_delay (from the rate at which requests arrive while
+//   others wait), the wait for k more plus the batch grown by k must cost a sample at least
+//   kAdaptiveMinGain less than the batch of now (the instance idles while it waits, so the wait
+//   counts). At light load nobody comes while a request waits, so it goes at once; at moderate
+//   load the wait costs more than the company saves, so nobody idles for it; under load the queue
+//   holds a full batch whenever an instance frees, so batches fill.
 //
 // Requests past their deadline, or cancelled, leave the queue without running. A full queue
 // rejects at once with kUnavailable, so memory stays bounded.
@@ -151,8 +153,8 @@ class DynamicBatcher {
   // another): the thread hand-offs a request's path costs at the model, against the requests run.
   int64_t instance_wakeups() const;
 
-  // The adaptive policy waits only when the expected company lowers the cost per sample by this
-  // fraction at least.
+  // The adaptive policy waits only when the expected company, the wait included, lowers the cost
+  // per sample by this fraction at least.
   static constexpr double kAdaptiveMinGain = 0.10;
   // The adaptive policy: one full batch in this many is cut to a size the cost model has not
   // measured enough (BatchCostModel::SizeToExplore), while there is one.
