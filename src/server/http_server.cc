@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <atomic>
@@ -14,8 +15,10 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <charconv>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -230,7 +233,27 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     });
   }
 
+  // Feeds the parser what the buffer already holds. True when that completes the header (or,
+  // with `whole`, the message) or fails (`ec`): no read, timer or posted completion is needed;
+  // false when more bytes must be read (what was parsed stays parsed).
+  bool ParseBuffered(bool whole, beast::error_code& ec) {
+    auto complete = [&] { return whole ? parser_->is_done() : parser_->is_header_done(); };
+    while (!complete() && buffer_.size() > 0) {
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+        return false;
+      }
+      if (ec) return true;
+      if (used == 0) break;
+    }
+    return complete();
+  }
+
   void ReadRestOfHeader() {
+    // A request that arrived whole in one read (the common case) is parsed at once.
+    if (beast::error_code ec; ParseBuffered(/*whole=*/false, ec)) return OnHeader(ec, 0);
     ArmRequestTimer(server_.options().header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
@@ -294,6 +317,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   void ReadBody() {
+    if (beast::error_code ec; ParseBuffered(/*whole=*/true, ec)) return OnRead(ec, 0);
     ArmRequestTimer(server_.options().body_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
@@ -430,29 +454,46 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     trace_.reset();
   }
 
-  // Reads while a request waits for its answer: end-of-stream means the client left. Bytes that
-  // arrive (a pipelined request) are kept for the next read.
+  // Waits, while a request waits for its answer, for the socket to turn readable: end-of-stream
+  // means the client left. Bytes that arrive (a pipelined request) are kept for the next read.
+  // A wait, not a read: nothing is read (no system call) unless something arrives.
   void WatchForDisconnect() {
     watching_ = true;
-    stream_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->watching_ = false;
-                              if (!ec) {
-                                self->buffer_.commit(n);
-                                if (self->pending_) return self->WritePending();
-                                if (self->awaiting_response_ && self->buffer_.size() < 65536) {
-                                  self->WatchForDisconnect();
-                                }
-                                return;
-                              }
-                              if (ec == net::error::operation_aborted) {
-                                if (self->pending_) self->WritePending();
-                                return;
-                              }
-                              self->client_gone_ = true;
-                              if (self->cancel_) std::exchange(self->cancel_, nullptr)();
-                              if (self->pending_) self->WritePending();
-                            });
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+          size_t n = 0;
+          if (!ec) {
+            // Bytes, end-of-stream, a reset, or nothing: the reactor may report an edge whose
+            // bytes the last read already took. A peek tells them apart without blocking.
+            char byte;
+            const ssize_t peeked =
+                ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+              return self->OnWatch({}, 0);  // Nothing came: watch on, or write what did.
+            }
+            if (peeked == 0) ec = net::error::eof;
+            if (peeked < 0) ec = beast::error_code(errno, boost::system::system_category());
+            if (!ec) n = self->stream_.socket().read_some(self->buffer_.prepare(4096), ec);
+          }
+          self->OnWatch(ec, n);
+        });
+  }
+
+  void OnWatch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (!ec) {
+      buffer_.commit(n);
+      if (pending_) return WritePending();
+      if (awaiting_response_ && buffer_.size() < 65536) WatchForDisconnect();
+      return;
+    }
+    if (ec == net::error::operation_aborted) {
+      if (pending_) WritePending();
+      return;
+    }
+    client_gone_ = true;
+    if (cancel_) std::exchange(cancel_, nullptr)();
+    if (pending_) WritePending();
   }
 
   void WritePending() {
@@ -507,25 +548,57 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       return;
     }
     if (response.stream) return StartStream(std::move(response), counted, std::move(cancel));
-    auto res = std::make_shared<http::response<http::string_body>>(
-        static_cast<http::status>(response.status), version_);
-    res->set(http::field::server, "sluice");
-    res->set(http::field::content_type, response.content_type);
-    for (const auto& [name, value] : response.headers) res->set(name, value);
-    if (!traceparent_.empty()) res->set("traceparent", traceparent_);
-    res->keep_alive(keep_alive_ && server_.keep_alive_allowed());
-    res->body() = std::move(response.body);
-    res->prepare_payload();
+    const bool keep_alive = keep_alive_ && server_.keep_alive_allowed();
+    auto out = std::make_shared<std::string>(Serialize(response, keep_alive));
     const int status = response.status;
     stream_.expires_after(Steady(server_.options().idle_timeout));
-    http::async_write(
-        stream_, *res,
-        [self = shared_from_this(), res, status, counted](beast::error_code ec, size_t) {
-          self->FinishTrace(ec ? 499 : status);
-          if (counted) self->server_.RequestFinished(status, self->received_);
-          if (ec || res->need_eof()) return self->Close();
-          self->ReadHeader();
-        });
+    net::async_write(stream_, net::buffer(*out),
+                     [self = shared_from_this(), out, status, counted, keep_alive](
+                         beast::error_code ec, size_t) {
+                       self->FinishTrace(ec ? 499 : status);
+                       if (counted) self->server_.RequestFinished(status, self->received_);
+                       if (ec || !keep_alive) return self->Close();
+                       self->ReadHeader();
+                     });
+  }
+
+  // The whole answer, status line to body, in one buffer sent with one write: what Beast's
+  // serializer would send for a string body, without a field list to allocate and walk.
+  std::string Serialize(const HttpResponse& response, bool keep_alive) const {
+    const auto code = static_cast<http::status>(response.status);
+    const beast::string_view reason = http::obsolete_reason(code);
+    // 1xx, 204 and 304 answers have no body and no Content-Length.
+    const bool bodyless = response.status < 200 || response.status == 204 || response.status == 304;
+    size_t size = 128 + reason.size() + response.content_type.size() + traceparent_.size() +
+                  response.body.size();
+    for (const auto& [name, value] : response.headers) size += name.size() + value.size() + 4;
+    std::string out;
+    out.reserve(size);
+    fmt::format_to(std::back_inserter(out), "HTTP/{}.{} {} ", version_ / 10, version_ % 10,
+                   response.status);
+    out.append(reason.data(), reason.size());
+    out += "\r\nServer: sluice\r\nContent-Type: ";
+    out += response.content_type;
+    out += "\r\n";
+    for (const auto& [name, value] : response.headers) {
+      out += name;
+      out += ": ";
+      out += value;
+      out += "\r\n";
+    }
+    if (!traceparent_.empty()) {
+      out += "traceparent: ";
+      out += traceparent_;
+      out += "\r\n";
+    }
+    // HTTP/1.1 keeps a connection open unless told; HTTP/1.0 closes it unless told.
+    if (version_ >= 11 && !keep_alive) out += "Connection: close\r\n";
+    if (version_ < 11 && keep_alive) out += "Connection: keep-alive\r\n";
+    if (!bodyless)
+      fmt::format_to(std::back_inserter(out), "Content-Length: {}\r\n", response.body.size());
+    out += "\r\n";
+    if (!bodyless) out += response.body;
+    return out;
   }
 
   // A streamed response: the header, then one HTTP chunk per batch of what the producer wrote,
