@@ -36,6 +36,14 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+// A connection's executor: a strand of the server's io_context, by its concrete type. Beast's
+// tcp_stream erases it (any_io_executor), and a strand does not fit the erased executor's inline
+// storage: every asynchronous operation would copy it onto the heap, many times a request.
+using Strand = net::strand<net::io_context::executor_type>;
+using Socket = tcp::socket::rebind_executor<Strand>::other;
+using Stream = beast::basic_stream<tcp, Strand>;
+using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
+                                        net::wait_traits<std::chrono::steady_clock>, Strand>;
 
 namespace {
 
@@ -107,9 +115,9 @@ class HttpServer::Impl {
 
  private:
   void Accept();
-  void OnAccept(beast::error_code ec, tcp::socket socket);
+  void OnAccept(beast::error_code ec, Socket socket);
   // Starts a session on `socket` and remembers it for shutdown.
-  void StartSession(tcp::socket socket);
+  void StartSession(Socket socket);
 
   const HttpServerOptions options_;
   const Router& router_;
@@ -143,7 +151,7 @@ namespace {
 // is read only after the response is written, so pipelined requests queue in the read buffer.
 class Session : public SessionBase, public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl& server)
+  Session(Socket socket, HttpServer::Impl& server)
       : stream_(std::move(socket)), server_(server), id_(server.NextConnectionId()) {
     server_.ConnectionOpened();
     // A chunked body's next chunk is charged to the memory budget before it is read, and the
@@ -734,7 +742,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                             });
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl& server_;
@@ -756,7 +764,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   std::optional<HttpResponse> refusal_;  // The answer to a request refused at its header.
   AdmissionTicket admission_;            // From the route, until the handler takes it.
   std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
-  net::steady_timer request_timer_{stream_.get_executor()};
+  Timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the strand):
   bool awaiting_response_ = false;
   bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
@@ -807,7 +815,7 @@ void HttpServer::Impl::Accept() {
   acceptor_.async_accept(net::make_strand(ioc_), beast::bind_front_handler(&Impl::OnAccept, this));
 }
 
-void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+void HttpServer::Impl::OnAccept(beast::error_code ec, Socket socket) {
   if (ec == net::error::operation_aborted) return;
   // A connection accepted just as shutdown closed the acceptor is still served.
   if (!ec) {
@@ -824,7 +832,7 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   if (acceptor_.is_open()) Accept();
 }
 
-void HttpServer::Impl::StartSession(tcp::socket socket) {
+void HttpServer::Impl::StartSession(Socket socket) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   auto session = std::make_shared<Session>(std::move(socket), *this);
@@ -849,7 +857,7 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
         beast::error_code ec;
         acceptor_.non_blocking(true, ec);
         while (!ec) {
-          tcp::socket socket(net::make_strand(ioc_));
+          Socket socket(net::make_strand(ioc_));
           acceptor_.accept(socket, ec);
           if (!ec) StartSession(std::move(socket));
         }
