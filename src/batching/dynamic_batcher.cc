@@ -150,6 +150,11 @@ int64_t DynamicBatcher::target_batch_size() const {
   return TargetSizeLocked();
 }
 
+int DynamicBatcher::waiting_instances() const {
+  MutexLock lock(mu_);
+  return waiting_instances_;
+}
+
 int64_t DynamicBatcher::instance_wakeups() const {
   MutexLock lock(mu_);
   return instance_wakeups_;
@@ -405,7 +410,9 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
 
   if (!(closed_ || cannot_grow || waited_enough)) {
     if (adaptive) {
-      if (WaitingPaysLocked(now, give_up, samples, limit)) {
+      // Another instance idle is capacity unused: nothing to save by waiting (a waiting instance
+      // is one: who waits for company, waits in WaitForBatch).
+      if (waiting_instances_ == 0 && WaitingPaysLocked(now, give_up, samples, limit)) {
         poll.wake_at = std::min(give_up, EarliestDeadlineLocked());
         return poll;
       }

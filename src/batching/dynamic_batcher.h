@@ -13,9 +13,11 @@
 //   to join within what is left of max_queue_delay (from the rate at which requests arrive while
 //   others wait), the wait for k more plus the batch grown by k must cost a sample at least
 //   kAdaptiveMinGain less than the batch of now (the instance idles while it waits, so the wait
-//   counts). At light load nobody comes while a request waits, so it goes at once; at moderate
-//   load the wait costs more than the company saves, so nobody idles for it; under load the queue
-//   holds a full batch whenever an instance frees, so batches fill.
+//   counts), and no other instance may be idle (an idle instance is capacity unused: batching
+//   saves nothing then). At light load nobody comes while a request waits, so it goes at once; at
+//   moderate load the wait costs more than the company saves, or another instance is free, so
+//   nobody idles for it; under load the queue holds a full batch whenever an instance frees, so
+//   batches fill.
 //
 // Requests past their deadline, or cancelled, leave the queue without running. A full queue
 // rejects at once with kUnavailable, so memory stays bounded.
@@ -152,6 +154,8 @@ class DynamicBatcher {
   // Times an instance waiting in WaitForBatch() was woken (by work, a timeout, or the wake-up of
   // another): the thread hand-offs a request's path costs at the model, against the requests run.
   int64_t instance_wakeups() const;
+  // Instances waiting in WaitForBatch() now (for work, or for company).
+  int waiting_instances() const;
 
   // The adaptive policy waits only when the expected company, the wait included, lowers the cost
   // per sample by this fraction at least.

@@ -376,6 +376,31 @@ TEST_F(BatcherTest, AdaptiveDoesNotIdleForCompanySlowerThanWhatItSaves) {
   EXPECT_EQ(Poll().batch.samples, 4);  // 6 ms of the delay left: 6 expected, none waited for.
 }
 
+// With another instance idle there is capacity to spare: a batch that would wait for company
+// (as in AdaptiveFillsBatchesUnderHeavyLoad) goes at once. The instance waiting in WaitForBatch()
+// for that company counts as idle too.
+TEST_F(BatcherTest, AdaptiveDoesNotWaitWhileAnotherInstanceIsIdle) {
+  BatcherOptions o = Adaptive(8, Micros(2000));
+  o.instances = 2;
+  Make(o);
+  SeedAmortisingCosts(batcher_->cost_model());
+  RequestId id = 1;
+  for (int i = 0; i < 20; ++i) {  // 10,000 a second, none taken.
+    Add(id++);
+    clock_.Advance(Micros(100));
+  }
+  ASSERT_EQ(Poll().batch.samples, 8);
+  ASSERT_EQ(Poll().batch.samples, 8);
+  // Alone, the last four wait for company.
+  ASSERT_TRUE(Poll().batch.requests.empty());
+  // One instance waits for that company; the other frees and takes the four at once.
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  while (batcher_->waiting_instances() == 0) std::this_thread::yield();
+  EXPECT_EQ(Poll().batch.samples, 4);
+  batcher_->Close();
+  EXPECT_TRUE(waiter.get().batch.requests.empty());
+}
+
 // Waiting does not pay when a batch costs the same per sample at every size, however busy.
 TEST_F(BatcherTest, AdaptiveDoesNotWaitWhenCompanyLowersNoCost) {
   Make(Adaptive(8, Micros(2000)));
