@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <cmath>
 
 #include "common/json_writer.h"
@@ -11,8 +12,11 @@
 namespace sluice {
 namespace {
 
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> segments;
+// A path's segments, held inline up to a depth no route has (no allocation per request).
+using Segments = boost::container::small_vector<std::string_view, 12>;
+
+Segments SplitPath(std::string_view path) {
+  Segments segments;
   size_t start = 0;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
@@ -116,7 +120,7 @@ Status MemoryBudgetExceeded(const MemoryReservation& memory, size_t asked) {
 }
 
 void Router::SetAdmission(std::string_view method, std::string_view pattern, Admission admission) {
-  const std::vector<std::string_view> segments = SplitPath(pattern);
+  const Segments segments = SplitPath(pattern);
   for (Route& route : routes_) {
     if (route.method == method && std::equal(route.segments.begin(), route.segments.end(),
                                              segments.begin(), segments.end())) {
@@ -126,7 +130,7 @@ void Router::SetAdmission(std::string_view method, std::string_view pattern, Adm
   }
 }
 
-bool Router::Match(const Route& route, const std::vector<std::string_view>& segments,
+bool Router::Match(const Route& route, std::span<const std::string_view> segments,
                    PathParams& params) {
   if (route.segments.size() != segments.size()) return false;
   params.values.clear();
@@ -142,21 +146,22 @@ bool Router::Match(const Route& route, const std::vector<std::string_view>& segm
 }
 
 Result<AdmissionTicket> Router::Admit(std::string_view method, std::string_view path) const {
-  const std::vector<std::string_view> segments = SplitPath(path);
+  const Segments segments = SplitPath(path);
   PathParams params;
   for (const Route& route : routes_) {
-    if (route.method != method || !Match(route, segments, params)) continue;
+    if (route.method != method || !Match(route, {segments.data(), segments.size()}, params))
+      continue;
     return route.admission ? route.admission(params) : AdmissionTicket();
   }
   return AdmissionTicket();
 }
 
 void Router::Dispatch(const HttpRequest& request, Responder respond) const {
-  const std::vector<std::string_view> segments = SplitPath(request.path);
+  const Segments segments = SplitPath(request.path);
   std::string allowed;
   PathParams params;
   for (const Route& route : routes_) {
-    if (!Match(route, segments, params)) continue;
+    if (!Match(route, {segments.data(), segments.size()}, params)) continue;
     if (route.method != request.method) {
       if (allowed.find(route.method) == std::string::npos) {
         allowed += allowed.empty() ? route.method : ", " + route.method;

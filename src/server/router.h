@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -140,7 +141,7 @@ class Router {
     Admission admission;  // May be empty.
   };
   // Whether `route`'s pattern matches the path's segments; fills `params` when it does.
-  static bool Match(const Route& route, const std::vector<std::string_view>& segments,
+  static bool Match(const Route& route, std::span<const std::string_view> segments,
                     PathParams& params);
   std::vector<Route> routes_;
 };
