@@ -125,5 +125,70 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionClosesWhenShutdownBegins) {
   EXPECT_EQ(server_->stats().open_connections, 0);
 }
 
+// A request is parsed from what one read brought when it is whole, and read on when it is not:
+// a header and body sent apart, a header cut in two, and two requests in one write all get their
+// answers, in order, each a complete HTTP/1.1 message.
+TEST_F(HttpServerTest, RequestsInPiecesOrSeveralToAWriteAreEachAnsweredWhole) {
+  router_.Post("/echo", [](const HttpRequest& request, const PathParams&, Responder respond) {
+    HttpResponse response = HttpResponse::Json(200, "{\"echo\":" + request.body + "}");
+    response.headers.emplace_back("X-Length", std::to_string(request.body.size()));
+    respond(std::move(response));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/missing"));
+  std::string reply = client_->ReadUntil("}");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u) << reply;
+
+  auto post = [](const std::string& body) {
+    return "POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  };
+  const std::string whole = post("[1]");
+  const std::string expected =
+      "HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: application/json\r\n"
+      "X-Length: 3\r\nContent-Length: 12\r\n\r\n{\"echo\":[1]}";
+  // The header, then the body a moment later.
+  ASSERT_TRUE(client_->Send(whole.substr(0, whole.size() - 3)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(client_->Send(whole.substr(whole.size() - 3)));
+  EXPECT_EQ(client_->ReadUntil("[1]}"), expected);
+  // A header cut in two.
+  ASSERT_TRUE(client_->Send(whole.substr(0, 10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(client_->Send(whole.substr(10)));
+  EXPECT_EQ(client_->ReadUntil("[1]}"), expected);
+  // Two in one write.
+  ASSERT_TRUE(client_->Send(whole + post("[22]")));
+  reply = client_->ReadUntil("[22]}");
+  EXPECT_EQ(reply.substr(0, expected.size()), expected) << reply;
+  EXPECT_NE(reply.find("X-Length: 4\r\nContent-Length: 13\r\n\r\n{\"echo\":[22]}"),
+            std::string::npos)
+      << reply;
+}
+
+// While a handler holds a request, the connection is watched: an answer that comes later is
+// written, and a client that leaves first has the handler's cancel called.
+TEST_F(HttpServerTest, AWatchedRequestIsAnsweredOrCancelledWhenItsClientLeaves) {
+  std::promise<Responder> held;
+  std::promise<void> cancelled;
+  router_.Get("/held", [&](const HttpRequest& request, const PathParams&, Responder respond) {
+    request.on_disconnect([&cancelled] { cancelled.set_value(); });
+    held.set_value(std::move(respond));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/held"));
+  Responder respond = held.get_future().get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // The watch is in place.
+  std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"held"})"));
+  EXPECT_NE(client_->ReadUntil(R"({"answer":"held"})").find(R"({"answer":"held"})"),
+            std::string::npos);
+
+  // Again on the same connection; this time the client leaves before the answer.
+  held = std::promise<Responder>();
+  ASSERT_TRUE(client_->Send("GET /held HTTP/1.1\r\nHost: test\r\n\r\n"));
+  respond = held.get_future().get();
+  client_.reset();
+  EXPECT_EQ(cancelled.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"too late"})"));
+}
+
 }  // namespace
 }  // namespace sluice
