@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -45,7 +46,9 @@ struct EchoLog {
 
 class EchoInstance : public BackendInstance {
  public:
-  explicit EchoInstance(EchoLog* log, bool fail_all = false) : log_(log), fail_all_(fail_all) {}
+  explicit EchoInstance(EchoLog* log, bool fail_all = false,
+                        std::chrono::microseconds run_time = std::chrono::microseconds(0))
+      : log_(log), fail_all_(fail_all), run_time_(run_time) {}
   Status AttachToCurrentThread() override {
     std::lock_guard lock(log_->mu);
     ++log_->attached;
@@ -53,6 +56,7 @@ class EchoInstance : public BackendInstance {
     return Status::Ok();
   }
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    if (run_time_.count() > 0) std::this_thread::sleep_for(run_time_);
     std::lock_guard lock(log_->mu);
     ++log_->runs;
     log_->threads.insert(std::this_thread::get_id());
@@ -64,6 +68,7 @@ class EchoInstance : public BackendInstance {
  private:
   EchoLog* log_;
   bool fail_all_;
+  std::chrono::microseconds run_time_;
   std::thread::id attached_thread_;
 };
 
@@ -82,7 +87,10 @@ class EchoBackend : public Backend {
 
 TEST(PipelineTest, EveryRequestAnsweredOnceByAttachedWorkers) {
   EchoLog log;
-  EchoInstance a(&log), b(&log);
+  // A run takes a moment, so a request that comes while one instance runs finds the other free
+  // (an instant model could be served by whichever instance woke first, every time).
+  EchoInstance a(&log, false, std::chrono::microseconds(500));
+  EchoInstance b(&log, false, std::chrono::microseconds(500));
   std::vector<BackendInstance*> instances{&a, &b};
   InProcessOptions o;
   o.batch_size = 4;
