@@ -42,10 +42,15 @@ def check(condition, message):
         raise AssertionError(message)
 
 
-def metric(port, name):
+def metric(port, name, labels='model="tiny_llm"'):
     _, _, body = raw(port, "GET", "/metrics")
-    match = re.search(rf'^{name}{{model="tiny_llm"}} (\S+)$', body.decode(), re.M)
+    match = re.search(rf'^{name}{{{labels}}} (\S+)$', body.decode(), re.M)
     return float(match.group(1)) if match else None
+
+
+def clients_gone(port):
+    """Requests whose client left before its answer (counted as 499, as nginx logs them)."""
+    return metric(port, "sluice_http_responses_total", 'code="499"') or 0
 
 
 def main():
@@ -281,7 +286,10 @@ def structured_outputs(client, port, messages):
         response_format=response_format) if c.choices)
     jsonschema.validate(json.loads(text), schema)
 
-    # A client that leaves while its schema compiles (off the I/O threads) frees everything.
+    # A client that leaves while its schema compiles (off the I/O threads) frees everything. Its
+    # slot may be taken only after the first look (the compile ends later), so the check waits
+    # for the server to have counted the client gone, then for the slot to be free.
+    gone = clients_gone(port)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     fresh = dict(schema, properties={**schema["properties"], "extra": {"type": "boolean"}})
     conn.request("POST", "/v1/chat/completions", json.dumps({
@@ -291,6 +299,9 @@ def structured_outputs(client, port, messages):
     conn.sock.close()
     conn.close()
     deadline = time.time() + 10
+    while clients_gone(port) == gone and time.time() < deadline:
+        time.sleep(0.05)
+    check(clients_gone(port) == gone + 1, "the client that left was not counted as gone (499)")
     while metric(port, "sluice_llm_slots_busy") != 0 and time.time() < deadline:
         time.sleep(0.05)
     check(metric(port, "sluice_llm_slots_busy") == 0, "a slot stayed busy after the disconnect")

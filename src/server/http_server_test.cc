@@ -190,5 +190,26 @@ TEST_F(HttpServerTest, AWatchedRequestIsAnsweredOrCancelledWhenItsClientLeaves) 
   std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"too late"})"));
 }
 
+TEST_F(HttpServerTest, AClientThatLeftBeforeTheWatchBeganStillCancelsItsRequest) {
+  // The request and the client's end of stream arrive together, and the handler returns only
+  // after the other I/O thread has had time to see the socket turn readable with nothing waiting
+  // on it. A watch that waited for the next readiness edge would wait forever: there is none.
+  std::promise<void> left;
+  std::promise<void> cancelled;
+  Responder respond;
+  router_.Get("/held", [&](const HttpRequest& request, const PathParams&, Responder r) {
+    request.on_disconnect([&cancelled] { cancelled.set_value(); });
+    respond = std::move(r);
+    left.get_future().wait();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/held"));
+  client_.reset();
+  left.set_value();
+  EXPECT_EQ(cancelled.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  // The responder is set before the handler returns, which it has once the watch could start.
+  std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"too late"})"));
+}
+
 }  // namespace
 }  // namespace sluice
