@@ -479,6 +479,8 @@ std::string MakeVisionRepository() {
   return dir;
 }
 
+std::string EncodePng(const std::vector<uint8_t>& rgb, uint32_t side);
+
 // A 16x16 RGB PNG of varied pixels.
 std::string TestPng(std::vector<float>* as_tensor) {
   std::vector<uint8_t> rgb(16 * 16 * 3);
@@ -492,11 +494,16 @@ std::string TestPng(std::vector<float>* as_tensor) {
       }
     }
   }
+  return EncodePng(rgb, 16);
+}
+
+// A PNG of `side` x `side` RGB pixels.
+std::string EncodePng(const std::vector<uint8_t>& rgb, uint32_t side) {
   spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
   spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
   spng_ihdr ihdr{};
-  ihdr.width = 16;
-  ihdr.height = 16;
+  ihdr.width = side;
+  ihdr.height = side;
   ihdr.bit_depth = 8;
   ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
   spng_set_ihdr(ctx, &ihdr);
@@ -1095,6 +1102,38 @@ TEST(ServerMemoryTest, ABudgetSmallerThanTheBodyLimitIsAClearError) {
                         "allowed (2097152 bytes)"),
             std::string::npos)
       << output;
+}
+
+// A small image finds the decode pool idle between one client's requests and decodes on the I/O
+// thread that read it: the pool is never woken. A large one is handed to the pool.
+TEST(ServerPredictTest, SmallImagesDecodeWithoutAHandOffWhileThePoolIsIdle) {
+  ServerProcess server({}, MakeVisionRepository());
+  ASSERT_GT(server.port(), 0) << server.output();
+  std::vector<float> tensor;
+  const std::string png = TestPng(&tensor);
+  Client c(server.port());
+  auto wakeups = [&c] {
+    return MetricValue(c.Request("GET", "/metrics").body, "sluice_decode_pool_wakeups_total");
+  };
+  ASSERT_EQ(wakeups(), 0.0);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(c.Request("POST", "/predictions/vision", png).status, 200);
+    ASSERT_EQ(c.Request("POST", "/predict", "{\"image\":\"" + Base64(png) + "\"}").status, 200);
+  }
+  EXPECT_EQ(c.Request("POST", "/predictions/vision", png.substr(0, 40)).status, 400);
+  EXPECT_EQ(wakeups(), 0.0);
+
+  // 96x96 pixels of noise: about 27 KiB that do not compress.
+  std::vector<uint8_t> noise(96 * 96 * 3);
+  uint32_t state = 12345;
+  for (uint8_t& v : noise) v = static_cast<uint8_t>((state = state * 1103515245u + 12345u) >> 24);
+  const std::string large = EncodePng(noise, 96);
+  ASSERT_GT(large.size(), 20000u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(c.Request("POST", "/predictions/vision", large).status, 200);
+  }
+  EXPECT_GE(wakeups(), 1.0);
+  EXPECT_EQ(server.Stop(), 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <thread>
 
@@ -192,6 +193,27 @@ TEST(ThreadPoolTest, RunsEveryTaskAndCountsItsWakeUps) {
     EXPECT_GE(pool.wakeups(), 2);
   }
   EXPECT_GE(ran.load(), 2);
+}
+
+// queued() is the backlog: tasks submitted that no thread has taken yet.
+TEST(ThreadPoolTest, QueuedCountsTheTasksNoThreadHasTaken) {
+  std::promise<void> started;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> ran{0};
+  ThreadPool pool(1, 16);
+  EXPECT_EQ(pool.queued(), 0u);
+  ASSERT_TRUE(pool.TrySubmit([&started, released] {
+    started.set_value();
+    released.wait();
+  }));
+  started.get_future().wait();
+  EXPECT_EQ(pool.queued(), 0u);  // Taken by the one thread, which is busy with it.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(pool.TrySubmit([&ran] { ran.fetch_add(1); }));
+  EXPECT_EQ(pool.queued(), 2u);
+  release.set_value();
+  while (ran.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(pool.queued(), 0u);
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ int64_t ThreadPool::wakeups() const {
   return wakeups_;
 }
 
+size_t ThreadPool::queued() const {
+  MutexLock lock(mu_);
+  return tasks_.size();
+}
+
 void ThreadPool::Loop() {
   while (true) {
     std::function<void()> task;

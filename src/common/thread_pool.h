@@ -24,6 +24,8 @@ class ThreadPool {
   bool TrySubmit(std::function<void()> task);
   // Times a thread waiting for a task was woken: the hand-offs to the pool.
   int64_t wakeups() const;
+  // Tasks submitted and not yet taken by a thread (the backlog).
+  size_t queued() const;
 
  private:
   void Loop();

@@ -17,6 +17,11 @@
 namespace sluice {
 namespace {
 
+// An encoded image (base64 text for /predict) up to this size decodes on the I/O thread that read
+// it when the decode pool has no backlog: a 28x28 PNG takes tens of microseconds, less than waking
+// a pool thread; a photo takes milliseconds, which would hold up the thread's other connections.
+constexpr size_t kInlineDecodeBytes = 8 << 10;
+
 // Softmax probabilities of a [1, K] (or [K]) FP32 output.
 std::vector<double> Probabilities(const Tensor& scores) {
   auto logits = scores.values<float>();
@@ -155,6 +160,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
       if (RequestId id = pending->id.load()) pending->scheduler->Cancel(id);
     });
   }
+  const bool inline_decode = image.size() <= kInlineDecodeBytes;
   // The body's copy, the decoded pixels and the tensor stay counted against the memory budget
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
@@ -224,6 +230,10 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     pending->id = *id;
     if (pending->client_gone) scheduler->Cancel(*id);
   };
+  // A small image whose decode would find the pool idle decodes here: a hand-off to a sleeping
+  // pool thread costs more than the decode. Larger ones, or any while the pool has a backlog,
+  // leave the I/O thread free.
+  if (inline_decode && decode_pool_.queued() == 0) return task();
   if (!decode_pool_.TrySubmit(std::move(task))) {
     respond(HttpResponse::Error(Status::Unavailable("image decode queue full")));
   }

@@ -4,7 +4,8 @@
 //                             [...]}
 //   POST /predictions/{model} TorchServe style: raw PNG/JPEG bytes -> {"<label>": probability, ...}
 // Images are decoded and preprocessed on a decode pool (so one batch's images decode in
-// parallel and the I/O threads stay free), then batched by the engine like any request.
+// parallel and the I/O threads stay free), then batched by the engine like any request. A small
+// image that would find the pool idle decodes on the I/O thread instead (no hand-off).
 #pragma once
 
 #include <map>
