@@ -18,7 +18,6 @@
 #include <cerrno>
 #include <charconv>
 #include <future>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -29,6 +28,7 @@
 #include "common/json_writer.h"
 #include "common/memory_budget.h"
 #include "common/mutex.h"
+#include "server/http_wire.h"
 
 namespace sluice {
 
@@ -557,10 +557,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     }
     if (response.stream) return StartStream(std::move(response), counted, std::move(cancel));
     const bool keep_alive = keep_alive_ && server_.keep_alive_allowed();
-    auto out = std::make_shared<std::string>(Serialize(response, keep_alive));
+    // The head and the body, sent together by one write without copying the body.
+    auto out = std::make_shared<std::pair<std::string, std::string>>();
+    AppendResponseHead(response, {version_, keep_alive, traceparent_}, out->first);
+    if (HasBody(response.status)) out->second = std::move(response.body);
+    const std::array<net::const_buffer, 2> buffers{net::buffer(out->first),
+                                                   net::buffer(out->second)};
     const int status = response.status;
     stream_.expires_after(Steady(server_.options().idle_timeout));
-    net::async_write(stream_, net::buffer(*out),
+    net::async_write(stream_, buffers,
                      [self = shared_from_this(), out, status, counted, keep_alive](
                          beast::error_code ec, size_t) {
                        self->FinishTrace(ec ? 499 : status);
@@ -570,79 +575,33 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                      });
   }
 
-  // The whole answer, status line to body, in one buffer sent with one write: what Beast's
-  // serializer would send for a string body, without a field list to allocate and walk.
-  std::string Serialize(const HttpResponse& response, bool keep_alive) const {
-    const auto code = static_cast<http::status>(response.status);
-    const beast::string_view reason = http::obsolete_reason(code);
-    // 1xx, 204 and 304 answers have no body and no Content-Length.
-    const bool bodyless = response.status < 200 || response.status == 204 || response.status == 304;
-    size_t size = 128 + reason.size() + response.content_type.size() + traceparent_.size() +
-                  response.body.size();
-    for (const auto& [name, value] : response.headers) size += name.size() + value.size() + 4;
-    std::string out;
-    out.reserve(size);
-    fmt::format_to(std::back_inserter(out), "HTTP/{}.{} {} ", version_ / 10, version_ % 10,
-                   response.status);
-    out.append(reason.data(), reason.size());
-    out += "\r\nServer: sluice\r\nContent-Type: ";
-    out += response.content_type;
-    out += "\r\n";
-    for (const auto& [name, value] : response.headers) {
-      out += name;
-      out += ": ";
-      out += value;
-      out += "\r\n";
-    }
-    if (!traceparent_.empty()) {
-      out += "traceparent: ";
-      out += traceparent_;
-      out += "\r\n";
-    }
-    // HTTP/1.1 keeps a connection open unless told; HTTP/1.0 closes it unless told.
-    if (version_ >= 11 && !keep_alive) out += "Connection: close\r\n";
-    if (version_ < 11 && keep_alive) out += "Connection: keep-alive\r\n";
-    if (!bodyless)
-      fmt::format_to(std::back_inserter(out), "Content-Length: {}\r\n", response.body.size());
-    out += "\r\n";
-    if (!bodyless) out += response.body;
-    return out;
-  }
-
-  // A streamed response: the header, then one HTTP chunk per batch of what the producer wrote,
-  // then the last chunk. Meanwhile a read watches the socket, so a client that leaves cancels the
-  // producer at once.
+  // A streamed response: the head, then one HTTP chunk per batch of what the producer wrote,
+  // then the last chunk (on HTTP/1.0: the bytes as they come, then the connection closes).
+  // Meanwhile a read watches the socket, so a client that leaves cancels the producer at once.
   void StartStream(HttpResponse response, bool counted, std::function<void()> cancel) {
-    auto res = std::make_shared<http::response<http::empty_body>>(
-        static_cast<http::status>(response.status), version_);
-    res->set(http::field::server, "sluice");
-    res->set(http::field::content_type, response.content_type);
-    for (const auto& [name, value] : response.headers) res->set(name, value);
-    if (!traceparent_.empty()) res->set("traceparent", traceparent_);
-    res->keep_alive(keep_alive_ && server_.keep_alive_allowed());
-    res->chunked(true);
-    keep_alive_ = res->keep_alive();
-    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    stream_chunked_ = StreamsInChunks(version_);
+    keep_alive_ = keep_alive_ && server_.keep_alive_allowed() && stream_chunked_;
+    auto head = std::make_shared<std::string>();
+    AppendResponseHead(response, {version_, keep_alive_, traceparent_}, *head);
     streaming_ = true;
     stream_body_ = std::move(response.stream);
     stream_cancel_ = std::move(cancel);
     stream_status_ = response.status;
     stream_counted_ = counted;
     stream_.expires_never();  // A stream lasts as long as generation; slow readers: see Pump.
-    http::async_write_header(
-        stream_, *serializer,
-        [self = shared_from_this(), res, serializer](beast::error_code ec, size_t) {
-          if (ec) return self->EndStream(ec);
-          std::weak_ptr<Session> weak = self;
-          auto executor = self->stream_.get_executor();
-          self->stream_body_->Attach([weak, executor] {
-            net::post(executor, [weak] {
-              if (auto session = weak.lock()) session->PumpStream();
-            });
-          });
-          self->WatchStream();
-          self->PumpStream();
-        });
+    net::async_write(stream_, net::buffer(*head),
+                     [self = shared_from_this(), head](beast::error_code ec, size_t) {
+                       if (ec) return self->EndStream(ec);
+                       std::weak_ptr<Session> weak = self;
+                       auto executor = self->stream_.get_executor();
+                       self->stream_body_->Attach([weak, executor] {
+                         net::post(executor, [weak] {
+                           if (auto session = weak.lock()) session->PumpStream();
+                         });
+                       });
+                       self->WatchStream();
+                       self->PumpStream();
+                     });
   }
 
   void PumpStream() {
@@ -652,14 +611,19 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     if (!data.empty()) {
       stream_writing_ = true;
       auto buffer = std::make_shared<std::string>(std::move(data));
-      net::async_write(stream_, http::make_chunk(net::buffer(*buffer)),
-                       [self = shared_from_this(), buffer](beast::error_code ec, size_t) {
-                         self->stream_writing_ = false;
-                         if (ec) return self->EndStream(ec);
-                         self->PumpStream();
-                       });
+      auto written = [self = shared_from_this(), buffer](beast::error_code ec, size_t) {
+        self->stream_writing_ = false;
+        if (ec) return self->EndStream(ec);
+        self->PumpStream();
+      };
+      if (stream_chunked_) {
+        net::async_write(stream_, http::make_chunk(net::buffer(*buffer)), std::move(written));
+      } else {
+        net::async_write(stream_, net::buffer(*buffer), std::move(written));
+      }
       return;
     }
+    if (closed && !stream_chunked_) return EndStream({});  // The close ends the body.
     if (closed) {
       stream_writing_ = true;
       net::async_write(stream_, http::make_chunk_last(),
@@ -773,6 +737,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
   // While a streamed response is sent (all on the strand):
   bool streaming_ = false;
+  bool stream_chunked_ = true;    // HTTP/1.1: the body goes in chunks.
   bool stream_writing_ = false;   // A chunk write is outstanding.
   bool stream_watching_ = false;  // A WatchStream() read is outstanding.
   bool resume_after_stream_ = false;

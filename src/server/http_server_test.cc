@@ -211,5 +211,40 @@ TEST_F(HttpServerTest, AClientThatLeftBeforeTheWatchBeganStillCancelsItsRequest)
   std::exchange(respond, nullptr)(HttpResponse::Json(200, R"({"answer":"too late"})"));
 }
 
+TEST_F(HttpServerTest, AStreamGoesInChunksOnHttp11AndAsItComesThenCloseOnHttp10) {
+  router_.Get("/events", [](const HttpRequest&, const PathParams&, Responder respond) {
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.stream = std::make_shared<ResponseStream>();
+    std::shared_ptr<ResponseStream> stream = response.stream;
+    respond(std::move(response));
+    std::thread([stream] {
+      stream->Write("data: one\n\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      stream->Write("data: two\n\n");
+      stream->Close();
+    }).detach();
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/events"));
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: text/event-stream\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  std::string chunked = client_->ReadUntil("0\r\n\r\n");
+  // The producer's writes may arrive in one chunk or two.
+  EXPECT_TRUE(chunked == head + "b\r\ndata: one\n\n\r\nb\r\ndata: two\n\n\r\n0\r\n\r\n" ||
+              chunked == head + "16\r\ndata: one\n\ndata: two\n\n\r\n0\r\n\r\n")
+      << chunked;
+  // The connection stays open for the next request.
+  ASSERT_TRUE(client_->Send("GET /events HTTP/1.1\r\nHost: test\r\n\r\n"));
+  EXPECT_NE(client_->ReadUntil("0\r\n\r\n").find("data: two"), std::string::npos);
+
+  // HTTP/1.0 has no chunks: the bytes as they come, and the close ends the body.
+  Connection old(server_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(old.Send("GET /events HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  EXPECT_EQ(old.ReadToClose(),
+            "HTTP/1.0 200 OK\r\nServer: sluice\r\nContent-Type: text/event-stream\r\n\r\n"
+            "data: one\n\ndata: two\n\n");
+}
+
 }  // namespace
 }  // namespace sluice
