@@ -12,7 +12,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
@@ -36,14 +35,15 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
-// A connection's executor: a strand of the server's io_context, by its concrete type. Beast's
-// tcp_stream erases it (any_io_executor), and a strand does not fit the erased executor's inline
-// storage: every asynchronous operation would copy it onto the heap, many times a request.
-using Strand = net::strand<net::io_context::executor_type>;
-using Socket = tcp::socket::rebind_executor<Strand>::other;
-using Stream = beast::basic_stream<tcp, Strand>;
+// A connection's executor: the io_context of the one I/O thread that serves it, by its concrete
+// type (Beast's tcp_stream would erase it). One thread per io_context serialises a connection's
+// handlers without a strand, and a completion stays on the thread that caused it instead of
+// waking another.
+using Executor = net::io_context::executor_type;
+using Socket = tcp::socket::rebind_executor<Executor>::other;
+using Stream = beast::basic_stream<tcp, Executor>;
 using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
-                                        net::wait_traits<std::chrono::steady_clock>, Strand>;
+                                        net::wait_traits<std::chrono::steady_clock>, Executor>;
 
 namespace {
 
@@ -77,8 +77,8 @@ class HttpServer::Impl {
   Impl(HttpServerOptions options, const Router& router)
       : options_(std::move(options)),
         router_(router),
-        ioc_(std::max(1, options_.io_threads)),
-        acceptor_(net::make_strand(ioc_)),
+        contexts_(MakeContexts(std::max(1, options_.io_threads))),
+        acceptor_(contexts_[0]->get_executor()),
         memory_budget_(options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                         : MemoryBudget::DefaultLimit()),
         request_seconds_(Histogram::LatencySecondsBuckets()) {
@@ -121,10 +121,25 @@ class HttpServer::Impl {
 
   const HttpServerOptions options_;
   const Router& router_;
-  net::io_context ioc_;
-  // Keeps the I/O threads running until Shutdown() ends, even while no operation is pending: an
+  // One io_context per I/O thread, each told it runs on one thread (concurrency hint 1): its
+  // completions queue on that thread without a lock or a wake-up. Connections are dealt to them
+  // in turn; the acceptor runs on the first.
+  static std::vector<std::unique_ptr<net::io_context>> MakeContexts(int count) {
+    std::vector<std::unique_ptr<net::io_context>> contexts;
+    for (int i = 0; i < count; ++i) contexts.push_back(std::make_unique<net::io_context>(1));
+    return contexts;
+  }
+  // The executor of the I/O thread that serves the next connection.
+  Executor NextExecutor() {
+    return contexts_[next_context_.fetch_add(1, std::memory_order_relaxed) % contexts_.size()]
+        ->get_executor();
+  }
+
+  std::vector<std::unique_ptr<net::io_context>> contexts_;
+  std::atomic<size_t> next_context_{0};
+  // Keep the I/O threads running until Shutdown() ends, even while no operation is pending: an
   // answer or a drain notice posted to a connection after the acceptor closed still runs.
-  net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
+  std::vector<net::executor_work_guard<Executor>> work_;
   tcp::acceptor acceptor_;
   MemoryBudget memory_budget_;
   std::vector<std::thread> threads_;
@@ -714,8 +729,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   unsigned version_ = 11;
   Clock::time_point received_;
   const uint64_t id_;  // This connection's number: its lane in traces.
-  // Tracing (all on the strand): when the current request's first bytes arrived (only stamped
-  // when a tracer is set), its trace if sampled, and the traceparent to echo.
+  // Tracing (all on the connection's I/O thread): when the current request's first bytes arrived
+  // (only stamped when a tracer is set), its trace if sampled, and the traceparent to echo.
   Clock::time_point read_start_;
   std::shared_ptr<RequestTrace> trace_;
   std::string traceparent_;
@@ -729,13 +744,13 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   AdmissionTicket admission_;            // From the route, until the handler takes it.
   std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
   Timer request_timer_{stream_.get_executor()};
-  // While a handler works on a request (all on the strand):
+  // While a handler works on a request (all on the connection's I/O thread):
   bool awaiting_response_ = false;
   bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
   bool client_gone_ = false;             // The client closed its side.
   std::function<void()> cancel_;         // From the handler: cancels its queued request.
   std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
-  // While a streamed response is sent (all on the strand):
+  // While a streamed response is sent (all on the connection's I/O thread):
   bool streaming_ = false;
   bool stream_chunked_ = true;    // HTTP/1.1: the body goes in chunks.
   bool stream_writing_ = false;   // A chunk write is outstanding.
@@ -770,14 +785,15 @@ Status HttpServer::Impl::Start() {
   }
   port_ = acceptor_.local_endpoint().port();
   Accept();
-  for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
-    threads_.emplace_back([this] { ioc_.run(); });
+  for (const auto& context : contexts_) {
+    work_.push_back(net::make_work_guard(context->get_executor()));
+    threads_.emplace_back([io = context.get()] { io->run(); });
   }
   return Status::Ok();
 }
 
 void HttpServer::Impl::Accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), beast::bind_front_handler(&Impl::OnAccept, this));
+  acceptor_.async_accept(NextExecutor(), beast::bind_front_handler(&Impl::OnAccept, this));
 }
 
 void HttpServer::Impl::OnAccept(beast::error_code ec, Socket socket) {
@@ -822,7 +838,7 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
         beast::error_code ec;
         acceptor_.non_blocking(true, ec);
         while (!ec) {
-          Socket socket(net::make_strand(ioc_));
+          Socket socket(NextExecutor());
           acceptor_.accept(socket, ec);
           if (!ec) StartSession(std::move(socket));
         }
@@ -851,8 +867,8 @@ void HttpServer::Impl::Shutdown(Clock::duration grace) {
                      open_connections_.load(), inflight_.load());
       }
     }
-    work_.reset();
-    ioc_.stop();
+    work_.clear();
+    for (const auto& context : contexts_) context->stop();
     for (std::thread& t : threads_) t.join();
   });
 }

@@ -14,8 +14,8 @@ bool StreamsInChunks(unsigned version) { return version >= 11; }
 
 void AppendResponseHead(const HttpResponse& response, const ResponseFraming& framing,
                         std::string& out) {
-  const auto reason = boost::beast::http::obsolete_reason(
-      static_cast<boost::beast::http::status>(response.status));
+  const auto reason =
+      boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(response.status));
   size_t size = 128 + reason.size() + response.content_type.size() + framing.traceparent.size();
   for (const auto& [name, value] : response.headers) size += name.size() + value.size() + 4;
   out.reserve(out.size() + size);
