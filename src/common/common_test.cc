@@ -10,6 +10,7 @@
 
 #include "common/blocking_queue.h"
 #include "common/clock.h"
+#include "common/handoff_batch.h"
 #include "common/json_writer.h"
 #include "common/thread_pool.h"
 #include "sluice/status.h"
@@ -214,6 +215,45 @@ TEST(ThreadPoolTest, QueuedCountsTheTasksNoThreadHasTaken) {
   release.set_value();
   while (ran.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(pool.queued(), 0u);
+}
+
+// A batch of hand-offs: held while open, one delivery per sink when it closes, in order; a nested
+// batch joins the outer one; with none open, the caller hands off itself.
+TEST(HandOffBatchTest, GathersPerSinkAndDeliversOnceWhenTheOuterBatchCloses) {
+  struct CountingSink : HandOffBatch::Sink {
+    std::vector<std::vector<int>> deliveries;
+    std::vector<int>* running = nullptr;
+    void Deliver(std::vector<std::function<void()>> works) override {
+      deliveries.emplace_back();
+      running = &deliveries.back();
+      for (auto& work : works) work();
+    }
+  };
+  CountingSink a, b;
+  auto work_for = [](CountingSink& sink, int n) {
+    return std::function<void()>([&sink, n] { sink.running->push_back(n); });
+  };
+  std::function<void()> alone = work_for(a, 0);
+  EXPECT_FALSE(HandOffBatch::Gather(a, alone));
+  EXPECT_TRUE(static_cast<bool>(alone));  // Left to the caller.
+  {
+    HandOffBatch batch;
+    for (int n = 1; n <= 3; ++n) {
+      std::function<void()> w = work_for(a, n);
+      EXPECT_TRUE(HandOffBatch::Gather(a, w));
+      {
+        HandOffBatch nested;
+        std::function<void()> v = work_for(b, 10 * n);
+        EXPECT_TRUE(HandOffBatch::Gather(b, v));
+      }
+      EXPECT_TRUE(b.deliveries.empty());  // The nested batch delivered nothing.
+    }
+    EXPECT_TRUE(a.deliveries.empty());
+  }
+  EXPECT_EQ(a.deliveries, (std::vector<std::vector<int>>{{1, 2, 3}}));
+  EXPECT_EQ(b.deliveries, (std::vector<std::vector<int>>{{10, 20, 30}}));
+  std::function<void()> after = work_for(a, 4);
+  EXPECT_FALSE(HandOffBatch::Gather(a, after));  // Closed: none open on this thread.
 }
 
 }  // namespace

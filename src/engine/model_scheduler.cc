@@ -9,6 +9,8 @@
 #include <span>
 #include <utility>
 
+#include "common/handoff_batch.h"
+
 namespace sluice {
 namespace {
 
@@ -286,6 +288,8 @@ void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Bat
   stats_.RecordBatch(batch.samples, seconds, failed);
   if (!failed) batcher_.cost_model().Observe(static_cast<int>(batch.samples), seconds);
 
+  // The batch's answers reach their I/O threads in one hand-off per thread.
+  HandOffBatch handoffs;
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->times.compute_end = end;
     InferResponse response;

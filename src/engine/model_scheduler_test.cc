@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
 
+#include "common/handoff_batch.h"
 #include "engine/engine.h"
 #include "engine/fake_backends.h"
 
@@ -136,6 +139,42 @@ TEST_F(SchedulerTest, EachRequestGetsItsOwnRowsBackFromASharedBatch) {
   EXPECT_EQ(r2.batch_id, responses_.Get(4).batch_id);
   EXPECT_NE(r2.batch_id, responses_.Get(1).batch_id);
   EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 6}));
+}
+
+// The answers of one batch that hand work to another thread (as the HTTP server's do, to the
+// connection's I/O thread) reach it in one delivery, in the batch's order.
+TEST_F(SchedulerTest, ABatchsAnswersAreHandedOffTogether) {
+  struct Sink : HandOffBatch::Sink {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<int>> deliveries;
+    void Deliver(std::vector<std::function<void()>> works) override {
+      std::lock_guard lock(mu);
+      deliveries.emplace_back();
+      for (auto& work : works) work();
+      cv.notify_all();
+    }
+  } sink;
+  auto submit = [&](int tag) {
+    auto request = Request(responses_, tag);
+    request->done = [&sink, tag](InferResponse&&) {
+      std::function<void()> work = [&sink, tag] { sink.deliveries.back().push_back(tag); };
+      // Not gathered: a delivery of its own, as a plain hand-off would be.
+      if (!HandOffBatch::Gather(sink, work)) sink.Deliver({std::move(work)});
+    };
+    ASSERT_TRUE(scheduler_->Submit(std::move(request)).ok());
+  };
+  Start(EchoConfig(8, Micros(0)));
+  log_.CloseGate();
+  submit(1);
+  log_.WaitForBatchesStarted(1);
+  for (int tag = 2; tag <= 4; ++tag) submit(tag);
+  log_.OpenGate();
+  std::unique_lock lock(sink.mu);
+  ASSERT_TRUE(sink.cv.wait_for(lock, std::chrono::seconds(10), [&] {
+    return sink.deliveries.size() == 2 && sink.deliveries[1].size() == 3;
+  }));
+  EXPECT_EQ(sink.deliveries, (std::vector<std::vector<int>>{{1}, {2, 3, 4}}));
 }
 
 TEST_F(SchedulerTest, NoDispatchWhileEveryInstanceIsBusy) {

@@ -169,8 +169,8 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
            "Requests answered 503 because the memory budget could not hold them.");
   w.Sample("sluice_memory_budget_refusals_total", "", static_cast<double>(http.memory_refusals));
   w.Family("sluice_http_handoffs_total", "counter",
-           "Work handed to a connection's I/O thread from another thread (a model's answer to "
-           "encode and write): a thread hand-off each.");
+           "Work handed to an I/O thread from another thread (a model's answers to encode and "
+           "write; a batch's answers for one I/O thread go together): a thread hand-off each.");
   w.Sample("sluice_http_handoffs_total", "", static_cast<double>(http.handoffs));
   w.Family("sluice_http_request_seconds", "histogram",
            "Time from a request fully read to its response handed to the socket.");

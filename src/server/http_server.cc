@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/handoff_batch.h"
 #include "common/histogram.h"
 #include "common/json_writer.h"
 #include "common/memory_budget.h"
@@ -78,6 +79,7 @@ class HttpServer::Impl {
       : options_(std::move(options)),
         router_(router),
         contexts_(MakeContexts(std::max(1, options_.io_threads))),
+        sinks_(MakeSinks()),
         acceptor_(contexts_[0]->get_executor()),
         memory_budget_(options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                         : MemoryBudget::DefaultLimit()),
@@ -135,7 +137,42 @@ class HttpServer::Impl {
         ->get_executor();
   }
 
+  // Delivers a batch of hand-offs to one I/O thread as one posted handler.
+  class ContextSink final : public HandOffBatch::Sink {
+   public:
+    ContextSink(net::io_context& context, std::atomic<int64_t>& handoffs)
+        : context_(context), handoffs_(handoffs) {}
+    void Deliver(std::vector<std::function<void()>> works) override {
+      handoffs_.fetch_add(1, std::memory_order_relaxed);
+      net::post(context_, [works = std::move(works)]() mutable {
+        for (auto& work : works) work();
+      });
+    }
+
+   private:
+    net::io_context& context_;
+    std::atomic<int64_t>& handoffs_;
+  };
+  std::vector<std::unique_ptr<ContextSink>> MakeSinks() {
+    std::vector<std::unique_ptr<ContextSink>> sinks;
+    for (const auto& context : contexts_) {
+      sinks.push_back(std::make_unique<ContextSink>(*context, handoffs_));
+    }
+    return sinks;
+  }
+
+ public:
+  // The sink of the I/O thread that runs `executor`.
+  HandOffBatch::Sink& SinkFor(const Executor& executor) {
+    for (size_t i = 0; i < contexts_.size(); ++i) {
+      if (&executor.context() == contexts_[i].get()) return *sinks_[i];
+    }
+    return *sinks_[0];  // Not reached: every connection runs on one of contexts_.
+  }
+
+ private:
   std::vector<std::unique_ptr<net::io_context>> contexts_;
+  std::vector<std::unique_ptr<ContextSink>> sinks_;
   std::atomic<size_t> next_context_{0};
   // Keep the I/O threads running until Shutdown() ends, even while no operation is pending: an
   // answer or a drain notice posted to a connection after the acceptor closed still runs.
@@ -149,7 +186,8 @@ class HttpServer::Impl {
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> accepted_connections_{0};
-  std::atomic<int64_t> handoffs_{0};  // request.post calls: work handed to an I/O thread.
+  // Work handed to an I/O thread from another thread: request.post calls, a batch's together.
+  std::atomic<int64_t> handoffs_{0};
   std::atomic<int64_t> refused_connections_{0};
   std::atomic<uint64_t> next_connection_id_{0};
   std::array<std::atomic<int64_t>, 600> responses_;
@@ -167,7 +205,10 @@ namespace {
 class Session : public SessionBase, public std::enable_shared_from_this<Session> {
  public:
   Session(Socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server), id_(server.NextConnectionId()) {
+      : stream_(std::move(socket)),
+        server_(server),
+        sink_(server.SinkFor(stream_.get_executor())),
+        id_(server.NextConnectionId()) {
     server_.ConnectionOpened();
     // A chunked body's next chunk is charged to the memory budget before it is read, and the
     // body's string grows once per chunk to what was charged.
@@ -417,6 +458,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     StartTrace(raw, request);
     auto self = shared_from_this();
     request.post = [self](std::function<void()> work) {
+      // A model's batch gathers its answers' hand-offs: one per I/O thread, not one each.
+      if (HandOffBatch::Gather(self->sink_, work)) return;
       self->server_.HandedOff();
       net::post(self->stream_.get_executor(), std::move(work));
     };
@@ -725,6 +768,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl& server_;
+  HandOffBatch::Sink& sink_;  // Hands work to this connection's I/O thread in batches.
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
