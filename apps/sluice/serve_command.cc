@@ -27,7 +27,9 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   app->add_option("--host", cmd.options.http.host, "Address to bind")->capture_default_str();
   app->add_option("--port,-p", cmd.options.http.port, "Port; 0 picks a free one")
       ->capture_default_str();
-  app->add_option("--io-threads", cmd.options.http.io_threads, "HTTP event-loop threads")
+  app->add_option("--io-threads", cmd.options.http.io_threads,
+                  "HTTP I/O threads, each with its own event loop; connections are dealt to "
+                  "them in turn")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app->add_option("--decode-threads", cmd.options.decode_threads,

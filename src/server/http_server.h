@@ -1,8 +1,9 @@
-// The HTTP/1.1 server: Boost.Beast on Asio, a small pool of I/O threads, keep-alive (also for
-// HTTP/1.0 clients that ask for it), TCP_NODELAY, one write per response. It parses requests,
-// hands them to the route table, and writes whatever the handlers answer, in order per
-// connection. Limits on header size, body size, idle time and open connections keep a hostile or
-// broken client from costing more than it should.
+// The HTTP/1.1 server: Boost.Beast on Asio, a small pool of I/O threads (an event loop each, with
+// the connections dealt to them in turn), keep-alive (also for HTTP/1.0 clients that ask for it),
+// TCP_NODELAY, one write per response. It parses requests, hands them to the route table, and
+// writes whatever the handlers answer, in order per connection. Limits on header size, body size,
+// idle time and open connections keep a hostile or broken client from costing more than it
+// should.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace sluice {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";       // Address to bind; 127.0.0.1 unless told otherwise.
   uint16_t port = 8000;                 // 0: an ephemeral port (see HttpServer::port()).
-  int io_threads = 2;                   // Threads running the event loop; >= 1.
+  int io_threads = 2;                   // I/O threads, an event loop each; >= 1.
   int backlog = 1024;                   // listen() backlog; >= 512 recommended.
   size_t max_body_bytes = 64u << 20;    // Larger bodies are answered 413.
   size_t max_header_bytes = 16u << 10;  // Larger headers are answered 431.
