@@ -104,6 +104,13 @@ class HttpServer::Impl {
   void CloseConnectionsAfterResponses() { no_keep_alive_.store(true); }
   void RequestStarted() { inflight_.fetch_add(1); }
   void HandedOff() { handoffs_.fetch_add(1, std::memory_order_relaxed); }
+  // The sink that hands work to the I/O thread running `executor`, a batch at a time.
+  HandOffBatch::Sink& SinkFor(const Executor& executor) {
+    for (size_t i = 0; i < contexts_.size(); ++i) {
+      if (&executor.context() == contexts_[i].get()) return *sinks_[i];
+    }
+    return *sinks_[0];  // Not reached: every connection runs on one of contexts_.
+  }
   void RequestFinished(int status, Clock::time_point received) {
     if (status >= 100 && status < 600) responses_[static_cast<size_t>(status)].fetch_add(1);
     request_seconds_.Observe(SecondsBetween(received, Clock::Real().Now()));
@@ -161,16 +168,8 @@ class HttpServer::Impl {
     return sinks;
   }
 
- public:
-  // The sink of the I/O thread that runs `executor`.
-  HandOffBatch::Sink& SinkFor(const Executor& executor) {
-    for (size_t i = 0; i < contexts_.size(); ++i) {
-      if (&executor.context() == contexts_[i].get()) return *sinks_[i];
-    }
-    return *sinks_[0];  // Not reached: every connection runs on one of contexts_.
-  }
-
- private:
+  // Work handed to an I/O thread from another thread: request.post calls, a batch's together.
+  std::atomic<int64_t> handoffs_{0};
   std::vector<std::unique_ptr<net::io_context>> contexts_;
   std::vector<std::unique_ptr<ContextSink>> sinks_;
   std::atomic<size_t> next_context_{0};
@@ -186,8 +185,6 @@ class HttpServer::Impl {
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> accepted_connections_{0};
-  // Work handed to an I/O thread from another thread: request.post calls, a batch's together.
-  std::atomic<int64_t> handoffs_{0};
   std::atomic<int64_t> refused_connections_{0};
   std::atomic<uint64_t> next_connection_id_{0};
   std::array<std::atomic<int64_t>, 600> responses_;
