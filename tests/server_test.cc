@@ -1136,4 +1136,123 @@ TEST(ServerPredictTest, SmallImagesDecodeWithoutAHandOffWhileThePoolIsIdle) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// A request alone in its batch is answered from the model instance's thread (the answer is sent
+// there, the connection's thread finishes the exchange): answers stay right and in order across
+// keep-alive, pipelining, answers larger than what the socket takes at once (the rest is written
+// by the connection's thread), HTTP/1.0 and Connection: close.
+TEST_F(ServerTest, AnswersOfBatchesOfOneLeaveFromTheInstanceAndTheConnectionCarriesOn) {
+  Client metrics(port());
+  auto in_place = [&metrics] {
+    return MetricValue(metrics.Request("GET", "/metrics").body,
+                       "sluice_http_answers_in_place_total");
+  };
+  const double before = in_place();
+  ASSERT_GE(before, 0.0);
+
+  Client c(port());
+  for (int i = 0; i < 20; ++i) {
+    Response r = c.Request("POST", "/v2/models/identity/infer", IdentityJson(1000 * i));
+    ASSERT_EQ(r.status, 200);
+    ASSERT_NE(r.body.find(ExpectedIdentityData(1000 * i)), std::string::npos) << r.body;
+    ASSERT_FALSE(r.closed);
+  }
+  EXPECT_EQ(in_place() - before, 20.0);
+
+  // 800 pipelined requests of 64 rows (about 7 KB of JSON each way, 6 MB of answers in all) from
+  // a client that reads nothing for a second through a small receive buffer: answers find the
+  // socket full (more than the kernel buffers for a loopback connection), and the connection's
+  // thread writes what the instance's send left.
+  constexpr int kPipelined = 800;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int small = 4096;
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  auto rows_json = [](int first) {
+    std::string data;
+    for (int v = 0; v < 64 * 16; ++v) {
+      if (v > 0) data += ',';
+      data += std::to_string(first + v);
+    }
+    return R"({"inputs":[{"name":"input","shape":[64,16],"datatype":"FP32","data":[)" + data +
+           "]}]}";
+  };
+  std::string requests;
+  for (int k = 0; k < kPipelined; ++k) {
+    const std::string body = rows_json(1024 * k);
+    requests += "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  std::thread sender([fd, &requests] {
+    std::string_view rest = requests;
+    while (!rest.empty()) {
+      const ssize_t n = send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::string received;
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  int answers = 0;
+  size_t at = 0;
+  while (answers < kPipelined) {
+    char chunk[65536];
+    const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+    if (n <= 0) break;
+    received.append(chunk, static_cast<size_t>(n));
+    // Count whole answers: each head, then its Content-Length of body.
+    while (true) {
+      const size_t head_end = received.find("\r\n\r\n", at);
+      if (head_end == std::string::npos) break;
+      const size_t length_at = received.find("Content-Length: ", at);
+      if (length_at > head_end) {
+        ADD_FAILURE() << "an answer without Content-Length: " << received.substr(at, head_end - at);
+        answers = kPipelined;
+        break;
+      }
+      const size_t length = std::stoul(received.substr(length_at + 16));
+      if (received.size() < head_end + 4 + length) break;
+      const std::string body = received.substr(head_end + 4, length);
+      const int first = 1024 * answers;
+      EXPECT_NE(body.find(R"("shape":[64,16])"), std::string::npos);
+      EXPECT_NE(body.find(fmt::format("[{},", first)), std::string::npos) << answers;
+      EXPECT_NE(body.find(fmt::format(",{}]", first + 64 * 16 - 1)), std::string::npos)
+          << answers;
+      ++answers;
+      at = head_end + 4 + length;
+    }
+  }
+  sender.join();
+  close(fd);
+  EXPECT_EQ(answers, kPipelined);
+  EXPECT_EQ(in_place() - before, 20.0 + kPipelined);
+
+  Client once(port());
+  once.set_http10(true);
+  const std::string body = IdentityJson(7);
+  once.SendRaw("POST /v2/models/identity/infer HTTP/1.0\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body);
+  Response old = once.Read();
+  EXPECT_EQ(old.status, 200);
+  EXPECT_NE(old.body.find(ExpectedIdentityData(7)), std::string::npos);
+  EXPECT_TRUE(once.ClosedByServer());
+
+  Client closing(port());
+  Response last =
+      closing.Request("POST", "/v2/models/identity/infer", IdentityJson(9), "Connection: close\r\n");
+  EXPECT_EQ(last.status, 200);
+  EXPECT_TRUE(last.closed);
+  EXPECT_TRUE(closing.ClosedByServer());
+  EXPECT_EQ(in_place() - before, 22.0 + kPipelined);
+  // Every answer was counted once, as sent.
+  const std::string text = metrics.Request("GET", "/metrics").body;
+  EXPECT_EQ(text.find("sluice_http_responses_total{code=\"499\"}"), std::string::npos);
+}
+
 }  // namespace

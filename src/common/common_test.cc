@@ -256,5 +256,32 @@ TEST(HandOffBatchTest, GathersPerSinkAndDeliversOnceWhenTheOuterBatchCloses) {
   EXPECT_FALSE(HandOffBatch::Gather(a, after));  // Closed: none open on this thread.
 }
 
+// A batch opened in place lets the work run where it is; the outer batch decides for a nested
+// one, and another thread sees none open.
+TEST(HandOffBatchTest, InPlaceHoldsOnlyWhileAnOuterBatchOpenedInPlaceIsOpen) {
+  EXPECT_FALSE(HandOffBatch::InPlace());
+  {
+    HandOffBatch gathering;
+    EXPECT_FALSE(HandOffBatch::InPlace());
+    {
+      HandOffBatch nested(/*in_place=*/true);
+      EXPECT_FALSE(HandOffBatch::InPlace());
+    }
+  }
+  {
+    HandOffBatch in_place(/*in_place=*/true);
+    EXPECT_TRUE(HandOffBatch::InPlace());
+    {
+      HandOffBatch nested;
+      EXPECT_TRUE(HandOffBatch::InPlace());
+    }
+    EXPECT_TRUE(HandOffBatch::InPlace());
+    bool elsewhere = true;
+    std::thread([&elsewhere] { elsewhere = HandOffBatch::InPlace(); }).join();
+    EXPECT_FALSE(elsewhere);
+  }
+  EXPECT_FALSE(HandOffBatch::InPlace());
+}
+
 }  // namespace
 }  // namespace sluice

@@ -8,7 +8,7 @@ thread_local HandOffBatch* g_open = nullptr;  // The outermost batch open on thi
 
 }  // namespace
 
-HandOffBatch::HandOffBatch() : outer_(g_open == nullptr) {
+HandOffBatch::HandOffBatch(bool in_place) : outer_(g_open == nullptr), in_place_(in_place) {
   if (outer_) g_open = this;
 }
 
@@ -27,5 +27,7 @@ bool HandOffBatch::Gather(Sink& sink, std::function<void()>& work) {
   it->second.push_back(std::move(work));
   return true;
 }
+
+bool HandOffBatch::InPlace() { return g_open != nullptr && g_open->in_place_; }
 
 }  // namespace sluice

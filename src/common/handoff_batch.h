@@ -1,7 +1,8 @@
 // Hand-offs gathered per batch. While a HandOffBatch is open on a thread, the work that thread
 // hands to another thread's queue through a Sink is held, and each sink gets its share in one
 // delivery when the batch closes: a batch of completions handed to an I/O thread wakes it once,
-// not once per request.
+// not once per request. A batch opened in place holds one piece of work that nothing on its
+// thread waits behind: whoever hands it off may run it right there instead (InPlace()).
 #pragma once
 
 #include <functional>
@@ -21,8 +22,8 @@ class HandOffBatch {
   };
 
   // Opens a batch on this thread. One opened while another is open joins it: the outer one
-  // delivers.
-  HandOffBatch();
+  // delivers, and its `in_place` counts.
+  explicit HandOffBatch(bool in_place = false);
   // Delivers what was gathered: one Deliver per sink, in the order each sink was first used.
   ~HandOffBatch();
   HandOffBatch(const HandOffBatch&) = delete;
@@ -31,9 +32,13 @@ class HandOffBatch {
   // With a batch open on this thread, takes `work` for `sink` and returns true. With none, returns
   // false and leaves `work` to the caller to hand off itself.
   static bool Gather(Sink& sink, std::function<void()>& work);
+  // Whether a batch open on this thread was opened in place: the work handed off may run on this
+  // thread, at once, where its owner can do so safely.
+  static bool InPlace();
 
  private:
   const bool outer_;
+  const bool in_place_;
   std::vector<std::pair<Sink*, std::vector<std::function<void()>>>> gathered_;
 };
 

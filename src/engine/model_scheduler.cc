@@ -288,8 +288,9 @@ void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Bat
   stats_.RecordBatch(batch.samples, seconds, failed);
   if (!failed) batcher_.cost_model().Observe(static_cast<int>(batch.samples), seconds);
 
-  // The batch's answers reach their I/O threads in one hand-off per thread.
-  HandOffBatch handoffs;
+  // The batch's answers reach their I/O threads in one hand-off per thread. A batch of one has
+  // nothing else to answer: its answer may be finished and sent from here, without a hand-off.
+  HandOffBatch handoffs(/*in_place=*/batch.requests.size() == 1);
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->times.compute_end = end;
     InferResponse response;

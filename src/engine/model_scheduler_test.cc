@@ -177,6 +177,35 @@ TEST_F(SchedulerTest, ABatchsAnswersAreHandedOffTogether) {
   EXPECT_EQ(sink.deliveries, (std::vector<std::vector<int>>{{1}, {2, 3, 4}}));
 }
 
+// A batch of one completes in place (its answer may be sent from the instance's thread); the
+// answers of a larger batch are handed off together instead.
+TEST_F(SchedulerTest, OnlyABatchOfOneCompletesInPlace) {
+  std::mutex mu;
+  std::map<int, bool> in_place;
+  auto submit = [&](int tag) {
+    auto request = Request(responses_, tag);
+    InferCallback echo = std::move(request->done);
+    request->done = [&, tag, echo = std::move(echo)](InferResponse&& response) mutable {
+      {
+        std::lock_guard lock(mu);
+        in_place[tag] = HandOffBatch::InPlace();
+      }
+      echo(std::move(response));
+    };
+    ASSERT_TRUE(scheduler_->Submit(std::move(request)).ok());
+  };
+  Start(EchoConfig(8, Micros(0)));
+  log_.CloseGate();
+  submit(1);
+  log_.WaitForBatchesStarted(1);
+  for (int tag = 2; tag <= 4; ++tag) submit(tag);
+  log_.OpenGate();
+  for (int tag = 1; tag <= 4; ++tag) ExpectEchoed(responses_.Get(tag), tag);
+  EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 3}));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(in_place, (std::map<int, bool>{{1, true}, {2, false}, {3, false}, {4, false}}));
+}
+
 TEST_F(SchedulerTest, NoDispatchWhileEveryInstanceIsBusy) {
   // With no delay at all, requests would go one by one if anything dispatched them early; the
   // second batch holding all three proves they waited for the instance.

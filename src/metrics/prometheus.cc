@@ -170,8 +170,13 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
   w.Sample("sluice_memory_budget_refusals_total", "", static_cast<double>(http.memory_refusals));
   w.Family("sluice_http_handoffs_total", "counter",
            "Work handed to an I/O thread from another thread (a model's answers to encode and "
-           "write; a batch's answers for one I/O thread go together): a thread hand-off each.");
+           "write, or to finish once sent in place; a batch's answers for one I/O thread go "
+           "together): a thread hand-off each.");
   w.Sample("sluice_http_handoffs_total", "", static_cast<double>(http.handoffs));
+  w.Family("sluice_http_answers_in_place_total", "counter",
+           "Answers sent from the model instance's thread that finished them (a batch of one), "
+           "without waiting for the connection's I/O thread.");
+  w.Sample("sluice_http_answers_in_place_total", "", static_cast<double>(http.answers_in_place));
   w.Family("sluice_http_request_seconds", "histogram",
            "Time from a request fully read to its response handed to the socket.");
   w.Histogram("sluice_http_request_seconds", "", http.request_seconds);

@@ -20,9 +20,12 @@ struct HttpStats {
   int64_t memory_budget_bytes = 0;  // The server's memory budget for requests in flight.
   int64_t memory_in_use_bytes = 0;  // What requests in flight hold of it.
   int64_t memory_refusals = 0;      // Requests answered 503 for want of it.
-  // Work handed to a connection's I/O thread from another thread (a model's answer, a decoded
-  // image's refusal): a thread hand-off each.
+  // Work handed to a connection's I/O thread from another thread (a model's answer, or its
+  // finish once sent in place; a decoded image's refusal): a thread hand-off each.
   int64_t handoffs = 0;
+  // Answers sent from the thread that finished them (a model instance's, for a batch of one),
+  // without waiting for the connection's I/O thread.
+  int64_t answers_in_place = 0;
   HistogramSnapshot request_seconds;  // Request fully read -> response handed to the socket.
 };
 

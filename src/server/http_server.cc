@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <array>
 #include <atomic>
@@ -104,6 +105,7 @@ class HttpServer::Impl {
   void CloseConnectionsAfterResponses() { no_keep_alive_.store(true); }
   void RequestStarted() { inflight_.fetch_add(1); }
   void HandedOff() { handoffs_.fetch_add(1, std::memory_order_relaxed); }
+  void AnsweredInPlace() { answers_in_place_.fetch_add(1, std::memory_order_relaxed); }
   // The sink that hands work to the I/O thread running `executor`, a batch at a time.
   HandOffBatch::Sink& SinkFor(const Executor& executor) {
     for (size_t i = 0; i < contexts_.size(); ++i) {
@@ -111,9 +113,11 @@ class HttpServer::Impl {
     }
     return *sinks_[0];  // Not reached: every connection runs on one of contexts_.
   }
-  void RequestFinished(int status, Clock::time_point received) {
+  // `done`: when the answer left (or failed).
+  void RequestFinished(int status, Clock::time_point received,
+                       Clock::time_point done = Clock::Real().Now()) {
     if (status >= 100 && status < 600) responses_[static_cast<size_t>(status)].fetch_add(1);
-    request_seconds_.Observe(SecondsBetween(received, Clock::Real().Now()));
+    request_seconds_.Observe(SecondsBetween(received, done));
     inflight_.fetch_sub(1);
   }
   void ConnectionOpened() {
@@ -170,6 +174,7 @@ class HttpServer::Impl {
 
   // Work handed to an I/O thread from another thread: request.post calls, a batch's together.
   std::atomic<int64_t> handoffs_{0};
+  std::atomic<int64_t> answers_in_place_{0};
   std::vector<std::unique_ptr<net::io_context>> contexts_;
   std::vector<std::unique_ptr<ContextSink>> sinks_;
   std::atomic<size_t> next_context_{0};
@@ -197,6 +202,17 @@ class HttpServer::Impl {
 
 namespace {
 
+// An answer sent by Session::AnswerInPlace, for the connection's thread to finish.
+struct SentInPlace {
+  std::string head;
+  std::string body;
+  size_t sent = 0;      // Bytes of head and body the socket took.
+  bool failed = false;  // The send failed: the client is gone.
+  int status = 0;
+  bool keep_alive = false;
+  Clock::time_point at;  // When the send returned.
+};
+
 // One client connection. Requests are read one at a time and answered in order; the next request
 // is read only after the response is written, so pipelined requests queue in the read buffer.
 class Session : public SessionBase, public std::enable_shared_from_this<Session> {
@@ -205,6 +221,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       : stream_(std::move(socket)),
         server_(server),
         sink_(server.SinkFor(stream_.get_executor())),
+        fd_(stream_.socket().native_handle()),
         id_(server.NextConnectionId()) {
     server_.ConnectionOpened();
     // A chunked body's next chunk is charged to the memory budget before it is read, and the
@@ -455,6 +472,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     StartTrace(raw, request);
     auto self = shared_from_this();
     request.post = [self](std::function<void()> work) {
+      // A batch of one: nothing waits behind its answer on the instance's thread, so the answer
+      // is made there and sent from there (AnswerInPlace), without waking this connection's.
+      if (HandOffBatch::InPlace()) return work();
       // A model's batch gathers its answers' hand-offs: one per I/O thread, not one each.
       if (HandOffBatch::Gather(self->sink_, work)) return;
       self->server_.HandedOff();
@@ -468,6 +488,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     server_.RequestStarted();
     awaiting_response_ = true;
     server_.router().Dispatch(request, [self](HttpResponse response) {
+      // Finished on a model instance's thread for a batch of one: sent from there.
+      if (HandOffBatch::InPlace() && self->AnswerInPlace(response)) return;
       net::dispatch(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
         self->Write(std::move(response), /*counted=*/true);
       });
@@ -504,14 +526,14 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   }
 
   // The answer is on its way (kHandle ends unless the handler encoded one) or written (kWrite).
-  void MarkTraceHandled() {
+  void MarkTraceHandled(Clock::time_point at = Clock::Real().Now()) {
     if (trace_ && trace_->ends[static_cast<size_t>(TraceStage::kEncode)] == Clock::time_point{}) {
-      trace_->End(TraceStage::kHandle, Clock::Real().Now());
+      trace_->End(TraceStage::kHandle, at);
     }
   }
-  void FinishTrace(int status) {
+  void FinishTrace(int status, Clock::time_point at = Clock::Real().Now()) {
     if (!trace_) return;
-    trace_->End(TraceStage::kWrite, Clock::Real().Now());
+    trace_->End(TraceStage::kWrite, at);
     trace_->status = status;
     server_.tracer()->Record(std::move(*trace_));
     trace_.reset();
@@ -546,17 +568,91 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     watching_ = false;
     if (!ec) {
       buffer_.commit(n);
-      if (pending_) return WritePending();
-      if (awaiting_response_ && buffer_.size() < 65536) WatchForDisconnect();
+    } else if (ec != net::error::operation_aborted) {
+      client_gone_ = true;
+      if (cancel_) std::exchange(cancel_, nullptr)();
+    }
+    if (sent_in_place_) return FinishInPlace(std::exchange(sent_in_place_, nullptr));
+    if (pending_) return WritePending();
+    if (!ec && awaiting_response_ && buffer_.size() < 65536) WatchForDisconnect();
+  }
+
+  // Sends a whole answer from the calling thread (a model instance's, finishing a batch of one)
+  // straight into the socket, so it leaves without waiting for the connection's thread, then
+  // hands that thread the rest of the exchange (FinishInPlace: what the socket did not take, the
+  // counts, the trace, the next read). Safe off the connection's thread: while a request awaits
+  // its answer, that thread neither writes to the socket nor closes it, and what is read here was
+  // set before the request was dispatched. False, with nothing done, for a streamed answer.
+  bool AnswerInPlace(HttpResponse& response) {
+    if (response.stream) return false;
+    auto sent = std::make_shared<SentInPlace>();
+    sent->status = response.status;
+    sent->keep_alive = keep_alive_ && server_.keep_alive_allowed();
+    AppendResponseHead(response, {version_, sent->keep_alive, traceparent_}, sent->head);
+    if (HasBody(response.status)) sent->body = std::move(response.body);
+    std::array<iovec, 2> parts{iovec{sent->head.data(), sent->head.size()},
+                               iovec{sent->body.data(), sent->body.size()}};
+    msghdr message{};
+    message.msg_iov = parts.data();
+    message.msg_iovlen = sent->body.empty() ? 1 : 2;
+    ssize_t n = 0;
+    do {
+      n = ::sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0) sent->sent = static_cast<size_t>(n);
+    sent->failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+    sent->at = Clock::Real().Now();
+    server_.AnsweredInPlace();
+    std::function<void()> finish = [self = shared_from_this(), sent]() mutable {
+      self->FinishInPlace(std::move(sent));
+    };
+    if (!HandOffBatch::Gather(sink_, finish)) sink_.Deliver({std::move(finish)});
+    return true;
+  }
+
+  // On the connection's thread, after AnswerInPlace: the watch ends first, then what the socket
+  // did not take is written as any answer is, and the exchange ends as Write's does.
+  void FinishInPlace(std::shared_ptr<SentInPlace> sent) {
+    if (watching_) {
+      sent_in_place_ = std::move(sent);  // OnWatch comes back here.
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
       return;
     }
-    if (ec == net::error::operation_aborted) {
-      if (pending_) WritePending();
-      return;
+    awaiting_response_ = false;
+    memory_.reset();
+    admission_.reset();
+    cancel_ = nullptr;
+    MarkTraceHandled(sent->at);
+    const size_t total = sent->head.size() + sent->body.size();
+    if (sent->failed || (client_gone_ && sent->sent < total)) {
+      client_gone_ = true;
+      FinishTrace(499, sent->at);
+      server_.RequestFinished(499, received_, sent->at);
+      return Close();
     }
-    client_gone_ = true;
-    if (cancel_) std::exchange(cancel_, nullptr)();
-    if (pending_) WritePending();
+    if (sent->sent == total) {
+      // Sent whole: answered, even if the client has left since.
+      FinishTrace(sent->status, sent->at);
+      server_.RequestFinished(sent->status, received_, sent->at);
+      if (client_gone_ || !sent->keep_alive) return Close();
+      return ReadHeader();
+    }
+    std::array<net::const_buffer, 2> rest{net::buffer(sent->head), net::buffer(sent->body)};
+    if (sent->sent < sent->head.size()) {
+      rest[0] += sent->sent;
+    } else {
+      rest[0] = net::const_buffer();
+      rest[1] += sent->sent - sent->head.size();
+    }
+    stream_.expires_after(Steady(server_.options().idle_timeout));
+    net::async_write(stream_, rest,
+                     [self = shared_from_this(), sent](beast::error_code ec, size_t) {
+                       self->FinishTrace(ec ? 499 : sent->status);
+                       self->server_.RequestFinished(ec ? 499 : sent->status, self->received_);
+                       if (ec || !sent->keep_alive) return self->Close();
+                       self->ReadHeader();
+                     });
   }
 
   void WritePending() {
@@ -766,6 +862,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl& server_;
   HandOffBatch::Sink& sink_;  // Hands work to this connection's I/O thread in batches.
+  const int fd_;              // The socket's descriptor, for AnswerInPlace.
   bool keep_alive_ = false;
   unsigned version_ = 11;
   Clock::time_point received_;
@@ -791,6 +888,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   bool client_gone_ = false;             // The client closed its side.
   std::function<void()> cancel_;         // From the handler: cancels its queued request.
   std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
+  std::shared_ptr<SentInPlace> sent_in_place_;  // The same, for one sent in place.
   // While a streamed response is sent (all on the connection's I/O thread):
   bool streaming_ = false;
   bool stream_chunked_ = true;    // HTTP/1.1: the body goes in chunks.
@@ -927,6 +1025,7 @@ HttpStats HttpServer::Impl::stats() const {
   s.memory_in_use_bytes = static_cast<int64_t>(memory_budget_.in_use());
   s.memory_refusals = memory_budget_.refusals();
   s.handoffs = handoffs_.load(std::memory_order_relaxed);
+  s.answers_in_place = answers_in_place_.load(std::memory_order_relaxed);
   s.request_seconds = request_seconds_.Snapshot();
   return s;
 }

@@ -23,7 +23,9 @@
 
 namespace sluice {
 
-// Runs a function on the connection's I/O strand (for work that should leave engine threads).
+// Runs a function on the connection's I/O thread (for work that should leave engine threads), or,
+// where the server sees that nothing waits behind it (a model batch of one), at once on the calling
+// thread: the work touches the connection only through the responder.
 using Poster = std::function<void(std::function<void()>)>;
 
 struct HttpRequest {
@@ -33,7 +35,7 @@ struct HttpRequest {
   std::optional<size_t> inference_header_length;  // Inference-Header-Content-Length.
   std::string body;
   Clock::time_point received;  // When the whole request had been read.
-  Poster post;                 // Set by the server; runs work on this connection's strand.
+  Poster post;                 // Set by the server; runs work for this connection (see Poster).
   // Registers what to do if the client disconnects before it is answered (cancel the queued
   // request). Call at most once, from the handler itself (not from a later callback).
   std::function<void(std::function<void()>)> on_disconnect;
@@ -47,7 +49,7 @@ struct HttpRequest {
   std::shared_ptr<const void> admission;
   // Set when this request is traced: a handler that runs a model stamps the engine's stages and
   // its encoding (SetEngineTimes, End(kRespond / kEncode)) before it responds; the server stamps
-  // the rest. Touched only on the connection's strand.
+  // the rest. Touched by one thread at a time: the connection's, or the one its Poster ran on.
   std::shared_ptr<RequestTrace> trace;
 };
 
@@ -57,7 +59,7 @@ Status MemoryBudgetExceeded(const MemoryReservation& memory, size_t asked);
 
 // The body of a streamed response (server-sent events), sent in HTTP/1.1 chunks as the producer
 // writes it. Thread-safe: the producer writes from any thread; the server drains it on the
-// connection's strand.
+// connection's thread.
 class ResponseStream {
  public:
   // Most bytes queued and not yet sent; beyond it the client counts as gone (too slow to read).

@@ -155,8 +155,8 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
 
   std::shared_ptr<ModelScheduler> scheduler = *model;
   const Clock::time_point received = request.received;
-  // The engine calls back on a worker thread: encoding moves to the connection's strand, so model
-  // instances never wait on JSON.
+  // The engine calls back on a worker thread: encoding moves to the connection's thread, so model
+  // instances never wait on JSON (except after a batch of one, which nothing waits behind).
   // The request's memory stays counted until its answer is encoded.
   V2Done done = [scheduler, received, post = request.post, respond, memory = request.memory,
                  trace = request.trace](std::shared_ptr<const V2InferRequest> meta,
