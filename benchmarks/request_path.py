@@ -95,10 +95,12 @@ STAGES = ["read", "decode", "queue", "batch", "compute", "respond", "encode", "h
 
 
 # The server's counters of thread hand-offs (/metrics): an instance woken, a decode thread woken,
-# work posted to a connection's I/O thread.
+# work posted to a connection's I/O thread; and answers sent from the instance's thread (a batch
+# of one) before that hand-off.
 HAND_OFFS = {"instance wake-ups": "sluice_instance_wakeups_total",
              "decode wake-ups": "sluice_decode_pool_wakeups_total",
-             "I/O hand-offs": "sluice_http_handoffs_total"}
+             "I/O hand-offs": "sluice_http_handoffs_total",
+             "answers in place": "sluice_http_answers_in_place_total"}
 
 
 def hand_offs(port):
