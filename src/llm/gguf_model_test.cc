@@ -80,6 +80,11 @@ struct Tolerance {
   double top1;
   double greedy;
 };
+// Logits llama.cpp puts this close (a share of its largest) are a tie for the top-1 count: on an
+// AMD EPYC with AVX-512, gemma3's f16 file had two of 182 positions whose top two llama.cpp logits
+// were 2.5e-4 of the largest apart, and Sluice's fp32 products ordered them the other way.
+constexpr double kTie = 1e-3;
+
 Tolerance ToleranceFor(const std::string& dir) {
   const double table_gelu = dir.starts_with("gguf_gemma3") ? 3.0 : 1.0;
   if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3 * table_gelu, 0.99, 1.0};
@@ -103,7 +108,8 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);
   double worst_relative = 0;
-  size_t positions = 0, top1_same = 0, greedy_same = 0, greedy_total = 0, prompts_equal = 0;
+  size_t positions = 0, top1_same = 0, top1_ties = 0, greedy_same = 0, greedy_total = 0;
+  size_t prompts_equal = 0;
   for (const Reference& r : references) {
     std::vector<float> logits;
     ASSERT_TRUE((*model)->Run({SequenceChunk{0, 0, r.input_ids, true, {}}}, &logits).ok());
@@ -118,8 +124,14 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
       }
       worst_relative = std::max(worst_relative, difference / std::max(largest, 1e-6));
       ++positions;
-      top1_same += std::max_element(ours, ours + vocab) ==
-                   ours + (std::max_element(theirs, theirs + vocab) - theirs);
+      // Our top token is llama.cpp's, or llama.cpp itself has the two tied: within kTie of its
+      // largest logit of each other (a tie its products, which round activations to the
+      // weights' type, and ours, in fp32, may break either way depending on the CPU's path).
+      const auto our_top = std::max_element(ours, ours + vocab) - ours;
+      const auto their_top = std::max_element(theirs, theirs + vocab) - theirs;
+      const bool tied = theirs[their_top] - theirs[our_top] <= kTie * largest;
+      top1_same += our_top == their_top || tied;
+      top1_ties += our_top != their_top && tied;
     }
     // Greedy decoding from the prompt, token by token, until it departs from llama.cpp's.
     std::vector<float> step = std::vector<float>(logits.end() - vocab, logits.end());
@@ -140,10 +152,11 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   const Tolerance tolerance = ToleranceFor(GetParam());
   const double top1 = static_cast<double>(top1_same) / static_cast<double>(positions);
   std::printf(
-      "gguf agreement %s: max |logit difference| / max |logit| %.2e, top-1 %.1f%% of %zu, "
-      "greedy %zu of %zu tokens before departing, %zu of %zu continuations equal\n",
-      GetParam().c_str(), worst_relative, 100 * top1, positions, greedy_same, greedy_total,
-      prompts_equal, references.size());
+      "gguf agreement %s: max |logit difference| / max |logit| %.2e, top-1 %.1f%% of %zu "
+      "(%zu of them ties), greedy %zu of %zu tokens before departing, %zu of %zu continuations "
+      "equal\n",
+      GetParam().c_str(), worst_relative, 100 * top1, positions, top1_ties, greedy_same,
+      greedy_total, prompts_equal, references.size());
   EXPECT_LE(worst_relative, tolerance.relative);
   EXPECT_GE(top1, tolerance.top1);
   EXPECT_GE(static_cast<double>(prompts_equal),

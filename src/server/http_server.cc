@@ -595,6 +595,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     msghdr message{};
     message.msg_iov = parts.data();
     message.msg_iovlen = sent->body.empty() ? 1 : 2;
+    server_.AnsweredInPlace();  // Counted before the client can see it.
     ssize_t n = 0;
     do {
       n = ::sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -602,7 +603,6 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     if (n >= 0) sent->sent = static_cast<size_t>(n);
     sent->failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
     sent->at = Clock::Real().Now();
-    server_.AnsweredInPlace();
     std::function<void()> finish = [self = shared_from_this(), sent]() mutable {
       self->FinishInPlace(std::move(sent));
     };
