@@ -116,6 +116,17 @@ class SchedulerTest : public ::testing::Test {
     log_.WaitForBatchesStarted(1);
   }
 
+  // On one instance (max batch 8, no delay): request 1 runs alone while requests 2-4 queue, then
+  // they run as one batch. `submit` submits the request of a tag.
+  void OneAloneThenThreeTogether(const std::function<void(int)>& submit) {
+    Start(EchoConfig(8, Micros(0)));
+    log_.CloseGate();
+    submit(1);
+    log_.WaitForBatchesStarted(1);
+    for (int tag = 2; tag <= 4; ++tag) submit(tag);
+    log_.OpenGate();
+  }
+
   // Declared before the scheduler, which must stop before they go.
   FakeClock fake_clock_;
   EchoLog log_;
@@ -164,12 +175,7 @@ TEST_F(SchedulerTest, ABatchsAnswersAreHandedOffTogether) {
     };
     ASSERT_TRUE(scheduler_->Submit(std::move(request)).ok());
   };
-  Start(EchoConfig(8, Micros(0)));
-  log_.CloseGate();
-  submit(1);
-  log_.WaitForBatchesStarted(1);
-  for (int tag = 2; tag <= 4; ++tag) submit(tag);
-  log_.OpenGate();
+  OneAloneThenThreeTogether(submit);
   std::unique_lock lock(sink.mu);
   ASSERT_TRUE(sink.cv.wait_for(lock, std::chrono::seconds(10), [&] {
     return sink.deliveries.size() == 2 && sink.deliveries[1].size() == 3;
@@ -194,12 +200,7 @@ TEST_F(SchedulerTest, OnlyABatchOfOneCompletesInPlace) {
     };
     ASSERT_TRUE(scheduler_->Submit(std::move(request)).ok());
   };
-  Start(EchoConfig(8, Micros(0)));
-  log_.CloseGate();
-  submit(1);
-  log_.WaitForBatchesStarted(1);
-  for (int tag = 2; tag <= 4; ++tag) submit(tag);
-  log_.OpenGate();
+  OneAloneThenThreeTogether(submit);
   for (int tag = 1; tag <= 4; ++tag) ExpectEchoed(responses_.Get(tag), tag);
   EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 3}));
   std::lock_guard lock(mu);
