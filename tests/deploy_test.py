@@ -341,9 +341,12 @@ def test_readiness_leads_shutdown(sluice, test_models):
             except ConnectionRefusedError:
                 outcomes["refused"] = True
                 return
+            # The request goes on the connection just made: one the listener took before it
+            # closed is answered (a second connect could come after the close and be refused).
+            client = http.client.HTTPConnection("127.0.0.1", http_port, timeout=30)
+            client.sock = conn
             try:
-                status, data, _ = request(http_port, "POST", "/v2/models/busy/infer", body,
-                                          http.client.HTTPConnection("127.0.0.1", http_port))
+                status, data, _ = request(http_port, "POST", "/v2/models/busy/infer", body, client)
                 if status == 200:
                     outcomes["answered"] += 1
                 else:
