@@ -213,8 +213,8 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 }
 
 // Repacked weights give every product the bits the file's layout gives it, on every path, for
-// every count of x's rows (the vector paths take them four at a time) and for column ranges that
-// start and end inside a group of eight rows.
+// every count of x's rows (the vector paths take them four or eight at a time) and for column
+// ranges that start and end inside a group of eight rows.
 TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   for (QuantIsa isa : kPaths) {
     if (!PathOnThisCpu(isa)) continue;
@@ -228,7 +228,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
       std::vector<uint8_t> repacked(w.size(), 0);
       RepackQuant(type, w.data(), n, k, repacked.data());
       ASSERT_NE(w, repacked);
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 9, 17}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> x(static_cast<size_t>(m * k));
         for (float& v : x) v = normal(rng);
@@ -349,7 +349,7 @@ TEST(QuantBatchTest, EachRowEqualsItselfAlone) {
     LimitQuantIsa(isa);
     for (GgmlType type_enum : kTypes) {
       const auto type = static_cast<uint32_t>(type_enum);
-      constexpr int64_t m = 7, n = 21, k = 512;
+      constexpr int64_t m = 13, n = 21, k = 512;  // 8 + 5 rows on AVX-512, 4 + 4 + 4 + 1 on AVX2.
       std::mt19937 rng(static_cast<unsigned>(type) + 3);
       const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
       std::normal_distribution<float> normal(0.0f, 1.0f);
