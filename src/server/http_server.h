@@ -69,7 +69,7 @@ class HttpServer {
 
   HttpStats stats() const;
 
-  class Impl;  // Defined in http_server.cc (keeps Beast out of this header).
+  class Impl;  // Defined in http_server_impl.h (keeps Beast out of this header).
 
  private:
   std::unique_ptr<Impl> impl_;
