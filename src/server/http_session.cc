@@ -374,6 +374,20 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     server_.tracer()->Record(std::move(*trace_));
     trace_.reset();
   }
+  // A request's answer left at `at`, or could not (499, as nginx logs a client that left): its
+  // trace, and its count unless the request was never counted as started.
+  void Answered(int status, bool counted, Clock::time_point at = Clock::Real().Now()) {
+    FinishTrace(status, at);
+    if (counted) server_.RequestFinished(status, received_, at);
+  }
+  // The end of a whole (not streamed) answer's exchange: answered, then the connection reads the
+  // next request or closes.
+  void EndExchange(int status, bool counted, bool keep_alive,
+                   Clock::time_point at = Clock::Real().Now()) {
+    Answered(status, counted, at);
+    if (status == 499 || client_gone_ || !keep_alive) return Close();
+    ReadHeader();
+  }
 
   // Waits, while a request waits for its answer, for the socket to turn readable: end-of-stream
   // means the client left. Bytes that arrive (a pipelined request) are kept for the next read.
@@ -463,16 +477,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     const size_t total = sent->head.size() + sent->body.size();
     if (sent->failed || (client_gone_ && sent->sent < total)) {
       client_gone_ = true;
-      FinishTrace(499, sent->at);
-      server_.RequestFinished(499, received_, sent->at);
-      return Close();
+      return EndExchange(499, /*counted=*/true, /*keep_alive=*/false, sent->at);
     }
     if (sent->sent == total) {
       // Sent whole: answered, even if the client has left since.
-      FinishTrace(sent->status, sent->at);
-      server_.RequestFinished(sent->status, received_, sent->at);
-      if (client_gone_ || !sent->keep_alive) return Close();
-      return ReadHeader();
+      return EndExchange(sent->status, /*counted=*/true, sent->keep_alive, sent->at);
     }
     std::array<net::const_buffer, 2> rest{net::buffer(sent->head), net::buffer(sent->body)};
     if (sent->sent < sent->head.size()) {
@@ -484,10 +493,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     stream_.expires_after(Steady(server_.options().idle_timeout));
     net::async_write(stream_, rest,
                      [self = shared_from_this(), sent](beast::error_code ec, size_t) {
-                       self->FinishTrace(ec ? 499 : sent->status);
-                       self->server_.RequestFinished(ec ? 499 : sent->status, self->received_);
-                       if (ec || !sent->keep_alive) return self->Close();
-                       self->ReadHeader();
+                       self->EndExchange(ec ? 499 : sent->status, /*counted=*/true,
+                                         sent->keep_alive);
                      });
   }
 
@@ -530,9 +537,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
         response.stream->MarkGone();
         if (cancel) cancel();
       }
-      FinishTrace(499);
-      if (counted) server_.RequestFinished(499, received_);
-      return Close();
+      return EndExchange(499, counted, /*keep_alive=*/false);
     }
     if (watching_) {
       // The watch read must end before the write: cancel it; its handler writes this.
@@ -555,10 +560,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     net::async_write(stream_, buffers,
                      [self = shared_from_this(), out, status, counted, keep_alive](
                          beast::error_code ec, size_t) {
-                       self->FinishTrace(ec ? 499 : status);
-                       if (counted) self->server_.RequestFinished(status, self->received_);
-                       if (ec || !keep_alive) return self->Close();
-                       self->ReadHeader();
+                       self->EndExchange(ec ? 499 : status, counted, keep_alive);
                      });
   }
 
@@ -660,8 +662,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     }
     stream_cancel_ = nullptr;
     stream_body_.reset();
-    FinishTrace(failed ? 499 : stream_status_);
-    if (stream_counted_) server_.RequestFinished(failed ? 499 : stream_status_, received_);
+    Answered(failed ? 499 : stream_status_, stream_counted_);
     if (failed || !keep_alive_) return Close();
     if (stream_watching_) {
       // The watch read must end first; its handler reads the next request.
