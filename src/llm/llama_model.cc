@@ -34,6 +34,7 @@
 
 #include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
+#include "llm/huge_pages.h"
 #include "llm/kernels/kernels.h"
 #include "llm/step_model.h"
 
@@ -59,6 +60,17 @@ bool RepackBlocks() {
     return value == nullptr || std::string_view(value) != "0";
   }();
   return repack;
+}
+
+// An uninitialised 1-D tensor of `numel` elements of `dtype` for weights that every step reads
+// whole, in huge-page-advised memory (llm/huge_pages.h); at::empty's when the arena has none.
+at::Tensor WeightTensor(int64_t numel, at::ScalarType dtype) {
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  HugePageBlock block = HugePageArena::Shared().Allocate(std::max<int64_t>(bytes, 1));
+  if (block.data == nullptr) return at::empty({numel}, dtype);
+  return at::from_blob(
+      block.data, {numel}, [owner = std::move(block.owner)](void*) mutable { owner.reset(); },
+      at::TensorOptions().dtype(dtype));
 }
 
 // Gives back the pages of a mapped file range that a repacked copy replaced: they stay in the
@@ -108,7 +120,7 @@ struct Linear {
       part.weight = w32;
     } else if (precision == LlmPrecision::kBf16) {
       const at::Tensor bf16 = w32.to(at::kBFloat16).contiguous();
-      part.weight = at::empty({PackedSize(part.rows, in)}, at::kBFloat16);
+      part.weight = WeightTensor(PackedSize(part.rows, in), at::kBFloat16);
       PackBf16(static_cast<const uint16_t*>(bf16.data_ptr()), part.rows, in,
                static_cast<uint16_t*>(part.weight.data_ptr()));
     } else if (Int8AsBlocks(in)) {
@@ -124,7 +136,7 @@ struct Linear {
       part.scales = (w32.abs().amax(1).clamp_min(1e-8) / 127.0).contiguous();
       const at::Tensor q =
           at::round(w32 / part.scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
-      part.weight = at::empty({PackedSize(part.rows, in)}, at::kChar);
+      part.weight = WeightTensor(PackedSize(part.rows, in), at::kChar);
       PackInt8(q.data_ptr<int8_t>(), part.rows, in, part.weight.data_ptr<int8_t>());
     }
     out += part.rows;
@@ -146,7 +158,7 @@ struct Linear {
   // then read eight rows as one stream and transpose nothing (kernels.h), with the same results.
   static bool Repack(Part* part, int64_t columns) {
     if (!RepackBlocks() || !CanRepackQuant(part->type, part->rows)) return false;
-    at::Tensor packed = at::empty({part->rows * QuantRowBytes(part->type, columns)}, at::kByte);
+    at::Tensor packed = WeightTensor(part->rows * QuantRowBytes(part->type, columns), at::kByte);
     RepackQuant(part->type, part->blocks, part->rows, columns, packed.data_ptr<uint8_t>());
     part->weight = std::move(packed);
     part->blocks = part->weight.data_ptr<uint8_t>();
