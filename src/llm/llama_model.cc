@@ -329,10 +329,8 @@ class LlamaModel final : public StepModel {
   Status LoadWeights(const SafetensorsFile& file);
   Status LoadGgufWeights(const GgufFile& file);
   void BuildRope();
-  // chunk_of: each token's chunk.
   void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
-                 const std::vector<int64_t>& offsets, const std::vector<int32_t>& chunk_of,
-                 at::Tensor& out);
+                 const std::vector<int64_t>& offsets, at::Tensor& out);
   // Where chunk i's keys (or values) of KV head h lie for `layer`: position p at element
   // offset + p x D of `base` (the cache itself where its blocks for the span it reads are
   // consecutive; else a copy of them gathered into gathered_). Fills kv_base_.
@@ -860,58 +858,82 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
 }
 
 // Attention for every token, after this step's keys and values were written to the cache.
-// qkv: [T, (H + 2 KV) D]; out: [T, H D]. Each (token, KV head) is one task, shared among the
-// threads: the token's query heads of that group attend over its slot's cache up to and including
-// its own position (causal by construction) with DecodeAttention. A prompt's chunk goes the same
-// way as a decoding token, one query at a time over cache rows that stay in L2 across the chunk's
-// tokens: through at::scaled_dot_product_attention (its queries permuted, the cache widened to
-// fp32, an explicit causal mask) a 128-token prompt's attention took 11 ms of a 42 ms prefill.
+// qkv: [T, (H + 2 KV) D]; out: [T, H D]. A task is a run of consecutive tokens of one chunk and
+// one KV head, shared among the threads: each token's query heads of that group attend over its
+// slot's cache up to and including its own position (causal by construction) with
+// DecodeAttentionRows, which reads each cached key once for the run's tokens and gives each token
+// the bits it gets alone. A prompt's chunk goes the same way as decoding tokens, over cache rows
+// that stay in L2 across the chunk's tokens: through at::scaled_dot_product_attention (its
+// queries permuted, the cache widened to fp32, an explicit causal mask) a 128-token prompt's
+// attention took 11 ms of a 42 ms prefill.
 void LlamaModel::Attention(int layer, const at::Tensor& qkv,
                            const std::vector<SequenceChunk>& chunks,
-                           const std::vector<int64_t>& offsets,
-                           const std::vector<int32_t>& chunk_of, at::Tensor& out) {
+                           const std::vector<int64_t>& offsets, at::Tensor& out) {
   const ModelArchitecture& a = arch_;
-  const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, total = qkv.size(0),
-                width = qkv.size(1);
+  const int64_t groups = a.heads / a.kv_heads, d = a.head_dim, width = qkv.size(1);
   LocateKeysAndValues(layer, chunks);
-  // The longest span any token attends over (for the scratch rows).
-  int64_t longest = 0;
-  for (const SequenceChunk& chunk : chunks) {
-    longest = std::max(longest, chunk.start + static_cast<int64_t>(chunk.tokens.size()));
+  const int threads_wanted = at::get_num_threads();
+  // A sliding-window layer: each token over the last `window` positions, its own included; its
+  // tokens' spans start at different positions, so they go one at a time.
+  const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
+  // Runs of at most 16 tokens, and at least two tasks a thread where the step's tokens allow (a
+  // verifying step's 5 tokens x 3 KV heads: runs of 3 and 2, six tasks, not three of 5): the
+  // threads take tasks from a shared counter, the last runs (the longest spans) first.
+  struct Task {
+    size_t chunk;
+    int64_t first, rows, h;  // Tokens [first, first + rows) of the chunk.
+  };
+  std::vector<Task> tasks;
+  int64_t total_rows = 0, scratch_floats = 0;
+  for (const SequenceChunk& chunk : chunks) total_rows += static_cast<int64_t>(chunk.tokens.size());
+  const int64_t wanted_tasks = 2 * int64_t{threads_wanted};
+  const int64_t per_run =
+      window > 0 ? 1 : std::clamp<int64_t>(total_rows * a.kv_heads / wanted_tasks, 1, 16);
+  for (size_t i = chunks.size(); i-- > 0;) {
+    const SequenceChunk& chunk = chunks[i];
+    const auto len = static_cast<int64_t>(chunk.tokens.size());
+    const int64_t runs = (len + per_run - 1) / per_run;
+    for (int64_t run = runs; run-- > 0;) {
+      // Runs of equal size, give or take one token.
+      const int64_t first = len * run / runs, rows = len * (run + 1) / runs - first;
+      scratch_floats = std::max(scratch_floats, rows * groups * (chunk.start + first + rows));
+      for (int64_t h = 0; h < a.kv_heads; ++h) tasks.push_back(Task{i, first, rows, h});
+    }
   }
-  const int64_t tasks = total * a.kv_heads;
   const float scale = a.attention_scale > 0 ? static_cast<float>(a.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(d));
-  // A sliding-window layer: each token over the last `window` positions, its own included.
-  const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
-  const float* rows = qkv.data_ptr<float>();
+  const float* rows_in = qkv.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tasks));
+  const auto task_count = static_cast<int64_t>(tasks.size());
+  const int threads = static_cast<int>(std::min<int64_t>(threads_wanted, task_count));
   std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> scratch(static_cast<size_t>(groups * longest));
-    for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
-      const int64_t row = task / a.kv_heads, h = task % a.kv_heads;
-      const auto i = static_cast<size_t>(chunk_of[static_cast<size_t>(row)]);
-      const SequenceChunk& chunk = chunks[i];
-      const int64_t end = chunk.start + (row - offsets[i]) + 1;  // Positions up to this token's.
+    std::vector<float> scratch(static_cast<size_t>(scratch_floats));
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < task_count;) {
+      const Task& task = tasks[static_cast<size_t>(t)];
+      const SequenceChunk& chunk = chunks[task.chunk];
+      // Positions up to the run's last token's.
+      const int64_t end = chunk.start + task.first + task.rows;
       const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
       const int64_t len = end - first;
-      const KvSpan& span = kv_base_[i * static_cast<size_t>(a.kv_heads) + static_cast<size_t>(h)];
+      const KvSpan& span =
+          kv_base_[task.chunk * static_cast<size_t>(a.kv_heads) + static_cast<size_t>(task.h)];
       const int64_t cache_row = span.offset + first * d;
-      const float* q = rows + row * width + h * groups * d;
-      float* result = o + row * a.heads * d + h * groups * d;
+      const int64_t row = offsets[task.chunk] + task.first;
+      const float* q = rows_in + row * width + task.h * groups * d;
+      float* result = o + row * a.heads * d + task.h * groups * d;
+      const int rows = static_cast<int>(task.rows);
       if (bf16_cache_) {
-        DecodeAttention(q, static_cast<int>(groups),
-                        reinterpret_cast<const uint16_t*>(span.k) + cache_row,
-                        reinterpret_cast<const uint16_t*>(span.v) + cache_row, len, d, scale,
-                        result, scratch.data());
+        DecodeAttentionRows(q, width, rows, static_cast<int>(groups),
+                            reinterpret_cast<const uint16_t*>(span.k) + cache_row,
+                            reinterpret_cast<const uint16_t*>(span.v) + cache_row, len, d, scale,
+                            result, a.heads * d, scratch.data());
       } else {
-        DecodeAttention(q, static_cast<int>(groups),
-                        reinterpret_cast<const float*>(span.k) + cache_row,
-                        reinterpret_cast<const float*>(span.v) + cache_row, len, d, scale, result,
-                        scratch.data());
+        DecodeAttentionRows(q, width, rows, static_cast<int>(groups),
+                            reinterpret_cast<const float*>(span.k) + cache_row,
+                            reinterpret_cast<const float*>(span.v) + cache_row, len, d, scale,
+                            result, a.heads * d, scratch.data());
       }
     }
   }
@@ -1044,7 +1066,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, chunk_of, begin, end);
       });
-      Attention(l, qkv, chunks, offsets, chunk_of, heads);
+      Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
       if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());

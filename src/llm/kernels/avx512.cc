@@ -273,42 +273,22 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
     {AccumulatePv<T, 3, 1>, AccumulatePv<T, 3, 2>, AccumulatePv<T, 3, 3>, AccumulatePv<T, 3, 4>},
     {AccumulatePv<T, 4, 1>, AccumulatePv<T, 4, 2>, AccumulatePv<T, 4, 3>, AccumulatePv<T, 4, 4>}};
 
-// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16): each cached key and
-// value row is read once for all the groups' queries, and the softmax's exponentials are vectors.
-// The 16 sums of the lanes of a[0] .. a[15], as one vector (lane i: the sum of a[i]'s lanes): pairs
-// interleaved and added, then pairs of pairs, then the 128-bit lanes exchanged and added. 46
-// instructions where sixteen horizontal sums take about 150.
-SLUICE_AVX512 inline __m512 SumLanes16(const __m512 (&a)[16]) {
-  __m512 pairs[8], quads[4];
-  for (int i = 0; i < 8; ++i) {
-    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d x = _mm512_castps_pd(pairs[2 * i]), y = _mm512_castps_pd(pairs[2 * i + 1]);
-    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  // quads[m], 128-bit lane L: the sums over lane L of a[4 m] .. a[4 m + 3].
-  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x44),
-                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xEE));
-  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x44),
-                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88),
-                       _mm512_shuffle_f32x4(low, high, 0xDD));
-}
-
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
                              float* scratch);
 
-// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256): the
-// scores of 16 cached positions at a time, their keys read (and widened from bf16) once for all
-// the groups' queries; the softmax's exponentials are vectors; each value row is read once too.
+// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256), for
+// `rows` consecutive tokens of one sequence (row r over the first len - rows + 1 + r positions):
+// the scores of 16 cached positions at a time, their keys read (and widened from bf16) once for
+// every row's and group's query; the softmax's exponentials are vectors; each value row is read
+// once for a row's groups. A row's arithmetic does not depend on the rows beside it, so each row
+// has the bits it has alone (rows = 1: DecodeAttention).
 template <class T>
-SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                   int64_t d, float scale, float* out, float* scratch) {
+SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                       const T* k, const T* v, int64_t len, int64_t d, float scale,
+                                       float* out, int64_t out_stride, float* scratch) {
   const __m512 scale_v = _mm512_set1_ps(scale);
+  const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   alignas(64) float widened[16 * 256];
   // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
   // prefetcher barely ramps up on: the keys two blocks ahead are asked for, and this block's
@@ -327,35 +307,58 @@ SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const
     for (int64_t e = j0 * d; e < j0 * d + std::min(block_elements, count * d); e += kLine) {
       _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T1);
     }
+    // The block's keys as fp32 rows; a last block of fewer than 16 is padded with zeros, so that
+    // all 16 positions' sums below read memory of this call (the padding's sums go unstored).
     const float* keys;
     if constexpr (std::is_same_v<T, float>) {
       keys = k + j0 * d;
+      if (count < 16) {
+        std::copy(keys, keys + count * d, widened);
+        keys = widened;
+      }
     } else {
       for (int64_t e = 0; e < count * d; e += 16) {
         _mm512_store_ps(widened + e, Load16(k + j0 * d + e));
       }
       keys = widened;
     }
-    for (int g = 0; g < groups; ++g) {
-      const float* qg = q + g * d;
-      __m512 dots[16];
-      for (int64_t jj = 0; jj < 16; ++jj) {
-        if (jj >= count) {
-          dots[jj] = _mm512_setzero_ps();
-          continue;
-        }
-        const float* kj = keys + jj * d;
-        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(kj));
+    if (count < 16) std::fill(widened + count * d, widened + 16 * d, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const int64_t row_len = first_len + r, row_count = std::min<int64_t>(16, row_len - j0);
+      if (row_count <= 0) continue;
+      // Row r's scores: `groups` rows of row_len, as SoftmaxPv reads them.
+      float* row_scores = scratch + r * groups * len;
+      for (int g = 0; g < groups; ++g) {
+        const float* qg = q + r * q_stride + g * d;
+        // Position jj's sum runs over d in order, 16 lanes at a time (q . k[jj] in lanes); the
+        // 16 positions' sums are independent, so they go side by side, each vector of q loaded
+        // once for all 16.
+        __m512 dots[16];
+        const __m512 q0 = _mm512_loadu_ps(qg);
+#pragma GCC unroll 16
+        for (int jj = 0; jj < 16; ++jj)
+          dots[jj] = _mm512_mul_ps(q0, _mm512_loadu_ps(keys + jj * d));
         for (int64_t c = 16; c < d; c += 16) {
-          acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c), _mm512_loadu_ps(kj + c), acc);
+          const __m512 qc = _mm512_loadu_ps(qg + c);
+#pragma GCC unroll 16
+          for (int jj = 0; jj < 16; ++jj) {
+            dots[jj] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(keys + jj * d + c), dots[jj]);
+          }
         }
-        dots[jj] = acc;
+        _mm512_mask_storeu_ps(row_scores + g * row_len + j0, FirstLanes(row_count),
+                              _mm512_mul_ps(ReduceLanes16(dots, AddLanes{}), scale_v));
       }
-      _mm512_mask_storeu_ps(scratch + g * len + j0, FirstLanes(count),
-                            _mm512_mul_ps(SumLanes16(dots), scale_v));
     }
   }
-  SoftmaxPv(groups, v, len, d, out, scratch);
+  for (int r = 0; r < rows; ++r) {
+    SoftmaxPv(groups, v, first_len + r, d, out + r * out_stride, scratch + r * groups * len);
+  }
+}
+
+template <class T>
+SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
+                                   int64_t d, float scale, float* out, float* scratch) {
+  DecodeAttentionRows(q, 0, 1, groups, k, v, len, d, scale, out, 0, scratch);
 }
 
 // The rest of an attention once its scores are in scratch (`groups` rows of len): each row's
@@ -366,8 +369,13 @@ SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, flo
                              float* scratch) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
-    const float max = *std::max_element(row, row + len);
-    const __m512 max_v = _mm512_set1_ps(max);
+    // The largest score (as std::max_element's: max is exact in any order), 16 at a time.
+    __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < len; j += 16) {
+      largest = _mm512_mask_max_ps(largest, FirstLanes(len - j), largest,
+                                   _mm512_maskz_loadu_ps(FirstLanes(len - j), row + j));
+    }
+    const __m512 max_v = _mm512_set1_ps(_mm512_reduce_max_ps(largest));
     __m512 total_v = _mm512_setzero_ps();
     for (int64_t j = 0; j < len; j += 16) {
       const __mmask16 lanes = FirstLanes(len - j);
@@ -401,6 +409,12 @@ template SLUICE_AVX512 void DecodeAttention(const float*, int, const float*, con
 template SLUICE_AVX512 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
                                             int64_t, int64_t, float, float*, float*);
 template SLUICE_AVX512 void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*);
+template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const float*,
+                                                const float*, int64_t, int64_t, float, float*,
+                                                int64_t, float*);
+template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const uint16_t*,
+                                                const uint16_t*, int64_t, int64_t, float, float*,
+                                                int64_t, float*);
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -244,7 +244,35 @@ void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64
   portable::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
 }
 
+template <class T>
+void DecodeAttentionRowsOn(const float* q, int64_t q_stride, int rows, int groups, const T* k,
+                           const T* v, int64_t len, int64_t d, float scale, float* out,
+                           int64_t out_stride, float* scratch) {
+#ifdef SLUICE_X86
+  if (Active() == KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
+    return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
+                                       out_stride, scratch);
+  }
+#endif
+  for (int r = 0; r < rows; ++r) {
+    DecodeAttentionOn(q + r * q_stride, groups, k, v, len - (rows - 1) + r, d, scale,
+                      out + r * out_stride, scratch);
+  }
+}
+
 }  // namespace
+
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const float* k,
+                         const float* v, int64_t len, int64_t d, float scale, float* out,
+                         int64_t out_stride, float* scratch) {
+  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch);
+}
+
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const uint16_t* k,
+                         const uint16_t* v, int64_t len, int64_t d, float scale, float* out,
+                         int64_t out_stride, float* scratch) {
+  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch);
+}
 
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch) {

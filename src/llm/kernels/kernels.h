@@ -122,6 +122,17 @@ void DecodeAttention(const float* q, int groups, const float* k, const float* v,
 // the queries rounded to bf16.
 void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch);
+// As DecodeAttention for `rows` consecutive tokens of one sequence: row r's queries at q + r
+// q_stride attend the first len - rows + 1 + r positions (the last row all len), its result at
+// out + r out_stride; scratch: at least rows * groups * len floats. Each row gets the bits
+// DecodeAttention gives it alone; the AVX-512 path (without AMX) widens each cached key once for
+// every row.
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const float* k,
+                         const float* v, int64_t len, int64_t d, float scale, float* out,
+                         int64_t out_stride, float* scratch);
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const uint16_t* k,
+                         const uint16_t* v, int64_t len, int64_t d, float scale, float* out,
+                         int64_t out_stride, float* scratch);
 // x rounded to bf16 bits, to nearest even (AVX-512 BF16's instruction where the path has it,
 // which also flushes denormals to zero).
 void ToBf16(const float* x, int64_t n, uint16_t* out);

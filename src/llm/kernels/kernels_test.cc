@@ -325,6 +325,62 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
+// Consecutive tokens of one sequence together (a verifying step's drafts, a prompt's chunk): each
+// row's result has the bits DecodeAttention gives it alone, on every path, over fp32 and bf16
+// caches, with rows whose spans end inside a block of 16 positions, at its end, and past it.
+TEST(DecodeAttention, RowsTogetherEqualEachRowAlone) {
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    for (bool bf16 : {false, true}) {
+      for (auto [rows, groups, len, d] :
+           {std::tuple{1, 3, 40, 64}, std::tuple{5, 3, 18, 64}, std::tuple{5, 3, 259, 64},
+            std::tuple{16, 2, 16, 32}, std::tuple{17, 4, 70, 128}, std::tuple{3, 2, 9, 12},
+            std::tuple{4, 5, 33, 48}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << KernelIsaName(isa) << (bf16 ? " bf16" : " fp32") << " rows " << rows
+                     << " groups " << groups << " len " << len << " d " << d);
+        std::mt19937 rng(static_cast<unsigned>(rows * 7919 + len * 31 + d));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        // q rows with a gap between them (a row of qkv holds the keys and values too).
+        const int64_t q_stride = groups * d + 8, out_stride = groups * d + 4;
+        std::vector<float> q(static_cast<size_t>(rows * q_stride)), k(static_cast<size_t>(len * d)),
+            v(k.size()), together(static_cast<size_t>(rows * out_stride), -1.0f),
+            scratch(static_cast<size_t>(rows * groups * len));
+        for (auto* t : {&q, &k, &v}) {
+          for (float& x : *t) x = normal(rng);
+        }
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        ToBf16(k.data(), static_cast<int64_t>(k.size()), k16.data());
+        ToBf16(v.data(), static_cast<int64_t>(v.size()), v16.data());
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        if (bf16) {
+          DecodeAttentionRows(q.data(), q_stride, rows, groups, k16.data(), v16.data(), len, d,
+                              scale, together.data(), out_stride, scratch.data());
+        } else {
+          DecodeAttentionRows(q.data(), q_stride, rows, groups, k.data(), v.data(), len, d, scale,
+                              together.data(), out_stride, scratch.data());
+        }
+        for (int r = 0; r < rows; ++r) {
+          const int64_t row_len = len - (rows - 1) + r;
+          std::vector<float> alone(static_cast<size_t>(groups * d));
+          if (bf16) {
+            DecodeAttention(q.data() + r * q_stride, groups, k16.data(), v16.data(), row_len, d,
+                            scale, alone.data(), scratch.data());
+          } else {
+            DecodeAttention(q.data() + r * q_stride, groups, k.data(), v.data(), row_len, d, scale,
+                            alone.data(), scratch.data());
+          }
+          const float* row = together.data() + r * out_stride;
+          ASSERT_EQ(std::vector<float>(row, row + groups * d), alone) << "row " << r;
+          EXPECT_EQ(row[groups * d], -1.0f) << "row " << r << ": written past its heads";
+        }
+      }
+    }
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
 }  // namespace
 // silu(gate) * up on every path: within 1e-6 (relative) of the double-precision formula, with
 // no overflow for gates far out on either side, and rows of a width that is not a multiple of 16.

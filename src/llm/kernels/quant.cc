@@ -393,6 +393,9 @@ void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
   float* scales = scale.data() + row_begin * chunks;
   float* sums = q_sum.data() + row_begin * chunks;
 #ifdef SLUICE_X86
+  if (ActiveQuant() >= QuantIsa::kAvx512Vnni) {
+    return kernels::quant_avx512vnni::Quantize(from, row_end - row_begin, k, to, scales, sums);
+  }
   if (ActiveQuant() >= QuantIsa::kAvx2) {
     return kernels::quant_avx2::Quantize(from, row_end - row_begin, k, to, scales, sums);
   }

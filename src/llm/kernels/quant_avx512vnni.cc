@@ -10,3 +10,68 @@
 #define SLUICE_QUANT_ROWS 8
 #include "llm/kernels/quant_x86.inc"
 #endif
+
+#ifdef SLUICE_X86
+namespace sluice::llm::kernels::quant_avx512vnni {
+
+// GCC 12's AVX-512 intrinsics warn of their own "undefined" vectors (see internal.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+// Sixteen blocks at a time: each block's largest magnitude is one vector (its two halves' lanes),
+// and ReduceLanes16 gives the sixteen blocks' maxima as one vector, so the scales and their
+// reciprocals are one division each; the products are rounded to nearest even and narrowed with
+// signed saturation (VPMOVSDB, as the AVX2 path's packs), and the integer sums reduced as the
+// maxima were. A last group of fewer than sixteen blocks goes through a zero-padded copy.
+SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
+                                float* q_sum) {
+  const int64_t blocks = rows * (k / 32);
+  alignas(64) float padded[16 * 32];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    const float* from = x + b0 * 32;
+    if (count < 16) {
+      std::fill(std::copy(from, from + count * 32, padded), padded + 16 * 32, 0.0f);
+      from = padded;
+    }
+    __m512 largest[16];
+    for (int b = 0; b < 16; ++b) {
+      largest[b] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(from + 32 * b)),
+                                 _mm512_abs_ps(_mm512_loadu_ps(from + 32 * b + 16)));
+    }
+    const __m512 d = _mm512_div_ps(ReduceLanes16(largest, MaxLanes{}), _mm512_set1_ps(127.0f));
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    alignas(64) float inverse[16];
+    _mm512_store_ps(inverse, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), d));
+    __m512 totals[16];
+    for (int b = 0; b < 16; ++b) {
+      const __m512 multiplier = _mm512_set1_ps(inverse[b]);
+      __m512i ints[2];
+      for (int h = 0; h < 2; ++h) {
+        ints[h] = _mm512_cvt_roundps_epi32(
+            _mm512_mul_ps(_mm512_loadu_ps(from + 32 * b + 16 * h), multiplier),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (b < count) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q + (b0 + b) * 32 + 16 * h),
+                           _mm512_cvtsepi32_epi8(ints[h]));
+        }
+      }
+      totals[b] = _mm512_castsi512_ps(_mm512_add_epi32(ints[0], ints[1]));
+    }
+    const __m512 total = ReduceLanes16(totals, AddIntLanes{});
+    const __mmask16 lanes = FirstLanes(count);
+    _mm512_mask_storeu_ps(scale + b0, lanes, d);
+    _mm512_mask_storeu_ps(q_sum + b0, lanes,
+                          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_castps_si512(total))));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace sluice::llm::kernels::quant_avx512vnni
+#endif

@@ -309,29 +309,38 @@ TEST(QuantizeQ8_0Test, BlocksHoldEachWeightWithinHalfAStep) {
 namespace sluice::llm {
 namespace {
 
-// x's quantisation is the same on the vector path as on the portable loop, to the bit, ties
-// (values exactly halfway between two steps) included.
+// x's quantisation is the same on each vector path as on the portable loop, to the bit, ties
+// (values exactly halfway between two steps) included, for block counts that fill the AVX-512
+// path's groups of sixteen and leave a part of one (5 rows of 7 blocks: 2 x 16 + 3).
 TEST(QuantInputTest, VectorPathEqualsThePortableLoop) {
   if (BestQuantIsa() < QuantIsa::kAvx2) GTEST_SKIP() << "no vector path on this CPU";
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> x(5 * 96);
+  const int64_t rows = 5, k = 224;
+  std::vector<float> x(static_cast<size_t>(rows * k));
   for (float& v : x) v = normal(rng);
   for (int l = 0; l < 32; ++l) x[static_cast<size_t>(l)] = static_cast<float>(l - 16) * 0.5f;
   x[31] = 127.0f * 0.5f;  // Block 0's scale is 0.5: its values fall on steps and halfway.
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
-  QuantInput vector_path, portable;
-  vector_path.Prepare(x.data(), 5, 96);
+  std::fill(x.begin() + 32 * 20, x.begin() + 32 * 21, 1e-3f);  // One value: d = 1e-3 / 127.
+  QuantInput portable;
   LimitQuantIsa(QuantIsa::kPortable);
-  portable.Prepare(x.data(), 5, 96);
-  LimitQuantIsa(QuantIsa::kAvx512Vnni);
-  EXPECT_EQ(std::vector<int8_t>(vector_path.q.begin(), vector_path.q.end()),
-            std::vector<int8_t>(portable.q.begin(), portable.q.end()));
-  EXPECT_EQ(std::vector<float>(vector_path.scale.begin(), vector_path.scale.end()),
-            std::vector<float>(portable.scale.begin(), portable.scale.end()));
-  EXPECT_EQ(std::vector<float>(vector_path.q_sum.begin(), vector_path.q_sum.end()),
-            std::vector<float>(portable.q_sum.begin(), portable.q_sum.end()));
+  portable.Prepare(x.data(), rows, k);
   EXPECT_EQ(portable.q[1], -15);  // -7.5 / 0.5 = -15 exactly.
+  for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512Vnni}) {
+    if (!PathOnThisCpu(isa)) continue;
+    SCOPED_TRACE(QuantIsaName(isa));
+    LimitQuantIsa(isa);
+    QuantInput vector_path;
+    vector_path.Prepare(x.data(), rows, k);
+    EXPECT_EQ(std::vector<int8_t>(vector_path.q.begin(), vector_path.q.end()),
+              std::vector<int8_t>(portable.q.begin(), portable.q.end()));
+    EXPECT_EQ(std::vector<float>(vector_path.scale.begin(), vector_path.scale.end()),
+              std::vector<float>(portable.scale.begin(), portable.scale.end()));
+    EXPECT_EQ(std::vector<float>(vector_path.q_sum.begin(), vector_path.q_sum.end()),
+              std::vector<float>(portable.q_sum.begin(), portable.q_sum.end()));
+  }
+  LimitQuantIsa(QuantIsa::kAvx512Vnni);
 }
 
 }  // namespace
