@@ -37,7 +37,6 @@ std::chrono::steady_clock::duration Steady(Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
 }
 
-
 // An answer sent by Session::AnswerInPlace, for the connection's thread to finish.
 struct SentInPlace {
   std::string head;
@@ -400,22 +399,37 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
           if (!ec) {
             // Bytes, end-of-stream, a reset, or nothing: the reactor may report an edge whose
             // bytes the last read already took. A peek tells them apart without blocking.
-            char byte;
-            const ssize_t peeked =
-                ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            ec = self->Peek();
+            if (ec == net::error::would_block) {
               return self->OnWatch({}, 0);  // Nothing came: watch on, or write what did.
             }
-            if (peeked == 0) ec = net::error::eof;
-            if (peeked < 0) ec = beast::error_code(errno, boost::system::system_category());
             if (!ec) n = self->stream_.socket().read_some(self->buffer_.prepare(4096), ec);
           }
           self->OnWatch(ec, n);
         });
   }
 
+  // A look at the socket that neither blocks nor takes a byte: bytes (no error), nothing yet
+  // (would_block), end-of-stream, or the error that ended the connection.
+  beast::error_code Peek() {
+    char byte;
+    const ssize_t peeked =
+        ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked > 0) return {};
+    if (peeked == 0) return net::error::eof;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return net::error::would_block;
+    return {errno, boost::system::system_category()};
+  }
+
   void OnWatch(beast::error_code ec, size_t n) {
     watching_ = false;
+    if (ec == net::error::operation_aborted && pending_) {
+      // The watch was cancelled for an answer that came before the loop saw a close already
+      // there (a busy machine): a look now, or a stream would start for nobody and its first
+      // write could still succeed.
+      const beast::error_code seen = Peek();
+      if (seen && seen != net::error::would_block) ec = seen;
+    }
     if (!ec) {
       buffer_.commit(n);
     } else if (ec != net::error::operation_aborted) {
@@ -491,11 +505,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       rest[1] += sent->sent - sent->head.size();
     }
     stream_.expires_after(Steady(server_.options().idle_timeout));
-    net::async_write(stream_, rest,
-                     [self = shared_from_this(), sent](beast::error_code ec, size_t) {
-                       self->EndExchange(ec ? 499 : sent->status, /*counted=*/true,
-                                         sent->keep_alive);
-                     });
+    net::async_write(
+        stream_, rest, [self = shared_from_this(), sent](beast::error_code ec, size_t) {
+          self->EndExchange(ec ? 499 : sent->status, /*counted=*/true, sent->keep_alive);
+        });
   }
 
   void WritePending() {
@@ -721,10 +734,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   Timer request_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the connection's I/O thread):
   bool awaiting_response_ = false;
-  bool watching_ = false;                // A WatchForDisconnect() read is outstanding.
-  bool client_gone_ = false;             // The client closed its side.
-  std::function<void()> cancel_;         // From the handler: cancels its queued request.
-  std::optional<HttpResponse> pending_;  // An answer waiting for the watch read to end.
+  bool watching_ = false;                       // A WatchForDisconnect() read is outstanding.
+  bool client_gone_ = false;                    // The client closed its side.
+  std::function<void()> cancel_;                // From the handler: cancels its queued request.
+  std::optional<HttpResponse> pending_;         // An answer waiting for the watch read to end.
   std::shared_ptr<SentInPlace> sent_in_place_;  // The same, for one sent in place.
   // While a streamed response is sent (all on the connection's I/O thread):
   bool streaming_ = false;
