@@ -383,10 +383,42 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
   q.resize(static_cast<size_t>(m * k));
   scale.resize(static_cast<size_t>(m * (k / 32)));
   q_sum.resize(static_cast<size_t>(m * (k / 32)));
+  group_rows = m > 1 ? (ActiveQuant() == QuantIsa::kAvx512Vnni ? 8 : 4) : 0;
+  if (group_rows > 0) {
+    grouped_q.resize(q.size());
+    grouped_scale.resize(scale.size());
+    grouped_q_sum.resize(q_sum.size());
+  }
+}
+
+void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, int64_t row_end,
+                    int8_t* q, float* scale, float* q_sum) {
+  const int64_t runs = x.k / 32, full = x.m / group_rows * group_rows;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t first = r < full ? r / group_rows * group_rows : full;
+    const int64_t rows = r < full ? group_rows : x.m - full, i = r - first;
+    const int8_t* from = x.q.data() + r * x.k;
+    int8_t* to = q + first * x.k;
+    for (int64_t c = 0; c < runs; ++c) {
+      for (int64_t s = 0; s < 8; ++s) {
+        std::memcpy(to + 32 * rows * c + 4 * (rows * s + i), from + 32 * c + 4 * s, 4);
+      }
+      scale[first * runs + rows * c + i] = x.scale[static_cast<size_t>(r * runs + c)];
+      q_sum[first * runs + rows * c + i] = x.q_sum[static_cast<size_t>(r * runs + c)];
+    }
+  }
 }
 
 void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
+  Quantize(row_begin, row_end);
+  if (group_rows > 0) {
+    GroupQuantRows(*this, group_rows, row_begin, row_end, grouped_q.data(), grouped_scale.data(),
+                   grouped_q_sum.data());
+  }
+}
+
+void QuantInput::Quantize(int64_t row_begin, int64_t row_end) {
   const int64_t chunks = k / 32;
   const float* from = x + row_begin * k;
   int8_t* to = q.data() + row_begin * k;

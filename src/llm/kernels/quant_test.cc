@@ -250,6 +250,51 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   LimitQuantIsa(QuantIsa::kAvx512Vnni);
 }
 
+// x's grouped layout: 13 rows in a group of 8 and one of 5, each run's steps of the group's rows
+// side by side; and an input prepared on one path (groups of 8) gives the same products on a path
+// that groups by 4 (it groups again for itself).
+TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
+  constexpr int64_t m = 13, k = 64, runs = k / 32;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = normal(rng);
+  QuantInput input;
+  input.Prepare(x.data(), m, k);
+  std::vector<int8_t> q(input.q.size());
+  std::vector<float> scale(input.scale.size()), q_sum(input.q_sum.size());
+  GroupQuantRows(input, 8, 0, m, q.data(), scale.data(), q_sum.data());
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t first = r < 8 ? 0 : 8, rows = r < 8 ? 8 : 5, i = r - first;
+    for (int64_t c = 0; c < runs; ++c) {
+      for (int64_t s = 0; s < 8; ++s) {
+        for (int64_t b = 0; b < 4; ++b) {
+          ASSERT_EQ(q[static_cast<size_t>(first * k + 32 * rows * c + 4 * (rows * s + i) + b)],
+                    input.q[static_cast<size_t>(r * k + 32 * c + 4 * s + b)])
+              << "row " << r << ", run " << c << ", step " << s;
+        }
+      }
+      EXPECT_EQ(scale[static_cast<size_t>(first * runs + rows * c + i)],
+                input.scale[static_cast<size_t>(r * runs + c)]);
+      EXPECT_EQ(q_sum[static_cast<size_t>(first * runs + rows * c + i)],
+                input.q_sum[static_cast<size_t>(r * runs + c)]);
+    }
+  }
+  if (!PathOnThisCpu(QuantIsa::kAvx512Vnni)) GTEST_SKIP() << "one grouping on this CPU";
+  ASSERT_EQ(input.group_rows, 8);
+  constexpr int64_t n = 24;
+  const auto type = static_cast<uint32_t>(GgmlType::kQ4_1);
+  const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+  std::vector<uint8_t> repacked(w.size());
+  RepackQuant(type, w.data(), n, k, repacked.data());
+  LimitQuantIsa(QuantIsa::kAvx2);
+  std::vector<float> file(static_cast<size_t>(m * n)), packed(file.size());
+  MatmulQuant(input, type, w.data(), n, file.data(), 0, n);
+  MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), 0, n);
+  LimitQuantIsa(QuantIsa::kAvx512Vnni);
+  EXPECT_EQ(packed, file);
+}
+
 TEST(QuantRepackTest, OnlyWholeGroupsOfTheSimpleFormats) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 20));
