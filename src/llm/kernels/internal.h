@@ -97,6 +97,12 @@ void PortableQuantize(const float* x, int64_t rows, int64_t k, int8_t* q, float*
                       float* q_sum);
 }  // namespace quant
 
+// Rows of x a pass of the block products takes at most on `isa`'s path (quant_x86.inc), and so
+// the groups QuantInput lays x out in for them: a pass's sums and accumulators sit in vector
+// registers, 2 R of them, which AVX-512's 32 hold for R = 8 and AVX2's 16 for R = 4. A verifying
+// step's 5 rows then go in one pass, not 4 and 1 (which read every weight twice).
+constexpr int QuantRowsAtOnce(QuantIsa isa) { return isa == QuantIsa::kAvx512Vnni ? 8 : 4; }
+
 #ifdef SLUICE_X86
 
 // The first min(16, max(0, count)) lanes.

@@ -383,7 +383,7 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
   q.resize(static_cast<size_t>(m * k));
   scale.resize(static_cast<size_t>(m * (k / 32)));
   q_sum.resize(static_cast<size_t>(m * (k / 32)));
-  group_rows = m > 1 ? (ActiveQuant() == QuantIsa::kAvx512Vnni ? 8 : 4) : 0;
+  group_rows = m > 1 ? kernels::QuantRowsAtOnce(ActiveQuant()) : 0;
   if (group_rows > 0) {
     grouped_q.resize(q.size());
     grouped_scale.resize(scale.size());

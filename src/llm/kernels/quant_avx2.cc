@@ -6,6 +6,7 @@
 
 #ifdef SLUICE_X86
 #define SLUICE_QUANT_NAMESPACE quant_avx2
+#define SLUICE_QUANT_ISA QuantIsa::kAvx2
 #define SLUICE_QUANT_TARGET SLUICE_QUANT_AVX2
 #include "llm/kernels/quant_x86.inc"
 #endif

@@ -7,7 +7,7 @@
 #define SLUICE_QUANT_NAMESPACE quant_avx512vnni
 #define SLUICE_QUANT_TARGET SLUICE_AVX512VNNI
 #define SLUICE_QUANT_DPBUSD(a, u, s) _mm256_dpbusd_epi32(a, u, s)
-#define SLUICE_QUANT_ROWS 8
+#define SLUICE_QUANT_ISA QuantIsa::kAvx512Vnni
 #include "llm/kernels/quant_x86.inc"
 #endif
 
