@@ -94,10 +94,12 @@ class Process:
 STAGES = ["read", "decode", "queue", "batch", "compute", "respond", "encode", "handle", "write"]
 
 
-# The server's counters of thread hand-offs (/metrics): an instance woken, a decode thread woken,
+# The server's counters of thread hand-offs (/metrics): an instance woken, an idle instance that
+# saw work arrive while it spun (a hand-off without a wake-up), a decode thread woken,
 # work posted to a connection's I/O thread; and answers sent from the instance's thread (a batch
 # of one) before that hand-off.
 HAND_OFFS = {"instance wake-ups": "sluice_instance_wakeups_total",
+             "spin catches": "sluice_instance_spin_catches_total",
              "decode wake-ups": "sluice_decode_pool_wakeups_total",
              "I/O hand-offs": "sluice_http_handoffs_total",
              "answers in place": "sluice_http_answers_in_place_total"}

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <utility>
 
 namespace sluice {
@@ -62,6 +63,9 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferRequest>& request) {
     request->times.enqueue = now;
     queued_samples_ += samples;
     queue_.push_back(std::move(request));
+    work_epoch_.fetch_add(1, std::memory_order_release);
+    // A spinning instance sees the arrival and polls under mu_ before it could sleep.
+    if (spinning_instances_ > 0) wake_instance = false;
   }
   if (wake_instance) work_cv_.Signal();
   if (wake_timer) deadline_cv_.Signal();
@@ -82,8 +86,24 @@ BatcherPoll DynamicBatcher::Poll(Clock::time_point now) {
   return PollLocked(now);
 }
 
+namespace {
+
+// Polls `epoch` until it moves from `seen` or `spin` of real time passes; true when it moved.
+// Each turn yields the core, so a thread woken there (the one about to bring work) runs first.
+bool SpinWhileUnchanged(const std::atomic<uint64_t>& epoch, uint64_t seen, Micros spin) {
+  const auto give_up = std::chrono::steady_clock::now() + spin;
+  while (epoch.load(std::memory_order_acquire) == seen) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
 BatcherPoll DynamicBatcher::WaitForBatch() {
   MutexLock lock(mu_);
+  bool spun = false;
   while (true) {
     BatcherPoll poll = PollLocked(clock_.Now());
     if (!poll.batch.requests.empty() || !poll.expired.empty()) {
@@ -95,8 +115,20 @@ BatcherPoll DynamicBatcher::WaitForBatch() {
     // An instance waiting (for company, or for work) is capacity unused: the time does not count
     // towards the drain rate.
     ++waiting_instances_;
-    clock_.WaitUntil(work_cv_, lock, poll.wake_at);
-    ++instance_wakeups_;
+    if (!spun && options_.idle_spin.count() > 0 && queue_.empty()) {
+      // Once per wait, and only for an empty queue: waiting for company has a time to wake at.
+      spun = true;
+      const uint64_t seen = work_epoch_.load(std::memory_order_acquire);
+      ++spinning_instances_;
+      lock.Unlock();
+      const bool caught = SpinWhileUnchanged(work_epoch_, seen, options_.idle_spin);
+      lock.Lock();
+      --spinning_instances_;
+      if (caught) ++spin_catches_;
+    } else {
+      clock_.WaitUntil(work_cv_, lock, poll.wake_at);
+      ++instance_wakeups_;
+    }
     AgeCompanyLocked(clock_.Now());
     --waiting_instances_;
   }
@@ -119,6 +151,7 @@ void DynamicBatcher::Close() {
   {
     MutexLock lock(mu_);
     closed_ = true;
+    work_epoch_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.SignalAll();
   deadline_cv_.SignalAll();
@@ -158,6 +191,11 @@ int DynamicBatcher::waiting_instances() const {
 int64_t DynamicBatcher::instance_wakeups() const {
   MutexLock lock(mu_);
   return instance_wakeups_;
+}
+
+int64_t DynamicBatcher::spin_catches() const {
+  MutexLock lock(mu_);
+  return spin_catches_;
 }
 
 double DynamicBatcher::company_rate() const {

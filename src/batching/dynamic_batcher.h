@@ -19,6 +19,10 @@
 //   nobody idles for it; under load the queue holds a full batch whenever an instance frees, so
 //   batches fill.
 //
+// A free instance finding the queue empty may spin for BatcherOptions::idle_spin before it sleeps,
+// so that a request arriving soon after the last answer starts without a scheduler wake-up (the
+// one-request-at-a-time client's case); the spin yields its core at every turn.
+//
 // Requests past their deadline, or cancelled, leave the queue without running. A full queue
 // rejects at once with kUnavailable, so memory stays bounded.
 //
@@ -61,6 +65,10 @@ struct BatcherOptions {
   // the batch running when it arrives, then run in the next). 0: none.
   Micros latency_target{0};
   int instances = 1;
+  // How long a free instance with an empty queue keeps polling for work (yielding its core to
+  // any other runnable thread) before it sleeps: a request arriving within it starts without a
+  // scheduler wake-up. Measured in real time, whatever the batcher's clock. 0: sleep at once.
+  Micros idle_spin{0};
 };
 
 // Requests taken from the queue together, in arrival order.
@@ -154,6 +162,9 @@ class DynamicBatcher {
   // Times an instance waiting in WaitForBatch() was woken (by work, a timeout, or the wake-up of
   // another): the thread hand-offs a request's path costs at the model, against the requests run.
   int64_t instance_wakeups() const;
+  // Times an instance spinning on an empty queue (BatcherOptions::idle_spin) saw a request
+  // arrive, or the batcher close, before its spin ran out: a wake-up saved.
+  int64_t spin_catches() const;
   // Instances waiting in WaitForBatch() now (for work, or for company).
   int waiting_instances() const;
 
@@ -244,6 +255,10 @@ class DynamicBatcher {
   double backlog_seconds_ GUARDED_BY(mu_) = 0;
   int waiting_instances_ GUARDED_BY(mu_) = 0;  // In WaitForBatch(), waiting.
   int64_t instance_wakeups_ GUARDED_BY(mu_) = 0;
+  // Bumped with every arrival and by Close(): what a spinning instance watches without mu_.
+  std::atomic<uint64_t> work_epoch_{0};
+  int64_t spin_catches_ GUARDED_BY(mu_) = 0;    // Spins that ended with work to look at.
+  int spinning_instances_ GUARDED_BY(mu_) = 0;  // Spinning now: Enqueue() need not signal.
   Clock::time_point company_updated_ GUARDED_BY(mu_){};
 };
 

@@ -288,6 +288,83 @@ TEST_F(BatcherTest, CountsTheWakeUpsOfWaitingInstances) {
   EXPECT_GE(batcher_->instance_wakeups(), 1);
 }
 
+// Blocks until `n` instances wait in WaitForBatch() (spinning or asleep).
+void AwaitWaitingInstances(const DynamicBatcher& batcher, int n) {
+  while (batcher.waiting_instances() < n) std::this_thread::sleep_for(milliseconds(1));
+}
+
+// An idle instance spinning on the empty queue takes an arrival without being woken. The spin is
+// far longer than the test, so it cannot run out first.
+TEST_F(BatcherTest, ASpinningInstanceTakesAnArrivalWithoutAWakeUp) {
+  BatcherOptions o = Options(4, Micros(0));
+  o.idle_spin = std::chrono::seconds(1000);
+  Make(o);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  AwaitWaitingInstances(*batcher_, 1);
+  Add(1);
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(Ids(waiter.get().batch.requests), (std::vector<RequestId>{1}));
+  EXPECT_EQ(batcher_->spin_catches(), 1);
+  EXPECT_EQ(batcher_->instance_wakeups(), 0);
+}
+
+TEST_F(BatcherTest, CloseEndsASpin) {
+  BatcherOptions o = Options(4, Micros(0));
+  o.idle_spin = std::chrono::seconds(1000);
+  Make(o);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  AwaitWaitingInstances(*batcher_, 1);
+  batcher_->Close();
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_TRUE(waiter.get().batch.requests.empty());
+}
+
+// A spin that runs out ends in the ordinary sleep, and an arrival then wakes the instance.
+TEST_F(BatcherTest, AnInstanceWhoseSpinRanOutSleepsAndIsWoken) {
+  BatcherOptions o = Options(4, Micros(0));
+  o.idle_spin = Micros(100);
+  Make(o);
+  auto waiter = std::async(std::launch::async, [&] { return batcher_->WaitForBatch(); });
+  AwaitWaitingInstances(*batcher_, 1);
+  std::this_thread::sleep_for(milliseconds(300));
+  Add(1);
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(Ids(waiter.get().batch.requests), (std::vector<RequestId>{1}));
+  EXPECT_EQ(batcher_->spin_catches(), 0) << "the spin runs out long before the arrival";
+  EXPECT_GE(batcher_->instance_wakeups(), 1);  // The fake clock's waits also end every 200 us.
+}
+
+// Instances that spin and sleep in turn, with arrivals, cancellations and a close racing them:
+// every request leaves exactly once (in a batch, or cancelled), and every instance stops.
+TEST_F(BatcherTest, SpinningInstancesLoseNothingUnderCancellationAndClose) {
+  BatcherOptions o = Options(4, Micros(0));
+  o.idle_spin = Micros(50);
+  Make(o);
+  constexpr int kInstances = 3;
+  constexpr RequestId kRequests = 4000;
+  std::atomic<int64_t> taken{0};
+  std::vector<std::thread> instances;
+  for (int i = 0; i < kInstances; ++i) {
+    instances.emplace_back([&] {
+      while (true) {
+        BatcherPoll poll = batcher_->WaitForBatch();
+        if (poll.batch.requests.empty() && poll.expired.empty()) return;
+        taken += static_cast<int64_t>(poll.batch.requests.size());
+      }
+    });
+  }
+  int64_t cancelled = 0;
+  for (RequestId id = 1; id <= kRequests; ++id) {
+    Add(id);
+    if (id % 3 == 0 && batcher_->Cancel(id) != nullptr) ++cancelled;
+    if (id % 64 == 0) std::this_thread::sleep_for(Micros(id % 128 == 0 ? 200 : 20));
+  }
+  batcher_->Close();
+  for (std::thread& t : instances) t.join();
+  EXPECT_EQ(taken.load() + cancelled, kRequests);
+  EXPECT_TRUE(batcher_->TakeAll().empty());
+}
+
 TEST_F(BatcherTest, ExpiryTimerReturnsExpiredRequestsWithoutAnInstance) {
   Make(Options(8, Micros(1'000'000)));
   auto timer = std::async(std::launch::async, [&] { return batcher_->WaitForExpiry(); });

@@ -108,6 +108,13 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     r.Read("count", c.instances.count);
     r.Read("device", c.instances.device);
     r.Read("threads", c.instances.threads);
+    int64_t spin_us = c.instances.idle_spin.count();
+    r.Read("idle_spin_us", spin_us);
+    if (spin_us < 0 || spin_us > 1'000'000) {
+      throw ConfigError{"instances.idle_spin_us",
+                        fmt::format("must be >= 0 and at most 1000000 (got {})", spin_us)};
+    }
+    c.instances.idle_spin = Micros(spin_us);
     r.RejectUnknownKeys();
   }
   std::string precision = "fp32";

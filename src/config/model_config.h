@@ -72,6 +72,8 @@ struct InstancesConfig {
   int count = 1;               // Workers (model instances); >= 1.
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N".
   int threads = 0;             // Intra-op threads per instance; 0: cores / count (at least 1).
+  // How long an idle instance polls for work before it sleeps (dynamic_batcher.h); 0: never.
+  Micros idle_spin{500};
 };
 
 struct OptimizeConfig {

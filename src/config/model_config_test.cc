@@ -26,6 +26,7 @@ instances:
   count: 2
   device: cpu
   threads: 1
+  idle_spin_us: 50
 precision: bf16
 optimize:
   freeze: true
@@ -82,6 +83,7 @@ TEST(ModelConfigTest, ParsesEveryField) {
   EXPECT_EQ(c.dynamic_batching.default_timeout, Micros(100000));
   EXPECT_EQ(c.instances.count, 2);
   EXPECT_EQ(c.instances.threads, 1);
+  EXPECT_EQ(c.instances.idle_spin, Micros(50));
   EXPECT_EQ(c.precision, Precision::kBf16);
   EXPECT_TRUE(c.optimize.freeze);
   EXPECT_TRUE(c.optimize.channels_last);
@@ -113,6 +115,8 @@ TEST(ModelConfigTest, NormalizeDerivesThreadsAndWarmupSizes) {
 TEST(ModelConfigTest, ErrorsNameTheFileAndTheKey) {
   EXPECT_THAT(ErrorOf(Edit("threads: 1", "threads: -2")),
               HasSubstr("models/m/config.yaml: instances.threads: must be >= 1 (got -2)"));
+  EXPECT_THAT(ErrorOf(Edit("idle_spin_us: 50", "idle_spin_us: -1")),
+              HasSubstr("instances.idle_spin_us: must be >= 0 and at most 1000000 (got -1)"));
 }
 
 TEST(ModelConfigTest, RejectsUnknownKeysAtEveryLevel) {

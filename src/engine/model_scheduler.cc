@@ -76,6 +76,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   options.batcher.max_queue_time = config.dynamic_batching.max_queue_time;
   options.batcher.latency_target = config.dynamic_batching.slo_p99;
   options.batcher.instances = config.instances.count;
+  options.batcher.idle_spin = config.instances.idle_spin;
   options.default_timeout = config.dynamic_batching.default_timeout;
   return options;
 }
@@ -215,6 +216,7 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   s.target_batch_size = static_cast<int>(batcher_.target_batch_size());
   s.company_rate = batcher_.company_rate();
   s.instance_wakeups = batcher_.instance_wakeups();
+  s.spin_catches = batcher_.spin_catches();
   s.drain_rate = batcher_.drain_rate();
   s.wait_calibration = batcher_.wait_calibration();
   s.intake_seconds = batcher_.intake_seconds();

@@ -28,6 +28,7 @@ struct ModelStatsSnapshot {
   HistogramSnapshot request_seconds;  // enqueue -> completion, per completed request.
   double busy_seconds = 0;            // Summed over instances: time spent running batches.
   int64_t instance_wakeups = 0;       // Instances woken while waiting for work (a thread hand-off).
+  int64_t spin_catches = 0;  // Idle instances that saw work arrive while spinning (no wake-up).
   int instances = 0;
   // The batcher: its policy, the batch size it forms now (adaptive: the cheapest per sample; fixed:
   // max_batch_size), the arrival rate it expects while a batch waits (samples/s), and the learned

@@ -96,6 +96,10 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
        "Times an instance waiting for work was woken: thread hand-offs at the model; against "
        "sluice_batches_total, the wake-ups that found nothing to run.",
        [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instance_wakeups); }},
+      {"sluice_instance_spin_catches_total", "counter",
+       "Times an idle instance, spinning before it sleeps (instances.idle_spin_us), saw work "
+       "arrive: thread hand-offs without a wake-up.",
+       [](const ModelStatsSnapshot& s) { return static_cast<double>(s.spin_catches); }},
       {"sluice_instances", "gauge", "Model instances (workers).",
        [](const ModelStatsSnapshot& s) { return static_cast<double>(s.instances); }},
       {"sluice_batch_target_size", "gauge",

@@ -222,7 +222,8 @@ void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Respon
       .Field("failed_batches", s.failed_batches)
       .Field("busy_seconds", s.busy_seconds)
       .Field("instances", static_cast<int64_t>(s.instances))
-      .Field("instance_wakeups", s.instance_wakeups);
+      .Field("instance_wakeups", s.instance_wakeups)
+      .Field("spin_catches", s.spin_catches);
   json.Key("requests").BeginObject();
   for (int code = 0; code < kStatusCodeCount; ++code) {
     json.Field(StatusCodeName(static_cast<StatusCode>(code)), s.requests_by_outcome[code]);
