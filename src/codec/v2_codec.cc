@@ -1,14 +1,17 @@
 // KServe v2 request parsing (simdjson DOM) and response encoding.
 #include "codec/v2_codec.h"
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <type_traits>
 
 #include "common/half.h"
 #include "common/json_writer.h"
@@ -440,58 +443,78 @@ Result<V2InferRequest> ParseV2RawInput(std::string_view body, const ModelConfig&
   return request;
 }
 
-void AppendJsonValues(const Tensor& tensor, std::string& out) {
-  auto it = std::back_inserter(out);
-  out.push_back('[');
-  const int64_t n = tensor.element_count();
-  auto put_float = [&](float v) {
-    if (std::isfinite(v)) {
-      fmt::format_to(it, "{}", v);
-    } else {
-      out += "null";  // JSON has no NaN or infinity.
-    }
-  };
+namespace {
+
+// Appends each of `n` values from `data` to `out`, comma-separated, each as `put(value, buffer)`
+// writes it into a stack buffer and returns its end: one append per value, no format string
+// parsed at run time, no growth of `out` past the first estimate in the common case.
+template <typename T, typename Put>
+void AppendEach(const T* data, int64_t n, std::string& out, Put put) {
+  char buffer[64];  // fmt's shortest form of any double or 64-bit integer, and a comma, fit.
   for (int64_t i = 0; i < n; ++i) {
-    if (i) out.push_back(',');
-    const void* data = tensor.data();
-    switch (tensor.dtype()) {
-      case DataType::kBool:
-        out += static_cast<const uint8_t*>(data)[i] ? "true" : "false";
-        break;
-      case DataType::kUInt8:
-        fmt::format_to(it, "{}", static_cast<const uint8_t*>(data)[i]);
-        break;
-      case DataType::kInt8:
-        fmt::format_to(it, "{}", static_cast<const int8_t*>(data)[i]);
-        break;
-      case DataType::kInt16:
-        fmt::format_to(it, "{}", static_cast<const int16_t*>(data)[i]);
-        break;
-      case DataType::kInt32:
-        fmt::format_to(it, "{}", static_cast<const int32_t*>(data)[i]);
-        break;
-      case DataType::kInt64:
-        fmt::format_to(it, "{}", static_cast<const int64_t*>(data)[i]);
-        break;
-      case DataType::kFp16:
-        put_float(HalfToFloat(static_cast<const uint16_t*>(data)[i]));
-        break;
-      case DataType::kBf16:
-        put_float(Bf16ToFloat(static_cast<const uint16_t*>(data)[i]));
-        break;
-      case DataType::kFp32:
-        put_float(static_cast<const float*>(data)[i]);
-        break;
-      case DataType::kFp64: {
-        double v = static_cast<const double*>(data)[i];
-        if (std::isfinite(v)) {
-          fmt::format_to(it, "{}", v);
-        } else {
-          out += "null";
-        }
-        break;
-      }
-    }
+    char* at = buffer;
+    if (i) *at++ = ',';
+    out.append(buffer, put(data[i], at));
+  }
+}
+
+// Integers and finite floats as fmt's "{}" writes them (the shortest form that reads back the same
+// value); NaN and infinities as null: JSON has neither.
+template <typename T>
+char* PutNumber(T value, char* at) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) return std::copy_n("null", 4, at);
+  }
+  return fmt::format_to(at, FMT_COMPILE("{}"), value);
+}
+
+}  // namespace
+
+void AppendJsonValues(const Tensor& tensor, std::string& out) {
+  const int64_t n = tensor.element_count();
+  const void* data = tensor.data();
+  out.push_back('[');
+  // Most values of a model's output take at most 12 characters and their comma.
+  out.reserve(out.size() + static_cast<size_t>(n) * 13 + 1);
+  auto number = [](auto value, char* at) { return PutNumber(value, at); };
+  switch (tensor.dtype()) {
+    case DataType::kBool:
+      AppendEach(static_cast<const uint8_t*>(data), n, out, [](uint8_t v, char* at) {
+        return v ? std::copy_n("true", 4, at) : std::copy_n("false", 5, at);
+      });
+      break;
+    case DataType::kUInt8:
+      // Widened, so that fmt writes the number rather than a character.
+      AppendEach(static_cast<const uint8_t*>(data), n, out,
+                 [](uint8_t v, char* at) { return PutNumber(static_cast<unsigned>(v), at); });
+      break;
+    case DataType::kInt8:
+      AppendEach(static_cast<const int8_t*>(data), n, out,
+                 [](int8_t v, char* at) { return PutNumber(static_cast<int>(v), at); });
+      break;
+    case DataType::kInt16:
+      AppendEach(static_cast<const int16_t*>(data), n, out, number);
+      break;
+    case DataType::kInt32:
+      AppendEach(static_cast<const int32_t*>(data), n, out, number);
+      break;
+    case DataType::kInt64:
+      AppendEach(static_cast<const int64_t*>(data), n, out, number);
+      break;
+    case DataType::kFp16:
+      AppendEach(static_cast<const uint16_t*>(data), n, out,
+                 [](uint16_t v, char* at) { return PutNumber(HalfToFloat(v), at); });
+      break;
+    case DataType::kBf16:
+      AppendEach(static_cast<const uint16_t*>(data), n, out,
+                 [](uint16_t v, char* at) { return PutNumber(Bf16ToFloat(v), at); });
+      break;
+    case DataType::kFp32:
+      AppendEach(static_cast<const float*>(data), n, out, number);
+      break;
+    case DataType::kFp64:
+      AppendEach(static_cast<const double*>(data), n, out, number);
+      break;
   }
   out.push_back(']');
 }
