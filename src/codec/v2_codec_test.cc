@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/half.h"
 
@@ -141,6 +142,32 @@ TEST(V2CodecTest, EveryNumericDatatypeRoundTripsThroughJson) {
     AppendJsonValues(parsed->inputs[0], out);
     EXPECT_EQ(out, c.expected) << DataTypeName(c.dtype);
   }
+}
+
+// JSON has no NaN or infinity: they go out as null. The extremes keep their shortest form.
+TEST(V2CodecTest, NonFiniteValuesAreWrittenAsNullAndExtremesInFull) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor f32 = Tensor::Uninitialized(DataType::kFp32, {5});
+  const float f32_values[] = {std::nanf(""), -inf, 3.4028235e38f, 1e-45f, -0.0f};
+  std::memcpy(f32.mutable_data(), f32_values, sizeof(f32_values));
+  std::string out = "x";
+  AppendJsonValues(f32, out);
+  EXPECT_EQ(out, "x[null,null,3.4028235e+38,1e-45,-0]");
+  Tensor f64 = Tensor::Uninitialized(DataType::kFp64, {2});
+  const double f64_values[] = {std::numeric_limits<double>::infinity(), 2.5};
+  std::memcpy(f64.mutable_data(), f64_values, sizeof(f64_values));
+  out.clear();
+  AppendJsonValues(f64, out);
+  EXPECT_EQ(out, "[null,2.5]");
+  Tensor f16 = Tensor::Uninitialized(DataType::kFp16, {2});
+  const uint16_t f16_values[] = {0x7c00, 0x3c00};  // +infinity, 1.
+  std::memcpy(f16.mutable_data(), f16_values, sizeof(f16_values));
+  out.clear();
+  AppendJsonValues(f16, out);
+  EXPECT_EQ(out, "[null,1]");
+  out.clear();
+  AppendJsonValues(Tensor::Uninitialized(DataType::kInt32, {0}), out);
+  EXPECT_EQ(out, "[]");
 }
 
 TEST(V2CodecTest, ValuesOutOfRangeOrOfTheWrongTypeAreRefused) {
