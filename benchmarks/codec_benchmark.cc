@@ -4,7 +4,6 @@
 //   BM_EncodeV2Response/N: EncodeV2InferResponse of one FP32 output of N values.
 // Values are varied (not all integers), so float formatting does its usual work.
 #include <benchmark/benchmark.h>
-
 #include <fmt/format.h>
 
 #include <string>

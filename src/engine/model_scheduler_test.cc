@@ -332,6 +332,38 @@ TEST_F(SchedulerTest, StopDrainsQueuedRequests) {
   EXPECT_EQ(scheduler_->Submit(Request(responses_, 7)).status().code(), StatusCode::kUnavailable);
 }
 
+// Instances spinning on an empty queue (instances.idle_spin_us) take requests as they come, a
+// cancellation between them leaves nothing behind, and a stop ends the spins at once.
+TEST_F(SchedulerTest, SpinningInstancesServeCancelAndStop) {
+  ModelConfig config = EchoConfig(4, Micros(0), 2);
+  config.instances.idle_spin = std::chrono::seconds(1000);
+  Start(std::move(config));
+  for (int tag = 1; tag <= 20; ++tag) {
+    Submit(tag);
+    ExpectEchoed(responses_.Get(tag), tag);
+  }
+  // A request cancelled before it runs is answered once, as cancelled; one that ran is not.
+  log_.CloseGate();
+  Submit(21);
+  log_.WaitForBatchesStarted(21);
+  Submit(22);
+  const RequestId third = Submit(23);
+  const bool cancelled = scheduler_->Cancel(third);
+  log_.OpenGate();
+  ExpectEchoed(responses_.Get(21), 21);
+  ExpectEchoed(responses_.Get(22), 22);
+  if (cancelled) {
+    EXPECT_EQ(responses_.Get(23).status.code(), StatusCode::kCancelled);
+  } else {
+    ExpectEchoed(responses_.Get(23), 23);
+  }
+  EXPECT_GE(scheduler_->stats().spin_catches, 1);
+  auto stopping = std::async(std::launch::async, [&] { scheduler_->Stop(StopMode::kDrain); });
+  EXPECT_EQ(stopping.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "a stop must end the instances' spins";
+  for (int tag = 1; tag <= 23; ++tag) EXPECT_EQ(responses_.Calls(tag), 1) << tag;
+}
+
 TEST_F(SchedulerTest, StopWithRejectFailsQueuedRequestsWithUnavailable) {
   Start(EchoConfig(8, Micros(0)));
   Occupy(1);
