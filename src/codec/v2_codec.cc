@@ -476,7 +476,8 @@ void AppendJsonValues(const Tensor& tensor, std::string& out) {
   out.push_back('[');
   // Most values of a model's output take at most 12 characters and their comma.
   out.reserve(out.size() + static_cast<size_t>(n) * 13 + 1);
-  auto number = [](auto value, char* at) { return PutNumber(value, at); };
+  // Unary plus widens 8-bit integers, so that fmt writes a number rather than a character.
+  auto number = [](auto value, char* at) { return PutNumber(+value, at); };
   switch (tensor.dtype()) {
     case DataType::kBool:
       AppendEach(static_cast<const uint8_t*>(data), n, out, [](uint8_t v, char* at) {
@@ -484,13 +485,10 @@ void AppendJsonValues(const Tensor& tensor, std::string& out) {
       });
       break;
     case DataType::kUInt8:
-      // Widened, so that fmt writes the number rather than a character.
-      AppendEach(static_cast<const uint8_t*>(data), n, out,
-                 [](uint8_t v, char* at) { return PutNumber(static_cast<unsigned>(v), at); });
+      AppendEach(static_cast<const uint8_t*>(data), n, out, number);
       break;
     case DataType::kInt8:
-      AppendEach(static_cast<const int8_t*>(data), n, out,
-                 [](int8_t v, char* at) { return PutNumber(static_cast<int>(v), at); });
+      AppendEach(static_cast<const int8_t*>(data), n, out, number);
       break;
     case DataType::kInt16:
       AppendEach(static_cast<const int16_t*>(data), n, out, number);
