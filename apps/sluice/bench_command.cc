@@ -375,7 +375,7 @@ int RunBench(const BenchCommand& cmd, const std::string& command_line) {
     }
   };
   std::vector<std::unique_ptr<BackendInstance>> owned;
-  auto instances = MakeInstances(*backend, config->instances.count, owned);
+  auto instances = MakeInstances(*backend, config->instances.workers(), owned);
   if (!instances.ok()) return Fail(instances.status());
   const LoadReport& load = backend->load_report();
   RunInfo info{command_line, load.runtime};

@@ -57,7 +57,7 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
       if (!backend_loaded.ok()) return backend_loaded.status();
       std::vector<std::unique_ptr<BackendInstance>> owned;
       std::vector<BackendInstance*> instances;
-      for (int i = 0; i < config.instances.count; ++i) {
+      for (int i = 0; i < config.instances.workers(); ++i) {
         auto instance = (*backend_loaded)->CreateInstance(i);
         if (!instance.ok()) return instance.status();
         instances.push_back(instance->get());

@@ -49,6 +49,38 @@ std::vector<TensorSpec> ReadTensorSpecs(const YAML::Node& n, const std::string& 
   return specs;
 }
 
+// Triton's `instance_group: [{kind: KIND_GPU, count: 2, gpus: [0]}]` into `instances`.
+void ReadInstanceGroup(const YAML::Node& n, bool has_instances, InstancesConfig& instances) {
+  if (has_instances) {
+    throw ConfigError{"instance_group", "give either instances or instance_group, not both"};
+  }
+  if (!n.IsSequence() || n.size() != 1) {
+    throw ConfigError{"instance_group",
+                      "must be a list of one group {kind, count, gpus} (several groups per "
+                      "model are not supported)"};
+  }
+  MapReader r(n[0], "instance_group[0]");
+  std::string kind = "KIND_GPU";
+  r.Read("kind", kind);
+  if (kind == "KIND_GPU" || kind == "gpu") {
+    instances.device = "cuda";
+    instances.gpu_source_key = "instance_group[0].kind";
+  } else if (kind == "KIND_CPU" || kind == "cpu") {
+    instances.device = "cpu";
+  } else {
+    throw ConfigError{"instance_group[0].kind",
+                      fmt::format("must be KIND_GPU or KIND_CPU (got '{}')", kind)};
+  }
+  r.Read("count", instances.count);
+  instances.gpus = ReadList<int>(r.Get("gpus"), "instance_group[0].gpus");
+  if (!instances.gpus.empty() && !instances.on_gpu()) {
+    throw ConfigError{"instance_group[0].gpus", "applies to kind KIND_GPU only"};
+  }
+  r.Read("copy_slots", instances.copy_slots);
+  r.Read("threads", instances.threads);
+  r.RejectUnknownKeys();
+}
+
 ModelConfig ParseTopLevel(const YAML::Node& root) {
   ModelConfig c;
   MapReader top(root, "");
@@ -115,7 +147,12 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
                         fmt::format("must be >= 0 and at most 1000000 (got {})", spin_us)};
     }
     c.instances.idle_spin = Micros(spin_us);
+    c.instances.gpus = ReadList<int>(r.Get("gpus"), "instances.gpus");
+    r.Read("copy_slots", c.instances.copy_slots);
     r.RejectUnknownKeys();
+  }
+  if (YAML::Node n = top.Get("instance_group"); n.IsDefined() && !n.IsNull()) {
+    ReadInstanceGroup(n, top.Get("instances").IsDefined(), c.instances);
   }
   std::string precision = "fp32";
   top.Read("precision", precision);
@@ -129,6 +166,11 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     MapReader r(n, "optimize");
     r.Read("freeze", c.optimize.freeze);
     r.Read("channels_last", c.optimize.channels_last);
+    if (YAML::Node g = r.Get("cuda_graphs"); g.IsDefined() && !g.IsNull()) {
+      bool graphs = false;
+      r.Read("cuda_graphs", graphs);
+      c.optimize.cuda_graphs = graphs;
+    }
     r.RejectUnknownKeys();
   }
   c.inputs = ReadTensorSpecs(top.Get("inputs"), "inputs");
@@ -289,6 +331,21 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
     }
   }
   if (c.model_file.empty()) c.model_file = DefaultModelFile(*c.backend, c.precision);
+  if (c.instances.on_gpu()) {
+    // A GPU worker's host thread only stages bytes and launches work.
+    if (c.instances.threads == 0) c.instances.threads = 1;
+    if (c.instances.gpus.empty() && IsValidDevice(c.instances.device)) {
+      const std::string& d = c.instances.device;
+      c.instances.gpus = {d == "cuda" ? 0 : static_cast<int>(std::min<long>(std::strtol(d.c_str() + 5, nullptr, 10), 1 << 20))};
+    }
+    if (!c.optimize.cuda_graphs) {
+      bool fixed = true;
+      for (const TensorSpec& in : c.inputs) {
+        for (int64_t d : in.shape) fixed &= d >= 1;
+      }
+      c.optimize.cuda_graphs = fixed;
+    }
+  }
   if (c.instances.threads == 0)
     c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
   if (c.warmup_batch_sizes.empty()) {
@@ -347,6 +404,43 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
                  fmt::format("must be cpu, cuda or cuda:N (got '{}')", c.instances.device));
   }
   bool on_cpu = c.instances.device == "cpu";
+  if (on_cpu && !c.instances.gpus.empty()) {
+    return Error(source, "instances.gpus", "applies to GPU instances only (device cuda)");
+  }
+  if (on_cpu && c.optimize.cuda_graphs.value_or(false)) {
+    return Error(source, "optimize.cuda_graphs",
+                 "needs GPU instances (instance_group kind KIND_GPU, or instances.device cuda)");
+  }
+  if (!on_cpu) {
+    std::set<int> seen;
+    for (size_t i = 0; i < c.instances.gpus.size(); ++i) {
+      int gpu = c.instances.gpus[i];
+      if (gpu < 0 || !seen.insert(gpu).second) {
+        return Error(source, fmt::format("instance_group[0].gpus[{}]", i),
+                     fmt::format("must be a GPU ordinal >= 0, listed once (got {})", gpu));
+      }
+    }
+    if (c.instances.copy_slots < 1 || c.instances.copy_slots > 8) {
+      return Error(source, "instances.copy_slots",
+                   fmt::format("must be between 1 and 8 (got {})", c.instances.copy_slots));
+    }
+    if (c.precision == Precision::kInt8) {
+      return Error(source, "precision",
+                   "int8 packages are x86 CPU code; on a GPU use fp16, bf16 or fp32");
+    }
+    if (c.optimize.cuda_graphs.value_or(false)) {
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        for (int64_t d : c.inputs[i].shape) {
+          if (d < 1) {
+            return Error(source, "optimize.cuda_graphs",
+                         fmt::format("needs fixed input shapes; inputs[{}] has a variable "
+                                     "dimension (set cuda_graphs: false)",
+                                     i));
+          }
+        }
+      }
+    }
+  }
   if (on_cpu && c.instances.count * c.instances.threads > cores) {
     return Error(source, "instances",
                  fmt::format("count {} x threads {} exceeds the machine's {} cores",
@@ -386,6 +480,19 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
     }
     if (c.inputs.size() != 1) {
       return Error(source, "preprocess.image", "needs a model with exactly one input");
+    }
+    if (c.inputs[0].datatype == DataType::kUInt8) {
+      // Raw pixels, [H, W, C], normalised by preprocess.image's mean and std on the device.
+      const Shape& shape = c.inputs[0].shape;
+      if (on_cpu) {
+        return Error(source, "inputs[0].datatype",
+                     "UINT8 images are normalised on GPU instances only; on CPU declare FP32");
+      }
+      if (shape.size() != 3 || shape[2] != img.channels) {
+        return Error(source, "inputs[0].shape",
+                     fmt::format("UINT8 images are [height, width, {}] (got {})", img.channels,
+                                 ShapeToString(shape)));
+      }
     }
   }
   if (c.postprocess_topk < 0) {

@@ -5,6 +5,7 @@
 // names the file and the key, e.g. "models/m/config.yaml: instances.threads: must be >= 1 (got 0)".
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -68,17 +69,39 @@ struct DynamicBatchingConfig {
   Micros slo_p99{0};
 };
 
+// `instances:` (Sluice's form) or `instance_group:` (Triton's: a list of one {kind, count, gpus}).
 struct InstancesConfig {
-  int count = 1;               // Workers (model instances); >= 1.
-  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N".
+  // CPU: workers (model instances); GPU: instances on each of `gpus`. >= 1.
+  int count = 1;
+  // "cpu", "cuda" or "cuda:N"; `instance_group` kind KIND_GPU makes it "cuda".
+  std::string device = "cpu";
   int threads = 0;             // Intra-op threads per instance; 0: cores / count (at least 1).
   // How long an idle instance polls for work before it sleeps (dynamic_batcher.h); 0: never.
   Micros idle_spin{500};
+  // GPU only. The GPUs' ordinals; normalised from `device` when unset ("cuda": {0}, "cuda:N":
+  // {N}). Each GPU instance owns a compute stream and a copy pipeline (device/copy_pipeline.h).
+  std::vector<int> gpus;
+  // GPU only: batches in flight per GPU instance (one copied in while another computes), each
+  // fed by its own engine worker; 1..8, default 2.
+  int copy_slots = 2;
+  // The key that asked for a GPU, for errors: "instance_group[0].kind" or "instances.device".
+  std::string gpu_source_key = "instances.device";
+
+  bool on_gpu() const { return device != "cpu"; }
+  // Engine workers: `count` on CPU; count x GPUs x copy_slots on GPU.
+  int workers() const {
+    if (!on_gpu()) return count;
+    return count * std::max<int>(1, static_cast<int>(gpus.size())) * copy_slots;
+  }
 };
 
 struct OptimizeConfig {
   bool freeze = false;         // torch::jit::freeze + optimize_for_inference ("compile").
   bool channels_last = false;  // NHWC weights and inputs for 4-D convolutional models.
+  // GPU only: the forward pass captured as a CUDA graph per batch bucket (powers of two up to
+  // max_batch_size) and replayed, a batch padded up to its bucket. Unset: on for GPU models whose
+  // inputs have fixed shapes. Set on a CPU model or with variable input dims: a load error.
+  std::optional<bool> cuda_graphs;
 };
 
 struct ImagePreprocessConfig {

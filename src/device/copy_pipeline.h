@@ -77,6 +77,9 @@ class CopyPipeline {
   void Close();
 
   int slots() const { return static_cast<int>(slots_.size()); }
+  // The device buffers of `slot`'s inputs, fixed for the pipeline's life: compute code may prepare
+  // work on them ahead (a CUDA graph per slot reads them at every replay).
+  const std::vector<void*>& device_inputs(int slot) const { return slots_[slot].device_in; }
   Stream& compute_stream() { return *compute_stream_; }
 
  private:

@@ -10,7 +10,7 @@ namespace sluice {
 Result<std::vector<std::shared_ptr<BackendInstance>>> CreateInstances(const ModelConfig& config,
                                                                       Backend& backend) {
   std::vector<std::shared_ptr<BackendInstance>> instances;
-  for (int i = 0; i < config.instances.count; ++i) {
+  for (int i = 0; i < config.instances.workers(); ++i) {
     auto instance = backend.CreateInstance(i);
     if (!instance.ok()) return instance.status();
     instances.push_back(std::move(*instance));

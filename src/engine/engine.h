@@ -50,7 +50,7 @@ class Engine {
   std::map<std::string, std::shared_ptr<ModelScheduler>> models_ GUARDED_BY(mu_);
 };
 
-// Creates `config.instances.count` instances of `backend`.
+// Creates `config.instances.workers()` instances of `backend` (on GPU, one per copy slot).
 Result<std::vector<std::shared_ptr<BackendInstance>>> CreateInstances(const ModelConfig& config,
                                                                       Backend& backend);
 

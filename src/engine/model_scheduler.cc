@@ -75,7 +75,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   options.batcher.max_queue_size = config.dynamic_batching.max_queue_size;
   options.batcher.max_queue_time = config.dynamic_batching.max_queue_time;
   options.batcher.latency_target = config.dynamic_batching.slo_p99;
-  options.batcher.instances = config.instances.count;
+  options.batcher.instances = config.instances.workers();
   options.batcher.idle_spin = config.instances.idle_spin;
   options.default_timeout = config.dynamic_batching.default_timeout;
   return options;

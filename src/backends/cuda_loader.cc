@@ -1,0 +1,64 @@
+#include "backends/cuda_loader.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <system_error>
+
+namespace sluice {
+namespace {
+
+using LoadFn = Backend* (*)(const ModelConfig*, Status*);
+
+struct CudaLibrary {
+  LoadFn load = nullptr;
+  std::string error;  // Why it could not be loaded; empty when `load` is set.
+};
+
+const CudaLibrary& Library() {
+  static const CudaLibrary library = [] {
+    CudaLibrary lib;
+    const std::string path = CudaLibraryPath().string();
+    // RTLD_LOCAL: libtorch_cuda's symbols stay out of the global namespace; the library finds
+    // Sluice's own (Status, ModelConfig) in the binary, which exports them.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* why = dlerror();
+      lib.error = fmt::format("cannot load Sluice's CUDA library {}: {}", path,
+                              why ? why : "unknown error");
+      return lib;
+    }
+    lib.load = reinterpret_cast<LoadFn>(dlsym(handle, "SluiceCudaLoadBackend"));
+    if (!lib.load) lib.error = fmt::format("{} has no SluiceCudaLoadBackend", path);
+    return lib;  // The handle stays open for the process's life.
+  }();
+  return library;
+}
+
+}  // namespace
+
+std::filesystem::path CudaLibraryPath() {
+  if (const char* env = std::getenv("SLUICE_CUDA_LIBRARY"); env && *env) return env;
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libsluice_cuda.so";
+  return self.parent_path() / "libsluice_cuda.so";
+}
+
+Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config) {
+  const CudaLibrary& lib = Library();
+  if (!lib.load) {
+    return Status::InvalidArgument(fmt::format("model '{}': {}: asks for a GPU, and {}",
+                                               config.name, config.instances.gpu_source_key,
+                                               lib.error));
+  }
+  Status status;
+  Backend* backend = lib.load(&config, &status);
+  if (!backend) return status;
+  return std::unique_ptr<Backend>(backend);
+}
+
+}  // namespace sluice

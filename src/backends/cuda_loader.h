@@ -1,0 +1,22 @@
+// Loads the GPU backend from Sluice's CUDA library (libsluice_cuda.so) with dlopen, the first
+// time a model asks for a GPU. Torch-free and CUDA-free: the binary links neither libtorch_cuda
+// nor the CUDA runtime, so a CPU server never loads them.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "config/model_config.h"
+#include "sluice/backend.h"
+
+namespace sluice {
+
+// Where the library is looked for: $SLUICE_CUDA_LIBRARY when set, else libsluice_cuda.so beside
+// the running binary.
+std::filesystem::path CudaLibraryPath();
+
+// Thread-safe. Loads the library once (a failure is kept and reported for every GPU model, naming
+// the config key that asked for a GPU), then the model on its GPUs.
+Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config);
+
+}  // namespace sluice
