@@ -82,22 +82,32 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
   return cells;
 }
 
+namespace {
+
+// "" when absent (no GPU): an empty CSV field.
+std::string OptionalNumber(const std::optional<double>& v) {
+  return v ? fmt::format("{:.1f}", *v) : std::string();
+}
+
+}  // namespace
+
 std::string SweepSummaryCsv(const std::vector<SweepCell>& cells) {
   std::string csv =
       "batch_size,backend,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,"
       "latency_std_s,latency_min_s,latency_max_s,p50_s,p90_s,p95_s,p99_s,warmup_latency_s,"
-      "machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s\n";
+      "machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s,gpu_util_pct,gpu_mem_mib\n";
   for (const SweepCell& c : cells) {
     const Summary& s = c.run.summary;
     const LatencyStats& l = s.latency;
     csv += fmt::format(
         "{},{},{},{},{},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},"
-        "{:.6f},{:.1f},{:.1f},{:.4f},{:.4f}\n",
+        "{:.6f},{:.1f},{:.1f},{:.4f},{:.4f},{},{}\n",
         c.batch_size, BackendVariantName(c.backend), PrecisionName(c.precision), s.requests,
         s.requests - s.ok_requests, s.samples_per_second, s.requests_per_second, l.mean, l.std,
         l.min, l.max, l.p50, l.p90, l.p95, l.p99, s.warmup_latency.value_or(0),
         c.run.utilization.machine_cpu_percent, c.run.utilization.process_cpu_percent,
-        c.load.load_seconds, c.load.optimize_seconds);
+        c.load.load_seconds, c.load.optimize_seconds, OptionalNumber(c.run.utilization.gpu_percent),
+        OptionalNumber(c.run.utilization.gpu_memory_mib));
   }
   return csv;
 }
@@ -106,12 +116,16 @@ std::string FormatSweepTable(const std::vector<SweepCell>& cells) {
   std::string out =
       fmt::format("{:>5} {:>18} {:>9} {:>12} {:>11} {:>11} {:>11} {:>6}\n", "batch", "backend",
                   "precision", "samples/s", "mean ms", "p50 ms", "p99 ms", "cpu %");
+  const bool gpu = !cells.empty() && cells.front().run.utilization.gpu_percent.has_value();
+  if (gpu) out.insert(out.size() - 1, fmt::format(" {:>6}", "gpu %"));
   for (const SweepCell& c : cells) {
     const Summary& s = c.run.summary;
-    out += fmt::format("{:>5} {:>18} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}\n",
+    out += fmt::format("{:>5} {:>18} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}{}\n",
                        c.batch_size, BackendVariantName(c.backend), PrecisionName(c.precision),
                        s.samples_per_second, s.latency.mean * 1e3, s.latency.p50 * 1e3,
                        s.latency.p99 * 1e3, c.run.utilization.machine_cpu_percent,
+                       gpu ? fmt::format(" {:>6.0f}", c.run.utilization.gpu_percent.value_or(0))
+                           : std::string(),
                        s.requests == s.ok_requests ? "" : "  (errors)");
   }
   return out;

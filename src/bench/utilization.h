@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "device/nvml.h"
 
 namespace sluice {
 
@@ -25,29 +26,6 @@ struct CpuTimes {
 std::optional<CpuTimes> ParseProcStat(std::string_view proc_stat);
 // utime + stime (fields 14 and 15) of a /proc/<pid>/stat line, in clock ticks.
 std::optional<uint64_t> ParseProcessCpuTicks(std::string_view pid_stat);
-
-struct GpuReading {
-  double utilization_percent = 0;  // Averaged over the visible GPUs.
-  double memory_used_mib = 0;      // Summed over the visible GPUs.
-};
-
-// Thread-compatible. NVML through dlopen.
-class NvmlProbe {
- public:
-  NvmlProbe();
-  ~NvmlProbe();
-  NvmlProbe(const NvmlProbe&) = delete;
-  NvmlProbe& operator=(const NvmlProbe&) = delete;
-
-  bool available() const { return device_count_ > 0; }
-  std::optional<GpuReading> Read();
-
- private:
-  struct Api;
-  std::unique_ptr<Api> api_;
-  void* library_ = nullptr;
-  unsigned device_count_ = 0;
-};
 
 struct UtilizationSample {
   Clock::time_point time;

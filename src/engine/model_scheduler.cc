@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/handoff_batch.h"
+#include "device/gpu_monitor.h"
 
 namespace sluice {
 namespace {
@@ -129,6 +130,7 @@ ModelScheduler::ModelScheduler(ModelConfig config,
 Result<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
     ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances, Clock& clock) {
   if (instances.empty()) return Status::InvalidArgument("a model needs at least one instance");
+  if (config.instances.on_gpu()) GpuMonitor::Global().Watch(config.instances.gpus);
   std::unique_ptr<ModelScheduler> scheduler(
       new ModelScheduler(std::move(config), std::move(instances), clock));
   std::vector<std::promise<Status>> attached(scheduler->instances_.size());
@@ -222,6 +224,11 @@ ModelStatsSnapshot ModelScheduler::stats() const {
   s.intake_seconds = batcher_.intake_seconds();
   for (const BatchCostModel::Entry& e : batcher_.cost_model().Snapshot()) {
     s.batch_costs.push_back({e.samples, e.seconds, e.batches});
+  }
+  if (config_.instances.on_gpu()) {
+    for (int gpu : config_.instances.gpus) {
+      if (auto reading = GpuMonitor::Global().Latest(gpu)) s.gpus.emplace_back(gpu, *reading);
+    }
   }
   return s;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/histogram.h"
+#include "device/nvml.h"
 #include "sluice/request.h"
 #include "sluice/status.h"
 
@@ -45,6 +46,8 @@ struct ModelStatsSnapshot {
     int64_t batches;
   };
   std::vector<BatchCost> batch_costs;
+  // GPU models: the latest reading of each of the model's GPUs (device/gpu_monitor.h), by ordinal.
+  std::vector<std::pair<int, GpuDeviceReading>> gpus;
 
   int64_t requests(StatusCode code) const { return requests_by_outcome[static_cast<int>(code)]; }
   int64_t answered_requests() const;  // Sum of requests_by_outcome.

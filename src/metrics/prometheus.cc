@@ -131,6 +131,34 @@ std::string RenderMetrics(const std::vector<std::pair<std::string, ModelStatsSna
                cost.seconds);
     }
   }
+  bool any_gpu = false;
+  for (const auto& [name, s] : models) any_gpu |= !s.gpus.empty();
+  if (any_gpu) {
+    // Sampled every 100 ms from NVML while a model runs on the GPU (device/gpu_monitor.h).
+    struct GpuGauge {
+      const char* name;
+      const char* help;
+      double (*value)(const GpuDeviceReading&);
+    };
+    const GpuGauge gpu_gauges[] = {
+        {"sluice_gpu_utilization_ratio",
+         "Fraction of the last NVML sample period a kernel ran on the model's GPU (0-1).",
+         [](const GpuDeviceReading& r) { return r.utilization_percent / 100.0; }},
+        {"sluice_gpu_memory_used_bytes", "GPU memory in use on the model's GPU (all processes).",
+         [](const GpuDeviceReading& r) { return r.memory_used_bytes; }},
+        {"sluice_gpu_memory_total_bytes", "GPU memory of the model's GPU.",
+         [](const GpuDeviceReading& r) { return r.memory_total_bytes; }},
+    };
+    for (const GpuGauge& g : gpu_gauges) {
+      w.Family(g.name, "gauge", g.help);
+      for (const auto& [name, s] : models) {
+        for (const auto& [gpu, reading] : s.gpus) {
+          w.Sample(g.name, model_label(name) + ",gpu=\"" + std::to_string(gpu) + "\"",
+                   g.value(reading));
+        }
+      }
+    }
+  }
   struct Hist {
     const char* name;
     const char* help;

@@ -252,6 +252,18 @@ void V2Handlers::ModelStats(const HttpRequest&, const PathParams& params, Respon
   WriteHistogram(json, "queue_seconds", s.queue_seconds);
   WriteHistogram(json, "compute_seconds", s.compute_seconds);
   WriteHistogram(json, "request_seconds", s.request_seconds);
+  if ((*model)->config().instances.on_gpu()) {
+    json.Key("gpus").BeginArray();
+    for (const auto& [gpu, reading] : s.gpus) {
+      json.BeginObject()
+          .Field("gpu", static_cast<int64_t>(gpu))
+          .Field("utilization_percent", reading.utilization_percent)
+          .Field("memory_used_bytes", reading.memory_used_bytes)
+          .Field("memory_total_bytes", reading.memory_total_bytes)
+          .EndObject();
+    }
+    json.EndArray();
+  }
   json.EndObject();
   respond(HttpResponse::Json(200, json.str()));
 }
