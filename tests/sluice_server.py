@@ -6,7 +6,8 @@ connections or requests still open, fails the test with its output (and its thre
     with serving(sluice, ["--model-repository", repo]) as port:
         ...  # talk to http://127.0.0.1:<port>
 
-With "--grpc-port", "0" among the arguments it yields (http_port, grpc_port).
+With "--grpc-port", "0" among the arguments it yields (http_port, grpc_port); with
+with_process=True, (port, the subprocess.Popen) instead of the port.
 """
 import contextlib
 import re
@@ -18,7 +19,7 @@ import threading
 
 
 @contextlib.contextmanager
-def serving(sluice, args, env=None, exit_timeout=45):
+def serving(sluice, args, env=None, exit_timeout=45, with_process=False):
     server = subprocess.Popen([sluice, "serve", "--port", "0", *args],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env)
@@ -39,7 +40,10 @@ def serving(sluice, args, env=None, exit_timeout=45):
         output = []
         reader = threading.Thread(target=lambda: output.extend(server.stdout), daemon=True)
         reader.start()
-        yield (port, grpc_port) if "--grpc-port" in args else port
+        if with_process:
+            yield port, server
+        else:
+            yield (port, grpc_port) if "--grpc-port" in args else port
     finally:
         def finish_reading():
             if reader is None:

@@ -26,7 +26,11 @@ Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Pyt
 C++ backends' tests reproduce; each bf16 or int8 package also gets reference_<precision>.yaml and
 reference_<precision>/, the outputs of the same package run by Python on the same inputs.
 
+GPU (--device cuda, on a machine with a GPU): resnet18_gpu, the same weights for GPU instances
+(docs/GPU.md).
+
 Usage: tools/export_models.py --out models [--only NAME ...] [--force] [--isa avx2]
+       tools/export_models.py --device cuda --out models
        tools/export_models.py --test --out build/test-models
 """
 import argparse
@@ -115,6 +119,86 @@ def save_scripted(model, model_dir):
     scripted = torch.jit.script(model.eval())
     scripted.save(os.path.join(model_dir, "model.pt"))
     return scripted
+
+
+# --- resnet18 on a GPU (--device cuda, run on the GPU machine) ---------------------------------
+
+GPU_MAX_BATCH = 256
+
+
+def export_resnet18_cuda(out_dir):
+    """resnet18_gpu/: the same seeded weights as resnet18 for GPU instances. model.pt
+    (TorchScript; the backend moves it to the GPU in the config's precision), model_fp16.pt2 (an
+    AOTInductor package compiled for CUDA on this machine: fp16, channels-last input, batch
+    1..256), and a config that takes raw UINT8 [224, 224, 3] images and normalises them on the GPU.
+    """
+    import torchvision
+    import torch._inductor
+    if not torch.cuda.is_available():
+        sys.exit("export_models.py --device cuda: PyTorch finds no CUDA device here")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=1000).eval()
+    model_dir = os.path.join(out_dir, "resnet18_gpu")
+    save_scripted(model, model_dir)
+    gpu_model = model.cuda().half().to(memory_format=torch.channels_last)
+    example = torch.randn(8, 3, 224, 224, device="cuda", dtype=torch.half).contiguous(
+        memory_format=torch.channels_last)
+    batch = torch.export.Dim("batch", min=1, max=GPU_MAX_BATCH)
+    start = time.time()
+    with torch.no_grad():
+        program = torch.export.export(gpu_model, (example,), dynamic_shapes=({0: batch},))
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=os.path.join(model_dir, "model_fp16.pt2"),
+            inductor_configs={"freezing": True, "aot_inductor.metadata": {
+                "sluice.max_batch_size": str(GPU_MAX_BATCH), "sluice.precision": "fp16",
+                "sluice.channels_last": "1"}})
+        loaded = torch._inductor.aoti_load_package(path)
+        got = loaded(example)
+        want = gpu_model(example)
+        err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    print(f"resnet18_gpu: model_fp16.pt2 compiled for CUDA in {time.time() - start:.0f} s "
+          f"(relative error against eager fp16: {err:.2e})")
+    if not err < 1e-2:
+        sys.exit(f"resnet18_gpu: the CUDA package disagrees with eager ({err:.2e})")
+    write_config(model_dir, gpu_config())
+    print(f"resnet18_gpu: written to {model_dir}")
+
+
+def gpu_config(precision="fp16", backend="torchscript", cuda_graphs=True, count=1):
+    return f"""# ResNet-18 (seeded random weights) on a GPU: raw UINT8 [224, 224, 3] images in (the binary
+# v2 extension sends them as bytes), normalised on the GPU; {precision}, channels-last.
+backend: {backend}
+max_batch_size: {GPU_MAX_BATCH}
+dynamic_batching:
+  max_queue_delay_us: 500
+  max_queue_size: 8192
+instance_group:
+  - kind: KIND_GPU
+    count: {count}
+    gpus: [0]
+precision: {precision}
+optimize:
+  freeze: true
+  channels_last: true
+  cuda_graphs: {"true" if cuda_graphs else "false"}
+inputs:
+  - name: input
+    datatype: UINT8
+    shape: [224, 224, 3]
+outputs:
+  - name: logits
+    datatype: FP32
+    shape: [1000]
+preprocess:
+  image:
+    channels: 3
+    mean: {fmt_list(IMAGENET_MEAN)}
+    std: {fmt_list(IMAGENET_STD)}
+postprocess:
+  topk: 5
+warmup:
+  batch_sizes: [1, {GPU_MAX_BATCH}]
+"""
 
 
 # --- resnet18 --------------------------------------------------------------------------------
@@ -457,7 +541,14 @@ def main():
     parser.add_argument("--isa", choices=sorted(sluice_export.TARGET_ISAS), default="native",
                         help="instruction set the packages are compiled for: native (this CPU), "
                              "or avx2 / avx512 for any x86-64 CPU with them (images, clusters)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: write resnet18_gpu (TorchScript and an AOTInductor package "
+                             "compiled for this machine's GPU); needs a CUDA device")
     args = parser.parse_args()
+    if args.device == "cuda":
+        os.makedirs(args.out, exist_ok=True)
+        export_resnet18_cuda(args.out)
+        return
     sluice_export.set_target_isa(args.isa)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     os.makedirs(args.out, exist_ok=True)

@@ -122,8 +122,8 @@ TEST(ModelConfigTest, ErrorsNameTheFileAndTheKey) {
 TEST(ModelConfigTest, RejectsUnknownKeysAtEveryLevel) {
   EXPECT_THAT(ErrorOf(Edit("max_batch_size: 8", "max_batch_size: 8\nmax_batch: 3")),
               HasSubstr(": max_batch: unknown key"));
-  EXPECT_THAT(ErrorOf(Edit("  count: 2", "  count: 2\n  gpus: 1")),
-              HasSubstr("instances.gpus: unknown key"));
+  EXPECT_THAT(ErrorOf(Edit("  count: 2", "  count: 2\n  zones: 1")),
+              HasSubstr("instances.zones: unknown key"));
   EXPECT_THAT(ErrorOf(Edit("    datatype: FP32\n    shape: [3",
                            "    datatype: FP32\n    dims: 1\n    shape: [3")),
               HasSubstr("inputs[0].dims: unknown key"));
@@ -210,6 +210,114 @@ TEST(ModelConfigTest, DeviceMustBeCpuOrCuda) {
               HasSubstr("instances.device: must be cpu, cuda or cuda:N (got 'tpu')"));
   EXPECT_EQ(ErrorOf(Edit("device: cpu", "device: cuda:1")), "");
   EXPECT_THAT(ErrorOf(Edit("device: cpu", "device: 'cuda:'")), HasSubstr("instances.device"));
+}
+
+constexpr const char* kCpuInstances = R"(instances:
+  count: 2
+  device: cpu
+  threads: 1
+  idle_spin_us: 50
+)";
+
+// Parses and normalises `yaml` (which must be valid) for a 4-core machine.
+ModelConfig Normalized(const std::string& yaml) {
+  auto parsed = ParseModelConfig(yaml, "models/m/config.yaml");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ModelConfig c = parsed.ok() ? *parsed : ModelConfig{};
+  c.name = "m";
+  NormalizeModelConfig(c, 4);
+  return c;
+}
+
+TEST(ModelConfigTest, InstanceGroupInTritonsTermsMakesGpuInstances) {
+  const std::string yaml = Edit(kCpuInstances,
+                                "instance_group:\n  - kind: KIND_GPU\n    count: 3\n"
+                                "    gpus: [0, 2]\n");
+  EXPECT_EQ(ErrorOf(yaml), "");
+  ModelConfig c = Normalized(yaml);
+  EXPECT_TRUE(c.instances.on_gpu());
+  EXPECT_EQ(c.instances.device, "cuda");
+  EXPECT_EQ(c.instances.gpus, (std::vector<int>{0, 2}));
+  EXPECT_EQ(c.instances.count, 3);
+  EXPECT_EQ(c.instances.copy_slots, 2);
+  // 3 instances on each of 2 GPUs, each fed by 2 workers (one batch copied in while one computes).
+  EXPECT_EQ(c.instances.workers(), 12);
+  EXPECT_EQ(c.instances.gpu_source_key, "instance_group[0].kind");
+  // Variable input dims: no CUDA graphs unless asked (and then refused).
+  EXPECT_FALSE(c.optimize.cuda_graphs.value_or(true));
+  // The GPU lifts the CPU's cores rule and allows fp16.
+  std::string fp16 = yaml;
+  fp16.replace(fp16.find("precision: bf16"), 15, "precision: fp16");
+  EXPECT_EQ(ErrorOf(fp16), "");
+  std::string many = yaml;
+  many.replace(many.find("count: 3"), 8, "count: 16");
+  EXPECT_EQ(ErrorOf(many), "");
+}
+
+TEST(ModelConfigTest, InstanceGroupDefaultsAndKinds) {
+  ModelConfig gpu = Normalized(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU}]\n"));
+  EXPECT_EQ(gpu.instances.gpus, (std::vector<int>{0}));
+  EXPECT_EQ(gpu.instances.count, 1);
+  EXPECT_EQ(gpu.instances.threads, 1);
+  ModelConfig cpu =
+      Normalized(Edit(kCpuInstances, "instance_group: [{kind: KIND_CPU, count: 2}]\n"));
+  EXPECT_FALSE(cpu.instances.on_gpu());
+  EXPECT_EQ(cpu.instances.workers(), 2);
+  ModelConfig old_form = Normalized(Edit("device: cpu", "device: cuda:1"));
+  EXPECT_EQ(old_form.instances.gpus, (std::vector<int>{1}));
+  EXPECT_EQ(old_form.instances.gpu_source_key, "instances.device");
+  // Fixed input shapes: CUDA graphs by default.
+  std::string fixed = Edit(kCpuInstances, "instance_group: [{kind: gpu}]\n");
+  fixed.replace(fixed.find("shape: [3, -1, 16]"), 18, "shape: [3, 16, 16]");
+  EXPECT_TRUE(Normalized(fixed).optimize.cuda_graphs.value_or(false));
+  fixed.replace(fixed.find("channels_last: true"), 19, "channels_last: true\n  cuda_graphs: false");
+  EXPECT_FALSE(Normalized(fixed).optimize.cuda_graphs.value_or(true));
+}
+
+TEST(ModelConfigTest, InstanceGroupErrorsNameTheirKey) {
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_TPU}]\n")),
+              HasSubstr("instance_group[0].kind: must be KIND_GPU or KIND_CPU (got 'KIND_TPU')"));
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances,
+                           "instance_group: [{kind: KIND_GPU}, {kind: KIND_CPU}]\n")),
+              HasSubstr("instance_group: must be a list of one group"));
+  EXPECT_THAT(ErrorOf(std::string(kValid) + "instance_group: [{kind: KIND_GPU}]\n"),
+              HasSubstr("instance_group: give either instances or instance_group, not both"));
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, gpus: [0, 0]}]\n")),
+              HasSubstr("instance_group[0].gpus[1]: must be a GPU ordinal >= 0, listed once"));
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_CPU, gpus: [0]}]\n")),
+              HasSubstr("instance_group[0].gpus: applies to kind KIND_GPU only"));
+  EXPECT_THAT(
+      ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, copy_slots: 9}]\n")),
+      HasSubstr("instances.copy_slots: must be between 1 and 8 (got 9)"));
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, zone: a}]\n")),
+              HasSubstr("instance_group[0]"));
+}
+
+TEST(ModelConfigTest, GpuOnlySettingsAreRefusedOnCpuAndCheckedOnGpu) {
+  EXPECT_THAT(ErrorOf(Edit("channels_last: true", "channels_last: true\n  cuda_graphs: true")),
+              HasSubstr("optimize.cuda_graphs: needs GPU instances"));
+  const std::string gpu = Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU}]\n");
+  // Variable input dims cannot be captured.
+  EXPECT_THAT(ErrorOf(Edit("channels_last: true", "channels_last: true\n  cuda_graphs: true")
+                          .replace(std::string(kValid).find(kCpuInstances),
+                                   std::string(kCpuInstances).size(),
+                                   "instance_group: [{kind: KIND_GPU}]\n")),
+              HasSubstr("optimize.cuda_graphs: needs fixed input shapes; inputs[0]"));
+  // int8 packages are CPU code.
+  EXPECT_THAT(ErrorOf(std::string(gpu).replace(gpu.find("precision: bf16"), 15,
+                                               "precision: int8\nbackend: aotinductor")),
+              HasSubstr("precision: int8 packages are x86 CPU code"));
+  // UINT8 images: [H, W, C], GPU only.
+  const std::string uint8 = "    datatype: UINT8\n    shape: [16, 16, 3]";
+  const std::string fp32 = "    datatype: FP32\n    shape: [3, -1, 16]";
+  std::string on_gpu = gpu;
+  on_gpu.replace(on_gpu.find(fp32), fp32.size(), uint8);
+  EXPECT_EQ(ErrorOf(on_gpu), "");
+  EXPECT_THAT(ErrorOf(Edit(fp32, uint8)),
+              HasSubstr("inputs[0].datatype: UINT8 images are normalised on GPU instances only"));
+  std::string chw = gpu;
+  chw.replace(chw.find(fp32), fp32.size(), "    datatype: UINT8\n    shape: [3, 16, 16]");
+  EXPECT_THAT(ErrorOf(chw), HasSubstr("inputs[0].shape: UINT8 images are [height, width, 3]"));
 }
 
 TEST(ModelConfigTest, PrecisionMustBeKnownAndFp16NeedsCuda) {

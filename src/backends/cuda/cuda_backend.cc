@@ -20,6 +20,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
@@ -205,6 +206,9 @@ class GpuInstance {
     if (weights_->aoti) {
       outs = weights_->aoti->run(args, c10::cuda::getCurrentCUDAStream(weights_->gpu).stream());
     } else {
+      // The plain interpreter: no profiling runs, no fusion kernels compiled on a later call
+      // (which a CUDA graph capture would have to survive); cuDNN does the work.
+      torch::jit::GraphOptimizerEnabledGuard plain(false);
       std::vector<c10::IValue> ivalues(args.begin(), args.end());
       c10::IValue result = const_cast<torch::jit::Module&>(weights_->module).forward(ivalues);
       if (result.isTensor()) {

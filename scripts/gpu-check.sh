@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The GPU check: one command, on a machine with an NVIDIA GPU and PyTorch 2.11.0+cu130 in its
+# python3, run from the repository root with .gpu-bundle/sluice-gpu.tar.xz (scripts/gpu-bundle.sh)
+# beside it. docs/GPU.md says how to run it.
+#
+#  1. nvidia-smi;
+#  2. resnet18_gpu exported for this GPU (tools/export_models.py --device cuda);
+#  3. in process (`sluice sweep`): batch 1, 32, 128, 256 x {fp32, fp16 + CUDA graphs, AOTInductor
+#     fp16} x instances 1, 2, 4: samples/s, p50/p99, GPU utilisation;
+#  4. Python's torch.compile(mode="reduce-overhead") loop on the same model and work;
+#  5. `sluice serve` on the GPU and `sluice bench --url` at 64 connections of binary UINT8 images.
+# Everything goes under $OUT (default results/gpu-check-<time>): check.log, inprocess.csv,
+# python_baseline.csv/.json, served.json, report.html, metrics.txt, nvidia-smi.txt.
+# Without a GPU it exits 2 with one line saying so. Each step is bounded by a timeout and a failed
+# step does not stop the others; the exit status is 1 when any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi finds none); nothing to check" >&2
+  exit 2
+fi
+OUT=${OUT:-results/gpu-check-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/check.log") 2>&1
+PY=${PYTHON:-python3}
+BUNDLE=${BUNDLE:-.gpu-bundle/sluice-gpu.tar.xz}
+WORK=${WORK:-/tmp/sluice-gpu-check}
+QUICK=${QUICK:-0}  # 1: instances 1 only, fewer iterations (a rerun that must be short).
+failed=()
+step() { echo; echo "=== $1 ($(date +%T))"; }
+
+step "nvidia-smi"
+nvidia-smi | tee "$OUT/nvidia-smi.txt"
+
+step "unpack the bundle"
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
+tar -C "$WORK" -xJf "$BUNDLE" || { echo "gpu-check: cannot unpack $BUNDLE (scripts/gpu-bundle.sh)"; exit 1; }
+TORCH_DIR=$($PY -c 'import torch; print(torch.__path__[0])')
+$PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+NV_LIBS=$(ls -d "$(dirname "$TORCH_DIR")"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+# Only Sluice sees the bundle's libraries; python3 keeps its own.
+SLUICE_LD="$WORK/sluice-gpu/lib:$TORCH_DIR/lib:${NV_LIBS}${LD_LIBRARY_PATH:-}"
+sluice() { LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" "$@"; }
+if ! sluice --help >/dev/null; then
+  echo "gpu-check: the bundled sluice does not start"
+  LD_LIBRARY_PATH="$SLUICE_LD" ldd "$WORK/sluice-gpu/sluice" | grep "not found"
+  exit 1
+fi
+
+MODELS="$WORK/models"
+step "export resnet18_gpu for this GPU"
+if ! timeout 420 $PY tools/export_models.py --device cuda --out "$MODELS"; then
+  failed+=(export)
+fi
+
+# A model directory per variant: the exported files linked, the config written for it.
+variant_dir() {  # name precision backend cuda_graphs
+  local d="$MODELS/$1"
+  mkdir -p "$d"
+  for f in model.pt model_fp16.pt2; do
+    [ -e "$MODELS/resnet18_gpu/$f" ] && ln -sf "$MODELS/resnet18_gpu/$f" "$d/$f"
+  done
+  $PY - "$d" "$2" "$3" "$4" <<'PYEOF'
+import sys
+sys.path.insert(0, "tools")
+import export_models
+d, precision, backend, graphs = sys.argv[1:]
+with open(f"{d}/config.yaml", "w") as f:
+    f.write(export_models.gpu_config(precision, backend, graphs == "true"))
+PYEOF
+}
+variant_dir gpu_fp32 fp32 torchscript false
+variant_dir gpu_fp16_graphs fp16 torchscript true
+variant_dir gpu_aoti fp16 aotinductor false
+
+step "in process: batch 1, 32, 128, 256 x variants x instances"
+INSTANCES="1 2 4"; ITERS=300
+[ "$QUICK" = 1 ] && INSTANCES="1" && ITERS=200
+echo "variant,instances,$(echo 'batch_size,backend,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,latency_std_s,latency_min_s,latency_max_s,p50_s,p90_s,p95_s,p99_s,warmup_latency_s,machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s,gpu_util_pct,gpu_mem_mib')" > "$OUT/inprocess.csv"
+for variant in gpu_fp32 gpu_fp16_graphs gpu_aoti; do
+  case $variant in
+    gpu_fp32) args=(--backends torchscript+freeze --precisions fp32) ;;
+    gpu_fp16_graphs) args=(--backends torchscript+freeze --precisions fp16) ;;
+    gpu_aoti) args=(--backends aotinductor --precisions fp16) ;;
+  esac
+  for n in $INSTANCES; do
+    echo "--- $variant, $n instance(s)"
+    rm -rf "$WORK/sweep" && mkdir -p "$WORK/sweep"
+    if timeout 150 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" sweep --model-dir "$MODELS/$variant" \
+        --workers "$n" "${args[@]}" --batch-sizes 1,32,128,256 --iters "$ITERS" \
+        --results-dir "$WORK/sweep"; then
+      csv=$(ls "$WORK"/sweep/*/summary.csv 2>/dev/null | head -1)
+      [ -n "$csv" ] && tail -n +2 "$csv" | sed "s/^/$variant,$n,/" >> "$OUT/inprocess.csv"
+    else
+      failed+=("inprocess-$variant-$n")
+    fi
+  done
+done
+
+step "Python: torch.compile(mode=\"reduce-overhead\") on the same model and work"
+PY_SECONDS=2; [ "$QUICK" = 1 ] && PY_SECONDS=1
+if ! timeout 300 $PY benchmarks/gpu_python_baseline.py --out "$OUT" --seconds "$PY_SECONDS"; then
+  failed+=(python)
+fi
+
+step "served: sluice serve on the GPU, sluice bench --url at 64 connections of binary UINT8 images"
+PORT=${PORT:-18080}
+LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" serve --model-dir "$MODELS/gpu_fp16_graphs" --model-name resnet18 --port "$PORT" \
+  --io-threads 4 > "$WORK/serve.log" 2>&1 &
+SERVER=$!
+ready=0
+for _ in $(seq 1 240); do
+  if $PY -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/v2/models/resnet18/ready', timeout=1)" 2>/dev/null; then ready=1; break; fi
+  kill -0 $SERVER 2>/dev/null || break
+  grep -q "failed to load" "$WORK/serve.log" && break
+  sleep 0.5
+done
+if [ $ready = 1 ]; then
+  rm -rf "$WORK/served" && mkdir -p "$WORK/served"
+  DURATION=15; [ "$QUICK" = 1 ] && DURATION=6
+  if timeout 120 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --url "http://127.0.0.1:$PORT" --model resnet18 --binary \
+      --concurrency 64 --duration "$DURATION" --warmup 3 --results-dir "$WORK/served"; then
+    dir=$(ls -d "$WORK"/served/*/ | head -1)
+    cp "$dir/summary.json" "$OUT/served.json" 2>/dev/null
+    cp "$dir/report.html" "$OUT/report.html" 2>/dev/null
+  else
+    failed+=(served)
+  fi
+  $PY -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" > "$OUT/metrics.txt" 2>&1
+  grep -E "^sluice_gpu" "$OUT/metrics.txt"
+else
+  echo "gpu-check: the server did not become ready"; failed+=(served)
+fi
+kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+tail -20 "$WORK/serve.log"
+
+step "summary"
+$PY - "$OUT" <<'PYEOF'
+import csv, json, os, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(out, "inprocess.csv"))))
+print(f"{'variant':<16} {'inst':>4} {'batch':>5} {'samples/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'gpu %':>6}")
+for r in rows:
+    print(f"{r['variant']:<16} {r['instances']:>4} {r['batch_size']:>5} {float(r['samples_per_s']):>10.0f} "
+          f"{float(r['p50_s'])*1e3:>8.3f} {float(r['p99_s'])*1e3:>8.3f} {r['gpu_util_pct'] or '-':>6}")
+p = os.path.join(out, "python_baseline.csv")
+if os.path.exists(p):
+    for r in csv.DictReader(open(p)):
+        print(f"{'python r-o':<16} {'':>4} {r['batch_size']:>5} {float(r['samples_per_s']):>10.0f} "
+              f"{float(r['p50_ms']):>8.3f} {float(r['p99_ms']):>8.3f}")
+s = os.path.join(out, "served.json")
+if os.path.exists(s):
+    print("served:", open(s).read()[:1500])
+PYEOF
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu-check: failed steps: ${failed[*]}"
+  exit 1
+fi
+echo "gpu-check: every step ran; results in $OUT"
