@@ -10,7 +10,7 @@
 #  4. Python's torch.compile(mode="reduce-overhead") loop on the same model and work;
 #  5. `sluice serve` on the GPU and `sluice bench --url` at 64 connections of binary UINT8 images.
 # Everything goes under $OUT (default results/gpu-check-<time>): check.log, inprocess.csv,
-# python_baseline.csv/.json, served.json, report.html, metrics.txt, nvidia-smi.txt.
+# python_baseline.csv, agreement.json, served_<model>.json, report.html, metrics.txt.
 # Without a GPU it exits 2 with one line saying so. Each step is bounded by a timeout and a failed
 # step does not stop the others; the exit status is 1 when any step failed.
 set -uo pipefail
@@ -30,7 +30,7 @@ failed=()
 step() { echo; echo "=== $1 ($(date +%T))"; }
 
 step "nvidia-smi"
-nvidia-smi | tee "$OUT/nvidia-smi.txt"
+nvidia-smi
 
 step "unpack the bundle"
 rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
@@ -72,23 +72,73 @@ PYEOF
 variant_dir gpu_fp32 fp32 torchscript false
 variant_dir gpu_fp16_graphs fp16 torchscript true
 variant_dir gpu_aoti fp16 aotinductor false
+variant_dir gpu_aoti_graphs fp16 aotinductor true
+
+step "served: the four variants in one sluice serve; their answers against eager fp32; sluice bench --url at 64 connections of binary UINT8 images"
+PORT=${PORT:-18080}
+LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" serve --model-repository "$MODELS" \
+  --model gpu_fp32 --model gpu_fp16_graphs --model gpu_aoti --model gpu_aoti_graphs \
+  --port "$PORT" --io-threads 4 > "$WORK/serve.log" 2>&1 &
+SERVER=$!
+listening=0
+for _ in $(seq 1 360); do
+  grep -q "Sluice listening" "$WORK/serve.log" && { listening=1; break; }
+  kill -0 $SERVER 2>/dev/null || break
+  sleep 0.5
+done
+grep -E "loaded model|failed to load" "$WORK/serve.log" | cut -c1-400
+if [ $listening = 1 ]; then
+  timeout 120 $PY tools/gpu_agreement.py --url "http://127.0.0.1:$PORT" --out "$OUT/agreement.json" \
+    --models gpu_fp32:fp32 gpu_fp16_graphs:fp16 gpu_aoti:fp16 gpu_aoti_graphs:fp16 \
+    || failed+=(agreement)
+  DURATION=15; [ "$QUICK" = 1 ] && DURATION=6
+  for m in gpu_fp16_graphs gpu_aoti_graphs; do
+    grep -q "loaded model '$m'" "$WORK/serve.log" || { failed+=("served-$m"); continue; }
+    rm -rf "$WORK/served" && mkdir -p "$WORK/served"
+    # /metrics while the load runs: the GPU's utilisation as the server reports it.
+    (sleep $((DURATION / 2 + 3)); $PY -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" > "$OUT/metrics.txt" 2>&1) &
+    SCRAPER=$!
+    if timeout 120 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench \
+        --url "http://127.0.0.1:$PORT" --model "$m" --binary --concurrency 64 \
+        --duration "$DURATION" --warmup 3 --results-dir "$WORK/served"; then
+      dir=$(ls -d "$WORK"/served/*/ | head -1)
+      cp "$dir/summary.json" "$OUT/served_$m.json" 2>/dev/null
+      [ $m = gpu_fp16_graphs ] && cp "$dir/report.html" "$OUT/report.html" 2>/dev/null
+    else
+      failed+=("served-$m")
+    fi
+    wait $SCRAPER
+    grep -E "^sluice_gpu" "$OUT/metrics.txt"
+  done
+else
+  echo "gpu-check: the server did not start"; failed+=(served)
+fi
+kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+tail -5 "$WORK/serve.log"
+
+step "batch 1, one request in flight (latency)"
+for m in gpu_fp16_graphs gpu_aoti_graphs; do
+  timeout 90 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --in-process \
+    --model-dir "$MODELS/$m" -b 1 --max-in-flight 1 --iters 2000 --no-results \
+    | grep -E "samples/s|p50|p99|Latency|latency|Throughput" || failed+=("latency-$m")
+done
 
 step "in process: batch 1, 32, 128, 256 x variants x instances"
 INSTANCES="1 2 4"; ITERS=300
 [ "$QUICK" = 1 ] && INSTANCES="1" && ITERS=200
 echo "variant,instances,$(echo 'batch_size,backend,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,latency_std_s,latency_min_s,latency_max_s,p50_s,p90_s,p95_s,p99_s,warmup_latency_s,machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s,gpu_util_pct,gpu_mem_mib')" > "$OUT/inprocess.csv"
-for variant in gpu_fp32 gpu_fp16_graphs gpu_aoti; do
+for variant in gpu_fp32 gpu_fp16_graphs gpu_aoti gpu_aoti_graphs; do
   case $variant in
     gpu_fp32) args=(--backends torchscript+freeze --precisions fp32) ;;
     gpu_fp16_graphs) args=(--backends torchscript+freeze --precisions fp16) ;;
-    gpu_aoti) args=(--backends aotinductor --precisions fp16) ;;
+    gpu_aoti | gpu_aoti_graphs) args=(--backends aotinductor --precisions fp16) ;;
   esac
   for n in $INSTANCES; do
     echo "--- $variant, $n instance(s)"
     rm -rf "$WORK/sweep" && mkdir -p "$WORK/sweep"
     if timeout 150 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" sweep --model-dir "$MODELS/$variant" \
         --workers "$n" "${args[@]}" --batch-sizes 1,32,128,256 --iters "$ITERS" \
-        --results-dir "$WORK/sweep"; then
+        --results-dir "$WORK/sweep" | grep -vE "^(Results|Plots|Report| +/)"; then
       csv=$(ls "$WORK"/sweep/*/summary.csv 2>/dev/null | head -1)
       [ -n "$csv" ] && tail -n +2 "$csv" | sed "s/^/$variant,$n,/" >> "$OUT/inprocess.csv"
     else
@@ -99,40 +149,11 @@ done
 
 step "Python: torch.compile(mode=\"reduce-overhead\") on the same model and work"
 PY_SECONDS=2; [ "$QUICK" = 1 ] && PY_SECONDS=1
-if ! timeout 300 $PY benchmarks/gpu_python_baseline.py --out "$OUT" --seconds "$PY_SECONDS"; then
+if timeout 300 $PY benchmarks/gpu_python_baseline.py --out "$WORK/python" --seconds "$PY_SECONDS"; then
+  cp "$WORK/python/python_baseline.csv" "$OUT/"
+else
   failed+=(python)
 fi
-
-step "served: sluice serve on the GPU, sluice bench --url at 64 connections of binary UINT8 images"
-PORT=${PORT:-18080}
-LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" serve --model-dir "$MODELS/gpu_fp16_graphs" --model-name resnet18 --port "$PORT" \
-  --io-threads 4 > "$WORK/serve.log" 2>&1 &
-SERVER=$!
-ready=0
-for _ in $(seq 1 240); do
-  if $PY -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/v2/models/resnet18/ready', timeout=1)" 2>/dev/null; then ready=1; break; fi
-  kill -0 $SERVER 2>/dev/null || break
-  grep -q "failed to load" "$WORK/serve.log" && break
-  sleep 0.5
-done
-if [ $ready = 1 ]; then
-  rm -rf "$WORK/served" && mkdir -p "$WORK/served"
-  DURATION=15; [ "$QUICK" = 1 ] && DURATION=6
-  if timeout 120 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --url "http://127.0.0.1:$PORT" --model resnet18 --binary \
-      --concurrency 64 --duration "$DURATION" --warmup 3 --results-dir "$WORK/served"; then
-    dir=$(ls -d "$WORK"/served/*/ | head -1)
-    cp "$dir/summary.json" "$OUT/served.json" 2>/dev/null
-    cp "$dir/report.html" "$OUT/report.html" 2>/dev/null
-  else
-    failed+=(served)
-  fi
-  $PY -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" > "$OUT/metrics.txt" 2>&1
-  grep -E "^sluice_gpu" "$OUT/metrics.txt"
-else
-  echo "gpu-check: the server did not become ready"; failed+=(served)
-fi
-kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
-tail -20 "$WORK/serve.log"
 
 step "summary"
 $PY - "$OUT" <<'PYEOF'
@@ -148,9 +169,15 @@ if os.path.exists(p):
     for r in csv.DictReader(open(p)):
         print(f"{'python r-o':<16} {'':>4} {r['batch_size']:>5} {float(r['samples_per_s']):>10.0f} "
               f"{float(r['p50_ms']):>8.3f} {float(r['p99_ms']):>8.3f}")
-s = os.path.join(out, "served.json")
-if os.path.exists(s):
-    print("served:", open(s).read()[:1500])
+for m in ("gpu_fp16_graphs", "gpu_aoti_graphs"):
+    s = os.path.join(out, f"served_{m}.json")
+    if os.path.exists(s):
+        level = json.load(open(s))["levels"][0]
+        lat = level["latency_seconds"]
+        print(f"served {m}: {level['samples_per_second']:.0f} samples/s at 64 connections, "
+              f"p50 {lat['p50']*1e3:.2f} ms, p99 {lat['p99']*1e3:.2f} ms, errors {level['errors']}, "
+              f"mean batch {level.get('server_mean_batch_size', 0):.1f}, "
+              f"gpu {level['utilization'].get('gpu_percent')} %")
 PYEOF
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu-check: failed steps: ${failed[*]}"

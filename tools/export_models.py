@@ -144,23 +144,17 @@ def export_resnet18_cuda(out_dir):
     example = torch.randn(8, 3, 224, 224, device="cuda", dtype=torch.half).contiguous(
         memory_format=torch.channels_last)
     batch = torch.export.Dim("batch", min=1, max=GPU_MAX_BATCH)
+    write_config(model_dir, gpu_config())
     start = time.time()
     with torch.no_grad():
         program = torch.export.export(gpu_model, (example,), dynamic_shapes=({0: batch},))
-        path = torch._inductor.aoti_compile_and_package(
+        torch._inductor.aoti_compile_and_package(
             program, package_path=os.path.join(model_dir, "model_fp16.pt2"),
             inductor_configs={"freezing": True, "aot_inductor.metadata": {
                 "sluice.max_batch_size": str(GPU_MAX_BATCH), "sluice.precision": "fp16",
                 "sluice.channels_last": "1"}})
-        loaded = torch._inductor.aoti_load_package(path)
-        got = loaded(example)
-        want = gpu_model(example)
-        err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-    print(f"resnet18_gpu: model_fp16.pt2 compiled for CUDA in {time.time() - start:.0f} s "
-          f"(relative error against eager fp16: {err:.2e})")
-    if not err < 1e-2:
-        sys.exit(f"resnet18_gpu: the CUDA package disagrees with eager ({err:.2e})")
-    write_config(model_dir, gpu_config())
+    # Its outputs are checked against eager where Sluice serves it (tools/gpu_agreement.py).
+    print(f"resnet18_gpu: model_fp16.pt2 compiled for CUDA in {time.time() - start:.0f} s")
     print(f"resnet18_gpu: written to {model_dir}")
 
 

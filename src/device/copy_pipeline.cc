@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -16,6 +17,10 @@ Result<std::unique_ptr<CopyPipeline>> CopyPipeline::Create(Device& device,
   if (options.input_bytes.empty()) {
     return Status::InvalidArgument("a copy pipeline needs at least one input");
   }
+  if (options.copy_threads < 1 || options.copy_threads > 16) {
+    return Status::InvalidArgument(
+        fmt::format("a copy pipeline takes 1 to 16 copy threads (got {})", options.copy_threads));
+  }
   std::unique_ptr<CopyPipeline> pipeline(new CopyPipeline(device, std::move(options)));
   SLUICE_RETURN_IF_ERROR(pipeline->Allocate());
   return pipeline;
@@ -25,6 +30,12 @@ CopyPipeline::CopyPipeline(Device& device, CopyPipelineOptions options)
     : device_(device), options_(std::move(options)) {}
 
 Status CopyPipeline::Allocate() {
+  if (options_.copy_threads > 1) {
+    // Each run queues copy_threads - 1 chunks; slots runs may queue at once.
+    copiers_ = std::make_unique<ThreadPool>(options_.copy_threads - 1,
+                                            static_cast<size_t>(options_.copy_threads) *
+                                                static_cast<size_t>(options_.slots));
+  }
   for (auto* stream : {&h2d_stream_, &compute_stream_, &d2h_stream_}) {
     auto created = device_.CreateStream();
     if (!created.ok()) return created.status();
@@ -136,6 +147,45 @@ Status CopyPipeline::Run(const std::vector<std::span<const std::byte>>& inputs,
   return status;
 }
 
+void CopyPipeline::StageCopy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kParallelFrom = size_t{1} << 20;
+  if (!copiers_ || bytes < kParallelFrom) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const size_t parts = static_cast<size_t>(options_.copy_threads);
+  const size_t chunk = (bytes + parts - 1) / parts;
+  Mutex mu;
+  CondVar done;
+  size_t pending = 0;
+  auto copy = [dst, src, bytes](size_t begin, size_t end) {
+    std::memcpy(static_cast<std::byte*>(dst) + begin, static_cast<const std::byte*>(src) + begin,
+                end - begin);
+    (void)bytes;
+  };
+  for (size_t p = 1; p < parts; ++p) {
+    const size_t begin = std::min(bytes, p * chunk), end = std::min(bytes, begin + chunk);
+    if (begin == end) continue;
+    {
+      MutexLock lock(mu);
+      ++pending;
+    }
+    bool queued = copiers_->TrySubmit([&, begin, end] {
+      copy(begin, end);
+      MutexLock lock(mu);
+      if (--pending == 0) done.SignalAll();
+    });
+    if (!queued) {  // The pool is full: this thread copies the chunk itself.
+      copy(begin, end);
+      MutexLock lock(mu);
+      --pending;
+    }
+  }
+  copy(0, std::min(bytes, chunk));
+  MutexLock lock(mu);
+  while (pending > 0) done.Wait(lock);
+}
+
 Status CopyPipeline::RunOnSlot(Slot& slot, int index,
                                const std::vector<std::span<const std::byte>>& inputs,
                                const ComputeFn& compute,
@@ -147,7 +197,7 @@ Status CopyPipeline::RunOnSlot(Slot& slot, int index,
   batch.stream = compute_stream_.get();
   Status status = Status::Ok();
   for (size_t i = 0; i < inputs.size() && status.ok(); ++i) {
-    if (!inputs[i].empty()) std::memcpy(slot.host_in[i], inputs[i].data(), inputs[i].size());
+    if (!inputs[i].empty()) StageCopy(slot.host_in[i], inputs[i].data(), inputs[i].size());
     status = device_.CopyToDevice(slot.device_in[i], slot.host_in[i], inputs[i].size(),
                                   *h2d_stream_);
     batch.inputs.push_back(slot.device_in[i]);

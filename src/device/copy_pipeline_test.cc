@@ -30,8 +30,8 @@ std::vector<std::byte> Batch(int seed, size_t bytes = kBytes) {
 // own per slot (as a CUDA graph's static output is per slot).
 class AddOneModel {
  public:
-  AddOneModel(FakeDevice& device, int slots) : device_(device) {
-    for (int i = 0; i < slots; ++i) outputs_.push_back(*device.AllocDevice(kBytes));
+  AddOneModel(FakeDevice& device, int slots, size_t bytes = kBytes) : device_(device) {
+    for (int i = 0; i < slots; ++i) outputs_.push_back(*device.AllocDevice(bytes));
   }
   ~AddOneModel() {
     for (void* p : outputs_) device_.FreeDevice(p);
@@ -56,11 +56,13 @@ class AddOneModel {
   std::vector<void*> outputs_;
 };
 
-std::unique_ptr<CopyPipeline> MakePipeline(FakeDevice& device, int slots) {
+std::unique_ptr<CopyPipeline> MakePipeline(FakeDevice& device, int slots, size_t bytes = kBytes,
+                                           int copy_threads = 1) {
   CopyPipelineOptions options;
   options.slots = slots;
-  options.input_bytes = {kBytes};
-  options.output_bytes = {kBytes};
+  options.input_bytes = {bytes};
+  options.output_bytes = {bytes};
+  options.copy_threads = copy_threads;
   auto pipeline = CopyPipeline::Create(device, options);
   EXPECT_TRUE(pipeline.ok()) << pipeline.status().message();
   return std::move(*pipeline);
@@ -106,6 +108,33 @@ TEST(CopyPipelineTest, EveryBatchGetsItsOwnResultsFromManyThreads) {
   }
   EXPECT_THAT(device.violations(), ::testing::IsEmpty());
   EXPECT_EQ(device.live_allocations(), 0u);
+}
+
+// Large inputs are staged by several threads: every byte lands, whatever the split.
+TEST(CopyPipelineTest, LargeInputsAreStagedInPartsByTheCopyThreads) {
+  constexpr size_t kLarge = (size_t{3} << 20) + 3;  // Not a multiple of the 4 parts.
+  FakeDevice device;
+  {
+    AddOneModel model(device, 2, kLarge);
+    auto pipeline = MakePipeline(device, 2, kLarge, 4);
+    ComputeFn fn = model.Fn();
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        for (int k = 0; k < 3; ++k) {
+          std::vector<std::byte> in = Batch(w * 10 + k, kLarge - k), out;
+          ASSERT_TRUE(RunBatch(*pipeline, fn, in, out).ok());
+          ExpectAddedOne(in, out);
+        }
+      });
+    }
+    for (auto& t : workers) t.join();
+  }
+  EXPECT_THAT(device.violations(), ::testing::IsEmpty());
+  CopyPipelineOptions options;
+  options.input_bytes = {1};
+  options.copy_threads = 17;
+  EXPECT_EQ(CopyPipeline::Create(device, options).status().code(), StatusCode::kInvalidArgument);
 }
 
 // Each stage on its own stream, in order within a batch: the copy in finished before the compute
