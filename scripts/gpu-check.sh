@@ -5,10 +5,13 @@
 #
 #  1. nvidia-smi;
 #  2. resnet18_gpu exported for this GPU (tools/export_models.py --device cuda);
-#  3. in process (`sluice sweep`): batch 1, 32, 128, 256 x {fp32, fp16 + CUDA graphs, AOTInductor
+#  3. `sluice serve` with the three variants on the GPU, their answers checked against PyTorch
+#     eager fp32 (tools/gpu_agreement.py), `sluice bench --url` at 64 connections of binary UINT8
+#     images against two of them;
+#  4. batch 1 with one request in flight;
+#  5. in process (`sluice sweep`): batch 1, 32, 128, 256 x {fp32, fp16 + CUDA graphs, AOTInductor
 #     fp16} x instances 1, 2, 4: samples/s, p50/p99, GPU utilisation;
-#  4. Python's torch.compile(mode="reduce-overhead") loop on the same model and work;
-#  5. `sluice serve` on the GPU and `sluice bench --url` at 64 connections of binary UINT8 images.
+#  6. Python's torch.compile(mode="reduce-overhead") loop on the same model and work.
 # Everything goes under $OUT (default results/gpu-check-<time>): check.log, inprocess.csv,
 # python_baseline.csv, agreement.json, served_<model>.json, report.html, metrics.txt.
 # Without a GPU it exits 2 with one line saying so. Each step is bounded by a timeout and a failed
@@ -72,12 +75,11 @@ PYEOF
 variant_dir gpu_fp32 fp32 torchscript false
 variant_dir gpu_fp16_graphs fp16 torchscript true
 variant_dir gpu_aoti fp16 aotinductor false
-variant_dir gpu_aoti_graphs fp16 aotinductor true
 
-step "served: the four variants in one sluice serve; their answers against eager fp32; sluice bench --url at 64 connections of binary UINT8 images"
+step "served: the three variants in one sluice serve; their answers against eager fp32; sluice bench --url at 64 connections of binary UINT8 images"
 PORT=${PORT:-18080}
 LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" serve --model-repository "$MODELS" \
-  --model gpu_fp32 --model gpu_fp16_graphs --model gpu_aoti --model gpu_aoti_graphs \
+  --model gpu_fp32 --model gpu_fp16_graphs --model gpu_aoti \
   --port "$PORT" --io-threads 4 > "$WORK/serve.log" 2>&1 &
 SERVER=$!
 listening=0
@@ -89,10 +91,10 @@ done
 grep -E "loaded model|failed to load" "$WORK/serve.log" | cut -c1-400
 if [ $listening = 1 ]; then
   timeout 120 $PY tools/gpu_agreement.py --url "http://127.0.0.1:$PORT" --out "$OUT/agreement.json" \
-    --models gpu_fp32:fp32 gpu_fp16_graphs:fp16 gpu_aoti:fp16 gpu_aoti_graphs:fp16 \
+    --models gpu_fp32:fp32 gpu_fp16_graphs:fp16 gpu_aoti:fp16 \
     || failed+=(agreement)
   DURATION=15; [ "$QUICK" = 1 ] && DURATION=6
-  for m in gpu_fp16_graphs gpu_aoti_graphs; do
+  for m in gpu_fp16_graphs gpu_aoti; do
     grep -q "loaded model '$m'" "$WORK/serve.log" || { failed+=("served-$m"); continue; }
     rm -rf "$WORK/served" && mkdir -p "$WORK/served"
     # /metrics while the load runs: the GPU's utilisation as the server reports it.
@@ -117,7 +119,7 @@ kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
 tail -5 "$WORK/serve.log"
 
 step "batch 1, one request in flight (latency)"
-for m in gpu_fp16_graphs gpu_aoti_graphs; do
+for m in gpu_fp16_graphs gpu_aoti; do
   timeout 90 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --in-process \
     --model-dir "$MODELS/$m" -b 1 --max-in-flight 1 --iters 2000 --no-results \
     | grep -E "samples/s|p50|p99|Latency|latency|Throughput" || failed+=("latency-$m")
@@ -127,11 +129,11 @@ step "in process: batch 1, 32, 128, 256 x variants x instances"
 INSTANCES="1 2 4"; ITERS=300
 [ "$QUICK" = 1 ] && INSTANCES="1" && ITERS=200
 echo "variant,instances,$(echo 'batch_size,backend,precision,requests,errors,samples_per_s,requests_per_s,latency_mean_s,latency_std_s,latency_min_s,latency_max_s,p50_s,p90_s,p95_s,p99_s,warmup_latency_s,machine_cpu_pct,process_cpu_pct,model_load_s,optimize_s,gpu_util_pct,gpu_mem_mib')" > "$OUT/inprocess.csv"
-for variant in gpu_fp32 gpu_fp16_graphs gpu_aoti gpu_aoti_graphs; do
+for variant in gpu_fp32 gpu_fp16_graphs gpu_aoti; do
   case $variant in
     gpu_fp32) args=(--backends torchscript+freeze --precisions fp32) ;;
     gpu_fp16_graphs) args=(--backends torchscript+freeze --precisions fp16) ;;
-    gpu_aoti | gpu_aoti_graphs) args=(--backends aotinductor --precisions fp16) ;;
+    gpu_aoti) args=(--backends aotinductor --precisions fp16) ;;
   esac
   for n in $INSTANCES; do
     echo "--- $variant, $n instance(s)"
@@ -169,7 +171,7 @@ if os.path.exists(p):
     for r in csv.DictReader(open(p)):
         print(f"{'python r-o':<16} {'':>4} {r['batch_size']:>5} {float(r['samples_per_s']):>10.0f} "
               f"{float(r['p50_ms']):>8.3f} {float(r['p99_ms']):>8.3f}")
-for m in ("gpu_fp16_graphs", "gpu_aoti_graphs"):
+for m in ("gpu_fp16_graphs", "gpu_aoti"):
     s = os.path.join(out, f"served_{m}.json")
     if os.path.exists(s):
         level = json.load(open(s))["levels"][0]

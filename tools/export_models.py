@@ -160,7 +160,8 @@ def export_resnet18_cuda(out_dir):
 
 def gpu_config(precision="fp16", backend="torchscript", cuda_graphs=True, count=1):
     return f"""# ResNet-18 (seeded random weights) on a GPU: raw UINT8 [224, 224, 3] images in (the binary
-# v2 extension sends them as bytes), normalised on the GPU; {precision}, channels-last.
+# v2 extension sends them as bytes; /predict and /predictions resize and crop a PNG or JPEG to
+# them), normalised on the GPU; {precision}, channels-last.
 backend: {backend}
 max_batch_size: {GPU_MAX_BATCH}
 dynamic_batching:
@@ -185,6 +186,8 @@ outputs:
     shape: [1000]
 preprocess:
   image:
+    resize: 256
+    crop: 224
     channels: 3
     mean: {fmt_list(IMAGENET_MEAN)}
     std: {fmt_list(IMAGENET_STD)}

@@ -165,9 +165,20 @@ Result<DecodedImage> DecodeImage(std::string_view bytes, int channels, const Ima
   return Status::InvalidArgument("not a PNG or JPEG image");
 }
 
-Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& p) {
-  const DecodedImage* current = &image;
-  DecodedImage resized;
+namespace {
+
+// The region of an image (resized when `preprocess` says so) that preprocessing keeps.
+struct CropView {
+  DecodedImage resized;  // Holds the pixels when the image was resized.
+  bool was_resized = false;
+  int left = 0, top = 0, width = 0, height = 0;
+  const DecodedImage& source(const DecodedImage& original) const {
+    return was_resized ? resized : original;
+  }
+};
+
+Result<CropView> ResizeAndCrop(const DecodedImage& image, const ImagePreprocessConfig& p) {
+  CropView view;
   if (p.resize > 0) {
     // The shorter side becomes `resize`, keeping the aspect ratio.
     int width, height;
@@ -181,20 +192,51 @@ Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessC
           static_cast<int>(std::lround(static_cast<double>(image.width) * p.resize / image.height));
     }
     if (width != image.width || height != image.height) {
-      resized = Resize(image, std::max(width, 1), std::max(height, 1));
-      current = &resized;
+      view.resized = Resize(image, std::max(width, 1), std::max(height, 1));
+      view.was_resized = true;
     }
   }
-  int out_w = current->width, out_h = current->height, left = 0, top = 0;
+  const DecodedImage& current = view.source(image);
+  view.width = current.width;
+  view.height = current.height;
   if (p.crop > 0) {
-    if (p.crop > current->width || p.crop > current->height) {
+    if (p.crop > current.width || p.crop > current.height) {
       return Status::InvalidArgument(fmt::format("image of {}x{} is smaller than the {}x{} crop",
-                                                 current->width, current->height, p.crop, p.crop));
+                                                 current.width, current.height, p.crop, p.crop));
     }
-    out_w = out_h = p.crop;
-    left = (current->width - p.crop) / 2;
-    top = (current->height - p.crop) / 2;
+    view.width = view.height = p.crop;
+    view.left = (current.width - p.crop) / 2;
+    view.top = (current.height - p.crop) / 2;
   }
+  return view;
+}
+
+}  // namespace
+
+Result<Tensor> PreprocessImageUint8(const DecodedImage& image, const ImagePreprocessConfig& p) {
+  auto view = ResizeAndCrop(image, p);
+  if (!view.ok()) return view.status();
+  const DecodedImage& current = view->source(image);
+  const size_t c = static_cast<size_t>(current.channels);
+  const size_t row_bytes = static_cast<size_t>(view->width) * c;
+  Tensor tensor = Tensor::Uninitialized(DataType::kUInt8, {view->height, view->width,
+                                                           current.channels});
+  auto* out = static_cast<uint8_t*>(tensor.mutable_data());
+  for (int y = 0; y < view->height; ++y) {
+    const uint8_t* row =
+        current.pixels.data() +
+        (static_cast<size_t>(y + view->top) * static_cast<size_t>(current.width) +
+         static_cast<size_t>(view->left)) * c;
+    std::memcpy(out + static_cast<size_t>(y) * row_bytes, row, row_bytes);
+  }
+  return tensor;
+}
+
+Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& p) {
+  auto view = ResizeAndCrop(image, p);
+  if (!view.ok()) return view.status();
+  const DecodedImage* current = &view->source(image);
+  const int out_w = view->width, out_h = view->height, left = view->left, top = view->top;
   const int c = current->channels;
   Tensor tensor = Tensor::Uninitialized(DataType::kFp32, {c, out_h, out_w});
   float* out = tensor.mutable_values<float>().data();

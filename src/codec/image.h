@@ -36,4 +36,10 @@ Result<DecodedImage> DecodeImage(std::string_view bytes, int channels,
 // Applies `preprocess` to `image` and returns a [channels, height, width] FP32 tensor.
 Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& preprocess);
 
+// Applies `preprocess`'s resize and crop, not its normalisation, and returns the pixels as a
+// [height, width, channels] UINT8 tensor: what a model that takes raw images (UINT8 input,
+// normalised on the GPU) is given.
+Result<Tensor> PreprocessImageUint8(const DecodedImage& image,
+                                    const ImagePreprocessConfig& preprocess);
+
 }  // namespace sluice

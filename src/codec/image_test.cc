@@ -183,6 +183,46 @@ TEST(PreprocessTest, ResizesTheShorterSideThenCropsTheCentre) {
   EXPECT_EQ(PreprocessImage(image, p).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(PreprocessTest, Uint8KeepsThePixelsOfTheResizedCentreCropAsHwc) {
+  DecodedImage image;
+  image.width = 6;
+  image.height = 4;
+  image.channels = 3;
+  image.pixels.resize(6 * 4 * 3);
+  for (size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<uint8_t>(i * 5);
+  ImagePreprocessConfig p;
+  p.crop = 2;  // No resize: the centre 2x2 of 6x4 starts at (2, 1).
+  p.mean = {0.5f};
+  p.std = {0.25f};  // Not applied: raw pixels.
+  auto tensor = PreprocessImageUint8(image, p);
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(tensor->dtype(), DataType::kUInt8);
+  EXPECT_EQ(tensor->shape(), (Shape{2, 2, 3}));
+  auto v = tensor->values<uint8_t>();
+  for (int y = 0; y < 2; ++y) {
+    for (int x = 0; x < 2; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        size_t src = static_cast<size_t>(((y + 1) * 6 + (x + 2)) * 3 + c);
+        EXPECT_EQ(v[static_cast<size_t>((y * 2 + x) * 3 + c)], image.pixels[src]);
+      }
+    }
+  }
+  // The same geometry as the FP32 path: resize then crop, and too large a crop refused.
+  p.resize = 2;  // 6x4 -> 3x2.
+  auto small = PreprocessImageUint8(image, p);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->shape(), (Shape{2, 2, 3}));
+  auto f = PreprocessImage(image, ImagePreprocessConfig{2, 2, 3, {}, {}});
+  ASSERT_TRUE(f.ok());
+  auto fv = f->values<float>();
+  auto sv = small->values<uint8_t>();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(fv[i] * 255.0f, static_cast<float>(sv[i * 3]), 0.5f);  // Red plane vs HWC red.
+  }
+  p.crop = 3;
+  EXPECT_EQ(PreprocessImageUint8(image, p).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Base64Test, RoundTripsAndRejectsBadInput) {
   const std::vector<std::string> samples = {
       "", "f", "fo", "foo", "foob", "fooba", "foobar", std::string("\0\xff\x10", 3)};

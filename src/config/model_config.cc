@@ -343,7 +343,9 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
       for (const TensorSpec& in : c.inputs) {
         for (int64_t d : in.shape) fixed &= d >= 1;
       }
-      c.optimize.cuda_graphs = fixed;
+      // An AOTInductor package's runtime cannot be captured (PyTorch 2.11: its run fails with
+      // "invalid argument" under capture), so packages run without graphs by default.
+      c.optimize.cuda_graphs = fixed && c.backend != BackendKind::kAotInductor;
     }
   }
   if (c.instances.threads == 0)
@@ -427,6 +429,11 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
     if (c.precision == Precision::kInt8) {
       return Error(source, "precision",
                    "int8 packages are x86 CPU code; on a GPU use fp16, bf16 or fp32");
+    }
+    if (c.optimize.cuda_graphs.value_or(false) && c.backend == BackendKind::kAotInductor) {
+      return Error(source, "optimize.cuda_graphs",
+                   "AOTInductor packages cannot be captured as CUDA graphs (their runtime fails "
+                   "under capture); set cuda_graphs: false or serve model.pt");
     }
     if (c.optimize.cuda_graphs.value_or(false)) {
       for (size_t i = 0; i < c.inputs.size(); ++i) {

@@ -303,6 +303,13 @@ TEST(ModelConfigTest, GpuOnlySettingsAreRefusedOnCpuAndCheckedOnGpu) {
                                    std::string(kCpuInstances).size(),
                                    "instance_group: [{kind: KIND_GPU}]\n")),
               HasSubstr("optimize.cuda_graphs: needs fixed input shapes; inputs[0]"));
+  // AOTInductor packages: no graphs by default, refused when asked for.
+  std::string package = Edit(kCpuInstances, "instance_group: [{kind: gpu}]\nbackend: aotinductor\n");
+  package.replace(package.find("shape: [3, -1, 16]"), 18, "shape: [3, 16, 16]");
+  EXPECT_FALSE(Normalized(package).optimize.cuda_graphs.value_or(true));
+  package.replace(package.find("channels_last: true"), 19, "channels_last: true\n  cuda_graphs: true");
+  EXPECT_THAT(ErrorOf(package),
+              HasSubstr("optimize.cuda_graphs: AOTInductor packages cannot be captured"));
   // int8 packages are CPU code.
   EXPECT_THAT(ErrorOf(std::string(gpu).replace(gpu.find("precision: bf16"), 15,
                                                "precision: int8\nbackend: aotinductor")),

@@ -185,11 +185,13 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     if (memory && !memory->Grow(decoded_bytes)) {
       return respond(HttpResponse::Error(MemoryBudgetExceeded(*memory, decoded_bytes)));
     }
-    auto tensor = PreprocessImage(*pixels, preprocess);
-    if (!tensor.ok()) return respond(HttpResponse::Error(tensor.status()));
     const TensorSpec& spec = config.inputs[0];
+    // A UINT8 input takes the raw pixels, [H, W, C], normalised on the device (GPU models).
+    auto tensor = spec.datatype == DataType::kUInt8 ? PreprocessImageUint8(*pixels, preprocess)
+                                                    : PreprocessImage(*pixels, preprocess);
+    if (!tensor.ok()) return respond(HttpResponse::Error(tensor.status()));
     Shape shape = tensor->shape();
-    if (spec.datatype != DataType::kFp32 || spec.shape.size() != shape.size() ||
+    if (tensor->dtype() != spec.datatype || spec.shape.size() != shape.size() ||
         !std::equal(shape.begin(), shape.end(), spec.shape.begin(),
                     [](int64_t got, int64_t want) { return want < 0 || got == want; })) {
       return respond(HttpResponse::Error(Status::InvalidArgument(fmt::format(

@@ -386,6 +386,14 @@ class CudaBackend final : public Backend {
         }
       }
     }
+    // Also when a sweep switched a graphs config to a package (the config's own check is then
+    // behind it).
+    if (config_.backend == BackendKind::kAotInductor && config_.optimize.cuda_graphs.value_or(false)) {
+      return Status::InvalidArgument(fmt::format(
+          "model '{}': optimize.cuda_graphs: AOTInductor packages cannot be captured as CUDA "
+          "graphs (their runtime fails under capture); set cuda_graphs: false",
+          config_.name));
+    }
     std::error_code ignored;
     if (!std::filesystem::is_regular_file(config_.model_path(), ignored)) {
       return Status::InvalidArgument(fmt::format("model '{}': no model file {}", config_.name,
