@@ -59,6 +59,23 @@ def fmt_list(values):
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
+# What every resnet18 config says of its output, its image preprocessing and its replies.
+RESNET18_OUTPUTS_AND_PREPROCESS = f"""outputs:
+  - name: logits
+    datatype: FP32
+    shape: [1000]
+preprocess:
+  image:
+    resize: 256
+    crop: 224
+    channels: 3
+    mean: {fmt_list(IMAGENET_MEAN)}
+    std: {fmt_list(IMAGENET_STD)}
+postprocess:
+  topk: 5
+"""
+
+
 def write_config(model_dir, text):
     with open(os.path.join(model_dir, "config.yaml"), "w") as f:
         f.write(text)
@@ -180,20 +197,7 @@ inputs:
   - name: input
     datatype: UINT8
     shape: [224, 224, 3]
-outputs:
-  - name: logits
-    datatype: FP32
-    shape: [1000]
-preprocess:
-  image:
-    resize: 256
-    crop: 224
-    channels: 3
-    mean: {fmt_list(IMAGENET_MEAN)}
-    std: {fmt_list(IMAGENET_STD)}
-postprocess:
-  topk: 5
-warmup:
+{RESNET18_OUTPUTS_AND_PREPROCESS}warmup:
   batch_sizes: [1, {GPU_MAX_BATCH}]
 """
 
@@ -226,20 +230,7 @@ inputs:
   - name: input
     datatype: FP32
     shape: [3, 224, 224]
-outputs:
-  - name: logits
-    datatype: FP32
-    shape: [1000]
-preprocess:
-  image:
-    resize: 256
-    crop: 224
-    channels: 3
-    mean: {fmt_list(IMAGENET_MEAN)}
-    std: {fmt_list(IMAGENET_STD)}
-postprocess:
-  topk: 5
-warmup:
+{RESNET18_OUTPUTS_AND_PREPROCESS}warmup:
   batch_sizes: [1]
 """)
     torch.manual_seed(1)

@@ -158,7 +158,8 @@ Result<BenchRun> RunBatchedPipeline(const ModelConfig& config,
     borrowed.emplace_back(instance, [](BackendInstance*) {});
   }
   ModelConfig run_config = config;
-  if (!run_config.instances.on_gpu()) run_config.instances.count = static_cast<int>(instances.size());
+  if (!run_config.instances.on_gpu())
+    run_config.instances.count = static_cast<int>(instances.size());
   auto scheduler = ModelScheduler::Start(run_config, std::move(borrowed));
   if (!scheduler.ok()) return scheduler.status();
 

@@ -120,13 +120,13 @@ std::string FormatSweepTable(const std::vector<SweepCell>& cells) {
   if (gpu) out.insert(out.size() - 1, fmt::format(" {:>6}", "gpu %"));
   for (const SweepCell& c : cells) {
     const Summary& s = c.run.summary;
-    out += fmt::format("{:>5} {:>18} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}{}\n",
-                       c.batch_size, BackendVariantName(c.backend), PrecisionName(c.precision),
-                       s.samples_per_second, s.latency.mean * 1e3, s.latency.p50 * 1e3,
-                       s.latency.p99 * 1e3, c.run.utilization.machine_cpu_percent,
-                       gpu ? fmt::format(" {:>6.0f}", c.run.utilization.gpu_percent.value_or(0))
-                           : std::string(),
-                       s.requests == s.ok_requests ? "" : "  (errors)");
+    out += fmt::format(
+        "{:>5} {:>18} {:>9} {:>12.1f} {:>11.2f} {:>11.2f} {:>11.2f} {:>6.0f}{}{}\n", c.batch_size,
+        BackendVariantName(c.backend), PrecisionName(c.precision), s.samples_per_second,
+        s.latency.mean * 1e3, s.latency.p50 * 1e3, s.latency.p99 * 1e3,
+        c.run.utilization.machine_cpu_percent,
+        gpu ? fmt::format(" {:>6.0f}", c.run.utilization.gpu_percent.value_or(0)) : std::string(),
+        s.requests == s.ok_requests ? "" : "  (errors)");
   }
   return out;
 }

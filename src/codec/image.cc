@@ -219,14 +219,14 @@ Result<Tensor> PreprocessImageUint8(const DecodedImage& image, const ImagePrepro
   const DecodedImage& current = view->source(image);
   const size_t c = static_cast<size_t>(current.channels);
   const size_t row_bytes = static_cast<size_t>(view->width) * c;
-  Tensor tensor = Tensor::Uninitialized(DataType::kUInt8, {view->height, view->width,
-                                                           current.channels});
+  Tensor tensor =
+      Tensor::Uninitialized(DataType::kUInt8, {view->height, view->width, current.channels});
   auto* out = static_cast<uint8_t*>(tensor.mutable_data());
   for (int y = 0; y < view->height; ++y) {
-    const uint8_t* row =
-        current.pixels.data() +
-        (static_cast<size_t>(y + view->top) * static_cast<size_t>(current.width) +
-         static_cast<size_t>(view->left)) * c;
+    const uint8_t* row = current.pixels.data() +
+                         (static_cast<size_t>(y + view->top) * static_cast<size_t>(current.width) +
+                          static_cast<size_t>(view->left)) *
+                             c;
     std::memcpy(out + static_cast<size_t>(y) * row_bytes, row, row_bytes);
   }
   return tensor;

@@ -336,7 +336,9 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
     if (c.instances.threads == 0) c.instances.threads = 1;
     if (c.instances.gpus.empty() && IsValidDevice(c.instances.device)) {
       const std::string& d = c.instances.device;
-      c.instances.gpus = {d == "cuda" ? 0 : static_cast<int>(std::min<long>(std::strtol(d.c_str() + 5, nullptr, 10), 1 << 20))};
+      c.instances.gpus = {d == "cuda" ? 0
+                                      : static_cast<int>(std::min<long>(
+                                            std::strtol(d.c_str() + 5, nullptr, 10), 1 << 20))};
     }
     if (!c.optimize.cuda_graphs) {
       bool fixed = true;

@@ -75,7 +75,7 @@ struct InstancesConfig {
   int count = 1;
   // "cpu", "cuda" or "cuda:N"; `instance_group` kind KIND_GPU makes it "cuda".
   std::string device = "cpu";
-  int threads = 0;             // Intra-op threads per instance; 0: cores / count (at least 1).
+  int threads = 0;  // Intra-op threads per instance; 0: cores / count (at least 1).
   // How long an idle instance polls for work before it sleeps (dynamic_batcher.h); 0: never.
   Micros idle_spin{500};
   // GPU only. The GPUs' ordinals; normalised from `device` when unset ("cuda": {0}, "cuda:N":

@@ -277,18 +277,17 @@ TEST(ModelConfigTest, InstanceGroupDefaultsAndKinds) {
 TEST(ModelConfigTest, InstanceGroupErrorsNameTheirKey) {
   EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_TPU}]\n")),
               HasSubstr("instance_group[0].kind: must be KIND_GPU or KIND_CPU (got 'KIND_TPU')"));
-  EXPECT_THAT(ErrorOf(Edit(kCpuInstances,
-                           "instance_group: [{kind: KIND_GPU}, {kind: KIND_CPU}]\n")),
-              HasSubstr("instance_group: must be a list of one group"));
+  EXPECT_THAT(
+      ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU}, {kind: KIND_CPU}]\n")),
+      HasSubstr("instance_group: must be a list of one group"));
   EXPECT_THAT(ErrorOf(std::string(kValid) + "instance_group: [{kind: KIND_GPU}]\n"),
               HasSubstr("instance_group: give either instances or instance_group, not both"));
   EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, gpus: [0, 0]}]\n")),
               HasSubstr("instance_group[0].gpus[1]: must be a GPU ordinal >= 0, listed once"));
   EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_CPU, gpus: [0]}]\n")),
               HasSubstr("instance_group[0].gpus: applies to kind KIND_GPU only"));
-  EXPECT_THAT(
-      ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, copy_slots: 9}]\n")),
-      HasSubstr("instances.copy_slots: must be between 1 and 8 (got 9)"));
+  EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, copy_slots: 9}]\n")),
+              HasSubstr("instances.copy_slots: must be between 1 and 8 (got 9)"));
   EXPECT_THAT(ErrorOf(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU, zone: a}]\n")),
               HasSubstr("instance_group[0]"));
 }
@@ -304,10 +303,12 @@ TEST(ModelConfigTest, GpuOnlySettingsAreRefusedOnCpuAndCheckedOnGpu) {
                                    "instance_group: [{kind: KIND_GPU}]\n")),
               HasSubstr("optimize.cuda_graphs: needs fixed input shapes; inputs[0]"));
   // AOTInductor packages: no graphs by default, refused when asked for.
-  std::string package = Edit(kCpuInstances, "instance_group: [{kind: gpu}]\nbackend: aotinductor\n");
+  std::string package =
+      Edit(kCpuInstances, "instance_group: [{kind: gpu}]\nbackend: aotinductor\n");
   package.replace(package.find("shape: [3, -1, 16]"), 18, "shape: [3, 16, 16]");
   EXPECT_FALSE(Normalized(package).optimize.cuda_graphs.value_or(true));
-  package.replace(package.find("channels_last: true"), 19, "channels_last: true\n  cuda_graphs: true");
+  package.replace(package.find("channels_last: true"), 19,
+                  "channels_last: true\n  cuda_graphs: true");
   EXPECT_THAT(ErrorOf(package),
               HasSubstr("optimize.cuda_graphs: AOTInductor packages cannot be captured"));
   // int8 packages are CPU code.

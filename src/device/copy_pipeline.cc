@@ -11,8 +11,8 @@ namespace sluice::device {
 Result<std::unique_ptr<CopyPipeline>> CopyPipeline::Create(Device& device,
                                                            CopyPipelineOptions options) {
   if (options.slots < 1) {
-    return Status::InvalidArgument(fmt::format("a copy pipeline needs >= 1 slot (got {})",
-                                               options.slots));
+    return Status::InvalidArgument(
+        fmt::format("a copy pipeline needs >= 1 slot (got {})", options.slots));
   }
   if (options.input_bytes.empty()) {
     return Status::InvalidArgument("a copy pipeline needs at least one input");
@@ -32,9 +32,9 @@ CopyPipeline::CopyPipeline(Device& device, CopyPipelineOptions options)
 Status CopyPipeline::Allocate() {
   if (options_.copy_threads > 1) {
     // Each run queues copy_threads - 1 chunks; slots runs may queue at once.
-    copiers_ = std::make_unique<ThreadPool>(options_.copy_threads - 1,
-                                            static_cast<size_t>(options_.copy_threads) *
-                                                static_cast<size_t>(options_.slots));
+    copiers_ = std::make_unique<ThreadPool>(
+        options_.copy_threads - 1,
+        static_cast<size_t>(options_.copy_threads) * static_cast<size_t>(options_.slots));
   }
   for (auto* stream : {&h2d_stream_, &compute_stream_, &d2h_stream_}) {
     auto created = device_.CreateStream();
@@ -158,10 +158,9 @@ void CopyPipeline::StageCopy(void* dst, const void* src, size_t bytes) {
   Mutex mu;
   CondVar done;
   size_t pending = 0;
-  auto copy = [dst, src, bytes](size_t begin, size_t end) {
+  auto copy = [dst, src](size_t begin, size_t end) {
     std::memcpy(static_cast<std::byte*>(dst) + begin, static_cast<const std::byte*>(src) + begin,
                 end - begin);
-    (void)bytes;
   };
   for (size_t p = 1; p < parts; ++p) {
     const size_t begin = std::min(bytes, p * chunk), end = std::min(bytes, begin + chunk);
@@ -198,8 +197,8 @@ Status CopyPipeline::RunOnSlot(Slot& slot, int index,
   Status status = Status::Ok();
   for (size_t i = 0; i < inputs.size() && status.ok(); ++i) {
     if (!inputs[i].empty()) StageCopy(slot.host_in[i], inputs[i].data(), inputs[i].size());
-    status = device_.CopyToDevice(slot.device_in[i], slot.host_in[i], inputs[i].size(),
-                                  *h2d_stream_);
+    status =
+        device_.CopyToDevice(slot.device_in[i], slot.host_in[i], inputs[i].size(), *h2d_stream_);
     batch.inputs.push_back(slot.device_in[i]);
     batch.input_bytes.push_back(inputs[i].size());
   }
@@ -215,12 +214,12 @@ Status CopyPipeline::RunOnSlot(Slot& slot, int index,
     status = device_.StreamWait(*compute_stream_, *slot.h2d_done);
     if (status.ok()) {
       produced = compute(batch);
-      status = produced.ok() ? device_.Record(*slot.compute_done, *compute_stream_)
-                             : produced.status();
+      status =
+          produced.ok() ? device_.Record(*slot.compute_done, *compute_stream_) : produced.status();
     }
   }
-  if (status.ok() && (produced->data.size() != outputs.size() ||
-                      produced->bytes.size() != outputs.size())) {
+  if (status.ok() &&
+      (produced->data.size() != outputs.size() || produced->bytes.size() != outputs.size())) {
     status = Status::Internal(fmt::format("the model gave {} outputs, {} declared",
                                           produced->data.size(), outputs.size()));
   }
@@ -238,8 +237,8 @@ Status CopyPipeline::RunOnSlot(Slot& slot, int index,
 
   status = device_.StreamWait(*d2h_stream_, *slot.compute_done);
   for (size_t i = 0; status.ok() && i < outputs.size(); ++i) {
-    status = device_.CopyToHost(slot.host_out[i], produced->data[i], produced->bytes[i],
-                                *d2h_stream_);
+    status =
+        device_.CopyToHost(slot.host_out[i], produced->data[i], produced->bytes[i], *d2h_stream_);
   }
   if (status.ok()) status = device_.Record(*slot.d2h_done, *d2h_stream_);
   if (status.ok()) status = device_.Synchronize(*slot.d2h_done);

@@ -66,8 +66,7 @@ using ComputeFn = std::function<Result<DeviceOutputs>(const DeviceBatch& batch)>
 class CopyPipeline {
  public:
   // Creates the streams, events and buffers on `device`, which must outlive the pipeline.
-  static Result<std::unique_ptr<CopyPipeline>> Create(Device& device,
-                                                      CopyPipelineOptions options);
+  static Result<std::unique_ptr<CopyPipeline>> Create(Device& device, CopyPipelineOptions options);
   ~CopyPipeline();
   CopyPipeline(const CopyPipeline&) = delete;
   CopyPipeline& operator=(const CopyPipeline&) = delete;

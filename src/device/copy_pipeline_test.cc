@@ -284,16 +284,16 @@ TEST(CopyPipelineTest, OutputsOfTheWrongSizeAreAnErrorNotAnOverrun) {
   auto pipeline = MakePipeline(device, 1);
   std::vector<std::byte> in = Batch(7);
   std::vector<std::byte> out(kBytes / 2);
-  Status s = pipeline->Run({std::span<const std::byte>(in)}, model.Fn(),
-                           {std::span<std::byte>(out)});
+  Status s =
+      pipeline->Run({std::span<const std::byte>(in)}, model.Fn(), {std::span<std::byte>(out)});
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_THAT(s.message(), HasSubstr("output 0 holds 4096 bytes; 2048 expected"));
   std::vector<std::byte> too_big(kBytes + 1);
   std::vector<std::byte> out2(kBytes + 1);
-  EXPECT_EQ(pipeline->Run({std::span<const std::byte>(too_big)}, model.Fn(),
-                          {std::span<std::byte>(out2)})
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      pipeline->Run({std::span<const std::byte>(too_big)}, model.Fn(), {std::span<std::byte>(out2)})
+          .code(),
+      StatusCode::kInvalidArgument);
 }
 
 // Close() during a run: the run in flight finishes with its results, a run waiting for a slot is

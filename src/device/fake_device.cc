@@ -70,8 +70,7 @@ class FakeDevice::FakeStream final : public Stream {
 namespace {
 
 uint64_t Hash(const void* p, size_t bytes) {
-  return std::hash<std::string_view>()(
-      std::string_view(static_cast<const char*>(p), bytes));
+  return std::hash<std::string_view>()(std::string_view(static_cast<const char*>(p), bytes));
 }
 
 }  // namespace
@@ -114,7 +113,8 @@ void FakeDevice::Free(void* ptr, bool host) {
   MutexLock lock(mu_);
   auto it = allocations_.find(static_cast<std::byte*>(ptr));
   if (it == allocations_.end() || it->second.host != host) {
-    violations_.push_back(fmt::format("freed {} memory it never allocated", host ? "host" : "device"));
+    violations_.push_back(
+        fmt::format("freed {} memory it never allocated", host ? "host" : "device"));
     return;
   }
   if (it->second.pending > 0) {

@@ -29,8 +29,8 @@ namespace sluice::device {
 struct FakeOp {
   enum class Kind { kCopyToDevice, kCopyToHost, kKernel, kRecord, kWait };
   Kind kind;
-  int stream = 0;     // The stream's number, in order of creation from 0.
-  std::string label;  // Kernels: the label given to Launch(); copies: "h2d"/"d2h".
+  int stream = 0;                     // The stream's number, in order of creation from 0.
+  std::string label;                  // Kernels: the label given to Launch(); copies: "h2d"/"d2h".
   int64_t started = 0, finished = 0;  // Positions in the device's global order of events.
 };
 
@@ -74,9 +74,9 @@ class FakeDevice final : public Device {
   class FakeEvent;
   struct Work {
     FakeOp op;
-    std::function<void()> run;   // The operation's effect (may be empty).
-    FakeEvent* wait = nullptr;   // kWait: the event waited for.
-    uint64_t wait_target = 0;    // kWait: the recording it waits for.
+    std::function<void()> run;  // The operation's effect (may be empty).
+    FakeEvent* wait = nullptr;  // kWait: the event waited for.
+    uint64_t wait_target = 0;   // kWait: the recording it waits for.
   };
   void Enqueue(Stream& stream, Work work);
   void Finish(FakeOp op);

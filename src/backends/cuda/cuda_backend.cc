@@ -64,7 +64,7 @@ int64_t SampleBytes(const TensorSpec& spec) {
 // The model's weights on one GPU, shared by that GPU's instances.
 struct GpuWeights {
   int gpu = 0;
-  torch::jit::Module module;                                   // TorchScript, or
+  torch::jit::Module module;                                      // TorchScript, or
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> aoti;  // an AOTInductor package.
   bool package_channels_last = false;  // The package takes channels-last inputs.
 };
@@ -138,8 +138,7 @@ class GpuInstance {
     std::vector<std::span<const std::byte>> in_spans;
     for (size_t i = 0; i < inputs.size(); ++i) {
       SLUICE_RETURN_IF_ERROR(CheckInput(inputs[i], config_.inputs[i], n));
-      in_spans.emplace_back(static_cast<const std::byte*>(inputs[i].data()),
-                            inputs[i].byte_size());
+      in_spans.emplace_back(static_cast<const std::byte*>(inputs[i].data()), inputs[i].byte_size());
     }
     std::vector<Tensor> outputs;
     std::vector<std::span<std::byte>> out_spans;
@@ -170,10 +169,10 @@ class GpuInstance {
     if (fits) return Status::Ok();
     Shape declared{config_.max_batch_size};
     declared.insert(declared.end(), spec.shape.begin(), spec.shape.end());
-    return Status::InvalidArgument(fmt::format(
-        "input '{}' is {} {}; the model takes {} {} (batch up to {})", spec.name,
-        DataTypeName(in.dtype()), ShapeToString(shape), DataTypeName(spec.datatype),
-        ShapeToString(declared), config_.max_batch_size));
+    return Status::InvalidArgument(
+        fmt::format("input '{}' is {} {}; the model takes {} {} (batch up to {})", spec.name,
+                    DataTypeName(in.dtype()), ShapeToString(shape), DataTypeName(spec.datatype),
+                    ShapeToString(declared), config_.max_batch_size));
   }
 
   // Device views of the slot's input buffers for a batch of `n`.
@@ -301,12 +300,13 @@ class GpuInstance {
       }
       return Status::Ok();
     } catch (const c10::Error& e) {
-      return Status::InvalidArgument(fmt::format("model '{}': capturing CUDA graphs failed (set "
-                                                 "optimize.cuda_graphs: false to run without): {}",
-                                                 config_.name, e.what_without_backtrace()));
+      return Status::InvalidArgument(
+          fmt::format("model '{}': capturing CUDA graphs failed (set "
+                      "optimize.cuda_graphs: false to run without): {}",
+                      config_.name, e.what_without_backtrace()));
     } catch (const std::exception& e) {
-      return Status::InvalidArgument(fmt::format("model '{}': capturing CUDA graphs failed: {}",
-                                                 config_.name, e.what()));
+      return Status::InvalidArgument(
+          fmt::format("model '{}': capturing CUDA graphs failed: {}", config_.name, e.what()));
     }
   }
 
@@ -345,7 +345,6 @@ class GpuWorker final : public BackendInstance {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(ModelConfig config) : config_(std::move(config)) {}
-  ~CudaBackend() override { instances_.clear(); }
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
     if (index < 0 || index >= config_.instances.workers()) {
@@ -369,12 +368,12 @@ class CudaBackend final : public Backend {
     }
     for (size_t i = 0; i < config_.instances.gpus.size(); ++i) {
       if (config_.instances.gpus[i] >= visible) {
-        return Status::InvalidArgument(fmt::format(
-            "model '{}': {}: GPU {} does not exist (CUDA sees {})", config_.name,
-            config_.instances.gpu_source_key == "instances.device"
-                ? std::string("instances.device")
-                : fmt::format("instance_group[0].gpus[{}]", i),
-            config_.instances.gpus[i], visible));
+        return Status::InvalidArgument(
+            fmt::format("model '{}': {}: GPU {} does not exist (CUDA sees {})", config_.name,
+                        config_.instances.gpu_source_key == "instances.device"
+                            ? std::string("instances.device")
+                            : fmt::format("instance_group[0].gpus[{}]", i),
+                        config_.instances.gpus[i], visible));
       }
     }
     for (const TensorSpec& out : config_.outputs) {
@@ -388,7 +387,8 @@ class CudaBackend final : public Backend {
     }
     // Also when a sweep switched a graphs config to a package (the config's own check is then
     // behind it).
-    if (config_.backend == BackendKind::kAotInductor && config_.optimize.cuda_graphs.value_or(false)) {
+    if (config_.backend == BackendKind::kAotInductor &&
+        config_.optimize.cuda_graphs.value_or(false)) {
       return Status::InvalidArgument(fmt::format(
           "model '{}': optimize.cuda_graphs: AOTInductor packages cannot be captured as CUDA "
           "graphs (their runtime fails under capture); set cuda_graphs: false",
@@ -396,12 +396,12 @@ class CudaBackend final : public Backend {
     }
     std::error_code ignored;
     if (!std::filesystem::is_regular_file(config_.model_path(), ignored)) {
-      return Status::InvalidArgument(fmt::format("model '{}': no model file {}", config_.name,
-                                                 config_.model_path().string()));
+      return Status::InvalidArgument(
+          fmt::format("model '{}': no model file {}", config_.name, config_.model_path().string()));
     }
-    report_.runtime = fmt::format("libtorch {} (CUDA {}{})", TORCH_VERSION, CUDA_VERSION / 1000,
-                                  config_.backend == BackendKind::kAotInductor ? ", AOTInductor"
-                                                                                : "");
+    report_.runtime =
+        fmt::format("libtorch {} (CUDA {}{})", TORCH_VERSION, CUDA_VERSION / 1000,
+                    config_.backend == BackendKind::kAotInductor ? ", AOTInductor" : "");
     at::globalContext().setBenchmarkCuDNN(config_.optimize.cuda_graphs.value_or(false));
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<GpuWeights>> weights;
@@ -468,7 +468,8 @@ class CudaBackend final : public Backend {
       w.package_channels_last = get("sluice.channels_last") == "1";
       w.aoti = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
           path, "model", /*run_single_threaded=*/false,
-          /*num_runners=*/static_cast<size_t>(config_.instances.count * config_.instances.copy_slots),
+          /*num_runners=*/
+          static_cast<size_t>(config_.instances.count * config_.instances.copy_slots),
           /*device_index=*/static_cast<c10::DeviceIndex>(w.gpu));
       return Status::Ok();
     }

@@ -8,8 +8,8 @@ namespace {
 
 Status Check(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::Ok();
-  return Status::Internal(fmt::format("{} failed: {} ({})", what, cudaGetErrorString(error),
-                                      cudaGetErrorName(error)));
+  return Status::Internal(
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(error), cudaGetErrorName(error)));
 }
 
 // Makes `ordinal` the calling thread's current device for one call.
@@ -85,8 +85,7 @@ Result<std::unique_ptr<Event>> CudaDevice::CreateEvent() {
 Result<void*> CudaDevice::AllocHost(size_t bytes) {
   DeviceScope scope(ordinal_);
   void* p = nullptr;
-  SLUICE_RETURN_IF_ERROR(
-      Check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc"));
+  SLUICE_RETURN_IF_ERROR(Check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc"));
   return p;
 }
 
