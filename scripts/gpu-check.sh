@@ -34,6 +34,7 @@ step() { echo; echo "=== $1 ($(date +%T))"; }
 
 step "nvidia-smi"
 nvidia-smi
+lscpu 2>/dev/null | grep -E "^Model name|^CPU\(s\)"  # The host CPU, to name beside the figures.
 
 step "unpack the bundle"
 rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
