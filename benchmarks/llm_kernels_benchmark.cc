@@ -29,6 +29,9 @@ struct Shape {
   int64_t n, k;
 };
 const Shape kLayer[] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+// Llama-3.2-1B's layer (hidden 2048, 32 query and 8 KV heads of 64, intermediate 8192): the
+// shapes of the GGUF files people run, whose K-quant blocks of 256 need k a multiple of 256.
+const Shape kLlama1bLayer[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
 
 // A weight value that is a normal number in its type: bf16 bits 0x0001 would be a denormal float,
 // which the FMA path handles in microcode, hundreds of times slower.
@@ -158,16 +161,20 @@ void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
 }
 
 // The GGUF block products (MatmulQuant) at the same shapes: one layer's matrices x 30 in one
-// block format, x quantised once per width beforehand (the decoder does it once per layer input),
-// on the quantised path this CPU has (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
+// block format (model 0), or Llama-3.2-1B's layer x 8 (model 1: 272 MB in Q4_K, well past the
+// caches), x quantised once per width beforehand (the decoder does it once per layer input), on
+// the quantised path this CPU has (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
 //   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:16/threads:2'
+//   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:1/threads:1/type:12/.*/model:1'
 void Quant(benchmark::State& state) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const auto type = static_cast<uint32_t>(state.range(2));
   const bool repacked = state.range(3) != 0;
-  if (repacked && !sluice::llm::CanRepackQuant(type, 576)) {
-    state.SkipWithError("not a repacked format");
+  const bool llama1b = state.range(4) != 0;
+  const bool k_quant = type >= static_cast<uint32_t>(sluice::llm::GgmlType::kQ4_K);
+  if ((repacked && !sluice::llm::CanRepackQuant(type, 576)) || (k_quant && !llama1b)) {
+    state.SkipWithError(k_quant ? "K-quants need k a multiple of 256" : "not a repacked format");
     for (auto _ : state) {
     }
     return;
@@ -175,12 +182,17 @@ void Quant(benchmark::State& state) {
   state.SetLabel(std::string(sluice::llm::QuantKernelIsa()) + " " +
                  sluice::llm::GgmlTypeName(type) + (repacked ? " repacked" : ""));
   std::mt19937 rng(5);
-  constexpr int kCopies = 30;
+  const int copies = llama1b ? 8 : 30;
+  const std::vector<Shape> layer =
+      llama1b ? std::vector<Shape>(std::begin(kLlama1bLayer), std::end(kLlama1bLayer))
+              : std::vector<Shape>(std::begin(kLayer), std::end(kLayer));
+  int64_t widest = 0;
+  for (const Shape& s : layer) widest = std::max({widest, s.k, s.n});
   std::vector<std::vector<uint8_t>> weights;
   std::vector<Shape> shapes;
   int64_t bytes = 0;
-  for (int copy = 0; copy < kCopies; ++copy) {
-    for (const Shape& s : kLayer) {
+  for (int copy = 0; copy < copies; ++copy) {
+    for (const Shape& s : layer) {
       std::vector<uint8_t> w(static_cast<size_t>(s.n * sluice::llm::QuantRowBytes(type, s.k)));
       for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
       SetBlockScales(type, &w);
@@ -194,16 +206,17 @@ void Quant(benchmark::State& state) {
     }
   }
   std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(m * 1536));
+  std::vector<float> x(static_cast<size_t>(m * widest));
   for (float& v : x) v = normal(rng);
+  // x prepared once for each width the layer's matrices read.
   sluice::llm::QuantInput narrow, wide;
-  narrow.Prepare(x.data(), m, 576);
-  wide.Prepare(x.data(), m, 1536);
+  narrow.Prepare(x.data(), m, layer.front().k);
+  wide.Prepare(x.data(), m, layer.back().k);
   std::vector<std::vector<float>> ys(static_cast<size_t>(threads),
-                                     std::vector<float>(static_cast<size_t>(m * 3072)));
+                                     std::vector<float>(static_cast<size_t>(m * widest)));
   PassOverMatrices(state, threads, shapes, [&](size_t index, int t, int64_t first, int64_t last) {
     const Shape& s = shapes[index];
-    const sluice::llm::QuantInput& x = s.k == 576 ? narrow : wide;
+    const sluice::llm::QuantInput& x = s.k == narrow.k ? narrow : wide;
     float* y = ys[static_cast<size_t>(t)].data();
     if (repacked) {
       sluice::llm::MatmulQuantRepacked(x, type, weights[index].data(), s.n, y, first, last);
@@ -217,9 +230,11 @@ void Quant(benchmark::State& state) {
 BENCHMARK(Quant)
     ->ArgsProduct({{1, 2, 3, 4, 5, 16, 128},
                    {1, std::max(1u, std::thread::hardware_concurrency())},
-                   {3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 14 /* Q6_K */},
+                   {2 /* Q4_0 */, 3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 13 /* Q5_K */,
+                    14 /* Q6_K */},
+                   {0, 1},
                    {0, 1}})
-    ->ArgNames({"rows", "threads", "type", "repacked"})
+    ->ArgNames({"rows", "threads", "type", "repacked", "model"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

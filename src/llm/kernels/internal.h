@@ -85,11 +85,34 @@ int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
 // Bytes before the weights in a record of weights RepackQuant laid out: the eight rows' fp16
-// scales, and Q4_1's eight offsets after them.
+// scales, and Q4_1's eight offsets after them; for the K-quants (a record a super-block), the
+// rows' d (and dmin) and their runs' scales (and mins), as quant.cc lays them out.
 constexpr int RepackedHeader(uint32_t type) {
-  return static_cast<GgmlType>(type) == GgmlType::kQ4_1 ? 32 : 16;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ4_1:
+      return 32;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      return 128;
+    case GgmlType::kQ6_K:
+      return 144;
+    default:
+      return 16;
+  }
 }
-// As PortableMatmul, over weights that RepackQuant laid out (Q4_0, Q4_1, Q8_0).
+// Bytes of one run of 32 columns of eight rows in a K-quant record (after its header): the
+// nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row).
+constexpr int RepackedRunBytes(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ5_K:
+      return 160;
+    case GgmlType::kQ6_K:
+      return 192;
+    default:
+      return 128;
+  }
+}
+// As PortableMatmul, over weights that RepackQuant laid out.
 void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                             int64_t n_begin, int64_t n_end);
 // Rows of x (k a multiple of 32) quantised per 32: q, the blocks' scales and scale * sum(q).

@@ -208,13 +208,15 @@ void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, 
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,
                  int64_t n_begin, int64_t n_end);
 
-// The same products over weights repacked for them, in the same bytes (Q4_0, Q4_1 and Q8_0 with
-// a multiple of 8 rows): for every eight rows and run of 32 columns, one record holding the eight
-// rows' fp16 scales (and Q4_1's offsets) side by side, then their weights four bytes of each row
-// a vector, the order the products read them in. A product then streams each eight rows from one
-// place and transposes nothing; its results have the same bits as MatmulQuant's on the file's
-// layout. (Unpacking and transposing eight rows' blocks cost more than a row of x's products, so
-// on the file's layout a step that verifies four draft tokens took twice a one-token step.)
+// The same products over weights repacked for them, in the same bytes (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q5_K and Q6_K with a multiple of 8 rows): for every eight rows and run of 32 columns (K-quants:
+// super-block of 256), one record holding the eight rows' fp16 scales (and Q4_1's offsets; the
+// K-quants' d, dmin and 6- or 8-bit run scales, laid out to unpack eight rows at once) side by
+// side, then their weights four bytes of each row a vector, the order the products read them in. A
+// product then streams each eight rows from one place and transposes nothing; its results have the
+// same bits as MatmulQuant's on the file's layout. (Unpacking and transposing eight rows' blocks
+// cost more than a row of x's products, so on the file's layout a step that verifies four draft
+// tokens took twice a one-token step.)
 bool CanRepackQuant(uint32_t ggml_type, int64_t rows);
 // w: n rows of k weights of `ggml_type` as the file holds them; `out`: n * QuantRowBytes bytes.
 void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* out);

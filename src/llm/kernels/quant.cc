@@ -185,10 +185,50 @@ void PortableProducts(const QuantInput& x, int64_t n, float* y, int64_t n_begin,
   }
 }
 
-// Row r's run in a repacked record, as UnpackChunk gives it from the file's block.
-void UnpackRepacked(uint32_t type, const uint8_t* record, int r, Chunk* out) {
-  const uint8_t* bytes = record + RepackedHeader(type);
+// The 6-bit value of row r's run c in a K-quant record's scales (v = 0) or mins (v = 1):
+// RepackQuant's split into a nibble and two high bits.
+int RepackedSixBits(const uint8_t* record, int v, int r, int c) {
+  const int low = (record[32 + 32 * v + 8 * (c % 4) + r] >> (4 * (c / 4))) & 0xF;
+  const int high = (record[96 + 16 * v + 8 * (c % 2) + r] >> (2 * (c / 2))) & 3;
+  return low | (high << 4);
+}
+
+// Row r's run c in a K-quant record (one super-block of eight rows), as UnpackChunk gives it.
+void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
+  const uint8_t* run = record + RepackedHeader(type) + RepackedRunBytes(type) * c;
+  out->bias = 0;
+  if (kind == GgmlType::kQ6_K) {
+    const float d = Fp16ToFp32(Half(record + 2 * r));
+    for (int h = 0; h < 2; ++h) {
+      const auto sc = static_cast<int8_t>(record[16 + 16 * c + 8 * h + r]);
+      out->scale[h] = d * static_cast<float>(sc);
+    }
+  } else {
+    const float d = Fp16ToFp32(Half(record + 2 * r)), dmin = Fp16ToFp32(Half(record + 16 + 2 * r));
+    out->scale[0] = out->scale[1] = d * static_cast<float>(RepackedSixBits(record, 0, r, c));
+    out->bias = -dmin * static_cast<float>(RepackedSixBits(record, 1, r, c));
+  }
+  for (int s = 0; s < 8; ++s) {
+    for (int b = 0; b < 4; ++b) {
+      int q = (run[32 * (s % 4) + 4 * r + b] >> (4 * (s / 4))) & 0xF;
+      if (kind == GgmlType::kQ5_K) q |= ((run[128 + 4 * r + b] >> s) & 1) << 4;
+      if (kind == GgmlType::kQ6_K) {
+        q |= ((run[128 + 32 * (s / 4) + 4 * r + b] >> (2 * (s % 4))) & 3) << 4;
+        q -= 32;
+      }
+      out->q[4 * s + b] = static_cast<int8_t>(q);
+    }
+  }
+}
+
+// Row r's run c in a repacked record, as UnpackChunk gives it from the file's block.
+void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
+  const auto kind = static_cast<GgmlType>(type);
+  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
+    return UnpackRepackedK(type, record, r, c, out);
+  }
+  const uint8_t* bytes = record + RepackedHeader(type);
   out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
   out->bias = kind == GgmlType::kQ4_1 ? Fp16ToFp32(Half(record + 16 + 2 * r)) : 0.0f;
   for (int s = 0; s < 4; ++s) {
@@ -221,10 +261,12 @@ void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n
 
 void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                             int64_t n_begin, int64_t n_end) {
-  const int64_t record = 8 * BlockBytes(type), group = x.k / 32 * record;
+  const int64_t per_block = BlockElements(type) / 32, record = 8 * BlockBytes(type);
+  const int64_t group = x.k / 32 / per_block * record;
   const auto* groups = static_cast<const uint8_t*>(w);
   PortableProducts(x, n, y, n_begin, n_end, [&](int64_t j, int64_t b, Chunk* chunk) {
-    UnpackRepacked(type, groups + j / 8 * group + b * record, static_cast<int>(j % 8), chunk);
+    UnpackRepacked(type, groups + j / 8 * group + b / per_block * record, static_cast<int>(j % 8),
+                   static_cast<int>(b % per_block), chunk);
   });
 }
 
@@ -457,11 +499,76 @@ bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
     case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
       return rows % 8 == 0;
     default:
       return false;
   }
 }
+
+namespace {
+
+// The K-quants' records (RepackQuant): one per eight rows and super-block of 256 columns, in the
+// eight blocks' bytes.
+//   Q4_K, Q5_K  d of row r (fp16) at 2 r, dmin at 16 + 2 r; the 6-bit scales of the runs c split
+//               into their low nibbles, at 32 + 8 (c % 4) + r, nibble c / 4, and their high two
+//               bits, at 96 + 8 (c % 2) + r, bits 2 (c / 2); the mins the same at 64 and 112;
+//               from 128, run c's 128 bytes of nibbles as Q4_0's repacked vectors (byte 4 r + b
+//               of vector p: weight 4 p + b low, 16 + 4 p + b high), and Q5_K's 32 bytes of fifth
+//               bits after them (byte 4 r + b, bit s: weight 4 s + b). Runs of 128 or 160 bytes.
+//   Q6_K        d of row r at 2 r; the signed scale of run c's half h at 16 + 16 c + 8 h + r; from
+//               144, runs of 192 bytes: the low nibbles as Q4_K's, then two vectors of high bit
+//               pairs (vector u, byte 4 r + b, bits 2 (s % 4): weight 4 s + b, s = 4 u + s % 4).
+// A run's weights then come from one place four bytes a row at a time, in the order of x's steps,
+// and a super-block's 64 scales and mins unpack with a few vector operations.
+void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
+  const auto type = static_cast<uint32_t>(kind);
+  const int header = kernels::quant::RepackedHeader(type);
+  const int run_bytes = kernels::quant::RepackedRunBytes(type);
+  std::memset(record, 0, static_cast<size_t>(header + 8 * run_bytes));
+  for (int r = 0; r < 8; ++r) {
+    const uint8_t* block = blocks[r];
+    if (kind == GgmlType::kQ6_K) {
+      std::memcpy(record + 2 * r, block + 208, 2);
+      for (int c = 0; c < 8; ++c) {
+        for (int h = 0; h < 2; ++h) record[16 + 16 * c + 8 * h + r] = block[192 + 2 * c + h];
+      }
+    } else {
+      std::memcpy(record + 2 * r, block, 2);
+      std::memcpy(record + 16 + 2 * r, block + 2, 2);
+      for (int c = 0; c < 8; ++c) {
+        int scale = 0, min = 0;
+        kernels::quant::ScaleMin(block + 4, c, &scale, &min);
+        record[32 + 8 * (c % 4) + r] |= static_cast<uint8_t>((scale & 0xF) << (4 * (c / 4)));
+        record[64 + 8 * (c % 4) + r] |= static_cast<uint8_t>((min & 0xF) << (4 * (c / 4)));
+        record[96 + 8 * (c % 2) + r] |= static_cast<uint8_t>((scale >> 4) << (2 * (c / 2)));
+        record[112 + 8 * (c % 2) + r] |= static_cast<uint8_t>((min >> 4) << (2 * (c / 2)));
+      }
+    }
+    for (int c = 0; c < 8; ++c) {
+      kernels::quant::Chunk chunk;
+      kernels::quant::UnpackChunk(type, block, c, &chunk);
+      uint8_t* run = record + header + run_bytes * c;
+      for (int s = 0; s < 8; ++s) {
+        for (int b = 0; b < 4; ++b) {
+          // The unsigned code: Q6_K's q + 32 (6 bits), Q5_K's 5 bits, Q4_K's 4.
+          const int q = chunk.q[4 * s + b] + (kind == GgmlType::kQ6_K ? 32 : 0);
+          run[32 * (s % 4) + 4 * r + b] |= static_cast<uint8_t>((q & 0xF) << (4 * (s / 4)));
+          if (kind == GgmlType::kQ5_K) {
+            run[128 + 4 * r + b] |= static_cast<uint8_t>(((q >> 4) & 1) << s);
+          } else if (kind == GgmlType::kQ6_K) {
+            run[128 + 32 * (s / 4) + 4 * r + b] |=
+                static_cast<uint8_t>(((q >> 4) & 3) << (2 * (s % 4)));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
 
 // Record (g, c), eight rows' run c, 8 blocks' bytes: the rows' d (fp16) at 2 r; Q4_1's m at 16 +
 // 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1: byte 4 r + b of vector p is row r's byte 4 p + b
@@ -476,6 +583,16 @@ void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* 
   const int quants = kind == GgmlType::kQ4_1 ? 4 : 2;  // Where a block's weights start.
   const auto* from = static_cast<const uint8_t*>(w);
   auto* to = static_cast<uint8_t*>(out);
+  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
+    for (int64_t g = 0; g < n / 8; ++g) {
+      for (int64_t c = 0; c < k / 256; ++c) {
+        const uint8_t* blocks[8];
+        for (int r = 0; r < 8; ++r) blocks[r] = from + (8 * g + r) * row_bytes + c * block_bytes;
+        RepackKBlocks(kind, blocks, to + g * 8 * row_bytes + c * record_bytes);
+      }
+    }
+    return;
+  }
   for (int64_t g = 0; g < n / 8; ++g) {
     for (int64_t c = 0; c < k / 32; ++c) {
       uint8_t* record = to + g * 8 * row_bytes + c * record_bytes;

@@ -219,9 +219,12 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   for (QuantIsa isa : kPaths) {
     if (!PathOnThisCpu(isa)) continue;
     LimitQuantIsa(isa);
-    for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                               GgmlType::kQ5_K, GgmlType::kQ6_K}) {
       const auto type = static_cast<uint32_t>(type_enum);
-      constexpr int64_t n = 40, k = 320;
+      constexpr int64_t n = 40;
+      // Two super-blocks for the K-quants (a record each), ten blocks for the others.
+      const int64_t k = type_enum >= GgmlType::kQ4_K ? 512 : 320;
       ASSERT_TRUE(CanRepackQuant(type, n));
       std::mt19937 rng(static_cast<unsigned>(type) + 11);
       const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
@@ -295,11 +298,13 @@ TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
   EXPECT_EQ(packed, file);
 }
 
-TEST(QuantRepackTest, OnlyWholeGroupsOfTheSimpleFormats) {
+TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_1), 20));
-  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_K), 576));
-  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ6_K), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_K), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ6_K), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_K), 20));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_0), 576));
 }
 
 }  // namespace
