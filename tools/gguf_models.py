@@ -101,9 +101,11 @@ def permute(weights, n_head):
 
 
 def tensors(arch, model):
-    """llama.cpp's tensor names and layouts for the HF model's weights, as float32 arrays."""
+    """llama.cpp's tensor names and layouts for the HF model's weights, as torch tensors in the
+    model's dtype (converted one at a time as they are written: a 3B model's float32 copies
+    would not fit beside it)."""
     config = model.config
-    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    state = {k: v.detach() for k, v in model.state_dict().items()}
     out = {"token_embd.weight": state["model.embed_tokens.weight"],
            "output_norm.weight": state["model.norm.weight"]}
     if not config.tie_word_embeddings:
@@ -142,14 +144,18 @@ def tensors(arch, model):
     return out
 
 
-def write_gguf(path, arch, model, tokenizer_json, chat_template):
+def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None,
+               matrix_dtype=np.float32, name="sluice-tiny"):
+    """`model` as a GGUF file. vocab_size: the token list padded to it with unused tokens (a real
+    model's embedding rows with a smaller tokenizer); matrix_dtype: the 2-D tensors' (float16
+    halves a large file, which llama.cpp's quantiser reads as well; 1-D ones stay float32)."""
     import gguf
     config = model.config
     name = "llama" if arch == "mistral" else arch  # llama.cpp's converter stores Mistral as llama.
     writer = gguf.GGUFWriter(path, name)
     # Not the architecture's name: llama.cpp sets token attributes by names it recognises there
     # (a "phi3" name wants Phi-3's own tokens).
-    writer.add_name("sluice-tiny")
+    writer.add_name(name)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_feed_forward_length(config.intermediate_size)
@@ -170,11 +176,15 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template):
     else:
         writer.add_rope_freq_base(
             float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if matrix_dtype == np.float32
+                         else gguf.LlamaFileType.MOSTLY_F16)
     vocab = tokenizer_json["model"]["vocab"]
     added = {t["id"]: t for t in tokenizer_json["added_tokens"]}
     size = max(max(vocab.values()), max(added)) + 1
     tokens, types = [""] * size, [gguf.TokenType.NORMAL] * size
+    if vocab_size is not None and vocab_size > size:
+        tokens += [f"<|unused_{i}|>" for i in range(vocab_size - size)]
+        types += [gguf.TokenType.UNUSED] * (vocab_size - size)
     for text, i in vocab.items():
         tokens[i] = text
     for i, token in added.items():
@@ -190,8 +200,9 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template):
     writer.add_eos_token_id(config.eos_token_id)
     writer.add_add_bos_token(False)
     writer.add_chat_template(chat_template)
-    for name, values in tensors(arch, model).items():
-        writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
+    for tensor_name, values in tensors(arch, model).items():
+        dtype = torch.float16 if values.ndim == 2 and matrix_dtype == np.float16 else torch.float32
+        writer.add_tensor(tensor_name, values.to(dtype).contiguous().numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Writes GGUF files in the exact shapes of the language models people run, with random weights,
+for the benchmarks at real sizes (nothing is downloaded).
+
+Each shape is a transformers model of the real one's class and sizes (tools/gguf_models.py's
+hf_model: Qwen2ForCausalLM, LlamaForCausalLM), its weights random, its embedding as many rows as
+the real vocabulary (SmolLM2's tokenizer, the token list padded with unused tokens to that size),
+written as an F16 GGUF and quantised by llama.cpp's own quantiser (llama-cpp-python's
+llama_model_quantize) to each type asked for. Random weights decode noise: measure with fixed
+output lengths (ignore_eos).
+
+  qwen2.5-0.5b   Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads / 2 KV heads of 64, FFN 4864,
+                 vocab 151936, tied; 0.49 B parameters
+  llama-3.2-1b   Llama-3.2-1B: hidden 2048, 16 layers, 32 / 8 heads of 64, FFN 8192,
+                 vocab 128256, tied; 1.24 B
+  llama-3.2-3b   Llama-3.2-3B: hidden 3072, 28 layers, 24 / 8 heads of 128, FFN 8192,
+                 vocab 128256, tied; 3.21 B
+
+Files: OUT/<shape>_<type>/model.gguf (a directory `sluice serve --model-dir` takes), the F16
+source at OUT/<shape>_f16/model.gguf. Existing files are kept. Several GB each (the 3B shape's
+F16 file is 6.4 GB, its five types 12 GB): OUT defaults to models/real-sizes, which git ignores.
+The F16 source of a shape takes 1 to 5 minutes on 2 cores, each quantisation 1 to 3.
+
+Usage: benchmarks/real_size_models.py [--out models/real-sizes]
+           [--shapes qwen2.5-0.5b,llama-3.2-1b,llama-3.2-3b] [--types q4_k_m,q5_k_m,q6_k,q8_0,q4_0]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import gguf_models  # noqa: E402
+
+SHAPES = {
+    "qwen2.5-0.5b": ("qwen2", dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                                   num_key_value_heads=2, intermediate_size=4864,
+                                   tie_word_embeddings=True), 151936),
+    "llama-3.2-1b": ("llama", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                                   num_key_value_heads=8, intermediate_size=8192,
+                                   tie_word_embeddings=True), 128256),
+    "llama-3.2-3b": ("llama", dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24,
+                                   num_key_value_heads=8, intermediate_size=8192, head_dim=128,
+                                   tie_word_embeddings=True), 128256),
+}
+TYPES = ["q4_k_m", "q5_k_m", "q6_k", "q8_0", "q4_0"]
+CONTEXT = 32768  # The files' context length: the long-context benchmarks go to 32k tokens.
+
+
+def tokenizer(tokenizer_dir):
+    path = os.path.join(tokenizer_dir, "tokenizer.json")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run tools/llm_export.py --test --out build/test-models "
+                 "first (make models does)")
+    config = json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))
+    return json.load(open(path)), config.get("chat_template", "")
+
+
+def write_source(out_dir, shape, tokenizer_json, chat_template):
+    """The shape's F16 file: a random model of the real class, bf16 in memory."""
+    path = os.path.join(out_dir, f"{shape}_f16", "model.gguf")
+    if os.path.exists(path):
+        return path
+    arch, sizes, vocab = SHAPES[shape]
+    start = time.time()
+    torch.set_default_dtype(torch.bfloat16)  # A 3B model's fp32 weights and copies would not fit.
+    try:
+        model = gguf_models.hf_model(arch, vocab, seed=7, max_position_embeddings=CONTEXT,
+                                     **sizes)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = path + ".partial"
+    gguf_models.write_gguf(partial, arch, model, tokenizer_json, chat_template, vocab_size=vocab,
+                           matrix_dtype=np.float16, name=f"sluice-{shape}-random")
+    os.replace(partial, path)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{path}: {params / 1e9:.2f} B parameters, {os.path.getsize(path) / 1e9:.2f} GB, "
+          f"{time.time() - start:.0f} s", flush=True)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="models/real-sizes")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--types", default=",".join(TYPES))
+    parser.add_argument("--tokenizer", default="build/test-models/smollm2_tokenizer",
+                        help="the directory of SmolLM2's tokenizer.json and tokenizer_config.json")
+    args = parser.parse_args()
+    shapes, types = args.shapes.split(","), args.types.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        sys.exit(f"unknown shapes {unknown}: {', '.join(SHAPES)}")
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    tokenizer_json, chat_template = tokenizer(args.tokenizer)
+    for shape in shapes:
+        source = write_source(args.out, shape, tokenizer_json, chat_template)
+        for kind in types:
+            path = os.path.join(args.out, f"{shape}_{kind}", "model.gguf")
+            if os.path.exists(path):
+                continue
+            start = time.time()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            gguf_models.quantize(source, path + ".partial", kind)
+            os.replace(path + ".partial", path)
+            print(f"{path}: {os.path.getsize(path) / 1e9:.2f} GB, {time.time() - start:.0f} s",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
