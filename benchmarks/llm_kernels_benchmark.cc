@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 
 namespace {

@@ -13,29 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "llm/kernels/ggml_blocks.h"
 #include "sluice/status.h"
 
 namespace sluice::llm {
-
-// ggml's tensor types that Sluice reads (numbering as in the format).
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30,
-};
-
-// "Q4_K", "F16", ...; for a number outside the list, "type <n>".
-std::string GgmlTypeName(uint32_t type);
-// Elements a block and bytes a block of a type Sluice reads; false for any other type.
-bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes);
 
 // One metadata value: a scalar, a string, or an array of one of them.
 struct GgufValue {

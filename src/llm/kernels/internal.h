@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -153,7 +153,7 @@ void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
              float* out);
 
-// Products with weights in GGUF's block formats (llm/files/gguf.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
+// Products with weights in GGUF's block formats (llm/kernels/ggml_blocks.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
 // Q6_K), read as the file holds them: x is quantised per block of 32 columns to int8 (a scale
 // per block, round to nearest), each 32 weights are unpacked to signed bytes with their scale (two
 // for Q6_K's blocks of 16) and offset, and the byte products are summed in int32 (as llama.cpp

@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
 
 namespace sluice::llm {

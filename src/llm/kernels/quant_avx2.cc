@@ -1,7 +1,7 @@
 // GGUF block-format products on AVX2: VPMADDUBSW sums byte pairs into int16, a few steps of them
 // added in int16 where they cannot overflow (quant_x86.inc), VPMADDWD pairs of those into int32.
 // And x's quantisation, eight lanes at a time.
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
 
 #ifdef SLUICE_X86

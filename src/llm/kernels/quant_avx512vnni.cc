@@ -1,6 +1,6 @@
 // GGUF block-format products on AVX-512 VNNI: VPDPBUSD on 256-bit vectors (AVX-512 VL), four byte
 // products summed into each int32 lane by one instruction.
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
 
 #ifdef SLUICE_X86

@@ -1,6 +1,6 @@
 // GGUF block-format products on AVX-VNNI (VEX-encoded VPDPBUSD, on CPUs with it and without
 // AVX-512).
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
 
 #ifdef SLUICE_X86

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "llm/files/gguf.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 
 namespace sluice::llm {

@@ -1,0 +1,81 @@
+#include "llm/kernels/ggml_blocks.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace sluice::llm {
+
+std::string GgmlTypeName(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kF32:
+      return "F32";
+    case GgmlType::kF16:
+      return "F16";
+    case GgmlType::kBF16:
+      return "BF16";
+    case GgmlType::kQ4_0:
+      return "Q4_0";
+    case GgmlType::kQ4_1:
+      return "Q4_1";
+    case GgmlType::kQ5_0:
+      return "Q5_0";
+    case GgmlType::kQ5_1:
+      return "Q5_1";
+    case GgmlType::kQ8_0:
+      return "Q8_0";
+    case GgmlType::kQ4_K:
+      return "Q4_K";
+    case GgmlType::kQ5_K:
+      return "Q5_K";
+    case GgmlType::kQ6_K:
+      return "Q6_K";
+  }
+  // The others, by the names llama.cpp gives them, so an error says which one a file holds.
+  static const char* const kOthers[] = {nullptr,   nullptr, nullptr,  nullptr, "Q4_2",    "Q4_3",
+                                        "Q5_0",    "Q5_1",  nullptr,  "Q8_1",  "Q2_K",    "Q3_K",
+                                        nullptr,   nullptr, nullptr,  "Q8_K",  "IQ2_XXS", "IQ2_XS",
+                                        "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",   "IQ4_XS",
+                                        "I8",      "I16",   "I32",    "I64",   "F64",     "IQ1_M"};
+  if (type < std::size(kOthers) && kOthers[type] != nullptr) return kOthers[type];
+  return fmt::format("type {}", type);
+}
+
+bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kF32:
+      *elements = 1, *bytes = 4;
+      return true;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      *elements = 1, *bytes = 2;
+      return true;
+    case GgmlType::kQ4_0:
+      *elements = 32, *bytes = 18;
+      return true;
+    case GgmlType::kQ4_1:
+      *elements = 32, *bytes = 20;
+      return true;
+    case GgmlType::kQ5_0:
+      *elements = 32, *bytes = 22;
+      return true;
+    case GgmlType::kQ5_1:
+      *elements = 32, *bytes = 24;
+      return true;
+    case GgmlType::kQ8_0:
+      *elements = 32, *bytes = 34;
+      return true;
+    case GgmlType::kQ4_K:
+      *elements = 256, *bytes = 144;
+      return true;
+    case GgmlType::kQ5_K:
+      *elements = 256, *bytes = 176;
+      return true;
+    case GgmlType::kQ6_K:
+      *elements = 256, *bytes = 210;
+      return true;
+  }
+  return false;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,30 @@
+// ggml's tensor types (the numbering of llama.cpp's files) and their blocks' sizes: what the block
+// products (kernels.h) read, whatever the file that holds the blocks. No torch, no file format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sluice::llm {
+
+// ggml's tensor types that Sluice reads (numbering as in the format).
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
+
+// "Q4_K", "F16", ...; for a number outside the list, "type <n>".
+std::string GgmlTypeName(uint32_t type);
+// Elements a block and bytes a block of a type Sluice reads; false for any other type.
+bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes);
+
+}  // namespace sluice::llm
