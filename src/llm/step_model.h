@@ -58,7 +58,7 @@ struct ModelLoadOptions {
   LlmServeConfig serve;
 };
 
-// Loads the Llama decoder on the CPU (llama_model.cc). Errors name the file and tensor.
+// Loads the Llama decoder on the CPU (llama/llama_model.cc). Errors name the file and tensor.
 Result<std::unique_ptr<StepModel>> LoadLlamaModel(const ModelLoadOptions& options);
 
 // "libtorch 2.11.0": the runtime the model runs on.

@@ -341,22 +341,28 @@ TEST(LlamaModelLoadTest, RejectsBadSteps) {
   auto model = Load("tiny_llm", LlmPrecision::kFp32, 2);
   ASSERT_NE(model, nullptr);
   std::vector<float> logits;
-  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false, {}}}, &logits).ok());       // No slot 2.
-  EXPECT_FALSE(model->Run({SequenceChunk{0, 255, {1, 2}, false, {}}}, &logits).ok());  // Past context.
+  EXPECT_FALSE(model->Run({SequenceChunk{2, 0, {1}, false, {}}}, &logits).ok());  // No slot 2.
+  EXPECT_FALSE(
+      model->Run({SequenceChunk{0, 255, {1, 2}, false, {}}}, &logits).ok());  // Past context.
   EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {100000}, false, {}}}, &logits).ok());  // Bad token.
   EXPECT_FALSE(
-      model->Run({SequenceChunk{0, 0, {1}, false, {}}, SequenceChunk{0, 1, {1}, false, {}}}, &logits).ok());
+      model
+          ->Run({SequenceChunk{0, 0, {1}, false, {}}, SequenceChunk{0, 1, {1}, false, {}}}, &logits)
+          .ok());
   // Tables: too short for the chunk, a block out of the pool, one block written by two chunks.
   EXPECT_FALSE(model->Run({SequenceChunk{0, 16, {1}, false, {3}}}, &logits).ok());
   EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false, {32}}}, &logits).ok());
-  EXPECT_FALSE(model->Run({SequenceChunk{0, 0, {1}, false, {5}}, SequenceChunk{1, 3, {1}, false, {5}}},
-                          &logits)
-                   .ok());
+  EXPECT_FALSE(
+      model
+          ->Run({SequenceChunk{0, 0, {1}, false, {5}}, SequenceChunk{1, 3, {1}, false, {5}}},
+                &logits)
+          .ok());
   EXPECT_TRUE(logits.empty());
   // Two chunks may read the same block, each writing its own.
-  EXPECT_TRUE(model->Run({SequenceChunk{0, 16, {1}, false, {5, 6}},
-                          SequenceChunk{1, 16, {1}, false, {5, 7}}},
-                         &logits)
+  EXPECT_TRUE(model
+                  ->Run({SequenceChunk{0, 16, {1}, false, {5, 6}},
+                         SequenceChunk{1, 16, {1}, false, {5, 7}}},
+                        &logits)
                   .ok());
 }
 

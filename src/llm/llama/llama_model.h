@@ -1,0 +1,84 @@
+// The Llama-family decoder's step (llama_model.cc describes it): the StepModel that
+// LoadLlamaModel returns. Its weights are weights.h's, its linear layers linear.h's.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llm/files/gguf.h"
+#include "llm/llama/weights.h"
+#include "llm/llm_config.h"
+#include "llm/step_model.h"
+#include "sluice/status.h"
+
+namespace sluice::llm::llama {
+
+class LlamaModel final : public StepModel {
+ public:
+  static Result<std::unique_ptr<StepModel>> Load(const ModelLoadOptions& options);
+
+  const ModelArchitecture& architecture() const override { return arch_; }
+  int slots() const override { return serve_.slots; }
+  int context_length() const override { return serve_.context_length; }
+  int kv_block_size() const override { return serve_.kv_block_size; }
+  int kv_blocks() const override { return blocks_; }
+  int64_t kv_cache_bytes() const override { return kv_cache_bytes_; }
+  int64_t weight_bytes() const override { return weights_.bytes; }
+  std::string weight_formats() const override;
+  std::string kernel_paths() const override;
+  Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+  Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
+
+ private:
+  void BuildRope();
+  void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
+                 const std::vector<int64_t>& offsets, at::Tensor& out);
+  // Where chunk i's keys (or values) of KV head h lie for `layer`: position p at element
+  // offset + p x D of `base` (the cache itself where its blocks for the span it reads are
+  // consecutive; else a copy of them gathered into gathered_). Fills kv_base_.
+  void LocateKeysAndValues(int layer, const std::vector<SequenceChunk>& chunks);
+  // A step's activations live in buffers kept from step to step (allocated afresh each step, the
+  // larger ones came from new pages the kernel zeroed, every prompt step): buffer i as [rows,
+  // columns] fp32, grown to the largest step seen.
+  at::Tensor Buffer(size_t i, int64_t rows, int64_t columns);
+  // Rows [begin, end) of qkv: query and key heads rotated in place by their positions, then keys
+  // and values copied into their slots' cache rows.
+  void RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
+                      const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end);
+  void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
+               const float* residual = nullptr) const;
+  bool IsLocal(int layer) const {
+    return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
+  }
+
+  ModelArchitecture arch_;
+  LlmServeConfig serve_;
+  Weights weights_;
+  std::unique_ptr<GgufFile> gguf_;              // Mapped while its blocks are read.
+  at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
+  at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
+  // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous.
+  std::vector<at::Tensor> cache_k_, cache_v_;
+  int blocks_ = 0;
+  int64_t kv_cache_bytes_ = 0;  // blocks_ x the bytes of a block over every layer.
+  // This step's block table of each chunk (its own, or its slot's static one).
+  std::vector<std::vector<int32_t>> tables_;
+  struct KvSpan {
+    const char* k = nullptr;
+    const char* v = nullptr;
+    int64_t offset = 0;  // Elements: position p's row starts at offset + p x D.
+  };
+  std::vector<KvSpan> kv_base_;                // [chunk x KV + h], for the layer at hand.
+  std::vector<char> gathered_k_, gathered_v_;  // Rows of tables that are not consecutive.
+  // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
+  // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
+  bool bf16_cache_ = false;
+  std::vector<at::Tensor> buffers_;
+};
+
+}  // namespace sluice::llm::llama

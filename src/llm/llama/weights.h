@@ -1,0 +1,52 @@
+// A decoder's weights and their loading, from a Hugging Face model's safetensors or a GGUF file:
+// the linear layers (linear.h) in the serving precision or, from GGUF, in the file's blocks
+// (repacked at load where the kernels can), norms in fp32, the embedding in the serving dtype or
+// its quantised rows read where the file is mapped. Shapes are checked against the architecture;
+// errors name the file and the tensor.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "llm/files/gguf.h"
+#include "llm/files/safetensors.h"
+#include "llm/llama/linear.h"
+#include "llm/llm_config.h"
+#include "sluice/status.h"
+
+namespace sluice::llm::llama {
+
+struct Layer {
+  at::Tensor attn_norm, ffn_norm;            // [hidden], compute dtype.
+  at::Tensor q_norm, k_norm;                 // [D], fp32: qwen3 and gemma3.
+  at::Tensor post_attn_norm, post_ffn_norm;  // [hidden], fp32: gemma3 (post_norms).
+  Linear qkv;                                // q, k, v projections stacked: [(H + 2 KV) D, hidden].
+  Linear out;                                // [hidden, H D].
+  Linear gate_up;                            // gate and up stacked: [2 I, hidden].
+  Linear down;                               // [hidden, I].
+};
+
+struct Weights {
+  at::ScalarType dtype =
+      at::kFloat;        // Of the embedding and unquantised layers (set before loading).
+  at::Tensor embedding;  // [vocab, hidden]; or, from a GGUF file, ...
+  const void* embedding_blocks = nullptr;  // ... its quantised rows, of ...
+  uint32_t embedding_type = 0;             // ... this GgmlType.
+  std::vector<Layer> layers;
+  at::Tensor final_norm;
+  Linear lm_head;
+  int64_t bytes = 0;  // Of everything above as held in memory.
+};
+
+// Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...), F32, BF16 or F16.
+Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitecture& arch,
+                              LlmPrecision precision, Weights* out);
+// llama.cpp's tensor names (blk.N.attn_q.weight, ...), each tensor kept in its type: quantised
+// ones as parts of their layers, read where the file is mapped (or repacked), float ones
+// converted to the serving precision.
+Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmPrecision precision,
+                       Weights* out);
+
+}  // namespace sluice::llm::llama
