@@ -111,6 +111,31 @@ std::string_view LlmPrecisionName(LlmPrecision precision) {
   return "?";
 }
 
+std::string_view KvCacheDtypeName(KvCacheDtype dtype) {
+  switch (dtype) {
+    case KvCacheDtype::kAuto:
+      return "auto";
+    case KvCacheDtype::kFp32:
+      return "fp32";
+    case KvCacheDtype::kBf16:
+      return "bf16";
+    case KvCacheDtype::kQ8_0:
+      return "q8_0";
+  }
+  return "?";
+}
+
+bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype) {
+  for (KvCacheDtype d :
+       {KvCacheDtype::kAuto, KvCacheDtype::kFp32, KvCacheDtype::kBf16, KvCacheDtype::kQ8_0}) {
+    if (name == KvCacheDtypeName(d)) {
+      *dtype = d;
+      return true;
+    }
+  }
+  return false;
+}
+
 Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   simdjson::dom::parser parser;
   element root;
@@ -205,11 +230,11 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   if (!llm) return config;
   if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
   static const std::set<std::string> kKeys = {
-      "precision",          "slots",         "context_length",
-      "max_step_tokens",    "prefill_chunk", "speculative_tokens",
-      "speculative_ngram",  "threads",       "max_waiting",
-      "default_max_tokens", "model_file",    "prefix_caching",
-      "kv_block_size",      "kv_cache_bytes"};
+      "precision",          "slots",          "context_length",
+      "max_step_tokens",    "prefill_chunk",  "speculative_tokens",
+      "speculative_ngram",  "threads",        "max_waiting",
+      "default_max_tokens", "model_file",     "prefix_caching",
+      "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -228,6 +253,13 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       }
     }
     if (llm["model_file"]) config.model_file = llm["model_file"].as<std::string>();
+    if (llm["kv_cache_dtype"]) {
+      const std::string value = llm["kv_cache_dtype"].as<std::string>();
+      if (!ParseKvCacheDtype(value, &config.kv_cache_dtype)) {
+        return Bad(path, "llm.kv_cache_dtype",
+                   fmt::format("'{}' is not auto, fp32, bf16 or q8_0", value));
+      }
+    }
     if (llm["prefix_caching"]) {
       bool on = true;
       if (!YAML::convert<bool>::decode(llm["prefix_caching"], on)) {

@@ -65,16 +65,25 @@ struct ModelArchitecture {
 enum class LlmPrecision { kFp32, kBf16, kInt8 };
 std::string_view LlmPrecisionName(LlmPrecision precision);
 
+// What the KV cache holds: auto (bf16, or fp32 with fp32 weights), fp32, bf16, or q8_0 (each 32
+// values of a row as int8 with an fp32 scale: 53% of bf16's bytes, attention reading it as is).
+enum class KvCacheDtype { kAuto, kFp32, kBf16, kQ8_0 };
+std::string_view KvCacheDtypeName(KvCacheDtype dtype);
+// "auto", "fp32", "bf16" or "q8_0"; false for anything else.
+bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype);
+
 // How a model is served. Every field has a default, so config.yaml may be absent.
 struct LlmServeConfig {
   LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
-  int slots = 8;              // Sequences decoded together, at most.
-  int context_length = 2048;  // Tokens per sequence, prompt + generated; <= max_position_embeddings.
+  int slots = 8;                                 // Sequences decoded together, at most.
+  int context_length =
+      2048;  // Tokens per sequence, prompt + generated; <= max_position_embeddings.
   // The paged KV cache: blocks of kv_block_size tokens from one pool of kv_cache_bytes (0: room
   // for `slots` sequences of context_length tokens). A request is admitted once blocks for its
   // prompt and max_tokens are free, so more short sequences than slots x context fit.
   int kv_block_size = 16;
   int64_t kv_cache_bytes = 0;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   // The token budget of a step (vLLM's chunked prefill): prompt tokens run beside decoding
   // sequences; >= 1. A newcomer's prompt is spread over steps, so a decoding stream waits out at
   // most this much prompt work per token: larger budgets prefill sooner and stall streams longer.
@@ -87,7 +96,8 @@ struct LlmServeConfig {
   int speculative_tokens = 0;
   // Full blocks stay cached under a hash of their tokens and all before them once their sequence
   // ends; a newcomer whose prompt starts with them (a system prompt, the conversation so far)
-  // takes them and runs only the rest. Least recently used blocks go first when the pool runs short.
+  // takes them and runs only the rest. Least recently used blocks go first when the pool runs
+  // short.
   bool prefix_caching = true;
   int speculative_ngram = 3;     // The longest n-gram looked up; 1-8.
   int threads = 0;               // Intra-op threads; 0: every core.

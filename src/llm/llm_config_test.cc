@@ -60,6 +60,13 @@ TEST_F(ServeConfigTest, PagedCacheKeys) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->kv_block_size, 16);
   EXPECT_EQ(defaults->kv_cache_bytes, 0) << "0: room for slots x context";
+  EXPECT_EQ(defaults->kv_cache_dtype, KvCacheDtype::kAuto);
+  for (KvCacheDtype dtype :
+       {KvCacheDtype::kAuto, KvCacheDtype::kFp32, KvCacheDtype::kBf16, KvCacheDtype::kQ8_0}) {
+    auto chosen = Parse("llm:\n  kv_cache_dtype: " + std::string(KvCacheDtypeName(dtype)) + "\n");
+    ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+    EXPECT_EQ(chosen->kv_cache_dtype, dtype);
+  }
 }
 
 TEST_F(ServeConfigTest, ErrorsNameTheKey) {
@@ -70,6 +77,7 @@ TEST_F(ServeConfigTest, ErrorsNameTheKey) {
            {"llm:\n  prefix_caching: sometimes\n", "llm.prefix_caching"},
            {"llm:\n  kv_block_size: 0\n", "llm.kv_block_size"},
            {"llm:\n  kv_cache_bytes: -1\n", "llm.kv_cache_bytes"},
+           {"llm:\n  kv_cache_dtype: q4_0\n", "llm.kv_cache_dtype"},
            {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
     auto config = Parse(yaml);
     ASSERT_FALSE(config.ok()) << yaml;

@@ -44,6 +44,11 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
   if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;
   if (!overrides.prefix_caching.empty()) serve->prefix_caching = overrides.prefix_caching == "on";
+  if (!overrides.kv_cache_dtype.empty() &&
+      !ParseKvCacheDtype(overrides.kv_cache_dtype, &serve->kv_cache_dtype)) {
+    return Status::InvalidArgument(fmt::format(
+        "kv_cache_dtype '{}' is not auto, fp32, bf16 or q8_0", overrides.kv_cache_dtype));
+  }
   return serve;
 }
 

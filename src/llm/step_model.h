@@ -1,6 +1,6 @@
 // What the generation loop needs of a model: run one step over a batch of sequence chunks, each
-// with its own blocks of the paged KV cache. No torch here; the Llama decoder (llama_model.h) implements it, and
-// the scheduler's tests use a fake.
+// with its own blocks of the paged KV cache. No torch here; the Llama decoder (llama_model.h)
+// implements it, and the scheduler's tests use a fake.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ struct SequenceChunk {
   int slot = 0;
   int start = 0;
   std::vector<int32_t> tokens;
-  bool all_logits = false;  // Logits of every token (tests); otherwise of the last one only.
+  bool all_logits = false;      // Logits of every token (tests); otherwise of the last one only.
   std::vector<int32_t> blocks;  // The block table, covering at least start + tokens.size().
 };
 
@@ -51,6 +51,8 @@ class StepModel {
   // their products run on ("avx512bf16"; "avx512vnni"), for the startup line and /metrics.
   virtual std::string weight_formats() const { return ""; }
   virtual std::string kernel_paths() const { return ""; }
+  // What the KV cache holds ("bf16", "q8_0", ...), for the startup line.
+  virtual std::string kv_cache_format() const { return ""; }
 };
 
 struct ModelLoadOptions {

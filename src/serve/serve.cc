@@ -122,9 +122,12 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       return Status(engine.status().code(),
                     fmt::format("language model '{}': {}", name, engine.status().message()));
     }
-    fmt::print("language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}\n", name,
-               (*engine)->model().slots(), (*engine)->model().context_length(),
-               (*engine)->model().weight_formats(), (*engine)->model().kernel_paths());
+    fmt::print(
+        "language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}, KV cache {} "
+        "({} MiB)\n",
+        name, (*engine)->model().slots(), (*engine)->model().context_length(),
+        (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(),
+        (*engine)->model().kv_cache_format(), (*engine)->model().kv_cache_bytes() >> 20);
     language_models.emplace(name, std::move(*engine));
   }
   OpenAiHandlers openai(language_models);

@@ -243,8 +243,11 @@ SLUICE_AVX512 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, flo
 // (G and V fixed at compile time: with run-time bounds the compiler kept the sums in memory).
 // v: [len, d] from the first column wanted; p: G rows of len; out: G rows of d.
 
+// A q8_0 cache (T int8_t): v_scales[(element offset from column 0) / 32] scales each 32 values,
+// v being column c0's.
 template <class T, int G, int V>
-SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p, float* out) {
+SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p, float* out,
+                                const float* v_scales, int64_t c0) {
   __m512 acc[G][V];
   for (int g = 0; g < G; ++g) {
     for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
@@ -252,7 +255,12 @@ SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float*
   for (int64_t j = 0; j < len; ++j) {
     const T* vj = v + j * d;
     __m512 rows[V];
-    for (int u = 0; u < V; ++u) rows[u] = Load16(vj + 16 * u);
+    for (int u = 0; u < V; ++u) {
+      rows[u] = Load16(vj + 16 * u);
+      if constexpr (std::is_same_v<T, int8_t>) {
+        rows[u] = _mm512_mul_ps(rows[u], _mm512_set1_ps(v_scales[(j * d + c0 + 16 * u) / 32]));
+      }
+    }
     for (int g = 0; g < G; ++g) {
       const __m512 weight = _mm512_set1_ps(p[g * len + j]);
       for (int u = 0; u < V; ++u) acc[g][u] = _mm512_fmadd_ps(weight, rows[u], acc[g][u]);
@@ -264,7 +272,8 @@ SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float*
 }
 
 template <class T>
-using AccumulatePvFn = void (*)(const T*, int64_t, int64_t, const float*, float*);
+using AccumulatePvFn = void (*)(const T*, int64_t, int64_t, const float*, float*, const float*,
+                                int64_t);
 // [groups - 1][vectors - 1].
 template <class T>
 constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
@@ -272,10 +281,6 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
     {AccumulatePv<T, 2, 1>, AccumulatePv<T, 2, 2>, AccumulatePv<T, 2, 3>, AccumulatePv<T, 2, 4>},
     {AccumulatePv<T, 3, 1>, AccumulatePv<T, 3, 2>, AccumulatePv<T, 3, 3>, AccumulatePv<T, 3, 4>},
     {AccumulatePv<T, 4, 1>, AccumulatePv<T, 4, 2>, AccumulatePv<T, 4, 3>, AccumulatePv<T, 4, 4>}};
-
-template <class T>
-SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch);
 
 // As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256), for
 // `rows` consecutive tokens of one sequence (row r over the first len - rows + 1 + r positions):
@@ -286,7 +291,8 @@ SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, flo
 template <class T>
 SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
                                        const T* k, const T* v, int64_t len, int64_t d, float scale,
-                                       float* out, int64_t out_stride, float* scratch) {
+                                       float* out, int64_t out_stride, float* scratch,
+                                       const float* k_scales, const float* v_scales) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   alignas(64) float widened[16 * 256];
@@ -316,6 +322,12 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
         std::copy(keys, keys + count * d, widened);
         keys = widened;
       }
+    } else if constexpr (std::is_same_v<T, int8_t>) {
+      for (int64_t e = 0; e < count * d; e += 16) {
+        const __m512 key_scale = _mm512_set1_ps(k_scales[(j0 * d + e) / 32]);
+        _mm512_store_ps(widened + e, _mm512_mul_ps(Load16(k + j0 * d + e), key_scale));
+      }
+      keys = widened;
     } else {
       for (int64_t e = 0; e < count * d; e += 16) {
         _mm512_store_ps(widened + e, Load16(k + j0 * d + e));
@@ -351,7 +363,8 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
     }
   }
   for (int r = 0; r < rows; ++r) {
-    SoftmaxPv(groups, v, first_len + r, d, out + r * out_stride, scratch + r * groups * len);
+    SoftmaxPv(groups, v, first_len + r, d, out + r * out_stride, scratch + r * groups * len,
+              v_scales);
   }
 }
 
@@ -366,7 +379,7 @@ SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const
 // pass over v.
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch) {
+                             float* scratch, const float* v_scales) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
     // The largest score (as std::max_element's: max is exact in any order), 16 at a time.
@@ -395,7 +408,8 @@ SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, flo
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
       const int gs = std::min(4, groups - g0);
-      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0);
+      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0,
+                                            v_scales, c0);
     }
   }
 }
@@ -408,13 +422,17 @@ template SLUICE_AVX512 void DecodeAttention(const float*, int, const float*, con
                                             int64_t, float, float*, float*);
 template SLUICE_AVX512 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
                                             int64_t, int64_t, float, float*, float*);
-template SLUICE_AVX512 void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*);
+template SLUICE_AVX512 void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*,
+                                      const float*);
 template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const float*,
                                                 const float*, int64_t, int64_t, float, float*,
-                                                int64_t, float*);
+                                                int64_t, float*, const float*, const float*);
 template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const uint16_t*,
                                                 const uint16_t*, int64_t, int64_t, float, float*,
-                                                int64_t, float*);
+                                                int64_t, float*, const float*, const float*);
+template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const int8_t*,
+                                                const int8_t*, int64_t, int64_t, float, float*,
+                                                int64_t, float*, const float*, const float*);
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

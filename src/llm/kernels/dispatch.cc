@@ -274,6 +274,34 @@ void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
   DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch);
 }
 
+void QuantizeKvRow(const float* x, int64_t n, int8_t* q, float* scales) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float sum;  // The products' block sum, not needed here.
+    kernels::quant::PortableQuantize(x + 32 * b, 1, 32, q + 32 * b, scales + b, &sum);
+  }
+}
+
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const int8_t* k,
+                         const float* k_scales, const int8_t* v, const float* v_scales, int64_t len,
+                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch) {
+#ifdef SLUICE_X86
+  if (Active() >= KernelIsa::kAvx512Bf16 && d % 32 == 0 && d <= 256) {
+    return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
+                                       out_stride, scratch, k_scales, v_scales);
+  }
+#endif
+  // Widened into fp32 rows, then the fp32 path.
+  thread_local ScratchVector<float> keys, values;
+  keys.resize(static_cast<size_t>(len * d));
+  values.resize(keys.size());
+  for (int64_t e = 0; e < len * d; ++e) {
+    keys[static_cast<size_t>(e)] = static_cast<float>(k[e]) * k_scales[e / 32];
+    values[static_cast<size_t>(e)] = static_cast<float>(v[e]) * v_scales[e / 32];
+  }
+  DecodeAttentionRowsOn(q, q_stride, rows, groups, keys.data(), values.data(), len, d, scale, out,
+                        out_stride, scratch);
+}
+
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
                      int64_t d, float scale, float* out, float* scratch) {
   DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch);

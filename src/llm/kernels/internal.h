@@ -205,6 +205,10 @@ SLUICE_AVX512F inline __m512 ReduceLanes16(const __m512 (&a)[16], Op op) {
 
 // 16 values widened to fp32.
 SLUICE_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+SLUICE_AVX512 inline __m512 Load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 SLUICE_AVX512 inline __m512 Load16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
@@ -238,14 +242,18 @@ SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t strid
 template <class T>
 SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
                                    int64_t d, float scale, float* out, float* scratch);
+// T int8_t: a q8_0 cache, each 32 values of k (v) times their scale in k_scales (v_scales),
+// indexed by the element's offset / 32.
 template <class T>
 SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
                                        const T* k, const T* v, int64_t len, int64_t d, float scale,
-                                       float* out, int64_t out_stride, float* scratch);
+                                       float* out, int64_t out_stride, float* scratch,
+                                       const float* k_scales = nullptr,
+                                       const float* v_scales = nullptr);
 // softmax of the scores in `scratch`, then out[g] = sum_j p[g, j] v[j].
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch);
+                             float* scratch, const float* v_scales = nullptr);
 SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n);
 SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
                            float eps, float* out);

@@ -133,6 +133,18 @@ void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const uint16_t* k,
                          const uint16_t* v, int64_t len, int64_t d, float scale, float* out,
                          int64_t out_stride, float* scratch);
+// A KV cache in q8_0 (half a bf16 cache's bytes, as llama.cpp's -ctk q8_0 -ctv q8_0): each 32
+// values of a cached row as int8 with one fp32 scale, d = max |x| / 127 and q = round(x / d)
+// (llama.cpp keeps d in fp16). QuantizeKvRow writes n values (a multiple of 32) of one row:
+// q[0 .. n), scales[0 .. n / 32).
+void QuantizeKvRow(const float* x, int64_t n, int8_t* q, float* scales);
+// DecodeAttentionRows over such a cache: k and v as above with rows of d values (d a multiple of
+// 32), each 32 values of k scaled by k_scales[their element offset from k / 32], v's by v_scales.
+// The keys and values are widened to fp32 in registers (AVX-512) and the rest is the fp32 path's;
+// elsewhere the rows are widened into a buffer first.
+void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const int8_t* k,
+                         const float* k_scales, const int8_t* v, const float* v_scales, int64_t len,
+                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch);
 // x rounded to bf16 bits, to nearest even (AVX-512 BF16's instruction where the path has it,
 // which also flushes denormals to zero).
 void ToBf16(const float* x, int64_t n, uint16_t* out);
@@ -153,8 +165,8 @@ void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
              float* out);
 
-// Products with weights in GGUF's block formats (llm/kernels/ggml_blocks.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
-// Q6_K), read as the file holds them: x is quantised per block of 32 columns to int8 (a scale
+// Products with weights in GGUF's block formats (llm/kernels/ggml_blocks.h: Q8_0, Q4_0, Q4_1, Q4_K,
+// Q5_K, Q6_K), read as the file holds them: x is quantised per block of 32 columns to int8 (a scale
 // per block, round to nearest), each 32 weights are unpacked to signed bytes with their scale (two
 // for Q6_K's blocks of 16) and offset, and the byte products are summed in int32 (as llama.cpp
 // does), then scaled and added in fp32. The instructions, best first: AVX-512 VNNI (VPDPBUSD on

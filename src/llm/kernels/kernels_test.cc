@@ -381,6 +381,72 @@ TEST(DecodeAttention, RowsTogetherEqualEachRowAlone) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
+// QuantizeKvRow: per 32 values, scale max |x| / 127 and q = round(x / scale), so each value
+// comes back within half a scale; a block of zeros has scale 0.
+TEST(Q8KvCache, RowsRoundTripWithinHalfAStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(128);
+  for (float& v : x) v = normal(rng);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
+  std::vector<int8_t> q(x.size());
+  std::vector<float> scales(x.size() / 32);
+  QuantizeKvRow(x.data(), static_cast<int64_t>(x.size()), q.data(), scales.data());
+  EXPECT_EQ(scales[2], 0.0f);
+  for (size_t b = 0; b < scales.size(); ++b) {
+    const float largest =
+        std::abs(*std::max_element(x.begin() + 32 * b, x.begin() + 32 * (b + 1),
+                                   [](float a, float c) { return std::abs(a) < std::abs(c); }));
+    EXPECT_FLOAT_EQ(scales[b], largest / 127);
+  }
+  for (size_t e = 0; e < x.size(); ++e) {
+    EXPECT_LE(std::abs(static_cast<float>(q[e]) * scales[e / 32] - x[e]), scales[e / 32] / 2 + 1e-6)
+        << e;
+  }
+}
+
+// Attention over a q8_0 cache has the bits of the fp32 path over the cache's values widened
+// (q times its scale), on every path, for tokens together and rows whose spans end inside a
+// block of 16 positions: the int8 rows are widened in registers, not approximated.
+TEST(Q8KvCache, AttentionEqualsTheFp32PathOverTheWidenedCache) {
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    for (auto [rows, groups, len, d] : {std::tuple{1, 3, 40, 64}, std::tuple{5, 3, 259, 64},
+                                        std::tuple{4, 4, 33, 128}, std::tuple{2, 1, 7, 32}}) {
+      SCOPED_TRACE(::testing::Message() << KernelIsaName(isa) << " rows " << rows << " groups "
+                                        << groups << " len " << len << " d " << d);
+      std::mt19937 rng(static_cast<unsigned>(rows * 131 + len));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const int64_t q_stride = groups * d + 8, out_stride = groups * d + 4;
+      std::vector<float> q(static_cast<size_t>(rows * q_stride)), k(static_cast<size_t>(len * d)),
+          v(k.size()), scratch(static_cast<size_t>(rows * groups * len));
+      for (auto* t : {&q, &k, &v}) {
+        for (float& x : *t) x = normal(rng);
+      }
+      std::vector<int8_t> kq(k.size()), vq(v.size());
+      std::vector<float> ks(k.size() / 32), vs(v.size() / 32), kw(k.size()), vw(v.size());
+      for (int64_t j = 0; j < len; ++j) {
+        QuantizeKvRow(k.data() + j * d, d, kq.data() + j * d, ks.data() + j * d / 32);
+        QuantizeKvRow(v.data() + j * d, d, vq.data() + j * d, vs.data() + j * d / 32);
+      }
+      for (size_t e = 0; e < k.size(); ++e) {
+        kw[e] = static_cast<float>(kq[e]) * ks[e / 32];
+        vw[e] = static_cast<float>(vq[e]) * vs[e / 32];
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      std::vector<float> quantised(static_cast<size_t>(rows * out_stride), -1.0f),
+          widened(quantised.size(), -1.0f);
+      DecodeAttentionRows(q.data(), q_stride, rows, groups, kq.data(), ks.data(), vq.data(),
+                          vs.data(), len, d, scale, quantised.data(), out_stride, scratch.data());
+      DecodeAttentionRows(q.data(), q_stride, rows, groups, kw.data(), vw.data(), len, d, scale,
+                          widened.data(), out_stride, scratch.data());
+      ASSERT_EQ(quantised, widened);
+    }
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
 }  // namespace
 // silu(gate) * up on every path: within 1e-6 (relative) of the double-precision formula, with
 // no overflow for gates far out on either side, and rows of a width that is not a multiple of 16.

@@ -81,7 +81,16 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   }
   model->weights_.dtype =
       options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
-  model->bf16_cache_ = options.serve.precision != LlmPrecision::kFp32;
+  model->cache_dtype_ = options.serve.kv_cache_dtype;
+  if (model->cache_dtype_ == KvCacheDtype::kAuto) {
+    model->cache_dtype_ =
+        options.serve.precision == LlmPrecision::kFp32 ? KvCacheDtype::kFp32 : KvCacheDtype::kBf16;
+  }
+  if (model->cache_dtype_ == KvCacheDtype::kQ8_0 && model->arch_.head_dim % 32 != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: kv_cache_dtype q8_0 needs a head size that is a multiple of 32; this model's is {}",
+        options.dir, model->arch_.head_dim));
+  }
   std::unique_ptr<SafetensorsFile> safetensors;
   if (gguf == nullptr) {
     auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
@@ -113,8 +122,11 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     const LlmServeConfig& serve = model->serve_;
     const int64_t block = serve.kv_block_size;
     const int64_t per_slot = (serve.context_length + block - 1) / block;
-    const int64_t element = model->bf16_cache_ ? 2 : 4;
-    const int64_t block_bytes = int64_t{a.layers} * 2 * a.kv_heads * block * a.head_dim * element;
+    const bool q8_0 = model->cache_dtype_ == KvCacheDtype::kQ8_0;
+    // A position's row of one head: its values, and a q8_0 cache's scale per 32 of them.
+    const int64_t row_bytes =
+        a.head_dim * model->CacheElementBytes() + (q8_0 ? a.head_dim / 32 * 4 : 0);
+    const int64_t block_bytes = int64_t{a.layers} * 2 * a.kv_heads * block * row_bytes;
     const int64_t blocks =
         serve.kv_cache_bytes > 0 ? serve.kv_cache_bytes / block_bytes : serve.slots * per_slot;
     if (blocks < per_slot) {
@@ -131,9 +143,17 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
       // Uninitialised: a position is written before anything reads it, and the pages of the
       // cache (1.5 GB for SmolLM2 at 16 slots x 2048) are committed as blocks are first used,
       // not all at load.
-      const at::ScalarType cache_dtype = model->bf16_cache_ ? at::kBFloat16 : at::kFloat;
+      const at::ScalarType cache_dtype = q8_0 ? at::kChar
+                                         : model->cache_dtype_ == KvCacheDtype::kBf16
+                                             ? at::kBFloat16
+                                             : at::kFloat;
       model->cache_k_.push_back(at::empty(shape, cache_dtype));
       model->cache_v_.push_back(at::empty(shape, cache_dtype));
+      if (q8_0) {
+        shape.back() = a.head_dim / 32;
+        model->cache_k_scales_.push_back(at::empty(shape, at::kFloat));
+        model->cache_v_scales_.push_back(at::empty(shape, at::kFloat));
+      }
     }
   } catch (const c10::Error& e) {
     return Status::Internal(
@@ -215,9 +235,16 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
   const float* sin_table = (local ? rope_local_sin_ : rope_sin_).data_ptr<float>();
   void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();
   void* values = cache_v_[static_cast<size_t>(layer)].data_ptr();
-  auto put = [&](const float* from, void* cache, int64_t at) {
-    if (bf16_cache_) {
+  const bool q8_0 = cache_dtype_ == KvCacheDtype::kQ8_0;
+  float* key_scales =
+      q8_0 ? cache_k_scales_[static_cast<size_t>(layer)].data_ptr<float>() : nullptr;
+  float* value_scales =
+      q8_0 ? cache_v_scales_[static_cast<size_t>(layer)].data_ptr<float>() : nullptr;
+  auto put = [&](const float* from, void* cache, float* scales, int64_t at) {
+    if (cache_dtype_ == KvCacheDtype::kBf16) {
       ToBf16(from, d, static_cast<uint16_t*>(cache) + at);
+    } else if (q8_0) {
+      QuantizeKvRow(from, d, static_cast<int8_t*>(cache) + at, scales + at / 32);
     } else {
       std::copy_n(from, d, static_cast<float*>(cache) + at);
     }
@@ -255,8 +282,8 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
     const int64_t physical = table[static_cast<size_t>(position / block)];
     for (int64_t h = 0; h < a.kv_heads; ++h) {
       const int64_t at = ((h * blocks_ + physical) * block + position % block) * d;
-      put(row + q_cols + h * d, keys, at);
-      put(row + q_cols + kv_cols + h * d, values, at);
+      put(row + q_cols + h * d, keys, key_scales, at);
+      put(row + q_cols + kv_cols + h * d, values, value_scales, at);
     }
   }
 }
@@ -264,10 +291,15 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
 void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>& chunks) {
   const ModelArchitecture& a = arch_;
   const int64_t d = a.head_dim, block = serve_.kv_block_size, kv = a.kv_heads;
-  const int64_t element = bf16_cache_ ? 2 : 4;
+  const int64_t element = CacheElementBytes();
   const int64_t window = IsLocal(layer) ? a.sliding_window : 0;
   const char* keys = static_cast<const char*>(cache_k_[static_cast<size_t>(layer)].data_ptr());
   const char* values = static_cast<const char*>(cache_v_[static_cast<size_t>(layer)].data_ptr());
+  const bool q8_0 = cache_dtype_ == KvCacheDtype::kQ8_0;
+  const float* key_scales =
+      q8_0 ? cache_k_scales_[static_cast<size_t>(layer)].data_ptr<float>() : nullptr;
+  const float* value_scales =
+      q8_0 ? cache_v_scales_[static_cast<size_t>(layer)].data_ptr<float>() : nullptr;
   kv_base_.assign(chunks.size() * static_cast<size_t>(kv), KvSpan{});
   struct Gather {
     size_t chunk;
@@ -287,7 +319,8 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
     if (consecutive) {
       for (int64_t h = 0; h < kv; ++h) {
         const int64_t first_row = (h * blocks_ + table[static_cast<size_t>(lo / block)]) * block;
-        kv_base_[i * kv + h] = KvSpan{keys, values, (first_row - lo / block * block) * d};
+        kv_base_[i * kv + h] =
+            KvSpan{keys, values, key_scales, value_scales, (first_row - lo / block * block) * d};
       }
     } else {
       gathers.push_back(Gather{i, lo, hi, gathered_bytes});
@@ -298,6 +331,11 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
   if (static_cast<int64_t>(gathered_k_.size()) < gathered_bytes) {
     gathered_k_.resize(static_cast<size_t>(gathered_bytes));
     gathered_v_.resize(static_cast<size_t>(gathered_bytes));
+  }
+  // q8_0: an element's scale at its offset / 32, bytes and elements being one (int8).
+  if (q8_0 && static_cast<int64_t>(gathered_k_scales_.size()) < gathered_bytes / 32) {
+    gathered_k_scales_.resize(static_cast<size_t>(gathered_bytes / 32));
+    gathered_v_scales_.resize(static_cast<size_t>(gathered_bytes / 32));
   }
   const auto jobs = static_cast<int64_t>(gathers.size()) * kv;
 #pragma omp parallel for num_threads( \
@@ -314,6 +352,10 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
       const int64_t to = at + (p - g.lo) * d * element;
       std::memcpy(gathered_k_.data() + to, keys + from, static_cast<size_t>(n * d * element));
       std::memcpy(gathered_v_.data() + to, values + from, static_cast<size_t>(n * d * element));
+      if (q8_0) {
+        std::copy_n(key_scales + from / 32, n * d / 32, gathered_k_scales_.data() + to / 32);
+        std::copy_n(value_scales + from / 32, n * d / 32, gathered_v_scales_.data() + to / 32);
+      }
       p += n;
     }
   }
@@ -321,7 +363,9 @@ void LlamaModel::LocateKeysAndValues(int layer, const std::vector<SequenceChunk>
     for (int64_t h = 0; h < kv; ++h) {
       const int64_t at = g.at + h * (g.hi - g.lo) * d * element;
       kv_base_[g.chunk * kv + h] =
-          KvSpan{gathered_k_.data() + at, gathered_v_.data() + at, -g.lo * d};
+          KvSpan{gathered_k_.data() + at, gathered_v_.data() + at,
+                 q8_0 ? gathered_k_scales_.data() + at / 32 : nullptr,
+                 q8_0 ? gathered_v_scales_.data() + at / 32 : nullptr, -g.lo * d};
     }
   }
 }
@@ -393,7 +437,14 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
       const float* q = rows_in + row * width + task.h * groups * d;
       float* result = o + row * a.heads * d + task.h * groups * d;
       const int rows = static_cast<int>(task.rows);
-      if (bf16_cache_) {
+      if (cache_dtype_ == KvCacheDtype::kQ8_0) {
+        // Element e's scale at e / 32 from the span's start; cache_row is a multiple of D.
+        DecodeAttentionRows(
+            q, width, rows, static_cast<int>(groups),
+            reinterpret_cast<const int8_t*>(span.k) + cache_row, span.k_scales + cache_row / 32,
+            reinterpret_cast<const int8_t*>(span.v) + cache_row, span.v_scales + cache_row / 32,
+            len, d, scale, result, a.heads * d, scratch.data());
+      } else if (cache_dtype_ == KvCacheDtype::kBf16) {
         DecodeAttentionRows(q, width, rows, static_cast<int>(groups),
                             reinterpret_cast<const uint16_t*>(span.k) + cache_row,
                             reinterpret_cast<const uint16_t*>(span.v) + cache_row, len, d, scale,
@@ -422,15 +473,23 @@ Status LlamaModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& co
       return Status::Internal(fmt::format("cannot copy block {} to block {}", from, to));
     }
   }
-  const int64_t bytes = int64_t{serve_.kv_block_size} * arch_.head_dim * (bf16_cache_ ? 2 : 4);
+  // A block of one head: its values' bytes, and a q8_0 cache's scales' bytes.
+  const int64_t values = int64_t{serve_.kv_block_size} * arch_.head_dim;
+  std::vector<std::pair<at::Tensor*, int64_t>> caches;
   for (size_t layer = 0; layer < cache_k_.size(); ++layer) {
-    for (at::Tensor* cache : {&cache_k_[layer], &cache_v_[layer]}) {
-      char* base = static_cast<char*>(cache->data_ptr());
-      for (int64_t h = 0; h < arch_.kv_heads; ++h) {
-        for (const auto& [from, to] : copies) {
-          std::memcpy(base + (h * blocks_ + to) * bytes, base + (h * blocks_ + from) * bytes,
-                      static_cast<size_t>(bytes));
-        }
+    caches.emplace_back(&cache_k_[layer], values * CacheElementBytes());
+    caches.emplace_back(&cache_v_[layer], values * CacheElementBytes());
+    if (cache_dtype_ == KvCacheDtype::kQ8_0) {
+      caches.emplace_back(&cache_k_scales_[layer], values / 32 * 4);
+      caches.emplace_back(&cache_v_scales_[layer], values / 32 * 4);
+    }
+  }
+  for (const auto& [cache, bytes] : caches) {
+    char* base = static_cast<char*>(cache->data_ptr());
+    for (int64_t h = 0; h < arch_.kv_heads; ++h) {
+      for (const auto& [from, to] : copies) {
+        std::memcpy(base + (h * blocks_ + to) * bytes, base + (h * blocks_ + from) * bytes,
+                    static_cast<size_t>(bytes));
       }
     }
   }

@@ -31,6 +31,9 @@ class LlamaModel final : public StepModel {
   int64_t weight_bytes() const override { return weights_.bytes; }
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
+  std::string kv_cache_format() const override {
+    return std::string(KvCacheDtypeName(cache_dtype_));
+  }
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
 
@@ -62,8 +65,10 @@ class LlamaModel final : public StepModel {
   std::unique_ptr<GgufFile> gguf_;              // Mapped while its blocks are read.
   at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
   at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
-  // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous.
-  std::vector<at::Tensor> cache_k_, cache_v_;
+  // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous. A q8_0
+  // cache holds int8 there and each 32 values' fp32 scale in cache_*_scales_ at the same element
+  // offset / 32 ([KV, blocks, block_size, D / 32]).
+  std::vector<at::Tensor> cache_k_, cache_v_, cache_k_scales_, cache_v_scales_;
   int blocks_ = 0;
   int64_t kv_cache_bytes_ = 0;  // blocks_ x the bytes of a block over every layer.
   // This step's block table of each chunk (its own, or its slot's static one).
@@ -71,13 +76,20 @@ class LlamaModel final : public StepModel {
   struct KvSpan {
     const char* k = nullptr;
     const char* v = nullptr;
+    const float* k_scales = nullptr;  // q8_0: element e's scale at k_scales[e / 32].
+    const float* v_scales = nullptr;
     int64_t offset = 0;  // Elements: position p's row starts at offset + p x D.
   };
   std::vector<KvSpan> kv_base_;                // [chunk x KV + h], for the layer at hand.
-  std::vector<char> gathered_k_, gathered_v_;  // Rows of tables that are not consecutive.
-  // The cache holds bf16 when the weights are bf16 or int8 (half the bytes decode attention reads;
-  // transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights.
-  bool bf16_cache_ = false;
+  std::vector<char> gathered_k_, gathered_v_;  // Rows of tables that are not consecutive ...
+  std::vector<float> gathered_k_scales_, gathered_v_scales_;  // ... and their q8_0 scales.
+  // By default the cache holds bf16 when the weights are bf16 or int8 (half the bytes decode
+  // attention reads; transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights;
+  // llm.kv_cache_dtype chooses (never kAuto here).
+  KvCacheDtype cache_dtype_ = KvCacheDtype::kFp32;
+  int64_t CacheElementBytes() const {
+    return cache_dtype_ == KvCacheDtype::kFp32 ? 4 : cache_dtype_ == KvCacheDtype::kBf16 ? 2 : 1;
+  }
   std::vector<at::Tensor> buffers_;
 };
 

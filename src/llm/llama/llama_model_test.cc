@@ -10,6 +10,7 @@
 #include "llm/files/safetensors.h"
 #include "llm/precision_agreement.h"
 #include "llm/step_model.h"
+#include "llm/step_model_testing.h"
 
 namespace sluice::llm {
 namespace {
@@ -252,28 +253,6 @@ TEST_P(LlamaModelTest, PrecisionAgreementComparesLogitsAndGreedyChoices) {
   EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
 }
 
-// Prefills `prompt` in chunks of 8 (every row's logits) on `blocks` (a slot's static blocks when
-// empty), then decodes `steps` greedy tokens: every logit, in order.
-std::vector<float> PagedRun(StepModel& model, int slot, const std::vector<int32_t>& blocks,
-                            const std::vector<int32_t>& prompt, int start, int steps) {
-  const int vocab = model.architecture().vocab_size;
-  std::vector<float> logits;
-  // Chunks of 8 from 0: a start at a block boundary keeps the same chunks (fp32 products go
-  // through ATen, whose results may depend on the rows multiplied together).
-  for (int begin = start; begin < static_cast<int>(prompt.size()); begin += 8) {
-    const int end = std::min<int>(begin + 8, static_cast<int>(prompt.size()));
-    SequenceChunk c{slot, begin, {prompt.begin() + begin, prompt.begin() + end}, true, blocks};
-    EXPECT_TRUE(model.Run({c}, &logits).ok());
-  }
-  int position = static_cast<int>(prompt.size());
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next = Argmax(logits.data() + logits.size() - vocab, vocab);
-    SequenceChunk c{slot, position++, {next}, false, blocks};
-    EXPECT_TRUE(model.Run({c}, &logits).ok());
-  }
-  return logits;
-}
-
 // The same sequence through its slot's static blocks, through a table of scattered blocks (every
 // other one, in reverse, after another sequence left stale rows in them), through consecutive
 // blocks across two slots' ranges, through a table whose first blocks another sequence filled (a
@@ -289,29 +268,43 @@ TEST_P(LlamaModelTest, PagedBlocksGiveTheStaticCachesLogitsToTheBit) {
       prompt.push_back(static_cast<int32_t>((i * 37 + 11) % 300));
       other.push_back(static_cast<int32_t>((i * 53 + 5) % 300));
     }
-    const std::vector<float> reference = PagedRun(*model, 0, {}, prompt, 0, 20);
-    PagedRun(*model, 1, {}, other, 0, 40);  // Stale rows in blocks 16-31.
+    const std::vector<float> reference = testing::PagedRun(*model, 0, {}, prompt, 0, 20);
+    testing::PagedRun(*model, 1, {}, other, 0, 40);  // Stale rows in blocks 16-31.
     std::vector<int32_t> scattered;
     for (int b = 31; b >= 1; b -= 2) scattered.push_back(b);
-    EXPECT_EQ(PagedRun(*model, 0, scattered, prompt, 0, 20), reference)
+    EXPECT_EQ(testing::PagedRun(*model, 0, scattered, prompt, 0, 20), reference)
         << LlmPrecisionName(precision);
     std::vector<int32_t> consecutive(16);
     std::iota(consecutive.begin(), consecutive.end(), 8);
-    EXPECT_EQ(PagedRun(*model, 0, consecutive, prompt, 0, 20), reference);
+    EXPECT_EQ(testing::PagedRun(*model, 0, consecutive, prompt, 0, 20), reference);
     // The first three blocks (48 tokens) of `scattered` hold the prompt's start: a newcomer with
     // the same prompt takes them and runs only its last 2 tokens, then decodes.
     std::vector<int32_t> shared = {31, 29, 27};
     for (int b = 0; b < 13; ++b) shared.push_back(2 * b);
-    const std::vector<float> tail = PagedRun(*model, 0, shared, prompt, 48, 20);
+    const std::vector<float> tail = testing::PagedRun(*model, 0, shared, prompt, 48, 20);
     const auto vocab = static_cast<size_t>(model->architecture().vocab_size);
     ASSERT_EQ(tail.size(), (2 + 20) * vocab);
     EXPECT_TRUE(std::equal(tail.begin(), tail.end(), reference.end() - tail.size()));
     // The same three blocks copied into a consecutive run of its own (blocks 8-10 of 8-23).
     ASSERT_TRUE(model->CopyBlocks({{31, 8}, {29, 9}, {27, 10}}).ok());
-    EXPECT_EQ(PagedRun(*model, 0, consecutive, prompt, 48, 20), tail);
+    EXPECT_EQ(testing::PagedRun(*model, 0, consecutive, prompt, 48, 20), tail);
     EXPECT_FALSE(model->CopyBlocks({{3, 3}}).ok());
     EXPECT_FALSE(model->CopyBlocks({{0, 32}}).ok());
   }
+}
+
+// tiny_llm's heads are 16 wide: no whole block of 32 for q8_0's scales.
+TEST(LlamaModelLoadTest, Q8CacheNeedsWholeBlocksOfAHead) {
+  ModelLoadOptions options;
+  options.dir = ModelDir("tiny_llm");
+  options.serve.kv_cache_dtype = KvCacheDtype::kQ8_0;
+  options.serve.context_length = 256;
+  auto model = LoadLlamaModel(options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("kv_cache_dtype q8_0 needs a head size"),
+            std::string::npos)
+      << model.status().ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
