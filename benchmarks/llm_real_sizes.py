@@ -8,12 +8,13 @@ on 127.0.0.1 (time to ready, RSS once ready and after the runs), measures its TP
 lengths), and llama.cpp's with `llama-bench -n OUTPUT -p 0` on the same file and thread count, in
 interleaved rounds (llama.cpp, Sluice, Sluice, llama.cpp, ...). The roofline: the bytes one
 token reads (every weight matrix; the embedding only where the output head is tied to it, else
-one row; the KV cache at the mean depth of the output, bf16) times tokens/s, over the read
-bandwidth given (build/llm_kernels_benchmark --benchmark_filter='ReadBandwidth|Triad' measures
-it). Prints the medians per file and writes them as CSV; every process started is stopped by its
-PID.
+one row; the KV cache at the mean depth of the output, bf16) times tokens/s, over the machine's
+bandwidth, measured in every round beside the runs (the machine's speed drifts): the best of
+build/llm_kernels_benchmark's STREAM triad and read-only sum on all threads, in 1e9 bytes/s
+(--bandwidth-gbs gives a fixed figure instead). Prints the medians per file and writes them as
+CSV; every process started is stopped by its PID.
 
-Usage: benchmarks/llm_real_sizes.py --bandwidth-gbs 30 models/real-sizes/llama-3.2-1b_q4_k_m ...
+Usage: benchmarks/llm_real_sizes.py models/real-sizes/llama-3.2-1b_q4_k_m ...
            [--rounds 2] [--prompt-tokens 128] [--output-tokens 64] [--out results/...csv]
 """
 import argparse
@@ -102,12 +103,25 @@ def llama_tpot(args, path, threads):
     return 1000.0 / float(row["avg_ts"])
 
 
+def bandwidth_gbs(kernels_benchmark, threads):
+    """The best of STREAM's triad and the read-only sum on `threads` threads, in 1e9 bytes/s."""
+    out = subprocess.run([kernels_benchmark, "--benchmark_format=csv", "--benchmark_filter="
+                          f"^(Triad|ReadBandwidth)/threads:{threads}/MiB:256/",
+                          "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"],
+                         check=True, capture_output=True, text=True).stdout
+    rates = [float(row["bytes_per_second"]) / 1e9
+             for row in csv.DictReader(line for line in out.splitlines() if "," in line)
+             if row["name"].endswith("_max") or row["name"].endswith("_median")]
+    return max(rates)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", help="model directories, each holding one .gguf")
-    parser.add_argument("--bandwidth-gbs", type=float, required=True,
-                        help="the machine's read bandwidth, GB/s (1e9 bytes)")
+    parser.add_argument("--bandwidth-gbs", type=float,
+                        help="a fixed bandwidth, GB/s (1e9 bytes), instead of measuring it")
+    parser.add_argument("--kernels-benchmark", default="build/llm_kernels_benchmark")
     parser.add_argument("--sluice", default="build/sluice")
     parser.add_argument("--llama-bench", default="build/peers/llama.cpp/build/bin/llama-bench")
     parser.add_argument("--rounds", type=int, default=2)
@@ -134,8 +148,10 @@ def main():
             wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server)
             ready_s = time.time() - start
             rss_ready = rss_mib(server.pid)
-            ours, theirs = [], []
+            ours, theirs, bandwidths = [], [], []
             for r in range(args.rounds):
+                if args.bandwidth_gbs is None:
+                    bandwidths.append(bandwidth_gbs(args.kernels_benchmark, threads))
                 for who in (("llama", "sluice") if r % 2 == 0 else ("sluice", "llama")):
                     print(f"{name} round {r + 1}/{args.rounds}: {who}", flush=True)
                     if who == "sluice":
@@ -154,13 +170,15 @@ def main():
         weights, kv = token_bytes(path, args.prompt_tokens + args.output_tokens // 2)
         tpot, llama = statistics.median(ours), statistics.median(theirs)
         per_token = weights + kv
+        ceiling = args.bandwidth_gbs or max(bandwidths)
         rows.append(dict(
             model=name, file_mb=round(os.path.getsize(path) / 1e6),
             bytes_per_token_mb=round(per_token / 1e6, 1),
             sluice_tpot_ms=round(tpot, 2), llama_cpp_tpot_ms=round(llama, 2),
             ratio=round(tpot / llama, 3),
-            sluice_roofline=round(per_token / (tpot / 1000) / (args.bandwidth_gbs * 1e9), 3),
-            llama_cpp_roofline=round(per_token / (llama / 1000) / (args.bandwidth_gbs * 1e9), 3),
+            sluice_roofline=round(per_token / (tpot / 1000) / (ceiling * 1e9), 3),
+            llama_cpp_roofline=round(per_token / (llama / 1000) / (ceiling * 1e9), 3),
+            bandwidth_gbs=round(ceiling, 1),
             ready_s=round(ready_s, 1), rss_ready_mib=round(rss_ready), rss_after_mib=round(rss_after),
             sluice_runs=" ".join(f"{v:.1f}" for v in ours),
             llama_cpp_runs=" ".join(f"{v:.1f}" for v in theirs)))
@@ -171,14 +189,15 @@ def main():
         writer.writeheader()
         writer.writerows(rows)
     print(f"medians of {args.rounds} interleaved rounds, 1 stream, {args.prompt_tokens} prompt / "
-          f"{args.output_tokens} output tokens, {threads} threads, roofline at "
-          f"{args.bandwidth_gbs} GB/s")
+          f"{args.output_tokens} output tokens, {threads} threads; roofline: the bandwidth "
+          f"column (GB/s)")
     print(f"{'file':22} {'MB':>6} {'MB/tok':>7} {'Sluice ms':>9} {'llama ms':>9} {'ratio':>6} "
-          f"{'roof S':>7} {'roof L':>7} {'ready s':>7} {'RSS MiB':>8}")
+          f"{'roof S':>7} {'roof L':>7} {'GB/s':>5} {'ready s':>7} {'RSS MiB':>8}")
     for r in rows:
         print(f"{r['model']:22} {r['file_mb']:>6} {r['bytes_per_token_mb']:>7} "
               f"{r['sluice_tpot_ms']:>9} {r['llama_cpp_tpot_ms']:>9} {r['ratio']:>6} "
-              f"{r['sluice_roofline']:>7} {r['llama_cpp_roofline']:>7} {r['ready_s']:>7} "
+              f"{r['sluice_roofline']:>7} {r['llama_cpp_roofline']:>7} {r['bandwidth_gbs']:>5} "
+              f"{r['ready_s']:>7} "
               f"{r['rss_after_mib']:>8}")
     print(f"CSV: {args.out}; logs and runs: {results_dir}")
 

@@ -59,6 +59,9 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   app->add_option("--llm-prefix-caching", cmd.llm_overrides.prefix_caching,
                   "Language models' prefix caching (on, off), over their config.yaml")
       ->check(CLI::IsMember({"on", "off"}));
+  app->add_option("--llm-context-length", cmd.llm_overrides.context_length,
+                  "Language models' tokens per sequence (prompt + output), over their config.yaml")
+      ->check(CLI::Range(2, 1 << 20));
   app->add_option("--llm-kv-cache-dtype", cmd.llm_overrides.kv_cache_dtype,
                   "Language models' KV cache (auto, fp32, bf16, q8_0), over their config.yaml")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "q8_0"}));

@@ -39,6 +39,14 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
     }
   }
   if (overrides.slots > 0) serve->slots = overrides.slots;
+  if (overrides.context_length > 0) {
+    if (overrides.context_length > arch.max_position_embeddings) {
+      return Status::InvalidArgument(
+          fmt::format("context length {} exceeds the model's max_position_embeddings {}",
+                      overrides.context_length, arch.max_position_embeddings));
+    }
+    serve->context_length = overrides.context_length;
+  }
   if (overrides.kv_cache_bytes >= 0) serve->kv_cache_bytes = overrides.kv_cache_bytes;
   if (overrides.threads >= 0) serve->threads = overrides.threads;
   if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
