@@ -220,11 +220,12 @@ void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, 
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,
                  int64_t n_begin, int64_t n_end);
 
-// The same products over weights repacked for them, in the same bytes (Q4_0, Q4_1, Q8_0, Q4_K,
-// Q5_K and Q6_K with a multiple of 8 rows): for every eight rows and run of 32 columns (K-quants:
-// super-block of 256), one record holding the eight rows' fp16 scales (and Q4_1's offsets; the
-// K-quants' d, dmin and 6- or 8-bit run scales, laid out to unpack eight rows at once) side by
-// side, then their weights four bytes of each row a vector, the order the products read them in. A
+// The same products over weights repacked for them, in the same bytes (every type above, with a
+// multiple of 8 rows): for every eight rows and run of 32 columns (K-quants: super-block of 256),
+// one record holding the eight rows' fp16 scales (and Q4_1's and Q5_1's offsets; the K-quants' d,
+// dmin and 6- or 8-bit run scales, laid out to unpack eight rows at once) side by side, then their
+// weights four bytes of each row a vector (Q5_0's and Q5_1's fifth bits after them), the order the
+// products read them in. A
 // product then streams each eight rows from one place and transposes nothing; its results have the
 // same bits as MatmulQuant's on the file's layout. (Unpacking and transposing eight rows' blocks
 // cost more than a row of x's products, so on the file's layout a step that verifies four draft

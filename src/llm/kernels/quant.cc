@@ -228,6 +228,19 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
   if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
     return UnpackRepackedK(type, record, r, c, out);
   }
+  if (kind == GgmlType::kQ5_0 || kind == GgmlType::kQ5_1) {  // Nibbles, then fifth bits.
+    const uint8_t* run = record + RepackedHeader(type);
+    out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
+    out->bias = kind == GgmlType::kQ5_1 ? Fp16ToFp32(Half(record + 16 + 2 * r)) : 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      for (int b = 0; b < 4; ++b) {
+        const int q = ((run[32 * (s % 4) + 4 * r + b] >> (4 * (s / 4))) & 0xF) |
+                      (((run[128 + 4 * r + b] >> s) & 1) << 4);
+        out->q[4 * s + b] = static_cast<int8_t>(q - (kind == GgmlType::kQ5_0 ? 16 : 0));
+      }
+    }
+    return;
+  }
   const uint8_t* bytes = record + RepackedHeader(type);
   out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
   out->bias = kind == GgmlType::kQ4_1 ? Fp16ToFp32(Half(record + 16 + 2 * r)) : 0.0f;
@@ -498,6 +511,8 @@ bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
@@ -583,6 +598,32 @@ void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* 
   const int quants = kind == GgmlType::kQ4_1 ? 4 : 2;  // Where a block's weights start.
   const auto* from = static_cast<const uint8_t*>(w);
   auto* to = static_cast<uint8_t*>(out);
+  if (kind == GgmlType::kQ5_0 || kind == GgmlType::kQ5_1) {
+    // As Q4_0's and Q4_1's records, with the eight rows' fifth bits after the nibbles (byte 4 r +
+    // b, bit s: weight 4 s + b), as a Q5_K record's run.
+    for (int64_t g = 0; g < n / 8; ++g) {
+      for (int64_t c = 0; c < k / 32; ++c) {
+        uint8_t* record = to + g * 8 * row_bytes + c * record_bytes;
+        std::memset(record, 0, static_cast<size_t>(record_bytes));
+        for (int r = 0; r < 8; ++r) {
+          const uint8_t* block = from + (8 * g + r) * row_bytes + c * block_bytes;
+          std::memcpy(record + 2 * r, block, 2);
+          if (kind == GgmlType::kQ5_1) std::memcpy(record + 16 + 2 * r, block + 2, 2);
+          kernels::quant::Chunk chunk;
+          kernels::quant::UnpackChunk(ggml_type, block, 0, &chunk);
+          uint8_t* run = record + header;
+          for (int s = 0; s < 8; ++s) {
+            for (int b = 0; b < 4; ++b) {
+              const int q = chunk.q[4 * s + b] + (kind == GgmlType::kQ5_0 ? 16 : 0);
+              run[32 * (s % 4) + 4 * r + b] |= static_cast<uint8_t>((q & 0xF) << (4 * (s / 4)));
+              run[128 + 4 * r + b] |= static_cast<uint8_t>(((q >> 4) & 1) << s);
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
     for (int64_t g = 0; g < n / 8; ++g) {
       for (int64_t c = 0; c < k / 256; ++c) {

@@ -219,8 +219,9 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   for (QuantIsa isa : kPaths) {
     if (!PathOnThisCpu(isa)) continue;
     LimitQuantIsa(isa);
-    for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                               GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    for (GgmlType type_enum :
+         {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+          GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
       const auto type = static_cast<uint32_t>(type_enum);
       constexpr int64_t n = 40;
       // Two super-blocks for the K-quants (a record each), ten blocks for the others.
@@ -304,7 +305,9 @@ TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ4_K), 576));
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ6_K), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_K), 20));
-  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_0), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_0), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ5_1), 12));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kF16), 576));
 }
 
 }  // namespace

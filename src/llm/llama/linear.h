@@ -17,9 +17,9 @@ namespace sluice::llm::llama {
 // A linear layer y = x W^T (+ b), x fp32, its output columns in parts, each a weight matrix of its
 // own kind: fp32 [rows, in] (ATen's matmul); bf16 or int8 packed for kernels/kernels.h (+ per-row
 // fp32 scales for int8); or a GGUF file's quantised blocks, read where the file is mapped, or
-// (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) repacked at load into the layout kernels.h streams fastest.
-// A Hugging Face model's layers are one part each (q, k and v stacked into one matrix); a GGUF
-// file's are one part per tensor, as its tensors may differ in type (Q4_K_M keeps v in Q6_K, q
+// (every block type kernels.h multiplies by) repacked at load into the layout kernels.h streams
+// fastest. A Hugging Face model's layers are one part each (q, k and v stacked into one matrix); a
+// GGUF file's are one part per tensor, as its tensors may differ in type (Q4_K_M keeps v in Q6_K, q
 // and k in Q4_K).
 struct Linear {
   struct Part {
