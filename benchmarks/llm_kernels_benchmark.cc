@@ -226,6 +226,12 @@ void Quant(benchmark::State& state) {
     benchmark::DoNotOptimize(ys[static_cast<size_t>(t)].data());
   });
   state.SetBytesProcessed(state.iterations() * bytes);
+  // Two int8 operations per weight and row of x: the figure to hold against PeakInt8 at many rows.
+  double products = 0;
+  for (const Shape& s : shapes) products += static_cast<double>(s.n * s.k);
+  state.counters["int8_ops_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * products * 2 * static_cast<double>(m),
+      benchmark::Counter::kIsRate);
 }
 BENCHMARK(Quant)
     ->ArgsProduct({{1, 2, 3, 4, 5, 16, 128},
@@ -333,6 +339,77 @@ BENCHMARK(ReadBandwidth)
     ->ArgNames({"threads", "MiB"})
     ->UseRealTime()
     ->Repetitions(5)
+    ->Unit(benchmark::kMillisecond);
+
+// The machine's peak int8 throughput, the ceiling the block products at many rows are held
+// against: 12 independent chains of 256-bit byte products (VPDPBUSD where the CPU has AVX-512
+// VNNI, as the products use it; else VPMADDUBSW + VPMADDWD + VPADDD, AVX2's three instructions for
+// the same 32 products) on each thread. The counter is int8 operations, two per byte product.
+#if defined(__x86_64__)
+__attribute__((target("avx512vnni,avx512vl"))) int64_t DpbusdLoop(int64_t iterations) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_dpbusd_epi32(acc[i], a, b);
+  }
+  __m256i sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_epi32(sum, acc[i]);
+  return _mm256_extract_epi32(sum, 0);
+}
+__attribute__((target("avx2"))) int64_t MaddLoop(int64_t iterations) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) {
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    }
+  }
+  __m256i sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_epi32(sum, acc[i]);
+  return _mm256_extract_epi32(sum, 0);
+}
+#endif
+
+void PeakInt8(benchmark::State& state) {
+#if defined(__x86_64__)
+  const int threads = static_cast<int>(state.range(0));
+  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  if (!vnni && !__builtin_cpu_supports("avx2")) {
+    state.SkipWithError("no AVX2");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  state.SetLabel(vnni ? "vpdpbusd" : "vpmaddubsw");
+  constexpr int64_t kIterations = 1 << 22;
+  std::vector<int64_t> sinks(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    auto work = [&](int t) {
+      sinks[static_cast<size_t>(t)] = vnni ? DpbusdLoop(kIterations) : MaddLoop(kIterations);
+    };
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(sinks.data());
+  }
+  // 12 chains x 32 byte products x 2 operations per iteration and thread.
+  state.counters["int8_ops_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kIterations * 12 * 32 * 2 * threads,
+      benchmark::Counter::kIsRate);
+#else
+  state.SkipWithError("x86 only");
+  for (auto _ : state) {
+  }
+#endif
+}
+BENCHMARK(PeakInt8)
+    ->Arg(1)
+    ->Arg(std::max(1u, std::thread::hardware_concurrency()))
+    ->ArgName("threads")
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // STREAM's triad, a[i] = b[i] + s c[i], over three arrays of `MiB` each split over the threads:

@@ -9,9 +9,10 @@ lengths), and llama.cpp's with `llama-bench -n OUTPUT -p 0` on the same file and
 interleaved rounds (llama.cpp, Sluice, Sluice, llama.cpp, ...). The roofline: the bytes one
 token reads (every weight matrix; the embedding only where the output head is tied to it, else
 one row; the KV cache at the mean depth of the output, bf16) times tokens/s, over the machine's
-bandwidth, measured in every round beside the runs (the machine's speed drifts): the best of
-build/llm_kernels_benchmark's STREAM triad and read-only sum on all threads, in 1e9 bytes/s
-(--bandwidth-gbs gives a fixed figure instead). Prints the medians per file and writes them as
+bandwidth, measured in every round beside the runs (the machine's speed drifts, its bandwidth
+from 31 to 62 GB/s within minutes on a 2-core cloud EPYC): the best of
+build/llm_kernels_benchmark's STREAM triad and read-only sum on all threads, in 1e9 bytes/s, the
+median of the rounds' (--bandwidth-gbs gives a fixed figure instead). Prints the medians per file and writes them as
 CSV; every process started is stopped by its PID.
 
 Usage: benchmarks/llm_real_sizes.py models/real-sizes/llama-3.2-1b_q4_k_m ...
@@ -170,7 +171,7 @@ def main():
         weights, kv = token_bytes(path, args.prompt_tokens + args.output_tokens // 2)
         tpot, llama = statistics.median(ours), statistics.median(theirs)
         per_token = weights + kv
-        ceiling = args.bandwidth_gbs or max(bandwidths)
+        ceiling = args.bandwidth_gbs or statistics.median(bandwidths)
         rows.append(dict(
             model=name, file_mb=round(os.path.getsize(path) / 1e6),
             bytes_per_token_mb=round(per_token / 1e6, 1),
@@ -180,6 +181,7 @@ def main():
             llama_cpp_roofline=round(per_token / (llama / 1000) / (ceiling * 1e9), 3),
             bandwidth_gbs=round(ceiling, 1),
             ready_s=round(ready_s, 1), rss_ready_mib=round(rss_ready), rss_after_mib=round(rss_after),
+            bandwidth_runs=" ".join(f"{v:.1f}" for v in bandwidths),
             sluice_runs=" ".join(f"{v:.1f}" for v in ours),
             llama_cpp_runs=" ".join(f"{v:.1f}" for v in theirs)))
         print(rows[-1], flush=True)

@@ -16,6 +16,7 @@ benchmarks/build_llama_cpp.sh builds llama-server first.
 
 Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PATH]
            [--model NAME=DIR[@PRECISION] ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
+           [--prompt-tokens 128] [--output-tokens 128] [--context-length N]
 """
 import argparse
 import csv
@@ -111,6 +112,9 @@ def main():
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--out", default="results/llm-side-by-side.csv")
+    parser.add_argument("--context-length", type=int,
+                        help="Sluice's tokens per sequence (--llm-context-length), for prompts "
+                             "past its config's")
     args = parser.parse_args()
     # SIGTERM (a stopped run) unwinds as an exception, so `finally` stops the servers started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))
@@ -129,6 +133,8 @@ def main():
                        os.path.abspath(path), "--model-name", name, "--llm-prefix-caching", "off"]
             if precision:
                 command += ["--llm-precision", precision]
+            if args.context_length:
+                command += ["--llm-context-length", str(args.context_length)]
             servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))
         llama_port = free_port()
         servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
