@@ -76,7 +76,7 @@ def write_source(out_dir, shape, tokenizer_json, chat_template):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     partial = path + ".partial"
     gguf_models.write_gguf(partial, arch, model, tokenizer_json, chat_template, vocab_size=vocab,
-                           matrix_dtype=np.float16, name=f"sluice-{shape}-random")
+                           matrix_dtype=np.float16, model_name=f"sluice-{shape}-random")
     os.replace(partial, path)
     params = sum(p.numel() for p in model.parameters())
     print(f"{path}: {params / 1e9:.2f} B parameters, {os.path.getsize(path) / 1e9:.2f} GB, "

@@ -145,7 +145,7 @@ def tensors(arch, model):
 
 
 def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None,
-               matrix_dtype=np.float32, name="sluice-tiny"):
+               matrix_dtype=np.float32, model_name="sluice-tiny"):
     """`model` as a GGUF file. vocab_size: the token list padded to it with unused tokens (a real
     model's embedding rows with a smaller tokenizer); matrix_dtype: the 2-D tensors' (float16
     halves a large file, which llama.cpp's quantiser reads as well; 1-D ones stay float32)."""
@@ -155,7 +155,7 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None
     writer = gguf.GGUFWriter(path, name)
     # Not the architecture's name: llama.cpp sets token attributes by names it recognises there
     # (a "phi3" name wants Phi-3's own tokens).
-    writer.add_name(name)
+    writer.add_name(model_name)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_feed_forward_length(config.intermediate_size)
