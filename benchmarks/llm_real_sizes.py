@@ -22,31 +22,17 @@ import argparse
 import csv
 import glob
 import os
-import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 from gguf import GGUFReader
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llm_side_by_side import free_port, rss_mib, wait_ready  # noqa: E402
 
 
 def token_bytes(path, depth):
@@ -68,21 +54,6 @@ def token_bytes(path, depth):
         head_dim = number("attention.key_length")
     kv = number("block_count") * 2 * number("attention.head_count_kv") * head_dim * 2 * depth
     return weights, kv
-
-
-def wait_ready(url, process, timeout=600):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{process.args[0]} exited with {process.returncode} before {url} was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"{url} not ready in {timeout} s")
 
 
 def sluice_tpot(args, port, results_dir):
@@ -146,7 +117,7 @@ def main():
                                    "--llm-prefix-caching", "off"],
                                   stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server)
+            wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server, timeout=600)
             ready_s = time.time() - start
             rss_ready = rss_mib(server.pid)
             ours, theirs, bandwidths = [], [], []
