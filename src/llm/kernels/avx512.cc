@@ -241,13 +241,13 @@ SLUICE_AVX512 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, flo
 
 // out[g, 0 : 16 V] = sum_j p[g, j] v[j, 0 : 16 V] for G groups, with every sum in a register
 // (G and V fixed at compile time: with run-time bounds the compiler kept the sums in memory).
-// v: [len, d] from the first column wanted; p: G rows of len; out: G rows of d.
+// v: [len, d] from the first column wanted; p: G rows of len, p_stride apart; out: G rows of d.
 
 // A q8_0 cache (T int8_t): v_scales[(element offset from column 0) / 32] scales each 32 values,
 // v being column c0's.
 template <class T, int G, int V>
-SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p, float* out,
-                                const float* v_scales, int64_t c0) {
+SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p,
+                                int64_t p_stride, float* out, const float* v_scales, int64_t c0) {
   __m512 acc[G][V];
   for (int g = 0; g < G; ++g) {
     for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
@@ -262,7 +262,7 @@ SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float*
       }
     }
     for (int g = 0; g < G; ++g) {
-      const __m512 weight = _mm512_set1_ps(p[g * len + j]);
+      const __m512 weight = _mm512_set1_ps(p[g * p_stride + j]);
       for (int u = 0; u < V; ++u) acc[g][u] = _mm512_fmadd_ps(weight, rows[u], acc[g][u]);
     }
   }
@@ -272,8 +272,8 @@ SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float*
 }
 
 template <class T>
-using AccumulatePvFn = void (*)(const T*, int64_t, int64_t, const float*, float*, const float*,
-                                int64_t);
+using AccumulatePvFn = void (*)(const T*, int64_t, int64_t, const float*, int64_t, float*,
+                                const float*, int64_t);
 // [groups - 1][vectors - 1].
 template <class T>
 constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
@@ -282,35 +282,32 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
     {AccumulatePv<T, 3, 1>, AccumulatePv<T, 3, 2>, AccumulatePv<T, 3, 3>, AccumulatePv<T, 3, 4>},
     {AccumulatePv<T, 4, 1>, AccumulatePv<T, 4, 2>, AccumulatePv<T, 4, 3>, AccumulatePv<T, 4, 4>}};
 
-// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256), for
-// `rows` consecutive tokens of one sequence (row r over the first len - rows + 1 + r positions):
-// the scores of 16 cached positions at a time, their keys read (and widened from bf16) once for
-// every row's and group's query; the softmax's exponentials are vectors; each value row is read
-// once for a row's groups. A row's arithmetic does not depend on the rows beside it, so each row
-// has the bits it has alone (rows = 1: DecodeAttention).
-template <class T>
-SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
-                                       const T* k, const T* v, int64_t len, int64_t d, float scale,
-                                       float* out, int64_t out_stride, float* scratch,
-                                       const float* k_scales, const float* v_scales) {
+// The scores of positions [j_begin, j_end) for `rows` consecutive tokens of one sequence (row r
+// attends the first first_len + r positions, and gets none past them), 16 lanes of d at a time
+// (d a multiple of 16, at most 256): 16 cached positions at a time, their keys read (and widened
+// from bf16 or int8) once for every row's and group's query. Row r's group g's score of position
+// j goes to *where(r, g, j), scaled. A score's arithmetic does not depend on the rows beside it.
+// The values of each block are asked for too (into L2), for the p.V sums that follow.
+template <class T, class Where>
+SLUICE_AVX512 void Scores(const float* q, int64_t q_stride, int rows, int groups, const T* k,
+                          const T* v, int64_t j_begin, int64_t j_end, int64_t first_len,
+                          int64_t d, float scale, const float* k_scales, Where where) {
   const __m512 scale_v = _mm512_set1_ps(scale);
-  const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   alignas(64) float widened[16 * 256];
   // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
   // prefetcher barely ramps up on: the keys two blocks ahead are asked for, and this block's
-  // values too (into L2; the p.V sums below read them).
+  // values.
   constexpr int64_t kLine = 64 / sizeof(T);
-  const int64_t block_elements = 16 * d;
-  for (int64_t e = 0; e < std::min<int64_t>(len, 32) * d; e += kLine) {  // The first two blocks.
-    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
+  for (int64_t e = j_begin * d; e < std::min<int64_t>(j_end, j_begin + 32) * d; e += kLine) {
+    _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);  // The first two blocks.
   }
-  for (int64_t j0 = 0; j0 < len; j0 += 16) {
-    const int64_t count = std::min<int64_t>(16, len - j0);
-    const int64_t ahead = std::min<int64_t>(len, j0 + 48) * d;
-    for (int64_t e = std::min<int64_t>(len, j0 + 32) * d; e < ahead; e += kLine) {
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += 16) {
+    const int64_t count = std::min<int64_t>(16, j_end - j0);
+    const int64_t ahead = std::min<int64_t>(j_end, j0 + 48) * d;
+    for (int64_t e = std::min<int64_t>(j_end, j0 + 32) * d; e < ahead; e += kLine) {
       _mm_prefetch(reinterpret_cast<const char*>(k + e), _MM_HINT_T0);
     }
-    for (int64_t e = j0 * d; e < j0 * d + std::min(block_elements, count * d); e += kLine) {
+    for (int64_t e = j0 * d; e < (j0 + count) * d; e += kLine) {
       _mm_prefetch(reinterpret_cast<const char*>(v + e), _MM_HINT_T1);
     }
     // The block's keys as fp32 rows; a last block of fewer than 16 is padded with zeros, so that
@@ -336,10 +333,8 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
     }
     if (count < 16) std::fill(widened + count * d, widened + 16 * d, 0.0f);
     for (int r = 0; r < rows; ++r) {
-      const int64_t row_len = first_len + r, row_count = std::min<int64_t>(16, row_len - j0);
+      const int64_t row_count = std::min<int64_t>(count, first_len + r - j0);
       if (row_count <= 0) continue;
-      // Row r's scores: `groups` rows of row_len, as SoftmaxPv reads them.
-      float* row_scores = scratch + r * groups * len;
       for (int g = 0; g < groups; ++g) {
         const float* qg = q + r * q_stride + g * d;
         // Position jj's sum runs over d in order, 16 lanes at a time (q . k[jj] in lanes); the
@@ -357,11 +352,134 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
             dots[jj] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(keys + jj * d + c), dots[jj]);
           }
         }
-        _mm512_mask_storeu_ps(row_scores + g * row_len + j0, FirstLanes(row_count),
+        _mm512_mask_storeu_ps(where(r, g, j0), FirstLanes(row_count),
                               _mm512_mul_ps(ReduceLanes16(dots, AddLanes{}), scale_v));
       }
     }
   }
+}
+
+// Attention past kTiledFrom positions, a tile of kTile positions at a time (tiles start at
+// multiples of kTile), with the softmax carried across tiles (as flash attention's): the scores
+// of a tile for every row stay in L2 (16 rows x 4 groups x 2,048 x 4 bytes: 512 KB), where a
+// whole row of a long context's scores (16 x 4 x 32,768 x 4: 8 MB) would go through memory four
+// times (its maximum, exponentials, normalisation, the p.V sums). Each row and group keeps its
+// running maximum m and sum l; a tile with maximum m' rescales both by exp(m - m'), its
+// exponentials exp(s - m') add to l and their p.V sums (AccumulatePv, into `tile`) to the
+// rescaled sums, and the result is the sums / l. Every row's arithmetic is its own, and tiles
+// begin at the same positions whatever the rows, so a row still has the bits it has alone.
+constexpr int64_t kTile = 2048, kTiledFrom = 4 * kTile;
+
+template <class T>
+SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                      const T* k, const T* v, int64_t first_len, int64_t d,
+                                      float scale, float* out, int64_t out_stride, float* scratch,
+                                      const float* k_scales, const float* v_scales) {
+  // scratch: the tile's scores ([rows][groups][kTile]), then the sums ([rows][groups][d]), the
+  // tile's p.V sums ([groups][d]), the maxima and the totals ([rows][groups] each), a row's
+  // rescaling factors ([groups]): the callers' rows x groups x len floats hold them, len being
+  // past 4 x kTile and d at most 256.
+  const int64_t pairs = int64_t{rows} * groups;
+  float* sums = scratch + pairs * kTile;
+  float* tile = sums + pairs * d;
+  float* maxima = tile + int64_t{groups} * d;
+  float* totals = maxima + pairs;
+  float* rescales = totals + pairs;
+  std::fill(sums, sums + pairs * d, 0.0f);
+  std::fill(maxima, maxima + pairs, -std::numeric_limits<float>::infinity());
+  std::fill(totals, totals + pairs, 0.0f);
+  const int64_t len = first_len + rows - 1;
+  for (int64_t t0 = 0; t0 < len; t0 += kTile) {
+    const int64_t t1 = std::min(len, t0 + kTile);
+    Scores(q, q_stride, rows, groups, k, v, t0, t1, first_len, d, scale, k_scales,
+           [&](int r, int g, int64_t j) {
+             return scratch + (int64_t{r} * groups + g) * kTile + (j - t0);
+           });
+    for (int r = 0; r < rows; ++r) {
+      const int64_t count = std::min(t1, first_len + r) - t0;
+      if (count <= 0) continue;  // The row ends before this tile.
+      for (int g = 0; g < groups; ++g) {
+        const int64_t pair = int64_t{r} * groups + g;
+        float* row = scratch + pair * kTile;
+        __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        for (int64_t j = 0; j < count; j += 16) {
+          largest = _mm512_mask_max_ps(largest, FirstLanes(count - j), largest,
+                                       _mm512_maskz_loadu_ps(FirstLanes(count - j), row + j));
+        }
+        const float before = maxima[pair];
+        const float now = std::max(before, _mm512_reduce_max_ps(largest));
+        const __m512 now_v = _mm512_set1_ps(now);
+        __m512 total_v = _mm512_setzero_ps();
+        for (int64_t j = 0; j < count; j += 16) {
+          const __mmask16 lanes = FirstLanes(count - j);
+          const __m512 e = _mm512_maskz_mov_ps(
+              lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), now_v)));
+          _mm512_mask_storeu_ps(row + j, lanes, e);
+          total_v = _mm512_add_ps(total_v, e);
+        }
+        const float rescale = std::exp(before - now);  // 0 at the first tile (before is -inf).
+        maxima[pair] = now;
+        totals[pair] = totals[pair] * rescale + _mm512_reduce_add_ps(total_v);
+        rescales[g] = rescale;
+      }
+      for (int64_t c0 = 0; c0 < d; c0 += 64) {
+        const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
+        for (int g0 = 0; g0 < groups; g0 += 4) {
+          const int gs = std::min(4, groups - g0);
+          kAccumulatePv<T>[gs - 1][vectors - 1](
+              v + t0 * d + c0, d, count, scratch + (int64_t{r} * groups + g0) * kTile, kTile,
+              tile + g0 * d + c0, v_scales == nullptr ? nullptr : v_scales + t0 * d / 32, c0);
+        }
+      }
+      for (int g = 0; g < groups; ++g) {
+        float* sum = sums + (int64_t{r} * groups + g) * d;
+        const __m512 rescale = _mm512_set1_ps(rescales[g]);
+        for (int64_t c = 0; c < d; c += 16) {
+          _mm512_storeu_ps(sum + c, _mm512_fmadd_ps(_mm512_loadu_ps(sum + c), rescale,
+                                                    _mm512_loadu_ps(tile + g * d + c)));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    for (int g = 0; g < groups; ++g) {
+      const int64_t pair = int64_t{r} * groups + g;
+      const __m512 inverse = _mm512_set1_ps(1.0f / totals[pair]);
+      for (int64_t c = 0; c < d; c += 16) {
+        _mm512_storeu_ps(out + r * out_stride + g * d + c,
+                         _mm512_mul_ps(_mm512_loadu_ps(sums + pair * d + c), inverse));
+      }
+    }
+  }
+}
+
+// As PortableDecodeAttention, 16 lanes of d at a time (d a multiple of 16, at most 256), for
+// `rows` consecutive tokens of one sequence (row r over the first len - rows + 1 + r positions):
+// Scores, then each row's softmax and p.V sums (SoftmaxPv: the exponentials are vectors; each
+// value row is read once for a row's groups); past kTiledFrom positions, a tile at a time
+// (TiledAttentionRows). A row's arithmetic does not depend on the rows beside it, so each row
+// has the bits it has alone (rows = 1: DecodeAttention).
+template <class T>
+SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                       const T* k, const T* v, int64_t len, int64_t d, float scale,
+                                       float* out, int64_t out_stride, float* scratch,
+                                       const float* k_scales, const float* v_scales) {
+  const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
+  if (first_len > kTiledFrom) {
+    return TiledAttentionRows(q, q_stride, rows, groups, k, v, first_len, d, scale, out,
+                              out_stride, scratch, k_scales, v_scales);
+  }
+  if (len > kTiledFrom) {  // The rows on either side of the bound, each alone.
+    for (int r = 0; r < rows; ++r) {
+      DecodeAttentionRows(q + r * q_stride, 0, 1, groups, k, v, first_len + r, d, scale,
+                          out + r * out_stride, 0, scratch, k_scales, v_scales);
+    }
+    return;
+  }
+  Scores(q, q_stride, rows, groups, k, v, 0, len, first_len, d, scale, k_scales,
+         [&](int r, int g, int64_t j) {
+           return scratch + int64_t{r} * groups * len + g * (first_len + r) + j;
+         });
   for (int r = 0; r < rows; ++r) {
     SoftmaxPv(groups, v, first_len + r, d, out + r * out_stride, scratch + r * groups * len,
               v_scales);
@@ -408,8 +526,8 @@ SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, flo
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
       const int gs = std::min(4, groups - g0);
-      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, out + g0 * d + c0,
-                                            v_scales, c0);
+      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, len,
+                                            out + g0 * d + c0, v_scales, c0);
     }
   }
 }

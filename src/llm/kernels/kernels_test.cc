@@ -270,7 +270,7 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
            {std::tuple{3, 1, 64}, std::tuple{3, 37, 64}, std::tuple{1, 200, 16},
             std::tuple{2, 9, 12}, std::tuple{5, 20, 48}, std::tuple{9, 33, 128},
             std::tuple{16, 48, 96}, std::tuple{4, 16, 32}, std::tuple{2, 70, 32},
-            std::tuple{3, 300, 64}}) {
+            std::tuple{3, 300, 64}, std::tuple{4, 9000, 64}}) {
         std::mt19937 rng(static_cast<unsigned>(groups * 1000 + len * 10 + d));
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> q(static_cast<size_t>(groups * d)), k(static_cast<size_t>(len * d)),
@@ -278,9 +278,12 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
         for (auto* t : {&q, &k, &v}) {
           for (float& x : *t) x = normal(rng);
         }
-        if (len == 300) {  // Scores that rise along the cache: each block raises the maximum.
+        // Scores that rise along the cache: each block (and past 8,192 positions, each tile of
+        // AVX-512's) raises the maximum.
+        if (len >= 300) {
           for (int j = 0; j < len; ++j) {
-            for (int c = 0; c < d; ++c) k[j * d + c] += 0.002f * static_cast<float>(j) * q[c];
+            const float rise = 0.6f * static_cast<float>(j) / static_cast<float>(len);
+            for (int c = 0; c < d; ++c) k[j * d + c] += rise * q[c];
           }
         }
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -327,7 +330,9 @@ TEST(DecodeAttention, MatchesSoftmaxAttention) {
 
 // Consecutive tokens of one sequence together (a verifying step's drafts, a prompt's chunk): each
 // row's result has the bits DecodeAttention gives it alone, on every path, over fp32 and bf16
-// caches, with rows whose spans end inside a block of 16 positions, at its end, and past it.
+// caches, with rows whose spans end inside a block of 16 positions, at its end, and past it, and
+// (on AVX-512, which takes spans past 8,192 positions a tile of 2,048 at a time) runs whose rows
+// straddle that bound or end inside a tile.
 TEST(DecodeAttention, RowsTogetherEqualEachRowAlone) {
   for (KernelIsa isa : kEveryIsa) {
     if (isa > BestKernelIsa()) continue;
@@ -336,7 +341,7 @@ TEST(DecodeAttention, RowsTogetherEqualEachRowAlone) {
       for (auto [rows, groups, len, d] :
            {std::tuple{1, 3, 40, 64}, std::tuple{5, 3, 18, 64}, std::tuple{5, 3, 259, 64},
             std::tuple{16, 2, 16, 32}, std::tuple{17, 4, 70, 128}, std::tuple{3, 2, 9, 12},
-            std::tuple{4, 5, 33, 48}}) {
+            std::tuple{4, 5, 33, 48}, std::tuple{16, 4, 8200, 64}, std::tuple{5, 2, 10300, 64}}) {
         SCOPED_TRACE(::testing::Message()
                      << KernelIsaName(isa) << (bf16 ? " bf16" : " fp32") << " rows " << rows
                      << " groups " << groups << " len " << len << " d " << d);
@@ -412,8 +417,9 @@ TEST(Q8KvCache, AttentionEqualsTheFp32PathOverTheWidenedCache) {
   for (KernelIsa isa : kEveryIsa) {
     if (isa > BestKernelIsa()) continue;
     LimitKernelIsa(isa);
-    for (auto [rows, groups, len, d] : {std::tuple{1, 3, 40, 64}, std::tuple{5, 3, 259, 64},
-                                        std::tuple{4, 4, 33, 128}, std::tuple{2, 1, 7, 32}}) {
+    for (auto [rows, groups, len, d] :
+         {std::tuple{1, 3, 40, 64}, std::tuple{5, 3, 259, 64}, std::tuple{4, 4, 33, 128},
+          std::tuple{2, 1, 7, 32}, std::tuple{3, 2, 10300, 64}}) {
       SCOPED_TRACE(::testing::Message() << KernelIsaName(isa) << " rows " << rows << " groups "
                                         << groups << " len " << len << " d " << d);
       std::mt19937 rng(static_cast<unsigned>(rows * 131 + len));
