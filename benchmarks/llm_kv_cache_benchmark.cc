@@ -3,9 +3,11 @@
 // all of them together (one token each), timed in rounds that alternate A B B A ... Each model's
 // first sequence is prefilled once and its blocks copied to the others' (StepModel::CopyBlocks):
 // every sequence reads a cache of its own, as distinct prompts would, without 16 prefills.
-// Prints the median step time per format, output tokens/s, and their ratio.
+// Prints the median step time per format, output tokens/s, and their ratio. With a sixth argument
+// (bf16 or q8_0), that format alone: a long context's prefill and decoding at its depth.
 //
 // Usage: build/llm_kv_cache_benchmark MODEL_DIR [streams 16] [depth 4096] [steps 8] [rounds 6]
+//            [format]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,7 +23,8 @@ using sluice::llm::StepModel;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [streams] [depth] [steps] [rounds]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL_DIR [streams] [depth] [steps] [rounds] [format]\n",
+                 argv[0]);
     return 2;
   }
   const int streams = argc > 2 ? std::atoi(argv[2]) : 16;
@@ -29,9 +32,18 @@ int main(int argc, char** argv) {
   const int steps = argc > 4 ? std::atoi(argv[4]) : 8;
   const int rounds = argc > 5 ? std::atoi(argv[5]) : 6;
   const char* formats[] = {"bf16", "q8_0"};
+  const std::string only = argc > 6 ? argv[6] : "";
+  if (!only.empty() && only != formats[0] && only != formats[1]) {
+    std::fprintf(stderr, "format %s: expected bf16 or q8_0\n", only.c_str());
+    return 2;
+  }
+  std::vector<int> used;
+  for (int f = 0; f < 2; ++f) {
+    if (only.empty() || only == formats[f]) used.push_back(f);
+  }
   std::unique_ptr<StepModel> models[2];
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(streams));
-  for (int f = 0; f < 2; ++f) {
+  for (int f : used) {
     sluice::llm::LlmLoadOverrides overrides;
     overrides.slots = streams;
     overrides.context_length = depth + steps * rounds + 16;
@@ -90,13 +102,20 @@ int main(int argc, char** argv) {
   };
   std::vector<double> times[2];
   for (int round = 0; round < rounds; ++round) {
-    for (int f : round % 2 == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}) {
+    for (size_t i = 0; i < used.size(); ++i) {
+      const int f = used[round % 2 == 0 ? i : used.size() - 1 - i];
       times[f].push_back(step_ms(f));
     }
   }
-  for (auto& t : times) {
-    std::sort(t.begin(), t.end());
-    if (t.front() < 0) return 1;
+  for (int f : used) {
+    std::sort(times[f].begin(), times[f].end());
+    if (times[f].front() < 0) return 1;
+  }
+  if (used.size() == 1) {
+    const double ms = times[used[0]][times[used[0]].size() / 2];
+    std::printf("%d streams at depth %d, %s cache: decode step %.1f ms (%.1f tokens/s)\n", streams,
+                depth, formats[used[0]], ms, 1000.0 * streams / ms);
+    return 0;
   }
   const double bf16 = times[0][times[0].size() / 2], q8 = times[1][times[1].size() / 2];
   std::printf(

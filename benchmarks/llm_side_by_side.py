@@ -2,8 +2,8 @@
 """Sluice against llama.cpp's llama-server on the same GGUF file, side by side.
 
 Starts each server on 127.0.0.1 (Sluice: one `sluice serve` per model directory given, so that each
-one's memory is its own; llama.cpp: `llama-server -m FILE -np 16` with as many threads as cores,
-its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt; Sluice with
+one's memory is its own; llama.cpp: `llama-server -m FILE -np 16` (--slots) with as many threads as
+cores, its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt; Sluice with
 --llm-prefix-caching off: the client's seeded prompts repeat from round to round, and either
 server's slots would answer them from the KV cache of the round before), then drives them with the
 same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts of the server's
@@ -16,7 +16,8 @@ benchmarks/build_llama_cpp.sh builds llama-server first.
 
 Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PATH]
            [--model NAME=DIR[@PRECISION] ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
-           [--prompt-tokens 128] [--output-tokens 128] [--context-length N]
+           [--prompt-tokens 128] [--output-tokens 128] [--requests N]
+           [--slots 16] [--context-length N]
 """
 import argparse
 import csv
@@ -90,6 +91,8 @@ def bench(sluice, port, model, concurrency, args, results_dir):
     command = [sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--model", model,
                "-c", concurrency, "--prompt-tokens", str(args.prompt_tokens),
                "--output-tokens", str(args.output_tokens), "--results-dir", results_dir]
+    if args.requests:
+        command += ["--requests", str(args.requests)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     runs = sorted(glob.glob(os.path.join(results_dir, "*", "summary.csv")), key=os.path.getmtime)
     with open(runs[-1]) as f:
@@ -112,6 +115,13 @@ def main():
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--out", default="results/llm-side-by-side.csv")
+    parser.add_argument("--requests", type=int,
+                        help="timed requests per level (sluice bench's default: max(8, 2 x "
+                             "streams))")
+    parser.add_argument("--slots", type=int, default=16,
+                        help="sequences each server holds at once (llama-server's -np, its "
+                             "context that many times prompt + output + 64; Sluice's "
+                             "--llm-slots where not 16): 1 for prompts of many thousand tokens")
     parser.add_argument("--context-length", type=int,
                         help="Sluice's tokens per sequence (--llm-context-length), for prompts "
                              "past its config's")
@@ -135,11 +145,14 @@ def main():
                 command += ["--llm-precision", precision]
             if args.context_length:
                 command += ["--llm-context-length", str(args.context_length)]
+            if args.slots != 16:
+                command += ["--llm-slots", str(args.slots)]
             servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))
         llama_port = free_port()
         servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
-                                            "--port", str(llama_port), "-np", "16", "-c",
-                                            str(16 * (args.prompt_tokens + args.output_tokens + 64)),
+                                            "--port", str(llama_port), "-np", str(args.slots), "-c",
+                                            str(args.slots *
+                                                (args.prompt_tokens + args.output_tokens + 64)),
                                             "-t", str(threads), "-tb", str(threads),
                                             "--no-webui", "--no-cache-prompt"],
                               "/health", llama_port, log))
