@@ -202,19 +202,23 @@ struct QuantInput {
   ScratchVector<int8_t> q;     // [m, k].
   ScratchVector<float> scale;  // [m, k / 32].
   ScratchVector<float> q_sum;  // [m, k / 32]: scale * sum(q).
+  // [m, k / 16]: the sum of each 16 of q (Q6_K's products take its weights as unsigned, q + 32,
+  // and subtract 32 times these).
+  ScratchVector<int32_t> half_sum;
   // With more than one row: the same, grouped as the repacked products read it (GroupQuantRows,
   // groups of group_rows), once for every call on this input.
   int64_t group_rows = 0;
   ScratchVector<int8_t> grouped_q;
   ScratchVector<float> grouped_scale, grouped_q_sum;
+  ScratchVector<int32_t> grouped_half_sum;
 };
 // Rows [row_begin, row_end) of x's quantisation into the layout the repacked products read: the m
 // rows in groups of `group_rows` and a last group of the rest; in a group of R rows from row g,
 // run c's step s (4 bytes) of row g + i at q[g k + 32 R c + 4 (R s + i)], its scale and sum at
-// [g k / 32 + R c + i]. A pass over R rows then reads x through one pointer, where a pointer a row
-// (3 R of them) ran the compiler out of registers.
+// [g k / 32 + R c + i], its half sums at 2 of that and the next. A pass over R rows then reads x
+// through one pointer, where a pointer a row (3 R of them) ran the compiler out of registers.
 void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, int64_t row_end,
-                    int8_t* q, float* scale, float* q_sum);
+                    int8_t* q, float* scale, float* q_sum, int32_t* half_sum);
 // y[i, j] = sum_c x[i, c] w[j, c] for j in [n_begin, n_end): w holds n rows of x.k weights of
 // `ggml_type`, one after the other. Calls on disjoint column ranges may run at once.
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,

@@ -438,16 +438,18 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
   q.resize(static_cast<size_t>(m * k));
   scale.resize(static_cast<size_t>(m * (k / 32)));
   q_sum.resize(static_cast<size_t>(m * (k / 32)));
+  half_sum.resize(static_cast<size_t>(m * (k / 16)));
   group_rows = m > 1 ? kernels::QuantRowsAtOnce(ActiveQuant()) : 0;
   if (group_rows > 0) {
     grouped_q.resize(q.size());
     grouped_scale.resize(scale.size());
     grouped_q_sum.resize(q_sum.size());
+    grouped_half_sum.resize(half_sum.size());
   }
 }
 
 void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, int64_t row_end,
-                    int8_t* q, float* scale, float* q_sum) {
+                    int8_t* q, float* scale, float* q_sum, int32_t* half_sum) {
   const int64_t runs = x.k / 32, full = x.m / group_rows * group_rows;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t first = r < full ? r / group_rows * group_rows : full;
@@ -460,6 +462,10 @@ void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, 
       }
       scale[first * runs + rows * c + i] = x.scale[static_cast<size_t>(r * runs + c)];
       q_sum[first * runs + rows * c + i] = x.q_sum[static_cast<size_t>(r * runs + c)];
+      for (int64_t h = 0; h < 2; ++h) {
+        half_sum[2 * (first * runs + rows * c + i) + h] =
+            x.half_sum[static_cast<size_t>(2 * (r * runs + c) + h)];
+      }
     }
   }
 }
@@ -469,25 +475,37 @@ void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
   Quantize(row_begin, row_end);
   if (group_rows > 0) {
     GroupQuantRows(*this, group_rows, row_begin, row_end, grouped_q.data(), grouped_scale.data(),
-                   grouped_q_sum.data());
+                   grouped_q_sum.data(), grouped_half_sum.data());
   }
 }
 
-void QuantInput::Quantize(int64_t row_begin, int64_t row_end) {
-  const int64_t chunks = k / 32;
-  const float* from = x + row_begin * k;
-  int8_t* to = q.data() + row_begin * k;
-  float* scales = scale.data() + row_begin * chunks;
-  float* sums = q_sum.data() + row_begin * chunks;
+namespace {
+
+// x's rows quantised per 32 on the path in use.
+void QuantizeOnPath(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
+                    float* q_sum) {
 #ifdef SLUICE_X86
   if (ActiveQuant() >= QuantIsa::kAvx512Vnni) {
-    return kernels::quant_avx512vnni::Quantize(from, row_end - row_begin, k, to, scales, sums);
+    return kernels::quant_avx512vnni::Quantize(x, rows, k, q, scale, q_sum);
   }
-  if (ActiveQuant() >= QuantIsa::kAvx2) {
-    return kernels::quant_avx2::Quantize(from, row_end - row_begin, k, to, scales, sums);
-  }
+  if (ActiveQuant() >= QuantIsa::kAvx2) return kernels::quant_avx2::Quantize(x, rows, k, q, scale, q_sum);
 #endif
-  kernels::quant::PortableQuantize(from, row_end - row_begin, k, to, scales, sums);
+  kernels::quant::PortableQuantize(x, rows, k, q, scale, q_sum);
+}
+
+}  // namespace
+
+void QuantInput::Quantize(int64_t row_begin, int64_t row_end) {
+  const int64_t chunks = k / 32;
+  QuantizeOnPath(x + row_begin * k, row_end - row_begin, k, q.data() + row_begin * k,
+                 scale.data() + row_begin * chunks, q_sum.data() + row_begin * chunks);
+  const int8_t* from = q.data() + row_begin * k;
+  int32_t* sums = half_sum.data() + row_begin * (k / 16);
+  for (int64_t h = 0; h < (row_end - row_begin) * (k / 16); ++h) {
+    int32_t total = 0;
+    for (int64_t b = 0; b < 16; ++b) total += from[16 * h + b];
+    sums[h] = total;
+  }
 }
 
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,

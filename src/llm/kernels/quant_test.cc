@@ -267,7 +267,8 @@ TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
   input.Prepare(x.data(), m, k);
   std::vector<int8_t> q(input.q.size());
   std::vector<float> scale(input.scale.size()), q_sum(input.q_sum.size());
-  GroupQuantRows(input, 8, 0, m, q.data(), scale.data(), q_sum.data());
+  std::vector<int32_t> half_sum(input.half_sum.size());
+  GroupQuantRows(input, 8, 0, m, q.data(), scale.data(), q_sum.data(), half_sum.data());
   for (int64_t r = 0; r < m; ++r) {
     const int64_t first = r < 8 ? 0 : 8, rows = r < 8 ? 8 : 5, i = r - first;
     for (int64_t c = 0; c < runs; ++c) {
@@ -282,6 +283,14 @@ TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
                 input.scale[static_cast<size_t>(r * runs + c)]);
       EXPECT_EQ(q_sum[static_cast<size_t>(first * runs + rows * c + i)],
                 input.q_sum[static_cast<size_t>(r * runs + c)]);
+      for (int64_t h = 0; h < 2; ++h) {
+        int32_t want = 0;
+        for (int64_t b = 0; b < 16; ++b) {
+          want += input.q[static_cast<size_t>(r * k + 32 * c + 16 * h + b)];
+        }
+        EXPECT_EQ(input.half_sum[static_cast<size_t>(2 * (r * runs + c) + h)], want);
+        EXPECT_EQ(half_sum[static_cast<size_t>(2 * (first * runs + rows * c + i) + h)], want);
+      }
     }
   }
   if (!PathOnThisCpu(QuantIsa::kAvx512Vnni)) GTEST_SKIP() << "one grouping on this CPU";
