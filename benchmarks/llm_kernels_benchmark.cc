@@ -291,15 +291,14 @@ void PromptAttentionBf16(benchmark::State& state) {
   for (float& x : q) x = value(random);
   for (auto _ : state) {
     sluice::llm::DecodeAttentionRows(q.data(), groups * d, static_cast<int>(rows),
-                                     static_cast<int>(groups), cache.data(),
-                                     cache.data() + len * d, len, d, 0.125f, out.data(),
-                                     groups * d, scratch.data());
+                                     static_cast<int>(groups), cache.data(), cache.data() + len * d,
+                                     len, d, 0.125f, out.data(), groups * d, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["flops"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 4.0 * static_cast<double>(rows * groups * d) *
-          static_cast<double>(len - rows / 2),
-      benchmark::Counter::kIsRate);
+  state.counters["flops"] = benchmark::Counter(static_cast<double>(state.iterations()) * 4.0 *
+                                                   static_cast<double>(rows * groups * d) *
+                                                   static_cast<double>(len - rows / 2),
+                                               benchmark::Counter::kIsRate);
 }
 BENCHMARK(PromptAttentionBf16)
     ->ArgsProduct({{512, 2048, 8192, 16384, 32768}})

@@ -290,8 +290,8 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
 // The values of each block are asked for too (into L2), for the p.V sums that follow.
 template <class T, class Where>
 SLUICE_AVX512 void Scores(const float* q, int64_t q_stride, int rows, int groups, const T* k,
-                          const T* v, int64_t j_begin, int64_t j_end, int64_t first_len,
-                          int64_t d, float scale, const float* k_scales, Where where) {
+                          const T* v, int64_t j_begin, int64_t j_end, int64_t first_len, int64_t d,
+                          float scale, const float* k_scales, Where where) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   alignas(64) float widened[16 * 256];
   // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
@@ -466,8 +466,8 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
                                        const float* k_scales, const float* v_scales) {
   const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   if (first_len > kTiledFrom) {
-    return TiledAttentionRows(q, q_stride, rows, groups, k, v, first_len, d, scale, out,
-                              out_stride, scratch, k_scales, v_scales);
+    return TiledAttentionRows(q, q_stride, rows, groups, k, v, first_len, d, scale, out, out_stride,
+                              scratch, k_scales, v_scales);
   }
   if (len > kTiledFrom) {  // The rows on either side of the bound, each alone.
     for (int r = 0; r < rows; ++r) {
