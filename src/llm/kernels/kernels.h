@@ -126,7 +126,8 @@ void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16
 // q_stride attend the first len - rows + 1 + r positions (the last row all len), its result at
 // out + r out_stride; scratch: at least rows * groups * len floats. Each row gets the bits
 // DecodeAttention gives it alone; the AVX-512 path (without AMX) widens each cached key once for
-// every row.
+// every row, and past 8,192 positions goes a tile of 2,048 at a time, its softmax carried across
+// tiles (avx512.cc's TiledAttentionRows).
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const float* k,
                          const float* v, int64_t len, int64_t d, float scale, float* out,
                          int64_t out_stride, float* scratch);
