@@ -282,6 +282,46 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
     {AccumulatePv<T, 3, 1>, AccumulatePv<T, 3, 2>, AccumulatePv<T, 3, 3>, AccumulatePv<T, 3, 4>},
     {AccumulatePv<T, 4, 1>, AccumulatePv<T, 4, 2>, AccumulatePv<T, 4, 3>, AccumulatePv<T, 4, 4>}};
 
+// out[g] = sum_j p[g, j] v[j] for `groups` rows of p (p_stride apart) over `len` positions: 64
+// columns (four vectors) of up to four groups per pass over v.
+template <class T>
+SLUICE_AVX512 void PvSums(int groups, const T* v, int64_t len, int64_t d, const float* p,
+                          int64_t p_stride, float* out, const float* v_scales) {
+  for (int64_t c0 = 0; c0 < d; c0 += 64) {
+    const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
+    for (int g0 = 0; g0 < groups; g0 += 4) {
+      const int gs = std::min(4, groups - g0);
+      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, p + g0 * p_stride, p_stride,
+                                            out + g0 * d + c0, v_scales, c0);
+    }
+  }
+}
+
+// The largest of row[0 .. count) (as std::max_element's: max is exact in any order), 16 at a
+// time; -inf where count is 0.
+SLUICE_AVX512 inline float RowMax(const float* row, int64_t count) {
+  __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < count; j += 16) {
+    largest = _mm512_mask_max_ps(largest, FirstLanes(count - j), largest,
+                                 _mm512_maskz_loadu_ps(FirstLanes(count - j), row + j));
+  }
+  return _mm512_reduce_max_ps(largest);
+}
+
+// row[j] = exp(row[j] - max) for j < count, in place; returns their sum (16 lanes, then reduced).
+SLUICE_AVX512 inline float ExpLessMax(float* row, int64_t count, float max) {
+  const __m512 max_v = _mm512_set1_ps(max);
+  __m512 total_v = _mm512_setzero_ps();
+  for (int64_t j = 0; j < count; j += 16) {
+    const __mmask16 lanes = FirstLanes(count - j);
+    const __m512 e = _mm512_maskz_mov_ps(
+        lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), max_v)));
+    _mm512_mask_storeu_ps(row + j, lanes, e);
+    total_v = _mm512_add_ps(total_v, e);
+  }
+  return _mm512_reduce_add_ps(total_v);
+}
+
 // The scores of positions [j_begin, j_end) for `rows` consecutive tokens of one sequence (row r
 // attends the first first_len + r positions, and gets none past them), 16 lanes of d at a time
 // (d a multiple of 16, at most 256): 16 cached positions at a time, their keys read (and widened
@@ -401,36 +441,16 @@ SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows
       for (int g = 0; g < groups; ++g) {
         const int64_t pair = int64_t{r} * groups + g;
         float* row = scratch + pair * kTile;
-        __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-        for (int64_t j = 0; j < count; j += 16) {
-          largest = _mm512_mask_max_ps(largest, FirstLanes(count - j), largest,
-                                       _mm512_maskz_loadu_ps(FirstLanes(count - j), row + j));
-        }
         const float before = maxima[pair];
-        const float now = std::max(before, _mm512_reduce_max_ps(largest));
-        const __m512 now_v = _mm512_set1_ps(now);
-        __m512 total_v = _mm512_setzero_ps();
-        for (int64_t j = 0; j < count; j += 16) {
-          const __mmask16 lanes = FirstLanes(count - j);
-          const __m512 e = _mm512_maskz_mov_ps(
-              lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), now_v)));
-          _mm512_mask_storeu_ps(row + j, lanes, e);
-          total_v = _mm512_add_ps(total_v, e);
-        }
+        const float now = std::max(before, RowMax(row, count));
+        const float total = ExpLessMax(row, count, now);
         const float rescale = std::exp(before - now);  // 0 at the first tile (before is -inf).
         maxima[pair] = now;
-        totals[pair] = totals[pair] * rescale + _mm512_reduce_add_ps(total_v);
+        totals[pair] = totals[pair] * rescale + total;
         rescales[g] = rescale;
       }
-      for (int64_t c0 = 0; c0 < d; c0 += 64) {
-        const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
-        for (int g0 = 0; g0 < groups; g0 += 4) {
-          const int gs = std::min(4, groups - g0);
-          kAccumulatePv<T>[gs - 1][vectors - 1](
-              v + t0 * d + c0, d, count, scratch + (int64_t{r} * groups + g0) * kTile, kTile,
-              tile + g0 * d + c0, v_scales == nullptr ? nullptr : v_scales + t0 * d / 32, c0);
-        }
-      }
+      PvSums(groups, v + t0 * d, count, d, scratch + int64_t{r} * groups * kTile, kTile, tile,
+             v_scales == nullptr ? nullptr : v_scales + t0 * d / 32);
       for (int g = 0; g < groups; ++g) {
         float* sum = sums + (int64_t{r} * groups + g) * d;
         const __m512 rescale = _mm512_set1_ps(rescales[g]);
@@ -500,36 +520,14 @@ SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, flo
                              float* scratch, const float* v_scales) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
-    // The largest score (as std::max_element's: max is exact in any order), 16 at a time.
-    __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t j = 0; j < len; j += 16) {
-      largest = _mm512_mask_max_ps(largest, FirstLanes(len - j), largest,
-                                   _mm512_maskz_loadu_ps(FirstLanes(len - j), row + j));
-    }
-    const __m512 max_v = _mm512_set1_ps(_mm512_reduce_max_ps(largest));
-    __m512 total_v = _mm512_setzero_ps();
-    for (int64_t j = 0; j < len; j += 16) {
-      const __mmask16 lanes = FirstLanes(len - j);
-      const __m512 e = _mm512_maskz_mov_ps(
-          lanes, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, row + j), max_v)));
-      _mm512_mask_storeu_ps(row + j, lanes, e);
-      total_v = _mm512_add_ps(total_v, e);
-    }
-    const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total_v));
+    const __m512 inverse = _mm512_set1_ps(1.0f / ExpLessMax(row, len, RowMax(row, len)));
     for (int64_t j = 0; j < len; j += 16) {
       const __mmask16 lanes = FirstLanes(len - j);
       _mm512_mask_storeu_ps(row + j, lanes,
                             _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, row + j), inverse));
     }
   }
-  for (int64_t c0 = 0; c0 < d; c0 += 64) {
-    const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
-    for (int g0 = 0; g0 < groups; g0 += 4) {
-      const int gs = std::min(4, groups - g0);
-      kAccumulatePv<T>[gs - 1][vectors - 1](v + c0, d, len, scratch + g0 * len, len,
-                                            out + g0 * d + c0, v_scales, c0);
-    }
-  }
+  PvSums(groups, v, len, d, scratch, len, out, v_scales);
 }
 
 template SLUICE_AVX512 void Matmul(const MatmulInput&, const uint16_t*, const float*, int64_t,
