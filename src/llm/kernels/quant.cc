@@ -488,8 +488,9 @@ void QuantizeOnPath(const float* x, int64_t rows, int64_t k, int8_t* q, float* s
   if (ActiveQuant() >= QuantIsa::kAvx512Vnni) {
     return kernels::quant_avx512vnni::Quantize(x, rows, k, q, scale, q_sum);
   }
-  if (ActiveQuant() >= QuantIsa::kAvx2)
+  if (ActiveQuant() >= QuantIsa::kAvx2) {
     return kernels::quant_avx2::Quantize(x, rows, k, q, scale, q_sum);
+  }
 #endif
   kernels::quant::PortableQuantize(x, rows, k, q, scale, q_sum);
 }
