@@ -240,6 +240,10 @@ bool CanRepackQuant(uint32_t ggml_type, int64_t rows);
 void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* out);
 void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n,
                          float* y, int64_t n_begin, int64_t n_end);
+// Row `row` of weights RepackQuant laid out (n rows of k), to fp32: DequantizeRow's values for
+// the row as the file held it. A tied embedding's lookups read the output head's repacked copy
+// this way, so the file's pages of it are never mapped again.
+void DequantizeRepackedRow(uint32_t ggml_type, const void* w, int64_t k, int64_t row, float* out);
 
 // fp32 <-> bf16 bits, rounding to nearest even (NaN stays NaN).
 uint16_t Fp32ToBf16(float value);

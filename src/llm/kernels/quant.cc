@@ -411,6 +411,22 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
   }
 }
 
+void DequantizeRepackedRow(uint32_t ggml_type, const void* w, int64_t k, int64_t row, float* out) {
+  const int64_t per_block = kernels::quant::BlockElements(ggml_type) / 32;
+  const int64_t record = 8 * kernels::quant::BlockBytes(ggml_type);
+  const auto* group = static_cast<const uint8_t*>(w) + row / 8 * (k / 32 / per_block * record);
+  kernels::quant::Chunk chunk;
+  for (int64_t c = 0; c < k; c += 32) {
+    const int64_t b = c / 32;
+    kernels::quant::UnpackRepacked(ggml_type, group + b / per_block * record,
+                                   static_cast<int>(row % 8), static_cast<int>(b % per_block),
+                                   &chunk);
+    for (int l = 0; l < 32; ++l) {
+      out[c + l] = chunk.scale[l / 16] * static_cast<float>(chunk.q[l]) + chunk.bias;
+    }
+  }
+}
+
 void QuantizeQ8_0(const float* w, int64_t n, void* blocks) {
   auto* out = static_cast<uint8_t*>(blocks);
   for (int64_t b = 0; b < n / 32; ++b, out += 34) {

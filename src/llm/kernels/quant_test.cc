@@ -2,6 +2,7 @@
 // dequantised by DequantizeRow, x as its int8 quantisation stands for it, summed in double.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -306,6 +307,33 @@ TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
   MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), 0, n);
   LimitQuantIsa(QuantIsa::kAvx512Vnni);
   EXPECT_EQ(packed, file);
+}
+
+// A row read back from the repacked layout has DequantizeRow's values for the file's row, bit
+// for bit: a tied embedding's lookups read the output head's repacked copy.
+TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
+  for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                             GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const auto type = static_cast<uint32_t>(type_enum);
+    constexpr int64_t n = 24;
+    const int64_t k = type_enum >= GgmlType::kQ4_K ? 768 : 96;
+    std::mt19937 rng(static_cast<unsigned>(type) + 29);
+    const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+    std::vector<uint8_t> repacked(w.size(), 0);
+    RepackQuant(type, w.data(), n, k, repacked.data());
+    const int64_t row_bytes = QuantRowBytes(type, k);
+    std::vector<float> expected(static_cast<size_t>(k)), actual(static_cast<size_t>(k));
+    for (int64_t row = 0; row < n; ++row) {
+      DequantizeRow(type, w.data() + row * row_bytes, k, expected.data());
+      std::fill(actual.begin(), actual.end(), -1.0f);
+      DequantizeRepackedRow(type, repacked.data(), k, row, actual.data());
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(actual[static_cast<size_t>(c)]),
+                  std::bit_cast<uint32_t>(expected[static_cast<size_t>(c)]))
+            << GgmlTypeName(type) << ", row " << row << ", column " << c;
+      }
+    }
+  }
 }
 
 TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {

@@ -569,10 +569,15 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       const int64_t row_bytes = QuantRowBytes(weights_.embedding_type, hidden);
       float* xp_rows = x.data_ptr<float>();
       for (int64_t t = 0; t < total; ++t) {
-        DequantizeRow(weights_.embedding_type,
-                      static_cast<const uint8_t*>(weights_.embedding_blocks) +
-                          tokens[static_cast<size_t>(t)] * row_bytes,
-                      hidden, xp_rows + t * hidden);
+        const int64_t token = tokens[static_cast<size_t>(t)];
+        if (weights_.embedding_repacked) {
+          DequantizeRepackedRow(weights_.embedding_type, weights_.embedding_blocks, hidden, token,
+                                xp_rows + t * hidden);
+        } else {
+          DequantizeRow(weights_.embedding_type,
+                        static_cast<const uint8_t*>(weights_.embedding_blocks) + token * row_bytes,
+                        hidden, xp_rows + t * hidden);
+        }
       }
     } else {
       x.copy_(weights_.embedding.index_select(0, at::tensor(tokens, at::kLong)));

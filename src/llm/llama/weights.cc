@@ -222,6 +222,12 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
   out->final_norm = norm(**final_norm);
   if (a.tie_word_embeddings) {
     out->lm_head = linear({*embedding});
+    const Linear::Part& head = out->lm_head.parts.front();
+    if (out->embedding_blocks != nullptr && out->lm_head.parts.size() == 1 && head.repacked) {
+      // The repacked copy replaced the file's pages (released at repacking); lookups read it.
+      out->embedding_blocks = head.blocks;
+      out->embedding_repacked = true;
+    }
   } else {
     auto head = find("output.weight", {a.vocab_size, hidden});
     if (!head.ok()) return head.status();

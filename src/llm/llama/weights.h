@@ -33,7 +33,10 @@ struct Weights {
       at::kFloat;        // Of the embedding and unquantised layers (set before loading).
   at::Tensor embedding;  // [vocab, hidden]; or, from a GGUF file, ...
   const void* embedding_blocks = nullptr;  // ... its quantised rows, of ...
-  uint32_t embedding_type = 0;             // ... this GgmlType.
+  uint32_t embedding_type = 0;             // ... this GgmlType, ...
+  // ... or, tied to the output head and repacked for it, that copy (as RepackQuant lays it out),
+  // so that the file's pages of it are not mapped again by lookups.
+  bool embedding_repacked = false;
   std::vector<Layer> layers;
   at::Tensor final_norm;
   Linear lm_head;
