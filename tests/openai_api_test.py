@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
 where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
-usage chunk, /tokenize and /detokenize, the error shapes, a disconnect mid-stream, the API key.
+usage chunk, /tokenize and /detokenize, the error shapes, a disconnect mid-stream, the API key;
+two servers sharing one weights cache.
 
 Usage: tests/openai_api_test.py SLUICE TEST_MODELS
 """
@@ -62,7 +63,53 @@ def main():
                               "--llm-threads", "1"]) as port:
             run(port)
             bench(sluice, port)
+    weights_cache(sluice, test_models)
     print("openai_api_test: all checks passed")
+
+
+def mapping_pages(pid, path):
+    """(Rss, Shared_Clean + Shared_Dirty) in kB of `pid`'s mappings of `path` (a file just written
+    is dirty in the page cache until written back)."""
+    rss = shared = 0
+    current = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                current = fields[5] if len(fields) > 5 else None
+            elif current == path and fields[0] == "Rss:":
+                rss += int(fields[1])
+            elif current == path and fields[0] in ("Shared_Clean:", "Shared_Dirty:"):
+                shared += int(fields[1])
+    return rss, shared
+
+
+def weights_cache(sluice, test_models):
+    """--llm-weights-cache: the first server writes a GGUF file's repacked weights to the folder
+    and serves from it; a second, started beside it, maps the same file and shares its pages; both
+    answer alike."""
+    model = os.path.join(test_models, "gguf_smollm2_q4_1")
+    prompt = {"model": "m", "prompt": "The capital of France is", "max_tokens": 8,
+              "temperature": 0}
+    with tempfile.TemporaryDirectory() as cache:
+        args = ["--model-dir", model, "--model-name", "m", "--llm-weights-cache", cache]
+        with serving(sluice, args, with_process=True) as (port_a, server_a):
+            files = os.listdir(cache)
+            check(len(files) == 1 and files[0].endswith(".repacked"), f"cache: {files}")
+            path = os.path.join(cache, files[0])
+            with serving(sluice, args, with_process=True) as (port_b, server_b):
+                check(os.listdir(cache) == files, f"the second server wrote: {os.listdir(cache)}")
+                answers = []
+                for port in (port_a, port_b):
+                    status, _, body = raw(port, "POST", "/v1/completions", prompt, key=None)
+                    check(status == 200, f"completion: {status} {body[:200]}")
+                    answers.append(json.loads(body)["choices"][0]["text"])
+                check(answers[0] == answers[1], f"answers differ: {answers}")
+                size_kb = os.path.getsize(path) // 1024
+                for pid in (server_a.pid, server_b.pid):
+                    rss, shared = mapping_pages(pid, path)
+                    check(rss >= 0.9 * size_kb and shared >= 0.9 * rss,
+                          f"pid {pid}: {rss} kB of the {size_kb} kB file mapped, {shared} shared")
 
 
 def run(port):

@@ -65,6 +65,10 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   app->add_option("--llm-kv-cache-dtype", cmd.llm_overrides.kv_cache_dtype,
                   "Language models' KV cache (auto, fp32, bf16, q8_0), over their config.yaml")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "q8_0"}));
+  app->add_option("--llm-weights-cache", cmd.llm_overrides.weights_cache,
+                  "Folder for GGUF models' repacked weights: later starts, and every server on "
+                  "this machine serving the same file, map them instead of repacking")
+      ->check(CLI::NonexistentPath | CLI::ExistingDirectory);
   app->add_option("--predict-model", cmd.options.predict_model,
                   "Model behind /predict (default: the first with preprocess.image)");
   app->add_option("--max-body-bytes", cmd.options.http.max_body_bytes,

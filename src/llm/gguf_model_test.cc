@@ -11,8 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "llm/files/gguf.h"
@@ -286,6 +289,160 @@ INSTANTIATE_TEST_SUITE_P(Files, Q8CacheTest,
                          ::testing::Values("gguf_smollm2_q4_1", "gguf_llama_q4_k_m",
                                            "gguf_qwen2_q4_k_m", "gguf_gemma3_q8_0"),
                          [](const auto& info) { return info.param; });
+
+// llm.weights_cache: the first load writes the repacked weights to a file and serves from it,
+// later loads map it, and every load's logits are those of a load without the cache, to the bit.
+// A truncated or altered file, or a changed GGUF file, is written anew; a folder that cannot be
+// written leaves the weights in memory; a file with nothing to repack writes none.
+class WeightsCacheTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/sluice-weights-cache-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  static std::unique_ptr<StepModel> Load(const std::string& dir, const std::string& cache) {
+    ModelLoadOptions options;
+    options.dir = dir;
+    options.serve.slots = 1;
+    options.serve.context_length = 64;
+    options.serve.threads = 2;
+    options.serve.weights_cache = cache;
+    auto model = LoadLlamaModel(options);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return model.ok() ? std::move(*model) : nullptr;
+  }
+  // The logits of a 20-token prompt's last position and of 3 steps after it.
+  static std::vector<float> Logits(StepModel& model) {
+    std::vector<int32_t> prompt;
+    const int vocab = model.architecture().vocab_size;
+    for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 41 + 7) % vocab));
+    return testing::PagedRun(model, 0, {}, prompt, 0, 3);
+  }
+  std::vector<std::filesystem::path> CacheFiles(const std::string& cache) const {
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(cache)) {
+      files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  std::string root_;
+};
+
+TEST_P(WeightsCacheTest, LaterLoadsMapTheFileAndGiveTheSameLogits) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/" + GetParam();
+  const std::string cache = root_ + "/cache";
+  auto plain = Load(dir, "");
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->weights_cache(), "");
+  const std::vector<float> expected = Logits(*plain);
+  plain.reset();
+
+  auto first = Load(dir, cache);
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(first->weights_cache().starts_with("repacked weights written to " + cache + "/"))
+      << first->weights_cache();
+  EXPECT_EQ(Logits(*first), expected);
+  const std::vector<std::filesystem::path> files = CacheFiles(cache);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].extension(), ".repacked");
+  const auto bytes = std::filesystem::file_size(files[0]);
+
+  auto second = Load(dir, cache);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->weights_cache(), "repacked weights mapped from " + files[0].string());
+  EXPECT_EQ(Logits(*second), expected);
+  second.reset();
+  first.reset();
+
+  std::filesystem::resize_file(files[0], bytes / 2);  // Truncated: written anew.
+  auto truncated = Load(dir, cache);
+  ASSERT_NE(truncated, nullptr);
+  EXPECT_TRUE(truncated->weights_cache().starts_with("repacked weights written to"));
+  EXPECT_EQ(std::filesystem::file_size(files[0]), bytes);
+  EXPECT_EQ(Logits(*truncated), expected);
+  truncated.reset();
+
+  {  // Another layout version in the header: written anew.
+    std::FILE* f = std::fopen(files[0].c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fseek(f, 8, SEEK_SET), 0);
+    const uint32_t version = 999;
+    ASSERT_EQ(std::fwrite(&version, sizeof(version), 1, f), 1u);
+    std::fclose(f);
+  }
+  auto altered = Load(dir, cache);
+  ASSERT_NE(altered, nullptr);
+  EXPECT_TRUE(altered->weights_cache().starts_with("repacked weights written to"));
+  EXPECT_EQ(Logits(*altered), expected);
+  EXPECT_EQ(CacheFiles(cache).size(), 1u);  // No temporary file left behind.
+}
+
+TEST_P(WeightsCacheTest, AChangedFileGetsAFileOfItsOwn) {
+  const std::string source = std::string(SLUICE_TEST_MODELS) + "/" + GetParam();
+  const std::string dir = root_ + "/model", cache = root_ + "/cache";
+  std::filesystem::create_directories(dir);
+  for (const auto& entry : std::filesystem::directory_iterator(source)) {
+    if (entry.path().extension() == ".gguf" || entry.path().filename() == "config.yaml") {
+      std::filesystem::copy_file(entry.path(), dir + "/" + entry.path().filename().string());
+    }
+  }
+  auto before = Load(dir, cache);
+  ASSERT_NE(before, nullptr);
+  const std::vector<float> expected = Logits(*before);
+  before.reset();
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".gguf") {
+      std::filesystem::last_write_time(
+          entry.path(), std::filesystem::last_write_time(entry.path()) + std::chrono::seconds(5));
+    }
+  }
+  auto after = Load(dir, cache);
+  ASSERT_NE(after, nullptr);
+  EXPECT_TRUE(after->weights_cache().starts_with("repacked weights written to"));
+  EXPECT_EQ(CacheFiles(cache).size(), 2u);
+  EXPECT_EQ(Logits(*after), expected);
+}
+
+TEST_P(WeightsCacheTest, AFolderThatCannotBeWrittenLeavesTheWeightsInMemory) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/" + GetParam();
+  const std::string blocker = root_ + "/a-file";
+  std::FILE* f = std::fopen(blocker.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  auto plain = Load(dir, "");
+  ASSERT_NE(plain, nullptr);
+  const std::vector<float> expected = Logits(*plain);
+  plain.reset();
+  auto model = Load(dir, blocker + "/cache");  // Its parent is a file.
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->weights_cache(), "");
+  EXPECT_EQ(Logits(*model), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, WeightsCacheTest,
+                         ::testing::Values("gguf_smollm2_q4_1", "gguf_qwen2_q4_k_m",
+                                           "gguf_llama_q6_k", "gguf_gemma3_q5_k_m"),
+                         [](const auto& info) { return info.param; });
+
+TEST(WeightsCacheFloatTest, AFileWithNothingToRepackWritesNone) {
+  char pattern[] = "/tmp/sluice-weights-cache-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string cache = std::string(pattern) + "/cache";
+  ModelLoadOptions options;
+  options.dir = std::string(SLUICE_TEST_MODELS) + "/gguf_llama_f16";
+  options.serve.slots = 1;
+  options.serve.context_length = 64;
+  options.serve.weights_cache = cache;
+  auto model = LoadLlamaModel(options);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->weights_cache(), "");
+  EXPECT_FALSE(std::filesystem::exists(cache));
+  std::filesystem::remove_all(pattern);
+}
 
 }  // namespace
 }  // namespace sluice::llm

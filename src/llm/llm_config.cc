@@ -234,7 +234,8 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "max_step_tokens",    "prefill_chunk",  "speculative_tokens",
       "speculative_ngram",  "threads",        "max_waiting",
       "default_max_tokens", "model_file",     "prefix_caching",
-      "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype"};
+      "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
+      "weights_cache"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -253,6 +254,12 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       }
     }
     if (llm["model_file"]) config.model_file = llm["model_file"].as<std::string>();
+    if (llm["weights_cache"]) {
+      config.weights_cache = llm["weights_cache"].as<std::string>();
+      if (config.weights_cache.empty()) {
+        return Bad(path, "llm.weights_cache", "must name a folder");
+      }
+    }
     if (llm["kv_cache_dtype"]) {
       const std::string value = llm["kv_cache_dtype"].as<std::string>();
       if (!ParseKvCacheDtype(value, &config.kv_cache_dtype)) {

@@ -105,6 +105,10 @@ struct LlmServeConfig {
   int default_max_tokens = 256;  // When a request gives no max_tokens (capped by the context).
   // A GGUF model's file in the directory (when it holds more than one).
   std::string model_file;
+  // A folder for a GGUF file's repacked weights (llama/weights_cache.h): later loads, and every
+  // process serving the same file, map them instead of repacking. Empty: each load repacks into
+  // memory of its own.
+  std::string weights_cache;
 };
 
 // Parses config.json. Errors name the file and key.

@@ -67,6 +67,10 @@ TEST_F(ServeConfigTest, PagedCacheKeys) {
     ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
     EXPECT_EQ(chosen->kv_cache_dtype, dtype);
   }
+  EXPECT_EQ(defaults->weights_cache, "") << "off unless named";
+  auto cached = Parse("llm:\n  weights_cache: /var/cache/sluice\n");
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  EXPECT_EQ(cached->weights_cache, "/var/cache/sluice");
 }
 
 TEST_F(ServeConfigTest, ErrorsNameTheKey) {
@@ -78,6 +82,7 @@ TEST_F(ServeConfigTest, ErrorsNameTheKey) {
            {"llm:\n  kv_block_size: 0\n", "llm.kv_block_size"},
            {"llm:\n  kv_cache_bytes: -1\n", "llm.kv_cache_bytes"},
            {"llm:\n  kv_cache_dtype: q4_0\n", "llm.kv_cache_dtype"},
+           {"llm:\n  weights_cache: ''\n", "llm.weights_cache"},
            {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
     auto config = Parse(yaml);
     ASSERT_FALSE(config.ok()) << yaml;

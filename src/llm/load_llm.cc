@@ -52,6 +52,7 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   if (overrides.max_step_tokens > 0) serve->max_step_tokens = overrides.max_step_tokens;
   if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;
   if (!overrides.prefix_caching.empty()) serve->prefix_caching = overrides.prefix_caching == "on";
+  if (!overrides.weights_cache.empty()) serve->weights_cache = overrides.weights_cache;
   if (!overrides.kv_cache_dtype.empty() &&
       !ParseKvCacheDtype(overrides.kv_cache_dtype, &serve->kv_cache_dtype)) {
     return Status::InvalidArgument(fmt::format(

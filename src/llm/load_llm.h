@@ -21,6 +21,7 @@ struct LlmLoadOverrides {
   std::string prefix_caching;   // "on" | "off"; empty: config.yaml's.
   std::string kv_cache_dtype;   // "auto" | "fp32" | "bf16" | "q8_0"; empty: config.yaml's.
   int context_length = 0;       // 0: config.yaml's.
+  std::string weights_cache;    // A folder; empty: config.yaml's.
 };
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,

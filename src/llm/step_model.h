@@ -51,6 +51,9 @@ class StepModel {
   // their products run on ("avx512bf16"; "avx512vnni"), for the startup line and /metrics.
   virtual std::string weight_formats() const { return ""; }
   virtual std::string kernel_paths() const { return ""; }
+  // Where a weights cache served the weights from ("repacked weights mapped from <file>"); empty
+  // without one.
+  virtual std::string weights_cache() const { return ""; }
   // What the KV cache holds ("bf16", "q8_0", ...), for the startup line.
   virtual std::string kv_cache_format() const { return ""; }
 };

@@ -122,12 +122,14 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       return Status(engine.status().code(),
                     fmt::format("language model '{}': {}", name, engine.status().message()));
     }
+    const std::string cache = (*engine)->model().weights_cache();
     fmt::print(
         "language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}, KV cache {} "
-        "({} MiB)\n",
+        "({} MiB){}{}\n",
         name, (*engine)->model().slots(), (*engine)->model().context_length(),
         (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(),
-        (*engine)->model().kv_cache_format(), (*engine)->model().kv_cache_bytes() >> 20);
+        (*engine)->model().kv_cache_format(), (*engine)->model().kv_cache_bytes() >> 20,
+        cache.empty() ? "" : ", ", cache);
     language_models.emplace(name, std::move(*engine));
   }
   OpenAiHandlers openai(language_models);

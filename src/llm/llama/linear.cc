@@ -94,14 +94,17 @@ void Linear::Add(const at::Tensor& w, LlmPrecision precision) {
   parts.push_back(std::move(part));
 }
 
-void Linear::AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t columns) {
+void Linear::AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t columns,
+                       bool repack) {
   Part part;
   part.first = out;
   part.rows = rows;
   part.blocks = blocks;
   part.type = type;
   in = columns;
-  if (Repack(&part, columns)) ReleaseMappedPages(blocks, rows * QuantRowBytes(type, columns));
+  if (repack && Repack(&part, columns)) {
+    ReleaseMappedPages(blocks, rows * QuantRowBytes(type, columns));
+  }
   out += rows;
   parts.push_back(std::move(part));
 }
@@ -114,6 +117,16 @@ bool Linear::Repack(Part* part, int64_t columns) {
   part->blocks = part->weight.data_ptr<uint8_t>();
   part->repacked = true;
   return true;
+}
+
+void Linear::UseRepacked(Part* part, const uint8_t* repacked, std::shared_ptr<void> owner,
+                         int64_t columns) {
+  part->weight = at::from_blob(
+      const_cast<uint8_t*>(repacked), {part->rows * QuantRowBytes(part->type, columns)},
+      [owner = std::move(owner)](void*) mutable { owner.reset(); },
+      at::TensorOptions().dtype(at::kByte));
+  part->blocks = repacked;
+  part->repacked = true;
 }
 
 void Linear::Into(const at::Tensor& x, float* yp) const {

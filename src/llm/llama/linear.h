@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "llm/kernels/kernels.h"
@@ -29,6 +31,7 @@ struct Linear {
     const void* blocks = nullptr;  // GGUF blocks, rows x QuantRowBytes(type, in) bytes ...
     uint32_t type = 0;             // ... of this GgmlType ...
     bool repacked = false;         // ... as RepackQuant lays them out (held in `weight`).
+    std::string source;            // The GGUF tensor's name; empty for other weights.
     bool fp32() const { return blocks == nullptr && weight.scalar_type() == at::kFloat; }
     int64_t bytes(int64_t in) const {
       if (blocks != nullptr) return rows * QuantRowBytes(type, in);
@@ -41,11 +44,17 @@ struct Linear {
 
   // One part from a float matrix [rows, in], in `precision`.
   void Add(const at::Tensor& w, LlmPrecision precision);
-  // One part of GGUF blocks: `rows` rows of `columns` weights of `type`.
-  void AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t columns);
+  // One part of GGUF blocks: `rows` rows of `columns` weights of `type` (repacked unless
+  // `repack` is false).
+  void AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t columns,
+                 bool repack = true);
   // A block part's weights repacked into a buffer of its own, where kernels.h can: the products
   // then read eight rows as one stream and transpose nothing (kernels.h), with the same results.
   static bool Repack(Part* part, int64_t columns);
+  // A block part's weights from `repacked` (RepackQuant's layout, `rows` x QuantRowBytes bytes)
+  // where another holds them (a weights cache's mapping, kept alive by `owner`): nothing copied.
+  static void UseRepacked(Part* part, const uint8_t* repacked, std::shared_ptr<void> owner,
+                          int64_t columns);
   // y = x W^T (+ b) into `yp`: [rows of x, out], contiguous.
   void Into(const at::Tensor& x, float* yp) const;
   // The bf16, int8 and block parts' columns, shared among the intra-op threads.

@@ -110,8 +110,14 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   try {
     c10::InferenceMode guard;
     if (gguf != nullptr) {
-      SLUICE_RETURN_IF_ERROR(
-          LoadGgufWeights(*gguf, model->arch_, model->serve_.precision, &model->weights_));
+      std::unique_ptr<WeightsCache> cache;
+      if (!model->serve_.weights_cache.empty()) {
+        auto opened = WeightsCache::Open(model->serve_.weights_cache, *gguf);
+        if (!opened.ok()) return opened.status();
+        cache = std::move(*opened);
+      }
+      SLUICE_RETURN_IF_ERROR(LoadGgufWeights(*gguf, model->arch_, model->serve_.precision,
+                                             cache.get(), &model->weights_));
       model->gguf_ = std::move(gguf);
     } else {
       SLUICE_RETURN_IF_ERROR(LoadSafetensorsWeights(*safetensors, model->arch_,

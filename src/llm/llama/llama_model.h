@@ -31,6 +31,7 @@ class LlamaModel final : public StepModel {
   int64_t weight_bytes() const override { return weights_.bytes; }
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
+  std::string weights_cache() const override { return weights_.weights_cache; }
   std::string kv_cache_format() const override {
     return std::string(KvCacheDtypeName(cache_dtype_));
   }

@@ -1,6 +1,7 @@
 #include "llm/llama/weights.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <string>
 
@@ -14,6 +15,58 @@ at::ScalarType TorchDtype(const std::string& dtype) {
   if (dtype == "BF16") return at::kBFloat16;
   if (dtype == "F16") return at::kHalf;
   return at::kByte;  // Rejected by the caller.
+}
+
+// Every repacked part of a GGUF file's weights, in one order.
+template <class Fn>
+void ForEachRepackedPart(Weights* weights, const Fn& fn) {
+  auto visit = [&](Linear& linear) {
+    for (Linear::Part& part : linear.parts) {
+      if (part.repacked && !part.source.empty()) fn(linear, part);
+    }
+  };
+  for (Layer& layer : weights->layers) {
+    for (Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) visit(*linear);
+  }
+  visit(weights->lm_head);
+}
+
+// After loading through `cache`: where any part was repacked here (no cache file yet, or one
+// that lacked it), the cache file is written and every repacked part then reads the mapped file,
+// its private copy freed, so that other processes share these pages. A cache that cannot be
+// written leaves the private copies, with a warning.
+void UseWeightsCache(const std::string& file_path, WeightsCache* cache, Weights* out) {
+  std::vector<WeightsCache::Tensor> tensors;
+  bool repacked_here = false;
+  ForEachRepackedPart(out, [&](const Linear& linear, const Linear::Part& part) {
+    tensors.push_back({part.source, part.type, part.rows, part.blocks,
+                       part.rows * QuantRowBytes(part.type, linear.in)});
+    repacked_here |=
+        cache->Find(part.source, part.type, part.rows, tensors.back().bytes) != part.blocks;
+  });
+  if (tensors.empty()) return;
+  if (!repacked_here) {
+    out->weights_cache = fmt::format("repacked weights mapped from {}", cache->path());
+    return;
+  }
+  if (Status status = cache->Write(tensors); !status.ok()) {
+    spdlog::warn("{}: weights cache not written (this process keeps its own copy): {}", file_path,
+                 status.message());
+    return;
+  }
+  bool all = true;
+  ForEachRepackedPart(out, [&](const Linear& linear, Linear::Part& part) {
+    const int64_t bytes = part.rows * QuantRowBytes(part.type, linear.in);
+    const uint8_t* mapped = cache->Find(part.source, part.type, part.rows, bytes);
+    if (mapped == nullptr) {
+      all = false;
+      return;
+    }
+    Linear::UseRepacked(&part, mapped, cache->owner(), linear.in);
+  });
+  if (out->embedding_repacked) out->embedding_blocks = out->lm_head.parts.front().blocks;
+  out->weights_cache = fmt::format("repacked weights written to {}{}", cache->path(),
+                                   all ? "" : " (some kept in memory)");
 }
 
 }  // namespace
@@ -99,7 +152,7 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
 // ones as parts of their layers read where the file is mapped, float ones converted to the
 // serving precision. Shapes are checked against the architecture.
 Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmPrecision precision,
-                       Weights* out) {
+                       WeightsCache* cache, Weights* out) {
   const ModelArchitecture& a = arch;
   auto find = [&](const std::string& name,
                   const std::vector<int64_t>& shape) -> Result<const GgufTensor*> {
@@ -131,7 +184,18 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     for (const GgufTensor* tensor : tensors) {
       if (IsQuantType(tensor->type)) {
         flush();
-        result.AddBlocks(tensor->data, tensor->type, tensor->shape[0], tensor->shape[1]);
+        const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
+        const uint8_t* cached = cache == nullptr
+                                    ? nullptr
+                                    : cache->Find(tensor->name, tensor->type, rows,
+                                                  rows * QuantRowBytes(tensor->type, columns));
+        if (cached != nullptr) {
+          result.AddBlocks(nullptr, tensor->type, rows, columns, /*repack=*/false);
+          Linear::UseRepacked(&result.parts.back(), cached, cache->owner(), columns);
+        } else {
+          result.AddBlocks(tensor->data, tensor->type, rows, columns);
+        }
+        result.parts.back().source = tensor->name;
       } else {
         pending.push_back(floats(*tensor));
       }
@@ -233,6 +297,7 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     if (!head.ok()) return head.status();
     out->lm_head = linear({*head});
   }
+  if (cache != nullptr) UseWeightsCache(file.path(), cache, out);
   return Status::Ok();
 }
 

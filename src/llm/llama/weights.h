@@ -8,11 +8,13 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
 #include "llm/llama/linear.h"
+#include "llm/llama/weights_cache.h"
 #include "llm/llm_config.h"
 #include "sluice/status.h"
 
@@ -41,6 +43,9 @@ struct Weights {
   at::Tensor final_norm;
   Linear lm_head;
   int64_t bytes = 0;  // Of everything above as held in memory.
+  // Where a weights cache served the repacked parts: "repacked weights mapped from <file>" or
+  // "... written to <file>"; empty without one.
+  std::string weights_cache;
 };
 
 // Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...), F32, BF16 or F16.
@@ -48,8 +53,9 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
                               LlmPrecision precision, Weights* out);
 // llama.cpp's tensor names (blk.N.attn_q.weight, ...), each tensor kept in its type: quantised
 // ones as parts of their layers, read where the file is mapped (or repacked), float ones
-// converted to the serving precision.
+// converted to the serving precision. With a `cache` (may be null), the repacked parts come from
+// its file, or are written to it and then read from it (weights_cache.h).
 Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmPrecision precision,
-                       Weights* out);
+                       WeightsCache* cache, Weights* out);
 
 }  // namespace sluice::llm::llama
