@@ -46,7 +46,44 @@ uint64_t Fnv1a(std::string_view bytes, uint64_t hash = 14695981039346656037ull) 
   return hash;
 }
 
-Status WriteAll(int fd, const void* data, int64_t bytes, const std::string& path) {
+// Writes through a buffer of 2 MiB, so that every write() is 2 MiB at a 2 MiB offset (the
+// last excepted): the page cache then holds the file in 2 MiB folios where the file system
+// can, which the readers' mappings map as huge pages.
+class StagedWriter {
+ public:
+  StagedWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)), buffer_(kStage) {}
+  Status Append(const void* data, int64_t bytes) {
+    const auto* from = static_cast<const uint8_t*>(data);
+    while (bytes > 0) {
+      const int64_t take = std::min(bytes, kStage - used_);
+      if (from != nullptr) {
+        std::memcpy(buffer_.data() + used_, from, static_cast<size_t>(take));
+        from += take;
+      } else {
+        std::memset(buffer_.data() + used_, 0, static_cast<size_t>(take));
+      }
+      used_ += take;
+      bytes -= take;
+      if (used_ == kStage) SLUICE_RETURN_IF_ERROR(Flush());
+    }
+    return Status::Ok();
+  }
+  Status Flush() {
+    Status status = WriteAll(fd_, buffer_.data(), used_, path_);
+    used_ = 0;
+    return status;
+  }
+
+ private:
+  static constexpr int64_t kStage = int64_t{2} << 20;
+  static Status WriteAll(int fd, const void* data, int64_t bytes, const std::string& path);
+  int fd_;
+  std::string path_;
+  std::vector<uint8_t> buffer_;
+  int64_t used_ = 0;
+};
+
+Status StagedWriter::WriteAll(int fd, const void* data, int64_t bytes, const std::string& path) {
   const auto* from = static_cast<const uint8_t*>(data);
   while (bytes > 0) {
     const ssize_t written = write(fd, from, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)));
@@ -102,11 +139,32 @@ bool WeightsCache::Map() {
     return false;
   }
   const auto length = static_cast<size_t>(info.st_size);
-  // Populated at once: start-up reads the file (from the page cache, where it was written or
-  // read before) rather than the first requests faulting it in.
-  void* mapping = mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // At a 2 MiB boundary, so that each 2 MiB of the file lies on one where the kernel can map it
+  // as a huge page (a tmpfs with huge=, a file system whose page cache holds 2 MiB folios).
+  // Populated at once: start-up reads the file (from the page cache, where it was written or read
+  // before) rather than the first requests faulting it in.
+  constexpr size_t kHuge = size_t{2} << 20;
+  void* area = mmap(nullptr, length + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  const auto start = reinterpret_cast<uintptr_t>(area);
+  const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);
+  if (aligned > start) munmap(area, aligned - start);
+  if (const size_t tail = start + kHuge - aligned; tail > 0) {
+    munmap(reinterpret_cast<void*>(aligned + length), tail);
+  }
+  void* mapping =
+      mmap(reinterpret_cast<void*>(aligned), length, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
   close(fd);
-  if (mapping == MAP_FAILED) return false;
+  if (mapping == MAP_FAILED) {
+    munmap(reinterpret_cast<void*>(aligned), length);
+    return false;
+  }
+  // Advised first, so that pages read in now come as 2 MiB folios where the kernel can.
+  madvise(mapping, length, MADV_HUGEPAGE);
+  madvise(mapping, length, MADV_POPULATE_READ);
   std::shared_ptr<void> owner(mapping, [length](void* p) { munmap(p, length); });
   const auto* base = static_cast<const uint8_t*>(mapping);
   const auto file_bytes = static_cast<int64_t>(length);
@@ -135,8 +193,6 @@ bool WeightsCache::Map() {
     }
     entries.push_back(std::move(entry));
   }
-  // Huge pages where the file system gives them to shared mappings (a tmpfs with huge=).
-  madvise(mapping, length, MADV_HUGEPAGE);
   entries_ = std::move(entries);
   base_ = base;
   owner_ = std::move(owner);
@@ -193,14 +249,14 @@ Status WeightsCache::Write(const std::vector<Tensor>& tensors) {
   if (fd < 0) {
     return Status::Internal(fmt::format("{}: cannot create: {}", temporary, std::strerror(errno)));
   }
-  Status status = WriteAll(fd, head.data(), static_cast<int64_t>(head.size()), temporary);
-  const std::vector<uint8_t> padding(static_cast<size_t>(kAlign), 0);
+  StagedWriter writer(fd, temporary);
+  Status status = writer.Append(head.data(), static_cast<int64_t>(head.size()));
   for (const Tensor& tensor : tensors) {
     if (!status.ok()) break;
-    status = WriteAll(fd, tensor.data, tensor.bytes, temporary);
-    const int64_t pad = AlignUp(tensor.bytes) - tensor.bytes;
-    if (status.ok() && pad > 0) status = WriteAll(fd, padding.data(), pad, temporary);
+    status = writer.Append(tensor.data, tensor.bytes);
+    if (status.ok()) status = writer.Append(nullptr, AlignUp(tensor.bytes) - tensor.bytes);
   }
+  if (status.ok()) status = writer.Flush();
   if (close(fd) != 0 && status.ok()) {
     status = Status::Internal(fmt::format("{}: cannot write: {}", temporary, std::strerror(errno)));
   }
