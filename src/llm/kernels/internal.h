@@ -309,6 +309,27 @@ SLUICE_AVX512VNNI void RepackedMatmul(const QuantInput& x, uint32_t type, const 
 SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                                 float* q_sum);
 }  // namespace quant_avx512vnni
+// AMX's int8 tiles for repacked Q8_0 and Q4_0 weights (quant_amx.cc), with the AVX-512 VNNI path's
+// results to the bit; and the same code over tiles emulated in C++ (AVX2), for tests.
+#define SLUICE_QUANT_AMX                                                           \
+  __attribute__((                                                                  \
+      target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,amx-tile,amx-int8,amx-bf16," \
+             "avx512bf16")))
+namespace quant_amx {
+// Whether the CPU has AMX's int8 tiles and Linux granted this process their state.
+bool Usable();
+// Types whose repacked products go through the tiles.
+constexpr bool Handles(uint32_t type) {
+  return type == static_cast<uint32_t>(GgmlType::kQ8_0) ||
+         type == static_cast<uint32_t>(GgmlType::kQ4_0);
+}
+SLUICE_QUANT_AMX void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                     float* y, int64_t n_begin, int64_t n_end);
+}  // namespace quant_amx
+namespace quant_amx_emulated {
+SLUICE_QUANT_AVX2 void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                      float* y, int64_t n_begin, int64_t n_end);
+}  // namespace quant_amx_emulated
 
 #endif  // SLUICE_X86
 

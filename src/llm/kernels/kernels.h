@@ -175,9 +175,13 @@ void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, f
 enum class QuantIsa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni };
 QuantIsa BestQuantIsa();
 const char* QuantIsaName(QuantIsa isa);
-// The path in use: "avx512vnni", "avxvnni", "avx2" or "portable" (SLUICE_QUANT_KERNELS caps it).
+// The path in use: "avx512vnni", "avxvnni", "avx2" or "portable" (SLUICE_QUANT_KERNELS caps it);
+// "amx+avx512vnni" where AMX's int8 tiles take the Q8_0 and Q4_0 products of 16 rows or more
+// (Intel Sapphire Rapids and later, unless SLUICE_QUANT_KERNELS names another path), with the
+// AVX-512 VNNI path's results to the bit.
 const char* QuantKernelIsa();
 void LimitQuantIsa(QuantIsa limit);
+void UseAmxQuant(bool on);  // Where the CPU has the tiles.
 
 // Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
 bool IsQuantType(uint32_t ggml_type);

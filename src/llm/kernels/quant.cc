@@ -313,18 +313,37 @@ QuantIsa SupportedQuant() {
 
 QuantIsa QuantLimitFromEnvironment() {
   const char* name = std::getenv("SLUICE_QUANT_KERNELS");
-  if (name == nullptr) return QuantIsa::kAvx512Vnni;
+  if (name == nullptr || std::strcmp(name, "amx") == 0) return QuantIsa::kAvx512Vnni;
   for (QuantIsa isa :
        {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni, QuantIsa::kAvx512Vnni}) {
     if (std::strcmp(name, QuantIsaName(isa)) == 0) return isa;
   }
   std::fprintf(stderr,
-               "SLUICE_QUANT_KERNELS=%s is none of portable, avx2, avxvnni, avx512vnni: ignored\n",
+               "SLUICE_QUANT_KERNELS=%s is none of portable, avx2, avxvnni, avx512vnni, amx: "
+               "ignored\n",
                name);
   return QuantIsa::kAvx512Vnni;
 }
 
+// AMX's int8 tiles for Q8_0 and Q4_0 products of 16 rows or more, where the CPU has them: on
+// unless SLUICE_QUANT_KERNELS names another path. Asked for (=amx) where there are none, refused
+// with a line saying so.
+bool AmxQuantFromEnvironment() {
+  const char* name = std::getenv("SLUICE_QUANT_KERNELS");
+  if (name != nullptr && std::strcmp(name, "amx") == 0) {
+#ifdef SLUICE_X86
+    if (kernels::quant_amx::Usable()) return true;
+#endif
+    std::fprintf(stderr,
+                 "SLUICE_QUANT_KERNELS=amx: this CPU (or its kernel) gives no AMX int8 tiles; "
+                 "the best other path serves\n");
+    return false;
+  }
+  return name == nullptr;
+}
+
 std::atomic<QuantIsa> quant_limit{QuantLimitFromEnvironment()};
+std::atomic<bool> amx_quant{AmxQuantFromEnvironment()};
 
 // The best path within the limit. AVX-VNNI and AVX-512 VNNI are not ordered by what a CPU has
 // (one may have either): below a limit the CPU does not reach, the next lower path it has.
@@ -333,6 +352,16 @@ QuantIsa ActiveQuant() {
   if (best <= limit) return best;
   if (limit == QuantIsa::kAvxVnni && best == QuantIsa::kAvx512Vnni) return QuantIsa::kAvx2;
   return limit;
+}
+
+// Whether Q8_0 and Q4_0 products of 16 rows or more go through AMX's tiles.
+bool ActiveAmxQuant() {
+#ifdef SLUICE_X86
+  return amx_quant.load(std::memory_order_relaxed) && ActiveQuant() == QuantIsa::kAvx512Vnni &&
+         kernels::quant_amx::Usable();
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -353,9 +382,13 @@ const char* QuantIsaName(QuantIsa isa) {
   return "portable";
 }
 
-const char* QuantKernelIsa() { return QuantIsaName(ActiveQuant()); }
+const char* QuantKernelIsa() {
+  return ActiveAmxQuant() ? "amx+avx512vnni" : QuantIsaName(ActiveQuant());
+}
 
 void LimitQuantIsa(QuantIsa limit) { quant_limit.store(limit); }
+
+void UseAmxQuant(bool on) { amx_quant.store(on); }
 
 bool IsQuantType(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
@@ -690,6 +723,9 @@ void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w,
 #ifdef SLUICE_X86
   switch (ActiveQuant()) {
     case QuantIsa::kAvx512Vnni:
+      if (x.m >= 16 && kernels::quant_amx::Handles(ggml_type) && ActiveAmxQuant()) {
+        return kernels::quant_amx::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+      }
       return kernels::quant_avx512vnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
     case QuantIsa::kAvxVnni:
       return kernels::quant_avxvnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llm/kernels/ggml_blocks.h"
+#include "llm/kernels/internal.h"
 #include "llm/kernels/kernels.h"
 
 namespace sluice::llm {
@@ -307,6 +308,51 @@ TEST(QuantRepackTest, GroupedRowsAndAnInputPreparedForAnotherPath) {
   MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), 0, n);
   LimitQuantIsa(QuantIsa::kAvx512Vnni);
   EXPECT_EQ(packed, file);
+}
+
+// AMX's int8 tiles for Q8_0 and Q4_0 (quant_amx.cc): the code over tiles emulated in C++ gives the
+// AVX2 path's results to the bit on every CPU with AVX2 (the same integer sums, the same fp32
+// steps in the same order), for 1 to 40 rows of x (a last block of fewer than 16) and column
+// ranges that start and end inside a group of eight. Where the CPU has AMX, the tiles themselves
+// give the AVX-512 VNNI path's bits, called directly and through MatmulQuantRepacked.
+TEST(QuantAmxTest, TilesGiveTheVectorPathsBits) {
+  if (BestQuantIsa() < QuantIsa::kAvx2) GTEST_SKIP() << "no vector path on this CPU";
+  const bool amx = kernels::quant_amx::Usable() && BestQuantIsa() == QuantIsa::kAvx512Vnni;
+  EXPECT_EQ(std::string(QuantKernelIsa()) == "amx+avx512vnni", amx);
+  for (GgmlType type_enum : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const auto type = static_cast<uint32_t>(type_enum);
+    constexpr int64_t n = 40, k = 320;
+    std::mt19937 rng(static_cast<unsigned>(type) + 41);
+    const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
+    std::vector<uint8_t> repacked(w.size(), 0);
+    RepackQuant(type, w.data(), n, k, repacked.data());
+    for (int64_t m : {1, 5, 16, 17, 31, 40}) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (float& v : x) v = normal(rng);
+      QuantInput input;
+      input.Prepare(x.data(), m, k);
+      std::vector<float> expected(static_cast<size_t>(m * n), -1.0f), tiles(expected.size(), -2.0f);
+      kernels::quant_avx2::RepackedMatmul(input, type, repacked.data(), n, expected.data(), 0, n);
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 13}, {13, 19}, {19, n}}) {
+        kernels::quant_amx_emulated::RepackedMatmul(input, type, repacked.data(), n, tiles.data(),
+                                                    begin, end);
+      }
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(tiles[static_cast<size_t>(i)], expected[static_cast<size_t>(i)])
+            << GgmlTypeName(type) << " on emulated tiles, " << m << " rows, row " << i / n
+            << ", column " << i % n;
+      }
+      if (!amx) continue;
+      std::vector<float> vnni(expected.size(), -3.0f), real(expected.size(), -4.0f),
+          dispatched(expected.size(), -5.0f);
+      kernels::quant_avx512vnni::RepackedMatmul(input, type, repacked.data(), n, vnni.data(), 0, n);
+      kernels::quant_amx::RepackedMatmul(input, type, repacked.data(), n, real.data(), 0, n);
+      MatmulQuantRepacked(input, type, repacked.data(), n, dispatched.data(), 0, n);
+      EXPECT_EQ(real, vnni) << GgmlTypeName(type) << " on AMX, " << m << " rows";
+      EXPECT_EQ(dispatched, vnni) << GgmlTypeName(type) << " through the dispatch, " << m;
+    }
+  }
 }
 
 // A row read back from the repacked layout has DequantizeRow's values for the file's row, bit
