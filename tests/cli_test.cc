@@ -177,6 +177,26 @@ TEST_F(CliTest, BadConfigFailsNamingFileAndKey) {
   EXPECT_THAT(r.output, HasSubstr("config.yaml: batching: unknown key"));
 }
 
+// SLUICE_QUANT_KERNELS=amx where the CPU has no AMX int8 tiles: a line says so and the best other
+// path serves; where it has them, no such line.
+TEST_F(CliTest, AmxQuantKernelsAreRefusedWhereTheCpuHasNone) {
+  const std::string cpuinfo = ReadFile("/proc/cpuinfo");
+  const bool amx = cpuinfo.find(" amx_int8") != std::string::npos;
+  std::string command = "SLUICE_QUANT_KERNELS=amx " + std::string(SLUICE_BINARY) + " --help 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_EQ(output.find("is none of"), std::string::npos) << output;
+  EXPECT_EQ(output.find("SLUICE_QUANT_KERNELS=amx: this CPU (or its kernel) gives no AMX int8 "
+                        "tiles") != std::string::npos,
+            !amx)
+      << output;
+}
+
 TEST_F(CliTest, UsageErrorsAreClear) {
   CommandResult unknown =
       RunSluice("bench --in-process --model no_such_model --model-repository " + kModels.string());
