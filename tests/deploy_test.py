@@ -1,7 +1,8 @@
 """The deployment manifests (deploy/), checked against real schemas and tied to the binary.
 
-1. Every KServe manifest validates against its CustomResourceDefinition's openAPIV3Schema (KServe's,
-   in deploy/schemas/kserve/), strictly: unknown fields are errors, as
+1. Every KServe and Gateway API Inference Extension manifest validates against its
+   CustomResourceDefinition's openAPIV3Schema (deploy/schemas/kserve/, deploy/schemas/gie/),
+   strictly: unknown fields are errors, as
    `kubectl apply --validate=strict` makes them. Every core manifest validates with
    kubernetes-validate --strict. A manifest with a misspelt field is refused by both.
 2. `sluice serve` started with exactly the ClusterServingRuntime's container args (the model path
@@ -14,7 +15,7 @@
    --drain-delay; then the listener closes, in-flight work finishes, and the exit code is 0.
 4. --model-dir / --model-name errors are clear.
 
-Usage: deploy_test.py SLUICE TEST_MODELS KSERVE_CRD_DIR
+Usage: deploy_test.py SLUICE TEST_MODELS CRD_DIR (deploy/schemas)
 """
 import copy
 import http.client
@@ -38,8 +39,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
 CRD_FILES = {
     ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"):
-        "serving.kserve.io_clusterservingruntimes.yaml",
-    ("serving.kserve.io/v1beta1", "InferenceService"): "serving.kserve.io_inferenceservices.yaml",
+        "kserve/serving.kserve.io_clusterservingruntimes.yaml",
+    ("serving.kserve.io/v1beta1", "InferenceService"):
+        "kserve/serving.kserve.io_inferenceservices.yaml",
+    ("inference.networking.k8s.io/v1", "InferencePool"):
+        "gie/inference.networking.k8s.io_inferencepools.yaml",
 }
 KUBERNETES_VERSION = "1.33.0"
 
@@ -99,7 +103,7 @@ def manifest_errors(doc, schemas):
 
 def load_manifests():
     manifests = {}
-    for folder in ("kserve", "k8s"):
+    for folder in ("kserve", "k8s", "gateway"):
         for name in sorted(os.listdir(os.path.join(DEPLOY, folder))):
             if name.endswith(".yaml"):
                 path = os.path.join(DEPLOY, folder, name)
@@ -117,7 +121,7 @@ def test_manifests_validate(schemas, manifests):
             kinds.append(doc["kind"])
             print(f"deploy/{path}: {doc['kind']} {doc['metadata']['name']} valid")
     for kind in ("ClusterServingRuntime", "InferenceService", "Deployment", "Service",
-                 "HorizontalPodAutoscaler", "PodDisruptionBudget"):
+                 "HorizontalPodAutoscaler", "PodDisruptionBudget", "InferencePool"):
         check(kind in kinds, f"no {kind} among the manifests")
     # The checks can fail: a misspelt field is refused, by the CRD schema and by Kubernetes'.
     runtime = manifests["kserve/cluster-serving-runtime.yaml"][0]
@@ -130,6 +134,20 @@ def test_manifests_validate(schemas, manifests):
     bad = copy.deepcopy(manifests["k8s/deployment.yaml"][0])
     bad["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
     check(manifest_errors(bad, schemas), "a misspelt Deployment field validated")
+    pool = manifests["gateway/smollm2-inferencepool.yaml"][0]
+    bad = copy.deepcopy(pool)
+    bad["spec"]["endpointPickerRef"]["failureMode"] = "FailSoft"
+    check(manifest_errors(bad, schemas), "an InferencePool failureMode outside the enum validated")
+    bad = copy.deepcopy(pool)
+    bad["spec"]["targetPort"] = bad["spec"].pop("targetPorts")
+    check(manifest_errors(bad, schemas), "an InferencePool without targetPorts validated")
+    # The pool selects the smollm2 InferenceService's pods on the port the runtime serves HTTP on.
+    runtime_ports = [p["containerPort"] for p in runtime["spec"]["containers"][0]["ports"]
+                     if p.get("name") != "h2c"]
+    check(pool["spec"]["selector"]["matchLabels"] ==
+          {"serving.kserve.io/inferenceservice": manifests["kserve/smollm2.yaml"][0]["metadata"]["name"]}
+          and [t["number"] for t in pool["spec"]["targetPorts"]] == runtime_ports[:1],
+          f"the InferencePool's selector and port: {pool['spec']}, runtime ports {runtime_ports}")
     print("a misspelt field is refused by both validators")
 
 

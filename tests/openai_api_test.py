@@ -243,6 +243,16 @@ def run(port):
         "ignore_eos": True}), {"Content-Type": "application/json", "X-API-Key": API_KEY})
     response = conn.getresponse()
     response.fp.readline()  # The first event.
+    # The gateway's metrics (the Inference Extension's model-server protocol, vLLM's names) while
+    # the stream runs: one request running, none waiting, some of the cache in use.
+    # One scrape, while the stream (240 tokens) is still being written.
+    vllm = 'model_name="tiny_llm"'
+    _, _, scrape = raw(port, "GET", "/metrics")
+    values = dict(re.findall(r'^(vllm:\w+)\{model_name="tiny_llm"\} (\S+)$', scrape.decode(), re.M))
+    running, waiting, usage = (float(values[n]) if n in values else None for n in (
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"))
+    check(running == 1 and waiting == 0 and usage is not None and 0 < usage <= 1,
+          f"gateway metrics mid-stream: running {running}, waiting {waiting}, usage {usage}")
     conn.sock.close()
     conn.close()
     deadline = time.time() + 10
@@ -251,6 +261,11 @@ def run(port):
     check(metric(port, "sluice_llm_slots_busy") == 0, "the slot stayed busy after the disconnect")
     generated = metric(port, "sluice_llm_generated_tokens_total") - before
     check(generated < 240, f"{generated} tokens generated for a client that left")
+    check(metric(port, "vllm:num_requests_running", vllm) == 0 and
+          metric(port, "vllm:kv_cache_usage_perc", vllm) == 0, "gateway metrics after the stream")
+    config = metric(port, "vllm:cache_config_info",
+                    f'{vllm},block_size="16",num_gpu_blocks="{8 * 256 // 16}"')
+    check(config == 1, f"vllm:cache_config_info: {config}")
 
     # The other routes still serve beside the language model.
     status, _, _ = raw(port, "GET", "/v2/models/identity/ready")

@@ -430,10 +430,10 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
   std::vector<int32_t> ids;
   for (const int64_t id : parsed.tokens) {
     if (id < 0 || id >= vocab) {
-      return respond(
-          OpenAiError(Status::InvalidArgument(fmt::format(
-                          "'tokens' must hold token ids in [0, {}) of model '{}'", vocab, parsed.model)),
-                      "tokens"));
+      return respond(OpenAiError(
+          Status::InvalidArgument(fmt::format(
+              "'tokens' must hold token ids in [0, {}) of model '{}'", vocab, parsed.model)),
+          "tokens"));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
@@ -580,7 +580,8 @@ std::string OpenAiHandlers::RenderMetrics() const {
              static_cast<double>(engine->model().kv_cache_bytes()));
   }
   w.Family("sluice_llm_kv_cache_blocks", "gauge", "Blocks of the paged KV cache.");
-  for (const auto& [name, s] : all) w.Sample("sluice_llm_kv_cache_blocks", label(name), s.kv_blocks);
+  for (const auto& [name, s] : all)
+    w.Sample("sluice_llm_kv_cache_blocks", label(name), s.kv_blocks);
   w.Family("sluice_llm_kv_cache_blocks_used", "gauge",
            "Blocks held by running requests (the rest are free or cached).");
   for (const auto& [name, s] : all)
@@ -592,6 +593,31 @@ std::string OpenAiHandlers::RenderMetrics() const {
   }
   w.Family("sluice_llm_requests_waiting", "gauge", "Requests waiting for a slot.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_requests_waiting", label(name), s.waiting);
+  // The model-server protocol of the Gateway API Inference Extension, under vLLM's names and
+  // model_name label, which its endpoint picker (and llm-d's) reads from pods it does not know
+  // the engine of: queued and running requests, the KV cache's use (0-1: blocks running requests
+  // hold over all; cached blocks no request holds are free to take), and its block size for the
+  // prefix-cache scorer.
+  auto vllm_label = [](const std::string& name) { return "model_name=" + LabelValue(name); };
+  w.Family("vllm:num_requests_waiting", "gauge", "Requests waiting for a slot.");
+  for (const auto& [name, s] : all)
+    w.Sample("vllm:num_requests_waiting", vllm_label(name), s.waiting);
+  w.Family("vllm:num_requests_running", "gauge", "Requests holding a slot.");
+  for (const auto& [name, s] : all)
+    w.Sample("vllm:num_requests_running", vllm_label(name), s.slots_busy);
+  w.Family("vllm:kv_cache_usage_perc", "gauge",
+           "KV-cache use, 0-1: blocks running requests hold over all blocks.");
+  for (const auto& [name, s] : all) {
+    w.Sample("vllm:kv_cache_usage_perc", vllm_label(name),
+             s.kv_blocks > 0 ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks : 0.0);
+  }
+  w.Family("vllm:cache_config_info", "gauge", "The KV cache's block size (tokens) and blocks.");
+  for (const auto& [name, engine] : models_) {
+    w.Sample("vllm:cache_config_info",
+             vllm_label(name) + ",block_size=\"" + std::to_string(engine->model().kv_block_size()) +
+                 "\",num_gpu_blocks=\"" + std::to_string(engine->model().kv_blocks()) + "\"",
+             1);
+  }
   w.Family("sluice_llm_time_to_first_token_seconds", "histogram",
            "Submit to first generated token.");
   for (const auto& [name, s] : all)
