@@ -226,7 +226,17 @@ def run(port):
                        ({"messages": messages, "top_logprobs": 2}, "top_logprobs"),
                        ({"messages": messages, "logprobs": True, "top_logprobs": 21},
                         "top_logprobs"),
-                       ({"messages": [{"role": "robot", "content": "x"}]}, "messages")]:
+                       ({"messages": [{"role": "robot", "content": "x"}]}, "messages"),
+                       ({"messages": messages, "stream": "yes"}, "stream"),
+                       ({"messages": messages, "stream_options": {"include_usage": True}},
+                        "stream_options"),
+                       ({"messages": [{"role": "user", "content": "2+2?"},
+                                      {"role": "assistant", "content": None, "tool_calls": [
+                                          {"id": "c1", "type": "function", "function": {
+                                              "name": "add", "arguments": "{}"}}]},
+                                      {"role": "tool", "content": "4", "tool_call_id": "c1"}]},
+                        "messages"),
+                       ({"messages": messages, "model": 7}, "model")]:
         status, _, body = raw(port, "POST", "/v1/chat/completions", {"model": "tiny_llm", **bad})
         error = json.loads(body)["error"]
         check(status == 400 and error["param"] == param and error["message"], f"{bad}: {status} {error}")

@@ -372,10 +372,13 @@ void OpenAiHandlers::AddRoutes(Router& router) {
 
 Result<std::shared_ptr<llm::LlmEngine>> OpenAiHandlers::Find(std::string& model) const {
   if (model.empty() && models_.size() == 1) model = models_.begin()->first;
+  if (model.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("'model' is required: this server serves {} language models", models_.size()));
+  }
   auto it = models_.find(model);
   if (it == models_.end()) {
-    return Status::NotFound(model.empty() ? std::string("'model' is required")
-                                          : fmt::format("The model '{}' does not exist", model));
+    return Status::NotFound(fmt::format("The model '{}' does not exist", model));
   }
   return it->second;
 }

@@ -73,25 +73,55 @@ std::optional<ParseError> ReadContent(const element& message, std::string& out) 
   return std::nullopt;
 }
 
-// root["messages"]: a non-empty array of {role, content}.
+// root["messages"]: a non-empty array of {role, content, name}. Tool calls and tool results
+// (`tool_calls`, `tool_call_id`, the `tool` role) and any other field are refused by name, not
+// dropped: a conversation whose links were lost would be answered as another one.
 std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::ChatMessage>& out) {
   simdjson::dom::array messages;
   if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
     return ParseError{"'messages' must be a non-empty array", "messages"};
   }
   std::string_view text;
+  size_t index = 0;
   for (element m : messages) {
     llm::ChatMessage message;
+    simdjson::dom::object fields;
+    if (m.get(fields) != simdjson::SUCCESS) {
+      return ParseError{fmt::format("'messages[{}]' must be an object", index), "messages"};
+    }
+    for (auto field : fields) {
+      if (field.key == "role" || field.key == "content" || field.key == "name") continue;
+      const bool tools =
+          field.key == "tool_calls" || field.key == "tool_call_id" || field.key == "function_call";
+      return ParseError{fmt::format("'messages[{}].{}' is not supported{}", index, field.key,
+                                    tools ? " (tool calling is not served)" : ""),
+                        "messages"};
+    }
     if (m["role"].get(text) != simdjson::SUCCESS) {
       return ParseError{"each message needs a string 'role'", "messages"};
     }
     message.role = std::string(text);
+    if (message.role == "tool") {
+      return ParseError{fmt::format("'messages[{}]': role 'tool' is not supported (tool calling "
+                                    "is not served)",
+                                    index),
+                        "messages"};
+    }
     if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-        message.role != "developer" && message.role != "tool") {
+        message.role != "developer") {
       return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
     }
     if (auto error = ReadContent(m, message.content)) return error;
+    element name;
+    if (m["name"].get(name) == simdjson::SUCCESS && !name.is_null()) {
+      if (name.get(text) != simdjson::SUCCESS || text.empty()) {
+        return ParseError{fmt::format("'messages[{}].name' must be a non-empty string", index),
+                          "messages"};
+      }
+      message.name = std::string(text);
+    }
     out.push_back(std::move(message));
+    ++index;
   }
   return std::nullopt;
 }
@@ -191,6 +221,8 @@ std::optional<ParseError> ReadResponseFormat(const element& root, ResponseFormat
     return ParseError{"'response_format.json_schema.name' must be 1-64 letters, digits, '_' or '-'",
                       kParam};
   }
+  // strict: false is served as true: OpenAI promises adherence only with true, and a reply that
+  // always follows the schema is within what false allows.
   bool strict = true;
   if (spec["strict"].get(value) == simdjson::SUCCESS && !value.is_null() &&
       value.get(strict) != simdjson::SUCCESS) {
@@ -213,7 +245,9 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
   element root;
   if (auto error = ParseObject(parser, body, root)) return error;
   std::string_view text;
-  if (root["model"].get(text) == simdjson::SUCCESS) r.model = std::string(text);
+  // Absent: the one model served, if there is only one (as vLLM does); a server of several
+  // answers 400 naming 'model'.
+  if (auto e = ReadString(root, "model", r.model)) return e;
   if (chat) {
     if (auto error = ReadMessages(root, r.messages)) return error;
   } else {
@@ -234,26 +268,63 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
   // Parameters Sluice does not serve (tools, logit_bias, echo, best_of, ...) are refused by
   // name, never ignored.
   if (auto error =
-          chat ? OnlyKeys(root,
-                          {"model", "messages", "stream", "stream_options", "max_tokens",
-                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-                           "frequency_penalty", "presence_penalty", "repetition_penalty",
-                           "ignore_eos", "n", "logprobs", "top_logprobs", "response_format",
-                           "user"})
+          chat ? OnlyKeys(root, {"model",
+                                 "messages",
+                                 "stream",
+                                 "stream_options",
+                                 "max_tokens",
+                                 "max_completion_tokens",
+                                 "temperature",
+                                 "top_p",
+                                 "top_k",
+                                 "seed",
+                                 "stop",
+                                 "frequency_penalty",
+                                 "presence_penalty",
+                                 "repetition_penalty",
+                                 "ignore_eos",
+                                 "n",
+                                 "logprobs",
+                                 "top_logprobs",
+                                 "response_format",
+                                 "user"})
                : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
                                  "temperature", "top_p", "top_k", "seed", "stop",
                                  "frequency_penalty", "presence_penalty", "repetition_penalty",
                                  "ignore_eos", "n", "logprobs", "response_format", "user"})) {
     return error;
   }
-  bool flag = false;
-  if (root["stream"].get(flag) == simdjson::SUCCESS) r.stream = flag;
-  if (root["stream_options"]["include_usage"].get(flag) == simdjson::SUCCESS)
-    r.include_usage = flag;
-  if (root["ignore_eos"].get(flag) == simdjson::SUCCESS) r.ignore_eos = flag;
+  if (auto e = ReadBool(root, "stream", r.stream)) return e;
+  element options;
+  if (root["stream_options"].get(options) == simdjson::SUCCESS && !options.is_null()) {
+    if (!r.stream) {
+      return ParseError{"'stream_options' is only allowed when 'stream' is true", "stream_options"};
+    }
+    if (!options.is_object()) {
+      return ParseError{"'stream_options' must be an object", "stream_options"};
+    }
+    if (auto e = OnlyKeys(options, {"include_usage", "include_obfuscation"}, "stream_options.")) {
+      return e;
+    }
+    element usage;
+    if (options["include_usage"].get(usage) == simdjson::SUCCESS && !usage.is_null() &&
+        usage.get(r.include_usage) != simdjson::SUCCESS) {
+      return ParseError{"'stream_options.include_usage' must be true or false", "stream_options"};
+    }
+    // Sluice's deltas carry no obfuscation padding: false is what it does, true is refused.
+    bool obfuscation = false;
+    element padding;
+    if (options["include_obfuscation"].get(padding) == simdjson::SUCCESS && !padding.is_null() &&
+        (padding.get(obfuscation) != simdjson::SUCCESS || obfuscation)) {
+      return ParseError{"'stream_options.include_obfuscation' is only served as false",
+                        "stream_options"};
+    }
+  }
+  if (auto e = ReadBool(root, "ignore_eos", r.ignore_eos)) return e;
   if (auto e = ReadResponseFormat(root, r.response_format)) return e;
   if (r.ignore_eos && r.response_format.type != ResponseFormat::Type::kText) {
-    return ParseError{"'ignore_eos' cannot be combined with a JSON 'response_format'", "ignore_eos"};
+    return ParseError{"'ignore_eos' cannot be combined with a JSON 'response_format'",
+                      "ignore_eos"};
   }
   int64_t integer = 1;
   if (auto e = ReadInt(root, "n", 1, 128, integer)) return e;
@@ -328,8 +399,8 @@ std::optional<ParseError> ParseTokenize(std::string_view body, TokenizeRequest& 
   if (auto error = ParseObject(parser, body, root)) return error;
   r.chat = root["messages"].error() == simdjson::SUCCESS;
   r.add_special_tokens = !r.chat;
-  if (auto e = OnlyKeys(root, {"model", "prompt", "messages", "add_special_tokens",
-                               "add_generation_prompt"})) {
+  if (auto e = OnlyKeys(
+          root, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"})) {
     return e;
   }
   if (auto e = ReadBool(root, "add_special_tokens", r.add_special_tokens)) return e;

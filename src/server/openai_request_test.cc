@@ -10,9 +10,9 @@ namespace sluice::openai {
 namespace {
 
 std::optional<ParseError> Chat(const std::string& extra, CompletionRequest& r) {
-  return ParseCompletion(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}])" +
-                             extra + "}",
-                         /*chat=*/true, r);
+  return ParseCompletion(
+      R"({"model": "m", "messages": [{"role": "user", "content": "hi"}])" + extra + "}",
+      /*chat=*/true, r);
 }
 
 TEST(OpenAiRequestTest, ResponseFormatShapes) {
@@ -77,6 +77,62 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedByName) {
   auto error = ParseCompletion(R"({"prompt": "p", "top_logprobs": 2})", /*chat=*/false, r);
   ASSERT_TRUE(error);
   EXPECT_EQ(error->param, "top_logprobs");
+}
+
+// What a new user sends wrong gets a 400 naming it, never a quiet drop: a message's tool fields
+// and unknown fields, stream_options without stream or with unknown keys, non-boolean flags, a
+// non-string model. A message's name reaches the template.
+TEST(OpenAiRequestTest, StrictBodiesNameWhatIsWrong) {
+  const std::pair<std::string, std::pair<const char*, const char*>> cases[] = {
+      {R"({"model": "m", "messages": [{"role": "assistant", "content": null,
+           "tool_calls": [{"id": "c1", "type": "function",
+                           "function": {"name": "f", "arguments": "{}"}}]}]})",
+       {"messages", "'messages[0].tool_calls' is not supported"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
+           {"role": "tool", "content": "4", "tool_call_id": "c1"}]})",
+       {"messages", "'messages[1].tool_call_id' is not supported"}},
+      {R"({"model": "m", "messages": [{"role": "tool", "content": "4"}]})",
+       {"messages", "role 'tool' is not supported"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a", "refusal": null}]})",
+       {"messages", "'messages[0].refusal' is not supported"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a", "name": 3}]})",
+       {"messages", "'messages[0].name' must be a non-empty string"}},
+      {R"({"model": "m", "messages": ["hi"]})", {"messages", "'messages[0]' must be an object"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}],
+           "stream_options": {"include_usage": true}})",
+       {"stream_options", "only allowed when 'stream' is true"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": true,
+           "stream_options": {"include_usage": true, "chunk": 2}})",
+       {"stream_options", "'stream_options.chunk' is not supported"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": true,
+           "stream_options": {"include_usage": "yes"}})",
+       {"stream_options", "include_usage' must be true or false"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": true,
+           "stream_options": {"include_obfuscation": true}})",
+       {"stream_options", "only served as false"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": "yes"})",
+       {"stream", "'stream' must be true or false"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "ignore_eos": 1})",
+       {"ignore_eos", "'ignore_eos' must be true or false"}},
+      {R"({"model": 7, "messages": [{"role": "user", "content": "a"}]})",
+       {"model", "'model' must be a string"}},
+      {R"({"model": 7, "prompt": "a"})", {"model", "'model' must be a string"}},
+  };
+  for (const auto& [body, expected] : cases) {
+    CompletionRequest r;
+    const bool chat = body.find("\"messages\"") != std::string::npos;
+    auto error = ParseCompletion(body, chat, r);
+    ASSERT_TRUE(error) << body;
+    EXPECT_EQ(error->param, expected.first) << body;
+    EXPECT_NE(error->message.find(expected.second), std::string::npos) << error->message;
+  }
+  CompletionRequest r;
+  ASSERT_FALSE(ParseCompletion(R"({"model": "m", "messages": [
+      {"role": "user", "content": "a", "name": "ada"}], "stream": true,
+      "stream_options": {"include_usage": true, "include_obfuscation": false}})",
+                               /*chat=*/true, r));
+  EXPECT_EQ(r.messages[0].name, "ada");
+  EXPECT_TRUE(r.stream && r.include_usage);
 }
 
 TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {

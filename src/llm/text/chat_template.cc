@@ -934,7 +934,9 @@ Result<std::string> ChatTemplate::Render(
   Dict globals;
   List list;
   for (const ChatMessage& m : messages) {
-    list.push_back(Value(Dict{{"role", Value(m.role)}, {"content", Value(m.content)}}));
+    Dict message{{"role", Value(m.role)}, {"content", Value(m.content)}};
+    if (!m.name.empty()) message.emplace("name", Value(m.name));
+    list.push_back(Value(std::move(message)));
   }
   globals["messages"] = Value(list);
   globals["add_generation_prompt"] = Value(add_generation_prompt);

@@ -19,6 +19,7 @@ namespace sluice::llm {
 struct ChatMessage {
   std::string role;
   std::string content;
+  std::string name;  // OpenAI's participant name; the template sees message.name when set.
 };
 
 // Immutable after Parse(); thread-safe.

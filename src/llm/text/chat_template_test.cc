@@ -63,5 +63,16 @@ TEST(ChatTemplateTest, ExpressionsAndVariables) {
   EXPECT_EQ(*text, "<s>13a12-3TrueTruevd");
 }
 
+// A message's name is message.name where it is given, and undefined where it is not.
+TEST(ChatTemplateTest, AMessagesNameWhereGiven) {
+  auto t = ChatTemplate::Parse(
+      "{% for m in messages %}{{ m.role }}{% if m.name is defined %}({{ m.name }}){% endif %}:"
+      "{{ m.content }};{% endfor %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto text = (*t)->Render({{"user", "hi", "ada"}, {"assistant", "hello"}}, false);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, "user(ada):hi;assistant:hello;");
+}
+
 }  // namespace
 }  // namespace sluice::llm
