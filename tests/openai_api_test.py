@@ -2,7 +2,7 @@
 """The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
 where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
 usage chunk, /tokenize and /detokenize, the error shapes, a disconnect mid-stream, the API key;
-two servers sharing one weights cache.
+two servers sharing one weights cache; a thinking template's reasoning_content.
 
 Usage: tests/openai_api_test.py SLUICE TEST_MODELS
 """
@@ -64,7 +64,60 @@ def main():
             run(port)
             bench(sluice, port)
     weights_cache(sluice, test_models)
+    reasoning(sluice, test_models)
     print("openai_api_test: all checks passed")
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and not enable_thinking %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}")
+
+
+def reasoning(sluice, test_models):
+    """A model whose chat template thinks (Qwen3's shape): the reply inside the block the prompt
+    opens is reasoning_content, streamed and not alike; chat_template_kwargs' enable_thinking
+    false closes the block in the prompt and the reply is content."""
+    source = os.path.join(test_models, "tiny_llm")
+    with tempfile.TemporaryDirectory() as model:
+        for name in os.listdir(source):
+            if name not in ("chat_template.jinja", "tokenizer_config.json"):
+                os.symlink(os.path.join(source, name), os.path.join(model, name))
+        with open(os.path.join(source, "tokenizer_config.json")) as f:
+            config = json.load(f)
+        config["chat_template"] = THINKING_TEMPLATE
+        with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        with open(os.path.join(model, "chat_template.jinja"), "w") as f:
+            f.write(THINKING_TEMPLATE)
+        body = {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+                "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        with serving(sluice, ["--model-dir", model, "--model-name", "m"]) as port:
+            status, _, data = raw(port, "POST", "/v1/chat/completions", body, key=None)
+            check(status == 200, f"thinking: {status} {data[:200]}")
+            message = json.loads(data)["choices"][0]["message"]
+            # The tiny random model never closes the block in 8 tokens: all of it is reasoning.
+            check(message["content"] == "" and message["reasoning_content"],
+                  f"thinking on: {message}")
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+            streamed = {"reasoning_content": "", "content": ""}
+            for chunk in client.chat.completions.create(
+                    model="m", messages=body["messages"], max_tokens=8, temperature=0,
+                    stream=True, extra_body={"ignore_eos": True}):
+                if chunk.choices:
+                    delta = chunk.choices[0].delta
+                    streamed["reasoning_content"] += getattr(delta, "reasoning_content", None) or ""
+                    streamed["content"] += delta.content or ""
+            check(streamed == {"reasoning_content": message["reasoning_content"], "content": ""},
+                  f"streamed {streamed} against {message}")
+            status, _, data = raw(port, "POST", "/v1/chat/completions",
+                                  {**body, "chat_template_kwargs": {"enable_thinking": False}},
+                                  key=None)
+            check(status == 200, f"thinking off: {status} {data[:200]}")
+            message = json.loads(data)["choices"][0]["message"]
+            check(message["content"] and message["reasoning_content"] is None,
+                  f"thinking off: {message}")
 
 
 def mapping_pages(pid, path):

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "common/json_writer.h"
+#include "llm/text/reasoning.h"
 #include "metrics/prometheus.h"
 #include "server/openai_request.h"
 
@@ -117,6 +119,8 @@ struct Choice {
   int completion_tokens = 0;
   llm::FinishReason finish = llm::FinishReason::kNone;
   bool sent_role = false;
+  // A thinking template's replies: the reasoning told apart from the answer.
+  std::optional<llm::ReasoningSplitter> reasoning;
 };
 
 // What one generation (its n choices) shares between the handler, the engine's events and the
@@ -174,7 +178,8 @@ struct Generation {
 
   // data: {...}\n\n for one streamed chunk of choice `index`.
   std::string Chunk(size_t index, std::string_view content, llm::FinishReason finish,
-                    const std::vector<llm::TokenLogprobs>& tokens) const {
+                    const std::vector<llm::TokenLogprobs>& tokens,
+                    std::string_view reasoning = {}) const {
     const Choice& choice = choices[index];
     JsonWriter json;
     BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
@@ -182,6 +187,7 @@ struct Generation {
     if (chat) {
       json.Key("delta").BeginObject();
       if (!choice.sent_role) json.Field("role", "assistant");
+      if (!reasoning.empty()) json.Field("reasoning_content", reasoning);
       if (!content.empty() || !choice.sent_role) json.Field("content", content);
       json.EndObject();
     } else {
@@ -249,7 +255,21 @@ struct Generation {
       const Choice& c = choices[i];
       json.BeginObject().Field("index", static_cast<int64_t>(i));
       if (chat) {
-        json.Key("message").BeginObject().Field("role", "assistant").Field("content", c.text);
+        json.Key("message").BeginObject().Field("role", "assistant");
+        if (c.reasoning) {
+          llm::ReasoningSplitter splitter = *c.reasoning;
+          llm::ReasoningSplitter::Pieces pieces = splitter.Add(c.text);
+          llm::ReasoningSplitter::Pieces rest = splitter.Finish();
+          json.Field("content", pieces.content + rest.content).Key("reasoning_content");
+          const std::string reasoning = pieces.reasoning + rest.reasoning;
+          if (reasoning.empty()) {
+            json.Null();
+          } else {
+            json.String(reasoning);
+          }
+        } else {
+          json.Field("content", c.text);
+        }
         json.EndObject();
       } else {
         json.Field("text", c.text);
@@ -271,14 +291,26 @@ struct Generation {
       out += Chunk(index, "", llm::FinishReason::kNone, {});
       choice.sent_role = true;
     }
-    if (!event.text.empty() || !tokens.empty()) {
-      out += Chunk(index, event.text, llm::FinishReason::kNone, tokens);
+    llm::ReasoningSplitter::Pieces pieces;
+    if (choice.reasoning) {
+      pieces = choice.reasoning->Add(event.text);
+    } else {
+      pieces.content = event.text;
+    }
+    if (!pieces.content.empty() || !pieces.reasoning.empty() || !tokens.empty()) {
+      out += Chunk(index, pieces.content, llm::FinishReason::kNone, tokens, pieces.reasoning);
       for (const llm::TokenLogprobs& t : tokens) {
         choice.text_offset +=
             static_cast<int64_t>(engine->tokenizer().TokenBytes(t.chosen.token).size());
       }
     }
     if (event.finish != llm::FinishReason::kNone) {
+      if (choice.reasoning) {  // What was held back as a possible tag.
+        const llm::ReasoningSplitter::Pieces rest = choice.reasoning->Finish();
+        if (!rest.content.empty() || !rest.reasoning.empty()) {
+          out += Chunk(index, rest.content, llm::FinishReason::kNone, {}, rest.reasoning);
+        }
+      }
       out += Chunk(index, "", event.finish, {});
       if (unfinished == 0) {
         if (include_usage) {
@@ -383,10 +415,10 @@ Result<std::shared_ptr<llm::LlmEngine>> OpenAiHandlers::Find(std::string& model)
   return it->second;
 }
 
-Result<std::string> OpenAiHandlers::RenderChat(const llm::LlmEngine& engine,
-                                               const std::string& model,
-                                               const std::vector<llm::ChatMessage>& messages,
-                                               bool add_generation_prompt) {
+Result<std::string> OpenAiHandlers::RenderChat(
+    const llm::LlmEngine& engine, const std::string& model,
+    const std::vector<llm::ChatMessage>& messages, bool add_generation_prompt,
+    const std::map<std::string, llm::TemplateArgument>& arguments) {
   const llm::ChatTemplate* chat_template = engine.chat_template();
   if (chat_template == nullptr) {
     return Status::InvalidArgument(
@@ -395,7 +427,7 @@ Result<std::string> OpenAiHandlers::RenderChat(const llm::LlmEngine& engine,
   const llm::Tokenizer& tokenizer = engine.tokenizer();
   return chat_template->Render(
       messages, add_generation_prompt,
-      {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}});
+      {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}}, arguments);
 }
 
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -477,9 +509,13 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   std::shared_ptr<llm::LlmEngine> engine = *found;
   std::string prompt_text = parsed.prompt;
   if (chat) {
-    auto rendered =
-        RenderChat(*engine, parsed.model, parsed.messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
+    auto rendered = RenderChat(*engine, parsed.model, parsed.messages,
+                               /*add_generation_prompt=*/true, parsed.template_arguments);
+    if (!rendered.ok()) {
+      return respond(OpenAiError(rendered.status(), parsed.template_arguments.empty()
+                                                        ? "messages"
+                                                        : "chat_template_kwargs"));
+    }
     prompt_text = std::move(*rendered);
   }
   llm::GenerationRequest generation;
@@ -504,6 +540,11 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   state->top_logprobs = parsed.top_logprobs;
   state->created = UnixSeconds();
   state->respond = respond;
+  if (chat && engine->chat_template()->thinks()) {
+    // Each choice's reasoning apart from its answer, inside the block the prompt may have opened.
+    const bool opened = llm::PromptOpensThinking(prompt_text);
+    for (Choice& choice : state->choices) choice.reasoning.emplace(opened);
+  }
   if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
   if (request.on_disconnect) request.on_disconnect([state] { state->Cancel(); });
   if (parsed.response_format.type == ResponseFormat::Type::kText) {

@@ -36,12 +36,13 @@ class OpenAiHandlers {
  private:
   void Generate(const HttpRequest& request, bool chat, Responder respond);
   // The engine serving `model`; an empty name is the only model where there is one (and is set
-  // to its name). kNotFound naming the model otherwise.
+  // to its name). kNotFound naming an unknown model; kInvalidArgument for no name among several.
   Result<std::shared_ptr<llm::LlmEngine>> Find(std::string& model) const;
   // The conversation through the model's chat template (kInvalidArgument where it has none).
-  static Result<std::string> RenderChat(const llm::LlmEngine& engine, const std::string& model,
-                                        const std::vector<llm::ChatMessage>& messages,
-                                        bool add_generation_prompt);
+  static Result<std::string> RenderChat(
+      const llm::LlmEngine& engine, const std::string& model,
+      const std::vector<llm::ChatMessage>& messages, bool add_generation_prompt,
+      const std::map<std::string, llm::TemplateArgument>& arguments = {});
 
   std::map<std::string, std::shared_ptr<llm::LlmEngine>> models_;
   const int64_t created_;  // Unix seconds at start, the `created` of every model.

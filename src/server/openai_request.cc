@@ -287,7 +287,8 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
                                  "logprobs",
                                  "top_logprobs",
                                  "response_format",
-                                 "user"})
+                                 "user",
+                                 "chat_template_kwargs"})
                : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
                                  "temperature", "top_p", "top_k", "seed", "stop",
                                  "frequency_penalty", "presence_penalty", "repetition_penalty",
@@ -321,6 +322,35 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
     }
   }
   if (auto e = ReadBool(root, "ignore_eos", r.ignore_eos)) return e;
+  element kwargs;
+  if (chat && root["chat_template_kwargs"].get(kwargs) == simdjson::SUCCESS && !kwargs.is_null()) {
+    constexpr const char* kParam = "chat_template_kwargs";
+    simdjson::dom::object fields;
+    if (kwargs.get(fields) != simdjson::SUCCESS) {
+      return ParseError{"'chat_template_kwargs' must be an object", kParam};
+    }
+    for (auto field : fields) {
+      const std::string key(field.key);
+      if (key == "messages" || key == "add_generation_prompt") {
+        return ParseError{
+            fmt::format("'chat_template_kwargs.{}' is set by the request itself", key), kParam};
+      }
+      bool flag = false;
+      int64_t integer = 0;
+      if (field.value.get(flag) == simdjson::SUCCESS) {
+        r.template_arguments[key] = flag;
+      } else if (field.value.get(integer) == simdjson::SUCCESS) {
+        r.template_arguments[key] = integer;
+      } else if (field.value.get(text) == simdjson::SUCCESS) {
+        r.template_arguments[key] = std::string(text);
+      } else {
+        return ParseError{fmt::format("'chat_template_kwargs.{}' must be a boolean, an integer or "
+                                      "a string",
+                                      key),
+                          kParam};
+      }
+    }
+  }
   if (auto e = ReadResponseFormat(root, r.response_format)) return e;
   if (r.ignore_eos && r.response_format.type != ResponseFormat::Type::kText) {
     return ParseError{"'ignore_eos' cannot be combined with a JSON 'response_format'",

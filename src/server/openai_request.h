@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,9 @@ struct CompletionRequest {
   int n = 1;              // Choices, each sampled from the prompt on its own.
   int top_logprobs = -1;  // -1: no log-probabilities; else alternatives per token (0-20).
   ResponseFormat response_format;
+  // Chat: chat_template_kwargs, extra variables for the model's chat template (Qwen3's
+  // enable_thinking, ...): booleans, integers or strings.
+  std::map<std::string, llm::TemplateArgument> template_arguments;
 };
 
 // POST /v1/chat/completions (`chat`) or /v1/completions.

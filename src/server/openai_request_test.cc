@@ -133,6 +133,24 @@ TEST(OpenAiRequestTest, StrictBodiesNameWhatIsWrong) {
                                /*chat=*/true, r));
   EXPECT_EQ(r.messages[0].name, "ada");
   EXPECT_TRUE(r.stream && r.include_usage);
+
+  r = {};
+  ASSERT_FALSE(Chat(R"(, "chat_template_kwargs": {"enable_thinking": false, "depth": 2,
+                                                    "style": "terse"})",
+                    r));
+  EXPECT_EQ(std::get<bool>(r.template_arguments.at("enable_thinking")), false);
+  EXPECT_EQ(std::get<int64_t>(r.template_arguments.at("depth")), 2);
+  EXPECT_EQ(std::get<std::string>(r.template_arguments.at("style")), "terse");
+  for (const char* bad : {R"([1])", R"({"x": 1.5})", R"({"x": {}})", R"({"messages": 1})"}) {
+    r = {};
+    auto error = Chat(std::string(R"(, "chat_template_kwargs": )") + bad, r);
+    ASSERT_TRUE(error) << bad;
+    EXPECT_EQ(error->param, "chat_template_kwargs") << bad;
+  }
+  r = {};
+  auto error = ParseCompletion(R"({"prompt": "p", "chat_template_kwargs": {}})", false, r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "chat_template_kwargs");
 }
 
 TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {

@@ -924,12 +924,14 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
   } catch (const std::exception& e) {
     return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
   }
+  result->thinks_ = source.find("</think>") != std::string::npos;
   return result;
 }
 
 Result<std::string> ChatTemplate::Render(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    const std::map<std::string, std::string>& variables) const {
+    const std::map<std::string, std::string>& variables,
+    const std::map<std::string, TemplateArgument>& arguments) const {
   Context c;
   Dict globals;
   List list;
@@ -941,6 +943,9 @@ Result<std::string> ChatTemplate::Render(
   globals["messages"] = Value(list);
   globals["add_generation_prompt"] = Value(add_generation_prompt);
   for (const auto& [key, value] : variables) globals[key] = Value(value);
+  for (const auto& [key, value] : arguments) {
+    globals[key] = std::visit([](const auto& v) { return Value(v); }, value);
+  }
   c.scopes.push_back(std::move(globals));
   try {
     Execute(body_, c);

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sluice/status.h"
@@ -22,21 +23,32 @@ struct ChatMessage {
   std::string name;  // OpenAI's participant name; the template sees message.name when set.
 };
 
+// A request's extra template variable (OpenAI-style servers' chat_template_kwargs, such as
+// Qwen3's enable_thinking).
+using TemplateArgument = std::variant<bool, int64_t, std::string>;
+
 // Immutable after Parse(); thread-safe.
 class ChatTemplate {
  public:
   static Result<std::unique_ptr<ChatTemplate>> Parse(const std::string& source);
   ~ChatTemplate();
 
-  // kInvalidArgument when the template raises (e.g. "roles must alternate").
+  // kInvalidArgument when the template raises (e.g. "roles must alternate"). `arguments` are set
+  // after `variables` (and may not be messages or add_generation_prompt: the caller checks).
   Result<std::string> Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                             const std::map<std::string, std::string>& variables = {}) const;
+                             const std::map<std::string, std::string>& variables = {},
+                             const std::map<std::string, TemplateArgument>& arguments = {}) const;
+
+  // Whether the template knows thinking blocks (it writes "</think>"): its replies' reasoning is
+  // told apart from their answer (text/reasoning.h).
+  bool thinks() const { return thinks_; }
 
   struct Node;
 
  private:
   ChatTemplate() = default;
   std::vector<std::unique_ptr<Node>> body_;
+  bool thinks_ = false;
 };
 
 }  // namespace sluice::llm

@@ -74,5 +74,25 @@ TEST(ChatTemplateTest, AMessagesNameWhereGiven) {
   EXPECT_EQ(*text, "user(ada):hi;assistant:hello;");
 }
 
+// A request's template arguments (chat_template_kwargs) are variables of any JSON scalar type;
+// a template that writes </think> thinks.
+TEST(ChatTemplateTest, ArgumentsAndThinking) {
+  auto t = ChatTemplate::Parse(
+      "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+      "{% else %}<think>\n{% endif %}{{ depth | default(0) }}{{ style | default('-') }}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE((*t)->thinks());
+  auto on = (*t)->Render({{"user", "u"}}, true);
+  ASSERT_TRUE(on.ok());
+  EXPECT_EQ(*on, "<think>\n0-");
+  auto off = (*t)->Render({{"user", "u"}}, true, {},
+                          {{"enable_thinking", false}, {"depth", int64_t{3}}, {"style", "terse"}});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(*off, "<think>\n\n</think>\n\n3terse");
+  auto plain = ChatTemplate::Parse("{{ messages[0].content }}");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->thinks());
+}
+
 }  // namespace
 }  // namespace sluice::llm
