@@ -109,6 +109,8 @@ void Linear::AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t 
   parts.push_back(std::move(part));
 }
 
+bool Linear::RepacksBlocks() { return RepackBlocks(); }
+
 bool Linear::Repack(Part* part, int64_t columns) {
   if (!RepackBlocks() || !CanRepackQuant(part->type, part->rows)) return false;
   at::Tensor packed = WeightTensor(part->rows * QuantRowBytes(part->type, columns), at::kByte);

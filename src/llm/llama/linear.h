@@ -51,6 +51,8 @@ struct Linear {
   // A block part's weights repacked into a buffer of its own, where kernels.h can: the products
   // then read eight rows as one stream and transpose nothing (kernels.h), with the same results.
   static bool Repack(Part* part, int64_t columns);
+  // Whether block parts are repacked at all (SLUICE_QUANT_REPACK=0 keeps the file's layout).
+  static bool RepacksBlocks();
   // A block part's weights from `repacked` (RepackQuant's layout, `rows` x QuantRowBytes bytes)
   // where another holds them (a weights cache's mapping, kept alive by `owner`): nothing copied.
   static void UseRepacked(Part* part, const uint8_t* repacked, std::shared_ptr<void> owner,

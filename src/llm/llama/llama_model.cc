@@ -111,7 +111,9 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     c10::InferenceMode guard;
     if (gguf != nullptr) {
       std::unique_ptr<WeightsCache> cache;
-      if (!model->serve_.weights_cache.empty()) {
+      // With SLUICE_QUANT_REPACK=0 (the file's layout, to compare the two) there is nothing to
+      // cache.
+      if (!model->serve_.weights_cache.empty() && Linear::RepacksBlocks()) {
         auto opened = WeightsCache::Open(model->serve_.weights_cache, *gguf);
         if (!opened.ok()) return opened.status();
         cache = std::move(*opened);
