@@ -27,6 +27,8 @@
 
 namespace sluice::llm::llama {
 
+// Not thread-safe: one load uses it. The mapping it hands out is read-only and lives while any
+// owner() copy does, so the weights viewing it may be read from any thread.
 class WeightsCache {
  public:
   // Bumped whenever RepackQuant's layout or this file's changes.

@@ -16,7 +16,8 @@ bool PromptOpensThinking(std::string_view prompt);
 
 // Fed a reply's text as it is generated, gives back what can already be told apart; text that may
 // be the start of a tag is held until the next piece (or Finish) settles it. The tags themselves
-// are dropped, and so is the whitespace between </think> and the answer.
+// are dropped, and so is the whitespace between </think> and the answer. Not thread-safe: one
+// per reply, fed from the one thread that sees its text.
 class ReasoningSplitter {
  public:
   explicit ReasoningSplitter(bool in_reasoning)
