@@ -10,50 +10,45 @@ busy engines oversubscribe the machine) and with `llm.threads` splitting the cor
 Usage: benchmarks/llm_two_models.py MODEL_DIR [--rounds 2] [--concurrency 4]
 """
 import argparse
-import csv
 import glob
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
+import threading
+from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llm_side_by_side import free_port, wait_ready  # noqa: E402
+from llm_side_by_side import Server, bench, free_port  # noqa: E402
 
 
 def start(sluice, repository):
     port = free_port()
-    server = subprocess.Popen([sluice, "serve", "--port", str(port), "--model-repository",
-                               repository, "--llm-prefix-caching", "off"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server, timeout=600)
-    return port, server
+    return Server("sluice", [sluice, "serve", "--port", str(port), "--model-repository",
+                             repository, "--llm-prefix-caching", "off"],
+                  "/v2/health/ready", port, open(os.devnull, "w"))
 
 
-def stop(server):
-    server.send_signal(signal.SIGTERM)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+def rates(args, port, models, results):
+    """Output tokens/s of `sluice bench --llm` against each of `models`, all started at once."""
+    options = SimpleNamespace(prompt_tokens=64, output_tokens=args.output_tokens,
+                              requests=args.requests)
+    found = {}
 
+    def run(model):
+        rows = bench(args.sluice, port, model, str(args.concurrency), options,
+                     os.path.join(results, model))
+        found[model] = float(rows[0]["output_tokens_per_s"])
 
-def bench(args, port, model, results):
-    return subprocess.Popen([args.sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}",
-                             "--model", model, "-c", str(args.concurrency), "--requests",
-                             str(args.requests), "--prompt-tokens", "64", "--output-tokens",
-                             str(args.output_tokens), "--results-dir", results],
-                            stdout=subprocess.DEVNULL)
-
-
-def rate(results):
-    runs = sorted(glob.glob(os.path.join(results, "*", "summary.csv")), key=os.path.getmtime)
-    with open(runs[-1]) as f:
-        return float(next(csv.DictReader(f))["output_tokens_per_s"])
+    threads = [threading.Thread(target=run, args=(model,)) for model in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if len(found) != len(models):
+        sys.exit(f"sluice bench failed against {sorted(set(models) - set(found))}")
+    return found
 
 
 def main():
@@ -82,23 +77,20 @@ def main():
     figures = {}
     try:
         for setting, repository in repositories.items():
-            port, server = start(args.sluice, repository)
+            server = start(args.sluice, repository)
             try:
                 for r in range(args.rounds):
                     for mode in (("alone", "both") if r % 2 == 0 else ("both", "alone")):
-                        runs = {}
-                        for model in ("a", "b") if mode == "both" else ("a",):
-                            results = os.path.join(work, f"{setting}-{mode}-{model}-{r}")
-                            runs[model] = (bench(args, port, model, results), results)
-                        for model, (process, results) in runs.items():
-                            if process.wait() != 0:
-                                sys.exit(f"sluice bench failed against {model}")
-                            figures.setdefault((setting, mode, model), []).append(rate(results))
+                        models = ("a", "b") if mode == "both" else ("a",)
+                        found = rates(args, server.port, models,
+                                      os.path.join(work, f"{setting}-{mode}-{r}"))
+                        for model, value in found.items():
+                            figures.setdefault((setting, mode, model), []).append(value)
                         print(f"{setting}, {mode}, round {r + 1}: " + ", ".join(
-                            f"{m} {figures[(setting, mode, m)][-1]:.1f}" for m in runs) +
-                            " output tokens/s", flush=True)
+                            f"{m} {v:.1f}" for m, v in found.items()) + " output tokens/s",
+                            flush=True)
             finally:
-                stop(server)
+                server.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n| engines' threads | a alone | both at once: a | b | sum | sum / a alone |")

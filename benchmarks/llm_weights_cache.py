@@ -21,14 +21,13 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llm_real_sizes import sluice_tpot  # noqa: E402
-from llm_side_by_side import free_port, wait_ready  # noqa: E402
+from llm_side_by_side import Server, free_port  # noqa: E402
 
 
 def smaps_mib(pid):
@@ -41,25 +40,17 @@ def smaps_mib(pid):
     return values
 
 
-class Server:
-    def __init__(self, sluice, model_dir, cache, log):
-        self.port = free_port()
-        args = [sluice, "serve", "--port", str(self.port), "--model-dir", model_dir,
-                "--model-name", "m", "--llm-prefix-caching", "off"]
-        if cache:
-            args += ["--llm-weights-cache", cache]
-        start = time.time()
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        wait_ready(f"http://127.0.0.1:{self.port}/v2/health/ready", self.process, timeout=600)
-        self.ready_s = time.time() - start
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+def start(sluice, model_dir, cache, log):
+    """A server (llm_side_by_side.Server), with the seconds it took to be ready as ready_s."""
+    port = free_port()
+    command = [sluice, "serve", "--port", str(port), "--model-dir", model_dir, "--model-name", "m",
+               "--llm-prefix-caching", "off"]
+    if cache:
+        command += ["--llm-weights-cache", cache]
+    began = time.time()
+    server = Server("sluice", command, "/v2/health/ready", port, log)
+    server.ready_s = time.time() - began
+    return server
 
 
 def main():
@@ -89,14 +80,14 @@ def main():
                 if kind == "write":
                     shutil.rmtree(cache, ignore_errors=True)
                 elif kind == "map" and not (os.path.isdir(cache) and os.listdir(cache)):
-                    Server(args.sluice, directory, cache, log).stop()  # Writes the file.
-                server = Server(args.sluice, directory, cache if kind != "none" else "", log)
+                    start(args.sluice, directory, cache, log).stop()  # Writes the file.
+                server = start(args.sluice, directory, cache if kind != "none" else "", log)
                 startup[kind].append(server.ready_s)
                 server.stop()
                 print(f"{name} start-up round {r + 1}: {kind} {server.ready_s:.2f} s", flush=True)
 
-        private = Server(args.sluice, directory, "", log)
-        mapped = Server(args.sluice, directory, cache, log)
+        private = start(args.sluice, directory, "", log)
+        mapped = start(args.sluice, directory, cache, log)
         memory = {"private": smaps_mib(private.process.pid), "mapped": smaps_mib(mapped.process.pid)}
         tpot = {"private": [], "mapped": []}
         try:
@@ -106,13 +97,12 @@ def main():
                     tpot[who].append(sluice_tpot(args, server.port, results_dir))
                     print(f"{name} TPOT round {r + 1}: {who} {tpot[who][-1]:.2f} ms", flush=True)
             private.stop()
-            second = Server(args.sluice, directory, cache, log)
+            second = start(args.sluice, directory, cache, log)
             memory["two mapped, each"] = smaps_mib(second.process.pid)
             second.stop()
         finally:
             for server in (private, mapped):
-                if server.process.poll() is None:
-                    server.stop()
+                server.stop()
         rows.append(dict(name=name, startup={k: statistics.median(v) for k, v in startup.items()},
                          tpot={k: statistics.median(v) for k, v in tpot.items()}, memory=memory,
                          cache_mib=sum(os.path.getsize(os.path.join(cache, f))

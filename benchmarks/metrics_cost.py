@@ -12,20 +12,17 @@ beside it (A B B A).
 Usage: benchmarks/metrics_cost.py MODEL_DIR [--scrapes 2000]
 """
 import argparse
-import csv
-import glob
 import http.client
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llm_side_by_side import free_port, wait_ready  # noqa: E402
+from llm_side_by_side import Server, bench, free_port  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -55,12 +52,8 @@ def scrape_loop(port, count, interval=0.0, stop=None):
 
 
 def bench_tokens_per_s(sluice, port, results):
-    subprocess.run([sluice, "bench", "--llm", "--url", f"http://127.0.0.1:{port}", "--model", "m",
-                    "-c", "4", "--requests", "16", "--prompt-tokens", "64", "--output-tokens", "128",
-                    "--results-dir", results], check=True, stdout=subprocess.DEVNULL)
-    runs = sorted(glob.glob(os.path.join(results, "*", "summary.csv")), key=os.path.getmtime)
-    with open(runs[-1]) as f:
-        return float(next(csv.DictReader(f))["output_tokens_per_s"])
+    options = SimpleNamespace(prompt_tokens=64, output_tokens=128, requests=16)
+    return float(bench(sluice, port, "m", "4", options, results)[0]["output_tokens_per_s"])
 
 
 def main():
@@ -71,20 +64,19 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     port = free_port()
-    server = subprocess.Popen([args.sluice, "serve", "--port", str(port), "--model-dir",
+    server = Server("sluice", [args.sluice, "serve", "--port", str(port), "--model-dir",
                                os.path.abspath(args.model_dir), "--model-name", "m"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                    "/v2/health/ready", port, open(os.devnull, "w"))
     try:
-        wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server, timeout=600)
         scrape_loop(port, 50)  # Warm.
-        before = cpu_seconds(server.pid)
+        before = cpu_seconds(server.process.pid)
         start = time.perf_counter()
         latencies, size = scrape_loop(port, args.scrapes)
         elapsed = time.perf_counter() - start
-        busy = cpu_seconds(server.pid) - before
-        idle_before = cpu_seconds(server.pid)
+        busy = cpu_seconds(server.process.pid) - before
+        idle_before = cpu_seconds(server.process.pid)
         time.sleep(elapsed)
-        idle = cpu_seconds(server.pid) - idle_before
+        idle = cpu_seconds(server.process.pid) - idle_before
         per_scrape_ms = max(0.0, busy - idle) / args.scrapes * 1000
         latencies.sort()
         print(f"/metrics: {size} bytes; latency median {statistics.median(latencies) * 1e3:.3f} ms,"
@@ -110,12 +102,7 @@ def main():
         print(f"decoding, 4 streams: {statistics.median(rates['without']):.1f} output tokens/s "
               f"without, {statistics.median(rates['with']):.1f} with a 20/s scraper")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        server.stop()
 
 
 if __name__ == "__main__":

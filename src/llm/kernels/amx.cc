@@ -37,14 +37,6 @@ namespace sluice::llm::kernels::amx {
 // sums are combined and scaled in fp32. The weights stay the only 8-bit operand.
 constexpr int32_t kFixedMax = 16383;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tile registers: C 0-3, A (weights) 4-5, B (x) 6.
 SLUICE_AMX void ConfigureTiles(int64_t x_rows) {
   TileConfig config;

@@ -262,6 +262,15 @@ SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const fl
 SLUICE_AVX512 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 }  // namespace avx512
 
+// LDTILECFG's 64 bytes (palette 1): each tile register's rows and bytes a row.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
 namespace amx {
 // Whether the CPU has AMX and Linux granted this process its tile state.
 bool Usable();

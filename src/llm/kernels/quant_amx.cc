@@ -17,14 +17,6 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // quant_amx.inc's tiles: C 0-1 and A 2-3 `rows` rows of 32 bytes (8 int32 sums; one run of x),
 // B 4-5 8 rows of 32 bytes (a record's eight steps).
 TileConfig QuantTileConfig(int rows) {
