@@ -21,7 +21,7 @@ import openai
 import pydantic
 import typing
 
-from sluice_server import serving
+from sluice_server import serving, templated_model
 
 API_KEY = "test-key-123"
 
@@ -79,18 +79,7 @@ def reasoning(sluice, test_models):
     """A model whose chat template thinks (Qwen3's shape): the reply inside the block the prompt
     opens is reasoning_content, streamed and not alike; chat_template_kwargs' enable_thinking
     false closes the block in the prompt and the reply is content."""
-    source = os.path.join(test_models, "tiny_llm")
-    with tempfile.TemporaryDirectory() as model:
-        for name in os.listdir(source):
-            if name not in ("chat_template.jinja", "tokenizer_config.json"):
-                os.symlink(os.path.join(source, name), os.path.join(model, name))
-        with open(os.path.join(source, "tokenizer_config.json")) as f:
-            config = json.load(f)
-        config["chat_template"] = THINKING_TEMPLATE
-        with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
-            json.dump(config, f)
-        with open(os.path.join(model, "chat_template.jinja"), "w") as f:
-            f.write(THINKING_TEMPLATE)
+    with templated_model(test_models, THINKING_TEMPLATE) as model:
         body = {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 2?"}],
                 "max_tokens": 8, "temperature": 0, "ignore_eos": True}
         with serving(sluice, ["--model-dir", model, "--model-name", "m"]) as port:
@@ -287,8 +276,11 @@ def run(port):
                                       {"role": "assistant", "content": None, "tool_calls": [
                                           {"id": "c1", "type": "function", "function": {
                                               "name": "add", "arguments": "{}"}}]},
-                                      {"role": "tool", "content": "4", "tool_call_id": "c1"}]},
+                                      {"role": "tool", "content": "4"}]},
                         "messages"),
+                       # The tiny model's template renders no tools.
+                       ({"messages": messages, "tools": [{"type": "function", "function": {
+                           "name": "add"}}]}, "tools"),
                        ({"messages": messages, "model": 7}, "model")]:
         status, _, body = raw(port, "POST", "/v1/chat/completions", {"model": "tiny_llm", **bad})
         error = json.loads(body)["error"]

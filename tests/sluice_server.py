@@ -10,11 +10,14 @@ With "--grpc-port", "0" among the arguments it yields (http_port, grpc_port); wi
 with_process=True, (port, the subprocess.Popen) instead of the port.
 """
 import contextlib
+import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 
@@ -76,3 +79,22 @@ def thread_stacks(pid):
                               capture_output=True, text=True, timeout=60).stdout
     except subprocess.TimeoutExpired:
         return "(gdb did not finish within 60 s)"
+
+
+@contextlib.contextmanager
+def templated_model(test_models, chat_template):
+    """A copy of the tiny test language model (its files linked) whose chat template is
+    `chat_template`; yields its directory."""
+    source = os.path.join(test_models, "tiny_llm")
+    with tempfile.TemporaryDirectory() as model:
+        for name in os.listdir(source):
+            if name not in ("chat_template.jinja", "tokenizer_config.json"):
+                os.symlink(os.path.join(source, name), os.path.join(model, name))
+        with open(os.path.join(source, "tokenizer_config.json")) as f:
+            config = json.load(f)
+        config["chat_template"] = chat_template
+        with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        with open(os.path.join(model, "chat_template.jinja"), "w") as f:
+            f.write(chat_template)
+        yield model

@@ -451,6 +451,40 @@ FEATURE_TEMPLATES = [
 ]
 
 
+# Tool calling as a Hermes / Qwen2.5-style template writes it: the tools as JSON (tojson keeps
+# their keys in order, floats and non-ASCII text as Python writes them), an assistant's calls,
+# and the tools' answers.
+TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n{%- for tool in tools %}\n{{ tool | tojson }}"
+    "{%- endfor %}<|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls is defined %}"
+    "<|im_start|>assistant\n{%- for call in message.tool_calls %}<tool_call>\n"
+    "{\"name\": \"{{ call.function.name }}\", \"arguments\": {{ call.function.arguments | tojson }}}"
+    "\n</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response id={{ message.tool_call_id }}>"
+    "\n{{ message.content }}\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Météo — the weather \"now\"",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7.5},
+        "unit": {"enum": ["c", "f"], "default": None}},
+        "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "now", "parameters": {}}}]
+
+TOOL_CONVERSATION = [
+    {"role": "user", "content": "Weather in Paris for 2 days?"},
+    {"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": {"days": 2, "city": "Paris", "ratio": 0.25}}},
+        {"id": "call_2", "type": "function", "function": {"name": "now", "arguments": {}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "12:00"}]
+
+
 def render_like_transformers(template, messages, add_generation_prompt):
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -481,6 +515,12 @@ def write_chat_template_cases(tokenizer_dir):
                 except ValueError as e:
                     case["error"] = str(e)
                 cases.append(case)
+    for generation_prompt in (True, False):
+        text = tokenizer.apply_chat_template(TOOL_CONVERSATION, tools=TOOLS, tokenize=False,
+                                             chat_template=TOOLS_TEMPLATE,
+                                             add_generation_prompt=generation_prompt)
+        cases.append({"template": TOOLS_TEMPLATE, "messages": TOOL_CONVERSATION, "tools": TOOLS,
+                      "add_generation_prompt": generation_prompt, "text": text})
     with open(os.path.join(tokenizer_dir, "chat_template_cases.json"), "w") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
     return len(cases)

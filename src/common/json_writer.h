@@ -25,6 +25,8 @@ class JsonWriter {
   JsonWriter& Double(double value);
   JsonWriter& Bool(bool value);
   JsonWriter& Null();
+  // `json`, a value already written as JSON (the caller vouches for it), as it is.
+  JsonWriter& Raw(std::string_view json);
 
   // Key() followed by a value.
   template <typename T>

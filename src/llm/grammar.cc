@@ -23,9 +23,9 @@ struct Utf8State {
   int need;
   uint8_t low, high;
 };
-constexpr Utf8State kUtf8[kUtf8States] = {
-    {0, 0, 0},       {1, 0x80, 0xBF}, {2, 0x80, 0xBF}, {2, 0xA0, 0xBF},
-    {2, 0x80, 0x9F}, {3, 0x80, 0xBF}, {3, 0x90, 0xBF}, {3, 0x80, 0x8F}};
+constexpr Utf8State kUtf8[kUtf8States] = {{0, 0, 0},       {1, 0x80, 0xBF}, {2, 0x80, 0xBF},
+                                          {2, 0xA0, 0xBF}, {2, 0x80, 0x9F}, {3, 0x80, 0xBF},
+                                          {3, 0x90, 0xBF}, {3, 0x80, 0x8F}};
 
 // The state after `byte`, or -1 where the byte makes the text invalid UTF-8.
 int Utf8Next(int state, uint8_t byte) {
@@ -108,10 +108,11 @@ struct GrammarCompiler::Impl {
   xgrammar::GrammarCompiler compiler;
   const std::shared_ptr<const Utf8Table> utf8;
 
-  Result<std::shared_ptr<const Grammar>> Compile(const std::string& schema, bool strict) {
+  Result<std::shared_ptr<const Grammar>> Compile(const std::string& schema, bool strict,
+                                                 bool any_whitespace = true) {
     try {
       return std::make_shared<const Grammar>(
-          compiler.CompileJSONSchema(schema, /*any_whitespace=*/true, /*indent=*/std::nullopt,
+          compiler.CompileJSONSchema(schema, any_whitespace, /*indent=*/std::nullopt,
                                      /*separators=*/std::nullopt, strict, kMaxWhitespace),
           utf8);
     } catch (const std::exception& e) {
@@ -133,6 +134,10 @@ Result<std::shared_ptr<const Grammar>> GrammarCompiler::JsonObject() {
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::JsonSchema(std::string_view schema) {
   return impl_->Compile(std::string(schema), /*strict=*/true);
+}
+
+Result<std::shared_ptr<const Grammar>> GrammarCompiler::CompactJsonSchema(std::string_view schema) {
+  return impl_->Compile(std::string(schema), /*strict=*/true, /*any_whitespace=*/false);
 }
 
 struct GrammarMatcher::Impl {

@@ -32,6 +32,9 @@ class GrammarCompiler {
   // Documents valid under `schema` (JSON Schema text). Properties the schema does not declare
   // are not generated. kInvalidArgument, with XGrammar's reason, for a schema it cannot compile.
   Result<std::shared_ptr<const Grammar>> JsonSchema(std::string_view schema);
+  // As JsonSchema, written one way only: ", " and ": " between items, no other whitespace (tool
+  // calls, whose text nobody reads, cost no tokens on layout).
+  Result<std::shared_ptr<const Grammar>> CompactJsonSchema(std::string_view schema);
 
  private:
   struct Impl;

@@ -16,22 +16,22 @@ std::string_view FinishReasonName(FinishReason reason) {
       return "length";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kToolCalls:
+      return "tool_calls";
     case FinishReason::kNone:
       break;
   }
   return "";
 }
 
-// What the loop keeps of a request beside the scheduler's part: its text and its events.
+// What the loop keeps of a request beside the scheduler's part: its sampler and its events.
 struct LlmEngine::Sequence {
   uint64_t id = 0;
   GenerationRequest request;
   EventCallback on_event;
   std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::string held;  // Decoded text not yet sent: it may be the start of a stop string.
   Clock::time_point submitted, last_token;
-  std::deque<TokenLogprobs> logprobs;  // Of sampled tokens, for their events.
+  std::deque<TokenLogprobs> logprobs;       // Of sampled tokens, for their events.
   std::unique_ptr<GrammarMatcher> matcher;  // With a response format.
   bool grammar_failed = false;              // A sampled token the grammar refused.
 };
@@ -118,7 +118,6 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
   auto seq = std::make_unique<Sequence>();
   if (request.grammar != nullptr) seq->matcher = std::make_unique<GrammarMatcher>(request.grammar);
   seq->sampler = std::make_unique<Sampler>(request.sampling, request.prompt);
-  seq->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
   seq->request = std::move(request);
   seq->on_event = std::move(on_event);
   seq->submitted = clock_.Now();
@@ -141,7 +140,12 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
 
 void LlmEngine::Cancel(uint64_t id) {
   MutexLock lock(mu_);
-  cancelled_.push_back(id);
+  cancelled_.emplace_back(id, false);
+}
+
+void LlmEngine::EndEarly(uint64_t id) {
+  MutexLock lock(mu_);
+  cancelled_.emplace_back(id, true);
 }
 
 LlmStats LlmEngine::stats() const {
@@ -193,41 +197,12 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
     event.logprobs = std::move(seq.logprobs.front());
     seq.logprobs.pop_front();
   }
+  event.token = update.token;
   if (update.eos) {
-    event.text = std::move(seq.held) + seq.decoder->Flush();
     event.finish = FinishReason::kStop;
-    return event;
-  }
-  seq.held += seq.decoder->Push(update.token);
-  // The earliest stop string ends the text before it.
-  size_t stop_at = std::string::npos;
-  for (const std::string& stop : seq.request.stop) {
-    if (!stop.empty()) stop_at = std::min(stop_at, seq.held.find(stop));
-  }
-  if (stop_at != std::string::npos) {
-    event.text = seq.held.substr(0, stop_at);
-    seq.held.clear();
-    event.finish = FinishReason::kStop;
-    return event;
-  }
-  if (update.length) {
-    event.text = std::move(seq.held) + seq.decoder->Flush();
-    seq.held.clear();
+  } else if (update.length) {
     event.finish = FinishReason::kLength;
-    return event;
   }
-  // Hold back the longest tail that could begin a stop string.
-  size_t hold = 0;
-  for (const std::string& stop : seq.request.stop) {
-    for (size_t n = std::min(stop.size() - 1, seq.held.size()); n > hold; --n) {
-      if (seq.held.compare(seq.held.size() - n, n, stop, 0, n) == 0) {
-        hold = n;
-        break;
-      }
-    }
-  }
-  event.text = seq.held.substr(0, seq.held.size() - hold);
-  seq.held.erase(0, seq.held.size() - hold);
   return event;
 }
 
@@ -289,7 +264,7 @@ void LlmEngine::Loop() {
   std::vector<std::pair<std::unique_ptr<Sequence>, GenerationEvent>> finished;
   std::vector<std::pair<Sequence*, GenerationEvent>> events;
   for (;;) {
-    std::vector<uint64_t> cancelled;
+    std::vector<std::pair<uint64_t, bool>> cancelled;
     std::deque<std::unique_ptr<Sequence>> arrived;
     {
       MutexLock lock(mu_);
@@ -305,9 +280,11 @@ void LlmEngine::Loop() {
                                       seq->request.ignore_eos, seq->request.shares_prompt_of});
       sequences_.emplace(seq->id, std::move(seq));
     }
-    for (const uint64_t id : cancelled) {
-      if (scheduler_.Remove(id)) sequences_.erase(id);
+    int64_t ended = 0;
+    for (const auto& [id, finished] : cancelled) {
+      if (scheduler_.Remove(id) && sequences_.erase(id) > 0 && finished) ++ended;
     }
+    finished_.fetch_add(ended);
     const StepPlan plan = scheduler_.Schedule();
     PublishCounts();
     if (plan.empty()) continue;
@@ -333,7 +310,7 @@ void LlmEngine::Loop() {
     } else {
       for (const TokenUpdate& update : scheduler_.Update(plan, tokens)) {
         auto it = sequences_.find(update.id);
-        if (it == sequences_.end()) continue;  // Ended by a stop string at an earlier token.
+        if (it == sequences_.end()) continue;
         if (it->second->grammar_failed) {
           GenerationEvent event;
           event.finish = FinishReason::kError;
@@ -349,7 +326,6 @@ void LlmEngine::Loop() {
           events.emplace_back(it->second.get(), std::move(event));
           continue;
         }
-        if (!update.eos && !update.length) scheduler_.Remove(update.id);  // A stop string.
         finished.emplace_back(std::move(it->second), std::move(event));
         sequences_.erase(it);
       }

@@ -1,9 +1,11 @@
 // The generation loop: requests wait for a KV-cache slot, then every step runs all decoding slots
 // as one batch plus prompt chunks within a token budget (iteration-level, "continuous" batching).
-// What a step runs is the Scheduler's (scheduler.h); this loop runs it on the model, samples,
-// turns tokens into text (stop strings held back) and delivers events. A new request joins at the
-// next step; a slot is freed on EOS, a stop string, max_tokens, Cancel() (a client that
-// disconnected), or an error. No torch here: the model is a StepModel.
+// What a step runs is the Scheduler's (scheduler.h); this loop runs it on the model, samples and
+// delivers each token as an event. It deals in tokens only: text, stop strings, reasoning and
+// tool calls are the generation service's (generation_service.h). A new request joins at the
+// next step; a slot is freed on EOS, max_tokens, Cancel() (a client that disconnected), EndEarly()
+// (the caller has what it needs: a stop string), or an error. No torch here: the model is a
+// StepModel.
 #pragma once
 
 #include <atomic>
@@ -30,15 +32,17 @@
 
 namespace sluice::llm {
 
-enum class FinishReason { kNone, kStop, kLength, kError };
-std::string_view FinishReasonName(FinishReason reason);  // "stop", "length", "error".
+// kStop: an end-of-sequence token (or, from the generation service, a stop string); kToolCalls:
+// the generation service's, for a reply that called tools.
+enum class FinishReason { kNone, kStop, kLength, kError, kToolCalls };
+// "stop", "length", "error", "tool_calls".
+std::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   int max_tokens = 0;  // >= 1; the caller applies defaults and context checks (CheckLength()).
   SamplingParams sampling;
-  std::vector<std::string> stop;  // Stop strings; the text before one is kept, it is not.
-  bool ignore_eos = false;        // Benchmarks: generate max_tokens whatever the model says.
+  bool ignore_eos = false;  // Benchmarks: generate max_tokens whatever the model says.
   // -1: no log-probabilities. 0-20: each generated token's, and this many most likely tokens'.
   int top_logprobs = -1;
   // With a grammar (from grammars()), every token is sampled among those the grammar allows, and
@@ -51,13 +55,13 @@ struct GenerationRequest {
 
 // One update on a request, delivered in order on the engine's thread; must not block.
 struct GenerationEvent {
-  std::string text;           // New text (whole UTF-8 characters); may be empty.
+  // The token generated: with kStop, the end-of-sequence token; -1 on an error event.
+  int32_t token = -1;
   int completion_tokens = 0;  // Generated so far.
   int prompt_tokens = 0;
   FinishReason finish = FinishReason::kNone;  // Set on the last event of the request.
   Status error;                               // With kError.
-  // With top_logprobs >= 0: the token this event generated (its text may be held back for a
-  // stop string and arrive with a later event).
+  // With top_logprobs >= 0: the token's and the most likely alternatives'.
   std::optional<TokenLogprobs> logprobs;
 };
 using EventCallback = std::function<void(const GenerationEvent&)>;
@@ -101,6 +105,9 @@ class LlmEngine {
   // Drops the request wherever it is: its slot is freed before the next step, and no event
   // follows but those of a step already under way.
   void Cancel(uint64_t id);
+  // As Cancel(), for a request its caller ends because it has what it needs (a stop string in
+  // its text): counted as finished. Safe from within the request's own callback.
+  void EndEarly(uint64_t id);
 
   // Finishes every accepted request (they run to completion), then stops the loop.
   void Stop();
@@ -134,7 +141,8 @@ class LlmEngine {
   mutable Mutex mu_;
   CondVar wake_;
   std::deque<std::unique_ptr<Sequence>> incoming_ GUARDED_BY(mu_);  // Not yet scheduled.
-  std::vector<uint64_t> cancelled_ GUARDED_BY(mu_);
+  // Requests to drop before the next step, and whether each counts as finished (EndEarly).
+  std::vector<std::pair<uint64_t, bool>> cancelled_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   int busy_slots_ GUARDED_BY(mu_) = 0;          // The scheduler's running().

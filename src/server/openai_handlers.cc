@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "common/json_writer.h"
-#include "llm/text/reasoning.h"
+#include "common/mutex.h"
 #include "metrics/prometheus.h"
 #include "server/openai_request.h"
 
@@ -17,7 +17,6 @@ namespace sluice {
 namespace {
 
 using openai::CompletionRequest;
-using openai::ResponseFormat;
 
 std::atomic<uint64_t> g_next_id{1};
 
@@ -111,58 +110,132 @@ void WriteCompletionLogprobs(JsonWriter& json, const llm::Tokenizer& tokenizer,
   json.EndArray().EndObject();
 }
 
-// One of a request's n choices, as its events arrive (on the engine's thread).
+// One of a request's n choices as the reply gives it (engine thread).
 struct Choice {
-  std::string text;  // Non-streaming: the whole reply.
+  std::string content;  // Non-streaming: the whole reply.
+  std::string reasoning;
+  std::vector<llm::ToolCall> tool_calls;
   std::vector<llm::TokenLogprobs> logprobs;
   int64_t text_offset = 0;  // Completions: bytes of this choice's tokens already reported.
   int completion_tokens = 0;
   llm::FinishReason finish = llm::FinishReason::kNone;
   bool sent_role = false;
-  // A thinking template's replies: the reasoning told apart from the answer.
-  std::optional<llm::ReasoningSplitter> reasoning;
 };
 
-// What one generation (its n choices) shares between the handler, the engine's events and the
-// disconnect hook. Events of all choices come from the engine's one loop thread.
-struct Generation {
-  explicit Generation(int n)
-      : engine_ids(static_cast<size_t>(n)), choices(static_cast<size_t>(n)) {}
+// A streamed chat chunk's delta beside its content: reasoning, or one tool call's start (id and
+// name) or arguments.
+struct Delta {
+  std::string_view content, reasoning;
+  const llm::ToolCall* call = nullptr;
+  int call_index = 0;
+  bool call_start = false;  // The call's id, type and name (and empty arguments); else arguments.
+};
+
+void WriteToolCalls(JsonWriter& json, const std::vector<llm::ToolCall>& calls) {
+  json.Key("tool_calls").BeginArray();
+  for (const llm::ToolCall& call : calls) {
+    json.BeginObject().Field("id", call.id).Field("type", "function").Key("function");
+    json.BeginObject().Field("name", call.name).Field("arguments", call.arguments).EndObject();
+    json.EndObject();
+  }
+  json.EndArray();
+}
+
+// One response to one generation (its n choices), in OpenAI's shape: a body, or server-sent
+// events. The generation service's events (llm/generation_service.h) arrive on the engine's
+// loop thread; a disconnect from the I/O thread.
+class Reply final : public llm::GenerationObserver {
+ public:
+  Reply(std::shared_ptr<llm::LlmEngine> engine, int n) : engine(std::move(engine)) {
+    choices.resize(static_cast<size_t>(n));
+    unfinished = n;
+  }
 
   std::shared_ptr<llm::LlmEngine> engine;
   std::string id, model;
   bool chat = false;
+  bool thinks = false;  // The template knows thinking blocks: messages carry reasoning_content.
   bool include_usage = false;
   int top_logprobs = -1;  // -1: no log-probabilities.
   int64_t created = 0;
-  std::vector<std::atomic<uint64_t>> engine_ids;  // 0 until submitted.
-  std::atomic<bool> cancelled{false};
-  std::atomic<bool> answered{false};  // The response (a body, or a stream begun) is given.
   Responder respond;
   std::shared_ptr<ResponseStream> stream;
-  // Engine thread only.
-  std::vector<Choice> choices;
-  int unfinished = static_cast<int>(choices.size());
-  int prompt_tokens = 0;
-  bool failed = false;
 
-  // Exactly one answer, whichever of the engine and a disconnect comes first.
-  void Answer(HttpResponse response) {
-    if (!answered.exchange(true)) respond(std::move(response));
-  }
-
-  // Stops every choice still generating.
-  void CancelChoices() {
-    for (const auto& engine_id : engine_ids) {
-      if (const uint64_t request = engine_id.load()) engine->Cancel(request);
+  // The generation to stop when the client leaves (set once Start returns).
+  void Attach(const std::shared_ptr<llm::Generation>& generation) {
+    bool cancel = false;
+    {
+      MutexLock lock(mu_);
+      generation_ = generation;
+      cancel = cancelled_;
     }
+    if (cancel) generation->Cancel();
   }
 
   void Cancel() {
-    if (cancelled.exchange(true)) return;
-    CancelChoices();
+    std::shared_ptr<llm::Generation> generation;
+    {
+      MutexLock lock(mu_);
+      if (cancelled_) return;
+      cancelled_ = true;
+      generation = generation_.lock();
+    }
+    if (generation) generation->Cancel();
     // The server counts it as a client that left (a stream's end is the server's own).
     if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
+  }
+
+  void OnRejected(const Status& status, std::string_view param,
+                  double retry_after_seconds) override {
+    Answer(OpenAiError(status, param, retry_after_seconds));
+  }
+
+  void OnAccepted() override {
+    if (!stream) return;
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.stream = stream;
+    Answer(std::move(response));
+  }
+
+  void OnFailed(const Status& error) override {
+    failed = true;
+    if (stream) {
+      // Headers are sent: the error travels as an event, then the stream ends.
+      JsonWriter json;
+      json.BeginObject().Key("error").BeginObject().Field("message", error.message());
+      json.Field("type", "server_error").Key("param").Null().Key("code").Null();
+      json.EndObject().EndObject();
+      stream->Write("data: " + json.str() + "\n\n");
+      stream->Close();
+    } else {
+      Answer(OpenAiError(error));
+    }
+  }
+
+  void OnChoice(const llm::ChoiceEvent& event) override {
+    if (failed) return;
+    Choice& choice = choices[event.index];
+    choice.completion_tokens = event.completion_tokens;
+    prompt_tokens = event.prompt_tokens;
+    if (event.finish != llm::FinishReason::kNone) {
+      choice.finish = event.finish;
+      --unfinished;
+    }
+    if (stream) return Stream(event);
+    choice.content += event.content;
+    choice.reasoning += event.reasoning;
+    choice.tool_calls.insert(choice.tool_calls.end(), event.tool_calls.begin(),
+                             event.tool_calls.end());
+    choice.logprobs.insert(choice.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    if (unfinished == 0) Answer(HttpResponse::Json(200, Body()));
+  }
+
+ private:
+  // Exactly one answer, whichever of the generation and a disconnect comes first.
+  void Answer(HttpResponse response) {
+    if (!answered_.exchange(true)) respond(std::move(response));
   }
 
   void WriteLogprobs(JsonWriter& json, const Choice& choice,
@@ -176,10 +249,46 @@ struct Generation {
     }
   }
 
+  // The non-streamed response.
+  std::string Body() const {
+    JsonWriter json;
+    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
+    json.Key("choices").BeginArray();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Choice& c = choices[i];
+      json.BeginObject().Field("index", static_cast<int64_t>(i));
+      if (chat) {
+        json.Key("message").BeginObject().Field("role", "assistant").Key("content");
+        if (c.content.empty() && !c.tool_calls.empty()) {
+          json.Null();
+        } else {
+          json.String(c.content);
+        }
+        if (thinks) {
+          json.Key("reasoning_content");
+          if (c.reasoning.empty()) {
+            json.Null();
+          } else {
+            json.String(c.reasoning);
+          }
+        }
+        if (!c.tool_calls.empty()) WriteToolCalls(json, c.tool_calls);
+        json.EndObject();
+      } else {
+        json.Field("text", c.content);
+      }
+      WriteLogprobs(json, c, c.logprobs);
+      json.Field("finish_reason", llm::FinishReasonName(c.finish)).EndObject();
+    }
+    json.EndArray();
+    WriteUsage(json, prompt_tokens, CompletionTokens());
+    json.EndObject();
+    return json.str();
+  }
+
   // data: {...}\n\n for one streamed chunk of choice `index`.
-  std::string Chunk(size_t index, std::string_view content, llm::FinishReason finish,
-                    const std::vector<llm::TokenLogprobs>& tokens,
-                    std::string_view reasoning = {}) const {
+  std::string Chunk(size_t index, const Delta& delta, llm::FinishReason finish,
+                    const std::vector<llm::TokenLogprobs>& tokens) const {
     const Choice& choice = choices[index];
     JsonWriter json;
     BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
@@ -187,11 +296,20 @@ struct Generation {
     if (chat) {
       json.Key("delta").BeginObject();
       if (!choice.sent_role) json.Field("role", "assistant");
-      if (!reasoning.empty()) json.Field("reasoning_content", reasoning);
-      if (!content.empty() || !choice.sent_role) json.Field("content", content);
+      if (!delta.reasoning.empty()) json.Field("reasoning_content", delta.reasoning);
+      if (!delta.content.empty() || !choice.sent_role) json.Field("content", delta.content);
+      if (delta.call != nullptr) {
+        json.Key("tool_calls").BeginArray().BeginObject();
+        json.Field("index", int64_t{delta.call_index});
+        if (delta.call_start) json.Field("id", delta.call->id).Field("type", "function");
+        json.Key("function").BeginObject();
+        if (delta.call_start) json.Field("name", delta.call->name);
+        json.Field("arguments", delta.call_start ? std::string_view() : delta.call->arguments);
+        json.EndObject().EndObject().EndArray();
+      }
       json.EndObject();
     } else {
-      json.Field("text", content);
+      json.Field("text", delta.content);
     }
     if (tokens.empty()) {
       json.Key("logprobs").Null();
@@ -216,102 +334,33 @@ struct Generation {
     return total;
   }
 
-  void Fail(const Status& error) {
-    failed = true;
-    CancelChoices();
-    if (stream) {
-      // Headers are sent: the error travels as an event, then the stream ends.
-      JsonWriter json;
-      json.BeginObject().Key("error").BeginObject().Field("message", error.message());
-      json.Field("type", "server_error").Key("param").Null().Key("code").Null();
-      json.EndObject().EndObject();
-      stream->Write("data: " + json.str() + "\n\n");
-      stream->Close();
-    } else {
-      Answer(OpenAiError(error));
-    }
-  }
-
-  void OnEvent(size_t index, const llm::GenerationEvent& event) {
-    if (cancelled.load() || failed) return;
-    if (event.finish == llm::FinishReason::kError) return Fail(event.error);
-    Choice& choice = choices[index];
-    choice.completion_tokens = event.completion_tokens;
-    prompt_tokens = event.prompt_tokens;
-    std::vector<llm::TokenLogprobs> tokens;
-    if (event.logprobs) tokens.push_back(*event.logprobs);
-    if (event.finish != llm::FinishReason::kNone) {
-      choice.finish = event.finish;
-      --unfinished;
-    }
-    if (stream) return Stream(index, event, tokens);
-    choice.text += event.text;
-    choice.logprobs.insert(choice.logprobs.end(), tokens.begin(), tokens.end());
-    if (unfinished > 0) return;
-    JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
-    json.Key("choices").BeginArray();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      const Choice& c = choices[i];
-      json.BeginObject().Field("index", static_cast<int64_t>(i));
-      if (chat) {
-        json.Key("message").BeginObject().Field("role", "assistant");
-        if (c.reasoning) {
-          llm::ReasoningSplitter splitter = *c.reasoning;
-          llm::ReasoningSplitter::Pieces pieces = splitter.Add(c.text);
-          llm::ReasoningSplitter::Pieces rest = splitter.Finish();
-          json.Field("content", pieces.content + rest.content).Key("reasoning_content");
-          const std::string reasoning = pieces.reasoning + rest.reasoning;
-          if (reasoning.empty()) {
-            json.Null();
-          } else {
-            json.String(reasoning);
-          }
-        } else {
-          json.Field("content", c.text);
-        }
-        json.EndObject();
-      } else {
-        json.Field("text", c.text);
-      }
-      WriteLogprobs(json, c, c.logprobs);
-      json.Field("finish_reason", llm::FinishReasonName(c.finish)).EndObject();
-    }
-    json.EndArray();
-    WriteUsage(json, prompt_tokens, CompletionTokens());
-    json.EndObject();
-    Answer(HttpResponse::Json(200, json.str()));
-  }
-
-  void Stream(size_t index, const llm::GenerationEvent& event,
-              const std::vector<llm::TokenLogprobs>& tokens) {
-    Choice& choice = choices[index];
+  void Stream(const llm::ChoiceEvent& event) {
+    Choice& choice = choices[event.index];
     std::string out;
     if (!choice.sent_role && chat) {
-      out += Chunk(index, "", llm::FinishReason::kNone, {});
+      out += Chunk(event.index, {}, llm::FinishReason::kNone, {});
       choice.sent_role = true;
     }
-    llm::ReasoningSplitter::Pieces pieces;
-    if (choice.reasoning) {
-      pieces = choice.reasoning->Add(event.text);
-    } else {
-      pieces.content = event.text;
-    }
-    if (!pieces.content.empty() || !pieces.reasoning.empty() || !tokens.empty()) {
-      out += Chunk(index, pieces.content, llm::FinishReason::kNone, tokens, pieces.reasoning);
-      for (const llm::TokenLogprobs& t : tokens) {
+    if (!event.content.empty() || !event.reasoning.empty() || !event.logprobs.empty()) {
+      out += Chunk(event.index, Delta{event.content, event.reasoning}, llm::FinishReason::kNone,
+                   event.logprobs);
+      for (const llm::TokenLogprobs& t : event.logprobs) {
         choice.text_offset +=
             static_cast<int64_t>(engine->tokenizer().TokenBytes(t.chosen.token).size());
       }
     }
+    // A call's first delta names it; the next carries its arguments.
+    for (size_t k = 0; k < event.tool_calls.size(); ++k) {
+      Delta delta;
+      delta.call = &event.tool_calls[k];
+      delta.call_index = event.first_tool_call + static_cast<int>(k);
+      delta.call_start = true;
+      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
+      delta.call_start = false;
+      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
+    }
     if (event.finish != llm::FinishReason::kNone) {
-      if (choice.reasoning) {  // What was held back as a possible tag.
-        const llm::ReasoningSplitter::Pieces rest = choice.reasoning->Finish();
-        if (!rest.content.empty() || !rest.reasoning.empty()) {
-          out += Chunk(index, rest.content, llm::FinishReason::kNone, {}, rest.reasoning);
-        }
-      }
-      out += Chunk(index, "", event.finish, {});
+      out += Chunk(event.index, {}, event.finish, {});
       if (unfinished == 0) {
         if (include_usage) {
           JsonWriter json;
@@ -327,44 +376,19 @@ struct Generation {
     if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
     if (unfinished == 0) stream->Close();
   }
-};
 
-// Submits a generation's n choices (all or nothing) and, when streamed, starts the response. Each
-// choice is a request of its own; with a seed, choice i samples with seed + i, so the choices
-// differ and the same seed gives the same n texts.
-void Launch(const std::shared_ptr<Generation>& state, const llm::GenerationRequest& generation,
-            int n) {
-  for (int i = 0; i < n && !state->cancelled.load(); ++i) {
-    llm::GenerationRequest choice = generation;
-    if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
-    // The other choices share the first one's prompt blocks rather than computing them again.
-    if (i > 0) choice.shares_prompt_of = state->engine_ids[0].load();
-    const auto index = static_cast<size_t>(i);
-    auto submitted = state->engine->Submit(
-        std::move(choice),
-        [state, index](const llm::GenerationEvent& event) { state->OnEvent(index, event); });
-    if (!submitted.ok()) {
-      // All or nothing: the choices already queued are dropped unanswered.
-      state->cancelled = true;
-      state->CancelChoices();
-      return state->Answer(
-          OpenAiError(submitted.status(), {}, state->engine->EstimatedWaitSeconds()));
-    }
-    state->engine_ids[index] = *submitted;
-  }
-  if (state->cancelled.load()) {
-    // The client left before (or while) its choices were queued.
-    state->CancelChoices();
-    return state->Answer(OpenAiError(Status::Cancelled("the client disconnected")));
-  }
-  if (state->stream) {
-    HttpResponse response;
-    response.content_type = "text/event-stream";
-    response.headers.emplace_back("Cache-Control", "no-cache");
-    response.stream = state->stream;
-    state->Answer(std::move(response));
-  }
-}
+  Mutex mu_;
+  // Weak: the generation holds this reply (its observer) until its last event; a strong pointer
+  // back would keep both, and the connection, forever.
+  std::weak_ptr<llm::Generation> generation_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> answered_{false};  // The response (a body, or a stream begun) is given.
+  // Engine thread only.
+  std::vector<Choice> choices;
+  int unfinished = 0;
+  int prompt_tokens = 0;
+  bool failed = false;
+};
 
 }  // namespace
 
@@ -387,7 +411,7 @@ HttpResponse OpenAiError(const Status& status, std::string_view param, double re
 }
 
 OpenAiHandlers::OpenAiHandlers(std::map<std::string, std::shared_ptr<llm::LlmEngine>> models)
-    : models_(std::move(models)), created_(UnixSeconds()) {}
+    : service_(std::move(models)), created_(UnixSeconds()) {}
 
 void OpenAiHandlers::AddRoutes(Router& router) {
   auto bind = [this](auto method) {
@@ -402,44 +426,16 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
 }
 
-Result<std::shared_ptr<llm::LlmEngine>> OpenAiHandlers::Find(std::string& model) const {
-  if (model.empty() && models_.size() == 1) model = models_.begin()->first;
-  if (model.empty()) {
-    return Status::InvalidArgument(
-        fmt::format("'model' is required: this server serves {} language models", models_.size()));
-  }
-  auto it = models_.find(model);
-  if (it == models_.end()) {
-    return Status::NotFound(fmt::format("The model '{}' does not exist", model));
-  }
-  return it->second;
-}
-
-Result<std::string> OpenAiHandlers::RenderChat(
-    const llm::LlmEngine& engine, const std::string& model,
-    const std::vector<llm::ChatMessage>& messages, bool add_generation_prompt,
-    const std::map<std::string, llm::TemplateArgument>& arguments) {
-  const llm::ChatTemplate* chat_template = engine.chat_template();
-  if (chat_template == nullptr) {
-    return Status::InvalidArgument(
-        fmt::format("model '{}' has no chat template; use /v1/completions", model));
-  }
-  const llm::Tokenizer& tokenizer = engine.tokenizer();
-  return chat_template->Render(
-      messages, add_generation_prompt,
-      {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}}, arguments);
-}
-
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
   openai::TokenizeRequest parsed;
   if (auto error = openai::ParseTokenize(request.body, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  auto engine = Find(parsed.model);
+  auto engine = service_.Find(parsed.model);
   if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
   if (parsed.chat) {
     auto rendered =
-        RenderChat(**engine, parsed.model, parsed.messages, parsed.add_generation_prompt);
+        llm::GenerationService::RenderChat(**engine, parsed.messages, parsed.add_generation_prompt);
     if (!rendered.ok()) return respond(OpenAiError(rendered.status(), "messages"));
     parsed.prompt = std::move(*rendered);
   }
@@ -459,7 +455,7 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
   if (auto error = openai::ParseDetokenize(request.body, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  auto engine = Find(parsed.model);
+  auto engine = service_.Find(parsed.model);
   if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
   const int64_t vocab = (*engine)->model().architecture().vocab_size;
   std::vector<int32_t> ids;
@@ -480,7 +476,7 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
 void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {
   JsonWriter json;
   json.BeginObject().Field("object", "list").Key("data").BeginArray();
-  for (const auto& [name, engine] : models_) {
+  for (const auto& [name, engine] : service_.models()) {
     json.BeginObject().Field("id", name).Field("object", "model").Field("created", created_);
     json.Field("owned_by", "sluice");
     json.Field("max_model_len", int64_t{engine->model().context_length()});
@@ -504,74 +500,28 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   if (auto error = openai::ParseCompletion(request.body, chat, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  auto found = Find(parsed.model);
+  auto found = service_.Find(parsed.model);
   if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
   std::shared_ptr<llm::LlmEngine> engine = *found;
-  std::string prompt_text = parsed.prompt;
-  if (chat) {
-    auto rendered = RenderChat(*engine, parsed.model, parsed.messages,
-                               /*add_generation_prompt=*/true, parsed.template_arguments);
-    if (!rendered.ok()) {
-      return respond(OpenAiError(rendered.status(), parsed.template_arguments.empty()
-                                                        ? "messages"
-                                                        : "chat_template_kwargs"));
-    }
-    prompt_text = std::move(*rendered);
-  }
-  llm::GenerationRequest generation;
-  generation.prompt = engine->tokenizer().Encode(prompt_text, /*add_special_tokens=*/!chat);
-  generation.max_tokens = parsed.max_tokens;
-  generation.sampling = parsed.sampling;
-  generation.stop = std::move(parsed.stop);
-  generation.ignore_eos = parsed.ignore_eos;
-  if (Status length =
-          engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
-      !length.ok()) {
-    return respond(OpenAiError(length, chat ? "messages" : "prompt"));
-  }
-
-  generation.top_logprobs = parsed.top_logprobs;
-  auto state = std::make_shared<Generation>(parsed.n);
-  state->engine = engine;
-  state->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
-  state->model = parsed.model;
-  state->chat = chat;
-  state->include_usage = parsed.include_usage;
-  state->top_logprobs = parsed.top_logprobs;
-  state->created = UnixSeconds();
-  state->respond = respond;
-  if (chat && engine->chat_template()->thinks()) {
-    // Each choice's reasoning apart from its answer, inside the block the prompt may have opened.
-    const bool opened = llm::PromptOpensThinking(prompt_text);
-    for (Choice& choice : state->choices) choice.reasoning.emplace(opened);
-  }
-  if (parsed.stream) state->stream = std::make_shared<ResponseStream>();
-  if (request.on_disconnect) request.on_disconnect([state] { state->Cancel(); });
-  if (parsed.response_format.type == ResponseFormat::Type::kText) {
-    return Launch(state, generation, parsed.n);
-  }
-  // A schema's first compilation takes milliseconds to seconds: off the I/O thread. Later
-  // requests with the same schema find it cached.
-  auto compile = [state, generation = std::move(generation), n = parsed.n,
-                  format = std::move(parsed.response_format)]() mutable {
-    if (state->cancelled.load()) return Launch(state, generation, n);  // Answers the cancel.
-    auto grammar = format.type == ResponseFormat::Type::kJsonObject
-                       ? state->engine->grammars().JsonObject()
-                       : state->engine->grammars().JsonSchema(format.schema);
-    if (!grammar.ok()) return state->Answer(OpenAiError(grammar.status(), "response_format"));
-    generation.grammar = std::move(*grammar);
-    Launch(state, generation, n);
-  };
-  if (!grammar_pool_.TrySubmit(std::move(compile))) {
-    state->Answer(OpenAiError(
-        Status::Unavailable("too many response formats are waiting to be compiled; retry later")));
-  }
+  auto reply = std::make_shared<Reply>(engine, parsed.n);
+  reply->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
+  reply->model = parsed.model;
+  reply->chat = chat;
+  reply->thinks = chat && engine->chat_template() != nullptr && engine->chat_template()->thinks();
+  reply->include_usage = parsed.include_usage;
+  reply->top_logprobs = parsed.top_logprobs;
+  reply->created = UnixSeconds();
+  reply->respond = std::move(respond);
+  if (parsed.stream) reply->stream = std::make_shared<ResponseStream>();
+  if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });
+  reply->Attach(service_.Start(engine, std::move(parsed), reply));
 }
 
 std::string OpenAiHandlers::RenderMetrics() const {
   PrometheusWriter w;
   std::vector<std::pair<std::string, llm::LlmStats>> all;
-  for (const auto& [name, engine] : models_) all.emplace_back(name, engine->stats());
+  const auto& models = service_.models();
+  for (const auto& [name, engine] : models) all.emplace_back(name, engine->stats());
   auto label = [](const std::string& name) { return "model=" + LabelValue(name); };
   w.Family("sluice_llm_prompt_tokens_total", "counter", "Prompt tokens processed.");
   for (const auto& [name, s] : all)
@@ -608,7 +558,7 @@ std::string OpenAiHandlers::RenderMetrics() const {
              static_cast<double>(s.prefix_cache_hits));
   w.Family("sluice_llm_model_info", "gauge",
            "The linear layers' weight formats and the kernel paths their products run on.");
-  for (const auto& [name, engine] : models_) {
+  for (const auto& [name, engine] : models) {
     w.Sample("sluice_llm_model_info",
              label(name) + ",weights=" + LabelValue(engine->model().weight_formats()) +
                  ",kernels=" + LabelValue(engine->model().kernel_paths()),
@@ -619,7 +569,7 @@ std::string OpenAiHandlers::RenderMetrics() const {
   w.Family("sluice_llm_slots_busy", "gauge", "Slots holding a request.");
   for (const auto& [name, s] : all) w.Sample("sluice_llm_slots_busy", label(name), s.slots_busy);
   w.Family("sluice_llm_kv_cache_bytes", "gauge", "Memory of the paged KV cache.");
-  for (const auto& [name, engine] : models_) {
+  for (const auto& [name, engine] : models) {
     w.Sample("sluice_llm_kv_cache_bytes", label(name),
              static_cast<double>(engine->model().kv_cache_bytes()));
   }
@@ -656,7 +606,7 @@ std::string OpenAiHandlers::RenderMetrics() const {
              s.kv_blocks > 0 ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks : 0.0);
   }
   w.Family("vllm:cache_config_info", "gauge", "The KV cache's block size (tokens) and blocks.");
-  for (const auto& [name, engine] : models_) {
+  for (const auto& [name, engine] : models) {
     w.Sample("vllm:cache_config_info",
              vllm_label(name) + ",block_size=\"" + std::to_string(engine->model().kv_block_size()) +
                  "\",num_gpu_blocks=\"" + std::to_string(engine->model().kv_blocks()) + "\"",

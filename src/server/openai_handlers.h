@@ -2,8 +2,9 @@
 // POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape; and
 // vLLM's POST /tokenize ({"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"}) and
 // POST /detokenize ({"tokens"} -> {"prompt"}). Bodies are parsed into typed requests first
-// (openai_request.h); the engine (llm/llm_engine.h) never sees JSON. `response_format` compiles to
-// a grammar (llm/grammar.h) that constrains the request's tokens.
+// (openai_request.h) and run by the generation service (llm/generation_service.h), whose events
+// these handlers write in OpenAI's shape (message.tool_calls, delta.tool_calls, reasoning_content);
+// nothing below them sees JSON of the protocol.
 #pragma once
 
 #include <map>
@@ -11,8 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/thread_pool.h"
-#include "llm/llm_engine.h"
+#include "llm/generation_service.h"
 #include "server/router.h"
 
 namespace sluice {
@@ -31,23 +31,13 @@ class OpenAiHandlers {
 
   // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
   std::string RenderMetrics() const;
-  bool empty() const { return models_.empty(); }
+  bool empty() const { return service_.models().empty(); }
 
  private:
   void Generate(const HttpRequest& request, bool chat, Responder respond);
-  // The engine serving `model`; an empty name is the only model where there is one (and is set
-  // to its name). kNotFound naming an unknown model; kInvalidArgument for no name among several.
-  Result<std::shared_ptr<llm::LlmEngine>> Find(std::string& model) const;
-  // The conversation through the model's chat template (kInvalidArgument where it has none).
-  static Result<std::string> RenderChat(
-      const llm::LlmEngine& engine, const std::string& model,
-      const std::vector<llm::ChatMessage>& messages, bool add_generation_prompt,
-      const std::map<std::string, llm::TemplateArgument>& arguments = {});
 
-  std::map<std::string, std::shared_ptr<llm::LlmEngine>> models_;
+  llm::GenerationService service_;
   const int64_t created_;  // Unix seconds at start, the `created` of every model.
-  // Compiles response formats' grammars (last: its thread stops first, before the models go).
-  ThreadPool grammar_pool_{1, 64};
 };
 
 // {"error": {"message", "type", "param", "code"}} with the status's HTTP code (503 adds

@@ -73,9 +73,43 @@ std::optional<ParseError> ReadContent(const element& message, std::string& out) 
   return std::nullopt;
 }
 
-// root["messages"]: a non-empty array of {role, content, name}. Tool calls and tool results
-// (`tool_calls`, `tool_call_id`, the `tool` role) and any other field are refused by name, not
-// dropped: a conversation whose links were lost would be answered as another one.
+// A function name as OpenAI allows it: 1-64 letters, digits, '_' or '-'.
+bool ValidName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": JSON text}}].
+std::optional<ParseError> ReadToolCalls(const element& calls, size_t index,
+                                        std::vector<llm::ToolCallRecord>& out) {
+  const std::string where = fmt::format("'messages[{}].tool_calls'", index);
+  simdjson::dom::array list;
+  if (calls.get(list) != simdjson::SUCCESS) {
+    return ParseError{where + " must be an array", "messages"};
+  }
+  for (element call : list) {
+    std::string_view id, type, name, arguments;
+    element function;
+    if (!call.is_object() || call["id"].get(id) != simdjson::SUCCESS ||
+        call["type"].get(type) != simdjson::SUCCESS || type != "function" ||
+        call["function"].get(function) != simdjson::SUCCESS ||
+        function["name"].get(name) != simdjson::SUCCESS ||
+        function["arguments"].get(arguments) != simdjson::SUCCESS) {
+      return ParseError{where +
+                            " must hold {\"id\", \"type\": \"function\", \"function\": "
+                            "{\"name\", \"arguments\": a string}}",
+                        "messages"};
+    }
+    out.push_back(llm::ToolCallRecord{std::string(id), std::string(name), std::string(arguments)});
+  }
+  return std::nullopt;
+}
+
+// root["messages"]: a non-empty array of {role, content, name}, assistant messages' tool_calls
+// and tool messages' tool_call_id. Any other field (the deprecated function_call) is refused by
+// name, not dropped: a conversation whose links were lost would be answered as another one.
 std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::ChatMessage>& out) {
   simdjson::dom::array messages;
   if (root["messages"].get(messages) != simdjson::SUCCESS || messages.size() == 0) {
@@ -89,36 +123,50 @@ std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::Cha
     if (m.get(fields) != simdjson::SUCCESS) {
       return ParseError{fmt::format("'messages[{}]' must be an object", index), "messages"};
     }
-    for (auto field : fields) {
-      if (field.key == "role" || field.key == "content" || field.key == "name") continue;
-      const bool tools =
-          field.key == "tool_calls" || field.key == "tool_call_id" || field.key == "function_call";
-      return ParseError{fmt::format("'messages[{}].{}' is not supported{}", index, field.key,
-                                    tools ? " (tool calling is not served)" : ""),
-                        "messages"};
-    }
     if (m["role"].get(text) != simdjson::SUCCESS) {
       return ParseError{"each message needs a string 'role'", "messages"};
     }
     message.role = std::string(text);
-    if (message.role == "tool") {
-      return ParseError{fmt::format("'messages[{}]': role 'tool' is not supported (tool calling "
-                                    "is not served)",
+    if (message.role == "function") {
+      return ParseError{fmt::format("'messages[{}]': role 'function' (deprecated) is not "
+                                    "supported; use 'tool'",
                                     index),
                         "messages"};
     }
     if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-        message.role != "developer") {
+        message.role != "developer" && message.role != "tool") {
       return ParseError{fmt::format("unknown message role '{}'", message.role), "messages"};
     }
+    for (auto field : fields) {
+      if (field.key == "role" || field.key == "content" || field.key == "name") continue;
+      if (field.key == "tool_calls" && message.role == "assistant") continue;
+      if (field.key == "tool_call_id" && message.role == "tool") continue;
+      return ParseError{fmt::format("'messages[{}].{}' is not supported{}", index, field.key,
+                                    field.key == "tool_calls"     ? " outside assistant messages"
+                                    : field.key == "tool_call_id" ? " outside tool messages"
+                                                                  : ""),
+                        "messages"};
+    }
     if (auto error = ReadContent(m, message.content)) return error;
-    element name;
-    if (m["name"].get(name) == simdjson::SUCCESS && !name.is_null()) {
-      if (name.get(text) != simdjson::SUCCESS || text.empty()) {
+    element value;
+    if (m["name"].get(value) == simdjson::SUCCESS && !value.is_null()) {
+      if (value.get(text) != simdjson::SUCCESS || text.empty()) {
         return ParseError{fmt::format("'messages[{}].name' must be a non-empty string", index),
                           "messages"};
       }
       message.name = std::string(text);
+    }
+    if (m["tool_calls"].get(value) == simdjson::SUCCESS && !value.is_null()) {
+      if (auto error = ReadToolCalls(value, index, message.tool_calls)) return error;
+    }
+    if (message.role == "tool") {
+      if (m["tool_call_id"].get(text) != simdjson::SUCCESS || text.empty()) {
+        return ParseError{
+            fmt::format("'messages[{}].tool_call_id' (a string) is required in tool messages",
+                        index),
+            "messages"};
+      }
+      message.tool_call_id = std::string(text);
     }
     out.push_back(std::move(message));
     ++index;
@@ -170,7 +218,7 @@ std::optional<ParseError> OnlyKeys(const element& root,
                           std::string(field.key)};
       }
       return ParseError{fmt::format("'{}{}' is not supported", prefix, field.key),
-                        std::string(prefix.substr(0, prefix.find('.')))};
+                        std::string(prefix.substr(0, prefix.find_first_of(".[")))};
     }
   }
   return std::nullopt;
@@ -214,10 +262,7 @@ std::optional<ParseError> ReadResponseFormat(const element& root, ResponseFormat
   std::string_view name;
   element value;
   if (spec["name"].get(value) == simdjson::SUCCESS &&
-      (value.get(name) != simdjson::SUCCESS || name.empty() || name.size() > 64 ||
-       !std::all_of(name.begin(), name.end(), [](char c) {
-         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-       }))) {
+      (value.get(name) != simdjson::SUCCESS || !ValidName(name))) {
     return ParseError{"'response_format.json_schema.name' must be 1-64 letters, digits, '_' or '-'",
                       kParam};
   }
@@ -238,12 +283,131 @@ std::optional<ParseError> ReadResponseFormat(const element& root, ResponseFormat
   return std::nullopt;
 }
 
+// root["tools"], ["tool_choice"] and ["parallel_tool_calls"] (OpenAI's shapes).
+std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) {
+  element tools;
+  const bool given = root["tools"].get(tools) == simdjson::SUCCESS && !tools.is_null();
+  if (given) {
+    simdjson::dom::array list;
+    if (tools.get(list) != simdjson::SUCCESS || list.size() == 0) {
+      return ParseError{"'tools' must be a non-empty array", "tools"};
+    }
+    size_t index = 0;
+    for (element tool : list) {
+      const std::string where = fmt::format("tools[{}]", index++);
+      std::string_view type;
+      if (!tool.is_object() || tool["type"].get(type) != simdjson::SUCCESS) {
+        return ParseError{fmt::format("'{}' must be an object with a string 'type'", where),
+                          "tools"};
+      }
+      if (type != "function") {
+        return ParseError{
+            fmt::format("'{}.type' '{}' is not supported; only 'function' tools are", where, type),
+            "tools"};
+      }
+      if (auto e = OnlyKeys(tool, {"type", "function"}, where + ".")) return e;
+      element function;
+      if (tool["function"].get(function) != simdjson::SUCCESS || !function.is_object()) {
+        return ParseError{fmt::format("'{}.function' (an object) is required", where), "tools"};
+      }
+      if (auto e = OnlyKeys(function, {"name", "description", "parameters", "strict"},
+                            where + ".function.")) {
+        return e;
+      }
+      llm::ToolFunction f;
+      std::string_view text;
+      if (function["name"].get(text) != simdjson::SUCCESS || !ValidName(text)) {
+        return ParseError{
+            fmt::format("'{}.function.name' must be 1-64 letters, digits, '_' or '-'", where),
+            "tools"};
+      }
+      f.name = std::string(text);
+      for (const llm::ToolFunction& other : out.functions) {
+        if (other.name == f.name) {
+          return ParseError{fmt::format("two tools are named '{}'", f.name), "tools"};
+        }
+      }
+      element value;
+      if (function["description"].get(value) == simdjson::SUCCESS && !value.is_null() &&
+          !value.is_string()) {
+        return ParseError{fmt::format("'{}.function.description' must be a string", where),
+                          "tools"};
+      }
+      if (function["parameters"].get(value) == simdjson::SUCCESS && !value.is_null()) {
+        if (!value.is_object()) {
+          return ParseError{
+              fmt::format("'{}.function.parameters' must be a JSON Schema object", where), "tools"};
+        }
+        f.parameters = simdjson::minify(value);
+      }
+      if (function["strict"].get(value) == simdjson::SUCCESS && !value.is_null() &&
+          value.get(f.strict) != simdjson::SUCCESS) {
+        return ParseError{fmt::format("'{}.function.strict' must be true or false", where),
+                          "tools"};
+      }
+      out.functions.push_back(std::move(f));
+    }
+    out.definitions = simdjson::minify(tools);
+  }
+  element choice;
+  if (root["tool_choice"].get(choice) == simdjson::SUCCESS && !choice.is_null()) {
+    constexpr const char* kParam = "tool_choice";
+    std::string_view text;
+    if (choice.get(text) == simdjson::SUCCESS) {
+      if (text == "auto") {
+        out.choice = llm::ToolOptions::Choice::kAuto;
+      } else if (text == "none") {
+        out.choice = llm::ToolOptions::Choice::kNone;
+      } else if (text == "required") {
+        out.choice = llm::ToolOptions::Choice::kRequired;
+      } else {
+        return ParseError{fmt::format("'tool_choice' '{}' is not one of \"auto\", \"none\", "
+                                      "\"required\" or a named function",
+                                      text),
+                          kParam};
+      }
+    } else {
+      std::string_view type, name;
+      element function;
+      if (!choice.is_object() || choice["type"].get(type) != simdjson::SUCCESS ||
+          type != "function" || choice["function"].get(function) != simdjson::SUCCESS ||
+          function["name"].get(name) != simdjson::SUCCESS) {
+        return ParseError{
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+            "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+            kParam};
+      }
+      if (auto e = OnlyKeys(choice, {"type", "function"}, "tool_choice.")) return e;
+      if (auto e = OnlyKeys(function, {"name"}, "tool_choice.function.")) return e;
+      out.choice = llm::ToolOptions::Choice::kFunction;
+      out.function = std::string(name);
+      const bool known = std::any_of(out.functions.begin(), out.functions.end(),
+                                     [&](const llm::ToolFunction& f) { return f.name == name; });
+      if (!known) {
+        return ParseError{fmt::format("'tool_choice' names '{}', which is not among 'tools'", name),
+                          kParam};
+      }
+    }
+    if (!given && (out.choice == llm::ToolOptions::Choice::kRequired ||
+                   out.choice == llm::ToolOptions::Choice::kFunction)) {
+      return ParseError{"'tool_choice' \"required\" needs 'tools'", kParam};
+    }
+  }
+  element parallel;
+  if (root["parallel_tool_calls"].get(parallel) == simdjson::SUCCESS && !parallel.is_null() &&
+      parallel.get(out.parallel) != simdjson::SUCCESS) {
+    return ParseError{"'parallel_tool_calls' must be true or false", "parallel_tool_calls"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, CompletionRequest& r) {
   simdjson::dom::parser parser;
   element root;
   if (auto error = ParseObject(parser, body, root)) return error;
+  r.chat = chat;
   std::string_view text;
   // Absent: the one model served, if there is only one (as vLLM does); a server of several
   // answers 400 naming 'model'.
@@ -288,7 +452,10 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
                                  "top_logprobs",
                                  "response_format",
                                  "user",
-                                 "chat_template_kwargs"})
+                                 "chat_template_kwargs",
+                                 "tools",
+                                 "tool_choice",
+                                 "parallel_tool_calls"})
                : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
                                  "temperature", "top_p", "top_k", "seed", "stop",
                                  "frequency_penalty", "presence_penalty", "repetition_penalty",
@@ -331,7 +498,7 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
     }
     for (auto field : fields) {
       const std::string key(field.key);
-      if (key == "messages" || key == "add_generation_prompt") {
+      if (key == "messages" || key == "add_generation_prompt" || key == "tools") {
         return ParseError{
             fmt::format("'chat_template_kwargs.{}' is set by the request itself", key), kParam};
       }
@@ -352,6 +519,9 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
     }
   }
   if (auto e = ReadResponseFormat(root, r.response_format)) return e;
+  if (chat) {
+    if (auto e = ReadTools(root, r.tools)) return e;
+  }
   if (r.ignore_eos && r.response_format.type != ResponseFormat::Type::kText) {
     return ParseError{"'ignore_eos' cannot be combined with a JSON 'response_format'",
                       "ignore_eos"};

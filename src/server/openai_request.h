@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "llm/sampler.h"
+#include "llm/generation_service.h"
 #include "llm/text/chat_template.h"
 
 namespace sluice::openai {
@@ -20,29 +20,13 @@ struct ParseError {
   std::string param;  // The request parameter at fault; "" for the body as a whole.
 };
 
-// `response_format`: free text, any JSON object (JSON mode), or documents of a JSON schema.
-struct ResponseFormat {
-  enum class Type { kText, kJsonObject, kJsonSchema };
-  Type type = Type::kText;
-  std::string schema;  // kJsonSchema: the schema, as JSON text.
-};
+using ResponseFormat = llm::ResponseFormat;
 
-struct CompletionRequest {
-  std::string model;
-  std::vector<llm::ChatMessage> messages;  // Chat.
-  std::string prompt;                      // Completions.
+// What the generation service runs (llm/generation_service.h), and what the route itself keeps.
+struct CompletionRequest : llm::GenerateRequest {
+  std::string model;  // "": the one model served.
   bool stream = false;
   bool include_usage = false;
-  int max_tokens = 0;  // 0: the model's default.
-  llm::SamplingParams sampling;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  int n = 1;              // Choices, each sampled from the prompt on its own.
-  int top_logprobs = -1;  // -1: no log-probabilities; else alternatives per token (0-20).
-  ResponseFormat response_format;
-  // Chat: chat_template_kwargs, extra variables for the model's chat template (Qwen3's
-  // enable_thinking, ...): booleans, integers or strings.
-  std::map<std::string, llm::TemplateArgument> template_arguments;
 };
 
 // POST /v1/chat/completions (`chat`) or /v1/completions.

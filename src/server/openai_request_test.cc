@@ -67,7 +67,7 @@ TEST(OpenAiRequestTest, ResponseFormatErrorsNameIt) {
 }
 
 TEST(OpenAiRequestTest, UnservedParametersAreRefusedByName) {
-  for (const char* key : {"tools", "logit_bias", "parallel_tool_calls"}) {
+  for (const char* key : {"logit_bias", "functions", "function_call"}) {
     CompletionRequest r;
     auto error = Chat(std::string(", \"") + key + "\": null", r);
     ASSERT_TRUE(error) << key;
@@ -84,15 +84,19 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedByName) {
 // non-string model. A message's name reaches the template.
 TEST(OpenAiRequestTest, StrictBodiesNameWhatIsWrong) {
   const std::pair<std::string, std::pair<const char*, const char*>> cases[] = {
-      {R"({"model": "m", "messages": [{"role": "assistant", "content": null,
+      {R"({"model": "m", "messages": [{"role": "user", "content": null,
            "tool_calls": [{"id": "c1", "type": "function",
                            "function": {"name": "f", "arguments": "{}"}}]}]})",
-       {"messages", "'messages[0].tool_calls' is not supported"}},
-      {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
-           {"role": "tool", "content": "4", "tool_call_id": "c1"}]})",
-       {"messages", "'messages[1].tool_call_id' is not supported"}},
+       {"messages", "'messages[0].tool_calls' is not supported outside assistant messages"}},
+      {R"({"model": "m", "messages": [{"role": "assistant", "content": null,
+           "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {}}}]}]})",
+       {"messages", "'messages[0].tool_calls' must hold"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a", "tool_call_id": "c1"}]})",
+       {"messages", "'messages[0].tool_call_id' is not supported outside tool messages"}},
       {R"({"model": "m", "messages": [{"role": "tool", "content": "4"}]})",
-       {"messages", "role 'tool' is not supported"}},
+       {"messages", "'messages[0].tool_call_id' (a string) is required"}},
+      {R"({"model": "m", "messages": [{"role": "function", "content": "4", "name": "f"}]})",
+       {"messages", "role 'function' (deprecated) is not supported"}},
       {R"({"model": "m", "messages": [{"role": "user", "content": "a", "refusal": null}]})",
        {"messages", "'messages[0].refusal' is not supported"}},
       {R"({"model": "m", "messages": [{"role": "user", "content": "a", "name": 3}]})",
@@ -151,6 +155,79 @@ TEST(OpenAiRequestTest, StrictBodiesNameWhatIsWrong) {
   auto error = ParseCompletion(R"({"prompt": "p", "chat_template_kwargs": {}})", false, r);
   ASSERT_TRUE(error);
   EXPECT_EQ(error->param, "chat_template_kwargs");
+}
+
+// tools, tool_choice and parallel_tool_calls as OpenAI's API takes them, and the tool messages of
+// an agent's history.
+TEST(OpenAiRequestTest, ToolsAndToolMessages) {
+  const std::string weather =
+      R"({"type": "function", "function": {"name": "get_weather", "description": "d",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+          "strict": true}})";
+  CompletionRequest r;
+  ASSERT_FALSE(Chat(R"(, "tools": [)" + weather + R"(, {"type": "function", "function": {"name":
+      "now"}}], "tool_choice": {"type": "function", "function": {"name": "now"}},
+      "parallel_tool_calls": false)",
+                    r));
+  ASSERT_EQ(r.tools.functions.size(), 2u);
+  EXPECT_EQ(r.tools.functions[0].name, "get_weather");
+  EXPECT_EQ(r.tools.functions[0].parameters,
+            R"({"type":"object","properties":{"city":{"type":"string"}}})");
+  EXPECT_TRUE(r.tools.functions[0].strict);
+  EXPECT_EQ(r.tools.functions[1].parameters, "");
+  EXPECT_EQ(r.tools.choice, llm::ToolOptions::Choice::kFunction);
+  EXPECT_EQ(r.tools.function, "now");
+  EXPECT_FALSE(r.tools.parallel);
+  EXPECT_NE(r.tools.definitions.find(R"("description":"d")"), std::string::npos);
+  for (const auto& [choice, mode] : std::vector<std::pair<std::string, llm::ToolOptions::Choice>>{
+           {R"("auto")", llm::ToolOptions::Choice::kAuto},
+           {R"("none")", llm::ToolOptions::Choice::kNone},
+           {R"("required")", llm::ToolOptions::Choice::kRequired}}) {
+    r = {};
+    ASSERT_FALSE(Chat(R"(, "tools": [)" + weather + R"(], "tool_choice": )" + choice, r));
+    EXPECT_EQ(r.tools.choice, mode) << choice;
+  }
+  const std::pair<std::string, const char*> bad[] = {
+      {R"(, "tools": [])", "'tools' must be a non-empty array"},
+      {R"(, "tools": [{"type": "code_interpreter"}])", "only 'function' tools are"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "a b"}}])", "name' must be"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])",
+       "must be a JSON Schema object"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "f", "returns": {}}}])",
+       "'tools[0].function.returns' is not supported"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+                      {"type": "function", "function": {"name": "f"}}])",
+       "two tools are named 'f'"},
+  };
+  for (const auto& [extra, message] : bad) {
+    r = {};
+    auto error = Chat(extra, r);
+    ASSERT_TRUE(error) << extra;
+    EXPECT_EQ(error->param, "tools") << extra;
+    EXPECT_NE(error->message.find(message), std::string::npos) << error->message;
+  }
+  for (const std::string& extra : std::vector<std::string>{
+           R"(, "tool_choice": "required")", R"(, "tool_choice": "any")",
+           R"(, "tools": [)" + weather + R"(], "tool_choice": {"type": "function", "function":
+            {"name": "other"}})"}) {
+    r = {};
+    auto error = Chat(extra, r);
+    ASSERT_TRUE(error) << extra;
+    EXPECT_EQ(error->param, "tool_choice") << extra;
+  }
+  r = {};
+  ASSERT_FALSE(ParseCompletion(R"({"messages": [{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18C"}]})",
+                               /*chat=*/true, r));
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].content, "18C");
 }
 
 TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {

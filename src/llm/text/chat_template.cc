@@ -1,14 +1,14 @@
 #include "llm/text/chat_template.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <stdexcept>
 #include <variant>
-
-#include "common/json_writer.h"
 
 namespace sluice::llm {
 namespace {
@@ -16,27 +16,29 @@ namespace {
 // ---- Values ----------------------------------------------------------------------------------
 
 struct Value;
+class Dict;
 using List = std::vector<Value>;
-using Dict = std::map<std::string, Value>;
 struct Undefined {};
 
 struct Value {
-  std::variant<Undefined, std::nullptr_t, bool, int64_t, std::string, std::shared_ptr<List>,
+  std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<List>,
                std::shared_ptr<Dict>>
       v;
   Value() = default;
   Value(std::nullptr_t) : v(nullptr) {}                       // NOLINT
   Value(bool b) : v(b) {}                                     // NOLINT
   Value(int64_t i) : v(i) {}                                  // NOLINT
+  Value(double d) : v(d) {}                                   // NOLINT
   Value(std::string s) : v(std::move(s)) {}                   // NOLINT
   Value(const char* s) : v(std::string(s)) {}                 // NOLINT
   Value(List l) : v(std::make_shared<List>(std::move(l))) {}  // NOLINT
-  Value(Dict d) : v(std::make_shared<Dict>(std::move(d))) {}  // NOLINT
+  Value(Dict d);                                              // NOLINT
 
   bool undefined() const { return std::holds_alternative<Undefined>(v); }
   bool none() const { return std::holds_alternative<std::nullptr_t>(v); }
   const std::string* str() const { return std::get_if<std::string>(&v); }
   const int64_t* integer() const { return std::get_if<int64_t>(&v); }
+  const double* real() const { return std::get_if<double>(&v); }
   List* list() const {
     auto p = std::get_if<std::shared_ptr<List>>(&v);
     return p ? p->get() : nullptr;
@@ -45,16 +47,109 @@ struct Value {
     auto p = std::get_if<std::shared_ptr<Dict>>(&v);
     return p ? p->get() : nullptr;
   }
-  bool Truthy() const {
-    if (undefined() || none()) return false;
-    if (auto b = std::get_if<bool>(&v)) return *b;
-    if (auto i = integer()) return *i != 0;
-    if (auto s = str()) return !s->empty();
-    if (auto l = list()) return !l->empty();
-    if (auto d = dict()) return !d->empty();
-    return false;
-  }
+  bool Truthy() const;
 };
+
+// A mapping that keeps its keys in insertion order, as Python's dict (and so tojson) does.
+class Dict {
+ public:
+  using Entry = std::pair<std::string, Value>;
+  Dict() = default;
+  Dict(std::initializer_list<Entry> entries) {
+    for (const Entry& e : entries) (*this)[e.first] = e.second;
+  }
+  Value& operator[](const std::string& key) {
+    auto it = find(key);
+    if (it != entries_.end()) return it->second;
+    return entries_.emplace_back(key, Value()).second;
+  }
+  std::vector<Entry>::iterator find(const std::string& key) {
+    return std::find_if(entries_.begin(), entries_.end(),
+                        [&](const Entry& e) { return e.first == key; });
+  }
+  std::vector<Entry>::const_iterator find(const std::string& key) const {
+    return std::find_if(entries_.begin(), entries_.end(),
+                        [&](const Entry& e) { return e.first == key; });
+  }
+  size_t count(const std::string& key) const { return find(key) == end() ? 0 : 1; }
+  void emplace(const std::string& key, Value value) {
+    if (find(key) == end()) entries_.emplace_back(key, std::move(value));
+  }
+  std::vector<Entry>::iterator begin() { return entries_.begin(); }
+  std::vector<Entry>::iterator end() { return entries_.end(); }
+  std::vector<Entry>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<Entry>::const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+Value::Value(Dict d) : v(std::make_shared<Dict>(std::move(d))) {}
+
+bool Value::Truthy() const {
+  if (undefined() || none()) return false;
+  if (auto b = std::get_if<bool>(&v)) return *b;
+  if (auto i = integer()) return *i != 0;
+  if (auto r = real()) return *r != 0;
+  if (auto s = str()) return !s->empty();
+  if (auto l = list()) return !l->empty();
+  if (auto d = dict()) return !d->empty();
+  return false;
+}
+
+// A JSON document as a template value (objects keep their key order; numbers with a fraction or
+// exponent are floats).
+Value FromJson(simdjson::dom::element element) {
+  switch (element.type()) {
+    case simdjson::dom::element_type::ARRAY: {
+      List list;
+      simdjson::dom::array array;
+      if (element.get(array) == simdjson::SUCCESS) {
+        for (simdjson::dom::element item : array) list.push_back(FromJson(item));
+      }
+      return Value(std::move(list));
+    }
+    case simdjson::dom::element_type::OBJECT: {
+      Dict dict;
+      simdjson::dom::object object;
+      if (element.get(object) == simdjson::SUCCESS) {
+        for (auto field : object) dict[std::string(field.key)] = FromJson(field.value);
+      }
+      return Value(std::move(dict));
+    }
+    case simdjson::dom::element_type::INT64:
+      return Value(element.get_int64().value_unsafe());
+    case simdjson::dom::element_type::UINT64:
+      return Value(static_cast<double>(element.get_uint64().value_unsafe()));
+    case simdjson::dom::element_type::DOUBLE:
+      return Value(element.get_double().value_unsafe());
+    case simdjson::dom::element_type::STRING:
+      return Value(std::string(element.get_string().value_unsafe()));
+    case simdjson::dom::element_type::BOOL:
+      return Value(element.get_bool().value_unsafe());
+    case simdjson::dom::element_type::NULL_VALUE:
+      return Value(nullptr);
+  }
+  return Value();
+}
+
+Value ParseJsonValue(const std::string& text) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(text).get(root) != simdjson::SUCCESS) return Value(text);
+  return FromJson(root);
+}
+
+// A float as Python's repr() writes it ("0.5", "1.0", "1e-05").
+std::string FloatText(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  std::string text = fmt::format("{}", value);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
 
 struct TemplateError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -62,26 +157,69 @@ struct TemplateError : std::runtime_error {
 
 std::string ToText(const Value& value);
 
-void WriteJson(const Value& value, JsonWriter& json) {
+// Python's json.dumps(value, ensure_ascii=False), as transformers' tojson filter writes it:
+// ", " and ": " between items, keys in their order, non-ASCII characters as they are.
+void WritePythonJson(const Value& value, std::string& out) {
   if (value.undefined() || value.none()) {
-    json.Null();
+    out += "null";
   } else if (auto b = std::get_if<bool>(&value.v)) {
-    json.Bool(*b);
+    out += *b ? "true" : "false";
   } else if (auto i = value.integer()) {
-    json.Int(*i);
+    out += std::to_string(*i);
+  } else if (auto r = value.real()) {
+    out += FloatText(*r);
   } else if (auto s = value.str()) {
-    json.String(*s);
-  } else if (auto l = value.list()) {
-    json.BeginArray();
-    for (const Value& item : *l) WriteJson(item, json);
-    json.EndArray();
-  } else if (auto d = value.dict()) {
-    json.BeginObject();
-    for (const auto& [key, item] : *d) {
-      json.Key(key);
-      WriteJson(item, json);
+    out += '"';
+    for (const char ch : *s) {
+      switch (ch) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        default:
+          if (static_cast<unsigned char>(ch) < 0x20) {
+            out += fmt::format("\\u{:04x}", static_cast<int>(ch));
+          } else {
+            out += ch;
+          }
+      }
     }
-    json.EndObject();
+    out += '"';
+  } else if (auto l = value.list()) {
+    out += '[';
+    for (size_t k = 0; k < l->size(); ++k) {
+      if (k > 0) out += ", ";
+      WritePythonJson((*l)[k], out);
+    }
+    out += ']';
+  } else if (auto d = value.dict()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, item] : *d) {
+      if (!first) out += ", ";
+      first = false;
+      WritePythonJson(Value(key), out);
+      out += ": ";
+      WritePythonJson(item, out);
+    }
+    out += '}';
   }
 }
 
@@ -90,14 +228,20 @@ std::string ToText(const Value& value) {
   if (value.none()) return "None";
   if (auto b = std::get_if<bool>(&value.v)) return *b ? "True" : "False";
   if (auto i = value.integer()) return std::to_string(*i);
+  if (auto r = value.real()) return FloatText(*r);
   if (auto s = value.str()) return *s;
-  JsonWriter json;
-  WriteJson(value, json);
-  return json.str();
+  std::string out;
+  WritePythonJson(value, out);
+  return out;
 }
 
 bool Equal(const Value& a, const Value& b) {
   if (a.str() && b.str()) return *a.str() == *b.str();
+  if ((a.real() || a.integer()) && (b.real() || b.integer()) && (a.real() || b.real())) {
+    const double x = a.real() ? *a.real() : static_cast<double>(*a.integer());
+    const double y = b.real() ? *b.real() : static_cast<double>(*b.integer());
+    return x == y;
+  }
   if (a.integer() && b.integer()) return *a.integer() == *b.integer();
   if (std::holds_alternative<bool>(a.v) && std::holds_alternative<bool>(b.v)) {
     return std::get<bool>(a.v) == std::get<bool>(b.v);
@@ -641,9 +785,9 @@ Value ApplyFilter(const std::string& name, const Value& value, const List& args)
   if (name == "upper" || name == "lower") return CallMethod(Value(ToText(value)), name, {});
   if (name == "string") return Value(ToText(value));
   if (name == "tojson") {
-    JsonWriter json;
-    WriteJson(value, json);
-    return Value(json.str());
+    std::string out;
+    WritePythonJson(value, out);
+    return Value(out);
   }
   if (name == "default" || name == "d") {
     return value.undefined() && !args.empty() ? args[0] : value;
@@ -925,6 +1069,8 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
     return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
   }
   result->thinks_ = source.find("</think>") != std::string::npos;
+  result->renders_tools_ = source.find("tools") != std::string::npos;
+  result->source_ = source;
   return result;
 }
 
@@ -938,13 +1084,34 @@ Result<std::string> ChatTemplate::Render(
   for (const ChatMessage& m : messages) {
     Dict message{{"role", Value(m.role)}, {"content", Value(m.content)}};
     if (!m.name.empty()) message.emplace("name", Value(m.name));
+    if (!m.tool_call_id.empty()) message.emplace("tool_call_id", Value(m.tool_call_id));
+    if (!m.tool_calls.empty()) {
+      // As transformers' templates expect them: arguments as an object where they parse as one.
+      List calls;
+      for (const ToolCallRecord& call : m.tool_calls) {
+        Value arguments = ParseJsonValue(call.arguments);
+        calls.push_back(Value(
+            Dict{{"id", Value(call.id)},
+                 {"type", Value("function")},
+                 {"function", Value(Dict{{"name", Value(call.name)}, {"arguments", arguments}})}}));
+      }
+      message.emplace("tool_calls", Value(std::move(calls)));
+    }
     list.push_back(Value(std::move(message)));
   }
   globals["messages"] = Value(list);
   globals["add_generation_prompt"] = Value(add_generation_prompt);
   for (const auto& [key, value] : variables) globals[key] = Value(value);
   for (const auto& [key, value] : arguments) {
-    globals[key] = std::visit([](const auto& v) { return Value(v); }, value);
+    globals[key] = std::visit(
+        [](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, TemplateJson>) {
+            return ParseJsonValue(v.text);
+          } else {
+            return Value(v);
+          }
+        },
+        value);
   }
   c.scopes.push_back(std::move(globals));
   try {

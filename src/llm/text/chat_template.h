@@ -17,15 +17,29 @@
 
 namespace sluice::llm {
 
+// A function call an assistant message made (OpenAI's tool_calls[i]).
+struct ToolCallRecord {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text; the template sees the object it holds.
+};
+
 struct ChatMessage {
   std::string role;
   std::string content;
-  std::string name;  // OpenAI's participant name; the template sees message.name when set.
+  std::string name;          // OpenAI's participant name; the template sees message.name when set.
+  std::string tool_call_id;  // Role "tool": the call this message answers.
+  std::vector<ToolCallRecord> tool_calls;  // Role "assistant": the calls it made.
+};
+
+// A JSON document as a template variable (objects keep their key order).
+struct TemplateJson {
+  std::string text;
 };
 
 // A request's extra template variable (OpenAI-style servers' chat_template_kwargs, such as
-// Qwen3's enable_thinking).
-using TemplateArgument = std::variant<bool, int64_t, std::string>;
+// Qwen3's enable_thinking; `tools`, as JSON).
+using TemplateArgument = std::variant<bool, int64_t, std::string, TemplateJson>;
 
 // Immutable after Parse(); thread-safe.
 class ChatTemplate {
@@ -42,6 +56,9 @@ class ChatTemplate {
   // Whether the template knows thinking blocks (it writes "</think>"): its replies' reasoning is
   // told apart from their answer (text/reasoning.h).
   bool thinks() const { return thinks_; }
+  // Whether the template renders a `tools` variable (function definitions for tool calling).
+  bool renders_tools() const { return renders_tools_; }
+  const std::string& source() const { return source_; }
 
   struct Node;
 
@@ -49,6 +66,8 @@ class ChatTemplate {
   ChatTemplate() = default;
   std::vector<std::unique_ptr<Node>> body_;
   bool thinks_ = false;
+  bool renders_tools_ = false;
+  std::string source_;
 };
 
 }  // namespace sluice::llm

@@ -16,17 +16,37 @@ TEST(ChatTemplateTest, RendersLikeTransformers) {
   simdjson::dom::parser parser;
   simdjson::dom::array cases;
   ASSERT_EQ(parser.load(path).get(cases), simdjson::SUCCESS) << path;
-  int rendered = 0, raised = 0;
+  int rendered = 0, raised = 0, with_tools = 0;
   for (auto c : cases) {
     const std::string source{std::string_view(c["template"])};
     auto chat_template = ChatTemplate::Parse(source);
     ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
     std::vector<ChatMessage> messages;
     for (auto m : c["messages"].get_array()) {
-      messages.push_back(
-          {std::string(std::string_view(m["role"])), std::string(std::string_view(m["content"]))});
+      ChatMessage message;
+      message.role = std::string(std::string_view(m["role"]));
+      std::string_view text;
+      if (m["content"].get(text) == simdjson::SUCCESS) message.content = std::string(text);
+      if (m["tool_call_id"].get(text) == simdjson::SUCCESS)
+        message.tool_call_id = std::string(text);
+      simdjson::dom::array calls;
+      if (m["tool_calls"].get(calls) == simdjson::SUCCESS) {
+        for (auto call : calls) {
+          message.tool_calls.push_back(
+              ToolCallRecord{std::string(std::string_view(call["id"])),
+                             std::string(std::string_view(call["function"]["name"])),
+                             simdjson::minify(call["function"]["arguments"])});
+        }
+      }
+      messages.push_back(std::move(message));
     }
-    auto text = (*chat_template)->Render(messages, bool(c["add_generation_prompt"]));
+    std::map<std::string, TemplateArgument> arguments;
+    simdjson::dom::element tools;
+    if (c["tools"].get(tools) == simdjson::SUCCESS) {
+      arguments["tools"] = TemplateJson{simdjson::minify(tools)};
+      ++with_tools;
+    }
+    auto text = (*chat_template)->Render(messages, bool(c["add_generation_prompt"]), {}, arguments);
     std::string_view expected, error;
     if (c["error"].get(error) == simdjson::SUCCESS) {
       ASSERT_FALSE(text.ok()) << "expected the template to raise: " << error;
@@ -41,6 +61,7 @@ TEST(ChatTemplateTest, RendersLikeTransformers) {
   }
   EXPECT_GE(rendered, 40);
   EXPECT_GE(raised, 1);
+  EXPECT_EQ(with_tools, 2);  // Tools and calls in a conversation, as transformers renders them.
 }
 
 TEST(ChatTemplateTest, ParseErrorsAreReportedAtLoad) {

@@ -1,0 +1,352 @@
+#include "llm/generation_service.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <optional>
+
+#include "common/json_writer.h"
+#include "llm/text/reasoning.h"
+#include "llm/text/stop_strings.h"
+
+namespace sluice::llm {
+namespace {
+
+// Refused before anything runs: the status and the request parameter at fault.
+struct Refusal {
+  Status status;
+  std::string param;
+};
+
+// One choice's text on its way from tokens to events (engine thread only).
+struct ChoiceText {
+  ChoiceText(const Tokenizer& tokenizer, bool skip_special, std::vector<std::string> stops)
+      : decoder(tokenizer, skip_special), stops(std::move(stops)) {}
+
+  StreamDecoder decoder;
+  StopStringMatcher stops;
+  std::optional<ReasoningSplitter> reasoning;  // A thinking template.
+  std::optional<ToolCallParser> tool_parser;   // tool_choice auto.
+  bool constrained_calls = false;              // required / a named function.
+  std::string call_text;                       // Of a constrained reply: a JSON array of calls.
+  int calls = 0;                               // Tool calls given so far.
+  bool done = false;
+
+  // `text` (the reply's next piece; `end`: its last) to content, reasoning and calls.
+  void Feed(std::string text, bool end, ChoiceEvent& out) {
+    if (reasoning) {
+      ReasoningSplitter::Pieces pieces = reasoning->Add(text);
+      if (end) {
+        ReasoningSplitter::Pieces rest = reasoning->Finish();
+        pieces.reasoning += rest.reasoning;
+        pieces.content += rest.content;
+      }
+      out.reasoning = std::move(pieces.reasoning);
+      text = std::move(pieces.content);
+    }
+    if (constrained_calls) {
+      call_text += text;
+      text.clear();
+      if (end) {
+        auto parsed = ParseToolCallArray(call_text);
+        if (parsed.ok()) {
+          out.tool_calls = std::move(*parsed);
+        } else {
+          text = std::move(call_text);  // Cut short (max_tokens): the text as it is.
+        }
+      }
+    } else if (tool_parser) {
+      ToolCallParser::Pieces pieces = tool_parser->Add(text);
+      if (end) {
+        ToolCallParser::Pieces rest = tool_parser->Finish();
+        pieces.content += rest.content;
+        for (ToolCall& call : rest.calls) pieces.calls.push_back(std::move(call));
+      }
+      text = std::move(pieces.content);
+      out.tool_calls = std::move(pieces.calls);
+    }
+    out.content = std::move(text);
+    out.first_tool_call = calls;
+    calls += static_cast<int>(out.tool_calls.size());
+  }
+};
+
+// A generation's n choices: what the front, the engine's events and Cancel() share.
+class Run final : public Generation {
+ public:
+  Run(std::shared_ptr<LlmEngine> engine, std::shared_ptr<GenerationObserver> observer, int n)
+      : engine_(std::move(engine)), observer_(std::move(observer)), ids_(static_cast<size_t>(n)) {}
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    CancelChoices();
+  }
+
+  // Set up before Launch; the engine thread's afterwards.
+  std::vector<ChoiceText> choices;
+
+  // Submits the n choices (all or nothing), then tells the observer.
+  void Launch(const std::shared_ptr<Run>& self, const GenerationRequest& request) {
+    const int n = static_cast<int>(ids_.size());
+    for (int i = 0; i < n && !cancelled_.load(); ++i) {
+      GenerationRequest choice = request;
+      if (choice.sampling.seed) *choice.sampling.seed += static_cast<uint64_t>(i);
+      // The other choices share the first one's prompt blocks rather than computing them again.
+      if (i > 0) choice.shares_prompt_of = ids_[0].load();
+      const auto index = static_cast<size_t>(i);
+      auto submitted = engine_->Submit(std::move(choice), [self, index](const GenerationEvent& e) {
+        self->OnEngineEvent(index, e);
+      });
+      if (!submitted.ok()) {
+        // All or nothing: the choices already queued are dropped unanswered.
+        cancelled_ = true;
+        CancelChoices();
+        return observer_->OnRejected(submitted.status(), "", engine_->EstimatedWaitSeconds());
+      }
+      ids_[index] = *submitted;
+    }
+    if (cancelled_.load()) {
+      // The client left before (or while) its choices were queued.
+      CancelChoices();
+      return observer_->OnRejected(Status::Cancelled("the client disconnected"), "", 0);
+    }
+    observer_->OnAccepted();
+  }
+
+  bool cancelled() const { return cancelled_.load(); }
+  GenerationObserver& observer() { return *observer_; }
+  LlmEngine& engine() { return *engine_; }
+
+ private:
+  void CancelChoices() {
+    for (const auto& id : ids_) {
+      if (const uint64_t request = id.load()) engine_->Cancel(request);
+    }
+  }
+
+  void OnEngineEvent(size_t index, const GenerationEvent& event) {
+    if (cancelled_.load() || failed_) return;
+    ChoiceText& choice = choices[index];
+    if (choice.done) return;  // Tokens of the step that reached a stop string.
+    if (event.finish == FinishReason::kError) {
+      failed_ = true;
+      CancelChoices();
+      return observer_->OnFailed(event.error);
+    }
+    ChoiceEvent out;
+    out.index = index;
+    out.prompt_tokens = event.prompt_tokens;
+    out.completion_tokens = event.completion_tokens;
+    if (event.logprobs) out.logprobs.push_back(*event.logprobs);
+    FinishReason finish = event.finish;
+    std::string text;
+    if (finish != FinishReason::kStop) text = choice.decoder.Push(event.token);  // Not EOS.
+    if (finish != FinishReason::kNone) text += choice.decoder.Flush();
+    StopStringMatcher::Released released = choice.stops.Add(text);
+    if (released.stopped) {
+      finish = FinishReason::kStop;
+      engine_->EndEarly(ids_[index].load());
+    } else if (finish != FinishReason::kNone) {
+      released.text += choice.stops.Flush();
+    }
+    const bool end = finish != FinishReason::kNone;
+    choice.Feed(std::move(released.text), end, out);
+    if (end) {
+      choice.done = true;
+      if (choice.calls > 0 && finish == FinishReason::kStop) finish = FinishReason::kToolCalls;
+    }
+    out.finish = finish;
+    observer_->OnChoice(out);
+  }
+
+  std::shared_ptr<LlmEngine> engine_;
+  std::shared_ptr<GenerationObserver> observer_;
+  std::vector<std::atomic<uint64_t>> ids_;  // The choices' engine ids; 0 until submitted.
+  std::atomic<bool> cancelled_{false};
+  bool failed_ = false;  // Engine thread only.
+};
+
+// The JSON Schema a constrained reply follows: an array of {"name", "arguments"} calls of the
+// allowed functions (one call unless parallel calls are allowed).
+std::string ToolCallSchema(const ToolOptions& tools) {
+  JsonWriter json;
+  json.BeginObject().Field("type", "array").Field("minItems", int64_t{1});
+  if (!tools.parallel) json.Field("maxItems", int64_t{1});
+  json.Key("items").BeginObject().Key("anyOf").BeginArray();
+  for (const ToolFunction& f : tools.functions) {
+    if (tools.choice == ToolOptions::Choice::kFunction && f.name != tools.function) continue;
+    json.BeginObject().Field("type", "object").Key("properties").BeginObject();
+    json.Key("name").BeginObject().Key("enum").BeginArray().String(f.name).EndArray().EndObject();
+    json.Key("arguments");
+    if (f.parameters.empty()) {
+      json.BeginObject().Field("type", "object").EndObject();
+    } else {
+      json.Raw(f.parameters);
+    }
+    json.EndObject().Key("required").BeginArray().String("name").String("arguments").EndArray();
+    json.Field("additionalProperties", false).EndObject();
+  }
+  json.EndArray().EndObject().EndObject();
+  return json.str();
+}
+
+// What tool calling asks of the model's template, checked before anything runs.
+std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest& request,
+                                  ToolCallFormat& format) {
+  const ToolOptions& tools = request.tools;
+  if (tools.functions.empty()) return std::nullopt;
+  const ChatTemplate* chat_template = engine.chat_template();
+  if (chat_template == nullptr || !chat_template->renders_tools()) {
+    return Refusal{Status::InvalidArgument("this model's chat template does not render tools"),
+                   "tools"};
+  }
+  if (tools.choice == ToolOptions::Choice::kNone) return std::nullopt;
+  if (request.response_format.type != ResponseFormat::Type::kText) {
+    return Refusal{Status::InvalidArgument("'response_format' cannot be combined with 'tools' "
+                                           "unless 'tool_choice' is \"none\""),
+                   "response_format"};
+  }
+  if (tools.choice != ToolOptions::Choice::kAuto) return std::nullopt;
+  format = ToolCallFormatOf(chat_template->source());
+  if (format == ToolCallFormat::kUnknown) {
+    return Refusal{
+        Status::InvalidArgument("no tool-call format is known for this model's chat template; use "
+                                "'tool_choice' \"required\" or a named function, whose calls are "
+                                "constrained"),
+        "tool_choice"};
+  }
+  for (const ToolFunction& f : tools.functions) {
+    if (f.strict) {
+      return Refusal{Status::InvalidArgument(fmt::format(
+                         "function '{}' is strict: strict functions are served with 'tool_choice' "
+                         "\"required\" or a named function, where every call follows its schema",
+                         f.name)),
+                     "tools"};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+GenerationService::GenerationService(std::map<std::string, std::shared_ptr<LlmEngine>> models)
+    : models_(std::move(models)) {}
+
+GenerationService::~GenerationService() = default;
+
+Result<std::shared_ptr<LlmEngine>> GenerationService::Find(std::string& model) const {
+  if (model.empty() && models_.size() == 1) model = models_.begin()->first;
+  if (model.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("'model' is required: this server serves {} language models", models_.size()));
+  }
+  auto it = models_.find(model);
+  if (it == models_.end()) {
+    return Status::NotFound(fmt::format("The model '{}' does not exist", model));
+  }
+  return it->second;
+}
+
+Result<std::string> GenerationService::RenderChat(
+    const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const std::map<std::string, TemplateArgument>& arguments) {
+  const ChatTemplate* chat_template = engine.chat_template();
+  if (chat_template == nullptr) {
+    return Status::InvalidArgument("this model has no chat template; use /v1/completions");
+  }
+  const Tokenizer& tokenizer = engine.tokenizer();
+  return chat_template->Render(
+      messages, add_generation_prompt,
+      {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}}, arguments);
+}
+
+std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEngine>& engine,
+                                                     GenerateRequest request,
+                                                     std::shared_ptr<GenerationObserver> observer) {
+  auto run = std::make_shared<Run>(engine, observer, request.n);
+  auto refuse = [&](const Status& status, std::string_view param) {
+    observer->OnRejected(status, param, 0);
+    return run;
+  };
+  ToolCallFormat format = ToolCallFormat::kUnknown;
+  if (auto refusal = CheckTools(*engine, request, format)) {
+    return refuse(refusal->status, refusal->param);
+  }
+  std::string prompt = request.prompt;
+  if (request.chat) {
+    std::map<std::string, TemplateArgument> arguments = request.template_arguments;
+    if (!request.tools.functions.empty()) {
+      arguments["tools"] = TemplateJson{request.tools.definitions};
+    }
+    auto rendered =
+        RenderChat(*engine, request.messages, /*add_generation_prompt=*/true, arguments);
+    if (!rendered.ok()) {
+      return refuse(rendered.status(),
+                    request.template_arguments.empty() ? "messages" : "chat_template_kwargs");
+    }
+    prompt = std::move(*rendered);
+  }
+  GenerationRequest generation;
+  generation.prompt = engine->tokenizer().Encode(prompt, /*add_special_tokens=*/!request.chat);
+  generation.max_tokens = request.max_tokens;
+  generation.sampling = request.sampling;
+  generation.ignore_eos = request.ignore_eos;
+  generation.top_logprobs = request.top_logprobs;
+  if (Status length =
+          engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
+      !length.ok()) {
+    return refuse(length, request.chat ? "messages" : "prompt");
+  }
+
+  const ToolOptions::Choice choice = request.tools.choice;
+  const bool has_tools = !request.tools.functions.empty();
+  const bool parse_calls = has_tools && choice == ToolOptions::Choice::kAuto;
+  const bool constrained_calls = has_tools && (choice == ToolOptions::Choice::kRequired ||
+                                               choice == ToolOptions::Choice::kFunction);
+  // Llama 3's <|python_tag|> and Mistral's [TOOL_CALLS] are special tokens: kept in the text
+  // for the parser to find.
+  const bool skip_special = !parse_calls || format == ToolCallFormat::kHermes;
+  const bool thinks = request.chat && engine->chat_template()->thinks();
+  const bool opened = thinks && PromptOpensThinking(prompt);
+  run->choices.reserve(static_cast<size_t>(request.n));
+  for (int i = 0; i < request.n; ++i) {
+    ChoiceText& text = run->choices.emplace_back(engine->tokenizer(), skip_special, request.stop);
+    // Each choice's reasoning apart from its answer, inside the block the prompt may have opened.
+    if (thinks) text.reasoning.emplace(opened);
+    if (parse_calls) text.tool_parser.emplace(format);
+    text.constrained_calls = constrained_calls;
+  }
+
+  std::string schema;
+  if (constrained_calls) {
+    schema = ToolCallSchema(request.tools);
+  } else if (request.response_format.type == ResponseFormat::Type::kText) {
+    run->Launch(run, generation);
+    return run;
+  }
+  // A schema's first compilation takes milliseconds to seconds: off the caller's thread. Later
+  // requests with the same schema find it cached.
+  auto compile = [run, generation = std::move(generation), schema = std::move(schema),
+                  format = std::move(request.response_format)]() mutable {
+    if (run->cancelled()) return run->Launch(run, generation);  // Tells of the cancel.
+    Result<std::shared_ptr<const Grammar>> grammar =
+        !schema.empty() ? run->engine().grammars().CompactJsonSchema(schema)
+        : format.type == ResponseFormat::Type::kJsonObject
+            ? run->engine().grammars().JsonObject()
+            : run->engine().grammars().JsonSchema(format.schema);
+    if (!grammar.ok()) {
+      return run->observer().OnRejected(grammar.status(),
+                                        schema.empty() ? "response_format" : "tools", 0);
+    }
+    generation.grammar = std::move(*grammar);
+    run->Launch(run, generation);
+  };
+  if (!grammar_pool_.TrySubmit(std::move(compile))) {
+    observer->OnRejected(
+        Status::Unavailable("too many response formats are waiting to be compiled; retry later"),
+        "", 1);
+  }
+  return run;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,132 @@
+// Generation as every front asks for it (the OpenAI routes; any later front): a prompt, or a
+// conversation through the model's chat template, in; for each of n choices, text, reasoning and
+// tool-call events out. The engine (llm_engine.h) deals in tokens only; this turns them into text
+// (whole UTF-8 characters), ends a choice at a stop string (text/stop_strings.h), tells reasoning
+// from the answer (text/reasoning.h) and finds tool calls (text/tool_calls.h). Response formats
+// and constrained tool calls compile to grammars off the caller's thread. No JSON of a protocol
+// here: fronts parse requests into GenerateRequest and write ChoiceEvents in their own shape.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "llm/llm_engine.h"
+#include "llm/text/tool_calls.h"
+
+namespace sluice::llm {
+
+// `response_format`: free text, any JSON object (JSON mode), or documents of a JSON schema.
+struct ResponseFormat {
+  enum class Type { kText, kJsonObject, kJsonSchema };
+  Type type = Type::kText;
+  std::string schema;  // kJsonSchema: the schema, as JSON text.
+};
+
+// A function the model may call (OpenAI's tools[i].function).
+struct ToolFunction {
+  std::string name;
+  std::string parameters;  // Its arguments' JSON Schema, as JSON text ("": takes none).
+  bool strict = false;
+};
+
+struct ToolOptions {
+  enum class Choice {
+    kAuto,      // The model decides; calls are found in its text in the template's format.
+    kNone,      // No calls: the reply is text.
+    kRequired,  // At least one call: the reply is constrained to a JSON array of calls.
+    kFunction,  // A call of `function`, constrained alike.
+  };
+  std::vector<ToolFunction> functions;  // Empty: no tools.
+  std::string definitions;              // The request's tools, as JSON text, for the template.
+  Choice choice = Choice::kAuto;
+  std::string function;  // kFunction.
+  bool parallel = true;  // More than one call in a reply.
+};
+
+struct GenerateRequest {
+  bool chat = false;
+  std::vector<ChatMessage> messages;                           // Chat.
+  std::map<std::string, TemplateArgument> template_arguments;  // Chat.
+  std::string prompt;                                          // Completions.
+  int n = 1;           // Choices, each sampled from the prompt on its own.
+  int max_tokens = 0;  // 0: the model's default.
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int top_logprobs = -1;  // -1: none; else alternatives per token (0-20).
+  ResponseFormat response_format;
+  ToolOptions tools;
+};
+
+// An update on one choice. A choice's events come in order and its last has `finish` set.
+struct ChoiceEvent {
+  size_t index = 0;
+  std::string content;
+  std::string reasoning;                // Thinking templates: text inside the thinking block.
+  std::vector<ToolCall> tool_calls;     // Calls completed with this event, each whole ...
+  int first_tool_call = 0;              // ... numbered from this index within the choice.
+  std::vector<TokenLogprobs> logprobs;  // Of the tokens this event covers.
+  int prompt_tokens = 0;
+  int completion_tokens = 0;  // Generated so far.
+  FinishReason finish = FinishReason::kNone;
+};
+
+// What a front is told of a generation. Exactly one of OnRejected and OnAccepted is called (from
+// Start's thread or the grammar compiler's); OnChoice and OnFailed come from the engine's loop
+// thread and may come before OnAccepted (the first choices run while later ones are queued).
+// After OnRejected, OnFailed or Cancel(), nothing more is delivered but calls under way. The
+// generation holds its observer until its last event: an observer keeps the Generation only
+// weakly, or neither is ever freed.
+class GenerationObserver {
+ public:
+  virtual ~GenerationObserver() = default;
+  // Nothing ran: a bad request (the parameter at fault in `param`), a full queue
+  // (kUnavailable, with the wait a retry should leave), or Cancel() before every choice queued.
+  virtual void OnRejected(const Status& status, std::string_view param,
+                          double retry_after_seconds) = 0;
+  virtual void OnAccepted() = 0;  // Every choice is queued.
+  virtual void OnChoice(const ChoiceEvent& event) = 0;
+  virtual void OnFailed(const Status& error) = 0;  // The model failed: every choice ends.
+};
+
+// A generation under way. Thread-safe.
+class Generation {
+ public:
+  virtual ~Generation() = default;
+  // Drops every choice (a client that left). No event follows but those under way.
+  virtual void Cancel() = 0;
+};
+
+// Thread-safe: the model table is fixed at construction.
+class GenerationService {
+ public:
+  explicit GenerationService(std::map<std::string, std::shared_ptr<LlmEngine>> models);
+  ~GenerationService();
+
+  const std::map<std::string, std::shared_ptr<LlmEngine>>& models() const { return models_; }
+  // The engine serving `model`; an empty name is the only model where there is one (and is set
+  // to its name). kNotFound naming an unknown model; kInvalidArgument for no name among several.
+  Result<std::shared_ptr<LlmEngine>> Find(std::string& model) const;
+
+  // The conversation through the model's chat template (kInvalidArgument where it has none).
+  static Result<std::string> RenderChat(
+      const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+      const std::map<std::string, TemplateArgument>& arguments = {});
+
+  // Starts `request` on `engine` (from Find). With a seed, choice i samples with seed + i, so the
+  // choices differ and the same seed gives the same n texts.
+  std::shared_ptr<Generation> Start(const std::shared_ptr<LlmEngine>& engine,
+                                    GenerateRequest request,
+                                    std::shared_ptr<GenerationObserver> observer);
+
+ private:
+  std::map<std::string, std::shared_ptr<LlmEngine>> models_;
+  // Compiles response formats' grammars (last: its thread stops first, before the models go).
+  ThreadPool grammar_pool_{1, 64};
+};
+
+}  // namespace sluice::llm

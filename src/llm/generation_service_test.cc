@@ -1,0 +1,335 @@
+// The generation service: tokens to text, stop strings, n choices, and tool calls found in the
+// reply (auto) or constrained by a grammar (required, a named function). A scripted model (its
+// logits pick the tokens of a given text) stands in for a model trained to call tools; the tiny
+// random model serves the rest.
+#include "llm/generation_service.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <map>
+#include <string>
+
+#include "common/mutex.h"
+#include "llm/load_llm.h"
+
+namespace sluice::llm {
+namespace {
+
+std::string Dir() { return std::string(SLUICE_TEST_MODELS) + "/tiny_llm"; }
+
+// A Hermes-style template (Qwen2.5's way of writing tools and calls).
+constexpr const char* kHermesTemplate =
+    "{%- if tools %}<|im_start|>system\nTools:\n{%- for tool in tools %}\n{{ tool | tojson }}"
+    "{%- endfor %}\nCall one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>"
+    "<|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n"
+    "{%- for call in message.tool_calls %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
+    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}"
+    "<|im_end|>\n"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}"
+    "\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}";
+
+// Gives, after each prompt, the tokens of `script` and then an end-of-sequence token, whatever
+// the prompt (the tiny model's shapes; prefix caching off, so a prompt always runs whole).
+class ScriptedModel : public StepModel {
+ public:
+  ScriptedModel(std::unique_ptr<StepModel> shape, std::vector<int32_t> script)
+      : shape_(std::move(shape)), script_(std::move(script)) {}
+  const ModelArchitecture& architecture() const override { return shape_->architecture(); }
+  int slots() const override { return shape_->slots(); }
+  int context_length() const override { return shape_->context_length(); }
+  Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>&) override {
+    return Status::Ok();
+  }
+  int64_t weight_bytes() const override { return 0; }
+  Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override {
+    const int vocab = architecture().vocab_size;
+    for (const SequenceChunk& chunk : chunks) {
+      const int end = chunk.start + static_cast<int>(chunk.tokens.size());
+      if (chunk.tokens.size() > 1) prompt_end_[chunk.slot] = end;
+      const size_t next = static_cast<size_t>(end - prompt_end_[chunk.slot]);
+      const int32_t token =
+          next < script_.size() ? script_[next] : architecture().eos_token_ids.at(0);
+      std::vector<float> row(static_cast<size_t>(vocab), 0.0f);
+      row[static_cast<size_t>(token)] = 100.0f;
+      logits->insert(logits->end(), row.begin(), row.end());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<StepModel> shape_;
+  std::vector<int32_t> script_;
+  std::map<int, int> prompt_end_;
+};
+
+LlmLoadOverrides Overrides() {
+  LlmLoadOverrides overrides;
+  overrides.precision = "fp32";
+  overrides.slots = 4;
+  overrides.threads = 1;
+  overrides.context_length = 512;  // Room for a prompt that lists tools.
+  return overrides;
+}
+
+// An engine whose replies are `reply`, under `chat_template`.
+std::shared_ptr<LlmEngine> Scripted(const std::string& reply, const std::string& chat_template) {
+  auto shape = LoadStepModel(Dir(), Overrides());
+  EXPECT_TRUE(shape.ok()) << shape.status().ToString();
+  auto tokenizer = Tokenizer::Load(Dir());
+  EXPECT_TRUE(tokenizer.ok());
+  auto parsed = ChatTemplate::Parse(chat_template);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  std::vector<int32_t> script = (*tokenizer)->Encode(reply, /*add_special_tokens=*/false);
+  LlmServeConfig config;
+  config.prefix_caching = false;
+  config.slots = 4;
+  config.context_length = 512;
+  config.prefill_chunk = 512;  // A prompt in one chunk: a one-token chunk is a decode step.
+  return std::make_shared<LlmEngine>(
+      std::make_unique<ScriptedModel>(std::move(*shape), std::move(script)), std::move(*tokenizer),
+      std::move(*parsed), config);
+}
+
+// Everything a generation told its observer; Wait() returns once it is over.
+class Recorder : public GenerationObserver {
+ public:
+  explicit Recorder(int n) : finished_(static_cast<size_t>(n), false) {}
+  void OnRejected(const Status& status, std::string_view param, double) override {
+    MutexLock lock(mu_);
+    rejected = status;
+    rejected_param = std::string(param);
+    over_ = true;
+    cv_.SignalAll();
+  }
+  void OnAccepted() override {
+    MutexLock lock(mu_);
+    accepted = true;
+  }
+  void OnChoice(const ChoiceEvent& event) override {
+    MutexLock lock(mu_);
+    events.push_back(event);
+    if (event.finish != FinishReason::kNone) finished_[event.index] = true;
+    over_ = std::all_of(finished_.begin(), finished_.end(), [](bool b) { return b; });
+    if (over_) cv_.SignalAll();
+  }
+  void OnFailed(const Status& error) override {
+    MutexLock lock(mu_);
+    failed = error;
+    over_ = true;
+    cv_.SignalAll();
+  }
+  void Wait() {
+    MutexLock lock(mu_);
+    while (!over_) cv_.Wait(lock);
+  }
+  // Choice `index`'s events joined.
+  ChoiceEvent Joined(size_t index) {
+    MutexLock lock(mu_);
+    ChoiceEvent all;
+    for (const ChoiceEvent& e : events) {
+      if (e.index != index) continue;
+      all.content += e.content;
+      all.reasoning += e.reasoning;
+      all.tool_calls.insert(all.tool_calls.end(), e.tool_calls.begin(), e.tool_calls.end());
+      all.completion_tokens = e.completion_tokens;
+      all.finish = e.finish;
+    }
+    return all;
+  }
+
+  Status rejected = Status::Ok();
+  std::string rejected_param;
+  Status failed = Status::Ok();
+  bool accepted = false;
+  std::vector<ChoiceEvent> events;
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<bool> finished_;
+  bool over_ = false;
+};
+
+GenerateRequest Chat(const std::string& text) {
+  GenerateRequest r;
+  r.chat = true;
+  r.messages.push_back(ChatMessage{"user", text});
+  r.max_tokens = 64;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+ToolOptions WeatherTool(ToolOptions::Choice choice) {
+  ToolOptions tools;
+  tools.functions.push_back(ToolFunction{
+      "get_weather",
+      R"({"type":"object","properties":{"unit":{"enum":["c","f"]}},"required":["unit"]})"});
+  tools.definitions =
+      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+      R"("properties":{"unit":{"enum":["c","f"]}},"required":["unit"]}}}])";
+  tools.choice = choice;
+  return tools;
+}
+
+std::shared_ptr<Recorder> Generate(GenerationService& service, GenerateRequest request,
+                                   const std::string& model = "m") {
+  auto recorder = std::make_shared<Recorder>(request.n);
+  std::string name = model;
+  auto engine = service.Find(name);
+  EXPECT_TRUE(engine.ok());
+  service.Start(*engine, std::move(request), recorder);
+  recorder->Wait();
+  return recorder;
+}
+
+TEST(GenerationServiceTest, AStopStringEndsTheChoiceBeforeIt) {
+  auto engine = LoadLlmEngine(Dir(), Overrides());
+  ASSERT_TRUE(engine.ok());
+  GenerationService service({{"m", *engine}});
+  GenerateRequest request;
+  request.prompt = "hello world";
+  request.max_tokens = 40;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0;
+  const std::string full = Generate(service, request)->Joined(0).content;
+  ASSERT_GE(full.size(), 8u);
+  const std::string stop = full.substr(4, 3);
+  request.stop = {"no such stop string", stop};
+  auto stopped = Generate(service, request);
+  const ChoiceEvent choice = stopped->Joined(0);
+  EXPECT_EQ(choice.finish, FinishReason::kStop);
+  EXPECT_EQ(choice.content, full.substr(0, full.find(stop)));
+  EXPECT_LT(choice.completion_tokens, 40);
+  // The engine ended it there: its slot is free and it counts as finished.
+  for (int i = 0; i < 200 && (*engine)->stats().requests_finished < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ((*engine)->stats().requests_finished, 2);
+  EXPECT_EQ((*engine)->stats().slots_busy, 0);
+}
+
+TEST(GenerationServiceTest, ChoicesDifferAndASeedRepeatsThem) {
+  auto engine = LoadLlmEngine(Dir(), Overrides());
+  ASSERT_TRUE(engine.ok());
+  GenerationService service({{"m", *engine}});
+  GenerateRequest request;
+  request.prompt = "hello world";
+  request.max_tokens = 16;
+  request.ignore_eos = true;
+  request.n = 3;
+  request.sampling.temperature = 1.5;
+  request.sampling.seed = 7;
+  auto first = Generate(service, request);
+  auto second = Generate(service, request);
+  EXPECT_TRUE(first->accepted);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first->Joined(i).content, second->Joined(i).content) << i;
+    EXPECT_EQ(first->Joined(i).completion_tokens, 16);
+  }
+  EXPECT_NE(first->Joined(0).content, first->Joined(1).content);
+}
+
+TEST(GenerationServiceTest, AutoFindsTheTemplatesToolCallsInTheReply) {
+  const std::string reply =
+      "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"f\"}}\n"
+      "</tool_call>";
+  GenerationService service({{"m", Scripted(reply, kHermesTemplate)}});
+  GenerateRequest request = Chat("weather in Paris?");
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  request.max_tokens = 0;  // All the context leaves.
+  auto recorder = Generate(service, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  const ChoiceEvent choice = recorder->Joined(0);
+  EXPECT_EQ(choice.content, "Let me check.");
+  ASSERT_EQ(choice.tool_calls.size(), 2u);
+  EXPECT_EQ(choice.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(choice.tool_calls[0].arguments, R"({"unit":"c"})");
+  EXPECT_EQ(choice.tool_calls[1].arguments, R"({"unit":"f"})");
+  EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+  // The first call is given as soon as it closed, before the reply ended; numbered in order.
+  bool early = false;
+  for (const ChoiceEvent& e : recorder->events) {
+    if (!e.tool_calls.empty() && e.finish == FinishReason::kNone) early = true;
+    if (!e.tool_calls.empty())
+      EXPECT_EQ(e.first_tool_call, e.tool_calls[0].arguments == R"({"unit":"c"})" ? 0 : 1);
+  }
+  EXPECT_TRUE(early);
+
+  // tool_choice none: the same reply is text.
+  request.tools.choice = ToolOptions::Choice::kNone;
+  const ChoiceEvent text = Generate(service, request)->Joined(0);
+  EXPECT_EQ(text.content, reply);
+  EXPECT_TRUE(text.tool_calls.empty());
+  EXPECT_EQ(text.finish, FinishReason::kStop);
+}
+
+TEST(GenerationServiceTest, RequiredAndNamedCallsFollowTheFunctionsSchema) {
+  auto engine = LoadLlmEngine(Dir(), Overrides());
+  ASSERT_TRUE(engine.ok());
+  auto with_tools = std::make_shared<LlmEngine>(
+      LoadStepModel(Dir(), Overrides()).value(), Tokenizer::Load(Dir()).value(),
+      ChatTemplate::Parse(kHermesTemplate).value(), (*engine)->config());
+  GenerationService service({{"m", with_tools}});
+  for (const ToolOptions::Choice mode :
+       {ToolOptions::Choice::kRequired, ToolOptions::Choice::kFunction}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      GenerateRequest request = Chat("weather?");
+      request.tools = WeatherTool(mode);
+      request.tools.function = "get_weather";
+      request.tools.parallel = false;
+      request.max_tokens = 200;
+      request.sampling.temperature = 1.0;
+      request.sampling.seed = seed;
+      auto recorder = Generate(service, request);
+      ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+      const ChoiceEvent choice = recorder->Joined(0);
+      EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+      EXPECT_EQ(choice.content, "");
+      ASSERT_EQ(choice.tool_calls.size(), 1u);  // parallel_tool_calls false: one.
+      EXPECT_EQ(choice.tool_calls[0].name, "get_weather");
+      simdjson::dom::parser parser;
+      simdjson::dom::element arguments;
+      ASSERT_EQ(parser.parse(choice.tool_calls[0].arguments).get(arguments), simdjson::SUCCESS);
+      std::string_view unit;
+      ASSERT_EQ(arguments["unit"].get(unit), simdjson::SUCCESS);
+      EXPECT_TRUE(unit == "c" || unit == "f") << unit;
+    }
+  }
+}
+
+TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
+  // The tiny model's own template renders no tools.
+  auto plain = LoadLlmEngine(Dir(), Overrides());
+  ASSERT_TRUE(plain.ok());
+  GenerationService service({{"m", *plain},
+                             {"unknown_format", Scripted("x", "{{ tools }}{{ messages }}")},
+                             {"hermes", Scripted("x", kHermesTemplate)}});
+  GenerateRequest request = Chat("hi");
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  auto r = Generate(service, request, "m");
+  EXPECT_EQ(r->rejected.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->rejected_param, "tools");
+  r = Generate(service, request, "unknown_format");
+  EXPECT_EQ(r->rejected_param, "tool_choice");
+  // Required calls are constrained, so they need no known format.
+  request.tools.choice = ToolOptions::Choice::kRequired;
+  request.max_tokens = 8;
+  EXPECT_TRUE(Generate(service, request, "unknown_format")->rejected.ok());
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  request.tools.functions[0].strict = true;
+  r = Generate(service, request, "hermes");
+  EXPECT_EQ(r->rejected_param, "tools");
+  EXPECT_NE(r->rejected.message().find("strict"), std::string::npos);
+  request.tools.functions[0].strict = false;
+  request.response_format.type = ResponseFormat::Type::kJsonObject;
+  EXPECT_EQ(Generate(service, request, "hermes")->rejected_param, "response_format");
+}
+
+}  // namespace
+}  // namespace sluice::llm

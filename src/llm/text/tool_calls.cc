@@ -1,0 +1,263 @@
+#include "llm/text/tool_calls.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <random>
+
+namespace sluice::llm {
+namespace {
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && IsSpace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && IsSpace(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// The longest tail of `text` that is a proper start of `tag`.
+size_t PartialTag(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(tag.size() - 1, text.size()); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+// {"name": string, "arguments" (or Llama's "parameters"): an object, or a string holding one}.
+std::optional<ToolCall> CallFrom(simdjson::dom::element element) {
+  simdjson::dom::object object;
+  std::string_view name;
+  if (element.get(object) != simdjson::SUCCESS || object["name"].get(name) != simdjson::SUCCESS ||
+      name.empty()) {
+    return std::nullopt;
+  }
+  simdjson::dom::element arguments;
+  if (object["arguments"].get(arguments) != simdjson::SUCCESS &&
+      object["parameters"].get(arguments) != simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  ToolCall call;
+  call.id = NewToolCallId();
+  call.name = std::string(name);
+  std::string_view text;
+  if (arguments.get(text) == simdjson::SUCCESS) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element inner;
+    if (parser.parse(std::string(text)).get(inner) != simdjson::SUCCESS || !inner.is_object()) {
+      return std::nullopt;
+    }
+    call.arguments = simdjson::minify(inner);
+  } else if (arguments.is_object()) {
+    call.arguments = simdjson::minify(arguments);
+  } else {
+    return std::nullopt;
+  }
+  return call;
+}
+
+std::optional<ToolCall> ParseCall(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(std::string(Trim(json))).get(root) != simdjson::SUCCESS) return std::nullopt;
+  return CallFrom(root);
+}
+
+}  // namespace
+
+std::string_view ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3_json";
+    case ToolCallFormat::kMistral:
+      return "mistral";
+    case ToolCallFormat::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+ToolCallFormat ToolCallFormatOf(std::string_view source) {
+  if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (source.find(kMistralOpen) != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find("\"parameters\"") != std::string_view::npos ||
+      source.find(kPythonTag) != std::string_view::npos) {
+    return ToolCallFormat::kLlama3Json;
+  }
+  return ToolCallFormat::kUnknown;
+}
+
+std::string NewToolCallId() {
+  static constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::string id = "call_";
+  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
+  return id;
+}
+
+Result<std::vector<ToolCall>> ParseToolCallArray(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  simdjson::dom::array array;
+  if (parser.parse(std::string(Trim(json))).get(root) != simdjson::SUCCESS ||
+      root.get(array) != simdjson::SUCCESS || array.size() == 0) {
+    return Status::InvalidArgument("the reply is not a non-empty JSON array of tool calls");
+  }
+  std::vector<ToolCall> calls;
+  for (simdjson::dom::element item : array) {
+    std::optional<ToolCall> call = CallFrom(item);
+    if (!call) {
+      return Status::InvalidArgument(
+          fmt::format("tool call {} is not an object with 'name' and 'arguments'", calls.size()));
+    }
+    calls.push_back(std::move(*call));
+  }
+  return calls;
+}
+
+void ToolCallParser::Release(Pieces& out, std::string text) {
+  if (after_call_) {
+    const size_t start = text.find_first_not_of(" \n\t\r");
+    if (start == std::string::npos) return;
+    text.erase(0, start);
+    after_call_ = false;
+  }
+  out.content += text;
+}
+
+void ToolCallParser::Hermes(Pieces& out, bool end) {
+  for (;;) {
+    if (!in_call_) {
+      const size_t open = buffer_.find(kHermesOpen);
+      if (open != std::string::npos) {
+        Release(out, buffer_.substr(0, open));
+        buffer_.erase(0, open + kHermesOpen.size());
+        in_call_ = true;
+        continue;
+      }
+      const size_t hold = end ? 0 : PartialTag(buffer_, kHermesOpen);
+      Release(out, buffer_.substr(0, buffer_.size() - hold));
+      buffer_.erase(0, buffer_.size() - hold);
+      return;
+    }
+    const size_t close = buffer_.find(kHermesClose);
+    if (close == std::string::npos && !end) return;
+    const bool closed = close != std::string::npos;
+    const std::string body = closed ? buffer_.substr(0, close) : buffer_;
+    buffer_.erase(0, closed ? close + kHermesClose.size() : buffer_.size());
+    in_call_ = false;
+    if (std::optional<ToolCall> call = ParseCall(body)) {
+      out.calls.push_back(std::move(*call));
+      after_call_ = true;
+    } else {
+      Release(out, std::string(kHermesOpen) + body + (closed ? std::string(kHermesClose) : ""));
+    }
+    if (!closed) return;
+  }
+}
+
+void ToolCallParser::Whole(Pieces& out, bool end) {
+  const bool mistral = format_ == ToolCallFormat::kMistral;
+  if (!in_call_ && !started_) {
+    if (mistral) {
+      const size_t open = buffer_.find(kMistralOpen);
+      if (open != std::string::npos) {
+        Release(out, buffer_.substr(0, open));
+        buffer_.erase(0, open + kMistralOpen.size());
+        in_call_ = true;
+      } else {
+        const size_t hold = end ? 0 : PartialTag(buffer_, kMistralOpen);
+        Release(out, buffer_.substr(0, buffer_.size() - hold));
+        buffer_.erase(0, buffer_.size() - hold);
+        return;
+      }
+    } else {
+      // Llama 3: a call is the whole reply, so it can only open it.
+      if (buffer_.compare(0, kPythonTag.size(), kPythonTag) == 0) {
+        buffer_.erase(0, kPythonTag.size());
+      }
+      const size_t first = buffer_.find_first_not_of(" \n\t\r");
+      if (first == std::string::npos) {
+        if (end) Release(out, std::exchange(buffer_, {}));
+        return;
+      }
+      if (buffer_[first] == '{') {
+        in_call_ = true;
+      } else {
+        started_ = true;
+      }
+    }
+  }
+  if (!in_call_) {
+    Release(out, std::exchange(buffer_, {}));
+    return;
+  }
+  if (!end) return;
+  std::string body = std::exchange(buffer_, {});
+  in_call_ = false;
+  std::vector<ToolCall> calls;
+  if (mistral) {
+    if (auto parsed = ParseToolCallArray(body); parsed.ok()) calls = std::move(*parsed);
+  } else {
+    // One object, or several joined by ';'.
+    size_t start = 0;
+    while (start <= body.size()) {
+      size_t next = body.find(';', start);
+      if (next == std::string::npos) next = body.size();
+      const std::string_view piece = std::string_view(body).substr(start, next - start);
+      start = next + 1;
+      if (Trim(piece).empty()) continue;
+      std::optional<ToolCall> call = ParseCall(piece);
+      if (!call) {
+        // A ';' inside a string: the whole text as one call, or no call at all.
+        calls.clear();
+        if (std::optional<ToolCall> whole = ParseCall(body)) calls.push_back(std::move(*whole));
+        break;
+      }
+      calls.push_back(std::move(*call));
+    }
+  }
+  if (calls.empty()) {
+    Release(out, (mistral ? std::string(kMistralOpen) : std::string()) + body);
+    return;
+  }
+  for (ToolCall& call : calls) out.calls.push_back(std::move(call));
+  after_call_ = true;
+}
+
+ToolCallParser::Pieces ToolCallParser::Add(std::string_view text) {
+  Pieces out;
+  buffer_ += text;
+  if (format_ == ToolCallFormat::kHermes) {
+    Hermes(out, /*end=*/false);
+  } else if (format_ == ToolCallFormat::kUnknown) {
+    Release(out, std::exchange(buffer_, {}));
+  } else {
+    Whole(out, /*end=*/false);
+  }
+  return out;
+}
+
+ToolCallParser::Pieces ToolCallParser::Finish() {
+  Pieces out;
+  if (format_ == ToolCallFormat::kHermes) {
+    Hermes(out, /*end=*/true);
+  } else if (format_ == ToolCallFormat::kUnknown) {
+    Release(out, std::exchange(buffer_, {}));
+  } else {
+    Whole(out, /*end=*/true);
+  }
+  return out;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,64 @@
+// Tool calls in a model's reply. Models trained for tool calling write calls in their chat
+// template's own format; the format is read from the template (how it renders an assistant's
+// tool_calls), never from a flag:
+//   Hermes / Qwen2.5 / Qwen3:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one per
+//   call Llama 3.x:                 {"name": ..., "parameters": {...}} as the whole reply ("; "
+//   between) Mistral:                   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+// With tool_choice "required" or a named function, the reply is constrained to a JSON array of
+// {"name", "arguments"} instead (ParseToolCallArray).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llm/text/chat_template.h"
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+enum class ToolCallFormat { kUnknown, kHermes, kLlama3Json, kMistral };
+std::string_view ToolCallFormatName(ToolCallFormat format);  // "hermes", "llama3_json", ...
+// The format `template_source` writes an assistant's tool calls in; kUnknown if none known.
+ToolCallFormat ToolCallFormatOf(std::string_view template_source);
+
+// A call as the reply gives it: `arguments` is JSON text of an object.
+struct ToolCall {
+  std::string id;  // "call_" and 24 random letters and digits; set by NewToolCallId().
+  std::string name;
+  std::string arguments;
+};
+std::string NewToolCallId();
+
+// `json` as an array of {"name": string, "arguments": object} (at least one).
+Result<std::vector<ToolCall>> ParseToolCallArray(std::string_view json);
+
+// Fed a reply's text as it is generated (after any reasoning), gives back its content and the
+// calls completed so far, each whole. Text that may begin a call is held until it is settled; a
+// call that does not parse is given back as content, unchanged. Whitespace between calls and
+// after the last one is dropped. Not thread-safe: one per reply.
+class ToolCallParser {
+ public:
+  explicit ToolCallParser(ToolCallFormat format) : format_(format) {}
+
+  struct Pieces {
+    std::string content;
+    std::vector<ToolCall> calls;
+  };
+  Pieces Add(std::string_view text);
+  Pieces Finish();  // The end of the reply: what was held, as calls or content.
+
+ private:
+  void Hermes(Pieces& out, bool end);
+  void Whole(Pieces& out, bool end);  // Llama 3 JSON and Mistral: calls fill the reply's rest.
+  void Release(Pieces& out, std::string text);  // Content, after any whitespace held.
+
+  ToolCallFormat format_;
+  std::string buffer_;
+  bool in_call_ = false;     // Hermes: inside <tool_call>; the others: the rest is calls.
+  bool started_ = false;     // Llama 3: non-space text seen (a call can only open the reply).
+  bool after_call_ = false;  // Whitespace after a call is dropped.
+};
+
+}  // namespace sluice::llm
