@@ -82,14 +82,19 @@ def thread_stacks(pid):
 
 
 @contextlib.contextmanager
-def templated_model(test_models, chat_template):
+def templated_model(test_models, chat_template, config_yaml=None):
     """A copy of the tiny test language model (its files linked) whose chat template is
-    `chat_template`; yields its directory."""
+    `chat_template` (and config.yaml `config_yaml`, where given); yields its directory."""
     source = os.path.join(test_models, "tiny_llm")
     with tempfile.TemporaryDirectory() as model:
         for name in os.listdir(source):
-            if name not in ("chat_template.jinja", "tokenizer_config.json"):
-                os.symlink(os.path.join(source, name), os.path.join(model, name))
+            if name in ("chat_template.jinja", "tokenizer_config.json") or (
+                    config_yaml is not None and name == "config.yaml"):
+                continue
+            os.symlink(os.path.join(source, name), os.path.join(model, name))
+        if config_yaml is not None:
+            with open(os.path.join(model, "config.yaml"), "w") as f:
+                f.write(config_yaml)
         with open(os.path.join(source, "tokenizer_config.json")) as f:
             config = json.load(f)
         config["chat_template"] = chat_template

@@ -227,6 +227,74 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
   return std::nullopt;
 }
 
+// An embeddings request's inputs under way: one engine request each.
+class EmbeddingRun final : public Generation {
+ public:
+  EmbeddingRun(std::shared_ptr<LlmEngine> engine, size_t inputs, EmbeddingsCallback done)
+      : engine_(std::move(engine)), ids_(inputs), done_(std::move(done)) {
+    result_.vectors.resize(inputs);
+    left_ = inputs;
+  }
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    CancelAll();
+    Finish(Status::Cancelled("the client disconnected"));
+  }
+
+  void Launch(const std::shared_ptr<EmbeddingRun>& self,
+              std::vector<std::vector<int32_t>> prompts) {
+    for (size_t i = 0; i < prompts.size() && !cancelled_.load(); ++i) {
+      GenerationRequest request;
+      request.prompt = std::move(prompts[i]);
+      auto submitted = engine_->Submit(
+          std::move(request), [self, i](const GenerationEvent& e) { self->OnEvent(i, e); });
+      if (!submitted.ok()) {
+        cancelled_ = true;
+        CancelAll();
+        return Finish(submitted.status());
+      }
+      ids_[i] = *submitted;
+    }
+    if (cancelled_.load()) CancelAll();
+  }
+
+ private:
+  void CancelAll() {
+    for (const auto& id : ids_) {
+      if (const uint64_t request = id.load()) engine_->Cancel(request);
+    }
+  }
+
+  // Exactly one call of done_, whichever comes first.
+  void Finish(Result<Embeddings> result) {
+    if (finished_.exchange(true)) return;
+    done_(std::move(result));
+  }
+
+  void OnEvent(size_t index, const GenerationEvent& event) {  // Engine thread.
+    if (cancelled_.load()) return;
+    if (event.finish == FinishReason::kError) {
+      cancelled_ = true;
+      CancelAll();
+      return Finish(event.error);
+    }
+    if (event.finish == FinishReason::kNone) return;
+    result_.vectors[index] = event.embedding;
+    result_.prompt_tokens += event.prompt_tokens;
+    if (--left_ == 0) Finish(std::move(result_));
+  }
+
+  std::shared_ptr<LlmEngine> engine_;
+  std::vector<std::atomic<uint64_t>> ids_;
+  EmbeddingsCallback done_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> finished_{false};
+  // Engine thread only.
+  Embeddings result_;
+  size_t left_ = 0;
+};
+
 }  // namespace
 
 GenerationService::GenerationService(std::map<std::string, std::shared_ptr<LlmEngine>> models)
@@ -268,6 +336,10 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
     observer->OnRejected(status, param, 0);
     return run;
   };
+  if (engine->config().pooling != Pooling::kNone) {
+    return refuse(Status::InvalidArgument("this model is an embedding model: use /v1/embeddings"),
+                  "model");
+  }
   ToolCallFormat format = ToolCallFormat::kUnknown;
   if (auto refusal = CheckTools(*engine, request, format)) {
     return refuse(refusal->status, refusal->param);
@@ -346,6 +418,53 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
         Status::Unavailable("too many response formats are waiting to be compiled; retry later"),
         "", 1);
   }
+  return run;
+}
+
+}  // namespace sluice::llm
+
+namespace sluice::llm {
+
+std::shared_ptr<Generation> GenerationService::Embed(const std::shared_ptr<LlmEngine>& engine,
+                                                     const std::vector<EmbeddingInput>& inputs,
+                                                     EmbeddingsCallback done) {
+  auto run = std::make_shared<EmbeddingRun>(engine, inputs.size(), done);
+  if (engine->config().pooling == Pooling::kNone) {
+    done(
+        Status::InvalidArgument("this model generates text and gives no embeddings; name an "
+                                "embedding model (config.yaml's llm.embedding)"));
+    return run;
+  }
+  if (inputs.empty()) {
+    done(Status::InvalidArgument("'input' must not be empty"));
+    return run;
+  }
+  const int64_t vocab = engine->model().architecture().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const EmbeddingInput& input = inputs[i];
+    std::vector<int32_t> prompt;
+    if (input.is_tokens) {
+      for (const int64_t id : input.tokens) {
+        if (id < 0 || id >= vocab) {
+          done(Status::InvalidArgument(fmt::format(
+              "input {}: token id {} is outside the vocabulary [0, {})", i, id, vocab)));
+          return run;
+        }
+        prompt.push_back(static_cast<int32_t>(id));
+      }
+    } else {
+      prompt = engine->tokenizer().Encode(input.text, /*add_special_tokens=*/true);
+    }
+    int max_tokens = 1;
+    if (Status length = engine->CheckLength(static_cast<int>(prompt.size()), max_tokens);
+        !length.ok()) {
+      done(Status::InvalidArgument(fmt::format("input {}: {}", i, length.message())));
+      return run;
+    }
+    prompts.push_back(std::move(prompt));
+  }
+  run->Launch(run, std::move(prompts));
   return run;
 }
 

@@ -7,6 +7,7 @@
 // here: fronts parse requests into GenerateRequest and write ChoiceEvents in their own shape.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -101,6 +102,22 @@ class Generation {
   virtual void Cancel() = 0;
 };
 
+// One input of an embeddings request: text (tokenized as the model's tokenizer does, with its
+// special tokens) or token ids.
+struct EmbeddingInput {
+  std::string text;
+  std::vector<int64_t> tokens;
+  bool is_tokens = false;
+};
+
+struct Embeddings {
+  std::vector<std::vector<float>> vectors;  // One per input, in order.
+  int prompt_tokens = 0;                    // Over all inputs.
+};
+// Called exactly once: the embeddings, or why there are none (kInvalidArgument naming the input
+// at fault; kUnavailable for a full queue; kCancelled).
+using EmbeddingsCallback = std::function<void(Result<Embeddings>)>;
+
 // Thread-safe: the model table is fixed at construction.
 class GenerationService {
  public:
@@ -122,6 +139,12 @@ class GenerationService {
   std::shared_ptr<Generation> Start(const std::shared_ptr<LlmEngine>& engine,
                                     GenerateRequest request,
                                     std::shared_ptr<GenerationObserver> observer);
+
+  // Embeds `inputs` on `engine`, an embedding model (LlmServeConfig::pooling), each input a
+  // request of its own, batched with the others into the engine's steps (all queued or none).
+  std::shared_ptr<Generation> Embed(const std::shared_ptr<LlmEngine>& engine,
+                                    const std::vector<EmbeddingInput>& inputs,
+                                    EmbeddingsCallback done);
 
  private:
   std::map<std::string, std::shared_ptr<LlmEngine>> models_;

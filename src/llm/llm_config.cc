@@ -125,6 +125,20 @@ std::string_view KvCacheDtypeName(KvCacheDtype dtype) {
   return "?";
 }
 
+std::string_view PoolingName(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::kLast:
+      return "last";
+    case Pooling::kMean:
+      return "mean";
+    case Pooling::kCls:
+      return "cls";
+    case Pooling::kNone:
+      break;
+  }
+  return "none";
+}
+
 bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype) {
   for (KvCacheDtype d :
        {KvCacheDtype::kAuto, KvCacheDtype::kFp32, KvCacheDtype::kBf16, KvCacheDtype::kQ8_0}) {
@@ -144,6 +158,17 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   }
   std::string_view model_type;
   if (root["model_type"].get(model_type) == simdjson::SUCCESS && model_type != "llama") {
+    static constexpr std::string_view kEncoders[] = {"bert",       "roberta",    "xlm-roberta",
+                                                     "distilbert", "nomic_bert", "modernbert",
+                                                     "mpnet",      "electra",    "deberta-v2"};
+    if (std::find(std::begin(kEncoders), std::end(kEncoders), model_type) != std::end(kEncoders)) {
+      return Bad(path, "model_type",
+                 fmt::format("is '{}', an encoder-only model, which Sluice does not serve; for "
+                             "embeddings serve a decoder embedding model (Qwen3-Embedding's "
+                             "shape; a GGUF or 'llama' directory) with config.yaml's "
+                             "llm.embedding",
+                             model_type));
+    }
     return Bad(path, "model_type", fmt::format("is '{}'; Sluice serves 'llama'", model_type));
   }
   std::string_view activation;
@@ -235,7 +260,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "speculative_ngram",  "threads",        "max_waiting",
       "default_max_tokens", "model_file",     "prefix_caching",
       "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
-      "weights_cache"};
+      "weights_cache",      "embedding"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -265,6 +290,32 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       if (!ParseKvCacheDtype(value, &config.kv_cache_dtype)) {
         return Bad(path, "llm.kv_cache_dtype",
                    fmt::format("'{}' is not auto, fp32, bf16 or q8_0", value));
+      }
+    }
+    if (const YAML::Node embedding = llm["embedding"]) {
+      if (!embedding.IsMap()) {
+        return Bad(path, "llm.embedding", "must be a map: {pooling: last|mean|cls, normalize}");
+      }
+      for (const auto& item : embedding) {
+        const std::string key = item.first.as<std::string>();
+        if (key != "pooling" && key != "normalize") {
+          return Bad(path, "llm.embedding." + key, "is not a known key (pooling, normalize)");
+        }
+      }
+      const std::string pooling =
+          embedding["pooling"] ? embedding["pooling"].as<std::string>() : "";
+      if (pooling == "last") {
+        config.pooling = Pooling::kLast;
+      } else if (pooling == "mean") {
+        config.pooling = Pooling::kMean;
+      } else if (pooling == "cls") {
+        config.pooling = Pooling::kCls;
+      } else {
+        return Bad(path, "llm.embedding.pooling", "must be last, mean or cls");
+      }
+      if (embedding["normalize"] &&
+          !YAML::convert<bool>::decode(embedding["normalize"], config.normalize)) {
+        return Bad(path, "llm.embedding.normalize", "must be true or false");
       }
     }
     if (llm["prefix_caching"]) {

@@ -72,6 +72,12 @@ std::string_view KvCacheDtypeName(KvCacheDtype dtype);
 // "auto", "fp32", "bf16" or "q8_0"; false for anything else.
 bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype);
 
+// An embedding model's pooling of its tokens' final hidden states into one vector: none (a
+// generating model), the last token's (Qwen3-Embedding and other decoder embedders), their mean,
+// or the first token's (cls).
+enum class Pooling { kNone, kLast, kMean, kCls };
+std::string_view PoolingName(Pooling pooling);  // "none", "last", "mean", "cls".
+
 // How a model is served. Every field has a default, so config.yaml may be absent.
 struct LlmServeConfig {
   LlmPrecision precision = LlmPrecision::kBf16;  // int8: weight-only, per output channel.
@@ -109,6 +115,10 @@ struct LlmServeConfig {
   // process serving the same file, map them instead of repacking. Empty: each load repacks into
   // memory of its own.
   std::string weights_cache;
+  // `embedding: {pooling, normalize}`: an embedding model, served at /v1/embeddings only. Its
+  // steps give each token's final hidden state (after the last norm) instead of logits.
+  Pooling pooling = Pooling::kNone;
+  bool normalize = true;  // Embeddings scaled to unit L2 norm.
 };
 
 // Parses config.json. Errors name the file and key.

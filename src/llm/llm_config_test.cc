@@ -50,6 +50,21 @@ TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
   EXPECT_FALSE(off->prefix_caching);
 }
 
+TEST_F(ServeConfigTest, EmbeddingModels) {
+  auto defaults = Parse("llm:\n  slots: 2\n");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->pooling, Pooling::kNone);  // A generating model.
+  auto config = Parse("llm:\n  embedding: {pooling: mean, normalize: false}\n");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->pooling, Pooling::kMean);
+  EXPECT_FALSE(config->normalize);
+  config = Parse("llm:\n  embedding:\n    pooling: last\n");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->pooling, Pooling::kLast);
+  EXPECT_TRUE(config->normalize);
+  EXPECT_EQ(PoolingName(Pooling::kCls), "cls");
+}
+
 TEST_F(ServeConfigTest, PagedCacheKeys) {
   auto config = Parse("llm:\n  slots: 64\n  kv_block_size: 32\n  kv_cache_bytes: 268435456\n");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
@@ -83,6 +98,10 @@ TEST_F(ServeConfigTest, ErrorsNameTheKey) {
            {"llm:\n  kv_cache_bytes: -1\n", "llm.kv_cache_bytes"},
            {"llm:\n  kv_cache_dtype: q4_0\n", "llm.kv_cache_dtype"},
            {"llm:\n  weights_cache: ''\n", "llm.weights_cache"},
+           {"llm:\n  embedding: last\n", "llm.embedding"},
+           {"llm:\n  embedding: {pooling: max}\n", "llm.embedding.pooling"},
+           {"llm:\n  embedding: {pooling: last, normalize: maybe}\n", "llm.embedding.normalize"},
+           {"llm:\n  embedding: {pooling: last, dims: 3}\n", "llm.embedding.dims"},
            {"llm:\n  step_budget: 4\n", "llm.step_budget"}}) {
     auto config = Parse(yaml);
     ASSERT_FALSE(config.ok()) << yaml;

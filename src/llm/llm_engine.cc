@@ -34,6 +34,7 @@ struct LlmEngine::Sequence {
   std::deque<TokenLogprobs> logprobs;       // Of sampled tokens, for their events.
   std::unique_ptr<GrammarMatcher> matcher;  // With a response format.
   bool grammar_failed = false;              // A sampled token the grammar refused.
+  std::vector<float> pooled;                // An embedding model's, as the prompt runs.
 };
 
 namespace {
@@ -55,7 +56,9 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
   options.prefill_chunk = config.prefill_chunk;
   options.speculative_tokens = config.speculative_tokens;
   options.speculative_ngram = config.speculative_ngram;
-  options.prefix_caching = config.prefix_caching;
+  // An embedding's mean or first-token pooling needs every prompt token run: no cached prefix.
+  options.prefix_caching = config.prefix_caching && config.pooling == Pooling::kNone;
+  options.all_prompt_rows = config.pooling != Pooling::kNone;
   return options;
 }
 
@@ -109,6 +112,14 @@ Status LlmEngine::CheckLength(int prompt_tokens, int& max_tokens) const {
 }
 
 Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_event) {
+  if (config_.pooling != Pooling::kNone) {
+    // The prompt alone runs; the one "generated" token only ends the sequence.
+    request.max_tokens = 1;
+    request.ignore_eos = true;
+    request.grammar = nullptr;
+    request.top_logprobs = -1;
+    request.shares_prompt_of = 0;
+  }
   int max_tokens = request.max_tokens;
   SLUICE_RETURN_IF_ERROR(CheckLength(static_cast<int>(request.prompt.size()), max_tokens));
   request.max_tokens = max_tokens;
@@ -191,6 +202,11 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
     inter_token_.Observe(SecondsBetween(seq.last_token, now));
   }
   seq.last_token = now;
+  if (config_.pooling != Pooling::kNone) {
+    event.finish = FinishReason::kLength;
+    event.embedding = std::move(seq.pooled);
+    return event;
+  }
   generated_tokens_.fetch_add(1);
   event.completion_tokens = update.generated;
   if (!seq.logprobs.empty()) {
@@ -215,6 +231,49 @@ void LlmEngine::PublishCounts() {
   scheduled_waiting_ = scheduler_.waiting();
 }
 
+void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
+  const auto hidden = static_cast<size_t>(model_->architecture().hidden_size);
+  tokens->assign(plan.chunks.size(), {});
+  size_t row = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    Sequence& seq = *sequences_.at(plan.ids[i]);
+    const auto rows = static_cast<size_t>(plan.rows[i]);
+    const float* first = logits_.data() + row * hidden;
+    row += rows;
+    std::vector<float>& pooled = seq.pooled;
+    pooled.resize(hidden, 0.0f);
+    switch (config_.pooling) {
+      case Pooling::kMean:
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t c = 0; c < hidden; ++c) pooled[c] += first[r * hidden + c];
+        }
+        break;
+      case Pooling::kLast:
+        if (plan.samples[i]) pooled.assign(first + (rows - 1) * hidden, first + rows * hidden);
+        break;
+      case Pooling::kCls:
+        if (plan.chunks[i].start == 0) pooled.assign(first, first + hidden);
+        break;
+      case Pooling::kNone:
+        break;
+    }
+    if (!plan.samples[i]) continue;  // More of the prompt to come.
+    if (config_.pooling == Pooling::kMean) {
+      const auto n = static_cast<float>(seq.request.prompt.size());
+      for (float& v : pooled) v /= n;
+    }
+    if (config_.normalize) {
+      double norm = 0;
+      for (const float v : pooled) norm += static_cast<double>(v) * v;
+      norm = std::sqrt(norm);
+      if (norm > 0) {
+        for (float& v : pooled) v = static_cast<float>(v / norm);
+      }
+    }
+    (*tokens)[i].push_back(0);  // Ends the sequence (max_tokens 1).
+  }
+}
+
 Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
   logits_.clear();
   const Clock::time_point start = clock_.Now();
@@ -223,6 +282,10 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
   {
     MutexLock lock(mu_);
     step_seconds_ = 0.9 * step_seconds_ + 0.1 * SecondsBetween(start, clock_.Now());
+  }
+  if (config_.pooling != Pooling::kNone) {
+    PoolStep(plan, tokens);
+    return Status::Ok();
   }
   const int vocab = model_->architecture().vocab_size;
   tokens->assign(plan.chunks.size(), {});

@@ -63,6 +63,9 @@ struct GenerationEvent {
   Status error;                               // With kError.
   // With top_logprobs >= 0: the token's and the most likely alternatives'.
   std::optional<TokenLogprobs> logprobs;
+  // An embedding model's (config().pooling set): on the final event, the prompt's pooled (and,
+  // with normalize, unit-length) hidden state; its one token is a placeholder.
+  std::vector<float> embedding;
 };
 using EventCallback = std::function<void(const GenerationEvent&)>;
 
@@ -99,7 +102,9 @@ class LlmEngine {
   Status CheckLength(int prompt_tokens, int& max_tokens) const;
 
   // Queues `request`. On OK, `on_event` receives every update and exactly one final event;
-  // returns an id for Cancel(). kUnavailable when max_waiting requests already wait.
+  // returns an id for Cancel(). kUnavailable when max_waiting requests already wait. On an
+  // embedding model a request runs its prompt only (max_tokens, sampling and grammar unused) and
+  // its one event carries the embedding; its prompts are batched into steps as any others.
   Result<uint64_t> Submit(GenerationRequest request, EventCallback on_event);
 
   // Drops the request wherever it is: its slot is freed before the next step, and no event
@@ -128,6 +133,9 @@ class LlmEngine {
   void Loop();
   // Runs `plan` on the model and samples from its logits: tokens per chunk, for Update().
   Status RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens);
+  // An embedding model's step: pools its rows into each sequence's embedding; a placeholder
+  // token for each prompt that is done.
+  void PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens);
   // Turns `update`'s token into `seq`'s next event (finish set when it is done).
   GenerationEvent Advance(Sequence& seq, const TokenUpdate& update, Clock::time_point now);
   void PublishCounts();  // The scheduler's counts, for stats() and admission.

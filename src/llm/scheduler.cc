@@ -181,7 +181,7 @@ StepPlan Scheduler::Schedule() {
   for (Sequence* seq : prefilling) {
     if (budget <= 0) break;
     const int n = std::min(budget, seq->prompt_size() - seq->prefilled);
-    SequenceChunk chunk{seq->slot, seq->prefilled, {}, false, seq->blocks};
+    SequenceChunk chunk{seq->slot, seq->prefilled, {}, options_.all_prompt_rows, seq->blocks};
     chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
                         seq->request.prompt.begin() + seq->prefilled + n);
     add(*seq, std::move(chunk), seq->prefilled + n == seq->prompt_size());

@@ -2,10 +2,11 @@
 // or a model (vLLM v1's split): Schedule() admits the oldest waiting requests while a slot (a
 // place among the sequences run together) and blocks of the paged KV cache for their prompt and
 // max_tokens are free, each taking the cached blocks of its prompt's longest cached prefix
-// (block_pool.h), which it then skips, and returns the step's plan (every decoding sequence, plus prompt chunks
-// within the token budget, plus prompt-lookup drafts); Update() takes the tokens sampled from the
-// step's logits and advances, finishes (EOS, max_tokens, the context) and frees sequences. The
-// engine (llm_engine.cc) runs plans on the model and keeps text, stop strings and events outside.
+// (block_pool.h), which it then skips, and returns the step's plan (every decoding sequence, plus
+// prompt chunks within the token budget, plus prompt-lookup drafts); Update() takes the tokens
+// sampled from the step's logits and advances, finishes (EOS, max_tokens, the context) and frees
+// sequences. The engine (llm_engine.cc) runs plans on the model and keeps text, stop strings and
+// events outside.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct SchedulerOptions {
   // takes those holding the longest prefix of its prompt (short of its last token, which must run
   // for logits) and runs only the rest.
   bool prefix_caching = true;
+  // An embedding model's steps: every prompt token's row (its hidden state) is wanted, so every
+  // prompt chunk yields all its rows.
+  bool all_prompt_rows = false;
 };
 
 struct ScheduledRequest {

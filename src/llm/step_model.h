@@ -42,7 +42,9 @@ class StepModel {
   // Copies whole blocks (every layer's keys and values): from `copies[i].first` to `.second`.
   virtual Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) = 0;
   // Runs `chunks` (no block written by two) as one step and appends rows of vocab_size floats to
-  // `logits`: for each chunk in order, its last token's (or every token's, with all_logits).
+  // `logits`: for each chunk in order, its last token's (or every token's, with all_logits). An
+  // embedding model (LlmServeConfig::pooling set) appends rows of hidden_size floats instead:
+  // the hidden states after the final norm.
   virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
 
   // Bytes of weights read per decode step (for the bandwidth roofline in reports).

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
+#include "codec/base64.h"
 #include "common/json_writer.h"
 #include "common/mutex.h"
 #include "metrics/prometheus.h"
@@ -110,6 +112,38 @@ void WriteCompletionLogprobs(JsonWriter& json, const llm::Tokenizer& tokenizer,
   json.EndArray().EndObject();
 }
 
+// A generation to stop when its client leaves, whether the client leaves before it started
+// (Cancel, then Attach) or after. Weak: the generation holds its observer, and so the response,
+// until its last event; a strong pointer back would keep both, and the connection, forever.
+class CancelLink {
+ public:
+  void Attach(const std::shared_ptr<llm::Generation>& generation) {
+    {
+      MutexLock lock(mu_);
+      generation_ = generation;
+      if (!cancelled_) return;
+    }
+    generation->Cancel();
+  }
+  // True the first time.
+  bool Cancel() {
+    std::shared_ptr<llm::Generation> generation;
+    {
+      MutexLock lock(mu_);
+      if (cancelled_) return false;
+      cancelled_ = true;
+      generation = generation_.lock();
+    }
+    if (generation) generation->Cancel();
+    return true;
+  }
+
+ private:
+  Mutex mu_;
+  std::weak_ptr<llm::Generation> generation_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;
+};
+
 // One of a request's n choices as the reply gives it (engine thread).
 struct Choice {
   std::string content;  // Non-streaming: the whole reply.
@@ -162,25 +196,10 @@ class Reply final : public llm::GenerationObserver {
   std::shared_ptr<ResponseStream> stream;
 
   // The generation to stop when the client leaves (set once Start returns).
-  void Attach(const std::shared_ptr<llm::Generation>& generation) {
-    bool cancel = false;
-    {
-      MutexLock lock(mu_);
-      generation_ = generation;
-      cancel = cancelled_;
-    }
-    if (cancel) generation->Cancel();
-  }
+  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
 
   void Cancel() {
-    std::shared_ptr<llm::Generation> generation;
-    {
-      MutexLock lock(mu_);
-      if (cancelled_) return;
-      cancelled_ = true;
-      generation = generation_.lock();
-    }
-    if (generation) generation->Cancel();
+    if (!link_.Cancel()) return;
     // The server counts it as a client that left (a stream's end is the server's own).
     if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
   }
@@ -377,11 +396,7 @@ class Reply final : public llm::GenerationObserver {
     if (unfinished == 0) stream->Close();
   }
 
-  Mutex mu_;
-  // Weak: the generation holds this reply (its observer) until its last event; a strong pointer
-  // back would keep both, and the connection, forever.
-  std::weak_ptr<llm::Generation> generation_ GUARDED_BY(mu_);
-  bool cancelled_ GUARDED_BY(mu_) = false;
+  CancelLink link_;
   std::atomic<bool> answered_{false};  // The response (a body, or a stream begun) is given.
   // Engine thread only.
   std::vector<Choice> choices;
@@ -424,6 +439,7 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Post("/v1/completions", bind(&OpenAiHandlers::Completions));
   router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
   router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
+  router.Post("/v1/embeddings", bind(&OpenAiHandlers::Embeddings));
 }
 
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -471,6 +487,74 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
   JsonWriter json;
   json.BeginObject().Field("prompt", (*engine)->tokenizer().Decode(ids)).EndObject();
   respond(HttpResponse::Json(200, json.str()));
+}
+
+void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, Responder respond) {
+  openai::EmbeddingsRequest parsed;
+  if (auto error = openai::ParseEmbeddings(request.body, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  auto found = service_.Find(parsed.model);
+  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  std::shared_ptr<llm::LlmEngine> engine = *found;
+  if (engine->config().pooling == llm::Pooling::kNone) {
+    return respond(
+        OpenAiError(Status::InvalidArgument(fmt::format(
+                        "model '{}' generates text and gives no embeddings", parsed.model)),
+                    "model"));
+  }
+  const int64_t width = engine->model().architecture().hidden_size;
+  if (parsed.dimensions != 0 && parsed.dimensions != width) {
+    return respond(OpenAiError(
+        Status::InvalidArgument(fmt::format("'dimensions' {} is not supported: model '{}' gives "
+                                            "embeddings of {} dimensions only",
+                                            parsed.dimensions, parsed.model, width)),
+        "dimensions"));
+  }
+  // One answer, whichever of the embeddings and a disconnect comes first.
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto answer = [answered, respond](HttpResponse response) {
+    if (!answered->exchange(true)) respond(std::move(response));
+  };
+  auto done = [answer, engine, model = parsed.model,
+               base64 = parsed.base64](Result<llm::Embeddings> result) {
+    if (!result.ok()) {
+      return answer(OpenAiError(
+          result.status(), result.status().code() == StatusCode::kInvalidArgument ? "input" : "",
+          engine->EstimatedWaitSeconds()));
+    }
+    JsonWriter json;
+    json.BeginObject().Field("object", "list").Key("data").BeginArray();
+    for (size_t i = 0; i < result->vectors.size(); ++i) {
+      const std::vector<float>& vector = result->vectors[i];
+      json.BeginObject().Field("object", "embedding").Field("index", static_cast<int64_t>(i));
+      json.Key("embedding");
+      if (base64) {
+        // Little-endian float32, as OpenAI's clients decode it.
+        std::string bytes(vector.size() * sizeof(float), '\0');
+        std::memcpy(bytes.data(), vector.data(), bytes.size());
+        json.String(Base64Encode(bytes));
+      } else {
+        json.BeginArray();
+        for (const float v : vector) json.Double(v);
+        json.EndArray();
+      }
+      json.EndObject();
+    }
+    json.EndArray().Field("model", model).Key("usage").BeginObject();
+    json.Field("prompt_tokens", int64_t{result->prompt_tokens});
+    json.Field("total_tokens", int64_t{result->prompt_tokens}).EndObject().EndObject();
+    answer(HttpResponse::Json(200, json.str()));
+  };
+  // Before Embed: an answer given at once (a bad input) must find the hook set, so the
+  // connection drops it.
+  auto link = std::make_shared<CancelLink>();
+  if (request.on_disconnect) {
+    request.on_disconnect([link, answer] {
+      if (link->Cancel()) answer(OpenAiError(Status::Cancelled("the client disconnected")));
+    });
+  }
+  link->Attach(service_.Embed(engine, parsed.inputs, std::move(done)));
 }
 
 void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {

@@ -1,5 +1,6 @@
 // The OpenAI-style language-model routes: GET /v1/models, POST /v1/completions and
-// POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape; and
+// POST /v1/chat/completions, with `stream: true` as server-sent events in OpenAI's shape,
+// POST /v1/embeddings (embedding models: config.yaml's llm.embedding); and
 // vLLM's POST /tokenize ({"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"}) and
 // POST /detokenize ({"tokens"} -> {"prompt"}). Bodies are parsed into typed requests first
 // (openai_request.h) and run by the generation service (llm/generation_service.h), whose events
@@ -28,6 +29,7 @@ class OpenAiHandlers {
   void Completions(const HttpRequest& request, const PathParams&, Responder respond);
   void Tokenize(const HttpRequest& request, const PathParams&, Responder respond);
   void Detokenize(const HttpRequest& request, const PathParams&, Responder respond);
+  void Embeddings(const HttpRequest& request, const PathParams&, Responder respond);
 
   // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
   std::string RenderMetrics() const;

@@ -593,6 +593,81 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
   return std::nullopt;
 }
 
+std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsRequest& r) {
+  constexpr size_t kMaxInputs = 2048;  // OpenAI's limit.
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  if (auto e = OnlyKeys(root, {"model", "input", "encoding_format", "dimensions", "user"})) {
+    return e;
+  }
+  if (auto e = ReadString(root, "model", r.model)) return e;
+  std::string format = "float";
+  if (auto e = ReadString(root, "encoding_format", format)) return e;
+  if (format != "float" && format != "base64") {
+    return ParseError{
+        fmt::format("'encoding_format' '{}' is not supported; use \"float\" or \"base64\"", format),
+        "encoding_format"};
+  }
+  r.base64 = format == "base64";
+  if (auto e = ReadInt(root, "dimensions", 1, 1 << 20, r.dimensions)) return e;
+  if (auto e = ReadString(root, "user", format)) return e;
+  constexpr const char* kShape =
+      "'input' must be a string, an array of strings, an array of token ids or an array of "
+      "arrays of token ids";
+  element input;
+  if (root["input"].get(input) != simdjson::SUCCESS) {
+    return ParseError{"'input' is required", "input"};
+  }
+  // Token ids, or false where `value` is not an array of integers.
+  auto read_tokens = [](const element& value, std::vector<int64_t>& out) {
+    simdjson::dom::array ids;
+    if (value.get(ids) != simdjson::SUCCESS) return false;
+    for (element id : ids) {
+      int64_t token = 0;
+      if (id.get(token) != simdjson::SUCCESS) return false;
+      out.push_back(token);
+    }
+    return true;
+  };
+  std::string_view text;
+  simdjson::dom::array list;
+  if (input.get(text) == simdjson::SUCCESS) {
+    r.inputs.push_back(llm::EmbeddingInput{std::string(text), {}, false});
+  } else if (input.get(list) == simdjson::SUCCESS) {
+    if (list.size() == 0) return ParseError{"'input' must not be empty", "input"};
+    if (list.size() > kMaxInputs) {
+      return ParseError{fmt::format("'input' holds {} items; at most {}", list.size(), kMaxInputs),
+                        "input"};
+    }
+    if (list.at(0).is_int64()) {
+      llm::EmbeddingInput tokens{"", {}, true};
+      if (!read_tokens(input, tokens.tokens)) return ParseError{kShape, "input"};
+      r.inputs.push_back(std::move(tokens));
+    } else {
+      for (element item : list) {
+        llm::EmbeddingInput one;
+        if (item.get(text) == simdjson::SUCCESS) {
+          one.text = std::string(text);
+        } else if (item.is_array() && read_tokens(item, one.tokens)) {
+          one.is_tokens = true;
+        } else {
+          return ParseError{kShape, "input"};
+        }
+        r.inputs.push_back(std::move(one));
+      }
+    }
+  } else {
+    return ParseError{kShape, "input"};
+  }
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    if (r.inputs[i].is_tokens ? r.inputs[i].tokens.empty() : r.inputs[i].text.empty()) {
+      return ParseError{fmt::format("input {} is empty", i), "input"};
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ParseError> ParseTokenize(std::string_view body, TokenizeRequest& r) {
   simdjson::dom::parser parser;
   element root;

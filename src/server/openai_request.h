@@ -32,6 +32,15 @@ struct CompletionRequest : llm::GenerateRequest {
 // POST /v1/chat/completions (`chat`) or /v1/completions.
 std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, CompletionRequest& r);
 
+// POST /v1/embeddings: `input` as a string, a list of strings, token ids or a list of them.
+struct EmbeddingsRequest {
+  std::string model;
+  std::vector<llm::EmbeddingInput> inputs;
+  bool base64 = false;     // encoding_format "base64": little-endian float32, base64-encoded.
+  int64_t dimensions = 0;  // 0: not given.
+};
+std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsRequest& r);
+
 struct TokenizeRequest {
   std::string model;
   bool chat = false;  // `messages` given (rendered by the chat template), else `prompt`.

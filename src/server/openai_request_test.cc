@@ -230,6 +230,42 @@ TEST(OpenAiRequestTest, ToolsAndToolMessages) {
   EXPECT_EQ(r.messages[2].content, "18C");
 }
 
+TEST(OpenAiRequestTest, EmbeddingsBodies) {
+  EmbeddingsRequest r;
+  ASSERT_FALSE(ParseEmbeddings(R"({"model": "e", "input": "hi"})", r));
+  ASSERT_EQ(r.inputs.size(), 1u);
+  EXPECT_EQ(r.inputs[0].text, "hi");
+  EXPECT_FALSE(r.base64);
+  r = {};
+  ASSERT_FALSE(ParseEmbeddings(R"({"input": ["a", [1, 2]], "encoding_format": "base64",
+                                   "dimensions": 8, "user": "u"})",
+                               r));
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_FALSE(r.inputs[0].is_tokens);
+  EXPECT_TRUE(r.inputs[1].is_tokens);
+  EXPECT_EQ(r.inputs[1].tokens, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(r.base64);
+  EXPECT_EQ(r.dimensions, 8);
+  r = {};
+  ASSERT_FALSE(ParseEmbeddings(R"({"input": [5, 6, 7]})", r));  // One input of token ids.
+  ASSERT_EQ(r.inputs.size(), 1u);
+  EXPECT_EQ(r.inputs[0].tokens.size(), 3u);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model": "e"})", "input"},
+           {R"({"input": []})", "input"},
+           {R"({"input": [""]})", "input"},
+           {R"({"input": [1, "a"]})", "input"},
+           {R"({"input": {"text": "a"}})", "input"},
+           {R"({"input": "a", "encoding_format": "int8"})", "encoding_format"},
+           {R"({"input": "a", "dimensions": 0})", "dimensions"},
+           {R"({"input": "a", "truncate_prompt_tokens": 8})", "truncate_prompt_tokens"}}) {
+    r = {};
+    auto error = ParseEmbeddings(body, r);
+    ASSERT_TRUE(error) << body;
+    EXPECT_EQ(error->param, param) << body;
+  }
+}
+
 TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {
   TokenizeRequest t;
   ASSERT_FALSE(ParseTokenize(R"({"model": "m", "prompt": "hi"})", t));

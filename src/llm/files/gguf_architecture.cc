@@ -94,6 +94,14 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   for (const Family& f : kFamilies) {
     if (*name == f.name) family = &f;
   }
+  if (family == nullptr && (*name == "bert" || *name == "nomic-bert" || *name == "jina-bert-v2" ||
+                            *name == "modern-bert" || *name == "t5encoder")) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: architecture '{}' is an encoder-only model, which Sluice does not serve; for "
+        "embeddings serve a decoder embedding model (Qwen3-Embedding's shape) with config.yaml's "
+        "llm.embedding",
+        file.path(), *name));
+  }
   if (family == nullptr) {
     return Status::InvalidArgument(
         fmt::format("{}: architecture '{}' is not one Sluice serves (llama, qwen2, qwen3, phi3, "

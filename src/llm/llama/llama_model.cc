@@ -638,6 +638,12 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     at::Tensor last_normed = at::empty_like(last);
     RmsNorm(last, weights_.final_norm, last_normed);
     const size_t before = logits->size();
+    if (serve_.pooling != Pooling::kNone) {
+      // An embedding model: the rows are the hidden states themselves.
+      const float* np = last_normed.data_ptr<float>();
+      logits->insert(logits->end(), np, np + last_normed.numel());
+      return Status::Ok();
+    }
     logits->resize(before + static_cast<size_t>(last.size(0) * weights_.lm_head.out));
     weights_.lm_head.Into(last_normed, logits->data() + before);
     if (a.final_logit_softcap > 0) {
