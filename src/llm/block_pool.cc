@@ -44,10 +44,20 @@ uint64_t BlockPool::Hash(uint64_t parent, const int32_t* tokens) const {
   return h;
 }
 
-std::vector<int32_t> BlockPool::Match(const std::vector<int32_t>& tokens, int max_blocks) {
+uint64_t BlockPool::SaltedRoot(uint64_t salt) {
+  if (salt == 0) return kRootHash;
+  // splitmix64's finaliser: salts that differ in one bit give unrelated roots.
+  uint64_t z = kRootHash ^ (salt + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<int32_t> BlockPool::Match(const std::vector<int32_t>& tokens, int max_blocks,
+                                      uint64_t root) {
   std::vector<int32_t> out;
   const int full = std::min(max_blocks, static_cast<int>(tokens.size()) / block_size_);
-  uint64_t parent = kRootHash;
+  uint64_t parent = root;
   for (int b = 0; b < full; ++b) {
     const int32_t* block = tokens.data() + static_cast<size_t>(b) * block_size_;
     const uint64_t hash = Hash(parent, block);

@@ -36,8 +36,13 @@ class BlockPool {
   uint64_t Hash(uint64_t parent, const int32_t* tokens) const;
 
   // The published blocks that hold the longest prefix of `tokens` in whole blocks, at most
-  // `max_blocks` of them, in order; one reference is taken on each.
-  std::vector<int32_t> Match(const std::vector<int32_t>& tokens, int max_blocks);
+  // `max_blocks` of them, in order; one reference is taken on each. `root`: the parent of the
+  // first block (kRootHash, or a salted root where the same tokens give other keys and values).
+  std::vector<int32_t> Match(const std::vector<int32_t>& tokens, int max_blocks,
+                             uint64_t root = kRootHash);
+  // The root of sequences whose cache differs from the plain model's (a LoRA adapter's): 0 gives
+  // kRootHash.
+  static uint64_t SaltedRoot(uint64_t salt);
   // Appends `n` blocks no one holds to `out`, one reference each, reusing cached blocks (which
   // stop being published) only when unpublished ones run out. False, and nothing taken, when
   // fewer than `n` are available.

@@ -302,17 +302,24 @@ GenerationService::GenerationService(std::map<std::string, std::shared_ptr<LlmEn
 
 GenerationService::~GenerationService() = default;
 
-Result<std::shared_ptr<LlmEngine>> GenerationService::Find(std::string& model) const {
+Result<std::shared_ptr<LlmEngine>> GenerationService::Find(
+    std::string& model, std::shared_ptr<const LoraAdapter>* adapter) const {
   if (model.empty() && models_.size() == 1) model = models_.begin()->first;
   if (model.empty()) {
     return Status::InvalidArgument(
         fmt::format("'model' is required: this server serves {} language models", models_.size()));
   }
   auto it = models_.find(model);
-  if (it == models_.end()) {
-    return Status::NotFound(fmt::format("The model '{}' does not exist", model));
+  if (it != models_.end()) return it->second;
+  if (adapter != nullptr) {
+    for (const auto& [name, engine] : models_) {
+      if (auto found = engine->FindAdapter(model)) {
+        *adapter = std::move(found);
+        return engine;
+      }
+    }
   }
-  return it->second;
+  return Status::NotFound(fmt::format("The model '{}' does not exist", model));
 }
 
 Result<std::string> GenerationService::RenderChat(
@@ -364,6 +371,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   generation.sampling = request.sampling;
   generation.ignore_eos = request.ignore_eos;
   generation.top_logprobs = request.top_logprobs;
+  generation.adapter = request.adapter;
   if (Status length =
           engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
       !length.ok()) {

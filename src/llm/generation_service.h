@@ -61,6 +61,7 @@ struct GenerateRequest {
   int top_logprobs = -1;  // -1: none; else alternatives per token (0-20).
   ResponseFormat response_format;
   ToolOptions tools;
+  std::shared_ptr<const LoraAdapter> adapter;  // The LoRA adapter `model` named (Find()).
 };
 
 // An update on one choice. A choice's events come in order and its last has `finish` set.
@@ -126,8 +127,11 @@ class GenerationService {
 
   const std::map<std::string, std::shared_ptr<LlmEngine>>& models() const { return models_; }
   // The engine serving `model`; an empty name is the only model where there is one (and is set
-  // to its name). kNotFound naming an unknown model; kInvalidArgument for no name among several.
-  Result<std::shared_ptr<LlmEngine>> Find(std::string& model) const;
+  // to its name). A LoRA adapter's name gives its base model's engine, and the adapter in
+  // `adapter` (where given; else kNotFound). kNotFound naming an unknown model;
+  // kInvalidArgument for no name among several.
+  Result<std::shared_ptr<LlmEngine>> Find(
+      std::string& model, std::shared_ptr<const LoraAdapter>* adapter = nullptr) const;
 
   // The conversation through the model's chat template (kInvalidArgument where it has none).
   static Result<std::string> RenderChat(

@@ -260,7 +260,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "speculative_ngram",  "threads",        "max_waiting",
       "default_max_tokens", "model_file",     "prefix_caching",
       "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
-      "weights_cache",      "embedding"};
+      "weights_cache",      "embedding",      "lora"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -290,6 +290,41 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       if (!ParseKvCacheDtype(value, &config.kv_cache_dtype)) {
         return Bad(path, "llm.kv_cache_dtype",
                    fmt::format("'{}' is not auto, fp32, bf16 or q8_0", value));
+      }
+    }
+    if (const YAML::Node lora = llm["lora"]) {
+      if (!lora.IsMap()) {
+        return Bad(path, "llm.lora",
+                   "must be a map: {max_loras, max_lora_rank, runtime_loading, adapters}");
+      }
+      for (const auto& item : lora) {
+        const std::string key = item.first.as<std::string>();
+        if (key != "max_loras" && key != "max_lora_rank" && key != "runtime_loading" &&
+            key != "adapters") {
+          return Bad(path, "llm.lora." + key,
+                     "is not a known key (max_loras, max_lora_rank, runtime_loading, adapters)");
+        }
+      }
+      config.max_loras = lora["max_loras"] ? lora["max_loras"].as<int>() : 4;
+      if (config.max_loras < 1 || config.max_loras > 1024) {
+        return Bad(path, "llm.lora.max_loras", "must be in [1, 1024]");
+      }
+      if (lora["max_lora_rank"]) config.max_lora_rank = lora["max_lora_rank"].as<int>();
+      if (config.max_lora_rank < 1 || config.max_lora_rank > 1024) {
+        return Bad(path, "llm.lora.max_lora_rank", "must be in [1, 1024]");
+      }
+      if (lora["runtime_loading"] &&
+          !YAML::convert<bool>::decode(lora["runtime_loading"], config.lora_runtime_loading)) {
+        return Bad(path, "llm.lora.runtime_loading", "must be true or false");
+      }
+      if (const YAML::Node adapters = lora["adapters"]) {
+        if (!adapters.IsMap()) return Bad(path, "llm.lora.adapters", "must map names to folders");
+        for (const auto& item : adapters) {
+          config.lora_adapters[item.first.as<std::string>()] = item.second.as<std::string>();
+        }
+        if (static_cast<int>(config.lora_adapters.size()) > config.max_loras) {
+          return Bad(path, "llm.lora.adapters", "lists more adapters than max_loras");
+        }
       }
     }
     if (const YAML::Node embedding = llm["embedding"]) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,14 @@ struct LlmServeConfig {
   // steps give each token's final hidden state (after the last norm) instead of logits.
   Pooling pooling = Pooling::kNone;
   bool normalize = true;  // Embeddings scaled to unit L2 norm.
+  // `lora: {max_loras, max_lora_rank, runtime_loading, adapters: {name: folder}}`: LoRA adapters
+  // (lora.h) a request names as its model. max_loras bounds those loaded at once (0: none);
+  // folders are relative to the model's directory; runtime_loading opens POST
+  // /v1/load_lora_adapter and /v1/unload_lora_adapter.
+  int max_loras = 0;
+  int max_lora_rank = 16;
+  bool lora_runtime_loading = false;
+  std::map<std::string, std::string> lora_adapters;
 };
 
 // Parses config.json. Errors name the file and key.

@@ -165,8 +165,11 @@ LlmStats LlmEngine::stats() const {
     MutexLock lock(mu_);
     s.slots_busy = busy_slots_;
     s.waiting = static_cast<int>(incoming_.size()) + scheduled_waiting_;
+    s.running_adapters = running_adapters_;
+    s.waiting_adapters = waiting_adapters_;
   }
   s.slots = model_->slots();
+  s.max_loras = config_.max_loras;
   s.requests_finished = finished_.load();
   s.prompt_tokens = prompt_tokens_.load();
   s.generated_tokens = generated_tokens_.load();
@@ -226,9 +229,82 @@ void LlmEngine::PublishCounts() {
   prefix_queries_.store(scheduler_.prefix_queries());
   prefix_hits_.store(scheduler_.prefix_hits());
   kv_blocks_used_.store(scheduler_.kv_blocks_used());
+  std::vector<std::string> running, waiting;
+  if (config_.max_loras > 0) {
+    auto add = [](std::vector<std::string>& names, const std::string& name) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    };
+    for (const auto& [id, seq] : sequences_) {
+      if (seq->request.adapter == nullptr) continue;
+      add(scheduler_.admitted(id) ? running : waiting, seq->request.adapter->name);
+    }
+  }
   MutexLock lock(mu_);
   busy_slots_ = scheduler_.running();
   scheduled_waiting_ = scheduler_.waiting();
+  if (config_.max_loras > 0) {
+    for (const auto& seq : incoming_) {
+      if (seq->request.adapter == nullptr) continue;
+      if (std::find(waiting.begin(), waiting.end(), seq->request.adapter->name) == waiting.end()) {
+        waiting.push_back(seq->request.adapter->name);
+      }
+    }
+    running_adapters_ = std::move(running);
+    waiting_adapters_ = std::move(waiting);
+  }
+}
+
+Status LlmEngine::LoadAdapter(const std::string& name, const std::string& dir) {
+  if (config_.max_loras <= 0) {
+    return Status::InvalidArgument(
+        "this model serves no LoRA adapters (config.yaml's llm.lora sets max_loras)");
+  }
+  if (config_.pooling != Pooling::kNone) {
+    return Status::InvalidArgument("LoRA adapters are not served on embedding models");
+  }
+  SLUICE_RETURN_IF_ERROR(model_->CanApplyLora());
+  {
+    MutexLock lock(mu_);
+    if (adapters_.count(name) > 0) {
+      return Status::InvalidArgument(fmt::format("an adapter named '{}' is loaded", name));
+    }
+    if (static_cast<int>(adapters_.size()) >= config_.max_loras) {
+      return Status::InvalidArgument(
+          fmt::format("{} adapters are loaded, max_loras; unload one first", adapters_.size()));
+    }
+  }
+  auto adapter = LoadLoraAdapter(name, dir, model_->architecture(), config_.max_lora_rank);
+  if (!adapter.ok()) return adapter.status();
+  MutexLock lock(mu_);
+  if (adapters_.count(name) > 0 || static_cast<int>(adapters_.size()) >= config_.max_loras) {
+    return Status::InvalidArgument(
+        fmt::format("adapter '{}' was loaded meanwhile, or the table "
+                    "filled",
+                    name));
+  }
+  adapters_.emplace(name, std::move(*adapter));
+  return Status::Ok();
+}
+
+Status LlmEngine::UnloadAdapter(const std::string& name) {
+  MutexLock lock(mu_);
+  if (adapters_.erase(name) == 0) {
+    return Status::NotFound(fmt::format("no LoRA adapter named '{}' is loaded", name));
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<const LoraAdapter> LlmEngine::FindAdapter(const std::string& name) const {
+  MutexLock lock(mu_);
+  auto it = adapters_.find(name);
+  return it == adapters_.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> LlmEngine::AdapterNames() const {
+  MutexLock lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, adapter] : adapters_) names.push_back(name);
+  return names;
 }
 
 void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
@@ -339,8 +415,10 @@ void LlmEngine::Loop() {
       arrived.swap(incoming_);
     }
     for (auto& seq : arrived) {
-      scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
-                                      seq->request.ignore_eos, seq->request.shares_prompt_of});
+      scheduler_.Add(
+          ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
+                           seq->request.ignore_eos, seq->request.shares_prompt_of,
+                           seq->request.adapter != nullptr ? seq->request.adapter->id : 0});
       sequences_.emplace(seq->id, std::move(seq));
     }
     int64_t ended = 0;
@@ -348,9 +426,12 @@ void LlmEngine::Loop() {
       if (scheduler_.Remove(id) && sequences_.erase(id) > 0 && finished) ++ended;
     }
     finished_.fetch_add(ended);
-    const StepPlan plan = scheduler_.Schedule();
+    StepPlan plan = scheduler_.Schedule();
     PublishCounts();
     if (plan.empty()) continue;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      plan.chunks[i].lora = sequences_.at(plan.ids[i])->request.adapter.get();
+    }
 
     const Status status = RunStep(plan, &tokens);
     const Clock::time_point now = clock_.Now();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "llm/grammar.h"
+#include "llm/lora.h"
 #include "llm/sampler.h"
 #include "llm/scheduler.h"
 #include "llm/step_model.h"
@@ -51,6 +53,8 @@ struct GenerationRequest {
   // The id (from Submit) of a request with the same prompt, e.g. another of `n` choices: this one
   // starts once that one's prompt is cached, and shares its blocks.
   uint64_t shares_prompt_of = 0;
+  // A LoRA adapter (from FindAdapter()) applied to this request's products; null: the base.
+  std::shared_ptr<const LoraAdapter> adapter;
 };
 
 // One update on a request, delivered in order on the engine's thread; must not block.
@@ -77,12 +81,15 @@ struct LlmStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t steps = 0;
-  int64_t draft_tokens = 0;               // Prompt-lookup drafts proposed.
-  int64_t accepted_draft_tokens = 0;      // Of those, verified and kept.
-  int64_t prefix_cache_queries = 0;       // Prompt tokens of requests given a slot.
-  int64_t prefix_cache_hits = 0;          // Of those, found in cached blocks (not run).
-  int kv_blocks = 0;                      // Blocks of the paged KV cache ...
-  int kv_blocks_used = 0;                 // ... and those running sequences hold.
+  int64_t draft_tokens = 0;           // Prompt-lookup drafts proposed.
+  int64_t accepted_draft_tokens = 0;  // Of those, verified and kept.
+  int64_t prefix_cache_queries = 0;   // Prompt tokens of requests given a slot.
+  int64_t prefix_cache_hits = 0;      // Of those, found in cached blocks (not run).
+  int kv_blocks = 0;                  // Blocks of the paged KV cache ...
+  int kv_blocks_used = 0;             // ... and those running sequences hold.
+  int max_loras = 0;
+  // Adapters of requests holding a slot, and of requests waiting for one (names, each once).
+  std::vector<std::string> running_adapters, waiting_adapters;
   HistogramSnapshot time_to_first_token;  // Seconds, submit to first generated token.
   HistogramSnapshot inter_token;          // Seconds between a sequence's tokens.
 };
@@ -118,6 +125,15 @@ class LlmEngine {
   void Stop();
 
   LlmStats stats() const;
+
+  // LoRA adapters (lora.h), config().max_loras at most, which requests name by their own name.
+  // kInvalidArgument naming what is wrong (the adapter, a name in use, the table full, a model
+  // that takes none).
+  Status LoadAdapter(const std::string& name, const std::string& dir);
+  // kNotFound for an unknown name. Requests under way finish with it; new ones cannot name it.
+  Status UnloadAdapter(const std::string& name);
+  std::shared_ptr<const LoraAdapter> FindAdapter(const std::string& name) const;
+  std::vector<std::string> AdapterNames() const;
   // Seconds a new request would wait for a slot, from the current load (for Retry-After).
   double EstimatedWaitSeconds() const;
 
@@ -156,6 +172,8 @@ class LlmEngine {
   int busy_slots_ GUARDED_BY(mu_) = 0;          // The scheduler's running().
   int scheduled_waiting_ GUARDED_BY(mu_) = 0;   // The scheduler's waiting().
   double step_seconds_ GUARDED_BY(mu_) = 0.05;  // Smoothed duration of a decode step.
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_ GUARDED_BY(mu_);
+  std::vector<std::string> running_adapters_ GUARDED_BY(mu_), waiting_adapters_ GUARDED_BY(mu_);
 
   // Loop thread only.
   Scheduler scheduler_;

@@ -104,8 +104,17 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
   }
   auto model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
   if (!model.ok()) return model.status();
-  return std::make_shared<LlmEngine>(std::move(*model), std::move(*tokenizer),
-                                     std::move(chat_template), *serve);
+  auto engine = std::make_shared<LlmEngine>(std::move(*model), std::move(*tokenizer),
+                                            std::move(chat_template), *serve);
+  // The adapters config.yaml lists, their folders relative to the model's.
+  for (const auto& [name, folder] : serve->lora_adapters) {
+    const std::filesystem::path path = std::filesystem::path(dir) / folder;
+    if (Status loaded = engine->LoadAdapter(name, path.string()); !loaded.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: LoRA adapter '{}': {}", dir, name, loaded.message()));
+    }
+  }
+  return engine;
 }
 
 }  // namespace sluice::llm

@@ -42,6 +42,7 @@ Scheduler::~Scheduler() = default;
 void Scheduler::Add(ScheduledRequest request) {
   auto seq = std::make_unique<Sequence>();
   seq->tokens = request.prompt;
+  seq->parent = BlockPool::SaltedRoot(request.cache_salt);
   seq->request = std::move(request);
   waiting_.push_back(std::move(seq));
 }
@@ -71,6 +72,11 @@ bool Scheduler::AwaitsSharedPrompt(const Sequence& seq) const {
   return std::any_of(waiting_.begin(), waiting_.end(), [other](const auto& waiting) {
     return waiting != nullptr && waiting->request.id == other;  // (Null: admitted this step.)
   });
+}
+
+bool Scheduler::admitted(uint64_t id) const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [id](const auto& seq) { return seq && seq->request.id == id; });
 }
 
 bool Scheduler::Remove(uint64_t id) {
@@ -112,7 +118,9 @@ StepPlan Scheduler::Schedule() {
     Sequence& seq = *waiting_[next_waiting];
     const std::vector<int32_t>& prompt = seq.request.prompt;
     std::vector<int32_t> blocks;
-    if (options_.prefix_caching) blocks = pool_.Match(prompt, (seq.prompt_size() - 1) / block);
+    if (options_.prefix_caching) {
+      blocks = pool_.Match(prompt, (seq.prompt_size() - 1) / block, seq.parent);
+    }
     const int matched = static_cast<int>(blocks.size());
     const int tokens =
         std::min(seq.prompt_size() + seq.request.max_tokens, options_.context_length);

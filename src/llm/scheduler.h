@@ -52,6 +52,9 @@ struct ScheduledRequest {
   // Another request with the same prompt (`n` choices): with prefix caching, this one is admitted
   // once that one's prompt is in the cache, and shares its full blocks instead of computing them.
   uint64_t shares_prompt_of = 0;
+  // Nonzero where the same tokens give other keys and values (a LoRA adapter): cached blocks are
+  // shared only among requests with the same salt.
+  uint64_t cache_salt = 0;
 };
 
 // What one step runs: chunks[i] belongs to sequence ids[i].
@@ -103,8 +106,9 @@ class Scheduler {
   std::vector<TokenUpdate> Update(const StepPlan& plan,
                                   const std::vector<std::vector<int32_t>>& tokens);
 
-  int running() const;  // Sequences admitted (holding a slot and their blocks).
-  int waiting() const;  // Sequences waiting for them.
+  int running() const;               // Sequences admitted (holding a slot and their blocks).
+  bool admitted(uint64_t id) const;  // Whether request `id` holds a slot.
+  int waiting() const;               // Sequences waiting for them.
   int kv_blocks() const { return pool_.blocks(); }
   int kv_blocks_used() const { return pool_.held(); }  // Held by running sequences.
   // Prompt tokens of the sequences admitted so far, and of those the ones found cached.

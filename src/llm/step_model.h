@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llm/llm_config.h"
+#include "llm/lora.h"
 #include "sluice/status.h"
 
 namespace sluice::llm {
@@ -25,6 +26,7 @@ struct SequenceChunk {
   std::vector<int32_t> tokens;
   bool all_logits = false;      // Logits of every token (tests); otherwise of the last one only.
   std::vector<int32_t> blocks;  // The block table, covering at least start + tokens.size().
+  const LoraAdapter* lora = nullptr;  // The adapter its request names; held by the request.
 };
 
 // Thread-compatible: one step at a time, from one thread (the scheduler's loop).
@@ -58,6 +60,10 @@ class StepModel {
   virtual std::string weights_cache() const { return ""; }
   // What the KV cache holds ("bf16", "q8_0", ...), for the startup line.
   virtual std::string kv_cache_format() const { return ""; }
+  // OK where chunks may name LoRA adapters (lora.h); else why not.
+  virtual Status CanApplyLora() const {
+    return Status::InvalidArgument("this model does not take LoRA adapters");
+  }
 };
 
 struct ModelLoadOptions {

@@ -440,6 +440,8 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
   router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
   router.Post("/v1/embeddings", bind(&OpenAiHandlers::Embeddings));
+  router.Post("/v1/load_lora_adapter", bind(&OpenAiHandlers::LoadLoraAdapter));
+  router.Post("/v1/unload_lora_adapter", bind(&OpenAiHandlers::UnloadLoraAdapter));
 }
 
 void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -447,7 +449,8 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
   if (auto error = openai::ParseTokenize(request.body, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  auto engine = service_.Find(parsed.model);
+  std::shared_ptr<const llm::LoraAdapter> adapter;  // Its base model's tokenizer.
+  auto engine = service_.Find(parsed.model, &adapter);
   if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
   if (parsed.chat) {
     auto rendered =
@@ -557,6 +560,65 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
   link->Attach(service_.Embed(engine, parsed.inputs, std::move(done)));
 }
 
+void OpenAiHandlers::LoadLoraAdapter(const HttpRequest& request, const PathParams&,
+                                     Responder respond) {
+  openai::LoraAdapterRequest parsed;
+  if (auto error = openai::ParseLoraAdapter(request.body, /*load=*/true, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  auto engine = service_.Find(parsed.model);
+  if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
+  if (!(*engine)->config().lora_runtime_loading) {
+    return respond(OpenAiError(
+        Status::NotFound(fmt::format("loading LoRA adapters at run time is off for model '{}' "
+                                     "(config.yaml's llm.lora.runtime_loading)",
+                                     parsed.model)),
+        "model"));
+  }
+  std::string taken = parsed.name;
+  std::shared_ptr<const llm::LoraAdapter> existing;
+  if (service_.Find(taken, &existing).ok()) {
+    return respond(OpenAiError(Status::InvalidArgument(fmt::format(
+                                   "the name '{}' is taken by a model or an adapter", parsed.name)),
+                               "lora_name"));
+  }
+  if (Status loaded = (*engine)->LoadAdapter(parsed.name, parsed.path); !loaded.ok()) {
+    return respond(OpenAiError(loaded, "lora_path"));
+  }
+  JsonWriter json;
+  json.BeginObject().Field("id", parsed.name).Field("object", "model");
+  json.Field("parent", parsed.model).EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void OpenAiHandlers::UnloadLoraAdapter(const HttpRequest& request, const PathParams&,
+                                       Responder respond) {
+  openai::LoraAdapterRequest parsed;
+  if (auto error = openai::ParseLoraAdapter(request.body, /*load=*/false, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  std::string name = parsed.name;
+  std::shared_ptr<const llm::LoraAdapter> adapter;
+  auto engine = service_.Find(name, &adapter);
+  if (!engine.ok() || adapter == nullptr) {
+    return respond(OpenAiError(
+        Status::NotFound(fmt::format("no LoRA adapter named '{}' is loaded", parsed.name)),
+        "lora_name"));
+  }
+  if (!(*engine)->config().lora_runtime_loading) {
+    return respond(
+        OpenAiError(Status::NotFound("unloading LoRA adapters at run time is off (config.yaml's "
+                                     "llm.lora.runtime_loading)"),
+                    "lora_name"));
+  }
+  if (Status unloaded = (*engine)->UnloadAdapter(parsed.name); !unloaded.ok()) {
+    return respond(OpenAiError(unloaded, "lora_name"));
+  }
+  JsonWriter json;
+  json.BeginObject().Field("id", parsed.name).Field("deleted", true).EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
 void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {
   JsonWriter json;
   json.BeginObject().Field("object", "list").Key("data").BeginArray();
@@ -565,6 +627,13 @@ void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder res
     json.Field("owned_by", "sluice");
     json.Field("max_model_len", int64_t{engine->model().context_length()});
     json.EndObject();
+    // Its LoRA adapters, as vLLM lists them: each with its base model as `parent`.
+    for (const std::string& adapter : engine->AdapterNames()) {
+      json.BeginObject().Field("id", adapter).Field("object", "model").Field("created", created_);
+      json.Field("owned_by", "sluice").Field("parent", name);
+      json.Field("max_model_len", int64_t{engine->model().context_length()});
+      json.EndObject();
+    }
   }
   json.EndArray().EndObject();
   respond(HttpResponse::Json(200, json.str()));
@@ -584,7 +653,7 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   if (auto error = openai::ParseCompletion(request.body, chat, parsed)) {
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
-  auto found = service_.Find(parsed.model);
+  auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
   std::shared_ptr<llm::LlmEngine> engine = *found;
   auto reply = std::make_shared<Reply>(engine, parsed.n);
@@ -695,6 +764,28 @@ std::string OpenAiHandlers::RenderMetrics() const {
              vllm_label(name) + ",block_size=\"" + std::to_string(engine->model().kv_block_size()) +
                  "\",num_gpu_blocks=\"" + std::to_string(engine->model().kv_blocks()) + "\"",
              1);
+  }
+  // vLLM's LoRA info gauge (its value the scrape's time, as vLLM's): the endpoint picker routes
+  // a request for an adapter to a server that runs it, or has room for it.
+  bool adapters = false;
+  for (const auto& [name, s] : all) adapters = adapters || s.max_loras > 0;
+  if (adapters) {
+    const double now = static_cast<double>(UnixSeconds());
+    w.Family("vllm:lora_requests_info", "gauge",
+             "LoRA adapters of running and waiting requests, and max_lora.");
+    auto join = [](const std::vector<std::string>& names) {
+      std::string out;
+      for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+      return out;
+    };
+    for (const auto& [name, s] : all) {
+      if (s.max_loras == 0) continue;
+      w.Sample("vllm:lora_requests_info",
+               vllm_label(name) + ",max_lora=\"" + std::to_string(s.max_loras) +
+                   "\",running_lora_adapters=" + LabelValue(join(s.running_adapters)) +
+                   ",waiting_lora_adapters=" + LabelValue(join(s.waiting_adapters)),
+               now);
+    }
   }
   w.Family("sluice_llm_time_to_first_token_seconds", "histogram",
            "Submit to first generated token.");

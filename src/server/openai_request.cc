@@ -668,6 +668,32 @@ std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsReque
   return std::nullopt;
 }
 
+std::optional<ParseError> ParseLoraAdapter(std::string_view body, bool load,
+                                           LoraAdapterRequest& r) {
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  if (auto e = load ? OnlyKeys(root, {"model", "lora_name", "lora_path"})
+                    : OnlyKeys(root, {"model", "lora_name", "lora_int_id"})) {
+    return e;
+  }
+  if (auto e = ReadString(root, "model", r.model)) return e;
+  if (auto e = ReadString(root, "lora_name", r.name)) return e;
+  if (r.name.empty() || r.name.size() > 128 ||
+      !std::all_of(r.name.begin(), r.name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+               c == '/' || c == ':';
+      })) {
+    return ParseError{"'lora_name' must be 1-128 letters, digits, '_', '-', '.', '/' or ':'",
+                      "lora_name"};
+  }
+  if (load) {
+    if (auto e = ReadString(root, "lora_path", r.path)) return e;
+    if (r.path.empty()) return ParseError{"'lora_path' (a folder) is required", "lora_path"};
+  }
+  return std::nullopt;
+}
+
 std::optional<ParseError> ParseTokenize(std::string_view body, TokenizeRequest& r) {
   simdjson::dom::parser parser;
   element root;

@@ -41,6 +41,15 @@ struct EmbeddingsRequest {
 };
 std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsRequest& r);
 
+// vLLM's /v1/load_lora_adapter ({"lora_name", "lora_path"}) and /v1/unload_lora_adapter
+// ({"lora_name"}) bodies, with `model` naming the base model where several are served.
+struct LoraAdapterRequest {
+  std::string model;
+  std::string name;
+  std::string path;  // Load only.
+};
+std::optional<ParseError> ParseLoraAdapter(std::string_view body, bool load, LoraAdapterRequest& r);
+
 struct TokenizeRequest {
   std::string model;
   bool chat = false;  // `messages` given (rendered by the chat template), else `prompt`.

@@ -121,6 +121,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
       SLUICE_RETURN_IF_ERROR(LoadGgufWeights(*gguf, model->arch_, model->serve_.precision,
                                              cache.get(), &model->weights_));
       model->gguf_ = std::move(gguf);
+      model->from_gguf_ = true;
     } else {
       SLUICE_RETURN_IF_ERROR(LoadSafetensorsWeights(*safetensors, model->arch_,
                                                     model->serve_.precision, &model->weights_));
@@ -560,6 +561,24 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
   if (std::adjacent_find(written.begin(), written.end()) != written.end()) {
     return Status::Internal("two chunks of a step write into the same cache block");
   }
+  std::vector<LoraGroup> lora;
+  {
+    std::vector<std::pair<const LoraAdapter*, std::vector<int64_t>>> rows;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const LoraAdapter* adapter = chunks[i].lora;
+      if (adapter == nullptr) continue;
+      if (from_gguf_) return CanApplyLora();
+      auto it = std::find_if(rows.begin(), rows.end(),
+                             [adapter](const auto& entry) { return entry.first == adapter; });
+      if (it == rows.end()) it = rows.insert(rows.end(), {adapter, {}});
+      for (int64_t j = 0; j < static_cast<int64_t>(chunks[i].tokens.size()); ++j) {
+        it->second.push_back(offsets[i] + j);
+      }
+    }
+    for (auto& [adapter, indices] : rows) {
+      lora.push_back(LoraGroup{adapter, at::tensor(indices, at::kLong)});
+    }
+  }
   thread_local int threads_set = -1;
   const int threads = serve_.threads > 0
                           ? serve_.threads
@@ -604,14 +623,25 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       const Layer& layer = weights_.layers[static_cast<size_t>(l)];
       RmsNorm(x, layer.attn_norm, normed, pending);
       layer.qkv.Into(normed, qkv.data_ptr<float>());
+      if (!lora.empty()) {
+        const int64_t q = int64_t{a.heads} * a.head_dim, kv = int64_t{a.kv_heads} * a.head_dim;
+        ApplyLora(lora, l, LoraModule::kQ, normed, qkv, 0);
+        ApplyLora(lora, l, LoraModule::kK, normed, qkv, q);
+        ApplyLora(lora, l, LoraModule::kV, normed, qkv, q + kv);
+      }
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, chunk_of, begin, end);
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
+      if (!lora.empty()) ApplyLora(lora, l, LoraModule::kO, heads, attn, 0);
       if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
       layer.gate_up.Into(normed, gate_up.data_ptr<float>());
+      if (!lora.empty()) {
+        ApplyLora(lora, l, LoraModule::kGate, normed, gate_up, 0);
+        ApplyLora(lora, l, LoraModule::kUp, normed, gate_up, inter);
+      }
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
@@ -622,6 +652,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
         }
       });
       layer.down.Into(act, down.data_ptr<float>());
+      if (!lora.empty()) ApplyLora(lora, l, LoraModule::kDown, act, down, 0);
       if (a.post_norms) RmsNorm(down, layer.post_ffn_norm, down);
       pending = down.data_ptr<float>();
     }
@@ -656,6 +687,31 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     return Status::Internal(fmt::format("model step failed: {}", e.what_without_backtrace()));
   }
   return Status::Ok();
+}
+
+Status LlamaModel::CanApplyLora() const {
+  if (from_gguf_) {
+    return Status::InvalidArgument(
+        "LoRA adapters are served on models in Hugging Face's layout (config.json + "
+        "model.safetensors); this model is a GGUF file");
+  }
+  return Status::Ok();
+}
+
+void LlamaModel::ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraModule module,
+                           const at::Tensor& in, at::Tensor& out, int64_t column) {
+  for (const LoraGroup& group : groups) {
+    const LoraWeights& w =
+        group.adapter->layers[static_cast<size_t>(layer)][static_cast<size_t>(module)];
+    if (w.empty()) continue;
+    const int64_t rank = group.adapter->rank, in_dim = in.size(1);
+    const int64_t out_dim = static_cast<int64_t>(w.b.size()) / rank;
+    const at::Tensor a = at::from_blob(const_cast<float*>(w.a.data()), {rank, in_dim}, at::kFloat);
+    const at::Tensor b = at::from_blob(const_cast<float*>(w.b.data()), {out_dim, rank}, at::kFloat);
+    const at::Tensor x = in.index_select(0, group.rows);
+    const at::Tensor delta = at::mm(at::mm(x, a.t()), b.t()).mul_(group.adapter->scale);
+    out.narrow(1, column, out_dim).index_add_(0, group.rows, delta);
+  }
 }
 
 // Each distinct format of the linear layers' parts, in the order first met.

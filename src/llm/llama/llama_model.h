@@ -36,6 +36,7 @@ class LlamaModel final : public StepModel {
     return std::string(KvCacheDtypeName(cache_dtype_));
   }
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+  Status CanApplyLora() const override;
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
 
  private:
@@ -56,6 +57,16 @@ class LlamaModel final : public StepModel {
                       const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
+  // A step's rows of each LoRA adapter its chunks name.
+  struct LoraGroup {
+    const LoraAdapter* adapter;
+    at::Tensor rows;  // int64 row indices.
+  };
+  // out[rows, column + j] += scale x ((in[rows] A^T) B^T)[j] for each group whose adapter
+  // targets `module` of `layer`: the low-rank update beside the base product, one pair of
+  // products per adapter for all its rows (Punica's grouping).
+  static void ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraModule module,
+                        const at::Tensor& in, at::Tensor& out, int64_t column);
   bool IsLocal(int layer) const {
     return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
   }
@@ -63,7 +74,8 @@ class LlamaModel final : public StepModel {
   ModelArchitecture arch_;
   LlmServeConfig serve_;
   Weights weights_;
-  std::unique_ptr<GgufFile> gguf_;              // Mapped while its blocks are read.
+  std::unique_ptr<GgufFile> gguf_;  // Mapped while its blocks are read.
+  bool from_gguf_ = false;
   at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
   at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
   // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous. A q8_0

@@ -1,0 +1,49 @@
+// LoRA adapters in PEFT's layout (adapter_config.json + adapter_model.safetensors): low-rank
+// updates W + scale x B A of a base model's projections, applied beside the base products for
+// the rows of the requests that name the adapter (llama/llama_model.cc groups a step's rows by
+// adapter and runs each group's two small products, as Punica and S-LoRA batch them). No torch
+// here: the weights are float arrays the model wraps without copying.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llm/llm_config.h"
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+// The projections an adapter may target, in PEFT's names: q_proj ... down_proj.
+enum class LoraModule { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kLoraModules = 7;
+std::string_view LoraModuleName(LoraModule module);
+
+// One targeted projection: out x in in the base, A rank x in and B out x rank here (row-major).
+struct LoraWeights {
+  std::vector<float> a, b;
+  bool empty() const { return a.empty(); }
+};
+
+// Immutable once loaded; shared by the requests that use it (thread-safe to read).
+struct LoraAdapter {
+  std::string name;
+  std::string dir;
+  uint64_t id = 0;  // Unique in the process: the prefix cache keeps its blocks apart.
+  int rank = 0;
+  float scale = 1;  // lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora.
+  std::vector<std::array<LoraWeights, kLoraModules>> layers;  // One entry per decoder layer.
+};
+
+// Loads the adapter in `dir` for a base model of `architecture`. kInvalidArgument naming the
+// file and the setting for what is not served: another PEFT method, DoRA, biases, per-module
+// ranks, embedding or lm_head targets, a rank above `max_rank`, shapes that do not fit the base,
+// llama.cpp's LoRA GGUF files.
+Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& name,
+                                                           const std::string& dir,
+                                                           const ModelArchitecture& architecture,
+                                                           int max_rank);
+
+}  // namespace sluice::llm
