@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace sluice::llm {
 
@@ -225,6 +226,37 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
   return event;
 }
 
+void LlmEngine::GroupByAdapter(StepPlan& plan) const {
+  const size_t n = plan.chunks.size();
+  std::vector<const LoraAdapter*> adapters(n);
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    adapters[i] = sequences_.at(plan.ids[i])->request.adapter.get();
+    plan.chunks[i].lora = adapters[i];
+    any = any || adapters[i] != nullptr;
+  }
+  if (!any) return;
+  // Each adapter's chunks side by side (the base's first): its rows are one range of the step.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const uint64_t a = adapters[x] != nullptr ? adapters[x]->id : 0;
+    const uint64_t b = adapters[y] != nullptr ? adapters[y]->id : 0;
+    return a < b;
+  });
+  StepPlan sorted;
+  for (const size_t i : order) {
+    sorted.chunks.push_back(std::move(plan.chunks[i]));
+    sorted.ids.push_back(plan.ids[i]);
+    sorted.rows.push_back(plan.rows[i]);
+    sorted.samples.push_back(plan.samples[i]);
+  }
+  plan.chunks = std::move(sorted.chunks);
+  plan.ids = std::move(sorted.ids);
+  plan.rows = std::move(sorted.rows);
+  plan.samples = std::move(sorted.samples);
+}
+
 void LlmEngine::PublishCounts() {
   prefix_queries_.store(scheduler_.prefix_queries());
   prefix_hits_.store(scheduler_.prefix_hits());
@@ -429,9 +461,7 @@ void LlmEngine::Loop() {
     StepPlan plan = scheduler_.Schedule();
     PublishCounts();
     if (plan.empty()) continue;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      plan.chunks[i].lora = sequences_.at(plan.ids[i])->request.adapter.get();
-    }
+    if (config_.max_loras > 0) GroupByAdapter(plan);
 
     const Status status = RunStep(plan, &tokens);
     const Clock::time_point now = clock_.Now();

@@ -155,6 +155,8 @@ class LlmEngine {
   // Turns `update`'s token into `seq`'s next event (finish set when it is done).
   GenerationEvent Advance(Sequence& seq, const TokenUpdate& update, Clock::time_point now);
   void PublishCounts();  // The scheduler's counts, for stats() and admission.
+  // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
+  void GroupByAdapter(StepPlan& plan) const;
 
   std::unique_ptr<StepModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;

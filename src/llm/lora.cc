@@ -173,6 +173,11 @@ Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& na
   adapter->scale = static_cast<float>(rslora ? alpha / std::sqrt(static_cast<double>(rank))
                                              : alpha / static_cast<double>(rank));
   adapter->layers.resize(static_cast<size_t>(arch.layers));
+  // Each module's A and B as the file gives them, before fusing.
+  struct Module {
+    std::vector<float> a, b;
+  };
+  std::vector<std::array<Module, kLoraModules>> modules(static_cast<size_t>(arch.layers));
 
   const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
   auto file = SafetensorsFile::Open(weights_path);
@@ -205,8 +210,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& na
                  "down projection");
     }
     const auto [out, in] = ShapeOf(*module, arch);
-    LoraWeights& weights =
-        adapter->layers[static_cast<size_t>(layer)][static_cast<size_t>(*module)];
+    Module& weights = modules[static_cast<size_t>(layer)][static_cast<size_t>(*module)];
     const bool is_a = part == "lora_A.weight";
     auto floats = is_a ? Floats(weights_path, key, entry, {rank, in})
                        : Floats(weights_path, key, entry, {out, rank});
@@ -214,9 +218,9 @@ Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& na
     (is_a ? weights.a : weights.b) = std::move(*floats);
     if (is_a) ++targeted;
   }
-  for (size_t l = 0; l < adapter->layers.size(); ++l) {
+  for (size_t l = 0; l < modules.size(); ++l) {
     for (int m = 0; m < kLoraModules; ++m) {
-      const LoraWeights& w = adapter->layers[l][static_cast<size_t>(m)];
+      const Module& w = modules[l][static_cast<size_t>(m)];
       if (w.a.empty() != w.b.empty()) {
         return Status::InvalidArgument(
             fmt::format("{}: layer {} {} has lora_{} without lora_{}", weights_path, l,
@@ -227,6 +231,44 @@ Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& na
   }
   if (targeted == 0) {
     return Status::InvalidArgument(fmt::format("{}: no LoRA weights", weights_path));
+  }
+  // Fused as the base's products: each group's modules, their columns in the base's order.
+  static const std::array<std::vector<LoraModule>, kLoraProducts> kGroups = {
+      std::vector<LoraModule>{LoraModule::kQ, LoraModule::kK, LoraModule::kV},
+      {LoraModule::kO},
+      {LoraModule::kGate, LoraModule::kUp},
+      {LoraModule::kDown}};
+  for (size_t l = 0; l < modules.size(); ++l) {
+    for (int g = 0; g < kLoraProducts; ++g) {
+      const std::vector<LoraModule>& members = kGroups[static_cast<size_t>(g)];
+      int64_t out_total = 0, fused_rank = 0;
+      const int64_t in = ShapeOf(members[0], arch).second;
+      for (const LoraModule m : members) {
+        out_total += ShapeOf(m, arch).first;
+        if (!modules[l][static_cast<size_t>(m)].a.empty()) fused_rank += rank;
+      }
+      if (fused_rank == 0) continue;
+      LoraWeights& fused = adapter->layers[l][static_cast<size_t>(g)];
+      fused.rank = static_cast<int>(fused_rank);
+      fused.a.reserve(static_cast<size_t>(fused_rank * in));
+      fused.b.assign(static_cast<size_t>(out_total * fused_rank), 0.0f);
+      int64_t row = 0, column = 0;  // Of B: the module's output rows, its rank's columns.
+      for (const LoraModule m : members) {
+        const Module& w = modules[l][static_cast<size_t>(m)];
+        const int64_t out = ShapeOf(m, arch).first;
+        if (!w.a.empty()) {
+          fused.a.insert(fused.a.end(), w.a.begin(), w.a.end());
+          for (int64_t r = 0; r < out; ++r) {
+            for (int64_t c = 0; c < rank; ++c) {
+              fused.b[static_cast<size_t>((row + r) * fused_rank + column + c)] =
+                  adapter->scale * w.b[static_cast<size_t>(r * rank + c)];
+            }
+          }
+          column += rank;
+        }
+        row += out;
+      }
+    }
   }
   return std::shared_ptr<const LoraAdapter>(std::move(adapter));
 }

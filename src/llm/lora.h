@@ -21,10 +21,18 @@ enum class LoraModule { kQ, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kLoraModules = 7;
 std::string_view LoraModuleName(LoraModule module);
 
-// One targeted projection: out x in in the base, A rank x in and B out x rank here (row-major).
+// The products an adapter adds to a layer, fused as the base fuses its projections: q, k and v
+// as one (the targeted modules' A stacked, B block-diagonal over the base's q | k | v columns),
+// o, gate and up as one (gate | up columns), down. Two products per fused group and adapter,
+// whichever modules it targets.
+enum class LoraProduct { kQkv, kO, kGateUp, kDown };
+inline constexpr int kLoraProducts = 4;
+
+// A fused product: A is rank x in, B out x rank (row-major), the adapter's scale folded into B.
 struct LoraWeights {
+  int rank = 0;  // 0: no targeted module in this group.
   std::vector<float> a, b;
-  bool empty() const { return a.empty(); }
+  bool empty() const { return rank == 0; }
 };
 
 // Immutable once loaded; shared by the requests that use it (thread-safe to read).
@@ -34,7 +42,7 @@ struct LoraAdapter {
   uint64_t id = 0;  // Unique in the process: the prefix cache keeps its blocks apart.
   int rank = 0;
   float scale = 1;  // lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora.
-  std::vector<std::array<LoraWeights, kLoraModules>> layers;  // One entry per decoder layer.
+  std::vector<std::array<LoraWeights, kLoraProducts>> layers;  // One entry per decoder layer.
 };
 
 // Loads the adapter in `dir` for a base model of `architecture`. kInvalidArgument naming the

@@ -576,7 +576,11 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       }
     }
     for (auto& [adapter, indices] : rows) {
-      lora.push_back(LoraGroup{adapter, at::tensor(indices, at::kLong)});
+      LoraGroup group{adapter, indices.front(), static_cast<int64_t>(indices.size()), {}};
+      if (indices.back() - indices.front() + 1 != group.count) {
+        group.rows = at::tensor(indices, at::kLong);
+      }
+      lora.push_back(std::move(group));
     }
   }
   thread_local int threads_set = -1;
@@ -623,25 +627,17 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       const Layer& layer = weights_.layers[static_cast<size_t>(l)];
       RmsNorm(x, layer.attn_norm, normed, pending);
       layer.qkv.Into(normed, qkv.data_ptr<float>());
-      if (!lora.empty()) {
-        const int64_t q = int64_t{a.heads} * a.head_dim, kv = int64_t{a.kv_heads} * a.head_dim;
-        ApplyLora(lora, l, LoraModule::kQ, normed, qkv, 0);
-        ApplyLora(lora, l, LoraModule::kK, normed, qkv, q);
-        ApplyLora(lora, l, LoraModule::kV, normed, qkv, q + kv);
-      }
+      if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kQkv, normed, qkv);
       ForRows(total, [&](int64_t begin, int64_t end) {
         RotateAndCache(l, qkv, positions, chunk_of, begin, end);
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());
-      if (!lora.empty()) ApplyLora(lora, l, LoraModule::kO, heads, attn, 0);
+      if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kO, heads, attn);
       if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
       layer.gate_up.Into(normed, gate_up.data_ptr<float>());
-      if (!lora.empty()) {
-        ApplyLora(lora, l, LoraModule::kGate, normed, gate_up, 0);
-        ApplyLora(lora, l, LoraModule::kUp, normed, gate_up, inter);
-      }
+      if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kGateUp, normed, gate_up);
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
@@ -652,7 +648,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
         }
       });
       layer.down.Into(act, down.data_ptr<float>());
-      if (!lora.empty()) ApplyLora(lora, l, LoraModule::kDown, act, down, 0);
+      if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kDown, act, down);
       if (a.post_norms) RmsNorm(down, layer.post_ffn_norm, down);
       pending = down.data_ptr<float>();
     }
@@ -698,19 +694,32 @@ Status LlamaModel::CanApplyLora() const {
   return Status::Ok();
 }
 
-void LlamaModel::ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraModule module,
-                           const at::Tensor& in, at::Tensor& out, int64_t column) {
+void LlamaModel::ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraProduct product,
+                           const at::Tensor& in, at::Tensor& out) {
+  // On this thread alone: products this small gain nothing from more threads, and each parallel
+  // region would wake the OpenMP team from its sleep (tens of microseconds, a thousand times a
+  // step).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  struct Restore {
+    int threads;
+    ~Restore() { omp_set_num_threads(threads); }
+  } restore{threads};
   for (const LoraGroup& group : groups) {
     const LoraWeights& w =
-        group.adapter->layers[static_cast<size_t>(layer)][static_cast<size_t>(module)];
+        group.adapter->layers[static_cast<size_t>(layer)][static_cast<size_t>(product)];
     if (w.empty()) continue;
-    const int64_t rank = group.adapter->rank, in_dim = in.size(1);
-    const int64_t out_dim = static_cast<int64_t>(w.b.size()) / rank;
+    const int64_t rank = w.rank, in_dim = in.size(1), out_dim = out.size(1);
     const at::Tensor a = at::from_blob(const_cast<float*>(w.a.data()), {rank, in_dim}, at::kFloat);
     const at::Tensor b = at::from_blob(const_cast<float*>(w.b.data()), {out_dim, rank}, at::kFloat);
-    const at::Tensor x = in.index_select(0, group.rows);
-    const at::Tensor delta = at::mm(at::mm(x, a.t()), b.t()).mul_(group.adapter->scale);
-    out.narrow(1, column, out_dim).index_add_(0, group.rows, delta);
+    if (!group.rows.defined()) {
+      // Consecutive rows: both products on the row range, the second added in place.
+      at::Tensor rows = out.narrow(0, group.begin, group.count);
+      rows.addmm_(at::mm(in.narrow(0, group.begin, group.count), a.t()), b.t());
+    } else {
+      const at::Tensor x = in.index_select(0, group.rows);
+      out.index_add_(0, group.rows, at::mm(at::mm(x, a.t()), b.t()));
+    }
   }
 }
 

@@ -57,16 +57,18 @@ class LlamaModel final : public StepModel {
                       const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
-  // A step's rows of each LoRA adapter its chunks name.
+  // A step's rows of each LoRA adapter its chunks name: [begin, begin + count) where they are
+  // consecutive (the engine orders a step's chunks by adapter), else `rows`.
   struct LoraGroup {
     const LoraAdapter* adapter;
-    at::Tensor rows;  // int64 row indices.
+    int64_t begin = 0, count = 0;
+    at::Tensor rows;  // int64 row indices, where not consecutive.
   };
-  // out[rows, column + j] += scale x ((in[rows] A^T) B^T)[j] for each group whose adapter
-  // targets `module` of `layer`: the low-rank update beside the base product, one pair of
-  // products per adapter for all its rows (Punica's grouping).
-  static void ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraModule module,
-                        const at::Tensor& in, at::Tensor& out, int64_t column);
+  // out[rows] += (in[rows] A^T) B^T for each group whose adapter has `product` in `layer`: the
+  // low-rank update beside the base product, one pair of products per adapter for all its rows
+  // (Punica's grouping).
+  static void ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraProduct product,
+                        const at::Tensor& in, at::Tensor& out);
   bool IsLocal(int layer) const {
     return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
   }
