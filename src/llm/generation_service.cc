@@ -71,11 +71,17 @@ struct ChoiceText {
   }
 };
 
-// A generation's n choices: what the front, the engine's events and Cancel() share.
+// A generation's n choices: what the front, the engine's events and Cancel() share. It holds
+// its engine weakly: the engine's callbacks hold it, and an engine whose last owner were its own
+// callbacks would be destroyed on its own loop thread, which cannot join itself. Its events come
+// from the engine's loop, so the engine outlives each of them; Launch's caller holds it.
 class Run final : public Generation {
  public:
-  Run(std::shared_ptr<LlmEngine> engine, std::shared_ptr<GenerationObserver> observer, int n)
-      : engine_(std::move(engine)), observer_(std::move(observer)), ids_(static_cast<size_t>(n)) {}
+  Run(const std::shared_ptr<LlmEngine>& engine, std::shared_ptr<GenerationObserver> observer, int n)
+      : engine_(engine.get()),
+        owner_(engine),
+        observer_(std::move(observer)),
+        ids_(static_cast<size_t>(n)) {}
 
   void Cancel() override {
     if (cancelled_.exchange(true)) return;
@@ -115,12 +121,13 @@ class Run final : public Generation {
 
   bool cancelled() const { return cancelled_.load(); }
   GenerationObserver& observer() { return *observer_; }
-  LlmEngine& engine() { return *engine_; }
 
  private:
   void CancelChoices() {
+    const std::shared_ptr<LlmEngine> engine = owner_.lock();  // Gone: nothing left to cancel.
+    if (engine == nullptr) return;
     for (const auto& id : ids_) {
-      if (const uint64_t request = id.load()) engine_->Cancel(request);
+      if (const uint64_t request = id.load()) engine->Cancel(request);
     }
   }
 
@@ -159,7 +166,8 @@ class Run final : public Generation {
     observer_->OnChoice(out);
   }
 
-  std::shared_ptr<LlmEngine> engine_;
+  LlmEngine* const engine_;  // Launch (its caller holds it) and events (its loop runs them).
+  const std::weak_ptr<LlmEngine> owner_;  // Other threads: Cancel().
   std::shared_ptr<GenerationObserver> observer_;
   std::vector<std::atomic<uint64_t>> ids_;  // The choices' engine ids; 0 until submitted.
   std::atomic<bool> cancelled_{false};
@@ -227,11 +235,12 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
   return std::nullopt;
 }
 
-// An embeddings request's inputs under way: one engine request each.
+// An embeddings request's inputs under way: one engine request each, queued together. Holds its
+// engine weakly, as Run does.
 class EmbeddingRun final : public Generation {
  public:
-  EmbeddingRun(std::shared_ptr<LlmEngine> engine, size_t inputs, EmbeddingsCallback done)
-      : engine_(std::move(engine)), ids_(inputs), done_(std::move(done)) {
+  EmbeddingRun(const std::shared_ptr<LlmEngine>& engine, size_t inputs, EmbeddingsCallback done)
+      : owner_(engine), ids_(inputs), done_(std::move(done)) {
     result_.vectors.resize(inputs);
     left_ = inputs;
   }
@@ -242,27 +251,27 @@ class EmbeddingRun final : public Generation {
     Finish(Status::Cancelled("the client disconnected"));
   }
 
-  void Launch(const std::shared_ptr<EmbeddingRun>& self,
+  // All inputs queued at once (so they share steps), or none.
+  void Launch(const std::shared_ptr<EmbeddingRun>& self, LlmEngine& engine,
               std::vector<std::vector<int32_t>> prompts) {
-    for (size_t i = 0; i < prompts.size() && !cancelled_.load(); ++i) {
-      GenerationRequest request;
-      request.prompt = std::move(prompts[i]);
-      auto submitted = engine_->Submit(
-          std::move(request), [self, i](const GenerationEvent& e) { self->OnEvent(i, e); });
-      if (!submitted.ok()) {
-        cancelled_ = true;
-        CancelAll();
-        return Finish(submitted.status());
-      }
-      ids_[i] = *submitted;
+    std::vector<GenerationRequest> requests(prompts.size());
+    std::vector<EventCallback> callbacks;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      requests[i].prompt = std::move(prompts[i]);
+      callbacks.push_back([self, i](const GenerationEvent& e) { self->OnEvent(i, e); });
     }
-    if (cancelled_.load()) CancelAll();
+    auto submitted = engine.SubmitAll(std::move(requests), std::move(callbacks));
+    if (!submitted.ok()) return Finish(submitted.status());
+    for (size_t i = 0; i < submitted->size(); ++i) ids_[i] = (*submitted)[i];
+    if (cancelled_.load()) CancelAll();  // Cancelled while they were queued.
   }
 
  private:
   void CancelAll() {
+    const std::shared_ptr<LlmEngine> engine = owner_.lock();
+    if (engine == nullptr) return;
     for (const auto& id : ids_) {
-      if (const uint64_t request = id.load()) engine_->Cancel(request);
+      if (const uint64_t request = id.load()) engine->Cancel(request);
     }
   }
 
@@ -285,7 +294,7 @@ class EmbeddingRun final : public Generation {
     if (--left_ == 0) Finish(std::move(result_));
   }
 
-  std::shared_ptr<LlmEngine> engine_;
+  const std::weak_ptr<LlmEngine> owner_;
   std::vector<std::atomic<uint64_t>> ids_;
   EmbeddingsCallback done_;
   std::atomic<bool> cancelled_{false};
@@ -302,8 +311,32 @@ GenerationService::GenerationService(std::map<std::string, std::shared_ptr<LlmEn
 
 GenerationService::~GenerationService() = default;
 
+std::map<std::string, std::shared_ptr<LlmEngine>> GenerationService::models() const {
+  MutexLock lock(mu_);
+  return models_;
+}
+
+std::shared_ptr<LlmEngine> GenerationService::Add(const std::string& name,
+                                                  std::shared_ptr<LlmEngine> engine) {
+  MutexLock lock(mu_);
+  std::shared_ptr<LlmEngine>& slot = models_[name];
+  std::shared_ptr<LlmEngine> old = std::move(slot);
+  slot = std::move(engine);
+  return old;
+}
+
+std::shared_ptr<LlmEngine> GenerationService::Remove(const std::string& name) {
+  MutexLock lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return nullptr;
+  std::shared_ptr<LlmEngine> engine = std::move(it->second);
+  models_.erase(it);
+  return engine;
+}
+
 Result<std::shared_ptr<LlmEngine>> GenerationService::Find(
     std::string& model, std::shared_ptr<const LoraAdapter>* adapter) const {
+  MutexLock lock(mu_);
   if (model.empty() && models_.size() == 1) model = models_.begin()->first;
   if (model.empty()) {
     return Status::InvalidArgument(
@@ -406,14 +439,15 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   }
   // A schema's first compilation takes milliseconds to seconds: off the caller's thread. Later
   // requests with the same schema find it cached.
-  auto compile = [run, generation = std::move(generation), schema = std::move(schema),
+  // Holds the engine (on the compiler's thread, not the engine's) until the choices are queued.
+  auto compile = [run, engine, generation = std::move(generation), schema = std::move(schema),
                   format = std::move(request.response_format)]() mutable {
     if (run->cancelled()) return run->Launch(run, generation);  // Tells of the cancel.
     Result<std::shared_ptr<const Grammar>> grammar =
-        !schema.empty() ? run->engine().grammars().CompactJsonSchema(schema)
+        !schema.empty() ? engine->grammars().CompactJsonSchema(schema)
         : format.type == ResponseFormat::Type::kJsonObject
-            ? run->engine().grammars().JsonObject()
-            : run->engine().grammars().JsonSchema(format.schema);
+            ? engine->grammars().JsonObject()
+            : engine->grammars().JsonSchema(format.schema);
     if (!grammar.ok()) {
       return run->observer().OnRejected(grammar.status(),
                                         schema.empty() ? "response_format" : "tools", 0);
@@ -472,7 +506,7 @@ std::shared_ptr<Generation> GenerationService::Embed(const std::shared_ptr<LlmEn
     }
     prompts.push_back(std::move(prompt));
   }
-  run->Launch(run, std::move(prompts));
+  run->Launch(run, *engine, std::move(prompts));
   return run;
 }
 

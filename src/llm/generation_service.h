@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "common/thread_pool.h"
 #include "llm/llm_engine.h"
 #include "llm/text/tool_calls.h"
@@ -119,13 +121,18 @@ struct Embeddings {
 // at fault; kUnavailable for a full queue; kCancelled).
 using EmbeddingsCallback = std::function<void(Result<Embeddings>)>;
 
-// Thread-safe: the model table is fixed at construction.
+// Thread-safe. Models come and go at run time (the repository API): a request holds its engine,
+// so one removed finishes what it accepted.
 class GenerationService {
  public:
   explicit GenerationService(std::map<std::string, std::shared_ptr<LlmEngine>> models);
   ~GenerationService();
 
-  const std::map<std::string, std::shared_ptr<LlmEngine>>& models() const { return models_; }
+  std::map<std::string, std::shared_ptr<LlmEngine>> models() const;
+  // Serves `engine` as `name`; returns the engine it replaces (null if none).
+  std::shared_ptr<LlmEngine> Add(const std::string& name, std::shared_ptr<LlmEngine> engine);
+  // Stops serving `name`; returns its engine (null if none), for the caller to stop.
+  std::shared_ptr<LlmEngine> Remove(const std::string& name);
   // The engine serving `model`; an empty name is the only model where there is one (and is set
   // to its name). A LoRA adapter's name gives its base model's engine, and the adapter in
   // `adapter` (where given; else kNotFound). kNotFound naming an unknown model;
@@ -151,7 +158,8 @@ class GenerationService {
                                     EmbeddingsCallback done);
 
  private:
-  std::map<std::string, std::shared_ptr<LlmEngine>> models_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<LlmEngine>> models_ GUARDED_BY(mu_);
   // Compiles response formats' grammars (last: its thread stops first, before the models go).
   ThreadPool grammar_pool_{1, 64};
 };

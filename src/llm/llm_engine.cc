@@ -112,7 +112,8 @@ Status LlmEngine::CheckLength(int prompt_tokens, int& max_tokens) const {
   return Status::Ok();
 }
 
-Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_event) {
+Result<std::unique_ptr<LlmEngine::Sequence>> LlmEngine::Prepare(GenerationRequest request,
+                                                                EventCallback on_event) {
   if (config_.pooling != Pooling::kNone) {
     // The prompt alone runs; the one "generated" token only ends the sequence.
     request.max_tokens = 1;
@@ -133,21 +134,45 @@ Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_e
   seq->request = std::move(request);
   seq->on_event = std::move(on_event);
   seq->submitted = clock_.Now();
-  uint64_t id = 0;
+  return seq;
+}
+
+Result<uint64_t> LlmEngine::Submit(GenerationRequest request, EventCallback on_event) {
+  std::vector<GenerationRequest> requests;
+  requests.push_back(std::move(request));
+  std::vector<EventCallback> callbacks;
+  callbacks.push_back(std::move(on_event));
+  auto ids = SubmitAll(std::move(requests), std::move(callbacks));
+  if (!ids.ok()) return ids.status();
+  return ids->front();
+}
+
+Result<std::vector<uint64_t>> LlmEngine::SubmitAll(std::vector<GenerationRequest> requests,
+                                                   std::vector<EventCallback> callbacks) {
+  std::vector<std::unique_ptr<Sequence>> prepared;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto seq = Prepare(std::move(requests[i]), std::move(callbacks[i]));
+    if (!seq.ok()) return seq.status();
+    prepared.push_back(std::move(*seq));
+  }
+  std::vector<uint64_t> ids;
   {
     MutexLock lock(mu_);
     if (stopping_) return Status::Unavailable("the server is shutting down");
     const int free_slots = model_->slots() - busy_slots_;
     const int waiting = static_cast<int>(incoming_.size()) + scheduled_waiting_;
-    if (waiting - free_slots >= config_.max_waiting) {
+    const int adding = static_cast<int>(prepared.size());
+    if (waiting + adding - 1 - free_slots >= config_.max_waiting) {
       return Status::Unavailable(
           fmt::format("all {} slots are busy and {} requests wait", model_->slots(), waiting));
     }
-    id = seq->id = next_id_++;
-    incoming_.push_back(std::move(seq));
+    for (auto& seq : prepared) {
+      ids.push_back(seq->id = next_id_++);
+      incoming_.push_back(std::move(seq));
+    }
   }
   wake_.Signal();
-  return id;
+  return ids;
 }
 
 void LlmEngine::Cancel(uint64_t id) {

@@ -113,6 +113,10 @@ class LlmEngine {
   // embedding model a request runs its prompt only (max_tokens, sampling and grammar unused) and
   // its one event carries the embedding; its prompts are batched into steps as any others.
   Result<uint64_t> Submit(GenerationRequest request, EventCallback on_event);
+  // Queues `requests` (callbacks[i] for requests[i]) together, so they join the same step, or
+  // none of them: the first error is returned.
+  Result<std::vector<uint64_t>> SubmitAll(std::vector<GenerationRequest> requests,
+                                          std::vector<EventCallback> callbacks);
 
   // Drops the request wherever it is: its slot is freed before the next step, and no event
   // follows but those of a step already under way.
@@ -146,6 +150,8 @@ class LlmEngine {
 
  private:
   struct Sequence;
+  // A checked request as the loop keeps it (not yet queued).
+  Result<std::unique_ptr<Sequence>> Prepare(GenerationRequest request, EventCallback on_event);
   void Loop();
   // Runs `plan` on the model and samples from its logits: tokens per chunk, for Update().
   Status RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens);

@@ -143,8 +143,9 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   PredictHandlers predict(engine, *decode_pool, options.predict_model);
   // One thread: loads and unloads run one at a time, in the order asked.
   auto control_pool = std::make_unique<ThreadPool>(1, 16);
-  RepositoryHandlers repository_handlers(engine, service, predict, *control_pool,
-                                         {*locations, options.model_control});
+  RepositoryHandlers repository_handlers(
+      engine, service, predict, *control_pool,
+      {*locations, options.model_control, llm_loader, &openai.service()});
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
@@ -155,7 +156,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   Router router;
   handlers.AddRoutes(router);
   openai.AddRoutes(router);
-  if (!openai.empty()) handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
+  // Language models may be loaded later (the repository API): their series from then on.
+  handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
   // The HTTP server, the only reader of /metrics, stops before the pool goes.
   handlers.AddExtraMetrics([pool = decode_pool.get()] {
     PrometheusWriter w;

@@ -180,12 +180,14 @@ void WriteToolCalls(JsonWriter& json, const std::vector<llm::ToolCall>& calls) {
 // loop thread; a disconnect from the I/O thread.
 class Reply final : public llm::GenerationObserver {
  public:
-  Reply(std::shared_ptr<llm::LlmEngine> engine, int n) : engine(std::move(engine)) {
+  // `engine` outlives every event (they come from its loop); the reply does not own it (the
+  // generation holds the reply until its last event, on the engine's own thread).
+  Reply(const llm::LlmEngine* engine, int n) : engine(engine) {
     choices.resize(static_cast<size_t>(n));
     unfinished = n;
   }
 
-  std::shared_ptr<llm::LlmEngine> engine;
+  const llm::LlmEngine* const engine;
   std::string id, model;
   bool chat = false;
   bool thinks = false;  // The template knows thinking blocks: messages carry reasoning_content.
@@ -656,7 +658,7 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
   std::shared_ptr<llm::LlmEngine> engine = *found;
-  auto reply = std::make_shared<Reply>(engine, parsed.n);
+  auto reply = std::make_shared<Reply>(engine.get(), parsed.n);
   reply->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
   reply->model = parsed.model;
   reply->chat = chat;
@@ -673,7 +675,8 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
 std::string OpenAiHandlers::RenderMetrics() const {
   PrometheusWriter w;
   std::vector<std::pair<std::string, llm::LlmStats>> all;
-  const auto& models = service_.models();
+  const auto models = service_.models();
+  if (models.empty()) return "";
   for (const auto& [name, engine] : models) all.emplace_back(name, engine->stats());
   auto label = [](const std::string& name) { return "model=" + LabelValue(name); };
   w.Family("sluice_llm_prompt_tokens_total", "counter", "Prompt tokens processed.");

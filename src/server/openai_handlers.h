@@ -39,6 +39,8 @@ class OpenAiHandlers {
   // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
   std::string RenderMetrics() const;
   bool empty() const { return service_.models().empty(); }
+  // Where the repository API adds and removes language models.
+  llm::GenerationService& service() { return service_; }
 
  private:
   void Generate(const HttpRequest& request, bool chat, Responder respond);

@@ -74,6 +74,7 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
                                         options_.models.single_model_name));
   }
   const std::filesystem::path dir = options_.models.DirOf(name);
+  if (llm::IsLanguageModelDir(dir.string())) return LoadLanguageModel(name);
   ModelConfigOverrides overrides;
   if (!options_.models.single_model_name.empty()) overrides.name = name;
   auto config = LoadModelConfig(dir, overrides);
@@ -101,6 +102,40 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
       "max_queue_delay {} us\n",
       name, config->instances.count, config->instances.threads, config->max_batch_size,
       config->dynamic_batching.max_queue_delay.count());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+Status RepositoryHandlers::LoadLanguageModel(const std::string& name) {
+  if (!options_.llm_loader || options_.llm_service == nullptr) {
+    return Status::InvalidArgument("this server cannot serve language models");
+  }
+  if (engine_.Find(name)) {
+    return Status::InvalidArgument(fmt::format("'{}' is served as a tensor model", name));
+  }
+  const std::filesystem::path dir = options_.models.DirOf(name);
+  auto loaded = options_.llm_loader(dir.string());
+  if (!loaded.ok()) {
+    spdlog::error("language model '{}' failed to load: {}", name, loaded.status().message());
+    v2_.SetLoadError(name, loaded.status().message());
+    return Status(loaded.status().code(),
+                  fmt::format("language model '{}': {}", name, loaded.status().message()));
+  }
+  v2_.ClearLoadError(name);
+  // New requests go to the new engine at once; the old one finishes those it accepted.
+  std::shared_ptr<llm::LlmEngine> old = options_.llm_service->Add(name, std::move(*loaded));
+  fmt::print("{} language model '{}'\n", old ? "reloaded" : "loaded", name);
+  std::fflush(stdout);
+  if (old) old->Stop();
+  return Status::Ok();
+}
+
+Status RepositoryHandlers::UnloadLanguageModel(const std::string& name) {
+  std::shared_ptr<llm::LlmEngine> engine =
+      options_.llm_service != nullptr ? options_.llm_service->Remove(name) : nullptr;
+  if (!engine) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
+  engine->Stop();  // Its accepted requests run to their end first.
+  fmt::print("unloaded language model '{}'\n", name);
   std::fflush(stdout);
   return Status::Ok();
 }
@@ -143,10 +178,16 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
     if (IsValidModelName(name)) names.insert(name);
   }
   for (const std::string& name : engine_.ModelNames()) names.insert(name);
+  std::set<std::string> language;
+  if (options_.llm_service != nullptr) {
+    for (const std::string& name : options_.models.LanguageModels()) names.insert(name);
+    for (const auto& [name, engine] : options_.llm_service->models()) language.insert(name);
+    names.insert(language.begin(), language.end());
+  }
   JsonWriter json;
   json.BeginArray();
   for (const std::string& name : names) {
-    const bool ready = engine_.Find(name) != nullptr;
+    const bool ready = engine_.Find(name) != nullptr || language.count(name) > 0;
     if (ready_only && !ready) continue;
     json.BeginObject().Field("name", name).Field("version", "1");
     json.Field("state", ready ? "READY" : "UNAVAILABLE");
@@ -169,6 +210,10 @@ void RepositoryHandlers::Unload(const HttpRequest&, const PathParams& params, Re
   Control(
       params,
       [this](const std::string& name) {
+        if (options_.llm_service != nullptr && !engine_.Find(name)) {
+          Status unloaded = UnloadLanguageModel(name);
+          if (unloaded.code() != StatusCode::kNotFound) return unloaded;
+        }
         Status status = engine_.RemoveModel(name);
         if (status.ok()) fmt::print("unloaded model '{}'\n", name);
         return status.ok() || status.code() != StatusCode::kNotFound

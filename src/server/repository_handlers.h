@@ -3,6 +3,9 @@
 //   POST /v2/repository/index                  [{"name", "version", "state", "reason"}, ...]
 //   POST /v2/repository/models/{model}/load    loads models/<model> (reloads it when loaded)
 //   POST /v2/repository/models/{model}/unload  drains the model's queue, then removes it
+// Language models alike: a load (or reload) starts a new engine and serves it under the name; an
+// unload (or the reload) stops taking requests for the old one, which finishes those it accepted
+// (streams run to their end) before it stops.
 // With model control off, load and unload answer 403: a server exposed to clients cannot have its
 // models swapped by them unless its operator says so.
 #pragma once
@@ -13,6 +16,8 @@
 
 #include "common/thread_pool.h"
 #include "engine/engine.h"
+#include "llm/generation_service.h"
+#include "llm/load_llm.h"
 #include "server/predict_handlers.h"
 #include "server/router.h"
 #include "service/v2_service.h"
@@ -37,6 +42,9 @@ struct ModelLocations {
 struct RepositoryOptions {
   ModelLocations models;
   bool model_control = false;  // Load and unload routes allowed; off: 403.
+  // Language models: how a directory loads (null: none served), and where they are served.
+  llm::LlmLoader llm_loader;
+  llm::GenerationService* llm_service = nullptr;
 };
 
 // Thread-safe. Loads and unloads run on `control_pool` (they take seconds and block on draining),
@@ -49,6 +57,9 @@ class RepositoryHandlers {
   // Loads `name` from the repository (reloading it when already loaded) and records the outcome
   // where /v2/models/{name} reports it. Blocks for the load; the caller picks the thread.
   Status LoadModel(const std::string& name);
+  // A language model's load, reload (the old engine finishes what it accepted) and unload.
+  Status LoadLanguageModel(const std::string& name);
+  Status UnloadLanguageModel(const std::string& name);
 
   void AddRoutes(Router& router);
   void Index(const HttpRequest& request, const PathParams&, Responder respond);

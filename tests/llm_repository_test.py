@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Language models through the KServe v2 repository API of the real `sluice serve` (with
+--model-control): the index lists them with their state; unload stops serving one (404 for new
+requests, gone from /v1/models and /metrics) after the requests it accepted finish; load brings
+it back; a reload while a stream runs lets the stream finish on the old engine, whole, while new
+requests go to the new one; a language model not loaded at start loads on request.
+
+Usage: tests/llm_repository_test.py SLUICE TEST_MODELS
+"""
+import http.client
+import json
+import os
+import sys
+import tempfile
+import threading
+
+from openai_api_test import check, raw
+from sluice_server import serving
+
+
+def post(port, path, body=None):
+    status, _, data = raw(port, "POST", path, body if body is not None else {}, key=None)
+    return status, data
+
+
+def index(port):
+    status, data = post(port, "/v2/repository/index")
+    check(status == 200, f"index: {status} {data[:200]}")
+    return {m["name"]: m["state"] for m in json.loads(data)}
+
+
+def complete(port, model, tokens=8):
+    return post(port, "/v1/completions", {"model": model, "prompt": "hello", "max_tokens": tokens,
+                                          "ignore_eos": True, "temperature": 0})
+
+
+def stream_whole(port, model, tokens, started, result):
+    """A streamed completion read to its end: [DONE] seen, its text, and its chunks (one a
+    token, then one with the finish reason)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/v1/completions", json.dumps({
+        "model": model, "prompt": "hello", "max_tokens": tokens, "stream": True,
+        "ignore_eos": True, "temperature": 0}), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    text, done, chunks = "", False, 0
+    for line in response:
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            break
+        chunks += 1
+        if chunks == 1:
+            started.set()
+        text += json.loads(line[6:])["choices"][0]["text"]
+    conn.close()
+    result.update(status=response.status, done=done, text=text, chunks=chunks)
+
+
+def across(port, action, tokens):
+    """A `tokens`-token stream on model a with `action` (a repository call) made while it runs:
+    the call's status, and how the stream ended."""
+    started, result = threading.Event(), {}
+    streamer = threading.Thread(target=stream_whole, args=(port, "a", tokens, started, result))
+    streamer.start()
+    check(started.wait(60), "the stream did not start")
+    status, data = post(port, action)
+    streamer.join(120)
+    return status, result
+
+
+def main():
+    sluice, test_models = sys.argv[1], os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory() as repository:
+        for name, source in [("a", "tiny_llm"), ("b", "tiny_llm"), ("later", "tiny_llm"),
+                             ("identity", "identity")]:
+            os.symlink(os.path.join(test_models, source), os.path.join(repository, name))
+        with serving(sluice, ["--model-repository", repository, "--model-control",
+                              "--model", "a", "--model", "b", "--model", "identity",
+                              "--llm-threads", "1"]) as port:
+            state = index(port)
+            check(state == {"a": "READY", "b": "READY", "identity": "READY",
+                            "later": "UNAVAILABLE"}, f"index: {state}")
+            status, data = complete(port, "b")
+            check(status == 200, f"b: {status} {data[:200]}")
+            expected = json.loads(data)["choices"][0]["text"]
+
+            # Unload b: its requests 404, it leaves /v1/models and /metrics.
+            status, data = post(port, "/v2/repository/models/b/unload")
+            check(status == 200, f"unload b: {status} {data[:200]}")
+            check(complete(port, "b")[0] == 404, "b still answers")
+            _, _, body = raw(port, "GET", "/v1/models", key=None)
+            check([m["id"] for m in json.loads(body)["data"]] == ["a"], f"models: {body[:200]}")
+            _, _, body = raw(port, "GET", "/metrics", key=None)
+            check('model="b"' not in body.decode() and 'model="a"' in body.decode(),
+                  "metrics after unloading b")
+            check(index(port)["b"] == "UNAVAILABLE", "b in the index")
+            # Load it again: the same answers.
+            status, data = post(port, "/v2/repository/models/b/load")
+            check(status == 200, f"load b: {status} {data[:200]}")
+            status, data = complete(port, "b")
+            check(status == 200 and json.loads(data)["choices"][0]["text"] == expected,
+                  f"b reloaded: {status} {data[:200]}")
+            # A model not loaded at start loads on request.
+            status, data = post(port, "/v2/repository/models/later/load")
+            check(status == 200 and complete(port, "later")[0] == 200, f"later: {status}")
+
+            # Reload a while a long stream runs on it: the stream ends whole (the reload answers
+            # once the old engine has finished it); the new engine answers after.
+            status, result = across(port, "/v2/repository/models/a/load", 200)
+            check(status == 200, f"reload a: {status}")
+            check(result.get("status") == 200 and result.get("done") and
+                  result.get("chunks") == 201, f"the stream across the reload: {result}")
+            status, data = complete(port, "a")
+            check(status == 200, f"a after its reload: {status}")
+            # Unload it while a stream runs: the unload waits for the stream's end.
+            status, result = across(port, "/v2/repository/models/a/unload", 120)
+            check(status == 200, f"unload a: {status}")
+            check(result.get("done") and result.get("chunks") == 121,
+                  f"the stream across the unload: {result}")
+            check(complete(port, "a")[0] == 404, "a still answers after its unload")
+            # Errors: an unknown model; one not loaded.
+            check(post(port, "/v2/repository/models/nope/load")[0] == 404, "unknown model")
+            check(post(port, "/v2/repository/models/a/unload")[0] == 404, "a unloaded twice")
+    print("llm_repository_test: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
