@@ -139,7 +139,7 @@ def checks(port, tokenizer, expected, adapters_dir):
     for change, words in [({"use_dora": True}, "DoRA"), ({"r": 32}, "max_lora_rank is 16"),
                           ({"bias": "all"}, "biases"), ({"peft_type": "IA3"}, "only LORA"),
                           ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
-                          (None, "llama.cpp LoRA GGUF")]:
+                          (None, "holds both")]:
         with tempfile.TemporaryDirectory() as bad:
             for name in os.listdir(source):
                 os.symlink(os.path.join(source, name), os.path.join(bad, name))

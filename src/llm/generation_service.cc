@@ -399,7 +399,19 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
     prompt = std::move(*rendered);
   }
   GenerationRequest generation;
-  generation.prompt = engine->tokenizer().Encode(prompt, /*add_special_tokens=*/!request.chat);
+  if (!request.prompt_tokens.empty()) {
+    const int64_t vocab = engine->model().architecture().vocab_size;
+    for (const int64_t id : request.prompt_tokens) {
+      if (id < 0 || id >= vocab) {
+        return refuse(Status::InvalidArgument(
+                          fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab)),
+                      "prompt");
+      }
+      generation.prompt.push_back(static_cast<int32_t>(id));
+    }
+  } else {
+    generation.prompt = engine->tokenizer().Encode(prompt, /*add_special_tokens=*/!request.chat);
+  }
   generation.max_tokens = request.max_tokens;
   generation.sampling = request.sampling;
   generation.ignore_eos = request.ignore_eos;

@@ -54,9 +54,10 @@ struct GenerateRequest {
   bool chat = false;
   std::vector<ChatMessage> messages;                           // Chat.
   std::map<std::string, TemplateArgument> template_arguments;  // Chat.
-  std::string prompt;                                          // Completions.
-  int n = 1;           // Choices, each sampled from the prompt on its own.
-  int max_tokens = 0;  // 0: the model's default.
+  std::string prompt;                                          // Completions ...
+  std::vector<int64_t> prompt_tokens;  // ... or its token ids, where given as ids (not empty).
+  int n = 1;                           // Choices, each sampled from the prompt on its own.
+  int max_tokens = 0;                  // 0: the model's default.
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;

@@ -1,8 +1,10 @@
-// LoRA adapters in PEFT's layout (adapter_config.json + adapter_model.safetensors): low-rank
-// updates W + scale x B A of a base model's projections, applied beside the base products for
-// the rows of the requests that name the adapter (llama/llama_model.cc groups a step's rows by
-// adapter and runs each group's two small products, as Punica and S-LoRA batch them). No torch
-// here: the weights are float arrays the model wraps without copying.
+// LoRA adapters, in PEFT's layout (adapter_config.json + adapter_model.safetensors) or as
+// llama.cpp's LoRA GGUF file: low-rank updates W + scale x B A of a base model's projections,
+// applied beside the base products for the rows of the requests that name the adapter
+// (llama/llama_model.cc groups a step's rows by adapter and runs each group's two small products,
+// as Punica and S-LoRA batch them). Either layout serves either kind of base model (Hugging
+// Face's or GGUF): q's and k's rows are reordered to the base's rotary layout. No torch here: the
+// weights are float arrays the model wraps without copying.
 #pragma once
 
 #include <array>
@@ -38,19 +40,20 @@ struct LoraWeights {
 // Immutable once loaded; shared by the requests that use it (thread-safe to read).
 struct LoraAdapter {
   std::string name;
-  std::string dir;
+  std::string dir;  // Where it was loaded from: a folder or a GGUF file.
   uint64_t id = 0;  // Unique in the process: the prefix cache keeps its blocks apart.
   int rank = 0;
   float scale = 1;  // lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora.
   std::vector<std::array<LoraWeights, kLoraProducts>> layers;  // One entry per decoder layer.
 };
 
-// Loads the adapter in `dir` for a base model of `architecture`. kInvalidArgument naming the
-// file and the setting for what is not served: another PEFT method, DoRA, biases, per-module
-// ranks, embedding or lm_head targets, a rank above `max_rank`, shapes that do not fit the base,
-// llama.cpp's LoRA GGUF files.
+// Loads the adapter at `path` (a folder with PEFT's files or one GGUF file, or the GGUF file) for
+// a base model of `architecture`. kInvalidArgument naming the file and the setting for what is
+// not served: another PEFT method or adapter type, DoRA, biases, per-module ranks, embedding or
+// lm_head targets, a rank above `max_rank`, shapes that do not fit the base, a GGUF adapter of
+// another architecture.
 Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& name,
-                                                           const std::string& dir,
+                                                           const std::string& path,
                                                            const ModelArchitecture& architecture,
                                                            int max_rank);
 

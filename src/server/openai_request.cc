@@ -419,14 +419,26 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
     if (root["prompt"].get(prompt) != simdjson::SUCCESS) {
       return ParseError{"'prompt' is required", "prompt"};
     }
-    simdjson::dom::array list;
+    // A string or token ids, each alone or as an array of one (OpenAI's batch of prompts).
+    simdjson::dom::array list, ids;
+    if (prompt.get(list) == simdjson::SUCCESS && list.size() == 1 &&
+        (list.at(0).is_string() || list.at(0).is_array())) {
+      prompt = list.at(0).value();
+    }
     if (prompt.get(text) == simdjson::SUCCESS) {
       r.prompt = std::string(text);
-    } else if (prompt.get(list) == simdjson::SUCCESS && list.size() == 1 &&
-               list.at(0).get(text) == simdjson::SUCCESS) {
-      r.prompt = std::string(text);
+    } else if (prompt.get(ids) == simdjson::SUCCESS && ids.size() > 0) {
+      for (element id : ids) {
+        int64_t token = 0;
+        if (id.get(token) != simdjson::SUCCESS) {
+          return ParseError{"'prompt' as token ids must hold integers only", "prompt"};
+        }
+        r.prompt_tokens.push_back(token);
+      }
     } else {
-      return ParseError{"'prompt' must be a string (or an array of one string)", "prompt"};
+      return ParseError{
+          "'prompt' must be a string or an array of token ids (or an array of one of them)",
+          "prompt"};
     }
   }
   // Parameters Sluice does not serve (tools, logit_bias, echo, best_of, ...) are refused by

@@ -79,6 +79,30 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedByName) {
   EXPECT_EQ(error->param, "top_logprobs");
 }
 
+// A completion's prompt: a string or token ids, alone or as an array of one; several prompts, an
+// empty or mixed array are refused naming 'prompt'.
+TEST(OpenAiRequestTest, PromptAsTextOrTokenIds) {
+  for (const char* body : {R"({"prompt": "hi"})", R"({"prompt": ["hi"]})"}) {
+    CompletionRequest r;
+    ASSERT_FALSE(ParseCompletion(body, /*chat=*/false, r)) << body;
+    EXPECT_EQ(r.prompt, "hi");
+    EXPECT_TRUE(r.prompt_tokens.empty());
+  }
+  for (const char* body : {R"({"prompt": [5, 6, 7]})", R"({"prompt": [[5, 6, 7]]})"}) {
+    CompletionRequest r;
+    ASSERT_FALSE(ParseCompletion(body, /*chat=*/false, r)) << body;
+    EXPECT_EQ(r.prompt_tokens, (std::vector<int64_t>{5, 6, 7}));
+  }
+  for (const char* body :
+       {R"({"prompt": []})", R"({"prompt": ["a", "b"]})", R"({"prompt": [1, "a"]})",
+        R"({"prompt": [[1], [2]]})", R"({"prompt": [1.5]})", R"({"prompt": 3})"}) {
+    CompletionRequest r;
+    auto error = ParseCompletion(body, /*chat=*/false, r);
+    ASSERT_TRUE(error) << body;
+    EXPECT_EQ(error->param, "prompt") << body;
+  }
+}
+
 // What a new user sends wrong gets a 400 naming it, never a quiet drop: a message's tool fields
 // and unknown fields, stream_options without stream or with unknown keys, non-boolean flags, a
 // non-string model. A message's name reaches the template.

@@ -567,7 +567,6 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     for (size_t i = 0; i < chunks.size(); ++i) {
       const LoraAdapter* adapter = chunks[i].lora;
       if (adapter == nullptr) continue;
-      if (from_gguf_) return CanApplyLora();
       auto it = std::find_if(rows.begin(), rows.end(),
                              [adapter](const auto& entry) { return entry.first == adapter; });
       if (it == rows.end()) it = rows.insert(rows.end(), {adapter, {}});
@@ -685,14 +684,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
   return Status::Ok();
 }
 
-Status LlamaModel::CanApplyLora() const {
-  if (from_gguf_) {
-    return Status::InvalidArgument(
-        "LoRA adapters are served on models in Hugging Face's layout (config.json + "
-        "model.safetensors); this model is a GGUF file");
-  }
-  return Status::Ok();
-}
+Status LlamaModel::CanApplyLora() const { return Status::Ok(); }
 
 void LlamaModel::ApplyLora(const std::vector<LoraGroup>& groups, int layer, LoraProduct product,
                            const at::Tensor& in, at::Tensor& out) {
