@@ -63,10 +63,17 @@ test-tsan: deps
 fuzz: deps
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
-# SOAK_SECONDS of valid, invalid and disconnecting traffic against one server; reports its RSS
-# and open descriptors at start and end, and fails on 5% RSS growth or a leaked descriptor.
+# SOAK_SECONDS of valid, invalid and disconnecting traffic against one server (tensor models),
+# then SOAK_SECONDS of mixed OpenAI traffic against another (three language models, adapters,
+# embeddings, reloads); each reports RSS and open descriptors at start and end, and fails on 5% RSS
+# growth, a leaked descriptor or an unexpected answer (the second also on requests or KV-cache
+# blocks still held once idle).
 soak: build
 	./scripts/soak.sh $(SOAK_SECONDS) $(SLUICE) $(BUILD_DIR)/test-models
+	[ -f $(BUILD_DIR)/test-models/gguf_qwen3_q4_k_m/model.gguf ] || \
+	  { $(PYTHON) tools/llm_export.py --test --out $(BUILD_DIR)/test-models && \
+	    $(PYTHON) tools/gguf_models.py --out $(BUILD_DIR)/test-models; }
+	$(PYTHON) tools/llm_soak.py $(SLUICE) $(BUILD_DIR)/test-models --seconds $(SOAK_SECONDS)
 
 # The default model repository: resnet18 (seeded random weights) and fashion_mnist (trained),
 # each as model.pt (TorchScript) and AOTInductor packages (fp32, bf16, int8) compiled for this CPU;

@@ -213,6 +213,29 @@ TEST(GenerationServiceTest, AStopStringEndsTheChoiceBeforeIt) {
   EXPECT_EQ((*engine)->stats().slots_busy, 0);
 }
 
+// A prompt given as token ids generates what its text generates; an id outside the vocabulary is
+// refused naming 'prompt'.
+TEST(GenerationServiceTest, APromptAsTokenIdsIsTheTextsTokens) {
+  auto engine = LoadLlmEngine(Dir(), Overrides());
+  ASSERT_TRUE(engine.ok());
+  GenerationService service({{"m", *engine}});
+  GenerateRequest request;
+  request.prompt = "hello world";
+  request.max_tokens = 12;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0;
+  const std::string from_text = Generate(service, request)->Joined(0).content;
+  for (const int32_t id : (*engine)->tokenizer().Encode("hello world", true)) {
+    request.prompt_tokens.push_back(id);
+  }
+  request.prompt = "something else";
+  EXPECT_EQ(Generate(service, request)->Joined(0).content, from_text);
+  request.prompt_tokens.push_back((*engine)->model().architecture().vocab_size);
+  auto r = Generate(service, request);
+  EXPECT_EQ(r->rejected.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->rejected_param, "prompt");
+}
+
 TEST(GenerationServiceTest, ChoicesDifferAndASeedRepeatsThem) {
   auto engine = LoadLlmEngine(Dir(), Overrides());
   ASSERT_TRUE(engine.ok());

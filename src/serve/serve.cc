@@ -149,6 +149,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
+      spdlog::error("model '{}' not loaded: {}", name, status.message());
       service.SetLoadError(name, status.message());
     }
   }

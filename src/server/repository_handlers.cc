@@ -84,6 +84,7 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
       return Status::NotFound(fmt::format("no model '{}' in the repository ({} has no config.yaml)",
                                           name, dir.string()));
     }
+    spdlog::error("model '{}' failed to load: {}", name, config.status().message());
     v2_.SetLoadError(name, config.status().message());
     return config.status();
   }
