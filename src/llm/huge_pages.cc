@@ -2,6 +2,7 @@
 #include "llm/huge_pages.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace sluice::llm {
 
@@ -51,7 +52,17 @@ HugePageBlock HugePageArena::Allocate(int64_t bytes) {
   }
   uint8_t* data = chunk->aligned + used_;
   used_ += rounded;
-  return {data, std::move(chunk)};
+  // Released, a block gives back its whole pages at once (blocks are never reused, and a
+  // chunk lives while any block of it does: a reloaded model's weights would otherwise stay
+  // resident beside the new ones).
+  std::shared_ptr<void> owner(data, [chunk = std::move(chunk), rounded](void* p) {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+    const auto end =
+        (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(rounded)) & ~(page - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  });
+  return {data, std::move(owner)};
 }
 
 HugePageArena& HugePageArena::Shared() {

@@ -22,6 +22,7 @@ struct HugePageBlock {
 
 // Hands out blocks carved from large mappings advised for huge pages: small blocks share a
 // mapping of `chunk_bytes`, a block of more than a quarter of that gets a mapping of its own. A
+// released block gives back the pages it alone covers (its space is not handed out again); a
 // mapping is unmapped when the last block carved from it is released. Thread-safe.
 class HugePageArena {
  public:

@@ -42,7 +42,6 @@ TEST(HugePageArenaTest, SmallBlocksShareAnAlignedMappingWithoutOverlapping) {
   EXPECT_EQ(blocks[3].data, blocks[2].data + 64);
   EXPECT_EQ(blocks[4].data, blocks[3].data + 128);
   EXPECT_EQ(blocks[5].data, blocks[4].data + 4096);
-  EXPECT_EQ(blocks[0].owner, blocks[6].owner);
   // Each block kept what was written into it (no overlaps).
   EXPECT_EQ(blocks[3].data[99], 4);
   EXPECT_EQ(blocks[4].data[0], 5);
@@ -82,6 +81,34 @@ TEST(HugePageArenaTest, AMappingIsUnmappedWhenItsLastBlockGoes) {
   ASSERT_NE(again.data, nullptr);
   again.data[4095] = 1;
   EXPECT_TRUE(Mapped(again.data));
+}
+
+// Whether the page holding `address` is resident.
+bool Resident(const void* address) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(address) & ~(page - 1));
+  unsigned char resident = 0;
+  EXPECT_EQ(mincore(start, page, &resident), 0);
+  return (resident & 1) != 0;
+}
+
+// A released block's pages leave resident memory at once, while its mapping lives on for the
+// blocks around it; pages it shares with a live neighbour stay.
+TEST(HugePageArenaTest, AReleasedBlockGivesBackItsPages) {
+  HugePageArena arena(int64_t{8} << 20);
+  HugePageBlock before = arena.Allocate(100);
+  HugePageBlock middle = arena.Allocate(int64_t{256} << 10);
+  HugePageBlock after = arena.Allocate(100);
+  std::memset(before.data, 1, 100);
+  std::memset(middle.data, 2, size_t{256} << 10);
+  std::memset(after.data, 3, 100);
+  uint8_t* inside = middle.data + (int64_t{128} << 10);
+  ASSERT_TRUE(Resident(inside));
+  middle = {};
+  EXPECT_TRUE(Mapped(inside));
+  EXPECT_FALSE(Resident(inside));
+  EXPECT_EQ(before.data[99], 1);  // The neighbours keep their bytes.
+  EXPECT_EQ(after.data[0], 3);
 }
 
 TEST(HugePageArenaTest, BlocksFromSeveralThreadsDoNotOverlap) {
