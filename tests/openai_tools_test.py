@@ -3,7 +3,8 @@
 template renders tools (Hermes / Qwen2.5's shape); tool_choice "required" and a named function,
 streamed and not, each call's arguments valid under its function's schema; parallel_tool_calls;
 an agent's round trip (call, tool message, answer) with the history rendered through the
-template; and the refusals (a template without tools, strict functions under "auto").
+template; a strict function under "auto" (constrained once the reply opens a call); and the
+refusals.
 
 The tiny test model's weights are random: it never chooses to call a tool by itself, so "auto"
 replies here are text. Finding calls in a model's own text is covered by generation_service_test
@@ -161,7 +162,6 @@ def checks(client, port):
     # What is not served is refused by name.
     strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
     for body, param in [
-            ({"tools": [strict], "tool_choice": "auto"}, "tools"),
             ({"tools": [WEATHER], "tool_choice": {"type": "function",
                                                   "function": {"name": "nope"}}}, "tool_choice"),
             ({"tools": [WEATHER], "tool_choice": "required",
@@ -171,6 +171,13 @@ def checks(client, port):
                               {"model": "m", "messages": MESSAGES, **body}, key=None)
         error = json.loads(data).get("error", {})
         check(status == 400 and error.get("param") == param, f"{body}: {status} {data[:300]}")
+    # A strict function under "auto": the reply is free until it opens a call, which then
+    # follows the schema.
+    for seed in (1, 2):
+        reply = client.chat.completions.create(messages=MESSAGES, tools=[strict],
+                                               tool_choice="auto", seed=seed, **common)
+        if reply.choices[0].message.tool_calls:
+            valid_calls(reply.choices[0].message.tool_calls, names=("get_weather",))
     # A strict function under "required" is served (every call follows its schema).
     reply = client.chat.completions.create(messages=MESSAGES, tools=[strict],
                                            tool_choice="required", seed=5, **common)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 
@@ -198,6 +199,42 @@ std::string ToolCallSchema(const ToolOptions& tools) {
   return json.str();
 }
 
+// Under tool_choice auto with a strict function: XGrammar's structural tag for the Hermes format.
+// The reply is free until it opens "<tool_call>"; then the call names one of the functions and
+// its arguments follow that function's schema (any object for a function that is not strict),
+// then "}\n</tool_call>" closes it. One call at most without parallel_tool_calls.
+std::string HermesStrictCallsTag(const ToolOptions& tools) {
+  JsonWriter json;
+  json.BeginObject().Field("type", "structural_tag").Key("format").BeginObject();
+  json.Field("type", "triggered_tags")
+      .Key("triggers")
+      .BeginArray()
+      .String("<tool_call>")
+      .EndArray();
+  json.Key("tags").BeginArray();
+  for (const ToolFunction& f : tools.functions) {
+    JsonWriter name;
+    name.String(f.name);
+    json.BeginObject().Field("type", "tag");
+    json.Field("begin", "<tool_call>\n{\"name\": " + name.str() + ", \"arguments\": ");
+    json.Key("content").BeginObject().Field("type", "json_schema").Key("json_schema");
+    if (f.strict && !f.parameters.empty()) {
+      json.Raw(f.parameters);
+    } else {
+      json.BeginObject().Field("type", "object").EndObject();
+    }
+    json.EndObject().Field("end", "}\n</tool_call>").EndObject();
+  }
+  json.EndArray().Field("at_least_one", false).Field("stop_after_first", !tools.parallel);
+  json.EndObject().EndObject();
+  return json.str();
+}
+
+bool AnyStrict(const ToolOptions& tools) {
+  return std::any_of(tools.functions.begin(), tools.functions.end(),
+                     [](const ToolFunction& f) { return f.strict; });
+}
+
 // What tool calling asks of the model's template, checked before anything runs.
 std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest& request,
                                   ToolCallFormat& format) {
@@ -223,14 +260,13 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
                                 "constrained"),
         "tool_choice"};
   }
-  for (const ToolFunction& f : tools.functions) {
-    if (f.strict) {
-      return Refusal{Status::InvalidArgument(fmt::format(
-                         "function '{}' is strict: strict functions are served with 'tool_choice' "
-                         "\"required\" or a named function, where every call follows its schema",
-                         f.name)),
-                     "tools"};
-    }
+  if (AnyStrict(tools) && format != ToolCallFormat::kHermes) {
+    return Refusal{Status::InvalidArgument(fmt::format(
+                       "strict functions under 'tool_choice' \"auto\" are constrained for the "
+                       "Hermes format (<tool_call>), not this template's ({}); use 'tool_choice' "
+                       "\"required\" or a named function, where every call follows its schema",
+                       ToolCallFormatName(format))),
+                   "tools"};
   }
   return std::nullopt;
 }
@@ -442,9 +478,11 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
     text.constrained_calls = constrained_calls;
   }
 
-  std::string schema;
+  std::string schema, tag;
   if (constrained_calls) {
     schema = ToolCallSchema(request.tools);
+  } else if (parse_calls && AnyStrict(request.tools)) {
+    tag = HermesStrictCallsTag(request.tools);
   } else if (request.response_format.type == ResponseFormat::Type::kText) {
     run->Launch(run, generation);
     return run;
@@ -453,16 +491,17 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   // requests with the same schema find it cached.
   // Holds the engine (on the compiler's thread, not the engine's) until the choices are queued.
   auto compile = [run, engine, generation = std::move(generation), schema = std::move(schema),
-                  format = std::move(request.response_format)]() mutable {
+                  tag = std::move(tag), format = std::move(request.response_format)]() mutable {
     if (run->cancelled()) return run->Launch(run, generation);  // Tells of the cancel.
     Result<std::shared_ptr<const Grammar>> grammar =
-        !schema.empty() ? engine->grammars().CompactJsonSchema(schema)
+        !tag.empty()      ? engine->grammars().StructuralTag(tag)
+        : !schema.empty() ? engine->grammars().CompactJsonSchema(schema)
         : format.type == ResponseFormat::Type::kJsonObject
             ? engine->grammars().JsonObject()
             : engine->grammars().JsonSchema(format.schema);
     if (!grammar.ok()) {
-      return run->observer().OnRejected(grammar.status(),
-                                        schema.empty() ? "response_format" : "tools", 0);
+      return run->observer().OnRejected(
+          grammar.status(), schema.empty() && tag.empty() ? "response_format" : "tools", 0);
     }
     generation.grammar = std::move(*grammar);
     run->Launch(run, generation);

@@ -326,13 +326,40 @@ TEST(GenerationServiceTest, RequiredAndNamedCallsFollowTheFunctionsSchema) {
   }
 }
 
+// Under auto, a strict function's calls follow its schema (XGrammar's structural tag) while the
+// text around them stays free; without strict the model's own arguments are given as written.
+TEST(GenerationServiceTest, AutoConstrainsAStrictFunctionsCalls) {
+  const std::string reply =
+      "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\"}}"
+      "\n</tool_call>";
+  GenerationService service({{"m", Scripted(reply, kHermesTemplate)}});
+  GenerateRequest request = Chat("weather?");
+  request.max_tokens = 0;  // All the context leaves.
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  ChoiceEvent loose = Generate(service, request)->Joined(0);
+  EXPECT_EQ(loose.content, "Sure.");
+  ASSERT_EQ(loose.tool_calls.size(), 1u);
+  EXPECT_EQ(loose.tool_calls[0].arguments, R"({"unit":"kelvin"})");
+  request.tools.functions[0].strict = true;
+  auto strict = Generate(service, request);
+  ASSERT_TRUE(strict->rejected.ok()) << strict->rejected.ToString();
+  const ChoiceEvent choice = strict->Joined(0);
+  EXPECT_EQ(choice.content, "Sure.");
+  ASSERT_EQ(choice.tool_calls.size(), 1u) << choice.content;
+  EXPECT_EQ(choice.tool_calls[0].name, "get_weather");
+  EXPECT_TRUE(choice.tool_calls[0].arguments == R"({"unit":"c"})" ||
+              choice.tool_calls[0].arguments == R"({"unit":"f"})")
+      << choice.tool_calls[0].arguments;
+}
+
 TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
   // The tiny model's own template renders no tools.
   auto plain = LoadLlmEngine(Dir(), Overrides());
   ASSERT_TRUE(plain.ok());
   GenerationService service({{"m", *plain},
                              {"unknown_format", Scripted("x", "{{ tools }}{{ messages }}")},
-                             {"hermes", Scripted("x", kHermesTemplate)}});
+                             {"hermes", Scripted("x", kHermesTemplate)},
+                             {"mistral", Scripted("x", "{{ tools }}[TOOL_CALLS]{{ messages }}")}});
   GenerateRequest request = Chat("hi");
   request.tools = WeatherTool(ToolOptions::Choice::kAuto);
   auto r = Generate(service, request, "m");
@@ -346,7 +373,7 @@ TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
   EXPECT_TRUE(Generate(service, request, "unknown_format")->rejected.ok());
   request.tools = WeatherTool(ToolOptions::Choice::kAuto);
   request.tools.functions[0].strict = true;
-  r = Generate(service, request, "hermes");
+  r = Generate(service, request, "mistral");
   EXPECT_EQ(r->rejected_param, "tools");
   EXPECT_NE(r->rejected.message().find("strict"), std::string::npos);
   request.tools.functions[0].strict = false;

@@ -140,6 +140,15 @@ Result<std::shared_ptr<const Grammar>> GrammarCompiler::CompactJsonSchema(std::s
   return impl_->Compile(std::string(schema), /*strict=*/true, /*any_whitespace=*/false);
 }
 
+Result<std::shared_ptr<const Grammar>> GrammarCompiler::StructuralTag(std::string_view tag) {
+  try {
+    return std::make_shared<const Grammar>(impl_->compiler.CompileStructuralTag(std::string(tag)),
+                                           impl_->utf8);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("the tool schemas cannot be used: {}", e.what()));
+  }
+}
+
 struct GrammarMatcher::Impl {
   explicit Impl(std::shared_ptr<const Grammar> grammar)
       : grammar(std::move(grammar)), matcher(this->grammar->compiled) {

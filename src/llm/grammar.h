@@ -35,6 +35,9 @@ class GrammarCompiler {
   // As JsonSchema, written one way only: ", " and ": " between items, no other whitespace (tool
   // calls, whose text nobody reads, cost no tokens on layout).
   Result<std::shared_ptr<const Grammar>> CompactJsonSchema(std::string_view schema);
+  // XGrammar's structural tag (its JSON format): free text where the tag allows it, constrained
+  // content inside the tags it opens (tool calls a reply may or may not make).
+  Result<std::shared_ptr<const Grammar>> StructuralTag(std::string_view tag);
 
  private:
   struct Impl;
