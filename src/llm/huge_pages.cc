@@ -60,7 +60,11 @@ HugePageBlock HugePageArena::Allocate(int64_t bytes) {
     const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
     const auto end =
         (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(rounded)) & ~(page - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    if (end > begin) {
+      // Not advised for huge pages any more: khugepaged would fill the hole back in.
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_NOHUGEPAGE);
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
   });
   return {data, std::move(owner)};
 }

@@ -1,6 +1,7 @@
 #include "llm/llm_engine.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -82,6 +83,8 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
 }
 
 LlmEngine::~LlmEngine() { Stop(); }
+
+LlmEngine::TrimOnDestruction::~TrimOnDestruction() { malloc_trim(0); }
 
 void LlmEngine::Stop() {
   {

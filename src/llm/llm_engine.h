@@ -164,6 +164,12 @@ class LlmEngine {
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
 
+  // Destroyed last: gives back to the system what the engine and its threads freed (glibc keeps
+  // free pages inside its arenas resident; a model reloaded under traffic left its predecessors'
+  // step buffers there, megabytes a reload).
+  struct TrimOnDestruction {
+    ~TrimOnDestruction();
+  } trim_;
   std::unique_ptr<StepModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
