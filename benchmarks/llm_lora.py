@@ -2,7 +2,8 @@
 """LoRA adapters under load: 16 streams over 4 adapters against 16 streams of the base model.
 
 Writes ADAPTERS random PEFT-layout adapters (rank RANK on every projection of every layer:
-q, k, v, o, gate, up, down) for MODEL_DIR (a model in the Hugging Face layout), serves the base
+q, k, v, o, gate, up, down) for MODEL_DIR (a model in the Hugging Face layout, or a GGUF file's
+folder: the shapes then come from its metadata, and the base keeps its quantised weights), serves the base
 with them (config.yaml's llm.lora), and runs `sluice bench --llm` as ADAPTERS processes of
 STREAMS / ADAPTERS streams each: every process on the base model, then each process on its own
 adapter, in the order base, adapters, adapters, base, ... over `--rounds`. Prints the output
@@ -57,6 +58,28 @@ def write_adapter(path, config, rank, seed):
                    "target_modules": [n for names in MODULES.values() for n in names]}, f)
 
 
+def gguf_config(model_dir):
+    """config.json's shape keys from the GGUF file in `model_dir`."""
+    import gguf
+    path = next(os.path.join(model_dir, n) for n in sorted(os.listdir(model_dir))
+                if n.endswith(".gguf"))
+    reader = gguf.GGUFReader(path)
+
+    def value(key):
+        field = reader.fields[key]
+        return field.contents() if hasattr(field, "contents") else field.parts[-1][0]
+
+    arch = value("general.architecture")
+    config = {"num_attention_heads": int(value(f"{arch}.attention.head_count")),
+              "num_key_value_heads": int(value(f"{arch}.attention.head_count_kv")),
+              "hidden_size": int(value(f"{arch}.embedding_length")),
+              "intermediate_size": int(value(f"{arch}.feed_forward_length")),
+              "num_hidden_layers": int(value(f"{arch}.block_count"))}
+    if f"{arch}.attention.key_length" in reader.fields:
+        config["head_dim"] = int(value(f"{arch}.attention.key_length"))
+    return config
+
+
 def run(args, port, models, results):
     """Output tokens/s of one `sluice bench --llm` process per entry of `models`, all at once."""
     options = SimpleNamespace(prompt_tokens=64, output_tokens=args.output_tokens,
@@ -91,8 +114,11 @@ def main():
     parser.add_argument("--precision", default="bf16")
     args = parser.parse_args()
     source = os.path.abspath(args.model_dir)
-    with open(os.path.join(source, "config.json")) as f:
-        config = json.load(f)
+    if os.path.exists(os.path.join(source, "config.json")):
+        with open(os.path.join(source, "config.json")) as f:
+            config = json.load(f)
+    else:
+        config = gguf_config(source)
     work = tempfile.mkdtemp(prefix="sluice-lora-")
     try:
         model = os.path.join(work, "repository", "base")
