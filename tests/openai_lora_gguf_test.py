@@ -26,7 +26,7 @@ import transformers
 from safetensors.torch import load_file
 
 from openai_api_test import check, raw
-from sluice_server import serving
+from sluice_server import serving, write_model
 
 RANK, ALPHA, TOKENS = 8, 16, 12
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -61,8 +61,9 @@ def permute(weights, n_head):
             .swapaxes(1, 2).reshape(weights.shape))
 
 
-def write_gguf_adapter(peft_dir, arch, path):
-    """The PEFT adapter as llama.cpp's convert_lora_to_gguf.py writes it."""
+def write_gguf_adapter(peft_dir, arch, path, heads=HEADS, kv_heads=KV_HEADS):
+    """The PEFT adapter as llama.cpp's convert_lora_to_gguf.py writes it (q and k permuted for
+    'llama' over `heads` and `kv_heads`)."""
     tensors = load_file(os.path.join(peft_dir, "adapter_model.safetensors"))
     writer = gguf.GGUFWriter(path, arch)
     writer.add_type(gguf.GGUFType.ADAPTER)
@@ -75,7 +76,7 @@ def write_gguf_adapter(peft_dir, arch, path):
         module = key.split(".")[6]
         a, b = tensors[key], tensors[key.replace("lora_A", "lora_B")]
         if arch == "llama" and module in ("q_proj", "k_proj"):
-            b = permute(b, HEADS if module == "q_proj" else KV_HEADS)
+            b = permute(b, heads if module == "q_proj" else kv_heads)
         name = f"blk.{layer}.{GGUF_NAMES[module]}.weight"
         writer.add_tensor(name + ".lora_a", a.float().numpy())
         writer.add_tensor(name + ".lora_b", b.float().contiguous().numpy())
@@ -168,20 +169,16 @@ def hf_base(sluice, test_models, work, llama_gguf_adapter):
     make_peft(transformers.AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32),
               peft_dir, seed=8)
     config = json.load(open(os.path.join(tiny, "config.json")))
-    global HEADS, KV_HEADS
-    HEADS, KV_HEADS = config["num_attention_heads"], config["num_key_value_heads"]
     gguf_file = os.path.join(work, "tiny_lora.gguf")
-    write_gguf_adapter(peft_dir, "llama", gguf_file)
+    write_gguf_adapter(peft_dir, "llama", gguf_file, config["num_attention_heads"],
+                       config["num_key_value_heads"])
     qwen2_file = os.path.join(work, "qwen2_lora.gguf")
     model_dir = os.path.join(work, "tiny_model")
     os.makedirs(model_dir)
-    for name in os.listdir(tiny):
-        if name != "config.yaml":
-            os.symlink(os.path.join(tiny, name), os.path.join(model_dir, name))
-    with open(os.path.join(model_dir, "config.yaml"), "w") as f:
-        f.write("llm:\n  precision: fp32\n  context_length: 256\n  lora:\n    max_loras: 3\n"
-                f"    max_lora_rank: {RANK}\n    runtime_loading: true\n    adapters:\n"
-                f"      peft: {peft_dir}\n      gguf: {gguf_file}\n")
+    write_model(test_models, model_dir, config_yaml=(
+        "llm:\n  precision: fp32\n  context_length: 256\n  lora:\n    max_loras: 3\n"
+        f"    max_lora_rank: {RANK}\n    runtime_loading: true\n    adapters:\n"
+        f"      peft: {peft_dir}\n      gguf: {gguf_file}\n"))
     with serving(sluice, ["--model-dir", model_dir, "--model-name", "m",
                           "--llm-threads", "1"]) as port:
         for prompt in ([5, 6, 7, 8], [40, 41, 42, 43, 44, 45]):

@@ -19,21 +19,8 @@ import sys
 import jsonschema
 import openai
 
-from sluice_server import serving, templated_model
+from sluice_server import HERMES_TEMPLATE, serving, templated_model
 from openai_api_test import check, raw
-
-HERMES_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\n{%- for tool in tools %}\n{{ tool | tojson }}"
-    "{%- endfor %}<|im_end|>\n{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n"
-    "{%- for call in message.tool_calls %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
-    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}"
-    "<|im_end|>\n"
-    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}"
-    "\n</tool_response><|im_end|>\n"
-    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
 
 # Small: the tiny model's context is 512 tokens of about a character each.
 WEATHER = {"type": "function", "function": {

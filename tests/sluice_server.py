@@ -81,20 +81,37 @@ def thread_stacks(pid):
         return "(gdb did not finish within 60 s)"
 
 
-@contextlib.contextmanager
-def templated_model(test_models, chat_template, config_yaml=None):
-    """A copy of the tiny test language model (its files linked) whose chat template is
-    `chat_template` (and config.yaml `config_yaml`, where given); yields its directory."""
-    source = os.path.join(test_models, "tiny_llm")
-    with tempfile.TemporaryDirectory() as model:
-        for name in os.listdir(source):
-            if name in ("chat_template.jinja", "tokenizer_config.json") or (
-                    config_yaml is not None and name == "config.yaml"):
-                continue
+# A tool-calling chat template in the Hermes / Qwen2.5 format (<tool_call>{...}</tool_call>).
+HERMES_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n{%- for tool in tools %}\n{{ tool | tojson }}"
+    "{%- endfor %}<|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n"
+    "{%- for call in message.tool_calls %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
+    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}"
+    "<|im_end|>\n"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}"
+    "\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+
+def write_model(test_models, model, chat_template=None, config_yaml=None):
+    """The tiny test language model in the folder `model` (which must exist), its files linked;
+    its chat template `chat_template` and its config.yaml `config_yaml`, where given."""
+    source = os.path.abspath(os.path.join(test_models, "tiny_llm"))
+    replaced = set()
+    if chat_template is not None:
+        replaced |= {"chat_template.jinja", "tokenizer_config.json"}
+    if config_yaml is not None:
+        replaced.add("config.yaml")
+    for name in os.listdir(source):
+        if name not in replaced:
             os.symlink(os.path.join(source, name), os.path.join(model, name))
-        if config_yaml is not None:
-            with open(os.path.join(model, "config.yaml"), "w") as f:
-                f.write(config_yaml)
+    if config_yaml is not None:
+        with open(os.path.join(model, "config.yaml"), "w") as f:
+            f.write(config_yaml)
+    if chat_template is not None:
         with open(os.path.join(source, "tokenizer_config.json")) as f:
             config = json.load(f)
         config["chat_template"] = chat_template
@@ -102,4 +119,12 @@ def templated_model(test_models, chat_template, config_yaml=None):
             json.dump(config, f)
         with open(os.path.join(model, "chat_template.jinja"), "w") as f:
             f.write(chat_template)
+
+
+@contextlib.contextmanager
+def templated_model(test_models, chat_template, config_yaml=None):
+    """A copy of the tiny test language model (its files linked) whose chat template is
+    `chat_template` (and config.yaml `config_yaml`, where given); yields its directory."""
+    with tempfile.TemporaryDirectory() as model:
+        write_model(test_models, model, chat_template, config_yaml)
         yield model

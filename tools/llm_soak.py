@@ -45,20 +45,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from sluice_server import serving  # noqa: E402
+from sluice_server import HERMES_TEMPLATE, serving, write_model  # noqa: E402
 
-HERMES_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\n{%- for tool in tools %}\n{{ tool | tojson }}"
-    "{%- endfor %}<|im_end|>\n{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n"
-    "{%- for call in message.tool_calls %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
-    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}"
-    "<|im_end|>\n"
-    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}"
-    "\n</tool_response><|im_end|>\n"
-    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {
         "city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
@@ -250,16 +238,7 @@ def make_repository(test_models, root):
                       "  embedding: {pooling: mean, normalize: true}\n")):
         folder = os.path.join(root, "repository", name)
         os.makedirs(folder)
-        for file in os.listdir(tiny):
-            if file not in ("config.yaml", "chat_template.jinja", "tokenizer_config.json"):
-                os.symlink(os.path.join(tiny, file), os.path.join(folder, file))
-        with open(os.path.join(folder, "config.yaml"), "w") as f:
-            f.write(config)
-        with open(os.path.join(tiny, "tokenizer_config.json")) as f:
-            tokenizer_config = json.load(f)
-        tokenizer_config["chat_template"] = HERMES_TEMPLATE
-        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-            json.dump(tokenizer_config, f)
+        write_model(test_models, folder, HERMES_TEMPLATE, config)
     os.symlink(os.path.abspath(os.path.join(test_models, "gguf_qwen3_q4_k_m")),
                os.path.join(root, "repository", "second"))
     return adapters
