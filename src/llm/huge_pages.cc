@@ -56,17 +56,20 @@ HugePageBlock HugePageArena::Allocate(int64_t bytes) {
   // chunk lives while any block of it does: a reloaded model's weights would otherwise stay
   // resident beside the new ones).
   std::shared_ptr<void> owner(data, [chunk = std::move(chunk), rounded](void* p) {
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-    const auto end =
-        (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(rounded)) & ~(page - 1);
-    if (end > begin) {
-      // Not advised for huge pages any more: khugepaged would fill the hole back in.
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_NOHUGEPAGE);
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-    }
+    // Not advised for huge pages any more: khugepaged would fill the hole back in.
+    ReleasePages(p, rounded, /*no_huge_pages=*/true);
   });
   return {data, std::move(owner)};
+}
+
+void ReleasePages(const void* data, int64_t bytes, bool no_huge_pages) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const auto end =
+      (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) & ~(page - 1);
+  if (end <= begin) return;
+  if (no_huge_pages) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_NOHUGEPAGE);
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 HugePageArena& HugePageArena::Shared() {

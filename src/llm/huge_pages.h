@@ -47,4 +47,9 @@ class HugePageArena {
   int64_t used_ GUARDED_BY(mu_) = 0;                // Bytes of `current_` handed out.
 };
 
+// Gives back the whole pages inside [data, data + bytes) (MADV_DONTNEED: private memory reads as
+// zeros afterwards, a private file mapping reads the file again); with `no_huge_pages`, they are
+// first advised against huge pages, so that khugepaged does not fill the hole back in.
+void ReleasePages(const void* data, int64_t bytes, bool no_huge_pages = false);
+
 }  // namespace sluice::llm

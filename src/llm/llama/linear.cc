@@ -2,8 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <omp.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,17 +44,6 @@ at::Tensor WeightTensor(int64_t numel, at::ScalarType dtype) {
   return at::from_blob(
       block.data, {numel}, [owner = std::move(block.owner)](void*) mutable { owner.reset(); },
       at::TensorOptions().dtype(dtype));
-}
-
-// Gives back the pages of a mapped file range that a repacked copy replaced: they stay in the
-// page cache, but no longer count in the process's resident memory (read again on a later touch,
-// as the embedding's rows are when the output head is tied to them).
-void ReleaseMappedPages(const void* data, int64_t bytes) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
-  const auto end =
-      (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) & ~(page - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 }  // namespace
@@ -103,7 +90,10 @@ void Linear::AddBlocks(const void* blocks, uint32_t type, int64_t rows, int64_t 
   part.type = type;
   in = columns;
   if (repack && Repack(&part, columns)) {
-    ReleaseMappedPages(blocks, rows * QuantRowBytes(type, columns));
+    // The file's pages the repacked copy replaced: they stay in the page cache, but no longer
+    // count in the process's resident memory (read again on a later touch, as the embedding's
+    // rows are when the output head is tied to them).
+    ReleasePages(blocks, rows * QuantRowBytes(type, columns));
   }
   out += rows;
   parts.push_back(std::move(part));
