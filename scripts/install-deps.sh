@@ -37,6 +37,8 @@ PACKAGES=(
   # Deployment: the OCI image (a Debian base from Debian's archive, built and run without a
   # daemon) and the replicas' load balancer.
   mmdebstrap podman buildah uidmap haproxy
+  # TorchServe's frontend (a Java server), one of the peers benchmarks/vision_peers.py runs.
+  openjdk-17-jre-headless
 )
 
 missing=()

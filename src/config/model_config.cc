@@ -156,12 +156,39 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
   }
   std::string precision = "fp32";
   top.Read("precision", precision);
-  auto parsed_precision = ParsePrecision(precision);
-  if (!parsed_precision) {
-    throw ConfigError{"precision",
-                      fmt::format("must be fp32, bf16, fp16 or int8 (got '{}')", precision)};
+  YAML::Node auto_node = top.Get("precision_auto");
+  const bool has_auto = auto_node.IsDefined() && !auto_node.IsNull();
+  if (precision == "auto") {
+    if (!has_auto) {
+      throw ConfigError{"precision",
+                        "auto needs precision_auto.chosen, the exporter's measured choice "
+                        "(tools/export_models.py writes it); or pin fp32, bf16 or int8"};
+    }
+    MapReader r(auto_node, "precision_auto");
+    std::string chosen;
+    r.Read("chosen", chosen);
+    r.Read("note", c.precision_auto_note);
+    r.RejectUnknownKeys();
+    auto parsed = ParsePrecision(chosen);
+    if (!parsed) {
+      throw ConfigError{"precision_auto.chosen",
+                        fmt::format("must be fp32, bf16, fp16 or int8 (got '{}')", chosen)};
+    }
+    c.precision = *parsed;
+    if (c.precision_auto_note.empty()) c.precision_auto_note = "chosen at export";
+  } else {
+    if (has_auto) {
+      throw ConfigError{"precision_auto", fmt::format("applies only to precision: auto (the "
+                                                      "file pins '{}')",
+                                                      precision)};
+    }
+    auto parsed_precision = ParsePrecision(precision);
+    if (!parsed_precision) {
+      throw ConfigError{
+          "precision", fmt::format("must be auto, fp32, bf16, fp16 or int8 (got '{}')", precision)};
+    }
+    c.precision = *parsed_precision;
   }
-  c.precision = *parsed_precision;
   if (YAML::Node n = top.Get("optimize"); n.IsDefined() && !n.IsNull()) {
     MapReader r(n, "optimize");
     r.Read("freeze", c.optimize.freeze);
@@ -528,7 +555,10 @@ void ApplyOverrides(const ModelConfigOverrides& o, ModelConfig& c) {
   if (o.threads) c.instances.threads = *o.threads;
   if (o.max_batch_size) c.max_batch_size = *o.max_batch_size;
   if (o.max_queue_delay) c.dynamic_batching.max_queue_delay = *o.max_queue_delay;
-  if (o.precision) c.precision = *o.precision;
+  if (o.precision) {
+    c.precision = *o.precision;
+    c.precision_auto_note.clear();
+  }
   if (o.backend) {
     c.backend = *o.backend;
     c.model_file.clear();

@@ -124,6 +124,11 @@ struct ModelConfig {
   DynamicBatchingConfig dynamic_batching;
   InstancesConfig instances;
   Precision precision = Precision::kFp32;
+  // `precision: auto`: the precision the exporter measured as fastest within its agreement bound
+  // on its CPU, recorded beside it as `precision_auto: {chosen: int8, note: "..."}`
+  // (tools/export_models.py); `precision` holds the chosen one. Empty when the precision was
+  // pinned (the file or --precision). Shown in the load line and the v2 model metadata.
+  std::string precision_auto_note;
   OptimizeConfig optimize;
   std::vector<TensorSpec> inputs;   // At least one.
   std::vector<TensorSpec> outputs;  // At least one.

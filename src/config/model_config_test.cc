@@ -330,9 +330,34 @@ TEST(ModelConfigTest, GpuOnlySettingsAreRefusedOnCpuAndCheckedOnGpu) {
 
 TEST(ModelConfigTest, PrecisionMustBeKnownAndFp16NeedsCuda) {
   EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: int4")),
-              HasSubstr("precision: must be fp32, bf16, fp16 or int8 (got 'int4')"));
+              HasSubstr("precision: must be auto, fp32, bf16, fp16 or int8 (got 'int4')"));
   EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: fp16")),
               HasSubstr("precision: fp16 needs a CUDA device"));
+}
+
+TEST(ModelConfigTest, PrecisionAutoTakesTheExportersChoice) {
+  auto parsed = ParseModelConfig(Edit("precision: bf16",
+                                      "precision: auto\nprecision_auto:\n  chosen: int8\n"
+                                      "  note: top-1 agreement 99.5%, 2.3x fp32"),
+                                 "c");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->precision, Precision::kInt8);
+  EXPECT_EQ(parsed->precision_auto_note, "top-1 agreement 99.5%, 2.3x fp32");
+  parsed = ParseModelConfig(
+      Edit("precision: bf16", "precision: auto\nprecision_auto:\n  chosen: fp32"), "c");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->precision, Precision::kFp32);
+  EXPECT_EQ(parsed->precision_auto_note, "chosen at export");  // Never empty under auto.
+
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: auto")),
+              HasSubstr("precision: auto needs precision_auto.chosen"));
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: auto\nprecision_auto:\n  chosen: int4")),
+              HasSubstr("precision_auto.chosen: must be fp32, bf16, fp16 or int8 (got 'int4')"));
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16",
+                           "precision: auto\nprecision_auto:\n  chosen: int8\n  speed: 2")),
+              HasSubstr("precision_auto"));
+  EXPECT_THAT(ErrorOf(Edit("precision: bf16", "precision: bf16\nprecision_auto:\n  chosen: int8")),
+              HasSubstr("precision_auto: applies only to precision: auto (the file pins 'bf16')"));
 }
 
 TEST(ModelConfigTest, TensorSpecsNeedNamesUniqueAndValidShapes) {
@@ -406,6 +431,20 @@ TEST_F(LoadModelConfigTest, LoadsNormalisesAndAppliesOverrides) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->directory, dir_);
   EXPECT_EQ(c->model_path(), dir_ / "model.pt");
+
+  // A pinned precision replaces the exporter's automatic choice, and its note goes.
+  Write(Edit("precision: bf16", "precision: auto\nprecision_auto:\n  chosen: fp32\n  note: n"));
+  c = LoadModelConfig(dir_, {}, 4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->precision, Precision::kFp32);
+  EXPECT_EQ(c->precision_auto_note, "n");
+  ModelConfigOverrides pin;
+  pin.precision = Precision::kBf16;
+  c = LoadModelConfig(dir_, pin, 4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->precision, Precision::kBf16);
+  EXPECT_EQ(c->precision_auto_note, "");
+  Write(std::string(kValid));
 
   ModelConfigOverrides o;
   o.instance_count = 1;

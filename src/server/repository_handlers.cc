@@ -100,9 +100,12 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
   predict_.SetLabels(name, LoadLabels((dir / "labels.txt").string()));
   fmt::print(
       "loaded model '{}': {} instance(s) x {} thread(s), max_batch_size {}, "
-      "max_queue_delay {} us\n",
+      "max_queue_delay {} us, precision {}{}\n",
       name, config->instances.count, config->instances.threads, config->max_batch_size,
-      config->dynamic_batching.max_queue_delay.count());
+      config->dynamic_batching.max_queue_delay.count(), PrecisionName(config->precision),
+      config->precision_auto_note.empty()
+          ? ""
+          : fmt::format(" (auto: {})", config->precision_auto_note));
   std::fflush(stdout);
   return Status::Ok();
 }

@@ -102,6 +102,12 @@ void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Res
   json.String(kModelVersion).EndArray().Field("platform", kModelPlatform);
   WriteTensorSpecs(json, "inputs", config.inputs);
   WriteTensorSpecs(json, "outputs", config.outputs);
+  // Beyond the v2 schema (clients read the fields they know): how the model runs.
+  json.Key("parameters").BeginObject().Field("precision", PrecisionName(config.precision));
+  if (!config.precision_auto_note.empty()) {
+    json.Field("precision_chosen_by", "auto: " + config.precision_auto_note);
+  }
+  json.EndObject();
   json.EndObject();
   respond(HttpResponse::Json(200, json.str()));
 }
