@@ -19,8 +19,10 @@ Test models (--test, generated in seconds for the test suite):
 
 Each default model gets model.pt (TorchScript) and AOTInductor packages (tools/sluice_export.py):
 model.pt2 (fp32), model_bf16.pt2 and model_int8.pt2 (PT2E static quantisation, calibrated on
-Fashion-MNIST training images for fashion_mnist and, labelled as such in its config, on random
-images for resnet18). Its config.yaml serves the AOTInductor package of its `precision`.
+Fashion-MNIST training images for fashion_mnist and, labelled as such in its config, on synthetic
+natural images for resnet18). Its config.yaml says `precision: auto`: the precision the export
+timed fastest on this CPU within the agreement bound with fp32 on a held-out set
+(tools/precision_auto.py; the table in precision_auto.json).
 
 Each model gets reference/{input_*.bin,output_*.bin} and reference.yaml from Python, which the
 C++ backends' tests reproduce; each bf16 or int8 package also gets reference_<precision>.yaml and
@@ -45,6 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import precision_auto
 import sluice_export
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
@@ -204,16 +207,40 @@ inputs:
 
 # --- resnet18 --------------------------------------------------------------------------------
 
+# Seeds of the synthetic natural images (precision_auto.natural_images): the BatchNorm statistics,
+# int8's calibration and the held-out set precision: auto is judged on are three different sets.
+RESNET18_BN_SEED, RESNET18_CALIBRATION_SEED, RESNET18_HELD_OUT_SEED = 100, 200, 300
+RESNET18_HELD_OUT_IMAGES = 512
+
+
+def resnet18_natural_images(count, seed):
+    return precision_auto.natural_images(count, 224, IMAGENET_MEAN, IMAGENET_STD, seed)
+
+
 def export_resnet18(out_dir):
     import torchvision
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=1000)
+    # BatchNorm's running statistics measured on synthetic natural images: with the initial ones
+    # (mean 0, variance 1) the random network gives every image the same class, and agreement
+    # between precisions would be trivially perfect.
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None  # A cumulative average over the batches below.
+    model.train()
+    with torch.no_grad():
+        for i in range(4):
+            model(resnet18_natural_images(32, RESNET18_BN_SEED + i))
+    model.eval()
     model_dir = os.path.join(out_dir, "resnet18")
     scripted = save_scripted(model, model_dir)
-    write_config(model_dir, f"""# ResNet-18 (torchvision architecture, seeded random weights).
-# Serves the AOTInductor package of `precision`: model.pt2 (fp32), model_bf16.pt2, or
-# model_int8.pt2 (calibrated on random images, as no real ones can be downloaded). model.pt
-# (TorchScript) is there too: backend: torchscript serves it.
+    write_config(model_dir, f"""# ResNet-18 (torchvision architecture, seeded random weights, BatchNorm statistics from
+# synthetic natural images). Serves the AOTInductor package of `precision`: model.pt2 (fp32),
+# model_bf16.pt2, or model_int8.pt2 (calibrated on synthetic natural images, as no real ones
+# can be downloaded); `precision: auto` is the one the export measured fastest within the
+# agreement bound (precision_auto.json). model.pt (TorchScript) is there too: backend:
+# torchscript serves it.
 backend: aotinductor
 max_batch_size: 64
 dynamic_batching:
@@ -243,12 +270,16 @@ inputs:
 
 
 def export_resnet18_packages(model, model_dir, reference_x):
-    # Random calibration images, drawn like normalised ImageNet pixels (zero mean, unit variance).
+    calibration = [(resnet18_natural_images(16, RESNET18_CALIBRATION_SEED + i),)
+                   for i in range(4)]
     generator = torch.Generator().manual_seed(2)
-    calibration = [(torch.randn(16, 3, 224, 224, generator=generator),) for _ in range(4)]
     export_packages(model.eval(), model_dir, (torch.randn(2, 3, 224, 224, generator=generator),),
                     ([("input", reference_x)], ["logits"]), sluice_export.PRECISIONS, 64,
                     calibration)
+    precision_auto.select(model_dir,
+                          resnet18_natural_images(RESNET18_HELD_OUT_IMAGES,
+                                                  RESNET18_HELD_OUT_SEED),
+                          "held-out synthetic natural images")
 
 
 # --- fashion_mnist ---------------------------------------------------------------------------
@@ -401,6 +432,8 @@ def export_fashion_packages(model, model_dir, train_x, reference_x):
     calibration = [(train_x[order[i:i + 64]],) for i in range(0, len(order), 64)]
     export_packages(model.eval(), model_dir, (train_x[:2],), ([("input", reference_x)], ["logits"]),
                     sluice_export.PRECISIONS, 64, calibration)
+    test_x, test_y = load_fashion("test")
+    precision_auto.select(model_dir, test_x, "Fashion-MNIST test images", labels=test_y)
 
 
 # --- test models -----------------------------------------------------------------------------

@@ -59,7 +59,12 @@ Result<std::vector<Tensor>> WrapOutputs(const std::vector<at::Tensor>& tensors,
   outputs.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     DataType dtype = config.outputs[i].datatype;
-    auto holder = std::make_shared<at::Tensor>(tensors[i].to(ToScalarType(dtype)).contiguous());
+    at::Tensor out = tensors[i].to(ToScalarType(dtype)).contiguous();
+    // An output that is its input, or a view of it (a model returning x, x.flatten(1), x[:, 0]),
+    // shares the request's buffer, which WrapInput lent without ownership and which is gone
+    // once the batch is answered: such storage (no owner context) is copied out.
+    if (out.storage().data_ptr().get_context() == nullptr) out = out.clone();
+    auto holder = std::make_shared<at::Tensor>(std::move(out));
     void* data = holder->data_ptr();
     Shape shape(holder->sizes().begin(), holder->sizes().end());
     // The aliasing shared_ptr keeps the torch tensor (and so its storage) alive.

@@ -29,7 +29,25 @@ Status CheckSize(int64_t width, int64_t height, const ImageLimits& limits) {
   return Status::Ok();
 }
 
-Result<DecodedImage> DecodeJpeg(std::string_view bytes, int channels, const ImageLimits& limits) {
+// The smallest DCT scale whose shorter side stays >= min_side; {1, 1} when none is smaller.
+tjscalingfactor JpegScale(int width, int height, int min_side) {
+  tjscalingfactor best{1, 1};
+  if (min_side <= 0) return best;
+  int count = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&count);
+  for (int i = 0; factors != nullptr && i < count; ++i) {
+    const tjscalingfactor f = factors[i];
+    if (f.num >= f.denom) continue;  // Only reductions.
+    if (std::min(TJSCALED(width, f), TJSCALED(height, f)) < min_side) continue;
+    if (static_cast<int64_t>(f.num) * best.denom < static_cast<int64_t>(best.num) * f.denom) {
+      best = f;
+    }
+  }
+  return best;
+}
+
+Result<DecodedImage> DecodeJpeg(std::string_view bytes, int channels, const ImageLimits& limits,
+                                int min_side) {
   // One decompressor per thread, reused: creating one costs more than decoding a small image.
   struct Handle {
     tjhandle h = tjInitDecompress();
@@ -46,13 +64,16 @@ Result<DecodedImage> DecodeJpeg(std::string_view bytes, int channels, const Imag
     return Status::InvalidArgument(fmt::format("undecodable JPEG: {}", tjGetErrorStr2(handle.h)));
   }
   SLUICE_RETURN_IF_ERROR(CheckSize(width, height, limits));
+  const tjscalingfactor scale = JpegScale(width, height, min_side);
   DecodedImage image;
-  image.width = width;
-  image.height = height;
+  image.width = TJSCALED(width, scale);
+  image.height = TJSCALED(height, scale);
+  image.full_width = width;
+  image.full_height = height;
   image.channels = channels;
-  image.pixels.resize(static_cast<size_t>(width) * static_cast<size_t>(height) *
+  image.pixels.resize(static_cast<size_t>(image.width) * static_cast<size_t>(image.height) *
                       static_cast<size_t>(channels));
-  if (tjDecompress2(handle.h, data, size, image.pixels.data(), width, 0, height,
+  if (tjDecompress2(handle.h, data, size, image.pixels.data(), image.width, 0, image.height,
                     channels == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING) != 0) {
     return Status::InvalidArgument(fmt::format("undecodable JPEG: {}", tjGetErrorStr2(handle.h)));
   }
@@ -110,154 +131,202 @@ Result<DecodedImage> DecodePng(std::string_view bytes, int channels, const Image
   return image;
 }
 
-// Bilinear resize with pixel centres at +0.5 (align_corners = false), per channel.
-DecodedImage Resize(const DecodedImage& in, int width, int height) {
-  DecodedImage out;
-  out.width = width;
-  out.height = height;
-  out.channels = in.channels;
-  out.pixels.resize(static_cast<size_t>(width) * static_cast<size_t>(height) *
-                    static_cast<size_t>(in.channels));
-  const float sx = static_cast<float>(in.width) / static_cast<float>(width);
-  const float sy = static_cast<float>(in.height) / static_cast<float>(height);
-  const int c = in.channels;
-  for (int y = 0; y < height; ++y) {
-    float fy = std::max(0.0f, (static_cast<float>(y) + 0.5f) * sy - 0.5f);
-    int y0 = std::min(static_cast<int>(fy), in.height - 1);
-    int y1 = std::min(y0 + 1, in.height - 1);
-    float wy = fy - static_cast<float>(y0);
-    for (int x = 0; x < width; ++x) {
-      float fx = std::max(0.0f, (static_cast<float>(x) + 0.5f) * sx - 0.5f);
-      int x0 = std::min(static_cast<int>(fx), in.width - 1);
-      int x1 = std::min(x0 + 1, in.width - 1);
-      float wx = fx - static_cast<float>(x0);
-      for (int k = 0; k < c; ++k) {
-        auto at = [&](int yy, int xx) {
-          return static_cast<float>(
-              in.pixels[(static_cast<size_t>(yy) * static_cast<size_t>(in.width) +
-                         static_cast<size_t>(xx)) *
-                            static_cast<size_t>(c) +
-                        static_cast<size_t>(k)]);
-        };
-        float top = at(y0, x0) * (1 - wx) + at(y0, x1) * wx;
-        float bottom = at(y1, x0) * (1 - wx) + at(y1, x1) * wx;
-        float v = top * (1 - wy) + bottom * wy;
-        out.pixels[(static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)) *
-                       static_cast<size_t>(c) +
-                   static_cast<size_t>(k)] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
-      }
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
-Result<DecodedImage> DecodeImage(std::string_view bytes, int channels, const ImageLimits& limits) {
+Result<DecodedImage> DecodeImage(std::string_view bytes, int channels, const ImageLimits& limits,
+                                 int min_side) {
   if (channels != 1 && channels != 3) {
     return Status::InvalidArgument(
         fmt::format("images decode to 1 or 3 channels, not {}", channels));
   }
   if (bytes.empty()) return Status::InvalidArgument("empty image");
   if (IsPng(bytes)) return DecodePng(bytes, channels, limits);
-  if (IsJpeg(bytes)) return DecodeJpeg(bytes, channels, limits);
+  if (IsJpeg(bytes)) return DecodeJpeg(bytes, channels, limits, min_side);
   return Status::InvalidArgument("not a PNG or JPEG image");
+}
+
+int DecodeMinSide(const ImagePreprocessConfig& preprocess) {
+  return std::max(preprocess.resize, 0);
 }
 
 namespace {
 
-// The region of an image (resized when `preprocess` says so) that preprocessing keeps.
-struct CropView {
-  DecodedImage resized;  // Holds the pixels when the image was resized.
-  bool was_resized = false;
-  int left = 0, top = 0, width = 0, height = 0;
-  const DecodedImage& source(const DecodedImage& original) const {
-    return was_resized ? resized : original;
-  }
+// The source pixels each output pixel of a resize along one axis reads, and their weights: PIL's
+// bilinear (triangle) filter, whose support widens by the downscale factor so that every source
+// pixel counts (torchvision's Resize on PIL images). Kept for outputs [first, first + count) only.
+struct Taps {
+  std::vector<int> start;      // First source index of each output.
+  std::vector<int> size;       // Taps of each output.
+  std::vector<float> weights;  // `stride` per output, normalised to sum 1.
+  int stride = 0;
 };
 
-Result<CropView> ResizeAndCrop(const DecodedImage& image, const ImagePreprocessConfig& p) {
-  CropView view;
+Taps ComputeTaps(int in_size, int out_size, int first, int count) {
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double filter_scale = std::max(scale, 1.0);
+  const double support = filter_scale;  // The triangle's support is 1, stretched.
+  Taps t;
+  t.stride = static_cast<int>(std::ceil(support)) * 2 + 1;
+  t.start.resize(static_cast<size_t>(count));
+  t.size.resize(static_cast<size_t>(count));
+  t.weights.assign(static_cast<size_t>(count) * static_cast<size_t>(t.stride), 0.0f);
+  for (int i = 0; i < count; ++i) {
+    const double center = (first + i + 0.5) * scale;
+    int lo = std::max(static_cast<int>(center - support + 0.5), 0);
+    int hi = std::min(static_cast<int>(center + support + 0.5), in_size);
+    hi = std::min(hi, lo + t.stride);
+    double total = 0;
+    float* w = &t.weights[static_cast<size_t>(i) * static_cast<size_t>(t.stride)];
+    for (int j = lo; j < hi; ++j) {
+      const double x = std::abs((j - center + 0.5) / filter_scale);
+      const double v = x < 1.0 ? 1.0 - x : 0.0;
+      w[j - lo] = static_cast<float>(v);
+      total += v;
+    }
+    if (total > 0) {
+      for (int j = 0; j < hi - lo; ++j) w[j] = static_cast<float>(w[j] / total);
+    }
+    t.start[static_cast<size_t>(i)] = lo;
+    t.size[static_cast<size_t>(i)] = hi - lo;
+  }
+  return t;
+}
+
+// Where the kept pixels come from: the resized size (computed from the image's own size, whatever
+// scale it was decoded at) and the crop window in it.
+struct Geometry {
+  int resized_width = 0, resized_height = 0;
+  int left = 0, top = 0, width = 0, height = 0;
+};
+
+Result<Geometry> GeometryOf(const DecodedImage& image, const ImagePreprocessConfig& p) {
+  const int full_w = image.full_width > 0 ? image.full_width : image.width;
+  const int full_h = image.full_height > 0 ? image.full_height : image.height;
+  Geometry g{full_w, full_h};
   if (p.resize > 0) {
-    // The shorter side becomes `resize`, keeping the aspect ratio.
-    int width, height;
-    if (image.width <= image.height) {
-      width = p.resize;
-      height =
-          static_cast<int>(std::lround(static_cast<double>(image.height) * p.resize / image.width));
+    // The shorter side becomes `resize`, keeping the aspect ratio; the longer one is truncated,
+    // as torchvision's Resize computes it.
+    if (full_w <= full_h) {
+      g.resized_width = p.resize;
+      g.resized_height = static_cast<int>(static_cast<int64_t>(p.resize) * full_h / full_w);
     } else {
-      height = p.resize;
-      width =
-          static_cast<int>(std::lround(static_cast<double>(image.width) * p.resize / image.height));
+      g.resized_height = p.resize;
+      g.resized_width = static_cast<int>(static_cast<int64_t>(p.resize) * full_w / full_h);
     }
-    if (width != image.width || height != image.height) {
-      view.resized = Resize(image, std::max(width, 1), std::max(height, 1));
-      view.was_resized = true;
-    }
+    g.resized_width = std::max(g.resized_width, 1);
+    g.resized_height = std::max(g.resized_height, 1);
+  } else if (image.width != full_w || image.height != full_h) {
+    return Status::Internal("an image decoded at a reduced scale needs a resize");
   }
-  const DecodedImage& current = view.source(image);
-  view.width = current.width;
-  view.height = current.height;
+  g.width = g.resized_width;
+  g.height = g.resized_height;
   if (p.crop > 0) {
-    if (p.crop > current.width || p.crop > current.height) {
+    if (p.crop > g.resized_width || p.crop > g.resized_height) {
       return Status::InvalidArgument(fmt::format("image of {}x{} is smaller than the {}x{} crop",
-                                                 current.width, current.height, p.crop, p.crop));
+                                                 g.resized_width, g.resized_height, p.crop,
+                                                 p.crop));
     }
-    view.width = view.height = p.crop;
-    view.left = (current.width - p.crop) / 2;
-    view.top = (current.height - p.crop) / 2;
+    g.width = g.height = p.crop;
+    // torchvision's CenterCrop: round((size - crop) / 2), halves to even (Python's round).
+    auto offset = [&](int size) {
+      return static_cast<int>(std::nearbyint(static_cast<double>(size - p.crop) / 2.0));
+    };
+    g.left = offset(g.resized_width);
+    g.top = offset(g.resized_height);
   }
-  return view;
+  return g;
+}
+
+// Resamples `image` to the crop window of `g` and hands each output pixel's channel values (as
+// floats on the 0..255 scale) to `store(x, y, channel, value)`. One pass: per output row, the
+// vertical taps are summed into a row of floats over the source columns the crop reads (a loop
+// the compiler vectorises), then the horizontal taps read that row.
+template <typename Store>
+void Resample(const DecodedImage& image, const Geometry& g, Store&& store) {
+  const int c = image.channels;
+  const bool same = image.width == g.resized_width && image.height == g.resized_height;
+  if (same) {  // No resize: the crop's pixels as they are.
+    for (int y = 0; y < g.height; ++y) {
+      const uint8_t* row =
+          image.pixels.data() + (static_cast<size_t>(y + g.top) * static_cast<size_t>(image.width) +
+                                 static_cast<size_t>(g.left)) *
+                                    static_cast<size_t>(c);
+      for (int x = 0; x < g.width; ++x) {
+        for (int k = 0; k < c; ++k) store(x, y, k, static_cast<float>(row[x * c + k]));
+      }
+    }
+    return;
+  }
+  const Taps tx = ComputeTaps(image.width, g.resized_width, g.left, g.width);
+  const Taps ty = ComputeTaps(image.height, g.resized_height, g.top, g.height);
+  const int x_lo = tx.start.front();
+  const int x_hi = tx.start.back() + tx.size.back();
+  const size_t span = static_cast<size_t>(x_hi - x_lo) * static_cast<size_t>(c);
+  thread_local std::vector<float> row;
+  row.resize(span);
+  for (int y = 0; y < g.height; ++y) {
+    std::fill(row.begin(), row.end(), 0.0f);
+    const float* wy = &ty.weights[static_cast<size_t>(y) * static_cast<size_t>(ty.stride)];
+    for (int t = 0; t < ty.size[static_cast<size_t>(y)]; ++t) {
+      const uint8_t* src =
+          image.pixels.data() + (static_cast<size_t>(ty.start[static_cast<size_t>(y)] + t) *
+                                     static_cast<size_t>(image.width) +
+                                 static_cast<size_t>(x_lo)) *
+                                    static_cast<size_t>(c);
+      const float w = wy[t];
+      float* dst = row.data();
+      for (size_t i = 0; i < span; ++i) dst[i] += w * static_cast<float>(src[i]);
+    }
+    for (int x = 0; x < g.width; ++x) {
+      const float* wx = &tx.weights[static_cast<size_t>(x) * static_cast<size_t>(tx.stride)];
+      const float* src = row.data() + static_cast<size_t>(tx.start[static_cast<size_t>(x)] - x_lo) *
+                                          static_cast<size_t>(c);
+      const int taps = tx.size[static_cast<size_t>(x)];
+      for (int k = 0; k < c; ++k) {
+        float v = 0;
+        for (int t = 0; t < taps; ++t) v += wx[t] * src[t * c + k];
+        store(x, y, k, v);
+      }
+    }
+  }
 }
 
 }  // namespace
 
 Result<Tensor> PreprocessImageUint8(const DecodedImage& image, const ImagePreprocessConfig& p) {
-  auto view = ResizeAndCrop(image, p);
-  if (!view.ok()) return view.status();
-  const DecodedImage& current = view->source(image);
-  const size_t c = static_cast<size_t>(current.channels);
-  const size_t row_bytes = static_cast<size_t>(view->width) * c;
-  Tensor tensor =
-      Tensor::Uninitialized(DataType::kUInt8, {view->height, view->width, current.channels});
+  auto g = GeometryOf(image, p);
+  if (!g.ok()) return g.status();
+  const int c = image.channels;
+  Tensor tensor = Tensor::Uninitialized(DataType::kUInt8, {g->height, g->width, c});
   auto* out = static_cast<uint8_t*>(tensor.mutable_data());
-  for (int y = 0; y < view->height; ++y) {
-    const uint8_t* row = current.pixels.data() +
-                         (static_cast<size_t>(y + view->top) * static_cast<size_t>(current.width) +
-                          static_cast<size_t>(view->left)) *
-                             c;
-    std::memcpy(out + static_cast<size_t>(y) * row_bytes, row, row_bytes);
-  }
+  const size_t w = static_cast<size_t>(g->width);
+  Resample(image, *g, [&](int x, int y, int k, float v) {
+    out[(static_cast<size_t>(y) * w + static_cast<size_t>(x)) * static_cast<size_t>(c) +
+        static_cast<size_t>(k)] = static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+  });
   return tensor;
 }
 
 Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessConfig& p) {
-  auto view = ResizeAndCrop(image, p);
-  if (!view.ok()) return view.status();
-  const DecodedImage* current = &view->source(image);
-  const int out_w = view->width, out_h = view->height, left = view->left, top = view->top;
-  const int c = current->channels;
-  Tensor tensor = Tensor::Uninitialized(DataType::kFp32, {c, out_h, out_w});
+  auto g = GeometryOf(image, p);
+  if (!g.ok()) return g.status();
+  const int c = image.channels;
+  Tensor tensor = Tensor::Uninitialized(DataType::kFp32, {c, g->height, g->width});
   float* out = tensor.mutable_values<float>().data();
+  // (v / 255 - mean) / std as one multiply-add per value.
+  float scale[3], bias[3];
   for (int k = 0; k < c; ++k) {
     const float mean = k < static_cast<int>(p.mean.size()) ? p.mean[static_cast<size_t>(k)] : 0.0f;
-    const float inv_std =
-        1.0f / (k < static_cast<int>(p.std.size()) ? p.std[static_cast<size_t>(k)] : 1.0f);
-    for (int y = 0; y < out_h; ++y) {
-      const uint8_t* row = current->pixels.data() +
-                           (static_cast<size_t>(y + top) * static_cast<size_t>(current->width) +
-                            static_cast<size_t>(left)) *
-                               static_cast<size_t>(c);
-      float* dst =
-          out + (static_cast<size_t>(k) * static_cast<size_t>(out_h) + static_cast<size_t>(y)) *
-                    static_cast<size_t>(out_w);
-      for (int x = 0; x < out_w; ++x) {
-        dst[x] =
-            (static_cast<float>(row[static_cast<size_t>(x * c + k)]) / 255.0f - mean) * inv_std;
-      }
-    }
+    const float std = k < static_cast<int>(p.std.size()) ? p.std[static_cast<size_t>(k)] : 1.0f;
+    scale[k] = 1.0f / (255.0f * std);
+    bias[k] = -mean / std;
   }
+  const size_t plane = static_cast<size_t>(g->width) * static_cast<size_t>(g->height);
+  const size_t w = static_cast<size_t>(g->width);
+  Resample(image, *g, [&](int x, int y, int k, float v) {
+    out[static_cast<size_t>(k) * plane + static_cast<size_t>(y) * w + static_cast<size_t>(x)] =
+        v * scale[k] + bias[k];
+  });
   return tensor;
 }
 

@@ -6,6 +6,7 @@
 #include <spng.h>
 #include <turbojpeg.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -152,9 +153,10 @@ TEST(PreprocessTest, NormalisesToChwWithoutResizingWhenTheSizeFits) {
   ASSERT_TRUE(tensor.ok());
   EXPECT_EQ(tensor->shape(), (Shape{1, 2, 2}));
   auto v = tensor->values<float>();
-  EXPECT_FLOAT_EQ(v[0], (0.0f - 0.2f) / 0.5f);
-  EXPECT_FLOAT_EQ(v[1], (0.2f - 0.2f) / 0.5f);
-  EXPECT_FLOAT_EQ(v[3], (1.0f - 0.2f) / 0.5f);
+  // (v / 255 - mean) / std, computed as one multiply-add: equal to a few float roundings.
+  EXPECT_NEAR(v[0], (0.0f - 0.2f) / 0.5f, 1e-6);
+  EXPECT_NEAR(v[1], (0.2f - 0.2f) / 0.5f, 1e-6);
+  EXPECT_NEAR(v[3], (1.0f - 0.2f) / 0.5f, 1e-6);
 }
 
 TEST(PreprocessTest, ResizesTheShorterSideThenCropsTheCentre) {
@@ -221,6 +223,97 @@ TEST(PreprocessTest, Uint8KeepsThePixelsOfTheResizedCentreCropAsHwc) {
   }
   p.crop = 3;
   EXPECT_EQ(PreprocessImageUint8(image, p).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ImageTest, JpegDecodesAtTheSmallestDctScaleKeepingTheResizeTarget) {
+  const std::string jpeg = EncodeJpeg(Gradient(640, 480, 3), 640, 480);
+  auto full = DecodeImage(jpeg, 3);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->width, 640);
+  EXPECT_EQ(full->height, 480);
+  // 256: 5/8 gives 400x300 (3/8 would give 240x180, under 256).
+  auto scaled = DecodeImage(jpeg, 3, {}, 256);
+  ASSERT_TRUE(scaled.ok());
+  EXPECT_EQ(scaled->width, 400);
+  EXPECT_EQ(scaled->height, 300);
+  EXPECT_EQ(scaled->full_width, 640);
+  EXPECT_EQ(scaled->full_height, 480);
+  EXPECT_EQ(scaled->pixels.size(), size_t{400 * 300 * 3});
+  auto eighth = DecodeImage(jpeg, 3, {}, 40);  // The smallest scale there is.
+  ASSERT_TRUE(eighth.ok());
+  EXPECT_EQ(eighth->width, 80);
+  EXPECT_EQ(eighth->height, 60);
+  auto larger = DecodeImage(jpeg, 3, {}, 600);  // Larger than the image: never upscaled.
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(larger->width, 640);
+  // PNGs have no DCT: always full size.
+  auto png =
+      DecodeImage(EncodePng(Gradient(64, 48, 3), 64, 48, SPNG_COLOR_TYPE_TRUECOLOR), 3, {}, 8);
+  ASSERT_TRUE(png.ok());
+  EXPECT_EQ(png->width, 64);
+}
+
+TEST(PreprocessTest, AScaledDecodeKeepsTheFullSizeGeometry) {
+  // A smooth image, resized to 64 and cropped to 48 from the full decode and from the 3/8
+  // decode: the resize target comes from the image's own size, so the same pixels are kept.
+  std::vector<uint8_t> rgb(512 * 384 * 3);
+  for (int y = 0; y < 384; ++y) {
+    for (int x = 0; x < 512; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        rgb[static_cast<size_t>((y * 512 + x) * 3 + c)] =
+            static_cast<uint8_t>(128 + 100 * std::sin(x / 40.0 + c) * std::cos(y / 50.0));
+      }
+    }
+  }
+  const std::string jpeg = EncodeJpeg(rgb, 512, 384);
+  ImagePreprocessConfig p{64, 48, 3, {}, {}};
+  auto full = DecodeImage(jpeg, 3);
+  auto scaled = DecodeImage(jpeg, 3, {}, DecodeMinSide(p));
+  ASSERT_TRUE(full.ok() && scaled.ok());
+  EXPECT_LT(scaled->width, 512);
+  auto a = PreprocessImage(*full, p);
+  auto b = PreprocessImage(*scaled, p);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->shape(), (Shape{3, 48, 48}));
+  EXPECT_EQ(b->shape(), a->shape());
+  auto av = a->values<float>();
+  auto bv = b->values<float>();
+  double worst = 0;
+  for (size_t i = 0; i < av.size(); ++i) worst = std::max(worst, std::abs(double{av[i] - bv[i]}));
+  EXPECT_LT(worst * 255, 4.0);  // Within a few 8-bit steps: the same place, filtered alike.
+}
+
+TEST(PreprocessTest, DownscalingAveragesEverySourcePixel) {
+  // One-pixel black and white columns, downscaled 4x: a filter that skips source pixels (plain
+  // bilinear samples two of every four) gives solid black or white; PIL's widened filter, grey.
+  DecodedImage stripes{64, 16, 1, std::vector<uint8_t>(64 * 16)};
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 64; x += 2) stripes.pixels[static_cast<size_t>(y * 64 + x)] = 255;
+  }
+  auto t = PreprocessImage(stripes, ImagePreprocessConfig{4, 0, 1, {}, {}});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->shape(), (Shape{1, 4, 16}));
+  for (float v : t->values<float>()) EXPECT_NEAR(v, 0.5f, 0.05f);
+  auto u8 = PreprocessImageUint8(stripes, ImagePreprocessConfig{4, 0, 1, {}, {}});
+  ASSERT_TRUE(u8.ok());
+  for (uint8_t v : u8->values<uint8_t>()) EXPECT_NEAR(v, 128, 13);
+}
+
+TEST(PreprocessTest, GeometryFollowsTorchvision) {
+  // Resize truncates the longer side (torchvision: int(256 * 500 / 375) = 341, not 341.33
+  // rounded) and CenterCrop rounds its offset half to even.
+  DecodedImage image{110, 150, 1, std::vector<uint8_t>(110 * 150, 7)};
+  auto t = PreprocessImageUint8(image, ImagePreprocessConfig{40, 0, 1, {}, {}});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->shape(), (Shape{54, 40, 1}));  // 40 * 150 / 110 = 54.5.
+  DecodedImage wide{53, 32, 1, std::vector<uint8_t>(53 * 32)};
+  for (int y = 0; y < 32; ++y) {
+    for (int x = 0; x < 53; ++x)
+      wide.pixels[static_cast<size_t>(y * 53 + x)] = static_cast<uint8_t>(x);
+  }
+  auto crop = PreprocessImageUint8(wide, ImagePreprocessConfig{0, 32, 1, {}, {}});
+  ASSERT_TRUE(crop.ok());
+  EXPECT_EQ(crop->values<uint8_t>()[0], 10);  // round(21 / 2) = round(10.5) = 10.
 }
 
 TEST(Base64Test, RoundTripsAndRejectsBadInput) {

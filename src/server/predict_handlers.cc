@@ -177,7 +177,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
       decoded_b64 = std::move(*decoded);
       bytes = decoded_b64;
     }
-    auto pixels = DecodeImage(bytes, preprocess.channels, limits_);
+    auto pixels = DecodeImage(bytes, preprocess.channels, limits_, DecodeMinSide(preprocess));
     if (!pixels.ok()) return respond(HttpResponse::Error(pixels.status()));
     // The base64-decoded bytes, the pixels and the fp32 tensor made from them (four bytes a
     // pixel value); the body (or its copy here) is counted from its header.
