@@ -23,6 +23,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -135,12 +136,33 @@ class Server:
 
 
 class Sluice(Server):
-    def __init__(self, work, args, endpoint):
-        super().__init__(f"sluice-{endpoint}", endpoint, work)
+    """Sluice on `endpoint`, serving the model's config as exported or, with `precision`, a copy
+    of its directory (links to its files) whose config pins that precision."""
+
+    def __init__(self, work, args, endpoint, precision=None):
+        super().__init__(f"sluice-{endpoint}" + (f"-{precision}" if precision else ""),
+                         endpoint, work)
         self.args = args
+        self.repository = args.models
+        if precision:
+            self.repository = os.path.join(work, f"repo-{precision}")
+            source = os.path.abspath(os.path.join(args.models, args.model))
+            target = os.path.join(self.repository, args.model)
+            os.makedirs(target, exist_ok=True)
+            for name in os.listdir(source):
+                if name != "config.yaml" and not os.path.exists(os.path.join(target, name)):
+                    os.symlink(os.path.join(source, name), os.path.join(target, name))
+            with open(os.path.join(source, "config.yaml")) as f:
+                text = f.read()
+            text, n = re.subn(r"^precision: \w+\n(precision_auto:.*\n(  .*\n)*)?",
+                              f"precision: {precision}\n", text, flags=re.M)
+            if n != 1:
+                raise RuntimeError(f"{source}/config.yaml: no precision line to pin")
+            with open(os.path.join(target, "config.yaml"), "w") as f:
+                f.write(text)
 
     def start(self):
-        self.spawn([self.args.sluice, "serve", "--model-repository", self.args.models,
+        self.spawn([self.args.sluice, "serve", "--model-repository", self.repository,
                     "--model", self.args.model, "--port", str(self.port), "--host", "127.0.0.1"])
         wait_http(f"http://127.0.0.1:{self.port}/v2/health/ready", 300, self.proc)
 
@@ -229,18 +251,28 @@ def main():
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--servers", default="sluice-predict,sluice-predictions,litserve,torchserve")
+    parser.add_argument("--servers", default="sluice-predict,sluice-predictions,litserve,torchserve",
+                        help="litserve, torchserve, sluice-predict or sluice-predictions (the "
+                        "config as exported), each Sluice one with -fp32, -bf16 or -int8 to pin "
+                        "that precision")
     parser.add_argument("--out", help="CSV of every measurement")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-vision-peers-")
     image = args.image or os.path.join(work, "photo.jpg")
     if not args.image:
         make_image(image)
-    makers = {"sluice-predict": lambda: Sluice(work, args, "predict"),
-              "sluice-predictions": lambda: Sluice(work, args, "predictions"),
-              "litserve": lambda: LitServe(work, args),
-              "torchserve": lambda: TorchServe(work, args)}
-    servers = [makers[name]() for name in args.servers.split(",")]
+    def make(name):
+        if name == "litserve":
+            return LitServe(work, args)
+        if name == "torchserve":
+            return TorchServe(work, args)
+        match = re.fullmatch(r"sluice-(predict|predictions)(?:-(fp32|bf16|int8))?", name)
+        if not match:
+            sys.exit(f"unknown server {name!r}: litserve, torchserve, "
+                     "sluice-{predict,predictions}[-{fp32,bf16,int8}]")
+        return Sluice(work, args, match.group(1), match.group(2))
+
+    servers = [make(name) for name in args.servers.split(",")]
     rows = []
     try:
         for r in range(args.rounds):
@@ -266,13 +298,14 @@ def main():
     print("\nmedian good answers/s over rounds")
     names = [s.name for s in servers]
     levels = sorted({row["connections"] for row in rows})
-    print("| connections | " + " | ".join(names) + " | best Sluice / best peer |")
+    print("| connections | " + " | ".join(names) + " | Sluice as exported / best peer |")
     print("|---" * (len(names) + 2) + "|")
     for c in levels:
         med = {n: statistics.median(row["good_per_s"] for row in rows
                                     if row["server"] == n and row["connections"] == c)
                for n in names}
-        ours = max((v for n, v in med.items() if n.startswith("sluice")), default=0)
+        ours = max((v for n, v in med.items()
+                    if re.fullmatch(r"sluice-(predict|predictions)", n)), default=0)
         peers = max((v for n, v in med.items() if not n.startswith("sluice")), default=0)
         ratio = f"{ours / peers:.2f}" if peers else "n/a"
         print(f"| {c} | " + " | ".join(f"{med[n]:.1f}" for n in names) + f" | {ratio} |")

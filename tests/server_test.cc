@@ -680,6 +680,38 @@ TEST(ServerLifecycleTest, ModelThatFailsToLoadLeavesTheServerUp) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+TEST(ServerLifecycleTest, PrecisionAutoServesTheExportersChoiceAndNamesIt) {
+  // tiny_cnn_aot's packages under a config that says precision: auto, chosen int8.
+  std::string dir = testing::TempDir() + "/auto-repo-" + std::to_string(getpid());
+  const std::string src = std::string(SLUICE_TEST_MODELS) + "/tiny_cnn_aot";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/cnn && ln -s " + src + "/model.pt2 " +
+               src + "/model_int8.pt2 " + dir + "/cnn/")
+                  .c_str());
+  std::ofstream(dir + "/cnn/config.yaml")
+      << ReadFile(src + "/config.yaml")
+      << "precision: auto\nprecision_auto:\n  chosen: int8\n  note: \"2.0x fp32, top-1 99.5%\"\n";
+  ServerProcess server({}, dir);
+  ASSERT_GT(server.port(), 0) << server.output();
+  EXPECT_NE(server.output().find("precision int8 (auto: 2.0x fp32, top-1 99.5%)"),
+            std::string::npos)
+      << server.output();
+  Client c(server.port());
+  Response meta = c.Request("GET", "/v2/models/cnn");
+  EXPECT_NE(meta.body.find(R"("parameters":{"precision":"int8","precision_chosen_by":"auto: )"
+                           R"(2.0x fp32, top-1 99.5%"})"),
+            std::string::npos)
+      << meta.body;
+  std::string zeros;
+  for (int i = 0; i < 3 * 16 * 16; ++i) zeros += i ? ",0" : "0";
+  Response infer =
+      c.Request("POST", "/v2/models/cnn/infer",
+                R"({"inputs":[{"name":"input","shape":[1,3,16,16],"datatype":"FP32","data":[)" +
+                    zeros + "]}]}");
+  EXPECT_EQ(infer.status, 200) << infer.body;
+  EXPECT_EQ(server.Stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST_F(ServerTest, ModelFailureFailsOnlyTheBadRequestOfItsBatch) {
   // Four concurrent requests make one batch ("faulty" dispatches at 4); the third holds the
   // marker that makes the TorchScript model raise. The batch fails, is retried request by
@@ -1222,8 +1254,7 @@ TEST_F(ServerTest, AnswersOfBatchesOfOneLeaveFromTheInstanceAndTheConnectionCarr
       const int first = 1024 * answers;
       EXPECT_NE(body.find(R"("shape":[64,16])"), std::string::npos);
       EXPECT_NE(body.find(fmt::format("[{},", first)), std::string::npos) << answers;
-      EXPECT_NE(body.find(fmt::format(",{}]", first + 64 * 16 - 1)), std::string::npos)
-          << answers;
+      EXPECT_NE(body.find(fmt::format(",{}]", first + 64 * 16 - 1)), std::string::npos) << answers;
       ++answers;
       at = head_end + 4 + length;
     }
@@ -1244,8 +1275,8 @@ TEST_F(ServerTest, AnswersOfBatchesOfOneLeaveFromTheInstanceAndTheConnectionCarr
   EXPECT_TRUE(once.ClosedByServer());
 
   Client closing(port());
-  Response last =
-      closing.Request("POST", "/v2/models/identity/infer", IdentityJson(9), "Connection: close\r\n");
+  Response last = closing.Request("POST", "/v2/models/identity/infer", IdentityJson(9),
+                                  "Connection: close\r\n");
   EXPECT_EQ(last.status, 200);
   EXPECT_TRUE(last.closed);
   EXPECT_TRUE(closing.ClosedByServer());

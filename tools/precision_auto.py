@@ -166,7 +166,7 @@ def choose(rows):
 
 def note_of(row, held_out_name, count):
     text = (f"{row['precision']}: {row['speed_vs_fp32']:.2f}x fp32's samples/s at batch "
-            f"{TIMING_BATCH}, top-1 agreement {100 * row['top1_agreement']:.1f}% on {count} "
+            f"{TIMING_BATCH}, top-1 agreement {100 * row['top1_agreement']:.1f}% on {count:,} "
             f"{held_out_name}")
     if "accuracy" in row:
         text += f", accuracy {100 * row['accuracy']:.2f}%"

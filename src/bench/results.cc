@@ -74,8 +74,10 @@ void WriteModelConfigJson(JsonWriter& json, const ModelConfig& c) {
       .Field("device", c.instances.device)
       .Field("threads", c.instances.threads)
       .EndObject()
-      .Field("precision", PrecisionName(c.precision))
-      .Key("optimize")
+      .Field("precision", PrecisionName(c.precision));
+  // The report's configuration table shows it: how `precision: auto` chose.
+  if (!c.precision_auto_note.empty()) json.Field("precision_auto", c.precision_auto_note);
+  json.Key("optimize")
       .BeginObject()
       .Field("freeze", c.optimize.freeze)
       .Field("channels_last", c.optimize.channels_last)

@@ -2,9 +2,9 @@
 // preprocessing a model's config asks for: resize the shorter side, centre-crop, scale to [0, 1],
 // normalise per channel, and lay out as CHW floats.
 //
-// A JPEG is decoded at the smallest of libjpeg-turbo's DCT scales (2/1 ... 1/8, in eighths) that
-// keeps the shorter side at or above the resize target: a 4000 x 3000 photo for a 256-pixel
-// resize decodes at 1/8, 64 times fewer pixels. The resize is PIL's bilinear filter (the one
+// A JPEG is decoded at the smallest of libjpeg-turbo's DCT scales 1/2, 1/4 and 1/8 that keeps the
+// shorter side at or above the resize target: a 4032 x 3024 photo for a 256-pixel resize decodes
+// at 1/8, 64 times fewer pixels to inverse-transform, colour-convert and resize. The resize is PIL's bilinear filter (the one
 // torchvision's Resize runs on PIL images: its support widens with the downscale, so nothing
 // aliases), computed only for the pixels the centre crop keeps, with the crop, the scaling and the
 // normalisation in the same pass: one pass over the rows the crop needs, vertical taps into a row

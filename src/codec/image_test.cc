@@ -231,14 +231,19 @@ TEST(ImageTest, JpegDecodesAtTheSmallestDctScaleKeepingTheResizeTarget) {
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->width, 640);
   EXPECT_EQ(full->height, 480);
-  // 256: 5/8 gives 400x300 (3/8 would give 240x180, under 256).
-  auto scaled = DecodeImage(jpeg, 3, {}, 256);
+  // 200: 1/2 gives 320x240 (1/4 would give 160x120, under 200).
+  auto scaled = DecodeImage(jpeg, 3, {}, 200);
   ASSERT_TRUE(scaled.ok());
-  EXPECT_EQ(scaled->width, 400);
-  EXPECT_EQ(scaled->height, 300);
+  EXPECT_EQ(scaled->width, 320);
+  EXPECT_EQ(scaled->height, 240);
   EXPECT_EQ(scaled->full_width, 640);
   EXPECT_EQ(scaled->full_height, 480);
-  EXPECT_EQ(scaled->pixels.size(), size_t{400 * 300 * 3});
+  EXPECT_EQ(scaled->pixels.size(), size_t{320 * 240 * 3});
+  // 256: 1/2 would give 240 rows; the other scales (5/8: 300 rows) have no fast inverse DCT, so
+  // the whole image is decoded.
+  auto whole = DecodeImage(jpeg, 3, {}, 256);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->width, 640);
   auto eighth = DecodeImage(jpeg, 3, {}, 40);  // The smallest scale there is.
   ASSERT_TRUE(eighth.ok());
   EXPECT_EQ(eighth->width, 80);
@@ -254,7 +259,7 @@ TEST(ImageTest, JpegDecodesAtTheSmallestDctScaleKeepingTheResizeTarget) {
 }
 
 TEST(PreprocessTest, AScaledDecodeKeepsTheFullSizeGeometry) {
-  // A smooth image, resized to 64 and cropped to 48 from the full decode and from the 3/8
+  // A smooth image, resized to 64 and cropped to 48 from the full decode and from the 1/4
   // decode: the resize target comes from the image's own size, so the same pixels are kept.
   std::vector<uint8_t> rgb(512 * 384 * 3);
   for (int y = 0; y < 384; ++y) {

@@ -1,0 +1,133 @@
+// An image request's stages before the model, per image, for ResNet-18's preprocessing (shorter
+// side resized to 256, centre crop 224, ImageNet normalisation, CHW floats):
+//   BM_Decode/W/H/S:     DecodeImage of a W x H JPEG (quality 90, 4:2:0, what cameras and
+//                        browsers write); S = 1 lets it decode at a reduced DCT scale (what the
+//                        server does), S = 0 decodes every pixel.
+//   BM_Preprocess/W/H/S: PreprocessImage of that decode (resize + crop + normalise).
+//   BM_Png/W/H:          DecodeImage + PreprocessImage of a W x H PNG (no DCT to scale).
+// The pictures are synthetic photographs: smooth shading, a texture and hard-edged shapes, so the
+// entropy decoder does a photograph's work.
+#include <benchmark/benchmark.h>
+#include <spng.h>
+#include <turbojpeg.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codec/image.h"
+
+namespace sluice {
+namespace {
+
+std::vector<uint8_t> Photo(int width, int height) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const double u = static_cast<double>(x) / width, v = static_cast<double>(y) / height;
+      const bool disc = (u - 0.6) * (u - 0.6) + (v - 0.4) * (v - 0.4) < 0.04;
+      const bool box = u > 0.1 && u < 0.35 && v > 0.55 && v < 0.9;
+      for (int c = 0; c < 3; ++c) {
+        double value = 90 + 60 * u + 40 * v * c + 12 * std::sin(x * 0.37 + c) * std::cos(y * 0.29);
+        if (disc) value = 200 - 30 * c + 8 * std::sin(x * 0.9);
+        if (box) value = 40 + 50 * c;
+        value += static_cast<double>((x * 7919 + y * 104729 + c * 31) % 17) - 8;  // Grain.
+        rgb[(static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)) * 3 +
+            static_cast<size_t>(c)] = static_cast<uint8_t>(std::clamp(value, 0.0, 255.0));
+      }
+    }
+  }
+  return rgb;
+}
+
+const std::string& Jpeg(int width, int height) {
+  static std::map<std::pair<int, int>, std::string> cache;
+  auto& jpeg = cache[{width, height}];
+  if (jpeg.empty()) {
+    const std::vector<uint8_t> rgb = Photo(width, height);
+    tjhandle handle = tjInitCompress();
+    unsigned char* out = nullptr;
+    unsigned long size = 0;
+    tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0);
+    jpeg.assign(reinterpret_cast<const char*>(out), size);
+    tjFree(out);
+    tjDestroy(handle);
+  }
+  return jpeg;
+}
+
+std::string Png(int width, int height) {
+  const std::vector<uint8_t> rgb = Photo(width, height);
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<uint32_t>(width);
+  ihdr.height = static_cast<uint32_t>(height);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  spng_set_ihdr(ctx, &ihdr);
+  spng_encode_image(ctx, rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+  size_t size = 0;
+  int err = 0;
+  void* buffer = spng_get_png_buffer(ctx, &size, &err);
+  std::string png(static_cast<const char*>(buffer), size);
+  std::free(buffer);
+  spng_ctx_free(ctx);
+  return png;
+}
+
+ImagePreprocessConfig ResNet() {
+  return {256, 224, 3, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+}
+
+void BM_Decode(benchmark::State& state) {
+  const std::string& jpeg =
+      Jpeg(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const int min_side = state.range(2) ? DecodeMinSide(ResNet()) : 0;
+  for (auto _ : state) {
+    auto image = DecodeImage(jpeg, 3, {}, min_side);
+    if (!image.ok()) state.SkipWithError(image.status().message().c_str());
+    benchmark::DoNotOptimize(image);
+  }
+}
+
+void BM_Preprocess(benchmark::State& state) {
+  const std::string& jpeg =
+      Jpeg(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  auto image = DecodeImage(jpeg, 3, {}, state.range(2) ? DecodeMinSide(ResNet()) : 0);
+  if (!image.ok()) return state.SkipWithError(image.status().message().c_str());
+  for (auto _ : state) {
+    auto tensor = PreprocessImage(*image, ResNet());
+    if (!tensor.ok()) state.SkipWithError(tensor.status().message().c_str());
+    benchmark::DoNotOptimize(tensor);
+  }
+}
+
+void BM_Png(benchmark::State& state) {
+  const std::string png = Png(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  for (auto _ : state) {
+    auto image = DecodeImage(png, 3);
+    if (!image.ok()) return state.SkipWithError(image.status().message().c_str());
+    auto tensor = PreprocessImage(*image, ResNet());
+    benchmark::DoNotOptimize(tensor);
+  }
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  for (auto [w, h] : {std::pair{500, 375}, std::pair{1920, 1080}, std::pair{4032, 3024}}) {
+    for (int scaled : {0, 1}) b->Args({w, h, scaled});
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_Decode)->Apply(Sizes);
+BENCHMARK(BM_Preprocess)->Apply(Sizes);
+BENCHMARK(BM_Png)->Args({500, 375})->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace sluice
+
+BENCHMARK_MAIN();
