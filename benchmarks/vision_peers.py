@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -210,7 +211,12 @@ class TorchServe(Server):
         wait_http(f"http://127.0.0.1:{self.port}/ping", 300, self.proc)
         url = (f"http://127.0.0.1:{self.management}/models?url={self.args.model}.mar"
                "&batch_size=64&max_batch_delay=2&initial_workers=1&synchronous=true")
-        wait_http(url, 300, self.proc, method="POST", data=b"")
+        try:  # Synchronous: answers once the worker has loaded the model, or failed to.
+            urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"),
+                                   timeout=300).read()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"TorchServe refused the model: {e.read().decode()[:500]} "
+                               f"(log: {self.log.name})") from None
 
 
 def measure(server, args, image, results_dir):

@@ -32,6 +32,7 @@ GPU (--device cuda, on a machine with a GPU): resnet18_gpu, the same weights for
 (docs/GPU.md).
 
 Usage: tools/export_models.py --out models [--only NAME ...] [--force] [--isa avx2]
+       tools/export_models.py --out models --choose-precision   (measure precision: auto again)
        tools/export_models.py --device cuda --out models
        tools/export_models.py --test --out build/test-models
 """
@@ -276,10 +277,21 @@ def export_resnet18_packages(model, model_dir, reference_x):
     export_packages(model.eval(), model_dir, (torch.randn(2, 3, 224, 224, generator=generator),),
                     ([("input", reference_x)], ["logits"]), sluice_export.PRECISIONS, 64,
                     calibration)
-    precision_auto.select(model_dir,
-                          resnet18_natural_images(RESNET18_HELD_OUT_IMAGES,
-                                                  RESNET18_HELD_OUT_SEED),
-                          "held-out synthetic natural images")
+    choose_precision(model_dir, "resnet18")
+
+
+def choose_precision(model_dir, name):
+    """precision: auto's measurement on the packages in `model_dir` (tools/precision_auto.py)."""
+    if name == "resnet18":
+        precision_auto.select(model_dir,
+                              resnet18_natural_images(RESNET18_HELD_OUT_IMAGES,
+                                                      RESNET18_HELD_OUT_SEED),
+                              "held-out synthetic natural images",
+                              [1 / 255 / s for s in IMAGENET_STD])
+    else:
+        test_x, test_y = load_fashion("test")
+        precision_auto.select(model_dir, test_x, "Fashion-MNIST test images",
+                              [1 / 255 / FASHION_STD], labels=test_y)
 
 
 # --- fashion_mnist ---------------------------------------------------------------------------
@@ -433,8 +445,7 @@ def export_fashion_packages(model, model_dir, train_x, reference_x):
     calibration = [(train_x[order[i:i + 64]],) for i in range(0, len(order), 64)]
     export_packages(model.eval(), model_dir, (train_x[:2],), ([("input", reference_x)], ["logits"]),
                     sluice_export.PRECISIONS, 64, calibration)
-    test_x, test_y = load_fashion("test")
-    precision_auto.select(model_dir, test_x, "Fashion-MNIST test images", labels=test_y)
+    choose_precision(model_dir, "fashion_mnist")
 
 
 # --- test models -----------------------------------------------------------------------------
@@ -560,6 +571,9 @@ def main():
                         help="rewrite only the AOTInductor packages (and their references) from "
                              "the existing model.pt: packages are compiled for the exporting CPU, "
                              "so a repository moved to another machine needs this")
+    parser.add_argument("--choose-precision", action="store_true",
+                        help="only measure the existing packages again and rewrite precision: "
+                             "auto's choice (config.yaml, precision_auto.json)")
     parser.add_argument("--isa", choices=sorted(sluice_export.TARGET_ISAS), default="native",
                         help="instruction set the packages are compiled for: native (this CPU), "
                              "or avx2 / avx512 for any x86-64 CPU with them (images, clusters)")
@@ -578,6 +592,9 @@ def main():
         export_test_models(args.out)
         return
     for name in args.only or ["resnet18", "fashion_mnist"]:
+        if args.choose_precision:
+            choose_precision(os.path.join(args.out, name), name)
+            continue
         if args.packages_only:
             export_packages_only(args.out, name)
             continue
