@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 SLUICE := $(BUILD_DIR)/sluice
 
-.PHONY: all deps configure build image test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro bench-python accuracy models clean format
+.PHONY: all deps configure build image test test-asan test-tsan check-thread-safety fuzz soak demo bench bench-batched bench-micro bench-python bench-peers accuracy models clean format
 
 all: build
 
@@ -127,6 +127,14 @@ bench-python: build models
 	$(PYTHON) benchmarks/python_compare.py --model fashion_mnist --batch-size 64 --iters 40 \
 	  --rounds 3
 	$(PYTHON) benchmarks/python_compare.py --model resnet18 --batch-size 32 --iters 4 --rounds 3 --precisions fp32,int8
+
+# ResNet-18 over HTTP beside LitServe and TorchServe (same model file, same JPEG, same client),
+# then the CPU's arithmetic peaks and the convolutions' fraction of them.
+bench-peers: build models
+	$(PYTHON) benchmarks/vision_peers.py --sluice $(SLUICE) --models $(MODELS) \
+	  --connections 1,8,64 --duration 10 --warmup 3 --rounds 2
+	$(PYTHON) benchmarks/vision_peak_fraction.py --sluice $(SLUICE) \
+	  --peak $(BUILD_DIR)/machine_peak --models $(MODELS)
 
 # Fashion-MNIST test accuracy of each fashion_mnist package through /predictions on a real server
 # (fp32 must equal the training figure; bf16 and int8 within 1 point of it).

@@ -17,8 +17,11 @@ repo=$(mktemp -d)
 mkdir "$repo/fashion_mnist"
 for f in "$repository"/fashion_mnist/*; do ln -s "$(realpath "$f")" "$repo/fashion_mnist/"; done
 rm "$repo/fashion_mnist/config.yaml"
-sed "s/^precision: .*/precision: $precision/" "$repository/fashion_mnist/config.yaml" \
-  >"$repo/fashion_mnist/config.yaml"
+# The precision pinned; precision: auto's record of its choice (precision_auto:, indented lines
+# under it) dropped with it.
+sed -e "s/^precision: .*/precision: $precision/" \
+  -e '/^precision_auto:/,/^[^ ]/{/^precision_auto:/d;/^ /d}' \
+  "$repository/fashion_mnist/config.yaml" >"$repo/fashion_mnist/config.yaml"
 
 . "$(dirname "$0")/lib/serve.sh"
 start_server "$sluice" --model-repository "$repo"

@@ -328,4 +328,41 @@ Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessC
   return tensor;
 }
 
+Result<Tensor> PreprocessPixels(const Tensor& pixels, const ImagePreprocessConfig& p) {
+  const Shape& shape = pixels.shape();
+  if (pixels.dtype() != DataType::kUInt8 || shape.size() != 4 || shape[3] != p.channels) {
+    return Status::InvalidArgument(
+        fmt::format("raw pixels are UINT8 [batch, height, width, {}], not {} {}", p.channels,
+                    DataTypeName(pixels.dtype()), ShapeToString(shape)));
+  }
+  if (shape[0] < 1 || shape[1] < 1 || shape[2] < 1) {
+    return Status::InvalidArgument(
+        fmt::format("raw pixels of shape {} hold no image", ShapeToString(shape)));
+  }
+  DecodedImage image;
+  image.width = static_cast<int>(shape[2]);
+  image.height = static_cast<int>(shape[1]);
+  image.channels = p.channels;
+  const size_t sample_bytes =
+      static_cast<size_t>(shape[1]) * static_cast<size_t>(shape[2]) * static_cast<size_t>(shape[3]);
+  const auto* bytes = static_cast<const uint8_t*>(pixels.data());
+  Tensor out;
+  size_t out_sample = 0;
+  for (int64_t n = 0; n < shape[0]; ++n) {
+    const uint8_t* sample = bytes + static_cast<size_t>(n) * sample_bytes;
+    image.pixels.assign(sample, sample + sample_bytes);
+    auto one = PreprocessImage(image, p);
+    if (!one.ok()) return one.status();
+    if (n == 0) {
+      Shape batch = one->shape();
+      batch.insert(batch.begin(), shape[0]);
+      out = Tensor::Uninitialized(DataType::kFp32, batch);
+      out_sample = one->byte_size();
+    }
+    std::memcpy(static_cast<uint8_t*>(out.mutable_data()) + static_cast<size_t>(n) * out_sample,
+                one->data(), out_sample);
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -4,11 +4,11 @@
 //
 // A JPEG is decoded at the smallest of libjpeg-turbo's DCT scales 1/2, 1/4 and 1/8 that keeps the
 // shorter side at or above the resize target: a 4032 x 3024 photo for a 256-pixel resize decodes
-// at 1/8, 64 times fewer pixels to inverse-transform, colour-convert and resize. The resize is PIL's bilinear filter (the one
-// torchvision's Resize runs on PIL images: its support widens with the downscale, so nothing
-// aliases), computed only for the pixels the centre crop keeps, with the crop, the scaling and the
-// normalisation in the same pass: one pass over the rows the crop needs, vertical taps into a row
-// of floats, horizontal taps straight into the output tensor.
+// at 1/8, 64 times fewer pixels to inverse-transform, colour-convert and resize. The resize is
+// PIL's bilinear filter (the one torchvision's Resize runs on PIL images: its support widens with
+// the downscale, so nothing aliases), computed only for the pixels the centre crop keeps, with the
+// crop, the scaling and the normalisation in the same pass: one pass over the rows the crop needs,
+// vertical taps into a row of floats, horizontal taps straight into the output tensor.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +58,10 @@ Result<Tensor> PreprocessImage(const DecodedImage& image, const ImagePreprocessC
 // normalised on the GPU) is given.
 Result<Tensor> PreprocessImageUint8(const DecodedImage& image,
                                     const ImagePreprocessConfig& preprocess);
+
+// Raw pixels sent as a tensor: a UINT8 [N, H, W, C] batch (any H and W, C = preprocess.channels)
+// for a model whose input is an FP32 image (preprocess.image). Each sample is resized, cropped
+// and normalised as a decoded image is; the result is FP32 [N, C, h, w].
+Result<Tensor> PreprocessPixels(const Tensor& pixels, const ImagePreprocessConfig& preprocess);
 
 }  // namespace sluice

@@ -13,6 +13,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "codec/image.h"
 #include "common/half.h"
 #include "common/json_writer.h"
 
@@ -262,6 +263,35 @@ Status CheckV2InputShape(const TensorSpec& spec, const Shape& shape, const V2Lim
   return Status::Ok();
 }
 
+const TensorSpec& WireSpec(const ModelConfig& config, const TensorSpec& spec,
+                           std::string_view datatype, TensorSpec& pixels) {
+  if (!config.preprocess_image || spec.datatype != DataType::kFp32 || datatype != "UINT8" ||
+      config.inputs.size() != 1) {
+    return spec;
+  }
+  pixels = TensorSpec{spec.name, DataType::kUInt8, {-1, -1, config.preprocess_image->channels}};
+  return pixels;
+}
+
+Result<Tensor> FinishV2Input(const ModelConfig& config, const TensorSpec& spec,
+                             const TensorSpec& wire, Tensor parsed) {
+  if (&wire == &spec) return parsed;
+  auto tensor = PreprocessPixels(parsed, *config.preprocess_image);
+  if (!tensor.ok()) {
+    return Invalid(fmt::format("input '{}': {}", spec.name, tensor.status().message()));
+  }
+  Shape sample(tensor->shape().begin() + 1, tensor->shape().end());
+  bool fits = sample.size() == spec.shape.size();
+  for (size_t d = 0; fits && d < sample.size(); ++d) {
+    fits = spec.shape[d] < 0 || spec.shape[d] == sample[d];
+  }
+  if (!fits) {
+    return Invalid(fmt::format("input '{}': the preprocessed pixels are {} but the model takes {}",
+                               spec.name, ShapeToString(sample), ShapeToString(spec.shape)));
+  }
+  return tensor;
+}
+
 Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_view binary,
                                            const ModelConfig& config, const V2Limits& limits) {
   thread_local simdjson::dom::parser parser;
@@ -333,16 +363,18 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
         if (fields["datatype"].get_string().get(datatype)) {
           return Invalid(fmt::format("input '{}': \"datatype\" is missing", spec->name));
         }
-        SLUICE_RETURN_IF_ERROR(CheckV2InputDatatype(*spec, datatype));
+        TensorSpec pixels;
+        const TensorSpec& wire = WireSpec(config, *spec, datatype, pixels);
+        SLUICE_RETURN_IF_ERROR(CheckV2InputDatatype(wire, datatype));
         element shape_value;
         if (fields["shape"].get(shape_value)) {
           return Invalid(fmt::format("input '{}': \"shape\" is missing", spec->name));
         }
         auto shape = ReadShape(shape_value, spec->name);
         if (!shape.ok()) return shape.status();
-        SLUICE_RETURN_IF_ERROR(CheckV2InputShape(*spec, *shape, limits));
+        SLUICE_RETURN_IF_ERROR(CheckV2InputShape(wire, *shape, limits));
         const int64_t count = *ElementCount(*shape);
-        const size_t bytes = static_cast<size_t>(count) * DataTypeSize(spec->datatype);
+        const size_t bytes = static_cast<size_t>(count) * DataTypeSize(wire.datatype);
 
         element size_value;
         if (!fields["parameters"]["binary_data_size"].get(size_value)) {
@@ -357,7 +389,7 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
             return Invalid(fmt::format(
                 "input '{}': binary_data_size {} but shape {} of {} needs "
                 "{} bytes",
-                spec->name, size, ShapeToString(*shape), DataTypeName(spec->datatype), bytes));
+                spec->name, size, ShapeToString(*shape), DataTypeName(wire.datatype), bytes));
           }
           if (binary.size() - binary_offset < size) {
             return Invalid(
@@ -365,10 +397,12 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
                             "JSON header, {} needed",
                             spec->name, binary.size() - binary_offset, size));
           }
-          Tensor tensor = Tensor::Uninitialized(spec->datatype, *shape);
+          Tensor tensor = Tensor::Uninitialized(wire.datatype, *shape);
           std::memcpy(tensor.mutable_data(), binary.data() + binary_offset, bytes);
           binary_offset += size;
-          request.inputs[index] = std::move(tensor);
+          auto finished = FinishV2Input(config, *spec, wire, std::move(tensor));
+          if (!finished.ok()) return finished.status();
+          request.inputs[index] = std::move(*finished);
         } else {
           element data;
           if (fields["data"].get(data)) {
@@ -385,9 +419,11 @@ Result<V2InferRequest> ParseV2InferRequest(std::string_view header, std::string_
                             "request holds",
                             spec->name, ShapeToString(*shape), count));
           }
-          Tensor tensor = Tensor::Uninitialized(spec->datatype, *shape);
+          Tensor tensor = Tensor::Uninitialized(wire.datatype, *shape);
           SLUICE_RETURN_IF_ERROR(FillFromJson(data, *shape, spec->name, tensor));
-          request.inputs[index] = std::move(tensor);
+          auto finished = FinishV2Input(config, *spec, wire, std::move(tensor));
+          if (!finished.ok()) return finished.status();
+          request.inputs[index] = std::move(*finished);
         }
       }
     }

@@ -51,6 +51,16 @@ Status CheckV2InputDatatype(const TensorSpec& spec, std::string_view datatype);
 // dimensions) and the limits: kInvalidArgument or kPayloadTooLarge naming the input.
 Status CheckV2InputShape(const TensorSpec& spec, const Shape& shape, const V2Limits& limits);
 
+// The spec a client's tensor for input `spec` is read against: `spec` itself or, when the model
+// takes an FP32 image (preprocess.image) and the client sends `datatype` UINT8, raw pixels: UINT8
+// [height, width, channels] of any size, written into `pixels` and returned.
+const TensorSpec& WireSpec(const ModelConfig& config, const TensorSpec& spec,
+                           std::string_view datatype, TensorSpec& pixels);
+// The tensor the model is given for one parsed under `wire`: itself, or raw pixels resized,
+// cropped and normalised as images are (PreprocessPixels), checked against `spec`'s shape.
+Result<Tensor> FinishV2Input(const ModelConfig& config, const TensorSpec& spec,
+                             const TensorSpec& wire, Tensor parsed);
+
 // Parses a request for `config`'s model. `header` is the JSON part, `binary` the bytes after it
 // (empty without the extension). Every problem is kInvalidArgument naming the input and what is
 // wrong, or kPayloadTooLarge for tensors over `limits`.

@@ -343,6 +343,53 @@ TEST(V2CodecTest, AnOutputsBinaryDataOverridesTheRequestsEitherWay) {
   EXPECT_EQ(reverse->body.size(), reverse->json_size + 12);
 }
 
+ModelConfig ImageModel() {
+  ModelConfig c = OneInputModel(DataType::kFp32, {3, 2, 2});
+  c.preprocess_image = ImagePreprocessConfig{0, 2, 3, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
+  return c;
+}
+
+TEST(V2CodecTest, RawPixelsForAnImageModelArePreprocessedLikeImages) {
+  // Two 4x2 (HxW) RGB images as UINT8 [2, 4, 2, 3], centre-cropped to 2x2 and normalised,
+  // (v / 255 - 0.5) / 0.5, into FP32 [2, 3, 2, 2] (PreprocessImage's own tests cover resizing).
+  std::string data;
+  for (int n = 0; n < 2; ++n) {
+    for (int i = 0; i < 4 * 2 * 3; ++i) {
+      if (!data.empty()) data += ',';
+      data += n ? "255" : "0";
+    }
+  }
+  auto parsed = ParseV2InferRequest(
+      R"({"inputs":[{"name":"x","shape":[2,4,2,3],"datatype":"UINT8","data":[)" + data + "]}]}", {},
+      ImageModel());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const Tensor& x = parsed->inputs[0];
+  EXPECT_EQ(x.dtype(), DataType::kFp32);
+  EXPECT_EQ(x.shape(), (Shape{2, 3, 2, 2}));
+  auto v = x.values<float>();
+  for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(v[i], -1.0f, 1e-6);  // Black.
+  for (size_t i = 12; i < 24; ++i) EXPECT_NEAR(v[i], 1.0f, 1e-6);  // White.
+
+  // The binary extension: the same pixels as bytes.
+  std::string bytes(4 * 2 * 3, '\0');
+  auto binary =
+      ParseV2InferRequest(R"({"inputs":[{"name":"x","shape":[1,4,2,3],"datatype":"UINT8",)"
+                          R"("parameters":{"binary_data_size":24}}]})",
+                          bytes, ImageModel());
+  ASSERT_TRUE(binary.ok()) << binary.status().ToString();
+  EXPECT_EQ(binary->inputs[0].shape(), (Shape{1, 3, 2, 2}));
+
+  // Pixels with the wrong channel count, too small for the crop, or a model with no image
+  // preprocessing: each a clear error.
+  ExpectError(R"({"inputs":[{"name":"x","shape":[1,2,2,1],"datatype":"UINT8","data":[1,2,3,4]}]})",
+              ImageModel(), "shape [1, 2, 2, 1] does not match the model's [-1, -1, -1, 3]");
+  ExpectError(R"({"inputs":[{"name":"x","shape":[1,1,1,3],"datatype":"UINT8","data":[1,2,3]}]})",
+              ImageModel(), "input 'x': image of 1x1 is smaller than the 2x2 crop");
+  ExpectError(R"({"inputs":[{"name":"x","shape":[1,3,2,2],"datatype":"UINT8","data":[)"
+              "1,2,3,4,5,6,7,8,9,10,11,12]}]}",
+              OneInputModel(DataType::kFp32, {3, 2, 2}), "does not match the model's FP32");
+}
+
 TEST(HalfTest, ConversionsRoundTrip) {
   for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 5.9604645e-08f, 0.333251953125f}) {
     EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;

@@ -170,7 +170,9 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
     }
     if (seen[index]) return Invalid(fmt::format("input '{}' is given twice", spec->name));
     seen[index] = true;
-    SLUICE_RETURN_IF_ERROR(CheckV2InputDatatype(*spec, input.datatype()));
+    TensorSpec pixels;
+    const TensorSpec& wire = WireSpec(config, *spec, input.datatype(), pixels);
+    SLUICE_RETURN_IF_ERROR(CheckV2InputDatatype(wire, input.datatype()));
     if (input.shape_size() > 16) {
       return Invalid(fmt::format("input '{}': shape has over 16 dims", spec->name));
     }
@@ -181,9 +183,9 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
             fmt::format("input '{}': shape must hold non-negative integers", spec->name));
       }
     }
-    SLUICE_RETURN_IF_ERROR(CheckV2InputShape(*spec, shape, limits));
+    SLUICE_RETURN_IF_ERROR(CheckV2InputShape(wire, shape, limits));
     const int64_t count = *ElementCount(shape);
-    const size_t bytes = static_cast<size_t>(count) * DataTypeSize(spec->datatype);
+    const size_t bytes = static_cast<size_t>(count) * DataTypeSize(wire.datatype);
     if (raw) {
       if (input.has_contents()) {
         return Invalid(fmt::format(
@@ -196,28 +198,32 @@ Result<V2InferRequest> ParseGrpcInferRequest(const inference::ModelInferRequest&
         return Invalid(fmt::format(
             "input '{}': raw_input_contents holds {} bytes, shape {} of {} "
             "needs {}",
-            spec->name, data.size(), ShapeToString(shape), DataTypeName(spec->datatype), bytes));
+            spec->name, data.size(), ShapeToString(shape), DataTypeName(wire.datatype), bytes));
       }
-      Tensor tensor = Tensor::Uninitialized(spec->datatype, shape);
+      Tensor tensor = Tensor::Uninitialized(wire.datatype, shape);
       if (bytes > 0) std::memcpy(tensor.mutable_data(), data.data(), bytes);
-      request.inputs[index] = std::move(tensor);
+      auto finished = FinishV2Input(config, *spec, wire, std::move(tensor));
+      if (!finished.ok()) return finished.status();
+      request.inputs[index] = std::move(*finished);
       continue;
     }
-    const std::string_view field = TypedContentsField(spec->datatype);
+    const std::string_view field = TypedContentsField(wire.datatype);
     if (field.empty()) {
       return Invalid(
           fmt::format("input '{}': {} has no typed contents field; send its bytes in "
                       "raw_input_contents",
-                      spec->name, DataTypeName(spec->datatype)));
+                      spec->name, DataTypeName(wire.datatype)));
     }
-    const int given = TypedCount(input.contents(), spec->datatype);
+    const int given = TypedCount(input.contents(), wire.datatype);
     if (given != count) {
       return Invalid(fmt::format("input '{}': contents.{} holds {} values, shape {} needs {}",
                                  spec->name, field, given, ShapeToString(shape), count));
     }
-    Tensor tensor = Tensor::Uninitialized(spec->datatype, shape);
+    Tensor tensor = Tensor::Uninitialized(wire.datatype, shape);
     SLUICE_RETURN_IF_ERROR(FillTyped(input.contents(), spec->name, tensor));
-    request.inputs[index] = std::move(tensor);
+    auto finished = FinishV2Input(config, *spec, wire, std::move(tensor));
+    if (!finished.ok()) return finished.status();
+    request.inputs[index] = std::move(*finished);
   }
   for (size_t i = 0; i < seen.size(); ++i) {
     if (!seen[i]) return Invalid(fmt::format("input '{}' is missing", config.inputs[i].name));

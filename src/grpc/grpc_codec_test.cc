@@ -169,6 +169,29 @@ TEST(GrpcCodecTest, EveryMalformedRequestIsRefusedNamingTheProblem) {
   }
 }
 
+TEST(GrpcCodecTest, RawPixelsForAnImageModelArePreprocessedLikeImages) {
+  ModelConfig config;
+  config.name = "img";
+  config.inputs = {{"x", DataType::kFp32, {3, 2, 2}}};
+  config.outputs = {{"y", DataType::kFp32, {1}}};
+  config.preprocess_image = ImagePreprocessConfig{0, 2, 3, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
+  inference::ModelInferRequest m;
+  m.set_model_name("img");
+  auto* x = m.add_inputs();
+  x->set_name("x");
+  x->set_datatype("UINT8");
+  for (int64_t d : {1, 4, 2, 3}) x->add_shape(d);
+  m.add_raw_input_contents()->assign(4 * 2 * 3, static_cast<char>(255));
+  auto parsed = ParseGrpcInferRequest(m, config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->inputs[0].dtype(), DataType::kFp32);
+  EXPECT_EQ(parsed->inputs[0].shape(), (Shape{1, 3, 2, 2}));
+  for (float v : parsed->inputs[0].values<float>()) EXPECT_NEAR(v, 1.0f, 1e-6);
+  config.preprocess_image.reset();  // No image preprocessing: UINT8 is the wrong datatype.
+  EXPECT_NE(ParseGrpcInferRequest(m, config).status().message().find("does not match"),
+            std::string::npos);
+}
+
 TEST(GrpcCodecTest, Fp16HasNoTypedFieldAndMustTravelRaw) {
   ModelConfig config;
   config.name = "h";
