@@ -125,6 +125,31 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionClosesWhenShutdownBegins) {
   EXPECT_EQ(server_->stats().open_connections, 0);
 }
 
+TEST_F(HttpServerTest, AConnectionWhoseRequestComesJustAfterShutdownBeginsIsAnswered) {
+  // A client connects (the server takes the connection) and sends its request only after the
+  // drain has begun: it is answered, with Connection: close, not reset. The drain gives an idle
+  // connection a short while to deliver a request before closing it.
+  router_.Get("/now", [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, R"({"answer":"now"})"));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/now"));
+  ASSERT_NE(client_->ReadUntil(R"({"answer":"now"})").find("now"), std::string::npos);
+  Connection late(server_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(late.connected());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Taken by the acceptor.
+  HttpServer& server = *server_;
+  std::thread shutdown([&server] { server.Shutdown(std::chrono::seconds(20)); });
+  while (!Refused(server.port())) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_TRUE(late.Send("GET /now HTTP/1.1\r\nHost: test\r\n\r\n"));
+  const std::string reply = late.ReadToClose();
+  shutdown.join();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Connection: close"), std::string::npos) << reply;
+  EXPECT_TRUE(client_->ClosedByServer());  // The idle kept-alive one closed.
+  EXPECT_EQ(server.stats().open_connections, 0);
+}
+
 // A request is parsed from what one read brought when it is whole, and read on when it is not:
 // a header and body sent apart, a header cut in two, and two requests in one write all get their
 // answers, in order, each a complete HTTP/1.1 message.

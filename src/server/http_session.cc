@@ -113,24 +113,26 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     // the header timeout: a client trickling a byte a second cannot hold the connection for long.
     stream_.expires_after(server_.draining() ? Steady(kDrainReadTimeout)
                                              : Steady(server_.options().idle_timeout));
-    stream_.async_read_some(
-        buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          if (ec == net::error::operation_aborted && self->server_.draining()) {
-            // Cancelled by the drain: a request whose bytes already wait is still read and
-            // answered.
-            beast::error_code available_ec;
-            if (self->stream_.socket().available(available_ec) > 0 && !available_ec) {
-              return self->ReadHeader();
-            }
-          }
-          if (ec) {
-            self->reading_header_ = false;
-            return self->OnReadError(ec);
-          }
-          if (self->server_.tracer() != nullptr) self->read_start_ = Clock::Real().Now();
-          self->buffer_.commit(n);
-          self->ReadRestOfHeader();
-        });
+    stream_.async_read_some(buffer_.prepare(16384),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec == net::error::operation_aborted && self->server_.draining() &&
+                                  self->stream_.socket().is_open()) {
+                                // Cancelled by the drain (BeginDrain): read again under the drain's
+                                // short deadline, so a request whose bytes already wait, or are on
+                                // their way from a client that connected just before the listener
+                                // closed, is still read and answered; a connection that stays idle
+                                // closes when the deadline passes.
+                                return self->ReadHeader();
+                              }
+                              if (ec) {
+                                self->reading_header_ = false;
+                                return self->OnReadError(ec);
+                              }
+                              if (self->server_.tracer() != nullptr)
+                                self->read_start_ = Clock::Real().Now();
+                              self->buffer_.commit(n);
+                              self->ReadRestOfHeader();
+                            });
   }
 
   // Beast's own timeout closes the socket, leaving no way to answer; a request that is too slow
