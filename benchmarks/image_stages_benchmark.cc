@@ -8,17 +8,15 @@
 // The pictures are synthetic photographs: smooth shading, a texture and hard-edged shapes, so the
 // entropy decoder does a photograph's work.
 #include <benchmark/benchmark.h>
-#include <spng.h>
-#include <turbojpeg.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "codec/image.h"
+#include "codec/image_testing.h"
 
 namespace sluice {
 namespace {
@@ -46,37 +44,14 @@ std::vector<uint8_t> Photo(int width, int height) {
 const std::string& Jpeg(int width, int height) {
   static std::map<std::pair<int, int>, std::string> cache;
   auto& jpeg = cache[{width, height}];
-  if (jpeg.empty()) {
-    const std::vector<uint8_t> rgb = Photo(width, height);
-    tjhandle handle = tjInitCompress();
-    unsigned char* out = nullptr;
-    unsigned long size = 0;
-    tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0);
-    jpeg.assign(reinterpret_cast<const char*>(out), size);
-    tjFree(out);
-    tjDestroy(handle);
-  }
+  if (jpeg.empty())
+    jpeg = test_images::EncodeJpeg(Photo(width, height), width, height, 90, TJSAMP_420);
   return jpeg;
 }
 
 std::string Png(int width, int height) {
-  const std::vector<uint8_t> rgb = Photo(width, height);
-  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
-  spng_ihdr ihdr{};
-  ihdr.width = static_cast<uint32_t>(width);
-  ihdr.height = static_cast<uint32_t>(height);
-  ihdr.bit_depth = 8;
-  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
-  spng_set_ihdr(ctx, &ihdr);
-  spng_encode_image(ctx, rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-  size_t size = 0;
-  int err = 0;
-  void* buffer = spng_get_png_buffer(ctx, &size, &err);
-  std::string png(static_cast<const char*>(buffer), size);
-  std::free(buffer);
-  spng_ctx_free(ctx);
-  return png;
+  return test_images::EncodePng(Photo(width, height), static_cast<uint32_t>(width),
+                                static_cast<uint32_t>(height));
 }
 
 ImagePreprocessConfig ResNet() {

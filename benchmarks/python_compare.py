@@ -34,15 +34,13 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import torch  # noqa: E402
 
+import precision_auto  # noqa: E402
 import sluice_export  # noqa: E402
 
 
 def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
+    name = precision_auto.cpu_name()
+    return platform.processor() if name == "unknown CPU" else name
 
 
 def time_loop(fn, x, batch, iters, warmup=3):

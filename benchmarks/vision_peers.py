@@ -38,6 +38,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PYTHON = sys.executable
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import precision_auto  # noqa: E402
 
 LITSERVE_APP = r'''
 import base64, io, sys
@@ -155,12 +158,9 @@ class Sluice(Server):
                     os.symlink(os.path.join(source, name), os.path.join(target, name))
             with open(os.path.join(source, "config.yaml")) as f:
                 text = f.read()
-            text, n = re.subn(r"^precision: \w+\n(precision_auto:.*\n(  .*\n)*)?",
-                              f"precision: {precision}\n", text, flags=re.M)
-            if n != 1:
-                raise RuntimeError(f"{source}/config.yaml: no precision line to pin")
             with open(os.path.join(target, "config.yaml"), "w") as f:
-                f.write(text)
+                f.write(precision_auto.replace_precision(text, f"precision: {precision}\n",
+                                                         f"{source}/config.yaml"))
 
     def start(self):
         self.spawn([self.args.sluice, "serve", "--model-repository", self.repository,
@@ -238,9 +238,6 @@ def measure(server, args, image, results_dir):
 
 def make_image(path):
     """A 500 x 375 JPEG (quality 90), ImageNet's commonest size, of a synthetic natural scene."""
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import precision_auto
-    import torch
     from PIL import Image
     x = precision_auto.natural_images(1, 512, [0, 0, 0], [1, 1, 1], seed=9)[0, :, :375, :500]
     pixels = (x.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()

@@ -9,11 +9,9 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <spng.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +28,7 @@
 #include <vector>
 
 #include "bench/http_load.h"
+#include "codec/image_testing.h"
 #include "server_process.h"
 
 namespace {
@@ -479,8 +478,6 @@ std::string MakeVisionRepository() {
   return dir;
 }
 
-std::string EncodePng(const std::vector<uint8_t>& rgb, uint32_t side);
-
 // A 16x16 RGB PNG of varied pixels.
 std::string TestPng(std::vector<float>* as_tensor) {
   std::vector<uint8_t> rgb(16 * 16 * 3);
@@ -494,27 +491,7 @@ std::string TestPng(std::vector<float>* as_tensor) {
       }
     }
   }
-  return EncodePng(rgb, 16);
-}
-
-// A PNG of `side` x `side` RGB pixels.
-std::string EncodePng(const std::vector<uint8_t>& rgb, uint32_t side) {
-  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
-  spng_ihdr ihdr{};
-  ihdr.width = side;
-  ihdr.height = side;
-  ihdr.bit_depth = 8;
-  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
-  spng_set_ihdr(ctx, &ihdr);
-  spng_encode_image(ctx, rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-  size_t size = 0;
-  int err = 0;
-  void* buffer = spng_get_png_buffer(ctx, &size, &err);
-  std::string png(static_cast<const char*>(buffer), size);
-  free(buffer);
-  spng_ctx_free(ctx);
-  return png;
+  return sluice::test_images::EncodePng(rgb, 16, 16);
 }
 
 std::string Base64(std::string_view in) {
@@ -579,17 +556,10 @@ TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
   EXPECT_NE(litserve.body.find("\"topk\":[{\"index\":" + std::to_string(best)), std::string::npos);
 
   // A JPEG of the same pixels: lossy, so only the form of the answer is checked.
-  tjhandle compressor = tjInitCompress();
   std::vector<uint8_t> rgb(16 * 16 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 37) % 251);
-  unsigned char* jpeg_data = nullptr;
-  unsigned long jpeg_size = 0;
-  ASSERT_EQ(tjCompress2(compressor, rgb.data(), 16, 0, 16, TJPF_RGB, &jpeg_data, &jpeg_size,
-                        TJSAMP_444, 95, 0),
-            0);
-  std::string jpeg(reinterpret_cast<const char*>(jpeg_data), jpeg_size);
-  tjFree(jpeg_data);
-  tjDestroy(compressor);
+  const std::string jpeg = sluice::test_images::EncodeJpeg(rgb, 16, 16, 95);
+  ASSERT_FALSE(jpeg.empty());
   Response from_jpeg = c.Request("POST", "/predictions/vision", jpeg);
   ASSERT_EQ(from_jpeg.status, 200) << from_jpeg.body;
   int labels_in_reply = 0;
@@ -1159,7 +1129,7 @@ TEST(ServerPredictTest, SmallImagesDecodeWithoutAHandOffWhileThePoolIsIdle) {
   std::vector<uint8_t> noise(96 * 96 * 3);
   uint32_t state = 12345;
   for (uint8_t& v : noise) v = static_cast<uint8_t>((state = state * 1103515245u + 12345u) >> 24);
-  const std::string large = EncodePng(noise, 96);
+  const std::string large = sluice::test_images::EncodePng(noise, 96, 96);
   ASSERT_GT(large.size(), 20000u);
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(c.Request("POST", "/predictions/vision", large).status, 200);

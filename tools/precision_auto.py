@@ -194,6 +194,16 @@ def note_of(row, held_out_name, count, figures):
     return text + f", measured on {cpu_name()}"
 
 
+def replace_precision(config_text, block, source):
+    """`config_text` (a config.yaml) with its `precision:` line, and the precision_auto record
+    under it if any, replaced by `block` (e.g. "precision: int8\n" to pin one)."""
+    text, n = re.subn(r"^precision: \w+\n(precision_auto:.*\n(  .*\n)*)?", block, config_text,
+                      flags=re.M)
+    if n != 1:
+        raise RuntimeError(f"{source}: no single `precision:` line to replace")
+    return text
+
+
 def select(model_dir, held_out, held_out_name, pixel_step, labels=None, precisions=None):
     """Measures, chooses, writes precision_auto.json and puts the choice into config.yaml (its
     `precision:` line becomes `precision: auto` with precision_auto under it). `pixel_step`:
@@ -216,12 +226,8 @@ def select(model_dir, held_out, held_out_name, pixel_step, labels=None, precisio
         text = f.read()
     block = (f"precision: auto\nprecision_auto:  # measured at export: precision_auto.json\n"
              f"  chosen: {chosen['precision']}\n  note: {json.dumps(note)}\n")
-    text, n = re.subn(r"^precision: \w+\n(precision_auto:.*\n(  .*\n)*)?", block, text,
-                      flags=re.M)
-    if n != 1:
-        raise RuntimeError(f"{path}: no single `precision:` line to replace")
     with open(path, "w") as f:
-        f.write(text)
+        f.write(replace_precision(text, block, path))
     for row in rows:
         print(f"{os.path.basename(model_dir)}: {row['precision']}: {row['samples_per_s']} "
               f"samples/s at batch {TIMING_BATCH} ({row['speed_vs_fp32']}x fp32), top-1 "

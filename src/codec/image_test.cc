@@ -11,43 +11,13 @@
 #include <cstring>
 
 #include "codec/base64.h"
+#include "codec/image_testing.h"
 
 namespace sluice {
 namespace {
 
-std::string EncodePng(const std::vector<uint8_t>& pixels, uint32_t width, uint32_t height,
-                      uint8_t color_type) {
-  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
-  spng_ihdr ihdr{};
-  ihdr.width = width;
-  ihdr.height = height;
-  ihdr.bit_depth = 8;
-  ihdr.color_type = color_type;
-  spng_set_ihdr(ctx, &ihdr);
-  EXPECT_EQ(
-      spng_encode_image(ctx, pixels.data(), pixels.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
-  size_t size = 0;
-  int err = 0;
-  void* buffer = spng_get_png_buffer(ctx, &size, &err);
-  std::string png(static_cast<const char*>(buffer), size);
-  std::free(buffer);
-  spng_ctx_free(ctx);
-  return png;
-}
-
-std::string EncodeJpeg(const std::vector<uint8_t>& rgb, int width, int height) {
-  tjhandle handle = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  EXPECT_EQ(
-      tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_444, 100, 0),
-      0);
-  std::string jpeg(reinterpret_cast<const char*>(out), size);
-  tjFree(out);
-  tjDestroy(handle);
-  return jpeg;
-}
+using test_images::EncodeJpeg;
+using test_images::EncodePng;
 
 uint32_t Crc32(std::string_view data) {
   uint32_t crc = 0xFFFFFFFF;
