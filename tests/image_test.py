@@ -26,6 +26,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "localhost/sluice:test"
+BASE = "localhost/sluice-debian:bookworm"  # scripts/base-image.sh's, kept for the next build
 
 
 def check(condition, message):
@@ -61,8 +62,35 @@ def descendants(pid):
     return found
 
 
+def images():
+    listed = run(["podman", "images", "--all", "--quiet", "--no-trunc"])
+    return set(listed.stdout.split())
+
+
+def remove_new_images(before):
+    """Removes the test's image and every intermediate one its build left (the build stages'),
+    so that repeated runs do not fill the disk; images that were there before, and the Debian
+    base, are kept."""
+    base = run(["podman", "image", "inspect", BASE, "--format", "{{.Id}}"]).stdout.split()
+    before = before | set(base)
+    run(["podman", "rmi", "--force", IMAGE])
+    for _ in range(3):  # a stage's image goes only once the images made from it are gone
+        left = images() - before
+        if not left:
+            return
+        run(["podman", "rmi", "--force", *left])
+
+
 def main():
     build_dir, test_models = sys.argv[1:3]
+    before = images()
+    try:
+        test(build_dir, test_models)
+    finally:
+        remove_new_images(before)
+
+
+def test(build_dir, test_models):
     start = time.monotonic()
     built = run([os.path.join(ROOT, "scripts", "image.sh"), build_dir, IMAGE], cwd=ROOT)
     check(built.returncode == 0, f"scripts/image.sh failed:\n{built.stdout}\n{built.stderr}")
