@@ -20,9 +20,9 @@
 #include "engine/engine.h"
 #include "engine/fake_backends.h"
 #include "fuzz/fuzz_models.h"
-#include "server/http_server.h"
-#include "server/predict_handlers.h"
-#include "server/v2_handlers.h"
+#include "http/http_server.h"
+#include "http/predict_handlers.h"
+#include "http/v2_handlers.h"
 
 namespace {
 

@@ -15,10 +15,10 @@
 #include "config/model_config.h"
 #include "llm/llm_config.h"
 #include "metrics/prometheus.h"
-#include "server/openai_handlers.h"
-#include "server/predict_handlers.h"
-#include "server/repository_handlers.h"
-#include "server/v2_handlers.h"
+#include "http/openai_handlers.h"
+#include "http/predict_handlers.h"
+#include "http/repository_handlers.h"
+#include "http/v2_handlers.h"
 #include "service/v2_service.h"
 
 namespace sluice {

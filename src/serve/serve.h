@@ -9,7 +9,7 @@
 #include "engine/engine.h"
 #include "grpc/grpc_server.h"
 #include "llm/load_llm.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace sluice {
 

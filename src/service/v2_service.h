@@ -1,4 +1,4 @@
-// The KServe v2 inference service both fronts call: the REST routes (server/v2_handlers.h) and
+// The KServe v2 inference service both fronts call: the REST routes (http/v2_handlers.h) and
 // the gRPC service (grpc/grpc_server.h) parse and encode their own wire formats, and everything
 // between is here: which models there are and why one failed to load, readiness, finding a model
 // by name and version (with the errors both fronts answer alike), what a model's metadata says,

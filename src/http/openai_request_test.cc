@@ -1,6 +1,6 @@
 // OpenAI request bodies to typed requests: response_format's shapes and its errors, parameters
 // refused by name, and vLLM's /tokenize and /detokenize bodies.
-#include "server/openai_request.h"
+#include "http/openai_request.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/router.h"
+#include "http/router.h"
 
 namespace sluice {
 

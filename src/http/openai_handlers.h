@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "llm/generation_service.h"
-#include "server/router.h"
+#include "http/router.h"
 
 namespace sluice {
 

@@ -1,5 +1,5 @@
 // KServe v2, stats and metrics handlers.
-#include "server/v2_handlers.h"
+#include "http/v2_handlers.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

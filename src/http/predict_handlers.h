@@ -16,7 +16,7 @@
 #include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "engine/engine.h"
-#include "server/router.h"
+#include "http/router.h"
 
 namespace sluice {
 

@@ -1,5 +1,5 @@
 // Route table and response helpers, without sockets.
-#include "server/router.h"
+#include "http/router.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Model repository extension handlers.
-#include "server/repository_handlers.h"
+#include "http/repository_handlers.h"
 
 #include <fmt/format.h>
 #include <simdjson.h>

@@ -21,7 +21,7 @@
 #include "common/histogram.h"
 #include "common/memory_budget.h"
 #include "common/mutex.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace sluice {
 

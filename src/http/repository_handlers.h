@@ -18,8 +18,8 @@
 #include "engine/engine.h"
 #include "llm/generation_service.h"
 #include "llm/load_llm.h"
-#include "server/predict_handlers.h"
-#include "server/router.h"
+#include "http/predict_handlers.h"
+#include "http/router.h"
 #include "service/v2_service.h"
 
 namespace sluice {

@@ -1,5 +1,5 @@
 // HttpServer on its own (no engine): a router with test routes, real loopback sockets.
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

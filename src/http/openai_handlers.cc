@@ -1,4 +1,4 @@
-#include "server/openai_handlers.h"
+#include "http/openai_handlers.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "common/json_writer.h"
 #include "common/mutex.h"
 #include "metrics/prometheus.h"
-#include "server/openai_request.h"
+#include "http/openai_request.h"
 
 namespace sluice {
 namespace {

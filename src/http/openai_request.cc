@@ -1,4 +1,4 @@
-#include "server/openai_request.h"
+#include "http/openai_request.h"
 
 #include <fmt/format.h>
 #include <simdjson.h>

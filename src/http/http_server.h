@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "metrics/prometheus.h"
 #include "metrics/trace.h"
-#include "server/router.h"
+#include "http/router.h"
 #include "sluice/status.h"
 
 namespace sluice {

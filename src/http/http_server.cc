@@ -1,6 +1,6 @@
 // Boost.Beast HTTP/1.1 server: the acceptor, one io_context and thread per I/O thread, the
 // counters, the drain and graceful shutdown. Each connection is a session (http_session.cc).
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <future>
 
-#include "server/http_server_impl.h"
+#include "http/http_server_impl.h"
 
 namespace sluice {
 

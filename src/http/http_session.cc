@@ -16,9 +16,10 @@
 #include <optional>
 #include <utility>
 
+#include "common/constant_time.h"
 #include "common/json_writer.h"
-#include "server/http_server_impl.h"
-#include "server/http_wire.h"
+#include "http/http_server_impl.h"
+#include "http/http_wire.h"
 
 namespace sluice {
 namespace {

@@ -1,5 +1,5 @@
 // /predict and /predictions/{model}.
-#include "server/predict_handlers.h"
+#include "http/predict_handlers.h"
 
 #include <fmt/format.h>
 #include <simdjson.h>

@@ -1,5 +1,5 @@
 // Answer heads byte for byte: framing by version, keep-alive, status and streaming.
-#include "server/http_wire.h"
+#include "http/http_wire.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // HTTP/1.x answer heads.
-#include "server/http_wire.h"
+#include "http/http_wire.h"
 
 #include <fmt/format.h>
 

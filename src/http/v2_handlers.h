@@ -11,7 +11,7 @@
 #include "codec/v2_codec.h"
 #include "engine/engine.h"
 #include "metrics/prometheus.h"
-#include "server/router.h"
+#include "http/router.h"
 #include "service/v2_service.h"
 
 namespace sluice {
