@@ -32,8 +32,11 @@ PACKAGES=(
   dataset-fashion-mnist
   # unzip, to read AOTInductor packages (.pt2 files are zip archives) in the tests.
   unzip
-  # Headless Chromium: the tests render every report.html in it and check it loads nothing.
-  chromium
+  # Headless Chromium: the tests render every report.html in it and check it loads nothing;
+  # chromium-driver (WebDriver) lets Selenium drive the console's browser tests.
+  chromium chromium-driver
+  # The console's charts, markdown and code highlighting, embedded in the binary at build time.
+  libjs-chart.js libjs-marked libjs-highlight.js
   # Deployment: the OCI image (a Debian base from Debian's archive, built and run without a
   # daemon) and the replicas' load balancer.
   mmdebstrap podman buildah uidmap haproxy

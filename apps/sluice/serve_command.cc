@@ -110,6 +110,8 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
       ->transform(CLI::AsSizeValue(false));
   app->add_flag("--model-control", cmd.options.model_control,
                 "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
+  app->add_flag("--no-console{false}", cmd.options.console,
+                "Do not serve the browser console at / (dashboard, try-out, chat, bench)");
   AddProfileOptions(*app, cmd.profile.on, cmd.profile.options, /*with_dir=*/true);
   app->add_option("--trace", cmd.options.trace_file,
                   "Write each sampled request's stages to FILE (Chrome/Perfetto trace JSON)");

@@ -29,6 +29,8 @@ struct HttpRequest {
   std::string method;                             // "GET", "POST", ...
   std::string path;                               // Without the query string.
   std::string content_type;                       // As sent; may be empty.
+  std::string accept_encoding;                    // As sent; may be empty.
+  std::string if_none_match;                      // As sent; may be empty.
   std::optional<size_t> inference_header_length;  // Inference-Header-Content-Length.
   std::string body;
   Clock::time_point received;  // When the whole request had been read.

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "common/clock.h"
+#include "http/router.h"
 #include "metrics/prometheus.h"
 #include "metrics/trace.h"
-#include "http/router.h"
 #include "sluice/status.h"
 
 namespace sluice {

@@ -178,7 +178,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   // Whether the request carries the API key (when one is set and the path needs it).
   bool Authorized(const http::request<http::string_body>& raw, std::string_view path) const {
     const std::string& api_key = server_.options().api_key;
-    if (api_key.empty() || path.rfind("/v2/health/", 0) == 0) return true;
+    if (api_key.empty() || path.rfind("/v2/health/", 0) == 0 ||
+        server_.router().IsPublic(raw.method_string(), path)) {
+      return true;
+    }
     std::string_view presented = raw["X-API-Key"];
     std::string_view authorization = raw[http::field::authorization];
     if (presented.empty() && authorization.substr(0, 7) == "Bearer ") {
@@ -287,6 +290,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     std::string_view target = raw.target();
     request.path = std::string(target.substr(0, target.find('?')));
     request.content_type = std::string(raw[http::field::content_type]);
+    request.accept_encoding = std::string(raw[http::field::accept_encoding]);
+    request.if_none_match = std::string(raw[http::field::if_none_match]);
     std::string_view header_length = raw["Inference-Header-Content-Length"];
     if (!header_length.empty()) {
       size_t value = 0;

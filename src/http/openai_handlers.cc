@@ -12,8 +12,8 @@
 #include "codec/base64.h"
 #include "common/json_writer.h"
 #include "common/mutex.h"
-#include "metrics/prometheus.h"
 #include "http/openai_request.h"
+#include "metrics/prometheus.h"
 
 namespace sluice {
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "llm/generation_service.h"
 #include "http/router.h"
+#include "llm/generation_service.h"
 
 namespace sluice {
 

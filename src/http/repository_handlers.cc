@@ -188,13 +188,22 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
     for (const auto& [name, engine] : options_.llm_service->models()) language.insert(name);
     names.insert(language.begin(), language.end());
   }
+  std::map<std::string, std::string> changing;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [name, change] : changing_) changing.emplace(name, change.state);
+  }
   JsonWriter json;
   json.BeginArray();
   for (const std::string& name : names) {
     const bool ready = engine_.Find(name) != nullptr || language.count(name) > 0;
     if (ready_only && !ready) continue;
     json.BeginObject().Field("name", name).Field("version", "1");
-    json.Field("state", ready ? "READY" : "UNAVAILABLE");
+    // A load or unload under way (Triton's LOADING and UNLOADING) names it; else whether it serves.
+    auto change = changing.find(name);
+    json.Field("state", change != changing.end() ? change->second
+                        : ready                  ? "READY"
+                                                 : "UNAVAILABLE");
     if (!ready) {
       std::string error = v2_.LoadError(name);
       json.Field("reason", error.empty() ? "not loaded" : error);
@@ -207,12 +216,13 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
 
 void RepositoryHandlers::Load(const HttpRequest&, const PathParams& params, Responder respond) {
   Control(
-      params, [this](const std::string& name) { return LoadModel(name); }, std::move(respond));
+      params, "LOADING", [this](const std::string& name) { return LoadModel(name); },
+      std::move(respond));
 }
 
 void RepositoryHandlers::Unload(const HttpRequest&, const PathParams& params, Responder respond) {
   Control(
-      params,
+      params, "UNLOADING",
       [this](const std::string& name) {
         if (options_.llm_service != nullptr && !engine_.Find(name)) {
           Status unloaded = UnloadLanguageModel(name);
@@ -227,7 +237,7 @@ void RepositoryHandlers::Unload(const HttpRequest&, const PathParams& params, Re
       std::move(respond));
 }
 
-void RepositoryHandlers::Control(const PathParams& params,
+void RepositoryHandlers::Control(const PathParams& params, const char* state,
                                  std::function<Status(const std::string&)> work,
                                  Responder respond) {
   if (!options_.model_control) {
@@ -243,8 +253,20 @@ void RepositoryHandlers::Control(const PathParams& params,
   }
   // The responder is shared so that it stays here if the pool refuses the task.
   auto shared_respond = std::make_shared<Responder>(std::move(respond));
-  bool queued = control_pool_.TrySubmit([name, work = std::move(work), shared_respond] {
+  {
+    MutexLock lock(mu_);
+    Change& change = changing_[name];
+    change.state = state;
+    ++change.pending;
+  }
+  auto done = [this, name] {
+    MutexLock lock(mu_);
+    auto it = changing_.find(name);
+    if (it != changing_.end() && --it->second.pending == 0) changing_.erase(it);
+  };
+  bool queued = control_pool_.TrySubmit([name, work = std::move(work), shared_respond, done] {
     Status status = work(name);
+    done();
     if (status.ok()) {
       (*shared_respond)(HttpResponse::Json(200, "{}"));
     } else {
@@ -252,6 +274,7 @@ void RepositoryHandlers::Control(const PathParams& params,
     }
   });
   if (!queued) {
+    done();
     (*shared_respond)(HttpResponse::Error(
         Status::Unavailable("too many model loads and unloads waiting; retry later")));
   }

@@ -1,6 +1,7 @@
 // The KServe v2 model repository extension: list the repository's models with their state, and
 // (only when model control is enabled) load, reload and unload models while the server runs.
 //   POST /v2/repository/index                  [{"name", "version", "state", "reason"}, ...]
+//                                              (state READY, UNAVAILABLE, LOADING or UNLOADING)
 //   POST /v2/repository/models/{model}/load    loads models/<model> (reloads it when loaded)
 //   POST /v2/repository/models/{model}/unload  drains the model's queue, then removes it
 // Language models alike: a load (or reload) starts a new engine and serves it under the name; an
@@ -11,15 +12,17 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "engine/engine.h"
-#include "llm/generation_service.h"
-#include "llm/load_llm.h"
 #include "http/predict_handlers.h"
 #include "http/router.h"
+#include "llm/generation_service.h"
+#include "llm/load_llm.h"
 #include "service/v2_service.h"
 
 namespace sluice {
@@ -68,15 +71,22 @@ class RepositoryHandlers {
 
  private:
   // 403 when model control is off, 400 for a bad name; otherwise runs `work` on the pool and
-  // answers with its status.
-  void Control(const PathParams& params, std::function<Status(const std::string&)> work,
-               Responder respond);
+  // answers with its status. The index shows the model in `state` until the work has run.
+  void Control(const PathParams& params, const char* state,
+               std::function<Status(const std::string&)> work, Responder respond);
+
+  struct Change {
+    std::string state;  // "LOADING" or "UNLOADING": the latest asked.
+    int pending = 0;    // Loads and unloads of the model queued or running.
+  };
 
   Engine& engine_;
   V2Service& v2_;
   PredictHandlers& predict_;
   ThreadPool& control_pool_;
   const RepositoryOptions options_;
+  mutable Mutex mu_;
+  std::map<std::string, Change> changing_ GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

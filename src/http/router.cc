@@ -42,15 +42,34 @@ void Router::Add(std::string method, std::string_view pattern, Handler handler) 
   routes_.push_back(std::move(route));
 }
 
-void Router::SetAdmission(std::string_view method, std::string_view pattern, Admission admission) {
+void Router::SetPublic(std::string_view method, std::string_view pattern) {
+  if (Route* route = Find(method, pattern)) route->is_public = true;
+}
+
+bool Router::IsPublic(std::string_view method, std::string_view path) const {
+  const Segments segments = SplitPath(path);
+  PathParams params;
+  for (const Route& route : routes_) {
+    if (route.method == method && Match(route, {segments.data(), segments.size()}, params)) {
+      return route.is_public;
+    }
+  }
+  return false;
+}
+
+Router::Route* Router::Find(std::string_view method, std::string_view pattern) {
   const Segments segments = SplitPath(pattern);
   for (Route& route : routes_) {
     if (route.method == method && std::equal(route.segments.begin(), route.segments.end(),
                                              segments.begin(), segments.end())) {
-      route.admission = std::move(admission);
-      return;
+      return &route;
     }
   }
+  return nullptr;
+}
+
+void Router::SetAdmission(std::string_view method, std::string_view pattern, Admission admission) {
+  if (Route* route = Find(method, pattern)) route->admission = std::move(admission);
 }
 
 bool Router::Match(const Route& route, std::span<const std::string_view> segments,

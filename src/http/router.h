@@ -42,6 +42,13 @@ class Router {
   // Adds an admission check to the route added with `method` and `pattern`.
   void SetAdmission(std::string_view method, std::string_view pattern, Admission admission);
 
+  // Lets the route added with `method` and `pattern` answer without the API key (a page that
+  // asks for the key; code and styles that hold no data). Every other route needs the key when
+  // the server has one.
+  void SetPublic(std::string_view method, std::string_view pattern);
+  // Whether the route matching `method` and `path` needs no API key.
+  bool IsPublic(std::string_view method, std::string_view path) const;
+
   // Calls the matching handler; 404 when no pattern matches the path, 405 (with Allow) when one
   // matches but not for this method.
   void Dispatch(const HttpRequest& request, Responder respond) const;
@@ -55,7 +62,10 @@ class Router {
     std::vector<std::string> segments;  // "{name}" for parameters.
     Handler handler;
     Admission admission;  // May be empty.
+    bool is_public = false;
   };
+  // The route added with `method` and exactly `pattern`; null when none was.
+  Route* Find(std::string_view method, std::string_view pattern);
   // Whether `route`'s pattern matches the path's segments; fills `params` when it does.
   static bool Match(const Route& route, std::span<const std::string_view> segments,
                     PathParams& params);

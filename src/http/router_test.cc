@@ -165,5 +165,24 @@ TEST(PrometheusTest, RendersEveryModelSeries) {
             std::string::npos);
 }
 
+TEST(RouterTest, OnlyRoutesMarkedPublicNeedNoKey) {
+  Router router;
+  auto ok = [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, "{}"));
+  };
+  router.Get("/", ok);
+  router.Get("/console/static/{asset}", ok);
+  router.Get("/console/events", ok);
+  router.Post("/console/static/{asset}", ok);
+  router.SetPublic("GET", "/");
+  router.SetPublic("GET", "/console/static/{asset}");
+  EXPECT_TRUE(router.IsPublic("GET", "/"));
+  EXPECT_TRUE(router.IsPublic("GET", "/console/static/console.js"));
+  EXPECT_FALSE(router.IsPublic("POST", "/console/static/console.js"));  // Per method.
+  EXPECT_FALSE(router.IsPublic("GET", "/console/events"));
+  EXPECT_FALSE(router.IsPublic("GET", "/console/static/a/b"));  // No route: not public.
+  EXPECT_FALSE(router.IsPublic("GET", "/v2/models/m"));
+}
+
 }  // namespace
 }  // namespace sluice

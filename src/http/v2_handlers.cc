@@ -107,6 +107,11 @@ void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Res
   if (!config.precision_auto_note.empty()) {
     json.Field("precision_chosen_by", "auto: " + config.precision_auto_note);
   }
+  if (config.backend) json.Field("backend", BackendKindName(*config.backend));
+  json.Field("model_file", config.model_file);
+  json.Field("device", config.instances.device).Field("instances", config.instances.count);
+  // Whether /predictions/{model} takes a PNG or JPEG for the first input.
+  json.Field("image_input", config.preprocess_image.has_value());
   json.EndObject();
   json.EndObject();
   respond(HttpResponse::Json(200, json.str()));

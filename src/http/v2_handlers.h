@@ -10,8 +10,8 @@
 
 #include "codec/v2_codec.h"
 #include "engine/engine.h"
-#include "metrics/prometheus.h"
 #include "http/router.h"
+#include "metrics/prometheus.h"
 #include "service/v2_service.h"
 
 namespace sluice {

@@ -13,12 +13,13 @@
 #include <thread>
 
 #include "config/model_config.h"
-#include "llm/llm_config.h"
-#include "metrics/prometheus.h"
+#include "console/console.h"
 #include "http/openai_handlers.h"
 #include "http/predict_handlers.h"
 #include "http/repository_handlers.h"
 #include "http/v2_handlers.h"
+#include "llm/llm_config.h"
+#include "metrics/prometheus.h"
 #include "service/v2_service.h"
 
 namespace sluice {
@@ -169,6 +170,13 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   });
   predict.AddRoutes(router);
   repository_handlers.AddRoutes(router);
+  std::unique_ptr<Console> console;
+  if (options.console) {
+    console = std::make_unique<Console>(Console::ServerCounters(
+        engine, [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; },
+        &openai.service()));
+    console->AddRoutes(router);
+  }
   std::unique_ptr<GrpcServer> grpc;
   if (options.grpc_port) {
     GrpcServerOptions grpc_options;
@@ -199,6 +207,10 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   server_ptr = &server;
   SLUICE_RETURN_IF_ERROR(server.Start());
   fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
+  if (console) {
+    fmt::print("console: http://{}:{}/\n",
+               options.http.host == "0.0.0.0" ? "127.0.0.1" : options.http.host, server.port());
+  }
   std::fflush(stdout);
 
   const int signal = WaitForSignal(std::nullopt);
@@ -215,6 +227,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   }
   fmt::print("received signal {}: finishing in-flight requests\n", signal);
   std::fflush(stdout);
+  if (console) console->Stop();  // Its event streams never end by themselves.
   // Stop taking connections and answer every request already read; then drain the engine (the
   // server stays alive, so late completions still have a loop to post to), then close.
   // Both servers wind down at once, each with the whole grace.

@@ -8,8 +8,8 @@
 
 #include "engine/engine.h"
 #include "grpc/grpc_server.h"
-#include "llm/load_llm.h"
 #include "http/http_server.h"
+#include "llm/load_llm.h"
 
 namespace sluice {
 
@@ -35,6 +35,7 @@ struct ServeOptions {
   Seconds drain_delay{0};
   Seconds shutdown_grace{30};  // Then the longest wait for in-flight requests.
   bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
+  bool console = true;         // The browser console at / (console/console.h).
   // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
   // (valid JSON) when the server stops.
   std::string trace_file;
