@@ -86,7 +86,9 @@ models: deps
 # A short sweep of both default models in-process (batch size x compile x precision), then over
 # HTTP (concurrency 1, 8, 32, 64 against `sluice serve` on 127.0.0.1); tables, SVG plots and a
 # report.html per run; then a short streamed chat with smollm2 through the OpenAI SDK and a short
-# LLM bench; last, one merged report of all of it (DEMO_RESULTS/report.html).
+# LLM bench; then one merged report of all of it (DEMO_RESULTS/report.html). The HTTP part runs
+# against one server, whose console address it prints last; from a terminal that server stays up,
+# with the demo's traffic on its dashboard, until Ctrl-C.
 ifndef DEMO_RESULTS
 DEMO_RESULTS := results/demo-$(shell date +%Y%m%d-%H%M%S)
 endif
@@ -95,10 +97,9 @@ demo: build models
 	  --results-dir $(DEMO_RESULTS)
 	$(SLUICE) sweep --model-repository $(MODELS) --model resnet18 --iters 5 \
 	  --results-dir $(DEMO_RESULTS)
-	./scripts/http-demo.sh $(SLUICE) $(MODELS) fashion_mnist resnet18 -- \
+	./scripts/console-demo.sh $(SLUICE) $(MODELS) $(PYTHON) $(DEMO_RESULTS) smollm2 \
+	  fashion_mnist resnet18 -- \
 	  --concurrency 1,8,32,64 --duration 3 --warmup 1 --binary --results-dir $(DEMO_RESULTS)
-	./scripts/llm-chat-demo.sh $(SLUICE) $(MODELS) smollm2 $(PYTHON) $(DEMO_RESULTS)
-	$(SLUICE) report $(DEMO_RESULTS) --output $(DEMO_RESULTS)/report.html
 
 # The in-process pipeline against the raw engine ceiling, interleaved, at the headline settings
 # (the models' AOTInductor packages; int8 rather than bf16, which most CPUs only emulate).

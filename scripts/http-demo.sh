@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts `sluice serve` on 127.0.0.1 (a free port), runs the HTTP concurrency sweep against each
-# named model, prints the tables and plot paths, and stops the server by its PID.
+# named model, prints the tables and plot paths, and stops the server by its PID. With SLUICE_URL
+# (http://127.0.0.1:PORT), the server already running there is used instead (and left running).
 # Usage: scripts/http-demo.sh SLUICE_BINARY MODEL_REPOSITORY MODEL... [-- BENCH_FLAGS...]
 set -euo pipefail
 
@@ -18,8 +19,7 @@ bench_flags=("$@")
 . "$(dirname "$0")/lib/serve.sh"
 only=()
 for model in "${models[@]}"; do only+=(--model "$model"); done
-start_server "$sluice" --model-repository "$repository" "${only[@]}"
-echo "server pid $server on http://127.0.0.1:$port"
+use_or_start_server "$sluice" --model-repository "$repository" "${only[@]}"
 
 for model in "${models[@]}"; do
   "$sluice" bench --url "http://127.0.0.1:$port" --model "$model" "${bench_flags[@]}"

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Starts `sluice serve` with a language model on 127.0.0.1 (a free port), has a short streamed
 # chat with it through the OpenAI Python SDK, prints it with the time to first token and the
-# tokens per second, and stops the server by its PID.
+# tokens per second, and stops the server by its PID. With SLUICE_URL (http://127.0.0.1:PORT), the
+# server already running there is used instead (and left running).
+# The chat is greedy, under a system prompt asking for brief, accurate answers: SmolLM2-135M's
+# greedy answer without one (its template's default) to "What is the capital of France?" is a
+# loop of French words; with it, "The capital of France is Paris."
 # With RESULTS_DIR, a short `sluice bench --llm` (1 and 4 streams) follows, its results there.
 # Usage: scripts/llm-chat-demo.sh SLUICE_BINARY MODEL_REPOSITORY MODEL [PYTHON [RESULTS_DIR]]
 set -euo pipefail
@@ -13,8 +17,7 @@ python=${4:-.venv/bin/python}
 results=${5:-}
 
 . "$(dirname "$0")/lib/serve.sh"
-start_server "$sluice" --model-repository "$repository" --model "$model"
-echo "server pid $server on http://127.0.0.1:$port"
+use_or_start_server "$sluice" --model-repository "$repository" --model "$model"
 
 "$python" - "$port" "$model" <<'PY'
 import sys, time
@@ -22,7 +25,8 @@ import openai
 
 port, model = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
-messages = []
+messages = [{"role": "system",
+             "content": "You are a helpful assistant. Answer briefly and accurately."}]
 for question in ["What is the capital of France?", "Name three things to see there."]:
     messages.append({"role": "user", "content": question})
     print(f"\nuser: {question}\nassistant: ", end="", flush=True)

@@ -3,6 +3,8 @@
 # $port, $grpc_port (when SERVE_ARGS has --grpc-port) and $work (a scratch folder), and stops the
 # server by its PID when the script exits.
 # Usage: start_server SLUICE_BINARY SERVE_ARGS...
+# use_or_start_server takes the same arguments: with SLUICE_URL (http://127.0.0.1:PORT) set, it
+# only sets $port from it and starts nothing (the server there is someone else's to stop).
 
 start_server() {
   local sluice=$1
@@ -26,4 +28,15 @@ start_server() {
   cat "$work/server.log" >&2
   echo "error: the server did not start within 60 s" >&2
   exit 1
+}
+
+use_or_start_server() {
+  if [[ -n ${SLUICE_URL:-} ]]; then
+    port=${SLUICE_URL##*:}
+    port=${port%%/*}
+    echo "using the server on $SLUICE_URL"
+    return 0
+  fi
+  start_server "$@"
+  echo "server pid $server on http://127.0.0.1:$port"
 }

@@ -406,6 +406,12 @@ function v2Example(meta) {
   return {inputs};
 }
 
+// One input per line, its data on that line: an editor's worth of text, not one number a line.
+function formatV2(request) {
+  const inputs = request.inputs.map((input) => '  ' + JSON.stringify(input));
+  return '{"inputs": [\n' + inputs.join(',\n') + '\n]}';
+}
+
 function shellQuote(text) {
   return "'" + text.replace(/'/g, "'\\''") + "'";
 }
@@ -436,7 +442,7 @@ async function selectTryModel() {
   $('v2-response').textContent = '';
   $('v2-status').textContent = '';
   if (!meta) return;
-  $('v2-request').value = JSON.stringify(v2Example(meta), null, 1);
+  $('v2-request').value = formatV2(v2Example(meta));
   updateCurl();
 }
 
@@ -453,7 +459,9 @@ function parseServerTiming(header) {
 
 async function classify(file) {
   const name = $('try-model').value;
-  $('image-preview').src = URL.createObjectURL(file);
+  const preview = $('image-preview');
+  preview.onload = () => preview.classList.toggle('pixelated', preview.naturalWidth < 112);
+  preview.src = URL.createObjectURL(file);
   const top5 = $('top5').querySelector('tbody');
   const timing = $('server-timing').querySelector('tbody');
   top5.replaceChildren(el('tr', {}, [el('td', {colspan: '2', text: 'classifying…'})]));
