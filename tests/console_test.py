@@ -19,9 +19,10 @@ classifier), tiny_llm and SmolLM2-135M (Q4_1 GGUF), then, in the browser:
 - bench_runs: a short bench from the page fills its table and both plots;
 - api_key_prompt_only: with --api-key, the page shows only the key prompt (no model, no
   counter, every API answers 401) until the key is given; then the dashboard loads.
-With --screenshots DIR, saves the dashboard under load, the image try-out and a streamed chat.
+With --screenshots DIR, saves the dashboard under load, the image try-out and a streamed chat
+(from a server of --screenshot-models REPOSITORY: fashion_mnist, resnet18 and smollm2).
 
-Usage: console_test.py SLUICE TEST_MODELS [--screenshots DIR]
+Usage: console_test.py SLUICE TEST_MODELS [--screenshots DIR [--screenshot-models REPOSITORY]]
 """
 import argparse
 import base64
@@ -411,49 +412,62 @@ def api_key_prompt_only(driver, sluice, repository):
         server.stop()
 
 
-def screenshots(driver, server, directory):
+def screenshots(driver, sluice, repository, directory):
+    """The dashboard under load, an image classified and a streamed chat, from a server of
+    `repository` (fashion_mnist, resnet18 and smollm2; the default models where they are made)."""
     os.makedirs(directory, exist_ok=True)
-    stop = time.time() + 14
-    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 16],
-                                   "data": list(range(16))}]})
+    server = Server(sluice, repository)
+    try:
+        driver.get(server.url + "/")
+        wait(driver, lambda d: model_state(d, "smollm2") == "READY", "the models", 120)
+        png, _ = fashion_image(server)
+        stop = time.time() + 20
 
-    def load(model_body, path):
-        while time.time() < stop:
-            server.request("POST", path, model_body)
-    png, _ = fashion_image(server)
-    threads = [threading.Thread(target=load, args=(body, "/v2/models/identity/infer"))
-               for _ in range(4)]
-    threads += [threading.Thread(target=load, args=(png, "/predictions/fashion_mnist"))
-                for _ in range(2)]
-    threads.append(threading.Thread(target=load, args=(json.dumps({
-        "model": "smollm2", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}),
-        "/v1/chat/completions")))
-    for t in threads:
-        t.start()
-    show(driver, "dashboard")
-    time.sleep(12)
-    driver.save_screenshot(os.path.join(directory, "console-dashboard.png"))
-    for t in threads:
-        t.join()
-    image_classified(driver, server)
-    driver.save_screenshot(os.path.join(directory, "console-try.png"))
-    show(driver, "chat")
-    driver.find_element(By.ID, "chat-new").click()
-    choose(driver, "chat-model", "smollm2")
-    driver.find_element(By.ID, "chat-input").send_keys(
-        "Write a Python function that reverses a string, with a short explanation.")
-    driver.find_element(By.ID, "chat-send").click()
-    wait(driver, lambda d: not d.find_element(By.ID, "chat-stop").is_enabled() and
-         d.find_elements(By.CSS_SELECTOR, "#messages .message.assistant"), "the reply", 60)
-    driver.save_screenshot(os.path.join(directory, "console-chat.png"))
-    print(f"screenshots in {directory}")
+        def load(path, body, headers=None):
+            while time.time() < stop:
+                server.request("POST", path, body, headers)
+        jpeg = io.BytesIO()
+        Image.fromarray((np.indices((375, 500)).sum(0) % 256).astype(np.uint8)).convert(
+            "RGB").save(jpeg, format="JPEG")
+        chat = json.dumps({"model": "smollm2", "max_tokens": 48, "messages": [
+            {"role": "user", "content": "Name a colour."}]})
+        threads = [threading.Thread(target=load, args=("/predictions/fashion_mnist", png))
+                   for _ in range(8)]
+        threads += [threading.Thread(target=load, args=("/predictions/resnet18", jpeg.getvalue()))
+                    for _ in range(2)]
+        threads += [threading.Thread(target=load, args=("/v1/chat/completions", chat))
+                    for _ in range(2)]
+        for t in threads:
+            t.start()
+        show(driver, "dashboard")
+        time.sleep(18)
+        driver.save_screenshot(os.path.join(directory, "console-dashboard.png"))
+        for t in threads:
+            t.join()
+        image_classified(driver, server)
+        driver.save_screenshot(os.path.join(directory, "console-try.png"))
+        show(driver, "chat")
+        driver.find_element(By.ID, "chat-new").click()
+        choose(driver, "chat-model", "smollm2")
+        driver.find_element(By.ID, "chat-input").send_keys(
+            "Write a Python function that reverses a string, with a short explanation.")
+        driver.find_element(By.ID, "chat-send").click()
+        wait(driver, lambda d: not d.find_element(By.ID, "chat-stop").is_enabled() and
+             d.find_elements(By.CSS_SELECTOR, "#messages .message.assistant"), "the reply", 120)
+        driver.save_screenshot(os.path.join(directory, "console-chat.png"))
+        print(f"screenshots in {directory}")
+    finally:
+        server.stop()
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("sluice")
     parser.add_argument("test_models")
-    parser.add_argument("--screenshots")
+    parser.add_argument("--screenshots", help="save the screenshots in this folder")
+    parser.add_argument("--screenshot-models",
+                        help="the repository the screenshots' server serves (fashion_mnist, "
+                             "resnet18, smollm2); the test's own when not given")
     args = parser.parse_args()
     repository = tempfile.mkdtemp(prefix="sluice-console-")
     driver = None
@@ -478,10 +492,11 @@ def main():
             except AssertionError as e:
                 failures.append(test.__name__)
                 print(f"FAIL {test.__name__}: {e}")
-        if args.screenshots and not failures:
-            screenshots(driver, server, args.screenshots)
         server.stop()
         server = None
+        if args.screenshots and not failures:
+            screenshots(driver, args.sluice, args.screenshot_models or repository,
+                        args.screenshots)
         started = time.time()
         try:
             api_key_prompt_only(driver, args.sluice, repository)

@@ -668,7 +668,9 @@ TEST(ServerLifecycleTest, PrecisionAutoServesTheExportersChoiceAndNamesIt) {
   Client c(server.port());
   Response meta = c.Request("GET", "/v2/models/cnn");
   EXPECT_NE(meta.body.find(R"("parameters":{"precision":"int8","precision_chosen_by":"auto: )"
-                           R"(2.0x fp32, top-1 99.5%"})"),
+                           R"(2.0x fp32, top-1 99.5%","backend":"aotinductor",)"
+                           R"("model_file":"model_int8.pt2","device":"cpu","instances":1,)"
+                           R"("image_input":false})"),
             std::string::npos)
       << meta.body;
   std::string zeros;

@@ -31,6 +31,10 @@
 
 SLUICE_EMBED_ASSET(sluice_console_index_html, "index.html")
 SLUICE_EMBED_ASSET(sluice_console_console_js, "console.js")
+SLUICE_EMBED_ASSET(sluice_console_dashboard_js, "dashboard.js")
+SLUICE_EMBED_ASSET(sluice_console_try_js, "try.js")
+SLUICE_EMBED_ASSET(sluice_console_chat_js, "chat.js")
+SLUICE_EMBED_ASSET(sluice_console_bench_js, "bench.js")
 SLUICE_EMBED_ASSET(sluice_console_console_css, "console.css")
 SLUICE_EMBED_ASSET(sluice_console_chart_js, "chart.min.js")
 SLUICE_EMBED_ASSET(sluice_console_marked_js, "marked.min.js")
@@ -46,9 +50,13 @@ namespace {
         std::string_view(symbol##_gz_begin, symbol##_gz_end - symbol##_gz_begin) \
   }
 
-const std::array<ConsoleAsset, 7> kAssets = {
+const std::array<ConsoleAsset, 11> kAssets = {
     SLUICE_ASSET(sluice_console_index_html, "index.html", "text/html; charset=utf-8"),
     SLUICE_ASSET(sluice_console_console_js, "console.js", "text/javascript; charset=utf-8"),
+    SLUICE_ASSET(sluice_console_dashboard_js, "dashboard.js", "text/javascript; charset=utf-8"),
+    SLUICE_ASSET(sluice_console_try_js, "try.js", "text/javascript; charset=utf-8"),
+    SLUICE_ASSET(sluice_console_chat_js, "chat.js", "text/javascript; charset=utf-8"),
+    SLUICE_ASSET(sluice_console_bench_js, "bench.js", "text/javascript; charset=utf-8"),
     SLUICE_ASSET(sluice_console_console_css, "console.css", "text/css; charset=utf-8"),
     SLUICE_ASSET(sluice_console_chart_js, "chart.min.js", "text/javascript; charset=utf-8"),
     SLUICE_ASSET(sluice_console_marked_js, "marked.min.js", "text/javascript; charset=utf-8"),
