@@ -438,7 +438,7 @@ preprocess:
     mean: [{FASHION_MEAN}]
     std: [{FASHION_STD}]
 postprocess:
-  topk: 3
+  topk: 5
 """)
     with open(os.path.join(model_dir, "labels.txt"), "w") as f:
         f.write("\n".join(FASHION_LABELS) + "\n")

@@ -138,6 +138,7 @@ function saveConversations() {
 }
 
 function newConversation() {
+  if (activeConversation && activeConversation.messages.length === 0) return;  // Already new.
   const conversation = {id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6),
                         title: 'New conversation', messages: []};
   conversations.unshift(conversation);
