@@ -6,7 +6,7 @@ and host networking (podman run cannot set rlimits on these machines):
 - every library of `sluice` resolves inside; no compiler, headers or Python are there;
 - it runs as uid 1000;
 - its ENTRYPOINT and CMD, with the ports moved to free loopback ones and a model repository
-  mounted at /mnt/models, serve: ready, a v2 inference, a chat completion, /metrics;
+  mounted at /mnt/models, serve: ready, a v2 inference, a chat completion, /metrics, the console;
 - SIGTERM to the server (PID 1 of a pod) makes readiness fail at once and the server exit 0 after
   the image's drain delay.
 
@@ -169,7 +169,11 @@ def test(build_dir, test_models):
                       f"chat completion: {status} {body[:200]}")
                 status, body = request(http_port, "GET", "/metrics")
                 check(status == 200 and b"sluice_requests_total" in body, f"metrics: {status}")
-                print("the image's entrypoint serves: ready, v2 inference, chat completion, metrics")
+                status, body = request(http_port, "GET", "/")
+                check(status == 200 and b"<title>Sluice console</title>" in body,
+                      f"console: {status}")
+                print("the image's entrypoint serves: ready, v2 inference, chat completion, "
+                      "metrics, the console")
                 # The server is the container's process (a pod's PID 1): SIGTERM goes to it.
                 pids = [p for p in descendants(server.pid)
                         if os.path.realpath(f"/proc/{p}/exe").endswith("/sluice")]
