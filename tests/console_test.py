@@ -440,8 +440,10 @@ def screenshots(driver, sluice, repository, directory):
         for t in threads:
             t.start()
         show(driver, "dashboard")
+        driver.set_window_size(1440, 1320)  # The language model's charts too.
         time.sleep(18)
         driver.save_screenshot(os.path.join(directory, "console-dashboard.png"))
+        driver.set_window_size(1440, 1000)
         for t in threads:
             t.join()
         image_classified(driver, server)
