@@ -12,6 +12,8 @@ classifier), tiny_llm and SmolLM2-135M (Q4_1 GGUF), then, in the browser:
   answers the same outside the browser;
 - chat_streams_and_stop_cancels: a reply streams in (TTFT and tokens/s shown); Stop ends it and the
   server counts the cancelled request (a 499) and stops generating for it;
+- chat_settings_reach_the_server: n=2 shows two replies side by side, logprobs put each token's
+  probability on hover, a JSON schema gives a reply that is JSON of it;
 - model_output_is_text: a reply holding <img src=x onerror=...> and <script> (as the model's
   stream, and again from the conversation kept in the browser) shows as text: no element made,
   no handler run;
@@ -295,6 +297,52 @@ def chat_streams_and_stop_cancels(driver, server):
     check(stored[0]["messages"][-1]["finish"][0] == "stopped", f"stored: {stored[0]['messages'][-1]}")
 
 
+def chat_settings_reach_the_server(driver, server):
+    """n, logprobs and a JSON schema from the settings: n replies side by side, each token's
+    probability on hover, and a reply that is JSON of the schema."""
+    show(driver, "chat")
+    driver.find_element(By.ID, "chat-new").click()
+    choose(driver, "chat-model", "tiny_llm")
+    settings = {"chat-max-tokens": "24", "chat-n": "2", "chat-temperature": "1", "chat-seed": "7"}
+    for field, value in settings.items():
+        box = driver.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    driver.find_element(By.ID, "chat-logprobs").click()
+    driver.find_element(By.ID, "chat-input").send_keys("Hello")
+    driver.find_element(By.ID, "chat-send").click()
+    wait(driver, lambda d: d.find_element(By.ID, "chat-send").is_enabled() and
+         d.find_elements(By.CSS_SELECTOR, "#messages .message.assistant"), "the two replies")
+    check(not text(driver, "chat-error"), f"chat error: {text(driver, 'chat-error')}")
+    choices = driver.find_elements(By.CSS_SELECTOR, "#messages .message.assistant .choice")
+    check(len(choices) == 2, f"{len(choices)} choices shown for n=2")
+    titles = driver.execute_script(
+        "return [...document.querySelectorAll('#messages .message.assistant .token')]"
+        ".map(t => t.title)")
+    check(len(titles) >= 2 and all("%" in t and "logprob" in t for t in titles),
+          f"token probabilities on hover: {titles[:3]}")
+    driver.find_element(By.ID, "chat-logprobs").click()
+    n = driver.find_element(By.ID, "chat-n")
+    n.clear()
+    n.send_keys("1")
+    tokens = driver.find_element(By.ID, "chat-max-tokens")
+    tokens.clear()
+    tokens.send_keys("64")
+    schema = {"type": "object", "properties": {"count": {"type": "integer"}},
+              "required": ["count"], "additionalProperties": False}
+    driver.find_element(By.ID, "chat-schema").send_keys(json.dumps(schema))
+    driver.find_element(By.ID, "chat-input").send_keys("Count.")
+    driver.find_element(By.ID, "chat-send").click()
+    wait(driver, lambda d: d.find_element(By.ID, "chat-send").is_enabled() and
+         len(d.find_elements(By.CSS_SELECTOR, "#messages .message.assistant")) == 2,
+         "the schema's reply")
+    stored = driver.execute_script("return JSON.parse(localStorage.getItem('sluice.conversations'))")
+    reply = stored[0]["messages"][-1]["content"]
+    value = json.loads(reply)
+    check(set(value) == {"count"} and isinstance(value["count"], int), f"schema reply {reply!r}")
+    driver.find_element(By.ID, "chat-schema").clear()
+
+
 HOSTILE = ("Here: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> "
            "[link](javascript:window.__pwned=3) **bold** `<b>code</b>`\n\n```html\n<img src=x "
            "onerror=window.__pwned=4>\n```\n")
@@ -483,7 +531,8 @@ def main():
         server = Server(args.sluice, repository)
         driver = browser()
         tests = [page_loads_clean, dashboard_counter_moves, image_classified, v2_editor,
-                 chat_streams_and_stop_cancels, model_output_is_text, model_control, bench_runs]
+                 chat_streams_and_stop_cancels, chat_settings_reach_the_server,
+                 model_output_is_text, model_control, bench_runs]
         for test in tests:
             started = time.time()
             try:
