@@ -78,14 +78,25 @@ constexpr std::string_view kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+// A validator per build, computed once per file: the body's length and a hash of it.
+const std::string& EntityTag(const ConsoleAsset& asset) {
+  static const std::vector<std::string> tags = [] {
+    std::vector<std::string> out;
+    for (const ConsoleAsset& a : ConsoleAssets()) {
+      out.push_back("\"" + std::to_string(a.body.size()) + "-" +
+                    std::to_string(std::hash<std::string_view>()(a.body) & 0xffffffffffffULL) +
+                    "\"");
+    }
+    return out;
+  }();
+  return tags[static_cast<size_t>(&asset - ConsoleAssets().data())];
+}
+
 // Serves one embedded file: gzip-compressed when the client takes it, 304 when it has it.
 HttpResponse AssetResponse(const ConsoleAsset& asset, const HttpRequest& request) {
   HttpResponse response;
   response.content_type = std::string(asset.content_type);
-  // A validator per build: the body's length and a hash of it.
-  const std::string etag =
-      "\"" + std::to_string(asset.body.size()) + "-" +
-      std::to_string(std::hash<std::string_view>()(asset.body) & 0xffffffffffffULL) + "\"";
+  const std::string& etag = EntityTag(asset);
   response.headers = {{"ETag", etag},
                       {"Cache-Control", "no-cache"},
                       {"Vary", "Accept-Encoding"},
