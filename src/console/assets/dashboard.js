@@ -54,7 +54,13 @@ function addSample(sample, redraw) {
   const perModel = (key) => Object.fromEntries(sample.models.map((m) => [m.name, m[key]]));
   const perLlm = (f) => Object.fromEntries(sample.language_models.flatMap(f));
   pushPoint(charts['chart-rps'], {all: s.requests_per_second, ...perModel('requests_per_second')});
-  pushPoint(charts['chart-latency'], {p50: s.p50_ms, p99: s.p99_ms});
+  // Every response's p50 and p99 (language models' whole generations among them), and each
+  // tensor model's own p99.
+  pushPoint(charts['chart-latency'], {
+    'all p50': s.requests_per_second > 0 ? s.p50_ms : null,
+    'all p99': s.requests_per_second > 0 ? s.p99_ms : null,
+    ...Object.fromEntries(sample.models.map((m) =>
+      [m.name + ' p99', m.requests_per_second > 0 ? m.p99_ms : null]))});
   pushPoint(charts['chart-queue'], perModel('queued'));
   pushPoint(charts['chart-batch'], perModel('batch_size_mean'));
   pushPoint(charts['chart-rejections'], {'503': s.rejections_per_second['503'],
