@@ -168,9 +168,12 @@ def test_serve_and_bench_over_http(sluice, models, tmp):
     print(f"serve vs bench: {len(ratios)} requests, median server/client "
           f"{statistics.median(ratios):.3f}, {within:.1%} within 5%")
     check(abs(1 - statistics.median(ratios)) <= 0.05, f"median ratio {statistics.median(ratios)}")
-    # Single requests stray when a thread is descheduled between the socket and its stamp (93%
-    # within 5% under ASan with the other tests beside it; 98-99% on a quiet machine).
-    check(within >= 0.8, f"only {within:.1%} of requests within 5%")
+    # Single requests stray when a thread is descheduled between the socket and its stamp (98-99%
+    # within 5% on a quiet machine; 93% and once 78% under ASan with other tests beside it on 2
+    # cores). A stage missing or counted twice moves the median (above); this bounds the strays.
+    within_20 = sum(1 for r in ratios if abs(1 - r) <= 0.2) / len(ratios)
+    check(within >= 0.6 and within_20 >= 0.9,
+          f"only {within:.1%} of requests within 5%, {within_20:.1%} within 20%")
 
 
 def test_in_process_bench(sluice, models, tmp):

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -136,10 +137,14 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   OpenAiHandlers openai(language_models);
 
   Engine engine(loader);
-  HttpServer* server_ptr = nullptr;
+  // Set once the HTTP server exists; read by /metrics and by the console's sampling thread.
+  std::atomic<HttpServer*> server_ptr{nullptr};
+  auto http_stats = [&server_ptr] {
+    HttpServer* server = server_ptr.load(std::memory_order_acquire);
+    return server ? server->stats() : HttpStats{};
+  };
   V2Service service(engine);
-  V2Handlers handlers(service,
-                      [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; });
+  V2Handlers handlers(service, http_stats);
   auto decode_pool = std::make_unique<ThreadPool>(options.decode_threads, 4096);
   PredictHandlers predict(engine, *decode_pool, options.predict_model);
   // One thread: loads and unloads run one at a time, in the order asked.
@@ -172,9 +177,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   repository_handlers.AddRoutes(router);
   std::unique_ptr<Console> console;
   if (options.console) {
-    console = std::make_unique<Console>(Console::ServerCounters(
-        engine, [&server_ptr] { return server_ptr ? server_ptr->stats() : HttpStats{}; },
-        &openai.service()));
+    console =
+        std::make_unique<Console>(Console::ServerCounters(engine, http_stats, &openai.service()));
     console->AddRoutes(router);
   }
   std::unique_ptr<GrpcServer> grpc;
@@ -204,7 +208,15 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     http_options.tracer = tracer.get();
   }
   HttpServer server(http_options, router);
-  server_ptr = &server;
+  server_ptr.store(&server, std::memory_order_release);
+  // The console's sampler reads the server's statistics: it stops before the server goes,
+  // whichever way this function returns (a server that fails to start included).
+  struct StopFirst {
+    Console* console;
+    ~StopFirst() {
+      if (console) console->Stop();
+    }
+  } stop_console_first{console.get()};
   SLUICE_RETURN_IF_ERROR(server.Start());
   fmt::print("Sluice listening on http://{}:{}\n", options.http.host, server.port());
   if (console) {
@@ -240,7 +252,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
   for (auto& [name, llm_engine] : language_models) llm_engine->Stop();
-  server_ptr = nullptr;
+  server_ptr.store(nullptr, std::memory_order_release);
   if (tracer) {
     SLUICE_RETURN_IF_ERROR(tracer->Close());
     fmt::print("trace: {} request(s) in {}\n", tracer->written(), options.trace_file);
