@@ -337,6 +337,32 @@ def accuracy(model, x, y):
     return correct / len(x)
 
 
+# fashion_mnist's tensors, image preprocessing and top 5, for both of its configs.
+FASHION_IO = f"""inputs:
+  - name: input
+    datatype: FP32
+    shape: [1, 28, 28]
+outputs:
+  - name: logits
+    datatype: FP32
+    shape: [10]
+preprocess:
+  image:
+    resize: 28
+    crop: 28
+    channels: 1
+    mean: [{FASHION_MEAN}]
+    std: [{FASHION_STD}]
+postprocess:
+  topk: 5
+"""
+
+
+def write_fashion_labels(model_dir):
+    with open(os.path.join(model_dir, "labels.txt"), "w") as f:
+        f.write("\n".join(FASHION_LABELS) + "\n")
+
+
 def export_test_fashion(model_dir):
     torch.manual_seed(0)
     train_x, train_y = load_fashion("train")
@@ -356,26 +382,8 @@ max_batch_size: 16
 instances:
   count: 1
   threads: 1
-inputs:
-  - name: input
-    datatype: FP32
-    shape: [1, 28, 28]
-outputs:
-  - name: logits
-    datatype: FP32
-    shape: [10]
-preprocess:
-  image:
-    resize: 28
-    crop: 28
-    channels: 1
-    mean: [{FASHION_MEAN}]
-    std: [{FASHION_STD}]
-postprocess:
-  topk: 5
-""")
-    with open(os.path.join(model_dir, "labels.txt"), "w") as f:
-        f.write("\n".join(FASHION_LABELS) + "\n")
+""" + FASHION_IO)
+    write_fashion_labels(model_dir)
     x = test_x[:4]
     with torch.no_grad():
         write_reference(model_dir, [("input", x)], [("logits", scripted(x))])
@@ -422,26 +430,8 @@ instances:
 optimize:
   freeze: true
 precision: fp32
-inputs:
-  - name: input
-    datatype: FP32
-    shape: [1, 28, 28]
-outputs:
-  - name: logits
-    datatype: FP32
-    shape: [10]
-preprocess:
-  image:
-    resize: 28
-    crop: 28
-    channels: 1
-    mean: [{FASHION_MEAN}]
-    std: [{FASHION_STD}]
-postprocess:
-  topk: 5
-""")
-    with open(os.path.join(model_dir, "labels.txt"), "w") as f:
-        f.write("\n".join(FASHION_LABELS) + "\n")
+""" + FASHION_IO)
+    write_fashion_labels(model_dir)
     with open(os.path.join(model_dir, "training.json"), "w") as f:
         json.dump({"dataset": "Fashion-MNIST (Debian dataset-fashion-mnist)",
                    "test_images": len(test_x), "test_accuracy": round(acc, 4),
