@@ -5,11 +5,14 @@
 //                        server does), S = 0 decodes every pixel.
 //   BM_Preprocess/W/H/S: PreprocessImage of that decode (resize + crop + normalise).
 //   BM_Png/W/H:          DecodeImage + PreprocessImage of a W x H PNG (no DCT to scale).
+//   BM_IntoBatch/N:      what laying N preprocessed images out as one batch costs (the engine's
+//                        one copy of each request's rows into a new batch buffer), per batch.
 // The pictures are synthetic photographs: smooth shading, a texture and hard-edged shapes, so the
 // entropy decoder does a photograph's work.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -17,6 +20,7 @@
 
 #include "codec/image.h"
 #include "codec/image_testing.h"
+#include "sluice/tensor.h"
 
 namespace sluice {
 namespace {
@@ -91,6 +95,25 @@ void BM_Png(benchmark::State& state) {
   }
 }
 
+void BM_IntoBatch(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<Tensor> images;
+  for (int64_t i = 0; i < n; ++i) {
+    images.push_back(Tensor::Zeros(DataType::kFp32, {1, 3, 224, 224}));
+  }
+  for (auto _ : state) {
+    Tensor batch = Tensor::Uninitialized(DataType::kFp32, {n, 3, 224, 224});
+    char* out = static_cast<char*>(batch.mutable_data());
+    for (const Tensor& image : images) {
+      std::memcpy(out, image.data(), image.byte_size());
+      out += image.byte_size();
+    }
+    benchmark::DoNotOptimize(batch.mutable_data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 void Sizes(benchmark::internal::Benchmark* b) {
   for (auto [w, h] : {std::pair{500, 375}, std::pair{1920, 1080}, std::pair{4032, 3024}}) {
     for (int scaled : {0, 1}) b->Args({w, h, scaled});
@@ -101,6 +124,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Decode)->Apply(Sizes);
 BENCHMARK(BM_Preprocess)->Apply(Sizes);
 BENCHMARK(BM_Png)->Args({500, 375})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_IntoBatch)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sluice

@@ -39,6 +39,12 @@ class BackendInstance {
   // Runs one batch. `inputs` follow the model's declared inputs, each with the batch as its
   // leading dimension. Outputs follow the declared outputs, batch first. Never throws.
   virtual Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) = 0;
+
+  // The rows a batch of `samples` runs as: a model compiled for fixed batch sizes runs the
+  // smallest one that holds it. The engine lays each batch out at that size (requests' rows first,
+  // the rest zero) so that the instance pads nothing itself; Run() then returns that many rows,
+  // the padding's after the requests'.
+  virtual int64_t BatchRows(int64_t samples) const { return samples; }
 };
 
 // Thread-safe.

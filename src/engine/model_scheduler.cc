@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <span>
@@ -15,18 +16,19 @@
 namespace sluice {
 namespace {
 
-// One input tensor for the whole batch: the requests' rows back to back. A single request's
-// tensors pass through without a copy.
+// One input tensor for the whole batch: the requests' rows back to back, then zero rows up to
+// `rows` (the instance's batch size for `samples`), each row copied once. A single request whose
+// rows are the whole batch passes through without a copy.
 std::vector<Tensor> Collate(std::span<const std::unique_ptr<InferRequest>> requests,
-                            int64_t samples) {
-  if (requests.size() == 1) return requests[0]->inputs;
+                            int64_t samples, int64_t rows) {
+  if (requests.size() == 1 && rows == samples) return requests[0]->inputs;
   const size_t input_count = requests[0]->inputs.size();
   std::vector<Tensor> batch;
   batch.reserve(input_count);
   for (size_t i = 0; i < input_count; ++i) {
     const Tensor& first = requests[0]->inputs[i];
     Shape shape = first.shape();
-    shape[0] = samples;
+    shape[0] = rows;
     Tensor joined = Tensor::Uninitialized(first.dtype(), std::move(shape));
     char* out = static_cast<char*>(joined.mutable_data());
     for (const auto& request : requests) {
@@ -34,32 +36,37 @@ std::vector<Tensor> Collate(std::span<const std::unique_ptr<InferRequest>> reque
       std::memcpy(out, part.data(), part.byte_size());
       out += part.byte_size();
     }
+    const char* end = static_cast<const char*>(joined.data()) + joined.byte_size();
+    std::memset(out, 0, static_cast<size_t>(end - out));
     batch.push_back(std::move(joined));
   }
   return batch;
 }
 
 // Runs `requests` as one batch and returns each request's outputs (rows of the batch outputs,
-// shared without a copy).
+// shared without a copy; padding rows are dropped).
 Result<std::vector<std::vector<Tensor>>> RunAndSplit(
     BackendInstance& instance, std::span<const std::unique_ptr<InferRequest>> requests,
     int64_t samples) {
-  auto outputs = instance.Run(Collate(requests, samples));
+  const int64_t rows = std::max(instance.BatchRows(samples), samples);
+  auto outputs = instance.Run(Collate(requests, samples, rows));
   if (!outputs.ok()) return outputs.status();
   for (const Tensor& output : *outputs) {
-    if (output.shape().empty() || output.shape()[0] != samples) {
+    if (output.shape().empty() || output.shape()[0] != rows) {
       return Status::Internal(
-          fmt::format("model returned an output of shape {} for a batch of {} samples",
-                      ShapeToString(output.shape()), samples));
+          fmt::format("model returned an output of shape {} for a batch of {} rows",
+                      ShapeToString(output.shape()), rows));
     }
   }
   std::vector<std::vector<Tensor>> per_request(requests.size());
   int64_t row = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
-    const int64_t rows = requests[r]->samples();
+    const int64_t request_rows = requests[r]->samples();
     per_request[r].reserve(outputs->size());
-    for (const Tensor& output : *outputs) per_request[r].push_back(output.SliceRows(row, rows));
-    row += rows;
+    for (const Tensor& output : *outputs) {
+      per_request[r].push_back(output.SliceRows(row, request_rows));
+    }
+    row += request_rows;
   }
   return per_request;
 }

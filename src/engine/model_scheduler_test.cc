@@ -93,12 +93,38 @@ void ExpectEchoed(const InferResponse& response, int tag, int64_t samples = 1) {
   }
 }
 
+// An echo instance compiled for batches of 1, 2, 4, 8 (as a bucketed package is) that keeps a
+// copy of the last batch it ran.
+class BucketedEchoInstance : public EchoInstance {
+ public:
+  explicit BucketedEchoInstance(EchoLog* log) : EchoInstance(log) {}
+  int64_t BatchRows(int64_t samples) const override {
+    int64_t rows = 1;
+    while (rows < samples) rows *= 2;
+    return rows;
+  }
+  Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    const Tensor& x = inputs[0];
+    if (x.shape()[0] != BatchRows(x.shape()[0])) {
+      return Status::Internal("batch not laid out at a bucket's size");
+    }
+    last_input_ = std::vector<float>(x.values<float>().begin(), x.values<float>().end());
+    return EchoInstance::Run(inputs);
+  }
+  std::vector<float> last_input_;  // Read by the test once the instance is idle.
+};
+
 class SchedulerTest : public ::testing::Test {
  protected:
-  void Start(ModelConfig config, Clock& clock = Clock::Real()) {
+  void Start(ModelConfig config, Clock& clock = Clock::Real(), bool bucketed = false) {
     std::vector<std::shared_ptr<BackendInstance>> instances;
     for (int i = 0; i < config.instances.count; ++i) {
-      instances.push_back(std::make_shared<EchoInstance>(&log_));
+      if (bucketed) {
+        bucketed_ = std::make_shared<BucketedEchoInstance>(&log_);
+        instances.push_back(bucketed_);
+      } else {
+        instances.push_back(std::make_shared<EchoInstance>(&log_));
+      }
     }
     auto scheduler = ModelScheduler::Start(std::move(config), std::move(instances), clock);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status().message();
@@ -131,6 +157,7 @@ class SchedulerTest : public ::testing::Test {
   FakeClock fake_clock_;
   EchoLog log_;
   Responses responses_;
+  std::shared_ptr<BucketedEchoInstance> bucketed_;
   std::unique_ptr<ModelScheduler> scheduler_;
 };
 
@@ -150,6 +177,31 @@ TEST_F(SchedulerTest, EachRequestGetsItsOwnRowsBackFromASharedBatch) {
   EXPECT_EQ(r2.batch_id, responses_.Get(4).batch_id);
   EXPECT_NE(r2.batch_id, responses_.Get(1).batch_id);
   EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 6}));
+}
+
+// A batch is laid out at the instance's bucket size in one copy: the requests' rows, then zero
+// rows; each request gets only its own rows back. A single request smaller than its bucket is
+// padded the same way.
+TEST_F(SchedulerTest, BatchesArePaddedToTheInstancesBucketOnce) {
+  Start(EchoConfig(8, Micros(0)), Clock::Real(), /*bucketed=*/true);
+  Occupy(1, 3);
+  Submit(2, 2);
+  Submit(3, 1);
+  Submit(4, 2);
+  log_.OpenGate();
+  ExpectEchoed(responses_.Get(1), 1, 3);
+  ExpectEchoed(responses_.Get(2), 2, 2);
+  ExpectEchoed(responses_.Get(3), 3);
+  InferResponse r4 = responses_.Get(4);
+  ExpectEchoed(r4, 4, 2);
+  EXPECT_EQ(r4.batch_size, 5);
+  EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{4, 8}));
+  // Rows 5..7 of the last batch (two floats a row) are the padding.
+  const std::vector<float>& last = bucketed_->last_input_;
+  ASSERT_EQ(last.size(), 16u);
+  EXPECT_EQ(last[0], 200.0f);
+  EXPECT_EQ(last[9], 403.0f);
+  for (size_t i = 10; i < last.size(); ++i) EXPECT_EQ(last[i], 0.0f) << "value " << i;
 }
 
 // The answers of one batch that hand work to another thread (as the HTTP server's do, to the

@@ -41,7 +41,8 @@ struct LoadedPackage {
 };
 
 // Runs `inputs` (batch n) on the package: a dynamic-batch model directly; otherwise the smallest
-// bucket >= n, the inputs padded with zero rows up to it and the outputs cut back to n rows.
+// bucket >= n, the inputs padded with zero rows up to it and the outputs cut back to n rows (the
+// engine's batches come padded already: see BatchRows).
 std::vector<at::Tensor> RunPackage(const LoadedPackage& package, std::vector<at::Tensor> inputs) {
   auto dynamic = package.loaders.find(0);
   if (dynamic != package.loaders.end()) return dynamic->second->run(inputs);
@@ -133,6 +134,13 @@ class AotInductorInstance final : public BackendInstance {
     } catch (const std::exception& e) {
       return Status::Internal(fmt::format("forward failed: {}", e.what()));
     }
+  }
+
+  // A bucketed package's smallest bucket that holds the batch (what RunPackage would pad to).
+  int64_t BatchRows(int64_t samples) const override {
+    if (package_->loaders.contains(0)) return samples;
+    auto bucket = package_->loaders.lower_bound(samples);
+    return bucket == package_->loaders.end() ? samples : bucket->first;
   }
 
  private:
