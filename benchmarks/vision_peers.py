@@ -10,8 +10,9 @@ handler (the same transforms) behind its Java frontend, one worker. Sluice serve
 config as exported (its `precision: auto` choice) on /predict (LitServe's base64 JSON) and
 /predictions/resnet18 (TorchServe's raw bytes).
 
-The client is `sluice bench --url` (closed loop: N connections, each with one request in flight);
-only 2xx answers count. Per round every server is started, measured at each connection count and
+The client is `sluice bench --url` (closed loop: N connections, each with one request in flight,
+a refused request sent again at once); only 2xx answers count. `--client-nice 19` runs it at the
+lowest CPU priority, for every server alike. Per round every server is started, measured at each connection count and
 stopped by its PID, in alternating order (A B C, then C B A) so the machine's drift falls on all.
 
 Usage:
@@ -225,6 +226,8 @@ def measure(server, args, image, results_dir):
             args.model, "--endpoint", server.endpoint, "--input", image, "--concurrency",
             args.connections, "--duration", str(args.duration), "--warmup", str(args.warmup),
             "--results-dir", out]
+    if args.client_nice:
+        argv = ["nice", "-n", str(args.client_nice)] + argv
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     runs = [os.path.join(out, d) for d in os.listdir(out)]
     with open(os.path.join(runs[0], "summary.json")) as f:
@@ -258,6 +261,11 @@ def main():
                         help="litserve, torchserve, sluice-predict or sluice-predictions (the "
                         "config as exported), each Sluice one with -fp32, -bf16 or -int8 to pin "
                         "that precision")
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="run the client at this CPU niceness (19: it takes only the cycles "
+                        "the server leaves, as a client on another machine would; a client that "
+                        "resends a refused request at once otherwise competes with the model for "
+                        "the cores it shares)")
     parser.add_argument("--out", help="CSV of every measurement")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-vision-peers-")

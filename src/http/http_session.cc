@@ -30,8 +30,13 @@ constexpr std::chrono::milliseconds kDrainReadTimeout{200};
 // after the answer, so the close does not reset the connection before the client reads it.
 constexpr std::chrono::seconds kLingerTimeout{2};
 // A request refused at its header whose body is at most this is still read (and dropped), so its
-// connection stays open; a larger one is not read and the connection closes.
-constexpr uint64_t kReadRefusedBodyBytes = 64u << 10;
+// connection stays open; a larger one is not read and the connection closes. Photographs fit.
+constexpr uint64_t kReadRefusedBodyBytes = 1u << 20;
+// After a request refused because its model is overloaded, its connection's next request is read
+// this long later at most (its Retry-After when that is shorter). The refusal itself leaves at
+// once; a client that sends again at once (load generators do, at every connection) then cannot
+// turn the refusals into a loop that takes the cores the model needs to work its queue down.
+constexpr std::chrono::milliseconds kOverloadPauseMax{250};
 
 template <typename Duration>
 std::chrono::steady_clock::duration Steady(Duration d) {
@@ -214,6 +219,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
         return Refuse(HttpResponse::Error(admitted.status()));
       }
       refusal_ = HttpResponse::Error(admitted.status());
+      if (admitted.status().code() == StatusCode::kUnavailable) {
+        overload_pause_ = std::min<std::chrono::steady_clock::duration>(
+            Steady(kOverloadPauseMax),
+            Steady(std::chrono::duration<double>(admitted.status().retry_after_seconds())));
+      }
       return ReadBody();
     }
     admission_ = std::move(*admitted);
@@ -393,7 +403,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                    Clock::time_point at = Clock::Real().Now()) {
     Answered(status, counted, at);
     if (status == 499 || client_gone_ || !keep_alive) return Close();
-    ReadHeader();
+    const auto pause = std::exchange(overload_pause_, std::chrono::steady_clock::duration::zero());
+    if (pause <= std::chrono::steady_clock::duration::zero()) return ReadHeader();
+    // Bytes the client sends meanwhile wait in the socket; a cancelled wait reads at once.
+    pause_timer_.expires_after(pause);
+    pause_timer_.async_wait([self = shared_from_this()](beast::error_code) { self->ReadHeader(); });
   }
 
   // Waits, while a request waits for its answer, for the socket to turn readable: end-of-stream
@@ -740,6 +754,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   AdmissionTicket admission_;            // From the route, until the handler takes it.
   std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
   Timer request_timer_{stream_.get_executor()};
+  // Set when a request is refused for overload: how long to wait before reading the next one.
+  std::chrono::steady_clock::duration overload_pause_{};
+  Timer pause_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the connection's I/O thread):
   bool awaiting_response_ = false;
   bool watching_ = false;                       // A WatchForDisconnect() read is outstanding.
