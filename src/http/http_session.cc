@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -41,6 +42,11 @@ constexpr std::chrono::milliseconds kOverloadPauseMax{250};
 template <typename Duration>
 std::chrono::steady_clock::duration Steady(Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+}
+
+bool HasHeader(const HttpResponse& response, std::string_view name) {
+  return std::any_of(response.headers.begin(), response.headers.end(),
+                     [&](const auto& header) { return beast::iequals(header.first, name); });
 }
 
 // An answer sent by Session::AnswerInPlace, for the connection's thread to finish.
@@ -561,6 +567,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 
   void Write(HttpResponse response, bool counted) {
     awaiting_response_ = false;
+    if (response.status == 503 && overload_pause_ == std::chrono::steady_clock::duration::zero() &&
+        HasHeader(response, "Retry-After")) {
+      // Refused for overload by its handler (after the body was read; Retry-After in whole
+      // seconds): the longest pause.
+      overload_pause_ = Steady(kOverloadPauseMax);
+    }
     // Whatever the handler still holds, it holds through its own pointers.
     memory_.reset();
     admission_.reset();

@@ -151,6 +151,14 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
         fmt::format("model '{}' takes no images (its config has no preprocess.image)", model))));
     return;
   }
+  // A route without admission at its header (/predict names its model in the body) is admitted
+  // here, before the image is decoded: an overloaded model refuses for the cost of the read.
+  std::shared_ptr<const void> admission = request.admission;
+  if (!admission) {
+    auto admitted = scheduler->Admit();
+    if (!admitted.ok()) return respond(HttpResponse::Error(admitted.status()));
+    admission = std::move(*admitted);
+  }
   auto pending = std::make_shared<PendingCancel>();
   pending->scheduler = scheduler;
   if (request.trace) request.trace->model = config.name;
@@ -165,7 +173,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
                respond, received = request.received, memory = request.memory,
-               admission = request.admission, trace = request.trace]() mutable {
+               admission = std::move(admission), trace = request.trace]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
     const ImagePreprocessConfig& preprocess = *config.preprocess_image;
