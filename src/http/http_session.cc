@@ -33,11 +33,11 @@ constexpr std::chrono::seconds kLingerTimeout{2};
 // A request refused at its header whose body is at most this is still read (and dropped), so its
 // connection stays open; a larger one is not read and the connection closes. Photographs fit.
 constexpr uint64_t kReadRefusedBodyBytes = 1u << 20;
-// After a request refused because its model is overloaded, its connection's next request is read
-// this long later at most (its Retry-After when that is shorter). The refusal itself leaves at
-// once; a client that sends again at once (load generators do, at every connection) then cannot
-// turn the refusals into a loop that takes the cores the model needs to work its queue down.
-constexpr std::chrono::milliseconds kOverloadPauseMax{250};
+// Refusals for overload on one connection leave at most one per this interval: the first at
+// once, one that follows within the interval when it has passed. A client that sends again at
+// once on every connection (load generators do) then cannot turn refusals into a loop that takes
+// the cores the model needs to work its queue down; admitted requests are never held.
+constexpr std::chrono::milliseconds kOverloadRefusalInterval{250};
 
 template <typename Duration>
 std::chrono::steady_clock::duration Steady(Duration d) {
@@ -114,6 +114,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     admission_.reset();
     memory_refused_bytes_ = 0;
     refusal_.reset();
+    refusal_timed_ = false;
     trace_.reset();
     traceparent_.clear();
     reading_header_ = true;
@@ -225,11 +226,6 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
         return Refuse(HttpResponse::Error(admitted.status()));
       }
       refusal_ = HttpResponse::Error(admitted.status());
-      if (admitted.status().code() == StatusCode::kUnavailable) {
-        overload_pause_ = std::min<std::chrono::steady_clock::duration>(
-            Steady(kOverloadPauseMax),
-            Steady(std::chrono::duration<double>(admitted.status().retry_after_seconds())));
-      }
       return ReadBody();
     }
     admission_ = std::move(*admitted);
@@ -409,11 +405,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                    Clock::time_point at = Clock::Real().Now()) {
     Answered(status, counted, at);
     if (status == 499 || client_gone_ || !keep_alive) return Close();
-    const auto pause = std::exchange(overload_pause_, std::chrono::steady_clock::duration::zero());
-    if (pause <= std::chrono::steady_clock::duration::zero()) return ReadHeader();
-    // Bytes the client sends meanwhile wait in the socket; a cancelled wait reads at once.
-    pause_timer_.expires_after(pause);
-    pause_timer_.async_wait([self = shared_from_this()](beast::error_code) { self->ReadHeader(); });
+    ReadHeader();
   }
 
   // Waits, while a request waits for its answer, for the socket to turn readable: end-of-stream
@@ -567,11 +559,21 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
 
   void Write(HttpResponse response, bool counted) {
     awaiting_response_ = false;
-    if (response.status == 503 && overload_pause_ == std::chrono::steady_clock::duration::zero() &&
+    if (!refusal_timed_ && keep_alive_ && response.status == 503 &&
         HasHeader(response, "Retry-After")) {
-      // Refused for overload by its handler (after the body was read; Retry-After in whole
-      // seconds): the longest pause.
-      overload_pause_ = Steady(kOverloadPauseMax);
+      // Refused for overload: at once, unless this connection's last refusal left less than the
+      // interval ago (see kOverloadRefusalInterval).
+      refusal_timed_ = true;
+      const auto now = std::chrono::steady_clock::now();
+      const auto due = last_overload_refusal_ + Steady(kOverloadRefusalInterval);
+      last_overload_refusal_ = std::max(now, due);
+      if (due > now) {
+        pause_timer_.expires_at(due);
+        pause_timer_.async_wait(
+            [self = shared_from_this(), response = std::move(response),
+             counted](beast::error_code) mutable { self->Write(std::move(response), counted); });
+        return;
+      }
     }
     // Whatever the handler still holds, it holds through its own pointers.
     memory_.reset();
@@ -766,8 +768,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   AdmissionTicket admission_;            // From the route, until the handler takes it.
   std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_header_;
   Timer request_timer_{stream_.get_executor()};
-  // Set when a request is refused for overload: how long to wait before reading the next one.
-  std::chrono::steady_clock::duration overload_pause_{};
+  // When this connection's last refusal for overload left (or is due to), whether the current
+  // answer's time has been decided, and the timer that holds one refusal until it is due.
+  std::chrono::steady_clock::time_point last_overload_refusal_{};
+  bool refusal_timed_ = false;
   Timer pause_timer_{stream_.get_executor()};
   // While a handler works on a request (all on the connection's I/O thread):
   bool awaiting_response_ = false;
