@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -188,6 +189,47 @@ TEST_F(HttpServerTest, RequestsInPiecesOrSeveralToAWriteAreEachAnsweredWhole) {
   EXPECT_NE(reply.find("X-Length: 4\r\nContent-Length: 13\r\n\r\n{\"echo\":[22]}"),
             std::string::npos)
       << reply;
+}
+
+// Refusals for overload on one connection are spaced: the first leaves at once, the next one
+// sent straight after it leaves about 250 ms after the first; the connection stays open for a
+// refused body of 100 KiB (read, not kept); an admitted request right after a refusal is answered
+// at once, and so is one refusal after a quiet spell.
+TEST_F(HttpServerTest, OverloadRefusalsOnAConnectionAreSpacedAndAdmittedRequestsAreNotHeld) {
+  std::atomic<bool> refusing{true};
+  router_.Post("/work", [](const HttpRequest&, const PathParams&, Responder respond) {
+    respond(HttpResponse::Json(200, "{\"done\":1}"));
+  });
+  router_.SetAdmission("POST", "/work", [&](const PathParams&) -> Result<AdmissionTicket> {
+    if (refusing) return Status::Unavailable("busy").WithRetryAfter(0.5);
+    return AdmissionTicket();
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/missing"));
+  ASSERT_NE(client_->ReadUntil("}").find("404"), std::string::npos);
+
+  const std::string body(100 << 10, 'x');
+  const std::string request =
+      "POST /work HTTP/1.1\r\nHost: test\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  using Ms = std::chrono::duration<double, std::milli>;
+  auto exchange = [&](const std::string& expect) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(client_->Send(request));
+    const std::string reply = client_->ReadUntil("}");
+    EXPECT_EQ(reply.rfind(expect, 0), 0u) << reply;
+    return std::chrono::steady_clock::now() - start;
+  };
+  const auto first = exchange("HTTP/1.1 503");
+  const auto second = exchange("HTTP/1.1 503");
+  const auto third = exchange("HTTP/1.1 503");
+  EXPECT_LT(Ms(first).count(), 200);
+  EXPECT_GE(Ms(second).count(), 150);
+  EXPECT_GE(Ms(second + third).count(), 400);
+  refusing = false;
+  EXPECT_LT(Ms(exchange("HTTP/1.1 200")).count(), 200);
+  refusing = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(Ms(exchange("HTTP/1.1 503")).count(), 200);
 }
 
 // While a handler holds a request, the connection is watched: an answer that comes later is
