@@ -38,8 +38,9 @@ test: build
 	$(MAKE) check-thread-safety
 	$(MAKE) test-asan ASAN_TEST_MODELS=$(abspath $(BUILD_DIR))/test-models
 
-# Compiles the parts without libtorch with clang -Wthread-safety, warnings as errors: every
-# GUARDED_BY field is touched only with its mutex held (in build-thread-safety/).
+# Analyses the parts without libtorch with clang -Wthread-safety, warnings as errors: every
+# GUARDED_BY field is touched only with its mutex held (in build-thread-safety/; -fsyntax-only,
+# as the analysis runs in clang's front end: no code is generated or linked).
 check-thread-safety: deps
 	cmake --preset thread-safety
 	cmake --build --preset thread-safety -j $(JOBS)
