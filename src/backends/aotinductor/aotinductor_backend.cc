@@ -11,7 +11,6 @@
 // one such loader per bucket, each with one runner per instance.
 #include "backends/aotinductor/aotinductor_backend.h"
 
-#include <cpuid.h>
 #include <fmt/format.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/version.h>
@@ -23,6 +22,7 @@
 #include <unordered_map>
 
 #include "backends/torch_tensors.h"
+#include "common/system_info.h"
 
 namespace sluice {
 namespace {
@@ -191,11 +191,9 @@ Status CheckPackage(const std::unordered_map<std::string, std::string>& metadata
   if (target == "avx512") isa = "AVX512";
   bool supported = true;
   if (isa == "AVX2") {
-    // F16C is CPUID 1 ECX bit 29: clang 14's __builtin_cpu_supports does not know its name.
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    // F16C from /proc/cpuinfo: clang 14's __builtin_cpu_supports does not know its name.
     supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("bmi2") && f16c;
+                __builtin_cpu_supports("bmi2") && CpuHasFlag("f16c");
   } else if (isa.rfind("AVX512", 0) == 0) {
     supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
