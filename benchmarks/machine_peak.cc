@@ -1,12 +1,13 @@
 // The CPU's arithmetic peaks, measured: fp32 FMA, bf16 dot products (AVX-512 BF16's VDPBF16PS)
-// and int8 dot products (AVX-512 VNNI's VPDPBUSD), on one core and on every core at once (one
-// pinned thread each). Each kernel is a loop of independent register accumulators long enough to
-// hide the instruction's latency, with no memory traffic: the figure is what the execution units
-// can do, the ceiling a convolution's achieved rate is a fraction of
+// and int8 products (AVX-512 VNNI's VPDPBUSD, else AVX2's VPMADDUBSW), on one core and on every
+// core at once (one pinned thread each). Each kernel is a loop of independent register
+// accumulators long enough to hide the instruction's latency, with no memory traffic: the figure
+// is what the execution units can do, the ceiling a convolution's achieved rate is a fraction of
 // (benchmarks/vision_peak_fraction.py).
 //
 // Counts: an FMA is 2 flops per lane; VDPBF16PS 2 per bf16 pair (32 pairs a 512-bit register);
-// VPDPBUSD 2 per byte pair (64 a register). Printed as JSON, one object.
+// VPDPBUSD 2 per byte pair (64 a register); on AVX2 without VNNI, VPMADDUBSW 2 per byte pair
+// (32 a 256-bit register). Printed as JSON, one object.
 //
 // Usage: machine_peak [--seconds 0.5]
 #include <immintrin.h>
@@ -90,6 +91,28 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) double Int8Avx512(long r
   for (int i = 1; i < kAccumulators; ++i) sum = _mm512_add_epi32(sum, acc[i]);
   int32_t out[16];
   _mm512_storeu_si512(out, sum);
+  return static_cast<double>(out[0]);
+}
+
+// AVX2 without VNNI: VPMADDUBSW, 32 byte products summed in pairs to 16 bits. It is the only
+// instruction that multiplies bytes, so its rate bounds any int8 convolution on such a CPU
+// (which also spends instructions widening the sums to 32 bits: the bound is not reached).
+// VPADDSW accumulates; the accumulator feeds the next product, so no step is loop-invariant.
+__attribute__((target("avx2"), noinline)) double Int8Avx2(long rounds) {
+  __m256i acc[kAccumulators];
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_set1_epi8(static_cast<char>(i));
+  const __m256i b = _mm256_set1_epi8(1);
+  for (long r = 0; r < rounds; ++r) {
+    for (long k = 0; k < kInner; ++k) {
+      for (int i = 0; i < kAccumulators; ++i) {
+        acc[i] = _mm256_adds_epi16(acc[i], _mm256_maddubs_epi16(acc[i], b));
+      }
+    }
+  }
+  __m256i sum = acc[0];
+  for (int i = 1; i < kAccumulators; ++i) sum = _mm256_add_epi16(sum, acc[i]);
+  int16_t out[16];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), sum);
   return static_cast<double>(out[0]);
 }
 
@@ -177,6 +200,8 @@ int main(int argc, char** argv) {
   }
   if (__builtin_cpu_supports("avx512vnni")) {
     kernels.push_back({"int8", "avx512 vpdpbusd", Int8Avx512, 2.0 * 64 * kAccumulators});
+  } else if (__builtin_cpu_supports("avx2")) {
+    kernels.push_back({"int8", "avx2 vpmaddubsw", Int8Avx2, 2.0 * 32 * kAccumulators});
   }
   std::printf("{\"cores\": %d, \"peaks\": [", cores);
   for (size_t i = 0; i < kernels.size(); ++i) {
