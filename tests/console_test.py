@@ -128,7 +128,7 @@ def console_errors(driver):
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def wait(driver, condition, message, timeout=20):
+def wait(driver, condition, message, timeout=40):
     try:
         return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
     except TimeoutException:
@@ -197,7 +197,7 @@ def dashboard_counter_moves(driver, server):
         status, _ = server.request("POST", "/v2/models/identity/infer", body)
         check(status == 200, f"identity: {status}")
     wait(driver, lambda d: int(text(d, "stat-responses")) >= before + 200,
-         f"the dashboard's response counter moved from {before} by 200", timeout=10)
+         f"the dashboard's response counter moved from {before} by 200", timeout=30)
     rows = driver.execute_script(
         "return Chart.getChart('chart-rps').data.datasets.find(d => d.label === 'identity')"
         ".data.filter(v => v > 0).length")
