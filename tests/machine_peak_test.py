@@ -1,22 +1,18 @@
 #!/usr/bin/env python3
 """build/machine_peak's output: one JSON object naming each peak this CPU has instructions for
 (fp32 FMA; int8 by VPDPBUSD, or VPMADDUBSW on AVX2 without VNNI; bf16 by VDPBF16PS), with
-positive rates. benchmarks/vision_peak_fraction.py divides by
-these, and reports int8 against fp32's peak when no int8 entry is there.
+positive rates. benchmarks/vision_peak_fraction.py divides by these, and reports int8 against
+fp32's peak when no int8 entry is there.
 
 Usage: machine_peak_test.py path/to/machine_peak
 """
 import json
+import os
 import subprocess
 import sys
 
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from precision_auto import cpu_flags  # noqa: E402
 
 
 def expected(flags):
