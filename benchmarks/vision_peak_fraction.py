@@ -6,8 +6,9 @@ The peaks come from build/machine_peak (fp32 FMA, bf16 VDPBF16PS, int8 VPDPBUSD 
 without VNNI, VPMADDUBSW; one core and all cores). The model's work per sample is counted by
 PyTorch's FlopCounterMode on its TorchScript file (a multiply-add counts 2, as the peaks count
 it). Its speed is Sluice's own: `sluice sweep` over the AOTInductor packages (the batched
-pipeline, in process), samples/s per cell. Each cell's achieved GOP/s = work per sample x samples/s, shown as a fraction of its precision's all-cores
-peak (fp32's for a precision this CPU has no dot products for).
+pipeline, in process), samples/s per cell. Each cell's achieved GOP/s = work per sample x
+samples/s, shown as a fraction of its precision's all-cores peak (fp32's for a precision this CPU
+has no dot products for).
 
 Usage: .venv/bin/python benchmarks/vision_peak_fraction.py [--model resnet18] [--models models]
            [--batch-sizes 1,8,32,64] [--precisions fp32,bf16,int8] [--iters 10]
