@@ -1,0 +1,60 @@
+// 3x3 stride-1 convolutions by Winograd's minimal filtering F(4x4, 3x3) on NHWC fp32 data.
+//
+// Each 4x4 block of outputs is computed from a 6x6 block of input with 36 multiplications per
+// input/output channel pair instead of 144, so the convolution does 4x fewer multiply-adds (a
+// little less where the output's side is not a multiple of 4). The weights are transformed once
+// (PackWinogradWeights); each call transforms a block of input tiles, multiplies them by the
+// transformed weights with a register-blocked kernel, and transforms the products back, adding
+// the bias, an optional residual and an optional ReLU, while the block is still in cache.
+//
+// Torch-free: the caller supplies the threads (ParallelFor). Thread-safe: concurrent calls share
+// nothing but their read-only arguments.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace sluice::winograd {
+
+// Runs body(begin, end) over disjoint ranges covering [0, count), possibly in parallel, and
+// returns when all have returned.
+using ParallelFor =
+    std::function<void(int64_t count, const std::function<void(int64_t, int64_t)>& body)>;
+
+// Floats in the packed weights of a convolution with `in_channels` inputs and `out_channels`
+// outputs (out_channels rounded up to a multiple of 16).
+int64_t PackedWeightsSize(int64_t in_channels, int64_t out_channels);
+
+// Transforms OIHW 3x3 weights `w` (out_channels x in_channels x 3 x 3) into `packed`
+// (PackedWeightsSize floats): for each of the 36 transform points and each panel of 16 output
+// channels, in_channels rows of 16 values.
+void PackWinogradWeights(const float* w, int64_t out_channels, int64_t in_channels, float* packed);
+
+struct ConvShape {
+  int64_t batch = 0;         // Images; >= 1.
+  int64_t height = 0;        // Input and output rows (padding 1, stride 1); >= 1.
+  int64_t width = 0;         // Input and output columns; >= 1.
+  int64_t in_channels = 0;   // A multiple of 8 (the kernels' vector width), >= 8.
+  int64_t out_channels = 0;  // A multiple of 8, >= 8.
+};
+
+struct ConvArgs {
+  const float* input = nullptr;     // NHWC, batch x height x width x in_channels.
+  const float* packed = nullptr;    // PackWinogradWeights' output.
+  const float* bias = nullptr;      // out_channels values, or null for none.
+  const float* residual = nullptr;  // NHWC like the output, added before the ReLU; or null.
+  bool relu = false;                // max(0, .) applied last.
+  int threads = 1;                  // Work items to aim for (the caller's thread count); >= 1.
+  bool portable = false;            // The portable kernels even where AVX2 and FMA exist (tests).
+  float* output = nullptr;          // NHWC, batch x height x width x out_channels.
+};
+
+// The convolution (padding 1, stride 1). Uses AVX2 and FMA when the CPU has them, otherwise a
+// portable path with the same arithmetic.
+void Conv3x3(const ConvShape& shape, const ConvArgs& args, const ParallelFor& parallel_for);
+
+// Whether Conv3x3 runs its AVX2/FMA kernels on this CPU.
+bool HasFastPath();
+
+}  // namespace sluice::winograd
