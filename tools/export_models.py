@@ -495,6 +495,30 @@ class TinyCnn(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
+class TinyResidual(nn.Module):
+    """A ResNet basic block between a stem and a classifier: two 3x3 stride-1 convolutions with
+    BatchNorm, the second ending in a residual addition and ReLU (what the fp32 export gives to
+    sluice::conv3x3), and a stem convolution it leaves alone (3 input channels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 5)
+        for bn in (self.bn1, self.bn2):
+            nn.init.uniform_(bn.weight, 0.5, 1.5)
+            nn.init.uniform_(bn.bias, -0.2, 0.2)
+            nn.init.uniform_(bn.running_mean, -0.2, 0.2)
+            nn.init.uniform_(bn.running_var, 0.5, 2.0)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)) + x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
 class MultiIo(nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor):
         return a + b, a * b
@@ -561,6 +585,18 @@ def export_test_models(out_dir):
     calibration = [(torch.randn(8, 3, 16, 16),) for _ in range(8)]
     export_packages(tiny, d, (torch.randn(2, 3, 16, 16),), ([("input", x)], ["logits"]),
                     sluice_export.PRECISIONS, 8, calibration)
+
+    # fp32 only: its package calls sluice::conv3x3 (where libsluice_torch_ops.so is built), and
+    # the reference is the eager model's, so Sluice's run of it checks the operator end to end.
+    d = os.path.join(out_dir, "tiny_residual_aot")
+    residual = TinyResidual().eval()
+    save_scripted(residual, d)
+    write_config(d, simple_config([("input", [3, 10, 10])], [("logits", [5])], max_batch_size=4))
+    x = torch.randn(3, 3, 10, 10)
+    with torch.no_grad():
+        write_reference(d, [("input", x)], [("logits", residual(x))])
+    export_packages(residual, d, (torch.randn(2, 3, 10, 10),), ([("input", x)], ["logits"]),
+                    ("fp32",), 4)
 
     d = os.path.join(out_dir, "multi_io")
     m = save_scripted(MultiIo(), d)

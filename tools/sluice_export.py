@@ -3,7 +3,8 @@ users' own scripts: README, "Serving your own model").
 
   model.pt        TorchScript (torch.jit.script), for the torchscript backend.
   model.pt2       AOTInductor package (torch.export, then torch._inductor.aot_compile with
-                  freezing), fp32.
+                  freezing), fp32; its 3x3 stride-1 convolutions call Sluice's Winograd
+                  operator where libsluice_torch_ops.so is built (winograd_rewrite.py).
   model_bf16.pt2  the same model in bf16: the weights converted, fp32 in and out (the casts fuse
                   into the first and last kernels).
   model_int8.pt2  PT2E static quantisation for x86 (X86InductorQuantizer, now in torchao),
@@ -35,6 +36,8 @@ import ctypes
 import os
 
 import torch
+
+import winograd_rewrite
 
 PRECISIONS = ("fp32", "bf16", "int8")
 TARGET_ISAS = {"native": None, "avx2": ("x86-64-v3", 256), "avx512": ("x86-64-v4", 512)}
@@ -119,10 +122,15 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
 
 
 def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64):
-    """The module a package of `precision` is compiled from (fp32 in, fp32 out)."""
+    """The module a package of `precision` is compiled from (fp32 in, fp32 out). In fp32, the 3x3
+    stride-1 convolutions run Sluice's Winograd operator where it is built (winograd_rewrite)."""
     model = model.eval()
     if precision == "fp32":
-        return model
+        rewritten, count = winograd_rewrite.rewrite(model)
+        if count:
+            print(f"fp32: {count} 3x3 convolutions by Winograd F(4x4, 3x3) (sluice::conv3x3)",
+                  flush=True)
+        return rewritten
     if precision == "bf16":
         import copy
         return _Bf16(copy.deepcopy(model)).eval()
@@ -212,6 +220,7 @@ class PackageRunner:
     def __init__(self, path):
         lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        winograd_rewrite.load_ops()  # An fp32 package may call sluice::conv3x3.
         from torch._inductor.package import load_package as load
         self.runners = {}
         first = load(path, "model")

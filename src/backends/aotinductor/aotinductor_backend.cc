@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "backends/torch_tensors.h"
+#include "backends/winograd/winograd_op.h"
 #include "common/system_info.h"
 
 namespace sluice {
@@ -244,6 +245,8 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
         "model.pt2, model_bf16.pt2 and model_int8.pt2)",
         config.name, path, PrecisionName(config.precision)));
   }
+  // Packages may call Sluice's own operators (sluice::conv3x3) through the proxy executor.
+  if (!TorchOpsRegistered()) return Status::Internal("Sluice's torch operators are not linked");
   auto package = std::make_shared<LoadedPackage>();
   package->config = config;
   package->report.runtime = fmt::format("libtorch {} (AOTInductor)", TORCH_VERSION);

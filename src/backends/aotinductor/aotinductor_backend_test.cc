@@ -93,6 +93,15 @@ TEST(AotInductorBackendTest, Fp32ReproducesTheEagerModelWithin1e4) {
   EXPECT_LE(MaxAbsError(out, ref.outputs[0]), 1e-4);
 }
 
+// tiny_residual_aot's fp32 package calls sluice::conv3x3 (Winograd) for its residual block
+// through AOTInductor's proxy executor; its reference is the eager model's (direct convolutions).
+TEST(AotInductorBackendTest, WinogradConvolutionsReproduceTheEagerModel) {
+  const std::filesystem::path dir = kTestModels / "tiny_residual_aot";
+  Reference ref = ReadReference(dir);
+  Tensor out = RunReference(Config(dir), ref);
+  EXPECT_LE(MaxAbsError(out, ref.outputs[0]), 1e-4 * std::max(1.0, MaxAbs(ref.outputs[0])));
+}
+
 TEST(AotInductorBackendTest, Bf16ReproducesItsPackageInPythonAndStaysNearFp32) {
   Reference ref = ReadReference(kModel, "_bf16");
   Tensor out = RunReference(ConfigAt(Precision::kBf16), ref);
