@@ -38,6 +38,10 @@ class Block(nn.Module):
         return torch.sigmoid(self.conv3(self.down(h)))
 
 
+def setUpModule():
+    assert winograd_rewrite.load_ops(), winograd_rewrite.ops_library_path()
+
+
 def calls(gm):
     return [n for n in gm.graph.nodes if n.target is torch.ops.sluice.conv3x3.default]
 
@@ -64,17 +68,30 @@ class RewriteTest(unittest.TestCase):
         self.assertIs(winograd_rewrite.rewrite(model)[0], model)
 
     def test_the_operator_refuses_bad_arguments_with_a_message(self):
-        packed = torch.ops.sluice.winograd_pack(torch.randn(16, 8, 3, 3))
+        weight = torch.randn(16, 8, 3, 3)
         bias = torch.zeros(16)
         with self.assertRaisesRegex(RuntimeError, "input channels must be a positive multiple"):
-            torch.ops.sluice.conv3x3(torch.randn(1, 12, 8, 8), packed, bias, None, False)
-        with self.assertRaisesRegex(RuntimeError, "packed weights of"):
-            torch.ops.sluice.conv3x3(torch.randn(1, 16, 8, 8), packed, bias, None, False)
+            torch.ops.sluice.conv3x3(torch.randn(1, 12, 8, 8), torch.randn(16, 12, 3, 3), bias,
+                                     None, False)
+        with self.assertRaisesRegex(RuntimeError, "does not fit an input of 16 channels"):
+            torch.ops.sluice.conv3x3(torch.randn(1, 16, 8, 8), weight, bias, None, False)
         with self.assertRaisesRegex(RuntimeError, "residual must be float32 shaped like"):
-            torch.ops.sluice.conv3x3(torch.randn(1, 8, 8, 8), packed, bias,
+            torch.ops.sluice.conv3x3(torch.randn(1, 8, 8, 8), weight, bias,
                                      torch.randn(1, 8, 8, 8), False)
         with self.assertRaisesRegex(RuntimeError, "weight must be out x in x 3 x 3"):
             torch.ops.sluice.winograd_pack(torch.randn(16, 8, 5, 5))
+
+    def test_a_weight_changed_in_place_is_packed_again(self):
+        torch.manual_seed(1)
+        x, weight, bias = torch.randn(1, 8, 6, 6), torch.randn(8, 8, 3, 3), torch.randn(8)
+        def error():
+            want = F.conv2d(x, weight, bias, padding=1)
+            got = torch.ops.sluice.conv3x3(x, weight, bias, None, False)
+            return (got - want).abs().max().item() / want.abs().max().item()
+
+        self.assertLess(error(), 1e-5)
+        weight.mul_(2)  # Same storage, a new version: a stale packed copy would be off by 50%.
+        self.assertLess(error(), 1e-5)
 
     def test_the_test_models_fp32_package_calls_the_operator(self):
         path = os.path.join(TEST_MODELS, "tiny_residual_aot", "model.pt2")

@@ -3,9 +3,9 @@ compiled to an fp32 AOTInductor package.
 
 torch.ops.sluice.conv3x3 (src/backends/winograd/) computes a 3x3, stride-1, padding-1 convolution
 by Winograd's F(4x4, 3x3): 4x fewer multiply-adds than the direct convolution oneDNN runs on
-CPUs without AVX-512 (where oneDNN has no Winograd), with the weights transformed once here
-(torch.ops.sluice.winograd_pack) and the bias, a residual addition and a ReLU applied as each
-tile is written. Its results differ from the direct convolution's by rounding only (about 1e-5
+CPUs without AVX-512 (where oneDNN has no Winograd), with the weights transformed once, on the operator's first call
+(the package keeps the plain weights), and the bias, a residual addition and a ReLU applied as
+each tile is written. Its results differ from the direct convolution's by rounding only (about 1e-5
 of the output scale in fp32).
 
 The rewrite traces the model with torch.fx, folds each BatchNorm into the convolution before it
@@ -96,14 +96,14 @@ def rewrite(model):
                 relu, last = True, after
         name = f"winograd_{count}"
         with torch.no_grad():
-            gm.register_buffer(f"{name}_packed", torch.ops.sluice.winograd_pack(conv.weight))
+            gm.register_buffer(f"{name}_weight", conv.weight.detach().clone())
             bias = conv.bias if conv.bias is not None else torch.zeros(conv.out_channels)
             gm.register_buffer(f"{name}_bias", bias.detach().clone())
         with gm.graph.inserting_before(last):
-            packed = gm.graph.get_attr(f"{name}_packed")
+            weight = gm.graph.get_attr(f"{name}_weight")
             bias_node = gm.graph.get_attr(f"{name}_bias")
             fused = gm.graph.call_function(torch.ops.sluice.conv3x3.default,
-                                           (node.args[0], packed, bias_node, residual, relu))
+                                           (node.args[0], weight, bias_node, residual, relu))
         last.replace_all_uses_with(fused)
         count += 1
     gm.graph.eliminate_dead_code()

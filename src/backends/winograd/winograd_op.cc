@@ -4,6 +4,12 @@
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "backends/winograd/winograd_conv.h"
 
 namespace sluice {
@@ -14,12 +20,15 @@ void CheckChannels(int64_t channels, const char* what) {
               " must be a positive multiple of 8, got ", channels);
 }
 
-at::Tensor WinogradPack(const at::Tensor& weight) {
-  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3,
-              "sluice::winograd_pack: weight must be out x in x 3 x 3, got ", weight.sizes());
-  TORCH_CHECK(weight.scalar_type() == at::kFloat, "sluice::winograd_pack: weight must be float32");
+void CheckWeight(const at::Tensor& weight, const char* op) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3, op,
+              ": weight must be out x in x 3 x 3, got ", weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == at::kFloat, op, ": weight must be float32");
   CheckChannels(weight.size(0), "output channels");
   CheckChannels(weight.size(1), "input channels");
+}
+
+at::Tensor Pack(const at::Tensor& weight) {
   const at::Tensor w = weight.contiguous().cpu();
   at::Tensor packed = at::empty({winograd::PackedWeightsSize(w.size(1), w.size(0))}, w.options());
   winograd::PackWinogradWeights(w.data_ptr<float>(), w.size(0), w.size(1),
@@ -27,27 +36,110 @@ at::Tensor WinogradPack(const at::Tensor& weight) {
   return packed;
 }
 
+at::Tensor WinogradPack(const at::Tensor& weight) {
+  CheckWeight(weight, "sluice::winograd_pack");
+  return Pack(weight);
+}
+
 at::Tensor WinogradPackMeta(const at::Tensor& weight) {
   return at::empty({winograd::PackedWeightsSize(weight.size(1), weight.size(0))}, weight.options());
 }
+
+// FNV-1a over the weight's bytes: identifies equal weights held in different tensors (each batch
+// bucket of a package holds its own copy of the constants).
+uint64_t ContentHash(const at::Tensor& w) {
+  const at::Tensor c = w.contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+  const size_t n = c.numel() * sizeof(float);
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    h = (h ^ word) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+// The packed form of each weight tensor conv3x3 has seen, made on its first call and kept while
+// the weight's storage lives; equal weights in different storages share one packed copy.
+// Thread-safe: instances of a model call conv3x3 at once.
+class PackedWeightCache {
+ public:
+  static PackedWeightCache& Get() {
+    static PackedWeightCache* cache = new PackedWeightCache();  // Never destroyed: used at exit.
+    return *cache;
+  }
+
+  std::shared_ptr<const at::Tensor> Find(const at::Tensor& weight) {
+    // Inference tensors (a package's constants, under InferenceMode) have no version counter;
+    // they cannot change in place either.
+    const StorageKey key{weight.storage().unsafeGetStorageImpl(), weight.storage_offset(),
+                         weight.is_inference() ? 0 : weight._version(), weight.size(0),
+                         weight.size(1)};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = by_storage_.find(key);
+      if (it != by_storage_.end() && !it->second.storage.expired()) return it->second.packed;
+    }
+    // Hashing and packing happen outside the lock (once per weight and storage).
+    const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1)};
+    std::shared_ptr<const at::Tensor> packed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = by_content_.find(content);
+      if (it != by_content_.end()) packed = it->second.lock();
+    }
+    if (packed == nullptr) packed = std::make_shared<const at::Tensor>(Pack(weight));
+    std::lock_guard<std::mutex> lock(mu_);
+    Prune();
+    by_content_[content] = packed;
+    by_storage_.insert_or_assign(key, Entry{weight.storage().getWeakStorageImpl(), packed});
+    return packed;
+  }
+
+ private:
+  // The storage's address cannot be reused while its weak reference is held (the entry's).
+  // (storage, offset, version, out channels, in channels)
+  using StorageKey = std::tuple<const c10::StorageImpl*, int64_t, int64_t, int64_t, int64_t>;
+  using ContentKey = std::tuple<uint64_t, int64_t, int64_t>;
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    std::shared_ptr<const at::Tensor> packed;
+  };
+
+  // Drops the entries of freed weights, and packed copies no entry holds.
+  void Prune() {
+    for (auto it = by_storage_.begin(); it != by_storage_.end();) {
+      it = it->second.storage.expired() ? by_storage_.erase(it) : std::next(it);
+    }
+    for (auto it = by_content_.begin(); it != by_content_.end();) {
+      it = it->second.expired() ? by_content_.erase(it) : std::next(it);
+    }
+  }
+
+  std::mutex mu_;
+  std::map<StorageKey, Entry> by_storage_;                            // Guarded by mu_.
+  std::map<ContentKey, std::weak_ptr<const at::Tensor>> by_content_;  // Guarded by mu_.
+};
 
 at::Tensor EmptyOutput(const at::Tensor& input, const at::Tensor& bias) {
   return at::empty({input.size(0), bias.size(0), input.size(2), input.size(3)},
                    input.options().memory_format(at::MemoryFormat::ChannelsLast));
 }
 
-void CheckArgs(const at::Tensor& input, const at::Tensor& packed, const at::Tensor& bias,
+void CheckArgs(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                const std::optional<at::Tensor>& residual) {
   TORCH_CHECK(input.dim() == 4 && input.scalar_type() == at::kFloat,
               "sluice::conv3x3: input must be a float32 N x C x H x W tensor, got ", input.sizes(),
               " ", input.scalar_type());
   TORCH_CHECK(bias.dim() == 1 && bias.scalar_type() == at::kFloat,
               "sluice::conv3x3: bias must be a float32 vector");
-  CheckChannels(input.size(1), "input channels");
-  CheckChannels(bias.size(0), "output channels");
-  TORCH_CHECK(packed.numel() == winograd::PackedWeightsSize(input.size(1), bias.size(0)),
-              "sluice::conv3x3: packed weights of ", packed.numel(), " values do not fit ",
-              input.size(1), " input and ", bias.size(0), " output channels");
+  CheckWeight(weight, "sluice::conv3x3");
+  TORCH_CHECK(weight.size(1) == input.size(1) && weight.size(0) == bias.size(0),
+              "sluice::conv3x3: weight ", weight.sizes(), " does not fit an input of ",
+              input.size(1), " channels and a bias of ", bias.size(0));
   if (residual.has_value()) {
     TORCH_CHECK(residual->sizes() == at::IntArrayRef({input.size(0), bias.size(0), input.size(2),
                                                       input.size(3)}) &&
@@ -57,11 +149,12 @@ void CheckArgs(const at::Tensor& input, const at::Tensor& packed, const at::Tens
   }
 }
 
-at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& packed, const at::Tensor& bias,
+at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                    const std::optional<at::Tensor>& residual, bool relu) {
-  CheckArgs(input, packed, bias, residual);
+  CheckArgs(input, weight, bias, residual);
   const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor p = packed.contiguous();
+  const std::shared_ptr<const at::Tensor> packed = PackedWeightCache::Get().Find(weight);
+  const at::Tensor& p = *packed;
   const at::Tensor b = bias.contiguous();
   at::Tensor r;
   at::Tensor out = EmptyOutput(input, bias);
@@ -84,7 +177,7 @@ at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& packed, const at::
   return out;
 }
 
-at::Tensor Conv3x3Meta(const at::Tensor& input, const at::Tensor& packed, const at::Tensor& bias,
+at::Tensor Conv3x3Meta(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                        const std::optional<at::Tensor>& residual, bool relu) {
   return EmptyOutput(input, bias);
 }
@@ -97,7 +190,7 @@ bool TorchOpsRegistered() { return true; }
 
 TORCH_LIBRARY(sluice, m) {
   m.def("winograd_pack(Tensor weight) -> Tensor");
-  m.def("conv3x3(Tensor input, Tensor packed, Tensor bias, Tensor? residual, bool relu) -> Tensor");
+  m.def("conv3x3(Tensor input, Tensor weight, Tensor bias, Tensor? residual, bool relu) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sluice, CPU, m) {

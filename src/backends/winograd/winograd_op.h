@@ -1,10 +1,14 @@
 // The torch operators over the Winograd kernels (winograd_conv.h), for AOTInductor packages
 // whose 3x3 stride-1 convolutions the export rewrote (tools/sluice_export.py):
-//   sluice::winograd_pack(Tensor weight) -> Tensor
-//       OIHW 3x3 fp32 weights to the kernels' transformed, packed layout (done once, at export).
-//   sluice::conv3x3(Tensor input, Tensor packed, Tensor bias, Tensor? residual, bool relu)
+//   sluice::conv3x3(Tensor input, Tensor weight, Tensor bias, Tensor? residual, bool relu)
 //       -> Tensor
 //       relu?(conv3x3(input) + bias + residual), padding 1, stride 1; output channels-last.
+//       `weight` is OIHW 3x3 fp32, transformed and packed on its first call and kept while its
+//       storage lives (a package's batch buckets, each with its own copy of the constants, share
+//       one packed copy of equal weights). Changing a weight in place (a new tensor version)
+//       packs it again.
+//   sluice::winograd_pack(Tensor weight) -> Tensor
+//       The packed layout itself (for tests and benchmarks).
 // The same source is linked into the sluice binary (where a package calls the operators through
 // AOTInductor's proxy executor) and built as libsluice_torch_ops.so for the export tools.
 #pragma once

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""ResNet-18's 3x3 stride-1 convolutions, one layer at a time: Sluice's Winograd operator
+(sluice::conv3x3, libsluice_torch_ops.so) against libtorch's conv2d (oneDNN), each with its
+bias, the residual addition and the ReLU of a basic block's second convolution, on channels-last
+fp32 tensors, in this process with libtorch's threads (all cores unless OMP_NUM_THREADS says).
+
+Per layer and batch size: milliseconds per call (median of --iters calls), both ways interleaved
+A B B A over --rounds, the ratio of the medians, the direct convolution's GFLOP/s (a multiply-add
+counts 2) and the operator's error against conv2d as a fraction of the output's scale.
+
+Usage: .venv/bin/python benchmarks/winograd_layers.py [--batch-sizes 1,8] [--iters 10] [--rounds 2]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
+import winograd_rewrite  # noqa: E402
+
+# (channels, side) of ResNet-18's four stages at 224 x 224.
+LAYERS = [(64, 56), (128, 28), (256, 14), (512, 7)]
+
+
+def median_ms(fn, iters):
+    fn()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if not winograd_rewrite.load_ops():
+        sys.exit(f"no {winograd_rewrite.ops_library_path()}: build Sluice first (make build)")
+    print(f"{torch.get_num_threads()} threads, libtorch {torch.__version__}")
+    print("| batch | channels | side | conv2d ms | sluice::conv3x3 ms | speed-up | conv2d GFLOP/s "
+          "| error / scale |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for batch in (int(b) for b in args.batch_sizes.split(",")):
+            for channels, side in LAYERS:
+                shape = (batch, channels, side, side)
+                x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+                residual = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+                weight = torch.randn(channels, channels, 3, 3) * (2.0 / (9 * channels)) ** 0.5
+                bias = torch.randn(channels)
+                weight_cl = weight.contiguous(memory_format=torch.channels_last)
+                packed = torch.ops.sluice.winograd_pack(weight)
+
+                def direct():
+                    return torch.relu_(F.conv2d(x, weight_cl, bias, padding=1).add_(residual))
+
+                def winograd():
+                    return torch.ops.sluice.conv3x3(x, packed, bias, residual, True)
+
+                want = direct()
+                error = (winograd() - want).abs().max().item() / want.abs().max().item()
+                times = {"direct": [], "winograd": []}
+                for r in range(args.rounds):
+                    order = ("direct", "winograd", "winograd", "direct")
+                    for name in order if r % 2 == 0 else reversed(order):
+                        times[name].append(median_ms(direct if name == "direct" else winograd,
+                                                     args.iters))
+                d, w = statistics.median(times["direct"]), statistics.median(times["winograd"])
+                flops = 2 * batch * channels * channels * 9 * side * side
+                print(f"| {batch} | {channels} | {side} | {d:.2f} | {w:.2f} | {d / w:.2f}x "
+                      f"| {flops / d / 1e6:.0f} | {error:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
