@@ -107,7 +107,7 @@ def write_reference(model_dir, inputs, outputs, suffix=""):
 
 
 def export_packages(model, model_dir, example, reference, precisions, max_batch_size,
-                    calibration=None):
+                    calibration=None, winograd=None):
     """Writes one AOTInductor package per precision, and for bf16 and int8 the outputs the package
     itself gives in Python on the reference inputs. `reference` is ([(input name, tensor)],
     [output names])."""
@@ -115,7 +115,7 @@ def export_packages(model, model_dir, example, reference, precisions, max_batch_
     for precision in precisions:
         start = time.time()
         compiled = sluice_export.precision_model(model, precision, example, calibration,
-                                                 max_batch_size)
+                                                 max_batch_size, winograd)
         path = os.path.join(model_dir, sluice_export.package_name(precision))
         sluice_export.export_package(compiled, example, path, max_batch_size, precision)
         try:
@@ -586,7 +586,7 @@ def export_test_models(out_dir):
     export_packages(tiny, d, (torch.randn(2, 3, 16, 16),), ([("input", x)], ["logits"]),
                     sluice_export.PRECISIONS, 8, calibration)
 
-    # fp32 only: its package calls sluice::conv3x3 (where libsluice_torch_ops.so is built), and
+    # fp32 only: its package calls sluice::conv3x3 (on every CPU; where the library is built), and
     # the reference is the eager model's, so Sluice's run of it checks the operator end to end.
     d = os.path.join(out_dir, "tiny_residual_aot")
     residual = TinyResidual().eval()
@@ -596,7 +596,7 @@ def export_test_models(out_dir):
     with torch.no_grad():
         write_reference(d, [("input", x)], [("logits", residual(x))])
     export_packages(residual, d, (torch.randn(2, 3, 10, 10),), ([("input", x)], ["logits"]),
-                    ("fp32",), 4)
+                    ("fp32",), 4, winograd=True)
 
     d = os.path.join(out_dir, "multi_io")
     m = save_scripted(MultiIo(), d)

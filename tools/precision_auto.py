@@ -167,6 +167,16 @@ def measure(model_dir, precisions, held_out, pixel_step, labels=None, rounds=3):
         rows.append(row)
     floor = noise_agreement(runners["fp32"], held_out, ref_top1, pixel_step)
     required = min(TOP1_AGREEMENT_MIN, round(floor, 4))
+    extra = {}
+    scripted = os.path.join(model_dir, "model.pt")
+    if os.path.isfile(scripted):
+        # The fp32 package against the eager TorchScript model (oneDNN's direct convolutions):
+        # what Inductor's fusions and sluice::conv3x3's Winograd transforms change.
+        eager = _outputs(torch.jit.load(scripted).eval(), held_out)
+        extra["fp32_package_vs_model_pt"] = {
+            "top1_agreement": round((eager.argmax(1) == ref_top1).float().mean().item(), 4),
+            "max_error_of_scale": round(((eager - reference).abs().max() /
+                                         eager.abs().max().clamp(min=1e-6)).item(), 7)}
     base = rows[0]
     for row in rows:
         row["speed_vs_fp32"] = round(row["samples_per_s"] / base["samples_per_s"], 3)
@@ -175,7 +185,7 @@ def measure(model_dir, precisions, held_out, pixel_step, labels=None, rounds=3):
                                drop <= ACCURACY_DROP_MAX + 1e-9)
     return rows, {"distinct_fp32_top1_classes": len(set(ref_top1.tolist())),
                   "fp32_top1_agreement_under_pixel_noise": round(floor, 4),
-                  "top1_agreement_required": required}
+                  "top1_agreement_required": required, **extra}
 
 
 def choose(rows):

@@ -121,11 +121,31 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
     return converted
 
 
-def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64):
+def _winograd_pays():
+    """Whether the fp32 package gets sluice::conv3x3: measured faster than oneDNN's direct
+    convolutions on AVX2 CPUs (docs/PERFORMANCE.md), not measured against oneDNN's AVX-512
+    kernels, so packages compiled for AVX-512 keep those. SLUICE_WINOGRAD=on|off decides instead."""
+    choice = os.environ.get("SLUICE_WINOGRAD", "auto")
+    if choice in ("on", "off"):
+        return choice == "on"
+    if _target_isa != "native":
+        return _target_isa == "avx2"
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" not in f.read().split()
+    except OSError:
+        return False
+
+
+def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64,
+                    winograd=None):
     """The module a package of `precision` is compiled from (fp32 in, fp32 out). In fp32, the 3x3
-    stride-1 convolutions run Sluice's Winograd operator where it is built (winograd_rewrite)."""
+    stride-1 convolutions run Sluice's Winograd operator where it is built (winograd_rewrite) and
+    `winograd` (None: where it pays, _winograd_pays)."""
     model = model.eval()
     if precision == "fp32":
+        if not (_winograd_pays() if winograd is None else winograd):
+            return model
         rewritten, count = winograd_rewrite.rewrite(model)
         if count:
             print(f"fp32: {count} 3x3 convolutions by Winograd F(4x4, 3x3) (sluice::conv3x3)",
