@@ -16,12 +16,6 @@ constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
                              {0, 0, 1}};
 
-// A block's transformed input is sized to stay in a core's L2 cache with its products (floats).
-constexpr int64_t kBlockFloats = 64 * 1024;
-// Below this many floats of transformed input for the whole batch, all tiles form one block and
-// the threads split the output channels instead (so the weights are read once).
-constexpr int64_t kSingleBlockFloats = 1536 * 1024;
-
 int64_t Panels(int64_t out_channels) { return (out_channels + kPanel - 1) / kPanel; }
 
 bool CpuHasAvx2Fma() {
@@ -80,11 +74,21 @@ void Conv3x3(const ConvShape& shape, const ConvArgs& args, const ParallelFor& pa
   const int64_t tiles = shape.batch * ((shape.height + 3) / 4) * ((shape.width + 3) / 4);
   const int64_t panels = Panels(shape.out_channels);
   const int threads = std::max(1, args.threads);
+  const Blocking& b = args.blocking;
+  const int64_t tile_floats = kPoints * shape.in_channels;  // Transformed input of one tile.
+  const int64_t weight_bytes = PackedWeightsSize(shape.in_channels, shape.out_channels) * 4;
+  // Few tiles: one block of them all, the threads splitting the output panels (so the weights
+  // are read once).
   int64_t block_tiles = tiles, chunks = std::min<int64_t>(threads, panels);
-  if (tiles * shape.in_channels * kPoints > kSingleBlockFloats) {
-    // Many tiles: blocks of them that stay in cache, each with all the output panels.
-    block_tiles = std::max<int64_t>(6, kBlockFloats / (kPoints * shape.in_channels) / 6 * 6);
-    chunks = 1;
+  if (tiles * tile_floats > b.single_block_floats) {
+    if (weight_bytes > b.cached_weight_bytes) {
+      // Weights too large to stay cached: large blocks, each reading them once in all.
+      block_tiles = std::max<int64_t>(6, b.single_block_floats / tile_floats / 6 * 6);
+    } else {
+      // Blocks of tiles that stay in a core's L2 cache, each with all the output panels.
+      block_tiles = std::max<int64_t>(6, b.block_floats / tile_floats / 6 * 6);
+      chunks = 1;
+    }
   }
   const int64_t blocks = (tiles + block_tiles - 1) / block_tiles;
   const int64_t panels_per_chunk = (panels + chunks - 1) / chunks;

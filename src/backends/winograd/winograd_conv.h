@@ -39,6 +39,18 @@ struct ConvShape {
   int64_t out_channels = 0;  // A multiple of 8, >= 8.
 };
 
+// How Conv3x3 divides the work (the defaults suit 2020s x86 caches; tests set small ones).
+struct Blocking {
+  // A whole batch's transformed input below this many floats (6 MiB) is one block, the threads
+  // splitting the output channels.
+  int64_t single_block_floats = 1536 * 1024;
+  // Above it: with packed weights up to this size (bytes), which stay cached between blocks,
+  // blocks of block_floats (256 KiB, in L2 with their products), each with all the outputs;
+  // with larger weights, blocks of single_block_floats, so that the weights are read fewer times.
+  int64_t cached_weight_bytes = 4 << 20;
+  int64_t block_floats = 64 * 1024;
+};
+
 struct ConvArgs {
   const float* input = nullptr;     // NHWC, batch x height x width x in_channels.
   const float* packed = nullptr;    // PackWinogradWeights' output.
@@ -47,7 +59,8 @@ struct ConvArgs {
   bool relu = false;                // max(0, .) applied last.
   int threads = 1;                  // Work items to aim for (the caller's thread count); >= 1.
   bool portable = false;            // The portable kernels even where AVX2 and FMA exist (tests).
-  float* output = nullptr;          // NHWC, batch x height x width x out_channels.
+  Blocking blocking;
+  float* output = nullptr;  // NHWC, batch x height x width x out_channels.
 };
 
 // The convolution (padding 1, stride 1). Uses AVX2 and FMA when the CPU has them, otherwise a

@@ -78,7 +78,7 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return err / scale;
 }
 
-double RunCase(const Case& c, int threads, bool portable) {
+double RunCase(const Case& c, int threads, bool portable, Blocking blocking = {}) {
   const ConvShape& s = c.shape;
   std::mt19937 rng(7);
   const std::vector<float> in = Random(s.batch * s.height * s.width * s.in_channels, rng, 1.0f);
@@ -98,6 +98,7 @@ double RunCase(const Case& c, int threads, bool portable) {
   a.output = out.data();
   a.threads = threads;
   a.portable = portable;
+  a.blocking = blocking;
   Conv3x3(s, a, Threads(threads));
   return RelativeError(out, Reference(s, in, w, a));
 }
@@ -127,6 +128,15 @@ TEST_P(Conv3x3Test, FusesBiasResidualAndRelu) {
 TEST_P(Conv3x3Test, ManyTilesAreSplitIntoCacheSizedBlocks) {
   // Over 1.5M floats of transformed input: the path that processes blocks of tiles.
   EXPECT_LT(RunCase({ConvShape{1, 128, 128, 48, 16}, true, true, true}, 2, GetParam()), 1e-5);
+}
+
+TEST_P(Conv3x3Test, LargeWeightsAreSplitIntoLargeBlocksAndOutputChunks) {
+  // Blocking scaled down: 2 blocks of 36 tiles (the last one short), each split into 3 chunks
+  // of output channels (40 channels: 3 panels, the last one padded).
+  Blocking small;
+  small.single_block_floats = 36 * 24 * 36;
+  small.cached_weight_bytes = 1024;
+  EXPECT_LT(RunCase({ConvShape{2, 20, 20, 24, 40}, true, true, true}, 3, GetParam(), small), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Conv3x3Test, ::testing::Values(false, true),
