@@ -7,10 +7,10 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 
 #include "backends/winograd/winograd_conv.h"
+#include "common/mutex.h"
 
 namespace sluice {
 namespace {
@@ -79,7 +79,7 @@ class PackedWeightCache {
                          weight.is_inference() ? 0 : weight._version(), weight.size(0),
                          weight.size(1)};
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = by_storage_.find(key);
       if (it != by_storage_.end() && !it->second.storage.expired()) return it->second.packed;
     }
@@ -87,12 +87,12 @@ class PackedWeightCache {
     const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1)};
     std::shared_ptr<const at::Tensor> packed;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = by_content_.find(content);
       if (it != by_content_.end()) packed = it->second.lock();
     }
     if (packed == nullptr) packed = std::make_shared<const at::Tensor>(Pack(weight));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Prune();
     by_content_[content] = packed;
     by_storage_.insert_or_assign(key, Entry{weight.storage().getWeakStorageImpl(), packed});
@@ -110,7 +110,7 @@ class PackedWeightCache {
   };
 
   // Drops the entries of freed weights, and packed copies no entry holds.
-  void Prune() {
+  void Prune() REQUIRES(mu_) {
     for (auto it = by_storage_.begin(); it != by_storage_.end();) {
       it = it->second.storage.expired() ? by_storage_.erase(it) : std::next(it);
     }
@@ -119,9 +119,9 @@ class PackedWeightCache {
     }
   }
 
-  std::mutex mu_;
-  std::map<StorageKey, Entry> by_storage_;                            // Guarded by mu_.
-  std::map<ContentKey, std::weak_ptr<const at::Tensor>> by_content_;  // Guarded by mu_.
+  Mutex mu_;
+  std::map<StorageKey, Entry> by_storage_ GUARDED_BY(mu_);
+  std::map<ContentKey, std::weak_ptr<const at::Tensor>> by_content_ GUARDED_BY(mu_);
 };
 
 at::Tensor EmptyOutput(const at::Tensor& input, const at::Tensor& bias) {
