@@ -130,11 +130,8 @@ def _winograd_pays():
         return choice == "on"
     if _target_isa != "native":
         return _target_isa == "avx2"
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512f" not in f.read().split()
-    except OSError:
-        return False
+    from precision_auto import cpu_flags  # Imported here: precision_auto imports this module.
+    return "avx512f" not in cpu_flags()
 
 
 def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64,

@@ -8,7 +8,7 @@
 //       one packed copy of equal weights). Changing a weight in place (a new tensor version)
 //       packs it again.
 //   sluice::winograd_pack(Tensor weight) -> Tensor
-//       The packed layout itself (for tests and benchmarks).
+//       The packed layout itself (for tests).
 // The same source is linked into the sluice binary (where a package calls the operators through
 // AOTInductor's proxy executor) and built as libsluice_torch_ops.so for the export tools.
 #pragma once
