@@ -8,13 +8,22 @@
 namespace sluice::winograd {
 namespace {
 
-// G of F(4x4, 3x3): U = G g G^T.
-constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
-                             {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                             {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                             {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                             {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                             {0, 0, 1}};
+// G of F(4x4, 3x3) and of F(2x2, 3x3): U = G g G^T.
+constexpr double kG4[6][3] = {{1.0 / 4, 0, 0},
+                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                              {0, 0, 1}};
+constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+
+int Side(Tile tile) { return static_cast<int>(tile); }
+int Alpha(Tile tile) { return Side(tile) + 2; }  // Input tile side.
+
+int64_t TileCount(const ConvShape& s, Tile tile) {
+  const int64_t m = Side(tile);
+  return s.batch * ((s.height + m - 1) / m) * ((s.width + m - 1) / m);
+}
 
 int64_t Panels(int64_t out_channels) { return (out_channels + kPanel - 1) / kPanel; }
 
@@ -37,26 +46,31 @@ std::vector<float>& Scratch(int which, int64_t floats) {
 
 }  // namespace
 
-int64_t PackedWeightsSize(int64_t in_channels, int64_t out_channels) {
-  return kPoints * Panels(out_channels) * in_channels * kPanel;
+int Points(Tile tile) { return Alpha(tile) * Alpha(tile); }
+
+int64_t PackedWeightsSize(int64_t in_channels, int64_t out_channels, Tile tile) {
+  return Points(tile) * Panels(out_channels) * in_channels * kPanel;
 }
 
-void PackWinogradWeights(const float* w, int64_t out_channels, int64_t in_channels, float* packed) {
+void PackWinogradWeights(const float* w, int64_t out_channels, int64_t in_channels, Tile tile,
+                         float* packed) {
   const int64_t panels = Panels(out_channels);
-  std::fill(packed, packed + PackedWeightsSize(in_channels, out_channels), 0.0f);
+  const int alpha = Alpha(tile);
+  const double(*gm)[3] = tile == Tile::k4x4 ? kG4 : kG2;
+  std::fill(packed, packed + PackedWeightsSize(in_channels, out_channels, tile), 0.0f);
   for (int64_t o = 0; o < out_channels; ++o) {
     for (int64_t c = 0; c < in_channels; ++c) {
       const float* g = w + (o * in_channels + c) * 9;
-      double gg[6][3];  // G g
-      for (int r = 0; r < 6; ++r) {
+      double gg[6][3];  // G g (alpha rows)
+      for (int r = 0; r < alpha; ++r) {
         for (int j = 0; j < 3; ++j) {
-          gg[r][j] = kG[r][0] * g[j] + kG[r][1] * g[3 + j] + kG[r][2] * g[6 + j];
+          gg[r][j] = gm[r][0] * g[j] + gm[r][1] * g[3 + j] + gm[r][2] * g[6 + j];
         }
       }
-      for (int r = 0; r < 6; ++r) {
-        for (int s = 0; s < 6; ++s) {
-          const double u = gg[r][0] * kG[s][0] + gg[r][1] * kG[s][1] + gg[r][2] * kG[s][2];
-          const int64_t xi = r * 6 + s;
+      for (int r = 0; r < alpha; ++r) {
+        for (int s = 0; s < alpha; ++s) {
+          const double u = gg[r][0] * gm[s][0] + gg[r][1] * gm[s][1] + gg[r][2] * gm[s][2];
+          const int64_t xi = r * alpha + s;
           packed[((xi * panels + o / kPanel) * in_channels + c) * kPanel + o % kPanel] =
               static_cast<float>(u);
         }
@@ -70,13 +84,22 @@ bool HasFastPath() {
   return fast;
 }
 
+Tile ChooseTile(const ConvShape& shape, const Blocking& blocking) {
+  const auto cost = [&](Tile tile) {
+    return (TileCount(shape, tile) + blocking.weight_point_cost) * Points(tile);
+  };
+  return cost(Tile::k2x2) < cost(Tile::k4x4) ? Tile::k2x2 : Tile::k4x4;
+}
+
 void Conv3x3(const ConvShape& shape, const ConvArgs& args, const ParallelFor& parallel_for) {
-  const int64_t tiles = shape.batch * ((shape.height + 3) / 4) * ((shape.width + 3) / 4);
+  const int points = Points(args.tile);
+  const int64_t tiles = TileCount(shape, args.tile);
   const int64_t panels = Panels(shape.out_channels);
   const int threads = std::max(1, args.threads);
   const Blocking& b = args.blocking;
-  const int64_t tile_floats = kPoints * shape.in_channels;  // Transformed input of one tile.
-  const int64_t weight_bytes = PackedWeightsSize(shape.in_channels, shape.out_channels) * 4;
+  const int64_t tile_floats = points * shape.in_channels;  // Transformed input of one tile.
+  const int64_t weight_bytes =
+      PackedWeightsSize(shape.in_channels, shape.out_channels, args.tile) * 4;
   // Few tiles: one block of them all, the threads splitting the output panels (so the weights
   // are read once).
   int64_t block_tiles = tiles, chunks = std::min<int64_t>(threads, panels);
@@ -104,8 +127,8 @@ void Conv3x3(const ConvShape& shape, const ConvArgs& args, const ParallelFor& pa
       job.panel_begin = item % chunks * panels_per_chunk;
       job.panel_end = std::min(panels, job.panel_begin + panels_per_chunk);
       if (job.panel_begin >= job.panel_end) continue;
-      job.v = Scratch(0, kPoints * job.VPointStride()).data();
-      job.m = Scratch(1, kPoints * job.MPointStride()).data();
+      job.v = Scratch(0, points * job.VPointStride()).data();
+      job.m = Scratch(1, points * job.MPointStride()).data();
       run_block(job);
     }
   });

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace sluice::winograd {
@@ -78,7 +80,7 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return err / scale;
 }
 
-double RunCase(const Case& c, int threads, bool portable, Blocking blocking = {}) {
+double RunCase(const Case& c, int threads, bool portable, Tile tile, Blocking blocking = {}) {
   const ConvShape& s = c.shape;
   std::mt19937 rng(7);
   const std::vector<float> in = Random(s.batch * s.height * s.width * s.in_channels, rng, 1.0f);
@@ -86,11 +88,12 @@ double RunCase(const Case& c, int threads, bool portable, Blocking blocking = {}
   const std::vector<float> bias = Random(s.out_channels, rng, 1.0f);
   const std::vector<float> residual =
       Random(s.batch * s.height * s.width * s.out_channels, rng, 1.0f);
-  std::vector<float> packed(PackedWeightsSize(s.in_channels, s.out_channels));
-  PackWinogradWeights(w.data(), s.out_channels, s.in_channels, packed.data());
+  std::vector<float> packed(PackedWeightsSize(s.in_channels, s.out_channels, tile));
+  PackWinogradWeights(w.data(), s.out_channels, s.in_channels, tile, packed.data());
   std::vector<float> out(residual.size(), std::nanf(""));
   ConvArgs a;
   a.input = in.data();
+  a.tile = tile;
   a.packed = packed.data();
   a.bias = c.bias ? bias.data() : nullptr;
   a.residual = c.residual ? residual.data() : nullptr;
@@ -103,14 +106,21 @@ double RunCase(const Case& c, int threads, bool portable, Blocking blocking = {}
   return RelativeError(out, Reference(s, in, w, a));
 }
 
-class Conv3x3Test : public ::testing::TestWithParam<bool> {};  // The parameter: portable.
+// The parameters: the portable kernels (or the fastest the CPU has), and the tile size.
+class Conv3x3Test : public ::testing::TestWithParam<std::tuple<bool, Tile>> {
+ protected:
+  double Run(const Case& c, int threads, Blocking blocking = {}) {
+    return RunCase(c, threads, std::get<0>(GetParam()), std::get<1>(GetParam()), blocking);
+  }
+};
 
 TEST_P(Conv3x3Test, MatchesDirectConvolutionOnWholeAndPartialTiles) {
-  // 8x8: whole 4x4 tiles; 5x7 and 9x6: the last row and column of tiles cut short.
+  // 8x8: whole tiles; 5x7 and 9x6: the last row and column of tiles cut short (of 4x4 tiles;
+  // of 2x2 tiles where a side is odd).
   for (const ConvShape& s :
        {ConvShape{1, 8, 8, 8, 16}, ConvShape{2, 5, 7, 16, 8}, ConvShape{1, 9, 6, 24, 40}}) {
     for (int threads : {1, 3}) {
-      EXPECT_LT(RunCase({s}, threads, GetParam()), 1e-5)
+      EXPECT_LT(Run({s}, threads), 1e-5)
           << s.batch << "x" << s.height << "x" << s.width << " " << s.in_channels << "->"
           << s.out_channels << ", " << threads << " threads";
     }
@@ -119,38 +129,64 @@ TEST_P(Conv3x3Test, MatchesDirectConvolutionOnWholeAndPartialTiles) {
 
 TEST_P(Conv3x3Test, FusesBiasResidualAndRelu) {
   const ConvShape s{2, 6, 6, 16, 32};
-  EXPECT_LT(RunCase({s, /*bias=*/false}, 2, GetParam()), 1e-5);
-  EXPECT_LT(RunCase({s, true, /*residual=*/true}, 2, GetParam()), 1e-5);
-  EXPECT_LT(RunCase({s, true, true, /*relu=*/true}, 2, GetParam()), 1e-5);
-  EXPECT_LT(RunCase({s, true, false, true}, 1, GetParam()), 1e-5);
+  EXPECT_LT(Run({s, /*bias=*/false}, 2), 1e-5);
+  EXPECT_LT(Run({s, true, /*residual=*/true}, 2), 1e-5);
+  EXPECT_LT(Run({s, true, true, /*relu=*/true}, 2), 1e-5);
+  EXPECT_LT(Run({s, true, false, true}, 1), 1e-5);
 }
 
 TEST_P(Conv3x3Test, ManyTilesAreSplitIntoCacheSizedBlocks) {
   // Over 1.5M floats of transformed input: the path that processes blocks of tiles.
-  EXPECT_LT(RunCase({ConvShape{1, 128, 128, 48, 16}, true, true, true}, 2, GetParam()), 1e-5);
+  EXPECT_LT(Run({ConvShape{1, 128, 128, 48, 16}, true, true, true}, 2), 1e-5);
 }
 
 TEST_P(Conv3x3Test, LargeWeightsAreSplitIntoLargeBlocksAndOutputChunks) {
-  // Blocking scaled down: 2 blocks of 36 tiles (the last one short), each split into 3 chunks
-  // of output channels (40 channels: 3 panels, the last one padded).
+  // Blocking scaled down: 2 blocks of 36 tiles of 4x4 (or 5 blocks of 36 tiles of 2x2, the last
+  // one short), each split into 3 chunks of output channels (40 channels: 3 panels, the last one
+  // padded).
   Blocking small;
-  small.single_block_floats = 36 * 24 * 36;
+  small.single_block_floats = 36 * 24 * Points(std::get<1>(GetParam()));
   small.cached_weight_bytes = 1024;
-  EXPECT_LT(RunCase({ConvShape{2, 20, 20, 24, 40}, true, true, true}, 3, GetParam(), small), 1e-5);
+  EXPECT_LT(Run({ConvShape{2, 20, 20, 24, 40}, true, true, true}, 3, small), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, Conv3x3Test, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Portable" : "Fastest"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, Conv3x3Test,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(Tile::k4x4, Tile::k2x2)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Portable" : "Fastest") +
+                                  (std::get<1>(info.param) == Tile::k4x4 ? "4x4" : "2x2");
+                         });
 
 TEST(PackWinogradWeightsTest, OutputChannelsArePaddedToWholePanels) {
-  EXPECT_EQ(PackedWeightsSize(8, 16), 36 * 8 * 16);
-  EXPECT_EQ(PackedWeightsSize(8, 24), 36 * 2 * 8 * 16);
-  std::vector<float> w(24 * 8 * 9, 1.0f), packed(PackedWeightsSize(8, 24), 7.0f);
-  PackWinogradWeights(w.data(), 24, 8, packed.data());
-  // Point (5, 5) is g[2][2] itself; lanes 8..15 of the second panel are padding.
-  const int64_t xi = 35, panels = 2;
-  EXPECT_FLOAT_EQ(packed[((xi * panels + 1) * 8 + 0) * 16 + 7], 1.0f);
-  EXPECT_FLOAT_EQ(packed[((xi * panels + 1) * 8 + 0) * 16 + 8], 0.0f);
+  EXPECT_EQ(PackedWeightsSize(8, 16, Tile::k4x4), 36 * 8 * 16);
+  EXPECT_EQ(PackedWeightsSize(8, 24, Tile::k4x4), 36 * 2 * 8 * 16);
+  EXPECT_EQ(PackedWeightsSize(8, 24, Tile::k2x2), 16 * 2 * 8 * 16);
+  for (Tile tile : {Tile::k4x4, Tile::k2x2}) {
+    std::vector<float> w(24 * 8 * 9, 1.0f), packed(PackedWeightsSize(8, 24, tile), 7.0f);
+    PackWinogradWeights(w.data(), 24, 8, tile, packed.data());
+    // The last point (infinity, infinity) is g[2][2] itself; lanes 8..15 of the second panel
+    // are padding.
+    const int64_t xi = Points(tile) - 1, panels = 2;
+    EXPECT_FLOAT_EQ(packed[((xi * panels + 1) * 8 + 0) * 16 + 7], 1.0f);
+    EXPECT_FLOAT_EQ(packed[((xi * panels + 1) * 8 + 0) * 16 + 8], 0.0f);
+  }
+}
+
+TEST(ChooseTileTest, SmallTilesWhereReadingTheWeightsCostsMoreThanTheProducts) {
+  const Blocking defaults;
+  // ResNet-18 at batch 1: 7x7 (4 tiles of 4x4) and 14x14 outputs take 2x2 tiles; 28x28 and
+  // 56x56, where the products dominate, 4x4.
+  EXPECT_EQ(ChooseTile({1, 7, 7, 512, 512}, defaults), Tile::k2x2);
+  EXPECT_EQ(ChooseTile({1, 14, 14, 256, 256}, defaults), Tile::k2x2);
+  EXPECT_EQ(ChooseTile({1, 28, 28, 128, 128}, defaults), Tile::k4x4);
+  EXPECT_EQ(ChooseTile({1, 56, 56, 64, 64}, defaults), Tile::k4x4);
+  // A batch of 8 7x7 images has enough tiles for 4x4 to win again.
+  EXPECT_EQ(ChooseTile({8, 7, 7, 512, 512}, defaults), Tile::k4x4);
+  // Free weight reads: always the fewer multiply-adds.
+  Blocking cached = defaults;
+  cached.weight_point_cost = 0;
+  EXPECT_EQ(ChooseTile({1, 7, 7, 512, 512}, cached), Tile::k4x4);
 }
 
 }  // namespace

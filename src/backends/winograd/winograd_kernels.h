@@ -9,11 +9,11 @@
 
 namespace sluice::winograd {
 
-inline constexpr int kPoints = 36;     // Transform points of F(4x4, 3x3): 6 x 6.
 inline constexpr int64_t kPanel = 16;  // Output channels per packed weight panel.
 
 // One unit of work: tiles [tile_begin, tile_begin + tile_count) of the whole batch (numbered
-// image by image, row by row, 4x4 outputs each) and output panels [panel_begin, panel_end).
+// image by image, row by row, args->tile outputs a side each) and output panels
+// [panel_begin, panel_end).
 struct BlockJob {
   const ConvShape* shape = nullptr;
   const ConvArgs* args = nullptr;
@@ -21,11 +21,11 @@ struct BlockJob {
   int64_t tile_count = 0;
   int64_t panel_begin = 0;
   int64_t panel_end = 0;
-  float* v = nullptr;  // Scratch: kPoints * VPointStride() floats.
-  float* m = nullptr;  // Scratch: kPoints * MPointStride() floats.
+  float* v = nullptr;  // Scratch: Points(args->tile) * VPointStride() floats.
+  float* m = nullptr;  // Scratch: Points(args->tile) * MPointStride() floats.
 
   // Floats from one transform point's rows to the next's in v and m. One cache line more than
-  // the rows need: the 36 points' rows are read and written together, and at a stride of a
+  // the rows need: the points' rows are read and written together, and at a stride of a
   // multiple of 4 KiB they would all fall in the same few sets of the L1 cache.
   int64_t VPointStride() const { return tile_count * shape->in_channels + 16; }
   int64_t MStride() const { return kPanel * (panel_end - panel_begin); }

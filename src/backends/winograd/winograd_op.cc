@@ -28,21 +28,24 @@ void CheckWeight(const at::Tensor& weight, const char* op) {
   CheckChannels(weight.size(1), "input channels");
 }
 
-at::Tensor Pack(const at::Tensor& weight) {
+at::Tensor Pack(const at::Tensor& weight, winograd::Tile tile) {
   const at::Tensor w = weight.contiguous().cpu();
-  at::Tensor packed = at::empty({winograd::PackedWeightsSize(w.size(1), w.size(0))}, w.options());
-  winograd::PackWinogradWeights(w.data_ptr<float>(), w.size(0), w.size(1),
+  at::Tensor packed =
+      at::empty({winograd::PackedWeightsSize(w.size(1), w.size(0), tile)}, w.options());
+  winograd::PackWinogradWeights(w.data_ptr<float>(), w.size(0), w.size(1), tile,
                                 packed.data_ptr<float>());
   return packed;
 }
 
 at::Tensor WinogradPack(const at::Tensor& weight) {
   CheckWeight(weight, "sluice::winograd_pack");
-  return Pack(weight);
+  return Pack(weight, winograd::Tile::k4x4);
 }
 
 at::Tensor WinogradPackMeta(const at::Tensor& weight) {
-  return at::empty({winograd::PackedWeightsSize(weight.size(1), weight.size(0))}, weight.options());
+  return at::empty(
+      {winograd::PackedWeightsSize(weight.size(1), weight.size(0), winograd::Tile::k4x4)},
+      weight.options());
 }
 
 // FNV-1a over the weight's bytes: identifies equal weights held in different tensors (each batch
@@ -62,8 +65,9 @@ uint64_t ContentHash(const at::Tensor& w) {
   return h;
 }
 
-// The packed form of each weight tensor conv3x3 has seen, made on its first call and kept while
-// the weight's storage lives; equal weights in different storages share one packed copy.
+// The packed form of each weight tensor conv3x3 has seen, per tile size, made on its first call
+// with that size and kept while the weight's storage lives; equal weights in different storages
+// share one packed copy.
 // Thread-safe: instances of a model call conv3x3 at once.
 class PackedWeightCache {
  public:
@@ -72,26 +76,29 @@ class PackedWeightCache {
     return *cache;
   }
 
-  std::shared_ptr<const at::Tensor> Find(const at::Tensor& weight) {
+  std::shared_ptr<const at::Tensor> Find(const at::Tensor& weight, winograd::Tile tile) {
     // Inference tensors (a package's constants, under InferenceMode) have no version counter;
     // they cannot change in place either.
-    const StorageKey key{weight.storage().unsafeGetStorageImpl(), weight.storage_offset(),
-                         weight.is_inference() ? 0 : weight._version(), weight.size(0),
-                         weight.size(1)};
+    const StorageKey key{weight.storage().unsafeGetStorageImpl(),
+                         weight.storage_offset(),
+                         weight.is_inference() ? 0 : weight._version(),
+                         weight.size(0),
+                         weight.size(1),
+                         tile};
     {
       MutexLock lock(mu_);
       auto it = by_storage_.find(key);
       if (it != by_storage_.end() && !it->second.storage.expired()) return it->second.packed;
     }
     // Hashing and packing happen outside the lock (once per weight and storage).
-    const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1)};
+    const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1), tile};
     std::shared_ptr<const at::Tensor> packed;
     {
       MutexLock lock(mu_);
       auto it = by_content_.find(content);
       if (it != by_content_.end()) packed = it->second.lock();
     }
-    if (packed == nullptr) packed = std::make_shared<const at::Tensor>(Pack(weight));
+    if (packed == nullptr) packed = std::make_shared<const at::Tensor>(Pack(weight, tile));
     MutexLock lock(mu_);
     Prune();
     by_content_[content] = packed;
@@ -101,9 +108,10 @@ class PackedWeightCache {
 
  private:
   // The storage's address cannot be reused while its weak reference is held (the entry's).
-  // (storage, offset, version, out channels, in channels)
-  using StorageKey = std::tuple<const c10::StorageImpl*, int64_t, int64_t, int64_t, int64_t>;
-  using ContentKey = std::tuple<uint64_t, int64_t, int64_t>;
+  // (storage, offset, version, out channels, in channels, tile)
+  using StorageKey =
+      std::tuple<const c10::StorageImpl*, int64_t, int64_t, int64_t, int64_t, winograd::Tile>;
+  using ContentKey = std::tuple<uint64_t, int64_t, int64_t, winograd::Tile>;
   struct Entry {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
     std::shared_ptr<const at::Tensor> packed;
@@ -153,13 +161,14 @@ at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& weight, const at::
                    const std::optional<at::Tensor>& residual, bool relu) {
   CheckArgs(input, weight, bias, residual);
   const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
-  const std::shared_ptr<const at::Tensor> packed = PackedWeightCache::Get().Find(weight);
-  const at::Tensor& p = *packed;
   const at::Tensor b = bias.contiguous();
   at::Tensor r;
   at::Tensor out = EmptyOutput(input, bias);
   winograd::ConvShape shape{x.size(0), x.size(2), x.size(3), x.size(1), b.size(0)};
   winograd::ConvArgs args;
+  args.tile = winograd::ChooseTile(shape, args.blocking);
+  const std::shared_ptr<const at::Tensor> packed = PackedWeightCache::Get().Find(weight, args.tile);
+  const at::Tensor& p = *packed;
   args.input = x.data_ptr<float>();
   args.packed = p.data_ptr<float>();
   args.bias = b.data_ptr<float>();
