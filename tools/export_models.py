@@ -496,21 +496,17 @@ class TinyCnn(nn.Module):
 
 
 class TinyResidual(nn.Module):
-    """A ResNet basic block and a downsampling block between a stem and a classifier: 3x3 stride-1
-    convolutions with BatchNorm, the second of each block ending in a residual addition and ReLU
-    (what the fp32 export gives to sluice::conv3x3), a strided 3x3 convolution and a strided 1x1
-    shortcut (to sluice::conv_gemm), and a stem convolution it leaves alone (3 input channels)."""
+    """A ResNet basic block between a stem and a classifier: two 3x3 stride-1 convolutions with
+    BatchNorm, the second ending in a residual addition and ReLU (what the fp32 export gives to
+    sluice::conv3x3), and a stem convolution it leaves alone (3 input channels)."""
 
     def __init__(self):
         super().__init__()
         self.stem = nn.Conv2d(3, 16, 3, padding=1)
         self.conv1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
         self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
-        self.down1, self.bn3 = nn.Conv2d(16, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24)
-        self.down2, self.bn4 = nn.Conv2d(24, 24, 3, padding=1, bias=False), nn.BatchNorm2d(24)
-        self.shortcut, self.bn5 = nn.Conv2d(16, 24, 1, 2, bias=False), nn.BatchNorm2d(24)
-        self.fc = nn.Linear(24, 5)
-        for bn in (self.bn1, self.bn2, self.bn3, self.bn4, self.bn5):
+        self.fc = nn.Linear(16, 5)
+        for bn in (self.bn1, self.bn2):
             nn.init.uniform_(bn.weight, 0.5, 1.5)
             nn.init.uniform_(bn.bias, -0.2, 0.2)
             nn.init.uniform_(bn.running_mean, -0.2, 0.2)
@@ -520,9 +516,7 @@ class TinyResidual(nn.Module):
         x = F.relu(self.stem(x))
         h = F.relu(self.bn1(self.conv1(x)))
         h = F.relu(self.bn2(self.conv2(h)) + x)
-        d = F.relu(self.bn3(self.down1(h)))
-        d = F.relu(self.bn4(self.down2(d)) + self.bn5(self.shortcut(h)))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(d, 1), 1))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
 class MultiIo(nn.Module):
@@ -592,9 +586,8 @@ def export_test_models(out_dir):
     export_packages(tiny, d, (torch.randn(2, 3, 16, 16),), ([("input", x)], ["logits"]),
                     sluice_export.PRECISIONS, 8, calibration)
 
-    # fp32 only: its package calls sluice::conv3x3 and sluice::conv_gemm (on every CPU; where the
-    # library is built), and the reference is the eager model's, so Sluice's run of it checks the
-    # operators end to end.
+    # fp32 only: its package calls sluice::conv3x3 (on every CPU; where the library is built), and
+    # the reference is the eager model's, so Sluice's run of it checks the operator end to end.
     d = os.path.join(out_dir, "tiny_residual_aot")
     residual = TinyResidual().eval()
     save_scripted(residual, d)

@@ -122,7 +122,7 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
 
 
 def _winograd_pays():
-    """Whether the fp32 package gets Sluice's convolutions: measured faster than oneDNN's direct
+    """Whether the fp32 package gets sluice::conv3x3: measured faster than oneDNN's direct
     convolutions on AVX2 CPUs (docs/PERFORMANCE.md), not measured against oneDNN's AVX-512
     kernels, so packages compiled for AVX-512 keep those. SLUICE_WINOGRAD=on|off decides instead."""
     choice = os.environ.get("SLUICE_WINOGRAD", "auto")
@@ -136,17 +136,17 @@ def _winograd_pays():
 
 def precision_model(model, precision, example_inputs, calibration=None, max_batch_size=64,
                     winograd=None):
-    """The module a package of `precision` is compiled from (fp32 in, fp32 out). In fp32, the
-    convolutions run Sluice's operators (Winograd for the 3x3 stride-1 ones) where they are built
-    (winograd_rewrite) and `winograd` (None: where it pays, _winograd_pays)."""
+    """The module a package of `precision` is compiled from (fp32 in, fp32 out). In fp32, the 3x3
+    stride-1 convolutions run Sluice's Winograd operator where it is built (winograd_rewrite) and
+    `winograd` (None: where it pays, _winograd_pays)."""
     model = model.eval()
     if precision == "fp32":
         if not (_winograd_pays() if winograd is None else winograd):
             return model
         rewritten, count = winograd_rewrite.rewrite(model)
         if count:
-            print(f"fp32: {count} convolutions by Sluice's operators (sluice::conv3x3, Winograd; "
-                  "sluice::conv_gemm)", flush=True)
+            print(f"fp32: {count} 3x3 convolutions by Winograd F(4x4, 3x3) (sluice::conv3x3)",
+                  flush=True)
         return rewritten
     if precision == "bf16":
         import copy

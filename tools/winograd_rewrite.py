@@ -1,6 +1,5 @@
-"""Rewrites a vision model's convolutions to Sluice's operators before it is compiled to an fp32
-AOTInductor package: the 3x3 stride-1 ones to its Winograd operator, the others to its
-patches-times-weights operator.
+"""Rewrites a vision model's 3x3 stride-1 convolutions to Sluice's Winograd operator before it is
+compiled to an fp32 AOTInductor package.
 
 torch.ops.sluice.conv3x3 (src/backends/winograd/) computes a 3x3, stride-1, padding-1 convolution
 by Winograd's F(4x4, 3x3): 4x fewer multiply-adds than the direct convolution oneDNN runs on
@@ -9,16 +8,9 @@ operator's first call (the package keeps the plain weights), and the bias, a res
 and a ReLU applied as each tile is written. Its results differ from the direct convolution's by
 rounding only (about 1e-5 of the output scale in fp32).
 
-torch.ops.sluice.conv_gemm takes the other convolutions with a square kernel, stride and padding
-(ResNet's strided 3x3 and 1x1 ones): the input's patches of a block of output pixels times the
-weights packed in panels, with the same product kernel, the weights streamed from memory once per
-call (measured 1.6-2x oneDNN at batch 1 on the layers with the largest weights, about even at
-batch 8).
-
 The rewrite traces the model with torch.fx, folds each BatchNorm into the convolution before it
-(eval mode), and replaces every eligible convolution (for conv3x3: 3x3, stride 1, padding 1, no
-dilation, one group, channels multiples of 8; for conv_gemm: square, no dilation, one group,
-channels multiples of 8), together with a ReLU that is its only user, or an addition that
+(eval mode), and replaces every eligible convolution (3x3, stride 1, padding 1, no dilation, one
+group, channels multiples of 8), together with a ReLU that is its only user, or an addition that
 is its only user followed by a ReLU that is the addition's only user (a residual block's end).
 
 The operators live in libsluice_torch_ops.so, built beside the sluice binary (which carries the
@@ -59,19 +51,6 @@ def _eligible(conv):
             and conv.out_channels % 8 == 0 and conv.weight.dtype == torch.float32)
 
 
-def _gemm_eligible(conv):
-    """Any other convolution sluice::conv_gemm takes: a square kernel, stride and padding, no
-    dilation, one group, channels multiples of 8 (a stem on 3 channels copies its patches a few
-    floats at a time, and oneDNN's stem kernel is faster: docs/PERFORMANCE.md)."""
-    if not (isinstance(conv, nn.Conv2d) and conv.weight.dtype == torch.float32
-            and conv.groups == 1 and conv.dilation == (1, 1) and conv.padding_mode == "zeros"
-            and not isinstance(conv.padding, str) and conv.in_channels % 8 == 0
-            and conv.out_channels % 8 == 0):
-        return False
-    (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
-    return kh == kw and sh == sw and ph == pw and ph < kh
-
-
 def _is_relu(node, modules):
     if node.op == "call_module":
         return isinstance(modules.get(node.target), nn.ReLU)
@@ -87,18 +66,11 @@ def _only_user(node):
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def rewrite(model, gemm=True):
+def rewrite(model):
     """Returns (module, count): `model` with its eligible convolutions replaced (a new
-    torch.fx.GraphModule; `model` is not changed), and how many were: the 3x3 stride-1 ones by
-    sluice::conv3x3 and, with `gemm`, the other ones by sluice::conv_gemm. (model, 0) when the
+    torch.fx.GraphModule; `model` is not changed), and how many were. (model, 0) when the
     operators are not available or nothing is eligible."""
-
-    def kind(conv):
-        if _eligible(conv):
-            return "winograd"
-        return "gemm" if gemm and _gemm_eligible(conv) else None
-
-    if not load_ops() or not any(kind(m) for m in model.modules()):
+    if not load_ops() or not any(_eligible(m) for m in model.modules()):
         return model, 0
     from torch.fx.experimental.optimization import fuse
     try:
@@ -109,24 +81,20 @@ def rewrite(model, gemm=True):
         return model, 0
     modules = dict(gm.named_modules())
     count = 0
-    fused_away = set()  # Nodes a replacement took in: an addition has two convolutions before it.
     for node in list(gm.graph.nodes):
-        conv_kind = kind(modules.get(node.target)) if node.op == "call_module" else None
-        if conv_kind is None:
+        if node.op != "call_module" or not _eligible(modules.get(node.target)):
             continue
         conv = modules[node.target]
         residual, relu, last = None, False, node
         user = _only_user(node)
-        if user is not None and user not in fused_away and _is_relu(user, modules):
+        if user is not None and _is_relu(user, modules):
             relu, last = True, user
-            fused_away.add(user)
-        elif user is not None and user not in fused_away and _is_add(user):
+        elif user is not None and _is_add(user):
             after = _only_user(user)
             if after is not None and _is_relu(after, modules):
                 residual = user.args[1] if user.args[0] is node else user.args[0]
                 relu, last = True, after
-                fused_away.update((user, after))
-        name = f"{conv_kind}_{count}"
+        name = f"winograd_{count}"
         with torch.no_grad():
             gm.register_buffer(f"{name}_weight", conv.weight.detach().clone())
             bias = conv.bias if conv.bias is not None else torch.zeros(conv.out_channels)
@@ -134,14 +102,8 @@ def rewrite(model, gemm=True):
         with gm.graph.inserting_before(last):
             weight = gm.graph.get_attr(f"{name}_weight")
             bias_node = gm.graph.get_attr(f"{name}_bias")
-            if conv_kind == "winograd":
-                fused = gm.graph.call_function(torch.ops.sluice.conv3x3.default,
-                                               (node.args[0], weight, bias_node, residual, relu))
-            else:
-                fused = gm.graph.call_function(
-                    torch.ops.sluice.conv_gemm.default,
-                    (node.args[0], weight, bias_node, residual, relu, conv.stride[0],
-                     conv.padding[0]))
+            fused = gm.graph.call_function(torch.ops.sluice.conv3x3.default,
+                                           (node.args[0], weight, bias_node, residual, relu))
         last.replace_all_uses_with(fused)
         count += 1
     gm.graph.eliminate_dead_code()

@@ -93,9 +93,8 @@ TEST(AotInductorBackendTest, Fp32ReproducesTheEagerModelWithin1e4) {
   EXPECT_LE(MaxAbsError(out, ref.outputs[0]), 1e-4);
 }
 
-// tiny_residual_aot's fp32 package calls sluice::conv3x3 (Winograd) for its 3x3 stride-1
-// convolutions and sluice::conv_gemm for its strided ones through AOTInductor's proxy executor; its
-// reference is the eager model's (oneDNN's direct convolutions).
+// tiny_residual_aot's fp32 package calls sluice::conv3x3 (Winograd) for its residual block
+// through AOTInductor's proxy executor; its reference is the eager model's (direct convolutions).
 TEST(AotInductorBackendTest, WinogradConvolutionsReproduceTheEagerModel) {
   const std::filesystem::path dir = kTestModels / "tiny_residual_aot";
   Reference ref = ReadReference(dir);

@@ -1,11 +1,10 @@
-// The per-block kernels of Conv3x3 (winograd_conv.h) and ConvGemm (conv_gemm.h), compiled twice:
-// with AVX2 and FMA (winograd_avx2.cc) and for any x86-64 or other CPU (winograd_generic.cc), from
-// the same source (winograd_kernels.inc). Internal to winograd_conv.cc and conv_gemm.cc.
+// The per-block kernels of Conv3x3 (winograd_conv.h), compiled twice: with AVX2 and FMA
+// (winograd_avx2.cc) and for any x86-64 or other CPU (winograd_generic.cc), from the same source
+// (winograd_kernels.inc). Internal to winograd_conv.cc.
 #pragma once
 
 #include <cstdint>
 
-#include "backends/winograd/conv_gemm.h"
 #include "backends/winograd/winograd_conv.h"
 
 namespace sluice::winograd {
@@ -33,28 +32,11 @@ struct BlockJob {
   int64_t MPointStride() const { return tile_count * MStride() + 16; }
 };
 
-// One unit of ConvGemm's work: output pixels [pixel_begin, pixel_begin + pixel_count) of the
-// whole batch (image by image, row by row) and output panels [panel_begin, panel_end).
-struct GemmBlockJob {
-  const GemmConvShape* shape = nullptr;
-  const GemmConvArgs* args = nullptr;
-  int64_t pixel_begin = 0;
-  int64_t pixel_count = 0;
-  int64_t panel_begin = 0;
-  int64_t panel_end = 0;
-  float* patches = nullptr;  // Scratch: pixel_count * shape->PatchSize() floats.
-  float* m = nullptr;        // Scratch: pixel_count * MStride() floats.
-
-  int64_t MStride() const { return kPanel * (panel_end - panel_begin); }
-};
-
 namespace avx2 {
 void RunBlock(const BlockJob& job);
-void RunGemmBlock(const GemmBlockJob& job);
-}  // namespace avx2
+}
 namespace generic {
 void RunBlock(const BlockJob& job);
-void RunGemmBlock(const GemmBlockJob& job);
-}  // namespace generic
+}
 
 }  // namespace sluice::winograd

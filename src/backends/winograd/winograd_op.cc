@@ -5,12 +5,10 @@
 #include <torch/torch.h>
 
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
 
-#include "backends/winograd/conv_gemm.h"
 #include "backends/winograd/winograd_conv.h"
 #include "common/mutex.h"
 
@@ -67,9 +65,9 @@ uint64_t ContentHash(const at::Tensor& w) {
   return h;
 }
 
-// The packed form of each weight tensor the operators have seen, per layout (a Winograd tile size,
-// or conv_gemm's panels), made on its first call with that layout and kept while the weight's
-// storage lives; equal weights in different storages share one packed copy.
+// The packed form of each weight tensor conv3x3 has seen, per tile size, made on its first call
+// with that size and kept while the weight's storage lives; equal weights in different storages
+// share one packed copy.
 // Thread-safe: instances of a model call conv3x3 at once.
 class PackedWeightCache {
  public:
@@ -78,9 +76,7 @@ class PackedWeightCache {
     return *cache;
   }
 
-  // `layout` names the packed form (a Winograd tile size, or kGemmLayout); `pack` makes it.
-  std::shared_ptr<const at::Tensor> Find(const at::Tensor& weight, int layout,
-                                         const std::function<at::Tensor()>& pack) {
+  std::shared_ptr<const at::Tensor> Find(const at::Tensor& weight, winograd::Tile tile) {
     // Inference tensors (a package's constants, under InferenceMode) have no version counter;
     // they cannot change in place either.
     const StorageKey key{weight.storage().unsafeGetStorageImpl(),
@@ -88,21 +84,21 @@ class PackedWeightCache {
                          weight.is_inference() ? 0 : weight._version(),
                          weight.size(0),
                          weight.size(1),
-                         layout};
+                         tile};
     {
       MutexLock lock(mu_);
       auto it = by_storage_.find(key);
       if (it != by_storage_.end() && !it->second.storage.expired()) return it->second.packed;
     }
     // Hashing and packing happen outside the lock (once per weight and storage).
-    const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1), layout};
+    const ContentKey content{ContentHash(weight), weight.size(0), weight.size(1), tile};
     std::shared_ptr<const at::Tensor> packed;
     {
       MutexLock lock(mu_);
       auto it = by_content_.find(content);
       if (it != by_content_.end()) packed = it->second.lock();
     }
-    if (packed == nullptr) packed = std::make_shared<const at::Tensor>(pack());
+    if (packed == nullptr) packed = std::make_shared<const at::Tensor>(Pack(weight, tile));
     MutexLock lock(mu_);
     Prune();
     by_content_[content] = packed;
@@ -112,9 +108,10 @@ class PackedWeightCache {
 
  private:
   // The storage's address cannot be reused while its weak reference is held (the entry's).
-  // (storage, offset, version, out channels, in channels, layout)
-  using StorageKey = std::tuple<const c10::StorageImpl*, int64_t, int64_t, int64_t, int64_t, int>;
-  using ContentKey = std::tuple<uint64_t, int64_t, int64_t, int>;
+  // (storage, offset, version, out channels, in channels, tile)
+  using StorageKey =
+      std::tuple<const c10::StorageImpl*, int64_t, int64_t, int64_t, int64_t, winograd::Tile>;
+  using ContentKey = std::tuple<uint64_t, int64_t, int64_t, winograd::Tile>;
   struct Entry {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
     std::shared_ptr<const at::Tensor> packed;
@@ -170,8 +167,7 @@ at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& weight, const at::
   winograd::ConvShape shape{x.size(0), x.size(2), x.size(3), x.size(1), b.size(0)};
   winograd::ConvArgs args;
   args.tile = winograd::ChooseTile(shape, args.blocking);
-  const std::shared_ptr<const at::Tensor> packed = PackedWeightCache::Get().Find(
-      weight, static_cast<int>(args.tile), [&] { return Pack(weight, args.tile); });
+  const std::shared_ptr<const at::Tensor> packed = PackedWeightCache::Get().Find(weight, args.tile);
   const at::Tensor& p = *packed;
   args.input = x.data_ptr<float>();
   args.packed = p.data_ptr<float>();
@@ -190,90 +186,6 @@ at::Tensor Conv3x3(const at::Tensor& input, const at::Tensor& weight, const at::
   return out;
 }
 
-// The layout key of conv_gemm's packed weights (distinct from the Winograd tile sizes, 2 and 4).
-constexpr int kGemmLayout = 0;
-
-winograd::GemmConvShape GemmShape(const at::Tensor& input, const at::Tensor& weight, int64_t stride,
-                                  int64_t padding) {
-  return {input.size(0),  input.size(2),  input.size(3), input.size(1),
-          weight.size(0), weight.size(2), stride,        padding};
-}
-
-void CheckGemmArgs(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                   const std::optional<at::Tensor>& residual, int64_t stride, int64_t padding) {
-  TORCH_CHECK(input.dim() == 4 && input.scalar_type() == at::kFloat,
-              "sluice::conv_gemm: input must be a float32 N x C x H x W tensor, got ",
-              input.sizes(), " ", input.scalar_type());
-  TORCH_CHECK(
-      weight.dim() == 4 && weight.size(2) == weight.size(3) && weight.scalar_type() == at::kFloat,
-      "sluice::conv_gemm: weight must be float32 out x in x k x k, got ", weight.sizes());
-  TORCH_CHECK(bias.dim() == 1 && bias.scalar_type() == at::kFloat && bias.size(0) == weight.size(0),
-              "sluice::conv_gemm: bias must be a float32 vector of ", weight.size(0), " values");
-  TORCH_CHECK(weight.size(1) == input.size(1), "sluice::conv_gemm: weight ", weight.sizes(),
-              " does not fit an input of ", input.size(1), " channels");
-  const winograd::GemmConvShape shape = GemmShape(input, weight, stride, padding);
-  TORCH_CHECK(winograd::GemmConvSupported(shape),
-              "sluice::conv_gemm: unsupported convolution (output channels must be a positive "
-              "multiple of 8, stride >= 1, 0 <= padding < kernel, at least one output pixel): "
-              "input ",
-              input.sizes(), ", weight ", weight.sizes(), ", stride ", stride, ", padding ",
-              padding);
-  if (residual.has_value()) {
-    TORCH_CHECK(residual->sizes() == at::IntArrayRef({shape.batch, shape.out_channels,
-                                                      shape.OutHeight(), shape.OutWidth()}) &&
-                    residual->scalar_type() == at::kFloat,
-                "sluice::conv_gemm: residual must be float32 shaped like the output, got ",
-                residual->sizes());
-  }
-}
-
-at::Tensor EmptyGemmOutput(const at::Tensor& input, const at::Tensor& weight, int64_t stride,
-                           int64_t padding) {
-  const winograd::GemmConvShape shape = GemmShape(input, weight, stride, padding);
-  return at::empty({shape.batch, shape.out_channels, shape.OutHeight(), shape.OutWidth()},
-                   input.options().memory_format(at::MemoryFormat::ChannelsLast));
-}
-
-at::Tensor ConvGemm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                    const std::optional<at::Tensor>& residual, bool relu, int64_t stride,
-                    int64_t padding) {
-  CheckGemmArgs(input, weight, bias, residual, stride, padding);
-  const winograd::GemmConvShape shape = GemmShape(input, weight, stride, padding);
-  const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor b = bias.contiguous();
-  const std::shared_ptr<const at::Tensor> packed =
-      PackedWeightCache::Get().Find(weight, kGemmLayout, [&] {
-        const at::Tensor w = weight.contiguous().cpu();
-        at::Tensor p = at::empty({winograd::PackedGemmWeightsSize(shape)}, w.options());
-        winograd::PackGemmWeights(w.data_ptr<float>(), shape, p.data_ptr<float>());
-        return p;
-      });
-  at::Tensor r;
-  at::Tensor out = EmptyGemmOutput(input, weight, stride, padding);
-  winograd::GemmConvArgs args;
-  args.input = x.data_ptr<float>();
-  args.packed = packed->data_ptr<float>();
-  args.bias = b.data_ptr<float>();
-  if (residual.has_value()) {
-    r = residual->contiguous(at::MemoryFormat::ChannelsLast);
-    args.residual = r.data_ptr<float>();
-  }
-  args.relu = relu;
-  args.threads = at::get_num_threads();
-  args.output = out.data_ptr<float>();
-  winograd::ConvGemm(shape, args,
-                     [](int64_t count, const std::function<void(int64_t, int64_t)>& body) {
-                       at::parallel_for(0, count, 1, body);
-                     });
-  return out;
-}
-
-at::Tensor ConvGemmMeta(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                        const std::optional<at::Tensor>& residual, bool relu, int64_t stride,
-                        int64_t padding) {
-  return EmptyGemmOutput(input, weight, stride, padding);
-}
-
 at::Tensor Conv3x3Meta(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                        const std::optional<at::Tensor>& residual, bool relu) {
   return EmptyOutput(input, bias);
@@ -288,19 +200,14 @@ bool TorchOpsRegistered() { return true; }
 TORCH_LIBRARY(sluice, m) {
   m.def("winograd_pack(Tensor weight) -> Tensor");
   m.def("conv3x3(Tensor input, Tensor weight, Tensor bias, Tensor? residual, bool relu) -> Tensor");
-  m.def(
-      "conv_gemm(Tensor input, Tensor weight, Tensor bias, Tensor? residual, bool relu, "
-      "int stride, int padding) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sluice, CPU, m) {
   m.impl("winograd_pack", &sluice::WinogradPack);
   m.impl("conv3x3", &sluice::Conv3x3);
-  m.impl("conv_gemm", &sluice::ConvGemm);
 }
 
 TORCH_LIBRARY_IMPL(sluice, Meta, m) {
   m.impl("winograd_pack", &sluice::WinogradPackMeta);
   m.impl("conv3x3", &sluice::Conv3x3Meta);
-  m.impl("conv_gemm", &sluice::ConvGemmMeta);
 }

@@ -8,10 +8,6 @@
 //       one packed copy of equal weights). Changing a weight in place (a new tensor version)
 //       packs it again. The tile size (4x4 or 2x2 outputs) is chosen per call by the shape
 //       (winograd::ChooseTile), and the weights are packed once for each size used.
-//   sluice::conv_gemm(Tensor input, Tensor weight, Tensor bias, Tensor? residual, bool relu,
-//                     int stride, int padding) -> Tensor
-//       The same for any square kernel, stride and padding (conv_gemm.h: the input's patches
-//       times the packed weights), for the convolutions Winograd does not cover.
 //   sluice::winograd_pack(Tensor weight) -> Tensor
 //       The packed layout of 4x4 tiles itself (for tests).
 // The same source is linked into the sluice binary (where a package calls the operators through
