@@ -65,9 +65,10 @@ struct Blocking {
   int64_t block_floats = 64 * 1024;
   // ChooseTile's price of reading one transform point's weights from memory, in tile-points of
   // products (the products of one tile at one point take in_channels x out_channels
-  // multiply-adds; reading the point's weights, in_channels x out_channels floats). About the
-  // ratio of a CPU's fp32 multiply-add rate to its memory bandwidth in floats: 24 on a 2020s
-  // server core pair (150 GFLOP/s against 12.5 GB/s).
+  // multiply-adds; reading the point's weights, in_channels x out_channels floats): about the
+  // ratio of the cores' fp32 multiply-add rate to the rate they stream floats from memory (on
+  // two Zen 3 cores, 93 G multiply-adds/s against 4-5 G floats/s, 18-21 GB/s; 24 favours the
+  // smaller weights a little, as measured per layer in docs/PERFORMANCE.md).
   int64_t weight_point_cost = 24;
 };
 
