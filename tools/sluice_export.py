@@ -145,8 +145,7 @@ def precision_model(model, precision, example_inputs, calibration=None, max_batc
             return model
         rewritten, count = winograd_rewrite.rewrite(model)
         if count:
-            print(f"fp32: {count} 3x3 convolutions by Winograd F(4x4, 3x3) (sluice::conv3x3)",
-                  flush=True)
+            print(f"fp32: {count} 3x3 convolutions by Winograd (sluice::conv3x3)", flush=True)
         return rewritten
     if precision == "bf16":
         import copy

@@ -3,9 +3,11 @@ compiled to an fp32 AOTInductor package.
 
 torch.ops.sluice.conv3x3 (src/backends/winograd/) computes a 3x3, stride-1, padding-1 convolution
 by Winograd's F(4x4, 3x3): 4x fewer multiply-adds than the direct convolution oneDNN runs on
-CPUs without AVX-512 (where oneDNN has no Winograd), with the weights transformed once, on the
-operator's first call (the package keeps the plain weights), and the bias, a residual addition
-and a ReLU applied as each tile is written. Its results differ from the direct convolution's by
+CPUs without AVX-512 (where oneDNN has no Winograd); or, in calls with so few output pixels that
+reading the transformed weights costs more than the products, by F(2x2, 3x3), whose weights are
+16/36 the size. The weights are transformed once per tile size, on the operator's first call
+with it (the package keeps the plain weights), and the bias, a residual addition and a ReLU are
+applied as each tile is written. Its results differ from the direct convolution's by
 rounding only (about 1e-5 of the output scale in fp32).
 
 The rewrite traces the model with torch.fx, folds each BatchNorm into the convolution before it
