@@ -44,7 +44,7 @@ import time
 import numpy as np
 from PIL import Image
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -129,8 +129,12 @@ def console_errors(driver):
 
 
 def wait(driver, condition, message, timeout=40):
+    """Polls `condition` until it holds; an element the page replaced meanwhile (a select refilled
+    from the server's model list) makes that poll false, not the test."""
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: condition(d))
     except TimeoutException:
         raise AssertionError(f"{message} (after {timeout} s)") from None
 
@@ -141,10 +145,14 @@ def text(driver, element_id):
 
 def choose(driver, select_id, value):
     """Selects `value` in a select the page fills from the server, once it is there."""
-    wait(driver, lambda d: value in [o.get_attribute("value") for o in
-                                     Select(d.find_element(By.ID, select_id)).options],
-         f"{value} offered in #{select_id}")
-    Select(driver.find_element(By.ID, select_id)).select_by_value(value)
+    def selected(d):
+        select = Select(d.find_element(By.ID, select_id))
+        if value not in [o.get_attribute("value") for o in select.options]:
+            return False
+        select.select_by_value(value)
+        return d.find_element(By.ID, select_id).get_attribute("value") == value
+
+    wait(driver, selected, f"{value} offered and chosen in #{select_id}")
 
 
 def show(driver, view):
