@@ -247,8 +247,9 @@ max_batch_size: 64
 dynamic_batching:
   max_queue_delay_us: 2000
   max_queue_size: 1024
-instances:
-  count: 1
+instances:  # two instances on one pool of the cores: a request alone gets them all, two batches
+  count: 2  # at once run side by side on half each
+  share_cores: true
   device: cpu
 precision: fp32
 optimize:

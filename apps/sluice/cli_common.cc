@@ -52,6 +52,7 @@ Result<ModelConfig> ResolveModel(const ModelSelection& s, std::vector<int> extra
   ModelConfigOverrides o;
   if (s.workers > 0) o.instance_count = s.workers;
   if (s.threads > 0) o.threads = s.threads;
+  o.share_cores = s.share_cores;
   if (!s.precision.empty()) {
     auto p = ParsePrecision(s.precision);
     if (!p) return Status::InvalidArgument(fmt::format("unknown precision '{}'", s.precision));
@@ -83,6 +84,13 @@ void AddModelOptions(CLI::App& app, ModelSelection& s) {
                  "Model instances, each on its own worker thread (default: config)");
   app.add_option("--threads", s.threads,
                  "Intra-op threads per instance (default: config, else cores / workers)");
+  app.add_flag_callback(
+      "--share-cores", [&s] { s.share_cores = true; },
+      "The instances share their workers x threads cores: a run alone takes them all, runs at "
+      "once split them (default: config)");
+  app.add_flag_callback(
+      "--no-share-cores", [&s] { s.share_cores = false; },
+      "Each instance keeps its own threads, whatever the config says");
   app.add_option("--precision", s.precision,
                  "fp32, bf16 or int8 (int8: AOTInductor only; default: config)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8"}));

@@ -23,6 +23,7 @@ struct ModelSelection {
   std::string model_dir;                    // A model directory; wins over the two above.
   int workers = 0;                          // Instances; 0: as configured.
   int threads = 0;                          // Threads per instance; 0: as configured / derived.
+  std::optional<bool> share_cores;          // instances.share_cores; unset: as configured.
   std::string precision;                    // "", fp32, bf16, int8.
   std::string backend;                      // "", torchscript, aotinductor.
   std::optional<bool> compile;
@@ -35,8 +36,8 @@ struct ModelSelection {
 // warmed up besides the configured ones (the sizes a benchmark sends).
 Result<ModelConfig> ResolveModel(const ModelSelection& s, std::vector<int> extra_warmup_sizes = {});
 
-// --model, --model-repository, --model-dir, --workers, --threads, --precision, --backend,
-// --channels-last.
+// --model, --model-repository, --model-dir, --workers, --threads, --share-cores, --precision,
+// --backend, --channels-last.
 void AddModelOptions(CLI::App& app, ModelSelection& s);
 
 // Writes <dir>/report.html and says where it is; returns the exit code.

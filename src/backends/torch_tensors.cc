@@ -86,6 +86,24 @@ Status SetIntraOpThreads(int threads) {
   }
 }
 
+Status RunThreads::Attach() {
+  SLUICE_RETURN_IF_ERROR(SetIntraOpThreads(fixed_));
+  current_ = fixed_;
+  return Status::Ok();
+}
+
+Status RunThreads::Use(const CoreLease& lease) {
+  if (lease.cores() < 1 || lease.cores() == current_) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(SetIntraOpThreads(lease.cores()));
+  current_ = lease.cores();
+  return Status::Ok();
+}
+
+std::shared_ptr<CorePool> MakeCorePool(const ModelConfig& config) {
+  if (!config.instances.share_cores || config.instances.on_gpu()) return nullptr;
+  return std::make_shared<CorePool>(config.instances.pool_cores);
+}
+
 Status CheckCpuDevice(const ModelConfig& config) {
   if (config.instances.device == "cpu") return Status::Ok();
   return Status::InvalidArgument(

@@ -140,6 +140,7 @@ ModelConfig ParseTopLevel(const YAML::Node& root) {
     r.Read("count", c.instances.count);
     r.Read("device", c.instances.device);
     r.Read("threads", c.instances.threads);
+    r.Read("share_cores", c.instances.share_cores);
     int64_t spin_us = c.instances.idle_spin.count();
     r.Read("idle_spin_us", spin_us);
     if (spin_us < 0 || spin_us > 1'000'000) {
@@ -379,6 +380,9 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
   }
   if (c.instances.threads == 0)
     c.instances.threads = std::max(1, cores / std::max(1, c.instances.count));
+  if (c.instances.share_cores && !c.instances.on_gpu()) {
+    c.instances.pool_cores = std::max(1, std::min(c.instances.count * c.instances.threads, cores));
+  }
   if (c.warmup_batch_sizes.empty()) {
     c.warmup_batch_sizes = {1};
     if (c.max_batch_size > 1) c.warmup_batch_sizes.push_back(c.max_batch_size);
@@ -438,6 +442,10 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
   if (on_cpu && !c.instances.gpus.empty()) {
     return Error(source, "instances.gpus", "applies to GPU instances only (device cuda)");
   }
+  if (!on_cpu && c.instances.share_cores) {
+    return Error(source, "instances.share_cores",
+                 "applies to CPU instances only (a GPU instance's thread only launches work)");
+  }
   if (on_cpu && c.optimize.cuda_graphs.value_or(false)) {
     return Error(source, "optimize.cuda_graphs",
                  "needs GPU instances (instance_group kind KIND_GPU, or instances.device cuda)");
@@ -477,7 +485,9 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
       }
     }
   }
-  if (on_cpu && c.instances.count * c.instances.threads > cores) {
+  // Shared cores: instances beyond the cores wait for one, so only one thread each may exceed.
+  const bool waits_for_cores = c.instances.share_cores && c.instances.threads == 1;
+  if (on_cpu && !waits_for_cores && c.instances.count * c.instances.threads > cores) {
     return Error(source, "instances",
                  fmt::format("count {} x threads {} exceeds the machine's {} cores",
                              c.instances.count, c.instances.threads, cores));
@@ -553,6 +563,7 @@ Status ValidateModelConfig(const ModelConfig& c, int cores, std::string_view sou
 void ApplyOverrides(const ModelConfigOverrides& o, ModelConfig& c) {
   if (o.instance_count) c.instances.count = *o.instance_count;
   if (o.threads) c.instances.threads = *o.threads;
+  if (o.share_cores) c.instances.share_cores = *o.share_cores;
   if (o.max_batch_size) c.max_batch_size = *o.max_batch_size;
   if (o.max_queue_delay) c.dynamic_batching.max_queue_delay = *o.max_queue_delay;
   if (o.precision) {

@@ -76,6 +76,11 @@ struct InstancesConfig {
   // "cpu", "cuda" or "cuda:N"; `instance_group` kind KIND_GPU makes it "cuda".
   std::string device = "cpu";
   int threads = 0;  // Intra-op threads per instance; 0: cores / count (at least 1).
+  // CPU only. The instances share a pool of count x threads cores, at most the machine's
+  // (common/core_pool.h): a run alone takes them all, runs at once split them, an instance that
+  // finds none free waits. Off: each instance keeps its `threads`.
+  bool share_cores = false;
+  int pool_cores = 0;  // The pool's size: set by NormalizeModelConfig when share_cores is on.
   // How long an idle instance polls for work before it sleeps (dynamic_batcher.h); 0: never.
   Micros idle_spin{500};
   // GPU only. The GPUs' ordinals; normalised from `device` when unset ("cuda": {0}, "cuda:N":
@@ -159,6 +164,7 @@ struct ModelConfigOverrides {
   std::optional<std::string> name;
   std::optional<int> instance_count;
   std::optional<int> threads;
+  std::optional<bool> share_cores;
   std::optional<int> max_batch_size;
   std::optional<Micros> max_queue_delay;
   std::optional<Precision> precision;

@@ -229,6 +229,42 @@ ModelConfig Normalized(const std::string& yaml) {
   return c;
 }
 
+TEST(ModelConfigTest, SharedCoresAreTheInstancesCoresOnCpuOnly) {
+  auto parsed = ParseModelConfig(
+      "instances: {count: 2, share_cores: true}\ninputs: [{name: x, shape: [4]}]\n"
+      "outputs: [{name: y, shape: [4]}]\n",
+      "c.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  ModelConfig c = *parsed;
+  NormalizeModelConfig(c, 4);
+  EXPECT_TRUE(c.instances.share_cores);
+  EXPECT_EQ(c.instances.threads, 2);
+  EXPECT_EQ(c.instances.pool_cores, 4);  // A run alone may use all four.
+  // More instances than cores: one thread each, and the pool is the cores (the rest wait).
+  auto many = ParseModelConfig(
+      "instances: {count: 6, share_cores: true}\ninputs: [{name: x, shape: [4]}]\n"
+      "outputs: [{name: y, shape: [4]}]\n",
+      "c.yaml");
+  ASSERT_TRUE(many.ok());
+  many->name = "m";
+  NormalizeModelConfig(*many, 4);
+  EXPECT_EQ(many->instances.threads, 1);
+  EXPECT_EQ(many->instances.pool_cores, 4);
+  EXPECT_EQ(ValidateModelConfig(*many, 4, "c.yaml").message(), "");
+  EXPECT_EQ(ErrorOf(Edit("count: 2", "count: 6\n  share_cores: true")), "");
+  EXPECT_THAT(ErrorOf(Edit("threads: 1", "threads: 3\n  share_cores: true")),
+              HasSubstr("count 2 x threads 3 exceeds the machine's 4 cores"));
+  EXPECT_FALSE(Normalized(kValid).instances.share_cores);  // Off unless asked for.
+  EXPECT_EQ(ErrorOf(Edit("idle_spin_us: 50", "idle_spin_us: 50\n  share_cores: true")), "");
+  EXPECT_THAT(ErrorOf(Edit("device: cpu", "device: cuda\n  share_cores: true")),
+              HasSubstr("instances.share_cores: applies to CPU instances only"));
+  ModelConfigOverrides o;
+  o.share_cores = true;
+  c = Normalized(kValid);
+  ApplyOverrides(o, c);
+  EXPECT_TRUE(c.instances.share_cores);
+}
+
 TEST(ModelConfigTest, InstanceGroupInTritonsTermsMakesGpuInstances) {
   const std::string yaml = Edit(kCpuInstances,
                                 "instance_group:\n  - kind: KIND_GPU\n    count: 3\n"

@@ -107,18 +107,20 @@ Status CheckShape(const Tensor& in, const TensorSpec& spec, int max_batch_size) 
 
 class AotInductorInstance final : public BackendInstance {
  public:
-  explicit AotInductorInstance(std::shared_ptr<LoadedPackage> package)
-      : package_(std::move(package)) {}
+  AotInductorInstance(std::shared_ptr<LoadedPackage> package, std::shared_ptr<CorePool> cores)
+      : package_(std::move(package)), threads_(package_->config, std::move(cores)) {}
 
   Status AttachToCurrentThread() override {
     // The package's kernels open OpenMP regions without a fixed thread count (exported with
     // cpp.dynamic_threads) and its oneDNN calls use ATen's budget: both follow this thread's.
-    return torch_backend::SetIntraOpThreads(package_->config.instances.threads);
+    return threads_.Attach();
   }
 
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const ModelConfig& config = package_->config;
     SLUICE_RETURN_IF_ERROR(torch_backend::CheckInputCount(inputs, config));
+    const CoreLease cores = threads_.Lease();
+    SLUICE_RETURN_IF_ERROR(threads_.Use(cores));
     try {
       c10::InferenceMode inference_mode;
       std::vector<at::Tensor> args;
@@ -147,22 +149,25 @@ class AotInductorInstance final : public BackendInstance {
 
  private:
   std::shared_ptr<LoadedPackage> package_;
+  torch_backend::RunThreads threads_;
 };
 
 class AotInductorBackend final : public Backend {
  public:
-  explicit AotInductorBackend(std::shared_ptr<LoadedPackage> package)
-      : package_(std::move(package)) {}
+  AotInductorBackend(std::shared_ptr<LoadedPackage> package, std::shared_ptr<CorePool> cores)
+      : package_(std::move(package)), cores_(std::move(cores)) {}
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
     SLUICE_RETURN_IF_ERROR(torch_backend::CheckInstanceIndex(index, package_->config));
-    return std::unique_ptr<BackendInstance>(std::make_unique<AotInductorInstance>(package_));
+    return std::unique_ptr<BackendInstance>(
+        std::make_unique<AotInductorInstance>(package_, cores_));
   }
 
   const LoadReport& load_report() const override { return package_->report; }
 
  private:
   std::shared_ptr<LoadedPackage> package_;
+  std::shared_ptr<CorePool> cores_;  // Null unless instances.share_cores.
 };
 
 // Checked from the package's metadata before its library is loaded. The compiled code runs only
@@ -286,9 +291,12 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  AotInductorInstance warm_instance(package);
+  // With shared cores the warm-up holds the whole pool, as a run alone does when serving.
+  std::shared_ptr<CorePool> cores = torch_backend::MakeCorePool(config);
+  AotInductorInstance warm_instance(package, cores);
   SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, package->report));
-  return std::unique_ptr<Backend>(std::make_unique<AotInductorBackend>(std::move(package)));
+  return std::unique_ptr<Backend>(
+      std::make_unique<AotInductorBackend>(std::move(package), std::move(cores)));
 }
 
 }  // namespace sluice

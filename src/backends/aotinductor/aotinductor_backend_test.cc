@@ -6,10 +6,12 @@
 // near the fp32 function (kBf16VsFp32, kInt8VsFp32); the tolerances are justified beside them.
 #include "backends/aotinductor/aotinductor_backend.h"
 
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -208,6 +210,50 @@ TEST(AotInductorBackendTest, InstancesShareOnePackageAndRunAtOnce) {
   EXPECT_LE(errors[0], 1e-4);
   EXPECT_LE(errors[1], 1e-4);
   EXPECT_EQ((*backend)->CreateInstance(2).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AotInductorBackendTest, SharedCoresGiveARunAloneThePoolAndRunsAtOnceAShare) {
+  ModelConfigOverrides o;
+  o.instance_count = 2;
+  o.threads = 1;
+  o.share_cores = true;
+  ModelConfig config = Config(kModel, o);
+  ASSERT_EQ(config.instances.pool_cores, 2);
+  auto backend = LoadAotInductorBackend(config);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  Reference ref = ReadReference(kModel);
+  std::vector<double> errors(2, INFINITY);
+  std::atomic<bool> budget_outside_pool{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      auto instance = (*backend)->CreateInstance(i);
+      if (!instance.ok() || !(*instance)->AttachToCurrentThread().ok()) return;
+      if (at::get_num_threads() != 1) budget_outside_pool = true;  // Attached: its own thread.
+      double worst = 0;
+      for (int k = 0; k < 50; ++k) {
+        auto out = (*instance)->Run(ref.inputs);
+        if (!out.ok()) return;
+        const int used = at::get_num_threads();  // What this run had: its share of the pool.
+        if (used < 1 || used > 2) budget_outside_pool = true;
+        worst = std::max(worst, MaxAbsError((*out)[0], ref.outputs[0]));
+      }
+      errors[i] = worst;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(budget_outside_pool.load());
+  EXPECT_LE(errors[0], 1e-4);  // Runs that change their thread count still answer right.
+  EXPECT_LE(errors[1], 1e-4);
+  // Alone, a run takes the whole pool.
+  std::thread alone([&] {
+    auto instance = (*backend)->CreateInstance(0);
+    ASSERT_TRUE(instance.ok());
+    ASSERT_TRUE((*instance)->AttachToCurrentThread().ok());
+    ASSERT_TRUE((*instance)->Run(ref.inputs).ok());
+    EXPECT_EQ(at::get_num_threads(), 2);
+  });
+  alone.join();
 }
 
 TEST(AotInductorBackendTest, ReportsLoadTimesAndRuntime) {

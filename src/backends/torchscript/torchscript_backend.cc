@@ -25,15 +25,16 @@ struct LoadedModel {
 
 class TorchScriptInstance final : public BackendInstance {
  public:
-  explicit TorchScriptInstance(std::shared_ptr<LoadedModel> model) : model_(std::move(model)) {}
+  TorchScriptInstance(std::shared_ptr<LoadedModel> model, std::shared_ptr<CorePool> cores)
+      : model_(std::move(model)), threads_(model_->config, std::move(cores)) {}
 
-  Status AttachToCurrentThread() override {
-    return torch_backend::SetIntraOpThreads(model_->config.instances.threads);
-  }
+  Status AttachToCurrentThread() override { return threads_.Attach(); }
 
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const ModelConfig& config = model_->config;
     SLUICE_RETURN_IF_ERROR(torch_backend::CheckInputCount(inputs, config));
+    const CoreLease cores = threads_.Lease();
+    SLUICE_RETURN_IF_ERROR(threads_.Use(cores));
     try {
       c10::InferenceMode inference_mode;
       std::vector<c10::IValue> args;
@@ -83,21 +84,24 @@ class TorchScriptInstance final : public BackendInstance {
   }
 
   std::shared_ptr<LoadedModel> model_;
+  torch_backend::RunThreads threads_;
 };
 
 class TorchScriptBackend final : public Backend {
  public:
-  explicit TorchScriptBackend(std::shared_ptr<LoadedModel> model) : model_(std::move(model)) {}
+  TorchScriptBackend(std::shared_ptr<LoadedModel> model, std::shared_ptr<CorePool> cores)
+      : model_(std::move(model)), cores_(std::move(cores)) {}
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) override {
     SLUICE_RETURN_IF_ERROR(torch_backend::CheckInstanceIndex(index, model_->config));
-    return std::unique_ptr<BackendInstance>(std::make_unique<TorchScriptInstance>(model_));
+    return std::unique_ptr<BackendInstance>(std::make_unique<TorchScriptInstance>(model_, cores_));
   }
 
   const LoadReport& load_report() const override { return model_->report; }
 
  private:
   std::shared_ptr<LoadedModel> model_;
+  std::shared_ptr<CorePool> cores_;  // Null unless instances.share_cores.
 };
 
 // Converts 4-D parameters to NHWC so convolutions need no layout change per call.
@@ -137,9 +141,12 @@ Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  TorchScriptInstance warm_instance(model);
+  // With shared cores the warm-up holds the whole pool, as a run alone does when serving.
+  std::shared_ptr<CorePool> cores = torch_backend::MakeCorePool(config);
+  TorchScriptInstance warm_instance(model, cores);
   SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, model->report));
-  return std::unique_ptr<Backend>(std::make_unique<TorchScriptBackend>(std::move(model)));
+  return std::unique_ptr<Backend>(
+      std::make_unique<TorchScriptBackend>(std::move(model), std::move(cores)));
 }
 
 }  // namespace sluice
