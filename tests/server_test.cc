@@ -684,6 +684,74 @@ TEST(ServerLifecycleTest, PrecisionAutoServesTheExportersChoiceAndNamesIt) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// The numbers of a v2 JSON answer's first output; empty when there is none.
+std::vector<double> Logits(const std::string& body) {
+  std::vector<double> values;
+  const size_t begin = body.find("\"data\":[");
+  if (begin == std::string::npos) return values;
+  std::istringstream in(body.substr(begin + 8, body.find(']', begin) - begin - 8));
+  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stod(item));
+  return values;
+}
+
+bool Near(const std::vector<double>& a, const std::vector<double>& b, double tolerance) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::abs(a[i] - b[i]) > tolerance) return false;
+  }
+  return true;
+}
+
+TEST(ServerLifecycleTest, InstancesSharingCoresAnswerConcurrentClientsAndSaySo) {
+  // tiny_cnn_aot with two instances on one pool of cores, under eight concurrent clients.
+  std::string dir = testing::TempDir() + "/shared-cores-" + std::to_string(getpid());
+  const std::string src = std::string(SLUICE_TEST_MODELS) + "/tiny_cnn_aot";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/cnn && ln -s " + src + "/model.pt2 " +
+               dir + "/cnn/")
+                  .c_str());
+  std::ofstream(dir + "/cnn/config.yaml")
+      << "max_batch_size: 8\ninstances: {count: 2, threads: 1, share_cores: true}\n"
+         "inputs: [{name: input, datatype: FP32, shape: [3, 16, 16]}]\n"
+         "outputs: [{name: logits, datatype: FP32, shape: [5]}]\nwarmup: {batch_sizes: [1, 4]}\n";
+  ServerProcess server({}, dir);
+  ASSERT_GT(server.port(), 0) << server.output();
+  const int cores = std::min(2, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_NE(server.output().find(fmt::format("2 instance(s) sharing {} core(s)", cores)),
+            std::string::npos)
+      << server.output();
+  Client c(server.port());
+  Response meta = c.Request("GET", "/v2/models/cnn");
+  EXPECT_NE(meta.body.find(fmt::format(R"("instances":2,"shared_cores":{},)", cores)),
+            std::string::npos)
+      << meta.body;
+  // Every answer is the one the same input gets alone, whichever instance, share of the cores
+  // and batch ran it (within float reordering: the thread count splits the sums differently).
+  std::string zeros;
+  for (int i = 0; i < 3 * 16 * 16; ++i) zeros += i ? ",0" : "0";
+  const std::string body =
+      R"({"inputs":[{"name":"input","shape":[1,3,16,16],"datatype":"FP32","data":[)" + zeros +
+      "]}]}";
+  const std::vector<double> alone = Logits(c.Request("POST", "/v2/models/cnn/infer", body).body);
+  ASSERT_EQ(alone.size(), 5u);
+  std::atomic<int> same{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&] {
+      Client client(server.port());
+      for (int i = 0; i < 25; ++i) {
+        Response r = client.Request("POST", "/v2/models/cnn/infer", body);
+        if (r.status == 200 && Near(Logits(r.body), alone, 1e-4)) ++same;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(same.load(), 8 * 25);
+  Response stats = c.Request("GET", "/v2/models/cnn/stats");
+  EXPECT_NE(stats.body.find("\"instances\":2"), std::string::npos) << stats.body;
+  EXPECT_EQ(server.Stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST_F(ServerTest, ModelFailureFailsOnlyTheBadRequestOfItsBatch) {
   // Four concurrent requests make one batch ("faulty" dispatches at 4); the third holds the
   // marker that makes the TorchScript model raise. The batch fails, is retried request by

@@ -73,6 +73,7 @@ void WriteModelConfigJson(JsonWriter& json, const ModelConfig& c) {
       .Field("count", c.instances.count)
       .Field("device", c.instances.device)
       .Field("threads", c.instances.threads)
+      .Field("shared_cores", c.instances.share_cores ? c.instances.pool_cores : 0)
       .EndObject()
       .Field("precision", PrecisionName(c.precision));
   // The report's configuration table shows it: how `precision: auto` chose.

@@ -98,11 +98,14 @@ Status RepositoryHandlers::LoadModel(const std::string& name) {
   }
   v2_.ClearLoadError(name);
   predict_.SetLabels(name, LoadLabels((dir / "labels.txt").string()));
+  const InstancesConfig& instances = config->instances;
   fmt::print(
-      "loaded model '{}': {} instance(s) x {} thread(s), max_batch_size {}, "
-      "max_queue_delay {} us, precision {}{}\n",
-      name, config->instances.count, config->instances.threads, config->max_batch_size,
-      config->dynamic_batching.max_queue_delay.count(), PrecisionName(config->precision),
+      "loaded model '{}': {}, max_batch_size {}, max_queue_delay {} us, precision {}{}\n", name,
+      instances.share_cores
+          ? fmt::format("{} instance(s) sharing {} core(s)", instances.count, instances.pool_cores)
+          : fmt::format("{} instance(s) x {} thread(s)", instances.count, instances.threads),
+      config->max_batch_size, config->dynamic_batching.max_queue_delay.count(),
+      PrecisionName(config->precision),
       config->precision_auto_note.empty()
           ? ""
           : fmt::format(" (auto: {})", config->precision_auto_note));

@@ -110,6 +110,7 @@ void V2Handlers::ModelMetadata(const HttpRequest&, const PathParams& params, Res
   if (config.backend) json.Field("backend", BackendKindName(*config.backend));
   json.Field("model_file", config.model_file);
   json.Field("device", config.instances.device).Field("instances", config.instances.count);
+  if (config.instances.share_cores) json.Field("shared_cores", config.instances.pool_cores);
   // Whether /predictions/{model} takes a PNG or JPEG for the first input.
   json.Field("image_input", config.preprocess_image.has_value());
   json.EndObject();
