@@ -3,7 +3,8 @@
 
 For one model and batch size, on the same thread budget:
   Sluice   `sluice bench --in-process` with each backend: torchscript, torchscript+freeze,
-           aotinductor; each precision the backend has (fp32, bf16; int8 on aotinductor).
+           aotinductor; each precision the backend has (fp32, bf16; int8 on aotinductor); and
+           the package served by two instances sharing the cores (instances.share_cores).
   Python   eager (fp32, bf16), torch.compile(mode="max-autotune") with Inductor's freezing (the
            CPU inference recipe; fp32, bf16, and int8 from the same PT2E quantised graph the
            package holds), and torch._inductor's package loader on the very .pt2 files Sluice serves,
@@ -55,13 +56,21 @@ def time_loop(fn, x, batch, iters, warmup=3):
     return iters * batch / elapsed
 
 
+# The package served by two instances sharing the cores: a batch alone runs on all of them, two
+# at once on half each (instances.share_cores), as resnet18's exported config serves it.
+SHARED = "aotinductor, 2 instances sharing the cores"
+
+
 def sluice_run(args, backend, precision):
     """samples/s of `sluice bench --in-process` with one backend and precision."""
+    instances = ["--workers", "1", "--threads", str(args.threads)]
+    if backend == SHARED:  # Two instances on one pool of the same cores (the served default).
+        instances = ["--workers", "2", "--threads", str(max(1, args.threads // 2)),
+                     "--share-cores"]
     cmd = [args.sluice, "bench", "--in-process", "--model-repository", args.model_repository,
            "--model", args.model, "--batch-size", str(args.batch_size), "--iters",
-           str(args.iters), "--workers", "1", "--threads", str(args.threads), "--precision",
-           precision, "--no-results"]
-    if backend == "aotinductor":
+           str(args.iters), *instances, "--precision", precision, "--no-results"]
+    if backend in ("aotinductor", SHARED):
         cmd += ["--backend", "aotinductor"]
     else:
         cmd += ["--backend", "torchscript",
@@ -144,7 +153,8 @@ def main():
     precisions = args.precisions.split(",")
     sluice_cells = [(b, p) for b in ("torchscript", "torchscript+freeze") for p in ("fp32", "bf16")
                     if p in precisions]
-    sluice_cells += [("aotinductor", p) for p in sluice_export.PRECISIONS if p in precisions
+    sluice_cells += [(b, p) for b in ("aotinductor", SHARED) for p in sluice_export.PRECISIONS
+                     if p in precisions
                      and os.path.exists(os.path.join(model_dir, sluice_export.package_name(p)))]
     print(f"{args.model} batch {args.batch_size}, {args.threads} threads, {cpu_model()}",
           flush=True)
