@@ -104,13 +104,6 @@ std::shared_ptr<CorePool> MakeCorePool(const ModelConfig& config) {
   return std::make_shared<CorePool>(config.instances.pool_cores);
 }
 
-std::shared_ptr<CorePool> MakeSharePool(const ModelConfig& config) {
-  if (!config.instances.share_cores || config.instances.on_gpu()) return nullptr;
-  const int share = std::max(1, config.instances.pool_cores / std::max(1, config.instances.count));
-  if (share >= config.instances.pool_cores) return nullptr;
-  return std::make_shared<CorePool>(share);
-}
-
 Status CheckCpuDevice(const ModelConfig& config) {
   if (config.instances.device == "cpu") return Status::Ok();
   return Status::InvalidArgument(
@@ -171,19 +164,6 @@ Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& 
     }
   }
   report.warmup_seconds = SecondsSince(start);
-  return Status::Ok();
-}
-
-Status WarmUpShared(BackendInstance* share_instance, BackendInstance& instance,
-                    const ModelConfig& config, LoadReport& report) {
-  double share_seconds = 0;
-  if (share_instance != nullptr) {
-    LoadReport share_report;
-    SLUICE_RETURN_IF_ERROR(WarmUp(*share_instance, config, share_report));
-    share_seconds = share_report.warmup_seconds;
-  }
-  SLUICE_RETURN_IF_ERROR(WarmUp(instance, config, report));
-  report.warmup_seconds += share_seconds;
   return Status::Ok();
 }
 

@@ -54,10 +54,6 @@ class RunThreads {
 // The pool of config.instances.pool_cores cores when share_cores is on; null otherwise.
 std::shared_ptr<CorePool> MakeCorePool(const ModelConfig& config);
 
-// A pool of one instance's share when all of them run at once (pool_cores / count), for warming
-// that thread count up; null when there is no such smaller share (no sharing, one instance).
-std::shared_ptr<CorePool> MakeSharePool(const ModelConfig& config);
-
 // The checks every backend makes: the model runs on the CPU (the only device of this build),
 // `index` is one of the configured instances, `inputs` has one tensor per declared input.
 Status CheckCpuDevice(const ModelConfig& config);
@@ -68,14 +64,6 @@ Status CheckInputCount(const std::vector<Tensor>& inputs, const ModelConfig& con
 // on the calling thread (variable dimensions as 1), and records the time in
 // report.warmup_seconds. A failure names the model.
 Status WarmUp(BackendInstance& instance, const ModelConfig& config, LoadReport& report);
-
-// WarmUp for instances that share cores: first at the share each gets when all run at once
-// (`share_instance`, built on MakeSharePool; null: none), as oneDNN makes its primitives for
-// each thread count and the first concurrent runs would otherwise be cold, then at the whole pool
-// (`instance`), whose costs the report keeps: those of a run alone. report.warmup_seconds counts
-// both.
-Status WarmUpShared(BackendInstance* share_instance, BackendInstance& instance,
-                    const ModelConfig& config, LoadReport& report);
 
 double SecondsSince(std::chrono::steady_clock::time_point start);
 

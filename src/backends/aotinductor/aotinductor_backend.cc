@@ -18,7 +18,6 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -292,14 +291,10 @@ Result<std::unique_ptr<Backend>> LoadAotInductorBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  // With shared cores: warmed at one instance's share, then at the whole pool (a run alone).
+  // With shared cores the warm-up holds the whole pool, as a run alone does when serving.
   std::shared_ptr<CorePool> cores = torch_backend::MakeCorePool(config);
-  std::shared_ptr<CorePool> share = torch_backend::MakeSharePool(config);
-  std::optional<AotInductorInstance> warm_share;
-  if (share) warm_share.emplace(package, share);
   AotInductorInstance warm_instance(package, cores);
-  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUpShared(warm_share ? &*warm_share : nullptr,
-                                                     warm_instance, config, package->report));
+  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, package->report));
   return std::unique_ptr<Backend>(
       std::make_unique<AotInductorBackend>(std::move(package), std::move(cores)));
 }

@@ -19,7 +19,6 @@
 
 #include "backends/load_backend.h"
 #include "backends/reference_test_util.h"
-#include "backends/torch_tensors.h"
 
 namespace sluice {
 namespace {
@@ -220,13 +219,6 @@ TEST(AotInductorBackendTest, SharedCoresGiveARunAloneThePoolAndRunsAtOnceAShare)
   o.share_cores = true;
   ModelConfig config = Config(kModel, o);
   ASSERT_EQ(config.instances.pool_cores, 2);
-  // Loading warms up at each instance's share of a busy pool, then at the whole pool.
-  std::shared_ptr<CorePool> share = torch_backend::MakeSharePool(config);
-  ASSERT_NE(share, nullptr);
-  EXPECT_EQ(share->size(), 1);
-  ModelConfig alone_config = config;
-  alone_config.instances.count = 1;
-  EXPECT_EQ(torch_backend::MakeSharePool(alone_config), nullptr);  // No smaller share to warm.
   auto backend = LoadAotInductorBackend(config);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   Reference ref = ReadReference(kModel);

@@ -7,7 +7,6 @@
 #include <torch/version.h>
 
 #include <chrono>
-#include <optional>
 
 #include "backends/torch_tensors.h"
 
@@ -142,14 +141,10 @@ Result<std::unique_ptr<Backend>> LoadTorchScriptBackend(const ModelConfig& confi
     return Status::InvalidArgument(
         fmt::format("model '{}': loading {} failed: {}", config.name, path, e.what()));
   }
-  // With shared cores: warmed at one instance's share, then at the whole pool (a run alone).
+  // With shared cores the warm-up holds the whole pool, as a run alone does when serving.
   std::shared_ptr<CorePool> cores = torch_backend::MakeCorePool(config);
-  std::shared_ptr<CorePool> share = torch_backend::MakeSharePool(config);
-  std::optional<TorchScriptInstance> warm_share;
-  if (share) warm_share.emplace(model, share);
   TorchScriptInstance warm_instance(model, cores);
-  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUpShared(warm_share ? &*warm_share : nullptr,
-                                                     warm_instance, config, model->report));
+  SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm_instance, config, model->report));
   return std::unique_ptr<Backend>(
       std::make_unique<TorchScriptBackend>(std::move(model), std::move(cores)));
 }
