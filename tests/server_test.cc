@@ -513,6 +513,16 @@ std::string Base64(std::string_view in) {
   return out;
 }
 
+// The numbers of a v2 JSON answer's first output; empty when there is none.
+std::vector<double> Logits(const std::string& body) {
+  std::vector<double> values;
+  const size_t begin = body.find("\"data\":[");
+  if (begin == std::string::npos) return values;
+  std::istringstream in(body.substr(begin + 8, body.find(']', begin) - begin - 8));
+  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stod(item));
+  return values;
+}
+
 TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
   ServerProcess server({}, MakeVisionRepository());
   ASSERT_GT(server.port(), 0) << server.output();
@@ -531,13 +541,7 @@ TEST(ServerPredictTest, ImagesAreClassifiedLikeTheTensorPath) {
                 R"({"inputs":[{"name":"input","shape":[1,3,16,16],"datatype":"FP32","data":[)" +
                     data + "]}]}");
   ASSERT_EQ(v2.status, 200) << v2.body;
-  std::vector<double> logits;
-  size_t at = v2.body.find("\"data\":[") + 8;
-  for (int i = 0; i < 5; ++i) {
-    size_t end = v2.body.find_first_of(",]", at);
-    logits.push_back(std::stod(v2.body.substr(at, end - at)));
-    at = end + 1;
-  }
+  const std::vector<double> logits = Logits(v2.body);
   const int best =
       static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   const char* names[] = {"zero", "one", "two", "three", "four"};
@@ -682,16 +686,6 @@ TEST(ServerLifecycleTest, PrecisionAutoServesTheExportersChoiceAndNamesIt) {
   EXPECT_EQ(infer.status, 200) << infer.body;
   EXPECT_EQ(server.Stop(), 0);
   std::system(("rm -rf " + dir).c_str());
-}
-
-// The numbers of a v2 JSON answer's first output; empty when there is none.
-std::vector<double> Logits(const std::string& body) {
-  std::vector<double> values;
-  const size_t begin = body.find("\"data\":[");
-  if (begin == std::string::npos) return values;
-  std::istringstream in(body.substr(begin + 8, body.find(']', begin) - begin - 8));
-  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stod(item));
-  return values;
 }
 
 bool Near(const std::vector<double>& a, const std::vector<double>& b, double tolerance) {
