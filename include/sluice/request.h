@@ -41,9 +41,13 @@ struct InferRequest {
   // The model's declared inputs in order, each with this request's samples as the leading
   // dimension (the same for every input).
   std::vector<Tensor> inputs;
-  // Unset: the model's default timeout (or none). A request still queued at its deadline
-  // completes with kDeadlineExceeded and is never run.
+  // Unset: the model's default timeout (or none), counted from `arrived`. A request still queued
+  // at its deadline completes with kDeadlineExceeded and is never run.
   std::optional<Clock::time_point> deadline;
+  // When the request's first bytes reached the server (the epoch: not known, and the default
+  // timeout counts from Submit()). Time spent reading and decoding it is then inside its deadline:
+  // a front that falls behind cannot hand the model requests that have waited out their deadline.
+  Clock::time_point arrived{};
   InferCallback done;
 
   // Set by the engine.

@@ -171,7 +171,9 @@ Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) 
   if (status.ok() && !request->done) status = Status::InvalidArgument("request has no callback");
   if (status.ok()) {
     if (!request->deadline && options_.default_timeout.count() > 0) {
-      request->deadline = clock_.Now() + options_.default_timeout;
+      const Clock::time_point from =
+          request->arrived != Clock::time_point{} ? request->arrived : clock_.Now();
+      request->deadline = from + options_.default_timeout;
     }
     const RequestId id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     request->id = id;

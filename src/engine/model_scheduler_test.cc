@@ -341,6 +341,41 @@ TEST_F(SchedulerTest, DefaultTimeoutFromTheConfigApplies) {
   log_.OpenGate();
 }
 
+// The default timeout counts from when the request reached the server, not from Submit(): time
+// spent reading and decoding it is inside its deadline.
+TEST_F(SchedulerTest, DefaultTimeoutCountsFromArrival) {
+  FakeClock& clock = fake_clock_;
+  ModelConfig config = EchoConfig(8, Micros(0));
+  config.dynamic_batching.default_timeout = Micros(3000);
+  Start(config, clock);
+  Occupy(1);
+  auto late = Request(responses_, 2);
+  late->arrived = clock.Now() - milliseconds(2);  // 1 ms of its 3 left.
+  ASSERT_TRUE(scheduler_->Submit(std::move(late)).ok());
+  Submit(3);  // Arrived now: all 3 ms left.
+  clock.Advance(milliseconds(1));
+  EXPECT_EQ(responses_.Get(2).status.code(), StatusCode::kDeadlineExceeded);
+  log_.OpenGate();
+  ExpectEchoed(responses_.Get(3), 3);
+  EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 1}));  // Request 2 never ran.
+}
+
+// A request that arrived longer ago than the default timeout is refused at Submit() (the front
+// answers 504 at once) and never queued.
+TEST_F(SchedulerTest, ARequestWhoseDeadlinePassedBeforeSubmitIsRefused) {
+  FakeClock& clock = fake_clock_;
+  ModelConfig config = EchoConfig(8, Micros(0));
+  config.dynamic_batching.default_timeout = Micros(3000);
+  Start(config, clock);
+  auto stale = Request(responses_, 1);
+  stale->arrived = clock.Now() - milliseconds(4);
+  EXPECT_EQ(scheduler_->Submit(std::move(stale)).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(responses_.Calls(1), 0);
+  EXPECT_EQ(scheduler_->stats().queued_requests, 0);
+  Submit(2);
+  ExpectEchoed(responses_.Get(2), 2);
+}
+
 TEST_F(SchedulerTest, CancelWhileQueuedDropsTheRequestAndFreesItsSlot) {
   ModelConfig config = EchoConfig(8, Micros(0));
   config.dynamic_batching.max_queue_size = 1;

@@ -436,7 +436,7 @@ class InferCall {
         FinishWith(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded));
       });
     };
-    auto id = V2Service::Submit(scheduler, std::move(*parsed), deadline, std::move(done));
+    auto id = V2Service::Submit(scheduler, std::move(*parsed), {start_, deadline}, std::move(done));
     if (!id.ok()) return FinishWith(id.status());
     bool cancelled;
     {

@@ -33,6 +33,7 @@ struct HttpRequest {
   std::string if_none_match;                      // As sent; may be empty.
   std::optional<size_t> inference_header_length;  // Inference-Header-Content-Length.
   std::string body;
+  Clock::time_point arrived;   // When its first bytes were read (the deadline counts from it).
   Clock::time_point received;  // When the whole request had been read.
   Poster post;                 // Set by the server; runs work for this connection (see Poster).
   // Registers what to do if the client disconnects before it is answered (cancel the queued

@@ -119,7 +119,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     traceparent_.clear();
     reading_header_ = true;
     if (buffer_.size() > 0) {
-      if (server_.tracer() != nullptr) read_start_ = Clock::Real().Now();
+      // A pipelined request: its bytes were read with the last one's.
+      read_start_ = Clock::Real().Now();
       return ReadRestOfHeader();
     }
     // Idle until the request's first bytes (idle timeout), then the header must complete within
@@ -141,8 +142,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
                                 self->reading_header_ = false;
                                 return self->OnReadError(ec);
                               }
-                              if (self->server_.tracer() != nullptr)
-                                self->read_start_ = Clock::Real().Now();
+                              // The request's arrival: its deadline and its trace start here.
+                              self->read_start_ = Clock::Real().Now();
                               self->buffer_.commit(n);
                               self->ReadRestOfHeader();
                             });
@@ -323,6 +324,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     request.memory = std::move(memory_);
     request.admission = std::move(admission_);
     request.received = Clock::Real().Now();
+    request.arrived = read_start_;
     received_ = request.received;
     StartTrace(raw, request);
     auto self = shared_from_this();
@@ -369,7 +371,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     if (tracer == nullptr || !tracer->ShouldSample(context && context->sampled())) return;
     trace_ = std::make_shared<RequestTrace>();
     trace_->name = request.method + " " + request.path;
-    trace_->start = read_start_ == Clock::time_point{} ? request.received : read_start_;
+    trace_->start = read_start_;
     trace_->End(TraceStage::kRead, request.received);
     trace_->lane = id_;
     if (context) {
@@ -753,8 +755,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   unsigned version_ = 11;
   Clock::time_point received_;
   const uint64_t id_;  // This connection's number: its lane in traces.
-  // Tracing (all on the connection's I/O thread): when the current request's first bytes arrived
-  // (only stamped when a tracer is set), its trace if sampled, and the traceparent to echo.
+  // On the connection's I/O thread: when the current request's first bytes arrived (its deadline
+  // counts from it), its trace if sampled, and the traceparent to echo.
   Clock::time_point read_start_;
   std::shared_ptr<RequestTrace> trace_;
   std::string traceparent_;

@@ -172,7 +172,8 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   // The body's copy, the decoded pixels and the tensor stay counted against the memory budget
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
-               respond, received = request.received, memory = request.memory,
+               respond, arrived = request.arrived, received = request.received,
+               memory = request.memory,
                admission = std::move(admission), trace = request.trace]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
@@ -209,6 +210,7 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
     shape.insert(shape.begin(), 1);
     auto infer = std::make_unique<InferRequest>();
     infer->inputs.push_back(tensor->Reshaped(shape));
+    infer->arrived = arrived;  // Its wait for a decoder and the decode count in its deadline.
     const Clock::time_point decoded_at = Clock::Real().Now();
     infer->done = [this, scheduler, style, post, respond, received, decoded_at, memory,
                    trace](InferResponse&& response) mutable {

@@ -206,7 +206,8 @@ void V2Handlers::Infer(const HttpRequest& request, const PathParams& params, Res
       respond(std::move(http));
     });
   };
-  auto id = V2Service::Submit(scheduler, std::move(*parsed), std::nullopt, std::move(done));
+  auto id = V2Service::Submit(scheduler, std::move(*parsed), {request.arrived, std::nullopt},
+                              std::move(done));
   if (!id.ok()) {
     respond(HttpResponse::Error(id.status()));
     return;

@@ -51,11 +51,12 @@ Result<std::shared_ptr<ModelScheduler>> V2Service::FindModel(std::string_view na
 }
 
 Result<RequestId> V2Service::Submit(const std::shared_ptr<ModelScheduler>& scheduler,
-                                    V2InferRequest request,
-                                    std::optional<Clock::time_point> deadline, V2Done done) {
+                                    V2InferRequest request, SubmitTiming timing,
+                                    V2Done done) {
   auto infer = std::make_unique<InferRequest>();
   infer->inputs = std::move(request.inputs);
-  infer->deadline = deadline;
+  infer->deadline = timing.deadline;
+  infer->arrived = timing.arrived;
   auto meta = std::make_shared<const V2InferRequest>(std::move(request));
   infer->done = [meta = std::move(meta), done = std::move(done)](InferResponse&& response) {
     done(meta, std::move(response));

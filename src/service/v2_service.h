@@ -30,6 +30,13 @@ inline constexpr std::string_view kServerExtensions[] = {"binary_tensor_data"};
 inline constexpr std::string_view kModelPlatform = "pytorch_libtorch";
 inline constexpr std::string_view kModelVersion = "1";
 
+// When a request reached the server, and by when it must have run.
+struct SubmitTiming {
+  Clock::time_point arrived{};  // Its first bytes arrived (the epoch: not known).
+  // Unset: the model's default timeout, counted from `arrived`.
+  std::optional<Clock::time_point> deadline;
+};
+
 // Called once with a submitted request's result and the parsed request (its requested outputs,
 // for the encoder), on an engine thread: it must return quickly (post the encoding elsewhere).
 using V2Done = std::function<void(std::shared_ptr<const V2InferRequest>, InferResponse&&)>;
@@ -61,12 +68,12 @@ class V2Service {
   Result<std::shared_ptr<ModelScheduler>> FindModel(std::string_view name,
                                                     std::string_view version) const;
 
-  // Submits a parsed request to `scheduler` with its inputs (moved out of `request`) and
-  // `deadline`; `done` gets the result once. The request's id (for Cancel), or the scheduler's
-  // refusal (kUnavailable when full, with its retry-after), in which case `done` is never called.
+  // Submits a parsed request to `scheduler` with its inputs (moved out of `request`) and its
+  // timing; `done` gets the result once. The request's id (for Cancel), or the scheduler's refusal
+  // (kUnavailable when full, with its retry-after; kDeadlineExceeded when its deadline passed
+  // before it could be queued), in which case `done` is never called.
   static Result<RequestId> Submit(const std::shared_ptr<ModelScheduler>& scheduler,
-                                  V2InferRequest request, std::optional<Clock::time_point> deadline,
-                                  V2Done done);
+                                  V2InferRequest request, SubmitTiming timing, V2Done done);
 
  private:
   Engine& engine_;

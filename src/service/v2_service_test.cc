@@ -86,7 +86,7 @@ TEST_F(V2ServiceTest, ASubmittedRequestIsAnsweredOnceWithItsParsedRequest) {
   std::promise<std::pair<std::string, std::vector<float>>> answered;
   int calls = 0;
   auto id = V2Service::Submit(
-      *scheduler, std::move(*parsed), std::nullopt,
+      *scheduler, std::move(*parsed), {},
       [&](std::shared_ptr<const V2InferRequest> meta, InferResponse&& response) {
         ++calls;
         ASSERT_TRUE(response.status.ok()) << response.status.message();
@@ -114,7 +114,7 @@ TEST_F(V2ServiceTest, ARequestPastItsDeadlineIsNeverRun) {
   ASSERT_TRUE(first.ok());
   std::promise<StatusCode> first_done, second_done;
   ASSERT_TRUE(
-      V2Service::Submit(*scheduler, std::move(*first), std::nullopt, [&](auto, InferResponse&& r) {
+      V2Service::Submit(*scheduler, std::move(*first), {}, [&](auto, InferResponse&& r) {
         first_done.set_value(r.status.code());
       }).ok());
   log_.WaitForBatchesStarted(1);
@@ -124,7 +124,7 @@ TEST_F(V2ServiceTest, ARequestPastItsDeadlineIsNeverRun) {
   ASSERT_TRUE(second.ok());
   ASSERT_TRUE(
       V2Service::Submit(*scheduler, std::move(*second),
-                        Clock::Real().Now() + std::chrono::milliseconds(20),
+                        {.deadline = Clock::Real().Now() + std::chrono::milliseconds(20)},
                         [&](auto, InferResponse&& r) { second_done.set_value(r.status.code()); })
           .ok());
   EXPECT_EQ(second_done.get_future().get(), StatusCode::kDeadlineExceeded);
