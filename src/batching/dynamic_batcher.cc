@@ -301,25 +301,31 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
                                            queued_samples_, options_.max_queue_size));
   }
   const double wait = PredictedWaitLocked(now) + intake;
-  double budget = options_.max_queue_time.count() > 0
-                      ? std::chrono::duration<double>(options_.max_queue_time).count()
-                      : 0.0;
-  const char* limit_name = "the model's queue-time budget";
+  // The batch the request will run in (0 while no cost is known).
+  const double own_batch = cost_model_.Estimate(static_cast<int>(TargetSizeLocked()));
   if (deadline) {
+    // A request is answered only if its batch can end by its deadline (see Poll()): one predicted
+    // to wait past that is refused now, when the client can still go elsewhere, instead of
+    // expiring in the queue.
     const double left = std::chrono::duration<double>(*deadline - now).count();
-    if (budget == 0 || left < budget) {
-      budget = left;
-      limit_name = "the request's deadline";
+    if (wait > 0 && wait + own_batch > left) {
+      return Status::Unavailable(
+                 fmt::format("predicted queue wait {:.0f} ms and run {:.0f} ms exceed the "
+                             "request's deadline ({:.0f} ms)",
+                             wait * 1e3, own_batch * 1e3, left * 1e3))
+          .WithRetryAfter(wait + own_batch - left);
     }
   }
+  const double budget = std::chrono::duration<double>(options_.max_queue_time).count();
   if (budget > 0 && wait > budget) {
-    return Status::Unavailable(fmt::format("predicted queue wait {:.0f} ms exceeds {} ({:.0f} ms)",
-                                           wait * 1e3, limit_name, budget * 1e3))
+    return Status::Unavailable(fmt::format(
+                                   "predicted queue wait {:.0f} ms exceeds the model's queue-time "
+                                   "budget ({:.0f} ms)",
+                                   wait * 1e3, budget * 1e3))
         .WithRetryAfter(wait - budget);
   }
   if (options_.latency_target.count() > 0) {
     const double target = std::chrono::duration<double>(options_.latency_target).count();
-    const double own_batch = cost_model_.Estimate(static_cast<int>(TargetSizeLocked()));
     if (own_batch > 0 && wait + own_batch > target) {
       return Status::Unavailable(
                  fmt::format("predicted latency {:.0f} ms (queue {:.0f} ms, batch {:.0f} ms) "
@@ -403,6 +409,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   BatcherPoll poll;
   AgeCompanyLocked(now);
   ExpireLocked(now, poll.expired);
+  ExpireUnfinishableLocked(now, poll.expired);
   if (queue_.empty()) return poll;
 
   const bool adaptive = options_.policy == BatchingPolicy::kAdaptive;
@@ -497,6 +504,31 @@ void DynamicBatcher::ExpireLocked(Clock::time_point now,
     if (queue_[i]->deadline && *queue_[i]->deadline <= now) {
       expired.push_back(RemoveAtLocked(i));
     } else {
+      ++i;
+    }
+  }
+}
+
+void DynamicBatcher::ExpireUnfinishableLocked(
+    Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired) {
+  if (deadlines_.empty() || queue_.empty()) return;
+  const int64_t next_batch = std::min(queued_samples_, TargetSizeLocked());
+  const double run = cost_model_.Estimate(static_cast<int>(next_batch));
+  if (run <= 0) return;
+  const Clock::time_point ends =
+      now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run));
+  if (*deadlines_.begin() >= ends) return;
+  const auto run_time = ends - now;
+  int64_t taken = 0;
+  for (size_t i = 0; i < queue_.size() && taken < next_batch;) {
+    const InferRequest& request = *queue_[i];
+    // Only what its wait made late: a deadline that left less than a run from the start (a
+    // model slower than its timeout) is run all the same, as it would be with an empty queue.
+    if (request.deadline && *request.deadline < ends &&
+        *request.deadline - request.times.enqueue >= run_time) {
+      expired.push_back(RemoveAtLocked(i));
+    } else {
+      taken += queue_[i]->samples();
       ++i;
     }
   }

@@ -179,6 +179,12 @@ class DynamicBatcher {
   BatcherPoll PollLocked(Clock::time_point now) REQUIRES(mu_);
   void ExpireLocked(Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired)
       REQUIRES(mu_);
+  // Moves to `expired` the requests the next batch would take whose deadline comes before that
+  // batch is expected to end (the cost model's cost of it from `now`) and that had time for a run
+  // when queued: run, they would be answered late, for their wait. Nothing while the cost model
+  // knows no cost.
+  void ExpireUnfinishableLocked(Clock::time_point now,
+                                std::vector<std::unique_ptr<InferRequest>>& expired) REQUIRES(mu_);
   std::unique_ptr<InferRequest> RemoveAtLocked(size_t index) REQUIRES(mu_);
   Clock::time_point EarliestDeadlineLocked() const REQUIRES(mu_);
   // The company-rate sums as of `now`, decayed, with the time since the last update counted as

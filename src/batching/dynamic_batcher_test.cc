@@ -188,6 +188,31 @@ TEST_F(BatcherTest, RequestPastItsDeadlineExpiresWithoutRunning) {
   EXPECT_EQ(Ids(Poll().batch.requests), (std::vector<RequestId>{2}));
 }
 
+// A request whose batch would end after its deadline (at the cost model's cost) is not run, when
+// its wait made it late; one whose deadline never left room for a run goes all the same.
+TEST_F(BatcherTest, RequestThatWouldFinishPastItsDeadlineExpiresWithoutRunning) {
+  Make(Options(1, Micros(0)));
+  batcher_->cost_model().Seed(1, 0.100);  // A batch of one: 100 ms.
+  auto late = MakeRequest(1);
+  late->deadline = clock_.Now() + milliseconds(150);
+  ASSERT_TRUE(batcher_->Enqueue(late).ok());
+  auto in_time = MakeRequest(2);
+  in_time->deadline = clock_.Now() + milliseconds(500);
+  ASSERT_TRUE(batcher_->Enqueue(in_time).ok());
+  clock_.Advance(milliseconds(60));  // Request 1 would end at 160 ms.
+  BatcherPoll poll = Poll();
+  EXPECT_EQ(Ids(poll.expired), (std::vector<RequestId>{1}));
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{2}));
+
+  auto hopeless = MakeRequest(3);
+  hopeless->deadline = clock_.Now() + milliseconds(50);  // Less than a run, from the start.
+  ASSERT_TRUE(batcher_->Enqueue(hopeless).ok());
+  clock_.Advance(milliseconds(10));
+  poll = Poll();
+  EXPECT_TRUE(poll.expired.empty());
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{3}));
+}
+
 TEST_F(BatcherTest, RequestWhoseDeadlineHasPassedIsRefused) {
   Make(Options(8, Micros(0)));
   auto request = MakeRequest(1);
@@ -595,7 +620,9 @@ TEST_F(BatcherTest, AdmissionRefusesARequestWhosePredictedWaitExceedsTheBudget) 
   hurried->deadline = clock_.Now() + Micros(300'000);
   Status missed = batcher_->Enqueue(hurried);
   EXPECT_EQ(missed.code(), StatusCode::kUnavailable);
-  EXPECT_NE(missed.message().find("exceeds the request's deadline (300 ms)"), std::string::npos)
+  EXPECT_NE(missed.message().find("predicted queue wait 450 ms and run 100 ms exceed the request's "
+                                  "deadline (300 ms)"),
+            std::string::npos)
       << missed.message();
   // A batch slower than the budget still admits what it can start at once: an empty queue waits
   // for nothing.
@@ -754,10 +781,11 @@ TEST_F(BatcherTest, HeaderAdmissionCountsTheTimeBodiesTakeToArrive) {
   // Each report capped at 2 s; the estimate starts from what was left of the slow one (~0).
   const double learned = 2.0 * (1.0 - std::pow(0.9, 10));  // 1.30 s.
   EXPECT_NEAR(batcher_->intake_seconds(), learned, 1e-6);
-  // A header whose own deadline is 1 s away is refused.
+  // A header whose own deadline is 1 s away is refused: its intake and its own batch (10 ms)
+  // would end past it.
   const Status refused = batcher_->Admit(1, clock_.Now() + Micros(1'000'000)).status();
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
-  EXPECT_NEAR(refused.retry_after_seconds(), learned - 1.0, 1e-6);
+  EXPECT_NEAR(refused.retry_after_seconds(), learned + 0.010 - 1.0, 1e-6);
   // A request already read is not charged the intake again.
   auto queued = MakeRequest(1, 1);
   EXPECT_TRUE(batcher_->Enqueue(queued).ok());
