@@ -86,16 +86,13 @@ class LoadRunner {
     end_ = measure_from_ + std::chrono::duration_cast<Clock::duration>(options_.duration);
     UtilizationSampler sampler;
     sampler.Start();
-    for (int i = 0; i < options_.concurrency; ++i) {
-      auto conn = std::make_shared<Conn>(ioc_);
-      conns_.push_back(conn);
-      Connect(conn);
-    }
+    for (int i = 0; i < options_.concurrency; ++i) OpenConnection();
     if (open_loop()) {
       next_arrival_ = start_;
       ScheduleArrival();
     }
     ioc_.run();
+    run_.connections = static_cast<int>(conns_.size());
     FinishLoadRun(run_, sampler, measure_from_, end_, static_cast<int64_t>(pending_.size()));
     return std::move(run_);
   }
@@ -120,8 +117,16 @@ class LoadRunner {
   bool open_loop() const { return options_.rate > 0; }
   bool sending_time_over(Clock::time_point now) const { return now >= end_; }
 
+  void OpenConnection() {
+    auto conn = std::make_shared<Conn>(ioc_);
+    conns_.push_back(conn);
+    Connect(conn);
+  }
+
   void Connect(const std::shared_ptr<Conn>& conn) {
+    ++connecting_;
     conn->socket.async_connect(endpoint_, [this, conn](beast::error_code ec) {
+      --connecting_;
       if (ec) {
         AddTransportError(run_, fmt::format("connect: {}", ec.message()));
         if (sending_time_over(Clock::Real().Now())) return;
@@ -269,6 +274,11 @@ class LoadRunner {
         if (pending_.empty()) break;
         if (conn->connected && !conn->busy) Next(conn);
       }
+      // Every connection busy: one more, unless one on its way will take this arrival.
+      if (pending_.size() > static_cast<size_t>(connecting_) &&
+          static_cast<int>(conns_.size()) < options_.max_connections) {
+        OpenConnection();
+      }
       ScheduleArrival();
     });
   }
@@ -282,6 +292,7 @@ class LoadRunner {
   std::mt19937_64 rng_;
   std::vector<std::shared_ptr<Conn>> conns_;
   std::deque<Clock::time_point> pending_;
+  int connecting_ = 0;  // Connections whose connect has not completed.
   Clock::time_point start_, measure_from_, end_, next_arrival_;
   HttpLoadRun run_;  // Counts and records as they come; summarised at the end.
 };

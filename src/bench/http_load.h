@@ -46,7 +46,12 @@ struct HttpPayload {
 struct HttpLoadOptions {
   HttpTarget target;
   HttpPayload payload;
-  int concurrency = 1;   // Closed loop: connections. Open loop: connection pool size.
+  int concurrency = 1;   // Closed loop: connections. Open loop: connections opened at the start.
+  // Open loop: when an arrival finds every connection busy, the pool grows by one connection, up
+  // to this many, so the arrival does not wait on the client's side for a connection (a server
+  // that holds its answers would otherwise be measured through the client's queue). 0: the pool
+  // stays at `concurrency`, and a late request's wait for a connection counts in its latency.
+  int max_connections = 0;
   double rate = 0;       // Requests per second (open loop); 0: closed loop.
   Seconds duration{10};  // Measured period, after the warm-up.
   Seconds warmup{2};     // Sent but excluded.
@@ -65,6 +70,7 @@ struct HttpLoadRun {
   int64_t transport_errors = 0;                     // Connections lost or refused (each retried).
   std::vector<std::string> first_transport_errors;  // The first few, e.g. "read: end of stream".
   int64_t unsent = 0;    // Open loop: scheduled but never sent before the end (server too slow).
+  int connections = 0;   // Connections opened (open loop: the pool's size at the end).
   int64_t sent = 0;      // Requests written, warm-up included.
   int64_t answered = 0;  // Responses read, warm-up included; sent - answered were lost.
   int64_t unavailable_without_retry_after = 0;  // 503 answers lacking Retry-After.
