@@ -251,9 +251,14 @@ void ModelScheduler::WorkerLoop(size_t index) {
   while (true) {
     BatcherPoll poll = batcher_.WaitForBatch();
     if (poll.batch.requests.empty() && poll.expired.empty()) return;  // Closed and empty.
+    const Clock::time_point now = clock_.Now();
     for (auto& request : poll.expired) {
       InferResponse response;
-      response.status = Status::DeadlineExceeded("request deadline passed while queued");
+      response.status = Status::DeadlineExceeded(
+          request->deadline && *request->deadline > now
+              ? "request would not finish by its deadline: its wait in the queue left less than "
+                "its batch takes"
+              : "request deadline passed while queued");
       Complete(std::move(request), std::move(response));
     }
     if (!poll.batch.requests.empty()) RunBatch(instance, static_cast<int>(index), poll.batch);
