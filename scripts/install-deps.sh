@@ -85,6 +85,32 @@ else
   mv "$XGRAMMAR_SDIST.part" "$XGRAMMAR_SDIST"
 fi
 
+# llama.cpp's own converter (convert_hf_to_gguf.py, with its conversion/ package and gguf-py),
+# from llama-cpp-python's source distribution (the version requirements.txt pins), pinned by hash:
+# the tests convert Hugging Face checkpoints to GGUF with it, as users do.
+LLAMA_CPP_SDIST=.deps/llama_cpp_python-0.3.36.tar.gz
+LLAMA_CPP_URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
+LLAMA_CPP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_CPP_CONVERTER=.deps/llama.cpp/convert_hf_to_gguf.py
+if [ -f "$LLAMA_CPP_CONVERTER" ] && [ -f "$LLAMA_CPP_SDIST" ] &&
+   echo "$LLAMA_CPP_SHA256  $LLAMA_CPP_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+  echo "install-deps: $LLAMA_CPP_CONVERTER present"
+else
+  echo "install-deps: downloading $LLAMA_CPP_SDIST (llama.cpp's converter)"
+  mkdir -p .deps
+  /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+    "$LLAMA_CPP_URL" "$LLAMA_CPP_SDIST.part"
+  echo "$LLAMA_CPP_SHA256  $LLAMA_CPP_SDIST.part" | sha256sum -c --quiet - ||
+    { echo "install-deps: $LLAMA_CPP_SDIST has the wrong SHA-256" >&2; rm -f "$LLAMA_CPP_SDIST.part"; exit 1; }
+  mv "$LLAMA_CPP_SDIST.part" "$LLAMA_CPP_SDIST"
+  rm -rf .deps/llama.cpp
+  mkdir -p .deps/llama.cpp
+  tar -xzf "$LLAMA_CPP_SDIST" -C .deps/llama.cpp --strip-components=3 \
+    llama_cpp_python-0.3.36/vendor/llama.cpp/convert_hf_to_gguf.py \
+    llama_cpp_python-0.3.36/vendor/llama.cpp/conversion \
+    llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
+fi
+
 # The venv is made with Debian's Python (not whatever python3 comes first on PATH), so a new
 # machine and CI get the same interpreter.
 VENV=.venv

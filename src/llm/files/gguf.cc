@@ -443,6 +443,15 @@ Result<const std::vector<int64_t>*> GgufFile::Integers(std::string_view key) con
   return &value->integers;
 }
 
+Result<const std::vector<double>*> GgufFile::Numbers(std::string_view key) const {
+  const GgufValue* value = Find(key);
+  if (value == nullptr) return Missing(path_, key);
+  if (value->kind != GgufValue::kArray || value->element_kind != GgufValue::kFloat) {
+    return WrongKind(path_, key, *value, "an array of floats");
+  }
+  return &value->numbers;
+}
+
 bool LooksLikeGguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   uint32_t magic = 0;

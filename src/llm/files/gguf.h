@@ -70,6 +70,7 @@ class GgufFile {
   Result<std::string> String(std::string_view key, const std::string& fallback) const;
   Result<const std::vector<std::string>*> Strings(std::string_view key) const;
   Result<const std::vector<int64_t>*> Integers(std::string_view key) const;
+  Result<const std::vector<double>*> Numbers(std::string_view key) const;  // Float arrays.
 
  private:
   GgufFile() = default;

@@ -126,6 +126,25 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 }  // namespace
 
+// A token matched in text as itself before anything else is split (special and user-defined
+// tokens). `lstrip` / `rstrip`: whitespace before / after it in the text is dropped.
+struct AddedToken {
+  std::string text;
+  int32_t id = 0;
+  bool lstrip = false;
+  bool rstrip = false;
+};
+
+// GGUF's token types (tokenizer.ggml.token_type), as llama.cpp's converter writes them.
+enum GgufTokenType : int64_t {
+  kGgufNormal = 1,
+  kGgufUnknown = 2,
+  kGgufControl = 3,
+  kGgufUserDefined = 4,
+  kGgufUnused = 5,
+  kGgufByte = 6,
+};
+
 class Tokenizer::Impl {
  public:
   Impl() {
@@ -133,6 +152,15 @@ class Tokenizer::Impl {
   }
   Status Load(const std::string& dir);
   Status LoadGguf(const GgufFile& file);
+  // tokenizer.ggml.model "llama": a SentencePiece vocabulary (tokens with scores, "▁" for spaces,
+  // <0xXX> byte tokens), from tokens and their types already checked.
+  Status LoadGgufSentencePiece(const GgufFile& file, const std::vector<std::string>& tokens,
+                               const std::vector<int64_t>& types);
+  // SentencePiece's BPE as llama.cpp runs it on one piece of text: spaces become "▁" (one more
+  // in front when `space_prefix`), characters merge pairwise, the highest-scoring pair that is a
+  // token first; what forms no token falls back to byte tokens.
+  void EncodeSentencePiece(std::string_view text, bool space_prefix,
+                           std::vector<int32_t>& ids) const;
   // A byte-level token string (GPT-2's alphabet) as the bytes it stands for; false when it is
   // not UTF-8. Characters outside the alphabet are kept as they are.
   bool ByteLevelBytes(const std::string& token, std::string* bytes) const;
@@ -142,7 +170,9 @@ class Tokenizer::Impl {
   // Sorts the added tokens longest first and finds each byte's token: after the vocab is read.
   void Finish();
   Status LoadPreTokenizer(simdjson::dom::element spec);
-  void EncodeText(std::string_view text, std::vector<int32_t>& ids) const;
+  // `after_special`: the text starts the input or follows a special token (SentencePiece
+  // vocabularies then add their space prefix).
+  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>& ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>& ids) const;
   void Split(std::string_view text, std::vector<std::string_view>& pieces) const;
 
@@ -150,7 +180,7 @@ class Tokenizer::Impl {
   std::vector<std::string> id_bytes;               // Decoded bytes of each id.
   std::vector<bool> special;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
-  std::vector<std::pair<std::string, int32_t>> added;                // Longest first.
+  std::vector<AddedToken> added;                                     // Longest first.
   std::vector<PreTokenizerStep> steps;
   std::vector<int32_t> prefix, suffix;            // Post-processor special tokens.
   std::vector<int32_t> byte_ids;                  // Byte -> id of its byte-level character.
@@ -158,6 +188,12 @@ class Tokenizer::Impl {
   std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
   bool ignore_merges = false;  // A piece that is a token as a whole is that token (llama3).
   std::string bos, eos, chat_template;
+  // SentencePiece vocabularies (merges by score instead of by rank).
+  bool sentencepiece = false;
+  bool add_space_prefix = false;  // A space in front of the text (and after special tokens).
+  std::vector<float> scores;      // By id.
+  std::vector<int32_t> byte_tokens = std::vector<int32_t>(256, -1);  // <0xXX> by byte.
+  int32_t unknown_id = -1;  // For a byte with no token of its own.
 };
 
 Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
@@ -274,7 +310,10 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
         return Status::InvalidArgument(fmt::format("{}: bad added token", path.string()));
       }
       max_id = std::max(max_id, id);
-      added.emplace_back(std::string(content), static_cast<int32_t>(id));
+      AddedToken token{std::string(content), static_cast<int32_t>(id)};
+      ReadOptional(item["lstrip"], token.lstrip);
+      ReadOptional(item["rstrip"], token.rstrip);
+      added.push_back(std::move(token));
     }
   }
   id_bytes.assign(static_cast<size_t>(max_id + 1), "");
@@ -413,8 +452,8 @@ Status Tokenizer::Impl::AddMerge(const std::string& left, const std::string& rig
 }
 
 void Tokenizer::Impl::Finish() {
-  std::sort(added.begin(), added.end(),
-            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::stable_sort(added.begin(), added.end(),
+                   [](const auto& a, const auto& b) { return a.text.size() > b.text.size(); });
   const std::vector<uint32_t> byte_cp = ByteToCodePoint();
   byte_ids.assign(256, -1);
   for (uint32_t b = 0; b < 256; ++b) {
@@ -450,38 +489,27 @@ const std::vector<GgufPreTokenizer>& GgufPreTokenizers() {
   return *table;
 }
 
-// GGUF's tokenizer: tokenizer.ggml.model "gpt2" (byte-level BPE) with its tokens, token types,
-// merges, pre-tokenizer type, special token ids and chat template.
+// Whether `name` (general.name, lowercased) is a Phi-3 model's: llama.cpp then strips the
+// whitespace after its special tokens, as Phi-3's own tokenizer does.
+bool IsPhi3Name(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+}
+
+// GGUF's tokenizer: tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, token types, merges, the
+// pre-tokenizer type) or "llama" (SentencePiece: tokens, scores, token types), then the special
+// token ids, whether to add BOS/EOS, and the chat template.
 Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   const std::string& path = file.path();
   auto model = file.String("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
-  if (*model != "gpt2") {
+  if (*model != "gpt2" && *model != "llama") {
     return Status::InvalidArgument(fmt::format(
-        "{}: tokenizer.ggml.model '{}' is not supported (Sluice reads 'gpt2', byte-level BPE)",
+        "{}: tokenizer.ggml.model '{}' is not supported (Sluice reads 'gpt2', byte-level BPE, "
+        "and 'llama', SentencePiece)",
         path, *model));
   }
-  auto pre = file.String("tokenizer.ggml.pre", "default");
-  if (!pre.ok()) return pre.status();
-  const GgufPreTokenizer* pre_tokenizer = nullptr;
-  for (const GgufPreTokenizer& candidate : GgufPreTokenizers()) {
-    for (const char* name : candidate.names) {
-      if (name != nullptr && *pre == name) pre_tokenizer = &candidate;
-    }
-  }
-  if (pre_tokenizer == nullptr) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, smollm, qwen2, llama-bpe)",
-        path, *pre));
-  }
-  for (const char* pattern : pre_tokenizer->patterns) {
-    auto regex = CompileRegex(pattern);
-    if (!regex.ok()) return regex.status();
-    PreTokenizerStep step;
-    step.regex = *regex;
-    steps.push_back(std::move(step));
-  }
-  ignore_merges = pre_tokenizer->ignore_merges;
   auto tokens = file.Strings("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   auto types = file.Integers("tokenizer.ggml.token_type");
@@ -491,30 +519,64 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
         fmt::format("{}: {} token types for {} tokens", path, (*types)->size(), (*tokens)->size()));
   }
   const size_t count = (*tokens)->size();
-  id_bytes.assign(count, "");
-  special.assign(count, false);
-  constexpr int64_t kControl = 3, kUserDefined = 4;
-  for (size_t id = 0; id < count; ++id) {
-    const std::string& token = (**tokens)[id];
-    const int64_t type = (**types)[id];
-    vocab.emplace(token, static_cast<int32_t>(id));
-    if (type == kControl || type == kUserDefined) {  // Matched in text as themselves.
-      id_bytes[id] = token;
-      special[id] = type == kControl;
-      added.emplace_back(token, static_cast<int32_t>(id));
-    } else if (!ByteLevelBytes(token, &id_bytes[id])) {
-      return Status::InvalidArgument(fmt::format("{}: token {} is not UTF-8", path, id));
+  bool default_add_bos = true;
+  if (*model == "llama") {
+    SLUICE_RETURN_IF_ERROR(LoadGgufSentencePiece(file, **tokens, **types));
+  } else {
+    auto pre = file.String("tokenizer.ggml.pre", "default");
+    if (!pre.ok()) return pre.status();
+    const GgufPreTokenizer* pre_tokenizer = nullptr;
+    for (const GgufPreTokenizer& candidate : GgufPreTokenizers()) {
+      for (const char* name : candidate.names) {
+        if (name != nullptr && *pre == name) pre_tokenizer = &candidate;
+      }
+    }
+    if (pre_tokenizer == nullptr) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, smollm, qwen2, llama-bpe)",
+          path, *pre));
+    }
+    for (const char* pattern : pre_tokenizer->patterns) {
+      auto regex = CompileRegex(pattern);
+      if (!regex.ok()) return regex.status();
+      PreTokenizerStep step;
+      step.regex = *regex;
+      steps.push_back(std::move(step));
+    }
+    ignore_merges = pre_tokenizer->ignore_merges;
+    default_add_bos = pre_tokenizer->add_bos;
+    id_bytes.assign(count, "");
+    special.assign(count, false);
+    for (size_t id = 0; id < count; ++id) {
+      const std::string& token = (**tokens)[id];
+      const int64_t type = (**types)[id];
+      vocab.emplace(token, static_cast<int32_t>(id));
+      if (type == kGgufControl || type == kGgufUserDefined) {  // Matched in text as themselves.
+        id_bytes[id] = token;
+        special[id] = type == kGgufControl;
+        added.push_back({token, static_cast<int32_t>(id)});
+      } else if (!ByteLevelBytes(token, &id_bytes[id])) {
+        return Status::InvalidArgument(fmt::format("{}: token {} is not UTF-8", path, id));
+      }
+    }
+    auto merge_list = file.Strings("tokenizer.ggml.merges");
+    if (!merge_list.ok()) return merge_list.status();
+    int32_t rank = 0;
+    for (const std::string& merge : **merge_list) {
+      const size_t space = merge.find(' ', 1);
+      if (space == std::string::npos) {
+        return Status::InvalidArgument(fmt::format("{}: merge '{}' has no space", path, merge));
+      }
+      SLUICE_RETURN_IF_ERROR(
+          AddMerge(merge.substr(0, space), merge.substr(space + 1), rank++, path));
     }
   }
-  auto merge_list = file.Strings("tokenizer.ggml.merges");
-  if (!merge_list.ok()) return merge_list.status();
-  int32_t rank = 0;
-  for (const std::string& merge : **merge_list) {
-    const size_t space = merge.find(' ', 1);
-    if (space == std::string::npos) {
-      return Status::InvalidArgument(fmt::format("{}: merge '{}' has no space", path, merge));
+  auto name = file.String("general.name", "");
+  if (!name.ok()) return name.status();
+  if (IsPhi3Name(*name)) {
+    for (AddedToken& token : added) {
+      token.rstrip = token.text != "<unk>" && token.text != "<s>" && token.text != "<|endoftext|>";
     }
-    SLUICE_RETURN_IF_ERROR(AddMerge(merge.substr(0, space), merge.substr(space + 1), rank++, path));
   }
   Finish();
   auto token_of = [&](const char* key, std::string* out) -> Status {
@@ -528,7 +590,7 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   };
   SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.bos_token_id", &bos));
   SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.eos_token_id", &eos));
-  auto add_bos = file.Bool("tokenizer.ggml.add_bos_token", pre_tokenizer->add_bos);
+  auto add_bos = file.Bool("tokenizer.ggml.add_bos_token", default_add_bos);
   if (!add_bos.ok()) return add_bos.status();
   if (*add_bos && !bos.empty()) prefix.push_back(vocab.at(bos));
   auto add_eos = file.Bool("tokenizer.ggml.add_eos_token", false);
@@ -537,6 +599,90 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto chat = file.String("tokenizer.chat_template", "");
   if (!chat.ok()) return chat.status();
   chat_template = *chat;
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::LoadGgufSentencePiece(const GgufFile& file,
+                                              const std::vector<std::string>& tokens,
+                                              const std::vector<int64_t>& types) {
+  const std::string& path = file.path();
+  const size_t count = tokens.size();
+  sentencepiece = true;
+  scores.assign(count, 0.0f);
+  if (const GgufValue* value = file.Find("tokenizer.ggml.scores"); value != nullptr) {
+    if (auto floats = file.Numbers("tokenizer.ggml.scores"); floats.ok()) {
+      if ((*floats)->size() < count) {
+        return Status::InvalidArgument(fmt::format("{}: {} token scores for {} tokens", path,
+                                                   (*floats)->size(), count));
+      }
+      for (size_t id = 0; id < count; ++id) scores[id] = static_cast<float>((**floats)[id]);
+    } else if (auto integers = file.Integers("tokenizer.ggml.scores"); integers.ok()) {
+      if ((*integers)->size() < count) {
+        return Status::InvalidArgument(fmt::format("{}: {} token scores for {} tokens", path,
+                                                   (*integers)->size(), count));
+      }
+      for (size_t id = 0; id < count; ++id) scores[id] = static_cast<float>((**integers)[id]);
+    } else {
+      return floats.status();
+    }
+  }
+  auto space_prefix = file.Bool("tokenizer.ggml.add_space_prefix", true);
+  if (!space_prefix.ok()) return space_prefix.status();
+  add_space_prefix = *space_prefix;
+  id_bytes.assign(count, "");
+  special.assign(count, false);
+  for (size_t id = 0; id < count; ++id) {
+    // As llama.cpp reads them: an empty token is named so it cannot match text; a later token of
+    // the same text shadows an earlier one.
+    const std::string token =
+        tokens[id].empty() ? fmt::format("[EMPTY_{}]", id) : tokens[id];
+    if (!IsValidUtf8(token)) {
+      return Status::InvalidArgument(fmt::format("{}: token {} is not UTF-8", path, id));
+    }
+    vocab[token] = static_cast<int32_t>(id);
+    switch (types[id]) {
+      case kGgufUnknown:
+      case kGgufControl:
+        id_bytes[id] = token;
+        special[id] = true;
+        added.push_back({token, static_cast<int32_t>(id)});
+        if (types[id] == kGgufUnknown) unknown_id = static_cast<int32_t>(id);
+        break;
+      case kGgufUserDefined:
+        id_bytes[id] = token;
+        added.push_back({token, static_cast<int32_t>(id)});
+        break;
+      case kGgufByte: {
+        unsigned value = 0;
+        if (token.size() != 6 || token.rfind("<0x", 0) != 0 || token[5] != '>' ||
+            std::sscanf(token.c_str() + 3, "%2x", &value) != 1) {
+          return Status::InvalidArgument(
+              fmt::format("{}: byte token {} is '{}', not <0xXX>", path, id, token));
+        }
+        id_bytes[id] = std::string(1, static_cast<char>(value));
+        break;
+      }
+      case kGgufUnused:
+        break;  // Decodes to nothing, as in llama.cpp.
+      default: {  // Normal: "▁" stands for a space.
+        std::string& text = id_bytes[id];
+        for (size_t i = 0; i < token.size();) {
+          if (token.compare(i, 3, "\xE2\x96\x81") == 0) {
+            text += ' ';
+            i += 3;
+          } else {
+            text += token[i++];
+          }
+        }
+      }
+    }
+  }
+  // Byte fallback: <0xXX> (a later token of the same text wins, as above), else the byte itself.
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab.find(fmt::format("<0x{:02X}>", b));
+    if (it == vocab.end()) it = vocab.find(std::string(1, static_cast<char>(b)));
+    if (it != vocab.end()) byte_tokens[static_cast<size_t>(b)] = it->second;
+  }
   return Status::Ok();
 }
 
@@ -645,7 +791,89 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
     ids.push_back(symbols[static_cast<size_t>(i)].id);
 }
 
-void Tokenizer::Impl::EncodeText(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::EncodeSentencePiece(std::string_view text, bool space_prefix,
+                                          std::vector<int32_t>& ids) const {
+  constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁"
+  std::string escaped;
+  escaped.reserve(text.size() + 8);
+  if (space_prefix) escaped += kSpace;
+  for (char c : text) {
+    if (c == ' ') {
+      escaped += kSpace;
+    } else {
+      escaped += c;
+    }
+  }
+  if (escaped.empty()) return;
+  // Characters (by their lead byte, as llama.cpp counts them), linked in a list.
+  struct Symbol {
+    size_t begin, size;
+    int prev, next;
+  };
+  std::vector<Symbol> symbols;
+  for (size_t at = 0; at < escaped.size();) {
+    static constexpr size_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    const size_t size =
+        std::min(kLength[static_cast<unsigned char>(escaped[at]) >> 4], escaped.size() - at);
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({at, size, index - 1, at + size == escaped.size() ? -1 : index + 1});
+    at += size;
+  }
+  struct Bigram {
+    float score;
+    int left, right;
+    size_t size;
+  };
+  // The highest score first; among equals, the leftmost.
+  auto lower = [](const Bigram& a, const Bigram& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(lower)> queue(lower);
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = symbols[static_cast<size_t>(left)];
+    const Symbol& r = symbols[static_cast<size_t>(right)];
+    auto it = vocab.find(escaped.substr(l.begin, l.size + r.size));
+    if (it == vocab.end()) return;
+    queue.push({scores[static_cast<size_t>(it->second)], left, right, l.size + r.size});
+  };
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[static_cast<size_t>(bigram.left)];
+    Symbol& right = symbols[static_cast<size_t>(bigram.right)];
+    if (left.size == 0 || right.size == 0 || left.size + right.size != bigram.size) continue;
+    left.size += right.size;  // Stale pairs fail the size check above.
+    right.size = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+  for (int i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
+    const Symbol& symbol = symbols[static_cast<size_t>(i)];
+    auto it = vocab.find(escaped.substr(symbol.begin, symbol.size));
+    if (it != vocab.end()) {
+      ids.push_back(it->second);
+      continue;
+    }
+    // No token: its bytes, each as its byte token (or the unknown token where there is none).
+    for (size_t j = 0; j < symbol.size; ++j) {
+      const int32_t id = byte_tokens[static_cast<unsigned char>(escaped[symbol.begin + j])];
+      if (id >= 0) {
+        ids.push_back(id);
+      } else if (unknown_id >= 0) {
+        ids.push_back(unknown_id);
+        break;
+      }
+    }
+  }
+}
+
+void Tokenizer::Impl::EncodeText(std::string_view text, bool after_special,
+                                 std::vector<int32_t>& ids) const {
+  if (sentencepiece) return EncodeSentencePiece(text, add_space_prefix && after_special, ids);
   std::string prefixed;
   for (const PreTokenizerStep& step : steps) {
     if (step.add_prefix_space && !text.empty() && text[0] != ' ') {
@@ -681,13 +909,15 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
   // longest first). Each token's next occurrence is searched again only once it is passed.
   const auto& added = impl_->added;
   std::vector<size_t> next(added.size(), 0);
-  for (size_t i = 0; i < added.size(); ++i) next[i] = text.find(added[i].first);
+  for (size_t i = 0; i < added.size(); ++i) next[i] = text.find(added[i].text);
+  auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   size_t begin = 0;
+  bool after_special = true;  // The start counts as following a special token.
   while (begin < text.size()) {
     size_t found = std::string_view::npos, match = 0;
     for (size_t i = 0; i < added.size(); ++i) {
       if (next[i] != std::string_view::npos && next[i] < begin) {
-        next[i] = text.find(added[i].first, begin);
+        next[i] = text.find(added[i].text, begin);
       }
       if (next[i] < found) {
         found = next[i];
@@ -695,22 +925,39 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
       }
     }
     if (found == std::string_view::npos) {
-      impl_->EncodeText(text.substr(begin), ids);
+      impl_->EncodeText(text.substr(begin), after_special, ids);
       break;
     }
-    if (found > begin) impl_->EncodeText(text.substr(begin, found - begin), ids);
-    ids.push_back(added[match].second);
-    begin = found + added[match].first.size();
+    std::string_view before = text.substr(begin, found - begin);
+    if (added[match].lstrip) {
+      while (!before.empty() && is_space(before.back())) before.remove_suffix(1);
+    }
+    if (!before.empty()) impl_->EncodeText(before, after_special, ids);
+    ids.push_back(added[match].id);
+    after_special = true;
+    begin = found + added[match].text.size();
+    if (added[match].rstrip) {
+      while (begin < text.size() && is_space(text[begin])) ++begin;
+    }
   }
   if (add_special_tokens) ids.insert(ids.end(), impl_->suffix.begin(), impl_->suffix.end());
   return ids;
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  // A SentencePiece vocabulary's space in front of the text is dropped again from the first
+  // token, unless that is a BOS token left out (llama.cpp's llama_detokenize).
+  bool strip_space = impl_->sentencepiece && impl_->add_space_prefix;
+  size_t first = 0;
+  if (skip_special && !ids.empty() && !impl_->bos.empty() && ids[0] == TokenId(impl_->bos)) {
+    strip_space = false;
+    first = 1;
+  }
   std::string bytes;
-  for (int32_t id : ids) {
-    if (skip_special && IsSpecial(id)) continue;
-    bytes += TokenBytes(id);
+  for (size_t i = first; i < ids.size(); ++i) {
+    if (skip_special && IsSpecial(ids[i])) continue;
+    const std::string& piece = TokenBytes(ids[i]);
+    bytes.append(piece, i == first && strip_space && piece.starts_with(' ') ? 1 : 0);
   }
   return Utf8Lossy(bytes);
 }

@@ -1,7 +1,10 @@
 // The Hugging Face `tokenizer.json` byte-level BPE tokenizer, in C++: added (special) tokens
 // split out first, then the pre-tokenizer (Digits, Split, ByteLevel's regex, in sequence), then
 // BPE merges by rank; decoding maps byte-level characters back to bytes. Regular expressions run
-// on PCRE2 with Unicode properties (\p{L}, \p{N}, look-ahead), which std::regex lacks.
+// on PCRE2 with Unicode properties (\p{L}, \p{N}, look-ahead), which std::regex lacks. From GGUF
+// files also SentencePiece vocabularies (tokenizer.ggml.model "llama": Llama 2, Mistral 7B,
+// Phi-3, Gemma, TinyLlama), tokenised as llama.cpp does: "▁" for spaces and one in front of the
+// text and after each special token (add_space_prefix), pairs merged by score, byte fallback.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +35,8 @@ class Tokenizer {
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = false) const;
 
   // Ids to text; bytes that do not form UTF-8 become U+FFFD. Special tokens are left out with
-  // `skip_special`.
+  // `skip_special`. A SentencePiece vocabulary's space prefix is dropped from the first token, as
+  // llama.cpp and transformers decode (StreamDecoder keeps it: generated text follows a prompt).
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
   // The bytes one token stands for ("" for ids out of range).

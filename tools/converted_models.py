@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Writes test models as users get them: Hugging Face folders written by transformers'
+save_pretrained, converted to GGUF by llama.cpp's own converter (convert_hf_to_gguf.py, from
+llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in .deps/llama.cpp).
+
+  spm_tokenizer/tokenizer.model     a SentencePiece BPE vocabulary (1,000 pieces, byte fallback,
+                                    Llama's normaliser settings) trained here with the
+                                    sentencepiece package on the tokenizer test strings
+  hf_spm_llama/                     a tiny random LlamaForCausalLM with that vocabulary and three
+                                    added special tokens, as save_pretrained writes it (the
+                                    tokenizer converted to tokenizer.json by transformers);
+                                    hf_tokenizer_cases.jsonl: transformers' ids for the strings
+  gguf_spm_llama_f32/model.gguf     that folder through llama.cpp's converter (tokenizer.ggml.model
+                                    "llama": tokens, scores, token types); tokenizer_cases.jsonl:
+                                    llama.cpp's ids for the strings; reference.safetensors:
+                                    llama.cpp's logits and greedy continuations
+
+Usage: tools/converted_models.py --out build/test-models
+(after tools/llm_export.py --test, whose tokenizer strings it trains and tests on)
+"""
+import argparse
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONVERTER = os.path.join(ROOT, ".deps", "llama.cpp", "convert_hf_to_gguf.py")
+SPECIAL_TOKENS = ["<|user|>", "<|assistant|>", "<|end|>"]
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
+                 "<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+PROMPTS = [
+    "hello world",
+    "the quick brown fox jumps over the lazy dog 12345",
+    "<|user|>\nserving models<|end|>\n<|assistant|>\n",
+]
+
+
+def case_strings(out_dir):
+    path = os.path.join(out_dir, "smollm2_tokenizer", "tokenizer_cases.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run tools/llm_export.py --test --out {out_dir} first")
+    with open(path) as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def train_sentencepiece(strings, path):
+    """A BPE vocabulary with byte fallback and Llama 2's normaliser settings (no normalisation,
+    a dummy prefix, runs of spaces kept, digits split)."""
+    import sentencepiece
+    # Characters of the rarer scripts and the random code points are left to byte fallback.
+    corpus = [s for s in strings if all(ord(c) < 0x3000 for c in s)]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=1000, model_type="bpe",
+        byte_fallback=True, character_coverage=0.98, normalization_rule_name="identity",
+        add_dummy_prefix=True, remove_extra_whitespaces=False, split_digits=True,
+        allow_whitespace_only_pieces=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        num_threads=2, max_sentence_length=100000, minloglevel=2)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(model.getvalue())
+
+
+def write_hf_llama(model_path, out, seed):
+    """A tiny random Llama with the SentencePiece vocabulary, as save_pretrained writes it."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    os.makedirs(out, exist_ok=True)
+    with open(model_path, "rb") as src, open(os.path.join(out, "tokenizer.model"), "wb") as dst:
+        dst.write(src.read())
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                   "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+                   "legacy": False, "model_max_length": 4096, "chat_template": CHAT_TEMPLATE}, f)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})
+    tokenizer.save_pretrained(out)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
+                         tie_word_embeddings=False, rms_norm_eps=1e-5)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # Weights large enough that the logits are not near ties.
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.normal_(0, 0.08)
+    model.save_pretrained(out)
+    return tokenizer
+
+
+def convert(hf_dir, gguf_path, outtype="f32"):
+    """llama.cpp's converter, as a user runs it."""
+    os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
+    if not os.path.exists(CONVERTER):
+        sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
+    result = subprocess.run([sys.executable, CONVERTER, hf_dir, "--outfile", gguf_path,
+                             "--outtype", outtype], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
+
+
+def write_cases(path, rows):
+    """(text, ids) or (text, ids, decoded) rows: decoded is what the reference makes of the ids
+    again, where that is not the text itself."""
+    with open(path, "w") as f:
+        for row in rows:
+            case = {"text": row[0], "ids": row[1]}
+            if len(row) > 2 and row[2] != row[0]:
+                case["decoded"] = row[2]
+            f.write(json.dumps(case, ensure_ascii=False) + "\n")
+
+
+def detokenize(llm, ids):
+    """llama.cpp's own detokenisation (llama_detokenize, special tokens rendered): a SentencePiece
+    vocabulary drops the space its tokeniser put in front of the text."""
+    import ctypes
+    import llama_cpp
+    tokens = (llama_cpp.llama_token * len(ids))(*ids)
+    size = 16 * len(ids) + 16
+    buffer = ctypes.create_string_buffer(size)
+    n = llama_cpp.llama_detokenize(llm._model.vocab, tokens, len(ids), buffer, size, False, True)
+    assert 0 <= n <= size, n
+    return buffer.raw[:n].decode("utf-8", errors="replace")
+
+
+def spm_strings(strings, rng):
+    """The test strings, and the same with special tokens among them (matched as themselves,
+    with or without whitespace around them)."""
+    out = list(strings[:2000])
+    specials = SPECIAL_TOKENS + ["<s>", "</s>", "<unk>"]
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            parts.append(rng.choice(strings))
+            parts.append(rng.choice(specials) + rng.choice(["", "\n", " ", "  "]))
+        out.append("".join(parts))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="the test model folder")
+    args = parser.parse_args()
+    import llama_cpp  # noqa: F401 (fail early when the reference is missing)
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    from gguf_models import llama_cpp_reference
+    start = time.time()
+    strings = case_strings(args.out)
+    rng = random.Random(61)
+    model_path = os.path.join(args.out, "spm_tokenizer", "tokenizer.model")
+    train_sentencepiece(strings[2000:], model_path)
+
+    hf_dir = os.path.join(args.out, "hf_spm_llama")
+    tokenizer = write_hf_llama(model_path, hf_dir, seed=61)
+    texts = spm_strings(strings, rng)
+    write_cases(os.path.join(hf_dir, "hf_tokenizer_cases.jsonl"),
+                [(t, tokenizer(t, add_special_tokens=False).input_ids) for t in texts])
+
+    gguf_dir = os.path.join(args.out, "gguf_spm_llama_f32")
+    gguf_path = os.path.join(gguf_dir, "model.gguf")
+    convert(hf_dir, gguf_path)
+    llm = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
+    rows = []
+    for text in texts:
+        ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+        rows.append((text, ids, detokenize(llm, ids)))
+    del llm
+    write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
+    same = sum(row[1] == tokenizer(row[0], add_special_tokens=False).input_ids for row in rows)
+    llama_cpp_reference(gguf_path, os.path.join(gguf_dir, "reference.safetensors"), PROMPTS)
+    print(f"converted test models in {time.time() - start:.1f} s; SentencePiece: llama.cpp's ids "
+          f"equal transformers' on {same} of {len(rows)} strings")
+
+
+if __name__ == "__main__":
+    main()
