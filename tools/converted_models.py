@@ -6,14 +6,31 @@ llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in
   spm_tokenizer/tokenizer.model     a SentencePiece BPE vocabulary (1,000 pieces, byte fallback,
                                     Llama's normaliser settings) trained here with the
                                     sentencepiece package on the tokenizer test strings
-  hf_spm_llama/                     a tiny random LlamaForCausalLM with that vocabulary and three
-                                    added special tokens, as save_pretrained writes it (the
+  hf_spm_llama/                     a tiny random LlamaForCausalLM with that vocabulary and four
+                                    added special tokens (Phi-3's), as save_pretrained writes it (the
                                     tokenizer converted to tokenizer.json by transformers);
                                     hf_tokenizer_cases.jsonl: transformers' ids for the strings
   gguf_spm_llama_f32/model.gguf     that folder through llama.cpp's converter (tokenizer.ggml.model
                                     "llama": tokens, scores, token types); tokenizer_cases.jsonl:
                                     llama.cpp's ids for the strings; reference.safetensors:
                                     llama.cpp's logits and greedy continuations
+  hf_phi3_longrope/, gguf_phi3_longrope_f32/
+                                    a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
+                                    and long factors, an original context of 256 against 8,192,
+                                    so the attention factor sqrt(1 + ln 32 / ln 256)), its attention
+                                    sharp enough for positions to matter, and its GGUF:
+                                    reference.safetensors, llama.cpp's logits at a 256-token context
+                                    (short factors), reference_long.safetensors at 512 (long
+                                    factors, a prompt past the original context), and
+                                    reference_plain_rope.safetensors, llama.cpp's logits for the
+                                    same weights with plain RoPE (what ignoring the factors gives);
+                                    llama.cpp's KV cache in f32 for all of them; and
+                                    tokenizer_cases.jsonl, llama.cpp's ids for the strings under a
+                                    Phi-3's name (whitespace after special tokens dropped)
+  hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
+                                    a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
+                                    as Qwen2.5's long-context configs), its GGUF and llama.cpp's
+                                    logits, and reference_plain_rope.safetensors likewise
 
 Usage: tools/converted_models.py --out build/test-models
 (after tools/llm_export.py --test, whose tokenizer strings it trains and tests on)
@@ -33,9 +50,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERTER = os.path.join(ROOT, ".deps", "llama.cpp", "convert_hf_to_gguf.py")
-SPECIAL_TOKENS = ["<|user|>", "<|assistant|>", "<|end|>"]
+SPECIAL_TOKENS = ["<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"]
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
                  "<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+VOCAB = 1000 + len(SPECIAL_TOKENS)  # The SentencePiece pieces, then the added tokens.
 PROMPTS = [
     "hello world",
     "the quick brown fox jumps over the lazy dog 12345",
@@ -94,6 +112,92 @@ def write_hf_llama(model_path, out, seed):
                 parameter.normal_(0, 0.08)
     model.save_pretrained(out)
     return tokenizer
+
+
+# Phi-3.5-mini's LongRoPE factors have this shape: short ones from 1 to about 3, long ones from 1
+# to about 60, rising with the wavelength (for 16 frequency pairs here, 48 there).
+def longrope_factors(half):
+    short = [round(1.0 + 2.0 * (i / (half - 1)) ** 2, 4) for i in range(half)]
+    long = [round(1.0 + 60.0 * (i / (half - 1)) ** 3, 4) for i in range(half)]
+    return short, long
+
+
+def copy_tokenizer(src, dst):
+    os.makedirs(dst, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                 "chat_template.jinja"):
+        if os.path.exists(os.path.join(src, name)):
+            with open(os.path.join(src, name), "rb") as a, open(os.path.join(dst, name), "wb") as b:
+                b.write(a.read())
+
+
+def sharpen(model, attention_names, scale):
+    """Random weights, with the query/key projections scaled up so that the attention is sharp
+    and depends on the positions (random weights otherwise attend almost uniformly, and a wrong
+    RoPE barely moves the logits)."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() != 2:
+                continue
+            parameter.normal_(0, 0.08)
+            if any(part in name for part in attention_names):
+                parameter.mul_(scale)
+
+
+def write_hf_phi3(tokenizer_dir, out, seed, longrope=True):
+    from transformers import Phi3Config, Phi3ForCausalLM
+    copy_tokenizer(tokenizer_dir, out)
+    head_dim = 32
+    short, long = longrope_factors(head_dim // 2)
+    rope = ({"rope_type": "longrope", "short_factor": short, "long_factor": long,
+             "original_max_position_embeddings": 256} if longrope else None)
+    config = Phi3Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                        max_position_embeddings=8192,
+                        original_max_position_embeddings=256, rope_scaling=rope,
+                        bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                        tie_word_embeddings=False, rms_norm_eps=1e-5)
+    torch.manual_seed(seed)
+    model = Phi3ForCausalLM(config).eval()
+    sharpen(model, ["qkv_proj"], 4.0)
+    model.save_pretrained(out)
+    return model
+
+
+def write_hf_qwen2(tokenizer_dir, out, seed, yarn=True):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    copy_tokenizer(tokenizer_dir, out)
+    rope = ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+             "rope_theta": 10000.0} if yarn else {"rope_type": "default", "rope_theta": 10000.0})
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, rope_parameters=rope,
+                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                         rms_norm_eps=1e-6, use_sliding_window=False)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    sharpen(model, ["q_proj", "k_proj"], 4.0)
+    model.save_pretrained(out)
+    return model
+
+
+def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 30):
+    """The largest |logit difference| / |logit| between transformers on the HF folder and the
+    llama.cpp reference, over its prompts of min_tokens..max_tokens tokens."""
+    from safetensors.torch import load_file
+    reference = load_file(reference_path)
+    worst = 0.0
+    for i in range(100):
+        if f"input_ids_{i}" not in reference:
+            break
+        ids = reference[f"input_ids_{i}"]
+        if not min_tokens <= len(ids) <= max_tokens:
+            continue
+        with torch.no_grad():
+            logits = model(ids.unsqueeze(0)).logits[0].float()
+        theirs = reference[f"logits_{i}"]
+        worst = max(worst, float((logits - theirs).abs().max() / theirs.abs().max()))
+    return worst
 
 
 def convert(hf_dir, gguf_path, outtype="f32"):
@@ -178,8 +282,51 @@ def main():
     write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
     same = sum(row[1] == tokenizer(row[0], add_special_tokens=False).input_ids for row in rows)
     llama_cpp_reference(gguf_path, os.path.join(gguf_dir, "reference.safetensors"), PROMPTS)
-    print(f"converted test models in {time.time() - start:.1f} s; SentencePiece: llama.cpp's ids "
-          f"equal transformers' on {same} of {len(rows)} strings")
+    print(f"SentencePiece: llama.cpp's ids equal transformers' on {same} of {len(rows)} strings")
+
+    # Prompts past the original 64 positions, and one within them.
+    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
+             "sequence while the batch grows").split()
+    # (15 words are 43 tokens, 60 are 174, 110 are 298: past Phi-3's original 256 positions.)
+    prompts = PROMPTS + [" ".join(rng.choice(words) for _ in range(n)) for n in (15, 60)]
+    past_original = " ".join(rng.choice(words) for _ in range(110))
+    for name, write in (("phi3_longrope", write_hf_phi3), ("qwen2_yarn", write_hf_qwen2)):
+        hf = os.path.join(args.out, f"hf_{name}")
+        model = write(hf_dir, hf, seed=62)
+        gguf_dir = os.path.join(args.out, f"gguf_{name}_f32")
+        path = os.path.join(gguf_dir, "model.gguf")
+        convert(hf, path)
+        llama_cpp_reference(path, os.path.join(gguf_dir, "reference.safetensors"), prompts,
+                            kv_f32=True)
+        # The same weights with plain RoPE: what a reader that ignores the scaling computes.
+        plain = os.path.join(args.out, f"hf_{name}_plain")
+        write(hf_dir, plain, seed=62, **{"longrope" if "phi3" in name else "yarn": False})
+        plain_path = os.path.join(plain, "model.gguf")
+        convert(plain, plain_path)
+        llama_cpp_reference(plain_path, os.path.join(gguf_dir, "reference_plain_rope.safetensors"),
+                            prompts, kv_f32=True)
+        if "phi3" in name:
+            # A Phi-3's name: llama.cpp drops the whitespace after its special tokens.
+            llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+            rows = []
+            for text in texts:
+                ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+                rows.append((text, ids, detokenize(llm, ids)))
+            del llm
+            write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
+            # llama.cpp takes the long factors when its context is past the original one.
+            llama_cpp_reference(path, os.path.join(gguf_dir, "reference_long.safetensors"),
+                                prompts + [past_original], n_ctx=512, kv_f32=True)
+            short = transformers_agreement(model, os.path.join(gguf_dir, "reference.safetensors"))
+            long = transformers_agreement(
+                model, os.path.join(gguf_dir, "reference_long.safetensors"), min_tokens=257)
+            print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
+                  f"{short:.1e} within the original context (short factors), {long:.1e} past "
+                  f"it (long factors)")
+        else:
+            print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
+                  f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
+    print(f"converted test models in {time.time() - start:.1f} s")
 
 
 if __name__ == "__main__":

@@ -219,11 +219,15 @@ def quantize(source, target, kind):
         sys.exit(f"llama_model_quantize {kind} of {source} failed: {rc}")
 
 
-def llama_cpp_reference(model_path, out_path, prompts, greedy_tokens=16):
-    """llama.cpp's logits at every position of each prompt and a greedy continuation."""
+def llama_cpp_reference(model_path, out_path, prompts, greedy_tokens=16, n_ctx=256,
+                        kv_f32=False):
+    """llama.cpp's logits at every position of each prompt and a greedy continuation, in a
+    context of n_ctx tokens (llama.cpp rounds it up to a multiple of 256), its KV cache in f16 or
+    (kv_f32) in f32."""
     import llama_cpp
     from safetensors.torch import save_file
-    llm = llama_cpp.Llama(model_path=model_path, logits_all=True, n_ctx=256, n_batch=256,
+    kv = {"type_k": 0, "type_v": 0} if kv_f32 else {}  # GGML_TYPE_F32
+    llm = llama_cpp.Llama(model_path=model_path, logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, **kv,
                           n_threads=os.cpu_count() or 1, verbose=False)
     reference = {}
     for i, prompt in enumerate(prompts):

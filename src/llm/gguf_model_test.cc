@@ -46,8 +46,9 @@ struct Reference {
   std::vector<int32_t> greedy;
 };
 
-std::vector<Reference> ReadReference(const std::string& dir) {
-  auto file = SafetensorsFile::Open(dir + "/reference.safetensors");
+std::vector<Reference> ReadReference(const std::string& dir,
+                                     const std::string& name = "reference.safetensors") {
+  auto file = SafetensorsFile::Open(dir + "/" + name);
   EXPECT_TRUE(file.ok()) << file.status().ToString();
   std::vector<Reference> references;
   if (!file.ok()) return references;
@@ -444,6 +445,83 @@ TEST(WeightsCacheFloatTest, AFileWithNothingToRepackWritesNone) {
   EXPECT_FALSE(std::filesystem::exists(cache));
   std::filesystem::remove_all(pattern);
 }
+
+// RoPE scaling against llama.cpp, on files from its own converter (tools/converted_models.py):
+// LongRoPE (Phi-3/3.5's) served at a context within the original one (short factors) and past it
+// (long factors, a prompt past the original positions too), and YaRN (Qwen2.5's long-context
+// configs). transformers agrees with the same references at about 4e-5. The models' attention is
+// sharp, so the rotation shows in the logits: the same weights with plain RoPE (llama.cpp's logits
+// for them) are checked to lie far outside the bound, so the test cannot pass with the scaling
+// ignored.
+struct RopeCase {
+  const char* dir;
+  const char* reference;
+  int context;
+};
+
+class RopeScalingTest : public ::testing::TestWithParam<RopeCase> {};
+
+// The largest |a - b| over a position's row, relative to the row's largest |b|, over every
+// position of the prompts both hold (by their ids).
+double Distance(const std::vector<Reference>& a, const std::vector<Reference>& b) {
+  double worst = 0;
+  for (const Reference& x : a) {
+    for (const Reference& y : b) {
+      if (x.input_ids != y.input_ids || x.logits.size() != y.logits.size()) continue;
+      const size_t vocab = x.logits.size() / x.input_ids.size();
+      for (size_t t = 0; t < x.input_ids.size(); ++t) {
+        double largest = 0, difference = 0;
+        for (size_t v = t * vocab; v < (t + 1) * vocab; ++v) {
+          largest = std::max(largest, static_cast<double>(std::abs(y.logits[v])));
+          difference = std::max(difference, static_cast<double>(std::abs(x.logits[v] - y.logits[v])));
+        }
+        worst = std::max(worst, difference / std::max(largest, 1e-6));
+      }
+    }
+  }
+  return worst;
+}
+
+TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
+  const RopeCase& c = GetParam();
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/" + c.dir;
+  ModelLoadOptions options;
+  options.dir = dir;
+  options.serve.precision = LlmPrecision::kFp32;
+  options.serve.slots = 1;
+  options.serve.context_length = c.context;
+  options.serve.threads = 2;
+  auto model = LoadLlamaModel(options);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<Reference> references = ReadReference(dir, c.reference);
+  ASSERT_GE(references.size(), 4u);
+  std::vector<Reference> ours;
+  for (const Reference& r : references) {
+    Reference mine;
+    mine.input_ids = r.input_ids;
+    ASSERT_TRUE((*model)->Run({SequenceChunk{0, 0, r.input_ids, true, {}}}, &mine.logits).ok());
+    ours.push_back(std::move(mine));
+  }
+  const double ours_distance = Distance(ours, references);
+  const double plain_distance =
+      Distance(ReadReference(dir, "reference_plain_rope.safetensors"), references);
+  std::printf("%s at a context of %d: max |logit difference| / max |logit| %.1e against llama.cpp; "
+              "plain RoPE's %.2f\n",
+              c.dir, c.context, ours_distance, plain_distance);
+  constexpr double kBound = 1e-3;
+  EXPECT_LE(ours_distance, kBound);
+  EXPECT_GE(plain_distance, 50 * kBound);  // Ignoring the scaling could not pass.
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, RopeScalingTest,
+    ::testing::Values(RopeCase{"gguf_phi3_longrope_f32", "reference.safetensors", 256},
+                      RopeCase{"gguf_phi3_longrope_f32", "reference_long.safetensors", 512},
+                      RopeCase{"gguf_qwen2_yarn_f32", "reference.safetensors", 256}),
+    [](const auto& info) {
+      return std::string(info.param.dir).substr(5) + "_context_" +
+             std::to_string(info.param.context);
+    });
 
 }  // namespace
 }  // namespace sluice::llm

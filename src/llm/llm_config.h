@@ -11,7 +11,12 @@
 
 namespace sluice::llm {
 
-enum class RopeScaling { kNone, kLinear, kLlama3 };
+// How the rotary frequencies are stretched for contexts longer than the model was trained at:
+// linear (all divided by a factor), llama3 (the low frequencies divided, the high kept, a blend
+// between), LongRoPE (Phi-3/3.5: a divisor per frequency, short factors up to the original context
+// and long ones beyond, and an attention factor), YaRN (Qwen2.5, DeepSeek: the low frequencies
+// interpolated, the high extrapolated, a linear ramp between, and an attention factor).
+enum class RopeScaling { kNone, kLinear, kLlama3, kLongRope, kYarn };
 // The feed-forward's gate: silu(gate) * up (SwiGLU), or gelu(gate) * up with GELU's tanh form
 // (GeGLU, gemma's).
 enum class GateActivation { kSilu, kGeluTanh };
@@ -33,10 +38,21 @@ struct ModelArchitecture {
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling = RopeScaling::kNone;
-  double rope_factor = 1.0;             // kLinear, kLlama3.
+  double rope_factor = 1.0;             // kLinear, kLlama3, kYarn.
   double rope_low_freq_factor = 1.0;    // kLlama3.
   double rope_high_freq_factor = 4.0;   // kLlama3.
-  int rope_original_max_positions = 0;  // kLlama3.
+  int rope_original_max_positions = 0;  // kLlama3, kLongRope, kYarn: the context trained at.
+  // kLongRope: the divisor of each rotary frequency (head_dim / 2 each) for contexts up to the
+  // original (short) and beyond it (long). Which one a model uses is chosen by the context it is
+  // served with (its context_length above the original: long), as llama.cpp chooses, so that a
+  // sequence's cached keys and its new queries are rotated alike.
+  std::vector<float> rope_short_factors, rope_long_factors;
+  // kYarn: the rotations per original context at which the ramp from extrapolated (fast) to
+  // interpolated (slow) frequencies starts and ends.
+  double rope_yarn_beta_fast = 32.0;
+  double rope_yarn_beta_slow = 1.0;
+  // kLongRope, kYarn: cos and sin are scaled by this (both queries and keys).
+  double rope_attention_factor = 1.0;
   // Rotary pairs: (i, i + D/2) as transformers rotates (false), or (2i, 2i + 1) as llama.cpp
   // rotates the q/k rows of a GGUF 'llama' file, which its converter permuted to match.
   bool rope_interleaved = false;

@@ -85,6 +85,93 @@ Status ReadGemma(const GgufFile& file, const std::string& p, ModelArchitecture* 
   return Status::Ok();
 }
 
+// A per-frequency factor tensor (F32, head_dim / 2 values) into `out`; absent: `out` stays empty.
+Status ReadFrequencyFactors(const GgufFile& file, const char* name, const ModelArchitecture& arch,
+                            std::vector<float>* out) {
+  const GgufTensor* tensor = file.FindTensor(name);
+  if (tensor == nullptr) return Status::Ok();
+  if (tensor->type != static_cast<uint32_t>(GgmlType::kF32) || tensor->shape.size() != 1 ||
+      tensor->shape[0] != arch.head_dim / 2) {
+    return Bad(file, name, fmt::format("must be F32 of {} values", arch.head_dim / 2));
+  }
+  out->resize(static_cast<size_t>(arch.head_dim / 2));
+  std::memcpy(out->data(), tensor->data, tensor->bytes);
+  for (float f : *out) {
+    if (!(f > 0) || !std::isfinite(f)) return Bad(file, name, "must hold positive factors");
+  }
+  return Status::Ok();
+}
+
+// RoPE scaling as llama.cpp reads it: rope.scaling.type none, linear or yarn (with factor,
+// original_context_length, yarn_beta_fast/slow, and attn_factor on top of YaRN's own
+// 1 + 0.1 ln(factor)); llama3's as the rope_freqs tensor; LongRoPE (Phi-3/3.5, which its converter
+// writes with no type) as the rope_factors_short/long tensors with attn_factor and
+// original_context_length.
+Status ReadRopeScaling(const GgufFile& file, const std::string& p, ModelArchitecture* arch) {
+  auto scaling = file.String(p + "rope.scaling.type", "none");
+  if (!scaling.ok()) return scaling.status();
+  auto original = file.Integer(p + "rope.scaling.original_context_length",
+                               arch->max_position_embeddings);
+  if (!original.ok()) return original.status();
+  if (*original <= 0 || *original > (1 << 30)) {
+    return Bad(file, p + "rope.scaling.original_context_length", "must be positive");
+  }
+  auto attn_factor = file.Number(p + "rope.scaling.attn_factor", 1.0);
+  if (!attn_factor.ok()) return attn_factor.status();
+  if (!(*attn_factor > 0)) return Bad(file, p + "rope.scaling.attn_factor", "must be positive");
+  arch->rope_attention_factor = *attn_factor;  // llama.cpp applies it whatever the scaling.
+  if (*scaling == "linear" || *scaling == "yarn") {
+    auto factor = file.Number(p + "rope.scaling.factor");
+    if (!factor.ok()) return factor.status();
+    if (*factor <= 0) return Bad(file, p + "rope.scaling.factor", "must be positive");
+    arch->rope_factor = *factor;
+    arch->rope_scaling = *scaling == "linear" ? RopeScaling::kLinear : RopeScaling::kYarn;
+  } else if (*scaling != "none") {
+    return Bad(file, p + "rope.scaling.type",
+               fmt::format("is '{}': Sluice supports none, linear and yarn", *scaling));
+  }
+  if (arch->rope_scaling == RopeScaling::kYarn) {
+    for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor"}) {
+      const GgufValue* value = file.Find(p + key);
+      const double expected = std::string_view(key).ends_with("ext_factor") ? 1.0 : 0.0;
+      if (value != nullptr && !(value->kind == GgufValue::kFloat && value->number == expected)) {
+        return Bad(file, p + key, fmt::format("is not {}: not supported", expected));
+      }
+    }
+    auto fast = file.Number(p + "rope.scaling.yarn_beta_fast", 32.0);
+    auto slow = file.Number(p + "rope.scaling.yarn_beta_slow", 1.0);
+    if (!fast.ok()) return fast.status();
+    if (!slow.ok()) return slow.status();
+    if (!(*fast > *slow && *slow > 0)) {
+      return Bad(file, p + "rope.scaling.yarn_beta_fast", "must exceed yarn_beta_slow (> 0)");
+    }
+    arch->rope_yarn_beta_fast = *fast;
+    arch->rope_yarn_beta_slow = *slow;
+    arch->rope_original_max_positions = static_cast<int>(*original);
+    if (arch->rope_factor > 1) arch->rope_attention_factor *= 1 + 0.1 * std::log(arch->rope_factor);
+  }
+  SLUICE_RETURN_IF_ERROR(
+      ReadFrequencyFactors(file, "rope_freqs.weight", *arch, &arch->rope_freq_factors));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFrequencyFactors(file, "rope_factors_short.weight", *arch, &arch->rope_short_factors));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFrequencyFactors(file, "rope_factors_long.weight", *arch, &arch->rope_long_factors));
+  if (arch->rope_short_factors.empty() != arch->rope_long_factors.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight",
+        file.path()));
+  }
+  if (!arch->rope_long_factors.empty() && arch->rope_freq_factors.empty()) {
+    if (arch->rope_scaling != RopeScaling::kNone) {
+      return Bad(file, p + "rope.scaling.type",
+                 fmt::format("is '{}' beside LongRoPE's factors: not supported", *scaling));
+    }
+    arch->rope_scaling = RopeScaling::kLongRope;
+    arch->rope_original_max_positions = static_cast<int>(*original);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
@@ -159,27 +246,7 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   auto theta = file.Number(p + "rope.freq_base", 10000.0);
   if (!theta.ok()) return theta.status();
   arch.rope_theta = *theta;
-  auto scaling = file.String(p + "rope.scaling.type", "none");
-  if (!scaling.ok()) return scaling.status();
-  if (*scaling == "linear") {
-    auto factor = file.Number(p + "rope.scaling.factor");
-    if (!factor.ok()) return factor.status();
-    if (*factor <= 0) return Bad(file, p + "rope.scaling.factor", "must be positive");
-    arch.rope_scaling = RopeScaling::kLinear;
-    arch.rope_factor = *factor;
-  } else if (*scaling != "none") {
-    return Bad(file, p + "rope.scaling.type",
-               fmt::format("is '{}': Sluice supports none and linear", *scaling));
-  }
-  if (const GgufTensor* freqs = file.FindTensor("rope_freqs.weight"); freqs != nullptr) {
-    if (freqs->type != static_cast<uint32_t>(GgmlType::kF32) || freqs->shape.size() != 1 ||
-        freqs->shape[0] != arch.head_dim / 2) {
-      return Bad(file, "rope_freqs.weight",
-                 fmt::format("must be F32 of {} values", arch.head_dim / 2));
-    }
-    arch.rope_freq_factors.resize(static_cast<size_t>(arch.head_dim / 2));
-    std::memcpy(arch.rope_freq_factors.data(), freqs->data, freqs->bytes);
-  }
+  if (Status rope = ReadRopeScaling(file, p, &arch); !rope.ok()) return rope;
   if (family->gemma) {
     if (Status gemma = ReadGemma(file, p, &arch); !gemma.ok()) return gemma;
   }

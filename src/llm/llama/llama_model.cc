@@ -187,8 +187,27 @@ void LlamaModel::BuildRope() {
   at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
   if (!a.rope_freq_factors.empty()) {
     inv_freq = inv_freq / at::tensor(a.rope_freq_factors, at::kFloat);
+  } else if (a.rope_scaling == RopeScaling::kLongRope) {
+    const bool long_context = serve_.context_length > a.rope_original_max_positions;
+    inv_freq = inv_freq / at::tensor(long_context ? a.rope_long_factors : a.rope_short_factors,
+                                     at::kFloat);
   }
-  if (a.rope_scaling == RopeScaling::kLinear) {
+  if (a.rope_scaling == RopeScaling::kYarn) {
+    // Dimension pairs whose wavelength fits in the original context fewer than beta_slow times
+    // are interpolated (divided by the factor), those fitting more than beta_fast times kept,
+    // with a linear ramp between (the correction range in whole pairs, as llama.cpp and
+    // transformers round it).
+    const double d = a.head_dim, original = a.rope_original_max_positions;
+    auto pair_of = [&](double rotations) {
+      return d * std::log(original / (rotations * 2 * std::numbers::pi)) /
+             (2 * std::log(a.rope_theta));
+    };
+    const double low = std::max(0.0, std::floor(pair_of(a.rope_yarn_beta_fast)));
+    const double high = std::min(d - 1, std::ceil(pair_of(a.rope_yarn_beta_slow)));
+    at::Tensor ramp = ((at::arange(half, at::kFloat) - low) / std::max(0.001, high - low))
+                          .clamp(0, 1);  // 0: extrapolated, 1: interpolated.
+    inv_freq = inv_freq / a.rope_factor * ramp + inv_freq * (1 - ramp);
+  } else if (a.rope_scaling == RopeScaling::kLinear) {
     inv_freq = inv_freq / a.rope_factor;
   } else if (a.rope_scaling == RopeScaling::kLlama3) {
     const double original = a.rope_original_max_positions;
@@ -203,8 +222,8 @@ void LlamaModel::BuildRope() {
     inv_freq = at::where(medium, smoothed, scaled);
   }
   at::Tensor freqs = positions.matmul(inv_freq.unsqueeze(0));  // [context, half]
-  rope_cos_ = freqs.cos().contiguous();
-  rope_sin_ = freqs.sin().contiguous();
+  rope_cos_ = (freqs.cos() * a.rope_attention_factor).contiguous();
+  rope_sin_ = (freqs.sin() * a.rope_attention_factor).contiguous();
   TORCH_CHECK(rope_cos_.size(1) == half);
 }
 
