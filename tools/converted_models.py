@@ -3,6 +3,7 @@
 save_pretrained, converted to GGUF by llama.cpp's own converter (convert_hf_to_gguf.py, from
 llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in .deps/llama.cpp).
 
+In converted/ (apart from the model repository the server tests serve):
   spm_tokenizer/tokenizer.model     a SentencePiece BPE vocabulary (1,000 pieces, byte fallback,
                                     Llama's normaliser settings) trained here with the
                                     sentencepiece package on the tokenizer test strings
@@ -10,11 +11,12 @@ llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in
                                     added special tokens (Phi-3's), as save_pretrained writes it (the
                                     tokenizer converted to tokenizer.json by transformers);
                                     hf_tokenizer_cases.jsonl: transformers' ids for the strings
+In the test model folder:
   gguf_spm_llama_f32/model.gguf     that folder through llama.cpp's converter (tokenizer.ggml.model
                                     "llama": tokens, scores, token types); tokenizer_cases.jsonl:
                                     llama.cpp's ids for the strings; reference.safetensors:
                                     llama.cpp's logits and greedy continuations
-  hf_phi3_longrope/, gguf_phi3_longrope_f32/
+  converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
                                     so the attention factor sqrt(1 + ln 32 / ln 256)), its attention
@@ -27,7 +29,7 @@ llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in
                                     llama.cpp's KV cache in f32 for all of them; and
                                     tokenizer_cases.jsonl, llama.cpp's ids for the strings under a
                                     Phi-3's name (whitespace after special tokens dropped)
-  hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
+  converted/hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
                                     logits, and reference_plain_rope.safetensors likewise
@@ -260,11 +262,14 @@ def main():
     from gguf_models import llama_cpp_reference
     start = time.time()
     strings = case_strings(args.out)
+    # The Hugging Face folders the GGUF files are converted from, apart: the test model folder is
+    # also a model repository the server tests serve whole.
+    sources = os.path.join(args.out, "converted")
     rng = random.Random(61)
-    model_path = os.path.join(args.out, "spm_tokenizer", "tokenizer.model")
+    model_path = os.path.join(sources, "spm_tokenizer", "tokenizer.model")
     train_sentencepiece(strings[2000:], model_path)
 
-    hf_dir = os.path.join(args.out, "hf_spm_llama")
+    hf_dir = os.path.join(sources, "hf_spm_llama")
     tokenizer = write_hf_llama(model_path, hf_dir, seed=61)
     texts = spm_strings(strings, rng)
     write_cases(os.path.join(hf_dir, "hf_tokenizer_cases.jsonl"),
@@ -291,7 +296,7 @@ def main():
     prompts = PROMPTS + [" ".join(rng.choice(words) for _ in range(n)) for n in (15, 60)]
     past_original = " ".join(rng.choice(words) for _ in range(110))
     for name, write in (("phi3_longrope", write_hf_phi3), ("qwen2_yarn", write_hf_qwen2)):
-        hf = os.path.join(args.out, f"hf_{name}")
+        hf = os.path.join(sources, f"hf_{name}")
         model = write(hf_dir, hf, seed=62)
         gguf_dir = os.path.join(args.out, f"gguf_{name}_f32")
         path = os.path.join(gguf_dir, "model.gguf")
@@ -299,7 +304,7 @@ def main():
         llama_cpp_reference(path, os.path.join(gguf_dir, "reference.safetensors"), prompts,
                             kv_f32=True)
         # The same weights with plain RoPE: what a reader that ignores the scaling computes.
-        plain = os.path.join(args.out, f"hf_{name}_plain")
+        plain = os.path.join(sources, f"hf_{name}_plain")
         write(hf_dir, plain, seed=62, **{"longrope" if "phi3" in name else "yarn": False})
         plain_path = os.path.join(plain, "model.gguf")
         convert(plain, plain_path)
