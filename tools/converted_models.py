@@ -16,6 +16,8 @@ In the test model folder:
                                     "llama": tokens, scores, token types); tokenizer_cases.jsonl:
                                     llama.cpp's ids for the strings; reference.safetensors:
                                     llama.cpp's logits and greedy continuations
+  gguf_spm_llama_split/              the same converted with --split-max-tensors 8: three parts,
+                                    model-0000N-of-00003.gguf, and llama.cpp's logits
   converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -38,6 +40,7 @@ Usage: tools/converted_models.py --out build/test-models
 (after tools/llm_export.py --test, whose tokenizer strings it trains and tests on)
 """
 import argparse
+import glob
 import io
 import json
 import os
@@ -202,13 +205,13 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
     return worst
 
 
-def convert(hf_dir, gguf_path, outtype="f32"):
+def convert(hf_dir, gguf_path, outtype="f32", extra=()):
     """llama.cpp's converter, as a user runs it."""
     os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
     if not os.path.exists(CONVERTER):
         sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
     result = subprocess.run([sys.executable, CONVERTER, hf_dir, "--outfile", gguf_path,
-                             "--outtype", outtype], capture_output=True, text=True)
+                             "--outtype", outtype, *extra], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
 
@@ -287,6 +290,15 @@ def main():
     write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
     same = sum(row[1] == tokenizer(row[0], add_special_tokens=False).input_ids for row in rows)
     llama_cpp_reference(gguf_path, os.path.join(gguf_dir, "reference.safetensors"), PROMPTS)
+    # The same model split in three parts by the converter (as gguf-split splits large models).
+    split_dir = os.path.join(args.out, "gguf_spm_llama_split")
+    for old in glob.glob(os.path.join(split_dir, "*.gguf")):
+        os.remove(old)
+    convert(hf_dir, os.path.join(split_dir, "model.gguf"), extra=("--split-max-tensors", "8"))
+    first = os.path.join(split_dir, "model-00001-of-00003.gguf")
+    if not os.path.exists(first):
+        sys.exit(f"the converter did not write {first}: {os.listdir(split_dir)}")
+    llama_cpp_reference(first, os.path.join(split_dir, "reference.safetensors"), PROMPTS)
     print(f"SentencePiece: llama.cpp's ids equal transformers' on {same} of {len(rows)} strings")
 
     # Prompts past the original 64 positions, and one within them.

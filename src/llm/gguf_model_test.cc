@@ -29,8 +29,10 @@ namespace {
 // The files tools/gguf_models.py writes (a fixed list: the tests are listed when they are built,
 // before the files are written).
 std::vector<std::string> GgufModelDirs() {
-  // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py).
-  std::vector<std::string> dirs = {"gguf_smollm2_q4_1", "gguf_spm_llama_f32"};
+  // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
+  // whole and split in three parts.
+  std::vector<std::string> dirs = {"gguf_smollm2_q4_1", "gguf_spm_llama_f32",
+                                   "gguf_spm_llama_split"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {

@@ -1,5 +1,7 @@
 #include "llm/llm_config.h"
 
+#include "llm/files/gguf.h"
+
 #include <fmt/format.h>
 #include <simdjson.h>
 #include <yaml-cpp/yaml.h>
@@ -398,12 +400,16 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
 
 namespace {
 
+// The GGUF files of `dir`, a split model's parts as one (its first part's name).
 std::vector<std::string> GgufFilesIn(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().extension() == ".gguf" && entry.is_regular_file(ec)) {
-      names.push_back(entry.path().filename().string());
+      const std::string name = entry.path().filename().string();
+      const auto split = ParseGgufSplitName(name);
+      if (split && split->part != 1) continue;
+      names.push_back(name);
     }
   }
   std::sort(names.begin(), names.end());

@@ -207,7 +207,104 @@ int64_t GgufTensor::elements() const {
   return n;
 }
 
+std::optional<GgufSplitName> ParseGgufSplitName(const std::string& path) {
+  // <prefix>-NNNNN-of-NNNNN.gguf
+  constexpr std::string_view kSuffix = ".gguf";
+  constexpr size_t kTail = 1 + 5 + 4 + 5;  // "-NNNNN-of-NNNNN"
+  if (path.size() < kTail + kSuffix.size() + 1 || !path.ends_with(kSuffix)) return std::nullopt;
+  const std::string_view tail =
+      std::string_view(path).substr(path.size() - kSuffix.size() - kTail, kTail);
+  auto digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (tail[0] != '-' || tail.substr(6, 4) != "-of-" || !digits(tail.substr(1, 5)) ||
+      !digits(tail.substr(10, 5))) {
+    return std::nullopt;
+  }
+  GgufSplitName name;
+  name.prefix = path.substr(0, path.size() - kSuffix.size() - kTail);
+  name.part = std::stoi(std::string(tail.substr(1, 5)));
+  name.count = std::stoi(std::string(tail.substr(10, 5)));
+  if (name.part < 1 || name.part > name.count) return std::nullopt;
+  return name;
+}
+
+std::string GgufSplitPath(const std::string& prefix, int part, int count) {
+  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, part, count);
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+  auto file = OpenOne(path);
+  if (!file.ok()) return file.status();
+  SLUICE_RETURN_IF_ERROR((*file)->OpenLaterParts());
+  return file;
+}
+
+std::vector<std::string> GgufFile::part_paths() const {
+  std::vector<std::string> paths{path_};
+  for (const auto& part : parts_) paths.push_back(part->path_);
+  return paths;
+}
+
+Status GgufFile::OpenLaterParts() {
+  const GgufValue* count_value = Find("split.count");
+  if (count_value == nullptr) return Status::Ok();
+  auto count = Integer("split.count");
+  auto number = Integer("split.no", 0);
+  if (!count.ok()) return count.status();
+  if (!number.ok()) return number.status();
+  if (*count < 1 || *count > 99999 || *number < 0 || *number >= *count) {
+    return Invalid(path_, fmt::format("split.no {} of split.count {}", *number, *count));
+  }
+  if (*count == 1) return Status::Ok();
+  const auto name = ParseGgufSplitName(path_);
+  if (*number != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: part {} of a model split in {}: open its first part{}", path_, *number + 1, *count,
+        name ? ", " + GgufSplitPath(name->prefix, 1, static_cast<int>(*count)) : ""));
+  }
+  if (!name || name->count != *count) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the first of {} parts of a split model, but not named as llama.cpp names them "
+        "(<prefix>-00001-of-{:05d}.gguf), so its other parts cannot be found",
+        path_, *count, *count));
+  }
+  auto expected_tensors = Integer("split.tensors.count", -1);
+  if (!expected_tensors.ok()) return expected_tensors.status();
+  for (int part = 2; part <= *count; ++part) {
+    const std::string part_path = GgufSplitPath(name->prefix, part, static_cast<int>(*count));
+    auto opened = OpenOne(part_path);
+    if (!opened.ok()) {
+      return Status(opened.status().code(),
+                    fmt::format("{}: part {} of {} of the split model: {}", path_, part, *count,
+                                opened.status().message()));
+    }
+    GgufFile& other = **opened;
+    auto other_count = other.Integer("split.count", -1);
+    auto other_number = other.Integer("split.no", -1);
+    if (!other_count.ok() || !other_number.ok() || *other_count != *count ||
+        *other_number != part - 1) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: its split.count/split.no say it is not part {} of {} of {}", part_path, part,
+          *count, path_));
+    }
+    for (GgufTensor& tensor : other.tensors_) {
+      if (tensor_index_.count(tensor.name) != 0) {
+        return Invalid(part_path, fmt::format("tensor '{}' is in another part too", tensor.name));
+      }
+      tensor_index_.emplace(tensor.name, tensors_.size());
+      tensors_.push_back(tensor);  // Its data stays mapped by the part, kept below.
+    }
+    parts_.push_back(std::move(*opened));
+  }
+  if (*expected_tensors >= 0 && static_cast<size_t>(*expected_tensors) != tensors_.size()) {
+    return Invalid(path_, fmt::format("split.tensors.count is {}, the parts hold {}",
+                                      *expected_tensors, tensors_.size()));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::OpenOne(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return Status::NotFound(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));

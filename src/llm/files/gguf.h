@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,12 +47,18 @@ class GgufFile {
   // Maps `path` and validates it: magic and version (2 or 3), every string and array inside the
   // file, each tensor of a known type with whole blocks a row, its data aligned and inside the
   // file, no two tensors overlapping. Errors name the file and what is wrong.
+  // A split model (llama.cpp's gguf-split or its converter's --split-max-*: split.count parts
+  // named <prefix>-00001-of-0000N.gguf) opens from its first part: every part is mapped and its
+  // tensors listed here; the metadata is the first part's. A missing or foreign part is an error
+  // naming it, and so is opening a later part.
   static Result<std::unique_ptr<GgufFile>> Open(const std::string& path);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
   const std::string& path() const { return path_; }
+  // Every file the model is in: path() first, then a split model's later parts.
+  std::vector<std::string> part_paths() const;
   uint32_t version() const { return version_; }
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
@@ -74,7 +81,10 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  static Result<std::unique_ptr<GgufFile>> OpenOne(const std::string& path);
+  Status OpenLaterParts();
   std::string path_;
+  std::vector<std::unique_ptr<GgufFile>> parts_;  // A split model's parts after the first.
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   uint32_t version_ = 0;
@@ -85,5 +95,15 @@ class GgufFile {
 
 // True when `path` starts with GGUF's magic.
 bool LooksLikeGguf(const std::string& path);
+
+// A split model's part, as llama.cpp names them: "<prefix>-00002-of-00003.gguf" gives
+// {prefix, 2, 3}; nullopt for any other name.
+struct GgufSplitName {
+  std::string prefix;
+  int part = 0;
+  int count = 0;
+};
+std::optional<GgufSplitName> ParseGgufSplitName(const std::string& path);
+std::string GgufSplitPath(const std::string& prefix, int part, int count);
 
 }  // namespace sluice::llm

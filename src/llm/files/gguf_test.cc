@@ -170,6 +170,54 @@ TEST_F(GgufTest, BadFilesAreRefusedByName) {
   EXPECT_NE(ErrorOf(twice.Bytes(), "twice.gguf").find("twice"), std::string::npos);
 }
 
+// A model split in three (as gguf-split writes it: the metadata in the first part, the split.*
+// keys in each) opens from its first part with every part's tensors; a later part, a missing part
+// and a part of another split are refused, naming the file. A folder holding the parts is one
+// model, found by its first part.
+TEST_F(GgufTest, SplitModelsOpenFromTheirFirstPart) {
+  const std::string dir = TempDir() + "/split";
+  std::filesystem::create_directories(dir);
+  auto part = [](uint32_t number, uint32_t count, const std::string& tensor) {
+    Writer w = number == 0 ? Llama() : Writer();
+    w.U32("split.no", number);
+    w.U32("split.count", count);
+    w.U32("split.tensors.count", 5);
+    w.Tensor(tensor, 0, {64}, 64 * 4);
+    return w.Bytes();
+  };
+  WriteFile(part(0, 3, "blk.0.attn_norm.weight"), "split/m-00001-of-00003.gguf");
+  WriteFile(part(1, 3, "blk.0.ffn_norm.weight"), "split/m-00002-of-00003.gguf");
+  WriteFile(part(2, 3, "blk.1.attn_norm.weight"), "split/m-00003-of-00003.gguf");
+  auto file = GgufFile::Open(dir + "/m-00001-of-00003.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ((*file)->tensors().size(), 5u);
+  ASSERT_NE((*file)->FindTensor("blk.1.attn_norm.weight"), nullptr);
+  EXPECT_EQ(static_cast<const uint8_t*>((*file)->FindTensor("blk.1.attn_norm.weight")->data)[0],
+            0x3c);
+  EXPECT_EQ((*file)->part_paths().size(), 3u);
+  EXPECT_EQ(*(*file)->String("general.architecture"), "llama");
+  auto found = FindGgufFile(dir);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(*found, dir + "/m-00001-of-00003.gguf");
+
+  auto later = GgufFile::Open(dir + "/m-00002-of-00003.gguf");
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("open its first part, " + dir + "/m-00001-of-00003.gguf"),
+            std::string::npos)
+      << later.status().message();
+  std::filesystem::remove(dir + "/m-00003-of-00003.gguf");
+  auto missing = GgufFile::Open(dir + "/m-00001-of-00003.gguf");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("part 3 of 3"), std::string::npos)
+      << missing.status().message();
+  EXPECT_NE(missing.status().message().find("m-00003-of-00003.gguf"), std::string::npos);
+  WriteFile(part(1, 3, "blk.1.attn_norm.weight"), "split/m-00003-of-00003.gguf");
+  auto foreign = GgufFile::Open(dir + "/m-00001-of-00003.gguf");
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("not part 3 of 3"), std::string::npos)
+      << foreign.status().message();
+}
+
 // gemma3's sliding-window layers as llama.cpp reads them: a period (default 6, its last layer
 // global), or one flag per layer; a list of the wrong length is refused by its key.
 TEST_F(GgufTest, Gemma3SlidingWindowLayers) {

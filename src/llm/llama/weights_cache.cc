@@ -118,6 +118,21 @@ Result<std::unique_ptr<WeightsCache>> WeightsCache::Open(const std::string& dir,
   for (const uint64_t value : cache->identity_) {
     digest = Fnv1a(std::string_view(reinterpret_cast<const char*>(&value), sizeof(value)), digest);
   }
+  // A split model's later parts: a changed part gives the cache another name.
+  const std::vector<std::string> parts = file.part_paths();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    struct stat part {};
+    if (stat(parts[i].c_str(), &part) != 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot stat: {}", parts[i], std::strerror(errno)));
+    }
+    for (const uint64_t value :
+         {static_cast<uint64_t>(part.st_size), static_cast<uint64_t>(part.st_mtim.tv_sec),
+          static_cast<uint64_t>(part.st_mtim.tv_nsec), static_cast<uint64_t>(part.st_ino)}) {
+      digest =
+          Fnv1a(std::string_view(reinterpret_cast<const char*>(&value), sizeof(value)), digest);
+    }
+  }
   digest = Fnv1a(fmt::format("v{}", kVersion), digest);
   const std::string folder = source.parent_path().filename().string();
   cache->path_ =
