@@ -18,6 +18,8 @@ In the test model folder:
                                     llama.cpp's logits and greedy continuations
   gguf_spm_llama_split/              the same converted with --split-max-tensors 8: three parts,
                                     model-0000N-of-00003.gguf, and llama.cpp's logits
+  tiny_llm_sharded/                 tiny_llm (tools/llm_export.py) saved by save_pretrained as a
+                                    sharded checkpoint (model.safetensors.index.json and shards)
   converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -205,6 +207,25 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
     return worst
 
 
+def write_sharded(src, out):
+    """A Hugging Face folder saved as a sharded checkpoint (model-0000N-of-0000M.safetensors and
+    model.safetensors.index.json), as every checkpoint of 7B parameters and more is."""
+    from transformers import AutoModelForCausalLM
+    import shutil
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    model.save_pretrained(out, max_shard_size="40KB")
+    for name in os.listdir(src):
+        # The same weights: transformers' reference logits hold for the sharded copy too.
+        if name.startswith("tokenizer") or name in ("chat_template.jinja", "config.yaml",
+                                                     "reference.safetensors"):
+            shutil.copy(os.path.join(src, name), os.path.join(out, name))
+    shards = [n for n in os.listdir(out) if n.endswith(".safetensors")]
+    if len(shards) < 2 or not os.path.exists(os.path.join(out, "model.safetensors.index.json")):
+        sys.exit(f"{out}: save_pretrained did not shard the checkpoint: {sorted(os.listdir(out))}")
+
+
 def convert(hf_dir, gguf_path, outtype="f32", extra=()):
     """llama.cpp's converter, as a user runs it."""
     os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
@@ -343,6 +364,7 @@ def main():
         else:
             print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
                   f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
+    write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(args.out, "tiny_llm_sharded"))
     print(f"converted test models in {time.time() - start:.1f} s")
 
 

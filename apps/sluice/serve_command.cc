@@ -16,6 +16,10 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
   CLI::App* app = parent.add_subcommand(
       "serve",
       "Serve a model repository over HTTP (KServe v2 REST; OpenAI-style /v1 for language models)");
+  app->add_option("source", cmd.options.source,
+                  "One model instead of a repository: a GGUF file, a model's folder, or a "
+                  "Hugging Face model id in the local cache (org/name, org/name:Q4_K_M for one "
+                  "of a repository's GGUF files; HF_HUB_CACHE or HF_HOME, nothing downloaded)");
   app->add_option("--model-repository", cmd.options.model_repository, "Directory of models")
       ->capture_default_str();
   app->add_option("--model,-m", cmd.options.models, "Serve only these models (repeatable)");
@@ -23,7 +27,8 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "Serve one model's own directory (config.yaml or a language model's files at "
                   "its root, as KServe mounts /mnt/models) instead of a repository");
   app->add_option("--model-name", cmd.options.model_name,
-                  "--model-dir: the name to serve it under (default: the directory's name)");
+                  "--model-dir or a source: the name to serve it under (default: the "
+                  "directory's name, the file's stem, the model id)");
   app->add_option("--host", cmd.options.http.host, "Address to bind")->capture_default_str();
   app->add_option("--port,-p", cmd.options.http.port, "Port; 0 picks a free one")
       ->capture_default_str();

@@ -419,9 +419,12 @@ std::vector<std::string> GgufFilesIn(const std::string& dir) {
 }  // namespace
 
 bool IsLanguageModelDir(const std::string& dir) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec) &&
-      std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec)) {
+  if (fs::is_regular_file(dir, ec)) return LooksLikeGguf(dir);
+  if (fs::exists(fs::path(dir) / "config.json", ec) &&
+      (fs::exists(fs::path(dir) / "model.safetensors", ec) ||
+       fs::exists(fs::path(dir) / "model.safetensors.index.json", ec))) {
     return true;
   }
   return !GgufFilesIn(dir).empty();
@@ -429,8 +432,9 @@ bool IsLanguageModelDir(const std::string& dir) {
 
 Result<std::string> FindGgufFile(const std::string& dir) {
   namespace fs = std::filesystem;
-  const fs::path config = fs::path(dir) / "config.yaml";
   std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) return dir;  // A GGUF file served on its own.
+  const fs::path config = fs::path(dir) / "config.yaml";
   if (fs::exists(config, ec)) {
     try {
       const YAML::Node root = YAML::LoadFile(config.string());

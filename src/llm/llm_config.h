@@ -153,12 +153,14 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& config_json_path)
 Result<LlmServeConfig> ParseServeConfig(const std::string& config_yaml_path,
                                         const ModelArchitecture& architecture);
 
-// True when `dir` holds a language model: config.json and model.safetensors, or a .gguf file.
+// True when `dir` holds a language model: config.json and model.safetensors (or a sharded
+// checkpoint's model.safetensors.index.json), or a .gguf file; or when `dir` is a GGUF file.
 bool IsLanguageModelDir(const std::string& dir);
 
 // The GGUF file a language-model directory is served from: config.yaml's `llm.model_file`, else
-// the one .gguf file in it; "" when it has none (the Hugging Face layout). An error when several
-// are there and none is named, or the named one is absent.
+// the one .gguf file in it (a split model's first part); "" when it has none (the Hugging Face
+// layout); `dir` itself when it is a file. An error when several are there and none is named, or
+// the named one is absent.
 Result<std::string> FindGgufFile(const std::string& dir);
 
 class GgufFile;

@@ -19,6 +19,7 @@
 #include "http/predict_handlers.h"
 #include "http/repository_handlers.h"
 #include "http/v2_handlers.h"
+#include "llm/files/model_source.h"
 #include "llm/llm_config.h"
 #include "metrics/prometheus.h"
 #include "service/v2_service.h"
@@ -52,9 +53,38 @@ int WaitForSignal(std::optional<Seconds> timeout) {
   }
 }
 
+// A served name given by a model id: "org/name" or "org/name:TAG", each part a valid name.
+bool IsValidSourceName(std::string_view name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return IsValidModelName(name);
+  std::string_view rest = name.substr(slash + 1);
+  const size_t colon = rest.find(':');
+  return IsValidModelName(name.substr(0, slash)) &&
+         IsValidModelName(rest.substr(0, colon)) &&
+         (colon == std::string_view::npos || IsValidModelName(rest.substr(colon + 1)));
+}
+
 Result<ModelLocations> ModelLocationsOf(const ServeOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!options.source.empty()) {
+    if (!options.model_dir.empty()) {
+      return Status::InvalidArgument("serve a model source or --model-dir, not both");
+    }
+    auto source = llm::ResolveModelSource(options.source, llm::HubEnvironment());
+    if (!source.ok()) return source.status();
+    const std::string name = options.model_name.empty() ? source->name : options.model_name;
+    if (!IsValidSourceName(name)) {
+      return Status::InvalidArgument(fmt::format(
+          "cannot serve '{}' under the name '{}': use letters, digits, '_', '.', '-' (and one "
+          "'/' between an organisation and a model); --model-name picks another",
+          options.source, name));
+    }
+    if (!options.models.empty() && options.models != std::vector<std::string>{name}) {
+      return Status::InvalidArgument("--model cannot name other models beside a model source");
+    }
+    return ModelLocations{.repository = source->path, .single_model_name = name};
+  }
   if (!options.model_dir.empty()) {
     if (!fs::is_directory(options.model_dir, ec)) {
       return Status::InvalidArgument(
@@ -114,8 +144,9 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     return std::find(llm_names.begin(), llm_names.end(), name) != llm_names.end();
   });
   if (!locations->single_model_name.empty() && names.empty() && llm_names.empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "--model-dir '{}' holds neither a config.yaml nor a language model", options.model_dir));
+    return Status::InvalidArgument(
+        fmt::format("'{}' holds neither a config.yaml nor a language model",
+                    options.source.empty() ? options.model_dir : locations->repository.string()));
   }
   for (const std::string& name : llm_names) {
     if (!llm_loader) return Status::InvalidArgument("this build cannot serve language models");

@@ -19,7 +19,11 @@ struct ServeOptions {
   // One model's own directory (its config.yaml, or a language model's files, at the root, as
   // KServe mounts a model at /mnt/models), served under `model_name` instead of a repository.
   std::string model_dir;
-  std::string model_name;  // With model_dir; empty: the directory's name.
+  std::string model_name;  // With model_dir or source; empty: the directory's (source's) name.
+  // One model as people name it (llm/files/model_source.h): a GGUF file, a model's folder, or a
+  // Hugging Face model id in the local cache ("Qwen/Qwen2.5-0.5B-Instruct[:Q4_K_M]"), served
+  // under that id, the file's stem or the folder's name. Instead of a repository.
+  std::string source;
   HttpServerOptions http;
   // The KServe v2 gRPC service, on http.host at this port (0: an ephemeral one); off when unset.
   // Its API key and memory budget are the HTTP server's.

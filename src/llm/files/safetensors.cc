@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 namespace sluice::llm {
@@ -126,6 +127,57 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     if (ranges[i].first < ranges[i - 1].second) return Invalid(path, "tensor data overlaps");
   }
   return file;
+}
+
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenCheckpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single, ec) || !fs::exists(index, ec)) return Open(single.string());
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  simdjson::dom::object weight_map;
+  if (parser.load(index.string()).get(root) != simdjson::SUCCESS ||
+      root["weight_map"].get(weight_map) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(
+        fmt::format("{}: not a checkpoint index (no weight_map object)", index.string()));
+  }
+  std::unique_ptr<SafetensorsFile> checkpoint(new SafetensorsFile());
+  checkpoint->path_ = index.string();
+  std::map<std::string, size_t> shard_of_file;
+  for (auto [tensor, value] : weight_map) {
+    std::string_view file_name;
+    if (value.get(file_name) != simdjson::SUCCESS || file_name.empty() ||
+        file_name.find('/') != std::string_view::npos || file_name.starts_with(".")) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' maps to a bad file name",
+                                                 index.string(), tensor));
+    }
+    auto [it, added] = shard_of_file.emplace(std::string(file_name), checkpoint->shards_.size());
+    if (added) {
+      const std::string shard_path = (fs::path(dir) / it->first).string();
+      auto shard = Open(shard_path);
+      if (!shard.ok()) {
+        return Status(shard.status().code(),
+                      fmt::format("{}: shard {} of the checkpoint: {}", index.string(), it->first,
+                                  shard.status().message()));
+      }
+      checkpoint->shards_.push_back(std::move(*shard));
+    }
+    const SafetensorsFile& shard = *checkpoint->shards_[it->second];
+    const SafetensorsEntry* entry = shard.Find(std::string(tensor));
+    if (entry == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is not in {}, where the index "
+                                                 "puts it",
+                                                 index.string(), tensor, shard.path()));
+    }
+    checkpoint->entries_.emplace(std::string(tensor), *entry);  // Mapped by the shard, kept.
+  }
+  if (checkpoint->shards_.empty()) {
+    return Status::InvalidArgument(fmt::format("{}: its weight_map is empty", index.string()));
+  }
+  checkpoint->metadata_ = checkpoint->shards_.front()->metadata_;
+  return checkpoint;
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -27,6 +27,11 @@ class SafetensorsFile {
   // Maps `path` and validates the header: every tensor's range lies inside the data section,
   // matches its dtype and shape, and no two ranges overlap.
   static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // A Hugging Face checkpoint's weights in `dir`: model.safetensors, or the shards a sharded
+  // checkpoint's model.safetensors.index.json maps its tensors to (every shard mapped, each
+  // tensor found in the shard the index names); a missing shard, or a tensor missing from its
+  // shard, is an error naming it.
+  static Result<std::unique_ptr<SafetensorsFile>> OpenCheckpoint(const std::string& dir);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -43,6 +48,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;  // A sharded checkpoint's files.
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;

@@ -93,7 +93,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   }
   std::unique_ptr<SafetensorsFile> safetensors;
   if (gguf == nullptr) {
-    auto file = SafetensorsFile::Open((fs::path(options.dir) / "model.safetensors").string());
+    auto file = SafetensorsFile::OpenCheckpoint(options.dir);
     if (!file.ok()) return file.status();
     safetensors = std::move(*file);
   }

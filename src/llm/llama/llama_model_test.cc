@@ -2,8 +2,11 @@
 // (tools/llm_export.py --test writes them with reference logits and greedy continuations).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <string>
 
@@ -307,8 +310,28 @@ TEST(LlamaModelLoadTest, Q8CacheNeedsWholeBlocksOfAHead) {
       << model.status().ToString();
 }
 
+// tiny_llm_sharded: tiny_llm saved as a sharded checkpoint (model.safetensors.index.json).
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
-                         ::testing::Values("tiny_llm", "tiny_llm_scaled"));
+                         ::testing::Values("tiny_llm", "tiny_llm_scaled", "tiny_llm_sharded"));
+
+// A sharded checkpoint whose index names a shard that is not there, or a tensor its shard lacks:
+// an error naming the file.
+TEST(LlamaModelLoadTest, AShardedCheckpointsMissingPartIsNamed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sluice_sharded_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(ModelDir("tiny_llm_sharded"), dir);
+  ModelLoadOptions options;
+  options.dir = dir.string();
+  options.serve.context_length = 256;
+  ASSERT_TRUE(LoadLlamaModel(options).ok());
+  fs::remove(dir / "model-00003-of-00011.safetensors");
+  auto missing = LoadLlamaModel(options);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("model-00003-of-00011.safetensors"), std::string::npos)
+      << missing.status().ToString();
+  fs::remove_all(dir);
+}
 
 TEST(LlamaModelLoadTest, ErrorsNameTheProblem) {
   ModelLoadOptions options;
