@@ -1,15 +1,18 @@
 #include "llm/llm_config.h"
 
-#include "llm/files/gguf.h"
-
 #include <fmt/format.h>
 #include <simdjson.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <vector>
+
+#include "llm/files/gguf.h"
+#include "llm/models/config_json.h"
+#include "llm/models/family.h"
 
 namespace sluice::llm {
 namespace {
@@ -20,68 +23,44 @@ Status Bad(const std::string& path, std::string_view key, std::string_view why) 
   return Status::InvalidArgument(fmt::format("{}: '{}' {}", path, key, why));
 }
 
-// An integer field; `fallback` when absent (required when fallback < 0 is not allowed).
-Result<int> IntField(const element& root, const std::string& path, const char* key,
-                     std::optional<int> fallback) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) {
-    if (fallback) return *fallback;
-    return Bad(path, key, "is missing");
-  }
-  int64_t number = 0;
-  if (value.get(number) != simdjson::SUCCESS || number < 0 || number > (1 << 30)) {
-    return Bad(path, key, "must be a non-negative integer");
-  }
-  return static_cast<int>(number);
-}
-
-Result<double> DoubleField(const element& object, const std::string& path, const char* key,
-                           double fallback) {
-  element value;
-  if (object[key].get(value) != simdjson::SUCCESS || value.is_null()) return fallback;
-  double number = 0;
-  if (value.get(number) != simdjson::SUCCESS) {
-    int64_t integer = 0;
-    if (value.get(integer) != simdjson::SUCCESS) return Bad(path, key, "must be a number");
-    number = static_cast<double>(integer);
-  }
-  return number;
-}
-
-Status ParseRope(const element& root, const std::string& path, ModelArchitecture& arch) {
-  // transformers 5 writes rope_parameters; older checkpoints rope_theta + rope_scaling.
-  element rope;
-  const bool has_parameters =
-      root["rope_parameters"].get(rope) == simdjson::SUCCESS && rope.is_object();
-  auto theta = DoubleField(root, path, "rope_theta", 10000.0);
+// RoPE from config.json: rope_theta, and a scaling: transformers 5's rope_parameters (for Gemma 3
+// per layer type: its full_attention entry) or older checkpoints' rope_scaling; linear, llama3,
+// LongRoPE (longrope / su: Phi-3's short and long factors, the attention factor given or
+// sqrt(1 + ln(factor) / ln(original)) with factor = max_position_embeddings / original) or YaRN
+// (factor, original context, beta_fast / beta_slow, the attention factor given or
+// 0.1 ln(factor) + 1).
+Status ParseRope(const JsonConfig& root, ModelArchitecture& arch) {
+  auto theta = root.Number("rope_theta", 10000.0);
   if (!theta.ok()) return theta.status();
   arch.rope_theta = *theta;
-  if (has_parameters) {
-    auto value = DoubleField(rope, path, "rope_theta", arch.rope_theta);
+  std::optional<JsonConfig> rope = root.Object("rope_parameters");
+  if (rope) {
+    if (auto full = rope->Object("full_attention")) rope = full;
+    auto value = rope->Number("rope_theta", arch.rope_theta);
     if (!value.ok()) return value.status();
     arch.rope_theta = *value;
   }
-  element scaling;
-  if (!(root["rope_scaling"].get(scaling) == simdjson::SUCCESS && scaling.is_object())) {
-    if (!has_parameters) return Status::Ok();
-    scaling = rope;
+  std::optional<JsonConfig> scaling = root.Object("rope_scaling");
+  if (!scaling) scaling = rope;
+  if (!scaling) return Status::Ok();
+  auto type = scaling->String("rope_type", "");
+  if (!type.ok()) return type.status();
+  if (type->empty()) {
+    type = scaling->String("type", "default");
+    if (!type.ok()) return type.status();
   }
-  std::string_view type;
-  if (scaling["rope_type"].get(type) != simdjson::SUCCESS &&
-      scaling["type"].get(type) != simdjson::SUCCESS) {
-    type = "default";
-  }
-  if (type == "default") return Status::Ok();
-  auto factor = DoubleField(scaling, path, "factor", 1.0);
+  if (*type == "default") return Status::Ok();
+  auto factor = scaling->Number("factor", 1.0);
   if (!factor.ok()) return factor.status();
   arch.rope_factor = *factor;
-  if (type == "linear") {
+  auto original = scaling->Int("original_max_position_embeddings", std::nullopt);
+  if (!original.ok()) original = root.Int("original_max_position_embeddings", std::nullopt);
+  if (*type == "linear") {
     arch.rope_scaling = RopeScaling::kLinear;
-  } else if (type == "llama3") {
+  } else if (*type == "llama3") {
     arch.rope_scaling = RopeScaling::kLlama3;
-    auto low = DoubleField(scaling, path, "low_freq_factor", 1.0);
-    auto high = DoubleField(scaling, path, "high_freq_factor", 4.0);
-    auto original = IntField(scaling, path, "original_max_position_embeddings", std::nullopt);
+    auto low = scaling->Number("low_freq_factor", 1.0);
+    auto high = scaling->Number("high_freq_factor", 4.0);
     if (!low.ok()) return low.status();
     if (!high.ok()) return high.status();
     if (!original.ok()) return original.status();
@@ -89,13 +68,65 @@ Status ParseRope(const element& root, const std::string& path, ModelArchitecture
     arch.rope_high_freq_factor = *high;
     arch.rope_original_max_positions = *original;
     if (arch.rope_high_freq_factor <= arch.rope_low_freq_factor) {
-      return Bad(path, "rope_scaling", "needs high_freq_factor > low_freq_factor");
+      return root.Bad("rope_scaling", "needs high_freq_factor > low_freq_factor");
     }
+  } else if (*type == "longrope" || *type == "su") {
+    arch.rope_scaling = RopeScaling::kLongRope;
+    if (!original.ok()) return original.status();
+    if (*original <= 0) return root.Bad("original_max_position_embeddings", "must be positive");
+    arch.rope_original_max_positions = *original;
+    for (auto [key, out] : {std::pair{"short_factor", &arch.rope_short_factors},
+                            std::pair{"long_factor", &arch.rope_long_factors}}) {
+      auto values = scaling->Numbers(key);
+      if (!values.ok()) return values.status();
+      if (values->size() != static_cast<size_t>(arch.head_dim / 2)) {
+        return root.Bad(key, fmt::format("must hold {} factors (head_dim / 2)", arch.head_dim / 2));
+      }
+      for (double v : *values) {
+        if (!(v > 0)) return root.Bad(key, "must hold positive factors");
+        out->push_back(static_cast<float>(v));
+      }
+    }
+    const double stretch =
+        static_cast<double>(arch.max_position_embeddings) / arch.rope_original_max_positions;
+    auto attention = scaling->Number(
+        "attention_factor",
+        stretch > 1 ? std::sqrt(1 + std::log(stretch) / std::log(arch.rope_original_max_positions))
+                    : 1.0);
+    if (!attention.ok()) return attention.status();
+    arch.rope_attention_factor = *attention;
+    arch.rope_factor = 1.0;
+    return Status::Ok();
+  } else if (*type == "yarn") {
+    arch.rope_scaling = RopeScaling::kYarn;
+    if (!original.ok()) return original.status();
+    if (*original <= 0) return root.Bad("original_max_position_embeddings", "must be positive");
+    arch.rope_original_max_positions = *original;
+    for (const char* unsupported : {"mscale", "mscale_all_dim"}) {
+      if (scaling->Has(unsupported)) {
+        return root.Bad(fmt::format("rope_scaling.{}", unsupported), "is not supported");
+      }
+    }
+    auto fast = scaling->Number("beta_fast", 32.0);
+    auto slow = scaling->Number("beta_slow", 1.0);
+    if (!fast.ok()) return fast.status();
+    if (!slow.ok()) return slow.status();
+    if (!(*fast > *slow && *slow > 0)) {
+      return root.Bad("rope_scaling.beta_fast", "must exceed beta_slow (> 0)");
+    }
+    arch.rope_yarn_beta_fast = *fast;
+    arch.rope_yarn_beta_slow = *slow;
+    auto attention = scaling->Number(
+        "attention_factor", arch.rope_factor > 1 ? 0.1 * std::log(arch.rope_factor) + 1 : 1.0);
+    if (!attention.ok()) return attention.status();
+    arch.rope_attention_factor = *attention;
   } else {
-    return Bad(path, "rope_scaling",
-               fmt::format("type '{}' is not supported (default, linear, llama3)", type));
+    return root.Bad("rope_scaling",
+                    fmt::format("type '{}' is not supported (default, linear, llama3, longrope, "
+                                "yarn)",
+                                *type));
   }
-  if (arch.rope_factor <= 0) return Bad(path, "rope_scaling.factor", "must be positive");
+  if (arch.rope_factor <= 0) return root.Bad("rope_scaling.factor", "must be positive");
   return Status::Ok();
 }
 
@@ -154,35 +185,35 @@ bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype) {
 
 Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   simdjson::dom::parser parser;
-  element root;
-  if (parser.load(path).get(root) != simdjson::SUCCESS || !root.is_object()) {
+  element document;
+  if (parser.load(path).get(document) != simdjson::SUCCESS || !document.is_object()) {
     return Status::InvalidArgument(fmt::format("{}: cannot read it as a JSON object", path));
   }
-  std::string_view model_type;
-  if (root["model_type"].get(model_type) == simdjson::SUCCESS && model_type != "llama") {
-    static constexpr std::string_view kEncoders[] = {"bert",       "roberta",    "xlm-roberta",
-                                                     "distilbert", "nomic_bert", "modernbert",
-                                                     "mpnet",      "electra",    "deberta-v2"};
-    if (std::find(std::begin(kEncoders), std::end(kEncoders), model_type) != std::end(kEncoders)) {
-      return Bad(path, "model_type",
-                 fmt::format("is '{}', an encoder-only model, which Sluice does not serve; for "
-                             "embeddings serve a decoder embedding model (Qwen3-Embedding's "
-                             "shape; a GGUF or 'llama' directory) with config.yaml's "
-                             "llm.embedding",
-                             model_type));
-    }
-    return Bad(path, "model_type", fmt::format("is '{}'; Sluice serves 'llama'", model_type));
+  const JsonConfig top(document, path);
+  auto model_type = top.String("model_type", "llama");
+  if (!model_type.ok()) return model_type.status();
+  static constexpr std::string_view kEncoders[] = {"bert",       "roberta",    "xlm-roberta",
+                                                   "distilbert", "nomic_bert", "modernbert",
+                                                   "mpnet",      "electra",    "deberta-v2"};
+  if (std::find(std::begin(kEncoders), std::end(kEncoders), *model_type) != std::end(kEncoders)) {
+    return Bad(path, "model_type",
+               fmt::format("is '{}', an encoder-only model, which Sluice does not serve; for "
+                           "embeddings serve a decoder embedding model (Qwen3-Embedding's "
+                           "shape) with config.yaml's llm.embedding",
+                           *model_type));
   }
-  std::string_view activation;
-  if (root["hidden_act"].get(activation) == simdjson::SUCCESS && activation != "silu") {
-    return Bad(path, "hidden_act", fmt::format("is '{}'; only silu is supported", activation));
+  const Family* family = FamilyByModelType(*model_type);
+  if (family == nullptr) {
+    return Bad(path, "model_type",
+               fmt::format("is '{}'; Sluice serves {}", *model_type, ModelTypeNames()));
   }
-  bool flag = false;
-  if ((root["attention_bias"].get(flag) == simdjson::SUCCESS && flag) ||
-      (root["mlp_bias"].get(flag) == simdjson::SUCCESS && flag)) {
-    return Bad(path, "attention_bias", "biases are not supported");
+  // A multimodal checkpoint's decoder settings are in its text config.
+  JsonConfig root = top;
+  if (!family->hf_text_config.empty()) {
+    if (auto text = top.Object(std::string(family->hf_text_config).c_str())) root = *text;
   }
   ModelArchitecture arch;
+  arch.name = std::string(family->name);
   struct IntKey {
     const char* key;
     int* field;
@@ -195,40 +226,52 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
            {"num_hidden_layers", &arch.layers, std::nullopt},
            {"num_attention_heads", &arch.heads, std::nullopt},
            {"max_position_embeddings", &arch.max_position_embeddings, 2048}}) {
-    auto value = IntField(root, path, item.key, item.fallback);
+    auto value = root.Int(item.key, item.fallback);
     if (!value.ok()) return value.status();
     *item.field = *value;
   }
-  auto kv = IntField(root, path, "num_key_value_heads", arch.heads);
+  for (const IntKey& item :
+       std::initializer_list<IntKey>{{"vocab_size", &arch.vocab_size, std::nullopt},
+                                     {"hidden_size", &arch.hidden_size, std::nullopt},
+                                     {"intermediate_size", &arch.intermediate_size, std::nullopt},
+                                     {"num_hidden_layers", &arch.layers, std::nullopt},
+                                     {"num_attention_heads", &arch.heads, std::nullopt}}) {
+    if (*item.field == 0) return Bad(path, item.key, "must be positive");
+  }
+  auto kv = root.Int("num_key_value_heads", arch.heads);
   if (!kv.ok()) return kv.status();
   arch.kv_heads = *kv;
   if (arch.heads == 0 || arch.kv_heads == 0 || arch.heads % arch.kv_heads != 0) {
     return Bad(path, "num_key_value_heads", "must divide num_attention_heads");
   }
-  auto head_dim = IntField(root, path, "head_dim", arch.hidden_size / arch.heads);
+  auto head_dim = root.Int("head_dim", arch.hidden_size / arch.heads);
   if (!head_dim.ok()) return head_dim.status();
   arch.head_dim = *head_dim;
   if (arch.head_dim == 0 || arch.head_dim % 2 != 0) return Bad(path, "head_dim", "must be even");
-  for (const IntKey& item :
-       std::initializer_list<IntKey>{{"vocab_size", &arch.vocab_size, std::nullopt},
-                                     {"hidden_size", &arch.hidden_size, std::nullopt},
-                                     {"intermediate_size", &arch.intermediate_size, std::nullopt},
-                                     {"num_hidden_layers", &arch.layers, std::nullopt}}) {
-    if (*item.field == 0) return Bad(path, item.key, "must be positive");
-  }
-  auto eps = DoubleField(root, path, "rms_norm_eps", 1e-5);
+  auto eps = root.Number("rms_norm_eps", 1e-5);
   if (!eps.ok()) return eps.status();
   arch.rms_norm_eps = *eps;
-  SLUICE_RETURN_IF_ERROR(ParseRope(root, path, arch));
-  if (root["tie_word_embeddings"].get(flag) == simdjson::SUCCESS) arch.tie_word_embeddings = flag;
-  int64_t id = 0;
-  if (root["bos_token_id"].get(id) == simdjson::SUCCESS) arch.bos_token_id = static_cast<int>(id);
-  simdjson::dom::array eos_list;
-  if (root["eos_token_id"].get(id) == simdjson::SUCCESS) {
-    arch.eos_token_ids.push_back(static_cast<int>(id));
-  } else if (root["eos_token_id"].get(eos_list) == simdjson::SUCCESS) {
-    for (auto item : eos_list) {
-      if (item.get(id) == simdjson::SUCCESS) arch.eos_token_ids.push_back(static_cast<int>(id));
+  SLUICE_RETURN_IF_ERROR(ParseRope(root, arch));
+  for (const JsonConfig* where : {&top, static_cast<const JsonConfig*>(&root)}) {
+    auto tied = where->Bool("tie_word_embeddings", arch.tie_word_embeddings);
+    if (!tied.ok()) return tied.status();
+    arch.tie_word_embeddings = *tied;
+  }
+  SLUICE_RETURN_IF_ERROR(family->from_config(root, &arch));
+  // The special ids: the text config's, else the checkpoint's.
+  for (const JsonConfig* where : {&top, static_cast<const JsonConfig*>(&root)}) {
+    int64_t id = 0;
+    if (where->object()["bos_token_id"].get(id) == simdjson::SUCCESS) {
+      arch.bos_token_id = static_cast<int>(id);
+    }
+    simdjson::dom::array eos_list;
+    if (where->object()["eos_token_id"].get(id) == simdjson::SUCCESS) {
+      arch.eos_token_ids = {static_cast<int>(id)};
+    } else if (where->object()["eos_token_id"].get(eos_list) == simdjson::SUCCESS) {
+      arch.eos_token_ids.clear();
+      for (auto item : eos_list) {
+        if (item.get(id) == simdjson::SUCCESS) arch.eos_token_ids.push_back(static_cast<int>(id));
+      }
     }
   }
   for (int eos : arch.eos_token_ids) {

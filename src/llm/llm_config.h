@@ -68,7 +68,8 @@ struct ModelArchitecture {
   GateActivation activation = GateActivation::kSilu;
   // Sliding-window attention: on the layers marked local, a token attends over the last
   // sliding_window positions (its own included) only, rotated with rope_theta_local and no
-  // scaling. Empty: every layer global.
+  // scaling (rope_theta_local 0: as the other layers, Mistral's and Phi-3's windows). Empty:
+  // every layer global.
   std::vector<bool> local_layers;
   int sliding_window = 0;
   double rope_theta_local = 10000.0;

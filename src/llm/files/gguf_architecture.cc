@@ -1,7 +1,7 @@
 // A GGUF file's metadata as Sluice's ModelArchitecture: llama.cpp's keys, prefixed with the
 // architecture's name ("qwen2.embedding_length"), and its conventions (the rotary layout of each
-// architecture, llama3's frequency scaling as a tensor, tied output when output.weight is absent,
-// gemma3's norms stored with their + 1 folded in and its every sixth layer global).
+// architecture, RoPE scaling, tied output when output.weight is absent); each family's own keys
+// are read by its file in models/.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,78 +11,13 @@
 #include "llm/files/gguf.h"
 #include "llm/kernels/kernels.h"
 #include "llm/llm_config.h"
+#include "llm/models/family.h"
 
 namespace sluice::llm {
 namespace {
 
 Status Bad(const GgufFile& file, const std::string& key, const std::string& why) {
   return Status::InvalidArgument(fmt::format("{}: '{}' {}", file.path(), key, why));
-}
-
-// The architectures Sluice serves, with how each differs from Llama.
-struct Family {
-  const char* name;
-  bool rope_interleaved;  // llama.cpp's LLAMA_ROPE_TYPE_NORM; the others are NEOX (halves).
-  bool attention_bias;
-  bool qk_norm;
-  bool gemma;  // gemma3: scaled embedding, post-norms, GeGLU, sliding-window layers.
-};
-constexpr Family kFamilies[] = {
-    {"llama", true, false, false, false}, {"qwen2", false, true, false, false},
-    {"qwen3", false, false, true, false}, {"phi3", false, false, false, false},
-    {"gemma3", false, false, true, true},
-};
-
-// gemma3's sliding-window layers, as llama.cpp reads them: attention.sliding_window (absent or 0:
-// every layer global) and attention.sliding_window_pattern, either one flag per layer or a period
-// n whose last layer is global (default 6: layers 5, 11, ... global); the local layers' rotary
-// base rope.freq_base_swa (default 10,000, gemma3's), the queries' scale 1 / sqrt(head size)
-// (1 / sqrt(hidden / heads) for the 62-layer 27B, as llama.cpp sets it), an optional final logit
-// soft cap.
-Status ReadGemma(const GgufFile& file, const std::string& p, ModelArchitecture* arch) {
-  arch->scale_embedding = true;
-  arch->post_norms = true;
-  arch->activation = GateActivation::kGeluTanh;
-  arch->attention_scale =
-      arch->layers == 62 ? 1.0 / std::sqrt(static_cast<double>(arch->hidden_size) / arch->heads)
-                         : 1.0 / std::sqrt(static_cast<double>(arch->head_dim));
-  auto cap = file.Number(p + "final_logit_softcapping", 0.0);
-  if (!cap.ok()) return cap.status();
-  if (*cap < 0) return Bad(file, p + "final_logit_softcapping", "must not be negative");
-  arch->final_logit_softcap = *cap;
-  auto window = file.Integer(p + "attention.sliding_window", 0);
-  if (!window.ok()) return window.status();
-  if (*window < 0 || *window > (1 << 30)) {
-    return Bad(file, p + "attention.sliding_window", "must be a positive count");
-  }
-  if (*window == 0) return Status::Ok();
-  arch->sliding_window = static_cast<int>(*window);
-  arch->local_layers.assign(static_cast<size_t>(arch->layers), false);
-  const std::string pattern_key = p + "attention.sliding_window_pattern";
-  const GgufValue* pattern = file.Find(pattern_key);
-  if (pattern != nullptr && pattern->kind == GgufValue::kArray) {
-    if (pattern->element_kind != GgufValue::kBool && pattern->element_kind != GgufValue::kInteger) {
-      return Bad(file, pattern_key, "must be an integer or one bool per layer");
-    }
-    if (pattern->integers.size() != static_cast<size_t>(arch->layers)) {
-      return Bad(file, pattern_key, fmt::format("must hold {} flags, one a layer", arch->layers));
-    }
-    for (int l = 0; l < arch->layers; ++l) {
-      arch->local_layers[static_cast<size_t>(l)] = pattern->integers[static_cast<size_t>(l)] != 0;
-    }
-  } else {
-    auto period = file.Integer(pattern_key, 6);
-    if (!period.ok()) return period.status();
-    if (*period < 0 || *period > (1 << 30)) return Bad(file, pattern_key, "must not be negative");
-    for (int l = 0; l < arch->layers; ++l) {
-      arch->local_layers[static_cast<size_t>(l)] = *period == 0 || l % *period < *period - 1;
-    }
-  }
-  auto local_theta = file.Number(p + "rope.freq_base_swa", 10000.0);
-  if (!local_theta.ok()) return local_theta.status();
-  if (*local_theta <= 0) return Bad(file, p + "rope.freq_base_swa", "must be positive");
-  arch->rope_theta_local = *local_theta;
-  return Status::Ok();
 }
 
 // A per-frequency factor tensor (F32, head_dim / 2 values) into `out`; absent: `out` stays empty.
@@ -177,10 +112,7 @@ Status ReadRopeScaling(const GgufFile& file, const std::string& p, ModelArchitec
 Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   auto name = file.String("general.architecture");
   if (!name.ok()) return name.status();
-  const Family* family = nullptr;
-  for (const Family& f : kFamilies) {
-    if (*name == f.name) family = &f;
-  }
+  const Family* family = FamilyByName(*name);
   if (family == nullptr && (*name == "bert" || *name == "nomic-bert" || *name == "jina-bert-v2" ||
                             *name == "modern-bert" || *name == "t5encoder")) {
     return Status::InvalidArgument(fmt::format(
@@ -190,16 +122,12 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
         file.path(), *name));
   }
   if (family == nullptr) {
-    return Status::InvalidArgument(
-        fmt::format("{}: architecture '{}' is not one Sluice serves (llama, qwen2, qwen3, phi3, "
-                    "gemma3)",
-                    file.path(), *name));
+    return Status::InvalidArgument(fmt::format(
+        "{}: architecture '{}' is not one Sluice serves ({})", file.path(), *name, FamilyNames()));
   }
   ModelArchitecture arch;
   arch.name = *name;
-  arch.rope_interleaved = family->rope_interleaved;
-  arch.attention_bias = family->attention_bias;
-  arch.qk_norm = family->qk_norm;
+  arch.rope_interleaved = family->gguf_rope_interleaved;
   const std::string p = *name + ".";
   struct IntKey {
     std::string key;
@@ -247,8 +175,8 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   if (!theta.ok()) return theta.status();
   arch.rope_theta = *theta;
   if (Status rope = ReadRopeScaling(file, p, &arch); !rope.ok()) return rope;
-  if (family->gemma) {
-    if (Status gemma = ReadGemma(file, p, &arch); !gemma.ok()) return gemma;
+  if (family->from_gguf != nullptr) {
+    if (Status own = family->from_gguf(file, p, &arch); !own.ok()) return own;
   }
   // The vocabulary: the embedding's rows (the tokenizer's list may be shorter, never longer).
   const GgufTensor* embedding = file.FindTensor("token_embd.weight");

@@ -178,7 +178,7 @@ void LlamaModel::BuildRope() {
   const int64_t half = a.head_dim / 2;
   at::Tensor exponents = at::arange(0, a.head_dim, 2, at::kLong).to(at::kFloat) / a.head_dim;
   at::Tensor positions = at::arange(serve_.context_length, at::kFloat).unsqueeze(1);
-  if (!a.local_layers.empty()) {
+  if (!a.local_layers.empty() && a.rope_theta_local > 0) {
     at::Tensor local =
         positions.matmul((1.0 / at::pow(a.rope_theta_local, exponents)).unsqueeze(0));
     rope_local_cos_ = local.cos().contiguous();
@@ -258,7 +258,8 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
                 q_cols = int64_t{a.heads} * d, kv_cols = int64_t{a.kv_heads} * d,
                 block = serve_.kv_block_size;
   float* base = qkv.data_ptr<float>();
-  const bool local = IsLocal(layer);
+  // Local layers with a rotary base of their own (gemma3's) read their own tables.
+  const bool local = IsLocal(layer) && rope_local_cos_.defined();
   const float* cos_table = (local ? rope_local_cos_ : rope_cos_).data_ptr<float>();
   const float* sin_table = (local ? rope_local_sin_ : rope_sin_).data_ptr<float>();
   void* keys = cache_k_[static_cast<size_t>(layer)].data_ptr();

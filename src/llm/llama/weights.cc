@@ -6,6 +6,7 @@
 #include <string>
 
 #include "llm/kernels/kernels.h"
+#include "llm/models/family.h"
 
 namespace sluice::llm::llama {
 namespace {
@@ -74,6 +75,27 @@ void UseWeightsCache(const std::string& file_path, WeightsCache* cache, Weights*
 Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitecture& arch,
                               LlmPrecision precision, Weights* out) {
   const ModelArchitecture& a = arch;
+  const Family* family = FamilyByName(a.name);
+  if (family == nullptr) {
+    return Status::InvalidArgument(fmt::format("no model family '{}'", a.name));
+  }
+  const TensorNames& names = family->hf;
+  // A multimodal checkpoint keeps its decoder under another prefix than "model.".
+  std::string prefix = "model.", head_prefix;
+  for (const auto& [decoder, head] : {std::pair<std::string, std::string>{"model.", ""},
+                                      {"model.language_model.", ""},
+                                      {"language_model.model.", "language_model."}}) {
+    if (file.Find(decoder + names.embedding.substr(6)) != nullptr) {
+      prefix = decoder;
+      head_prefix = head;
+      break;
+    }
+  }
+  auto name_of = [&](const std::string& pattern, int layer) {
+    std::string name = layer < 0 ? pattern : fmt::format(fmt::runtime(pattern), layer);
+    if (name.starts_with("model.")) return prefix + name.substr(6);
+    return head_prefix + name;
+  };
   auto get = [&](const std::string& name, std::vector<int64_t> shape) -> Result<at::Tensor> {
     const SafetensorsEntry* entry = file.Find(name);
     if (entry == nullptr) {
@@ -103,45 +125,90 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
     out->bytes += result.bytes();
     return result;
   };
-  auto norm = [&](const at::Tensor& w) {
-    out->bytes += w.numel() * at::elementSize(at::kFloat);
-    return w.contiguous();
+  // Norms in fp32; Gemma's stored w of (1 + w), as GGUF stores them.
+  auto norm = [&](const std::string& pattern, int layer, int64_t size) -> Result<at::Tensor> {
+    auto w = get(name_of(pattern, layer), {size});
+    if (!w.ok()) return w.status();
+    out->bytes += w->numel() * at::elementSize(at::kFloat);
+    return (family->hf_norms_offset ? *w + 1 : *w).contiguous();
   };
-  const int64_t hidden = a.hidden_size, q_rows = int64_t{a.heads} * a.head_dim,
-                kv_rows = int64_t{a.kv_heads} * a.head_dim;
-  auto embedding = get("model.embed_tokens.weight", {a.vocab_size, hidden});
+  const int64_t hidden = a.hidden_size, inter = a.intermediate_size, d = a.head_dim,
+                q_rows = int64_t{a.heads} * d, kv_rows = int64_t{a.kv_heads} * d;
+  auto embedding = get(name_of(names.embedding, -1), {a.vocab_size, hidden});
   if (!embedding.ok()) return embedding.status();
   out->embedding = embedding->to(out->dtype).contiguous();
   for (int i = 0; i < a.layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    auto q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
-    auto k = get(p + "self_attn.k_proj.weight", {kv_rows, hidden});
-    auto v = get(p + "self_attn.v_proj.weight", {kv_rows, hidden});
-    auto o = get(p + "self_attn.o_proj.weight", {hidden, q_rows});
-    auto gate = get(p + "mlp.gate_proj.weight", {a.intermediate_size, hidden});
-    auto up = get(p + "mlp.up_proj.weight", {a.intermediate_size, hidden});
-    auto down = get(p + "mlp.down_proj.weight", {hidden, a.intermediate_size});
-    auto attn_norm = get(p + "input_layernorm.weight", {hidden});
-    auto ffn_norm = get(p + "post_attention_layernorm.weight", {hidden});
-    for (const auto* t : {&q, &k, &v, &o, &gate, &up, &down, &attn_norm, &ffn_norm}) {
+    std::vector<Result<at::Tensor>> qkv, gate_up;
+    if (!names.qkv.empty()) {
+      qkv.push_back(get(name_of(names.qkv, i), {q_rows + 2 * kv_rows, hidden}));
+    } else {
+      qkv.push_back(get(name_of(names.q, i), {q_rows, hidden}));
+      qkv.push_back(get(name_of(names.k, i), {kv_rows, hidden}));
+      qkv.push_back(get(name_of(names.v, i), {kv_rows, hidden}));
+    }
+    if (!names.gate_up.empty()) {
+      gate_up.push_back(get(name_of(names.gate_up, i), {2 * inter, hidden}));
+    } else {
+      gate_up.push_back(get(name_of(names.gate, i), {inter, hidden}));
+      gate_up.push_back(get(name_of(names.up, i), {inter, hidden}));
+    }
+    auto o = get(name_of(names.o, i), {hidden, q_rows});
+    auto down = get(name_of(names.down, i), {hidden, inter});
+    auto attn_norm = norm(names.attn_norm, i, hidden);
+    auto ffn_norm = norm(names.ffn_norm, i, hidden);
+    std::vector<at::Tensor> qkv_parts, gate_up_parts;
+    for (auto* list : {&qkv, &gate_up}) {
+      for (auto& t : *list) {
+        if (!t.ok()) return t.status();
+        (list == &qkv ? qkv_parts : gate_up_parts).push_back(*t);
+      }
+    }
+    for (const auto* t : {&o, &down, &attn_norm, &ffn_norm}) {
       if (!t->ok()) return t->status();
     }
     Layer layer;
-    layer.qkv = linear({*q, *k, *v});
+    layer.qkv = linear(qkv_parts);
     layer.out = linear({*o});
-    layer.gate_up = linear({*gate, *up});
+    layer.gate_up = linear(gate_up_parts);
     layer.down = linear({*down});
-    layer.attn_norm = norm(*attn_norm);
-    layer.ffn_norm = norm(*ffn_norm);
+    layer.attn_norm = *attn_norm;
+    layer.ffn_norm = *ffn_norm;
+    if (a.attention_bias) {
+      auto qb = get(name_of(names.q_bias, i), {q_rows});
+      auto kb = get(name_of(names.k_bias, i), {kv_rows});
+      auto vb = get(name_of(names.v_bias, i), {kv_rows});
+      for (const auto* t : {&qb, &kb, &vb}) {
+        if (!t->ok()) return t->status();
+      }
+      layer.qkv.bias = at::cat({*qb, *kb, *vb}, 0);
+      out->bytes += layer.qkv.bias.nbytes();
+    }
+    if (a.qk_norm) {
+      auto qn = norm(names.q_norm, i, d);
+      auto kn = norm(names.k_norm, i, d);
+      if (!qn.ok()) return qn.status();
+      if (!kn.ok()) return kn.status();
+      layer.q_norm = *qn;
+      layer.k_norm = *kn;
+    }
+    if (a.post_norms) {
+      auto post_attn = norm(names.post_attn_norm, i, hidden);
+      auto post_ffn = norm(names.post_ffn_norm, i, hidden);
+      if (!post_attn.ok()) return post_attn.status();
+      if (!post_ffn.ok()) return post_ffn.status();
+      layer.post_attn_norm = *post_attn;
+      layer.post_ffn_norm = *post_ffn;
+    }
     out->layers.push_back(std::move(layer));
   }
-  auto final_norm = get("model.norm.weight", {hidden});
+  auto final_norm = norm(names.final_norm, -1, hidden);
   if (!final_norm.ok()) return final_norm.status();
-  out->final_norm = norm(*final_norm);
-  if (a.tie_word_embeddings && file.Find("lm_head.weight") == nullptr) {
+  out->final_norm = *final_norm;
+  const std::string head_name = name_of(names.output, -1);
+  if (a.tie_word_embeddings && file.Find(head_name) == nullptr) {
     out->lm_head = linear({*embedding});
   } else {
-    auto head = get("lm_head.weight", {a.vocab_size, hidden});
+    auto head = get(head_name, {a.vocab_size, hidden});
     if (!head.ok()) return head.status();
     out->lm_head = linear({*head});
   }
@@ -210,8 +277,15 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
   };
   const int64_t hidden = a.hidden_size, inter = a.intermediate_size, d = a.head_dim,
                 q_rows = int64_t{a.heads} * d, kv_rows = int64_t{a.kv_heads} * d;
-  const bool phi3 = a.name == "phi3";
-  auto embedding = find("token_embd.weight", {a.vocab_size, hidden});
+  const Family* family = FamilyByName(a.name);
+  if (family == nullptr) {
+    return Status::InvalidArgument(fmt::format("no model family '{}'", a.name));
+  }
+  const TensorNames& names = family->gguf;
+  auto name_of = [](const std::string& pattern, int layer) {
+    return fmt::format(fmt::runtime(pattern), layer);
+  };
+  auto embedding = find(names.embedding, {a.vocab_size, hidden});
   if (!embedding.ok()) return embedding.status();
   if (IsQuantType((*embedding)->type)) {
     out->embedding_blocks = (*embedding)->data;
@@ -220,22 +294,24 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     out->embedding = floats(**embedding).to(out->dtype).contiguous();
   }
   for (int i = 0; i < a.layers; ++i) {
-    const std::string p = fmt::format("blk.{}.", i);
     std::vector<Result<const GgufTensor*>> qkv, gate_up;
-    if (phi3) {
-      qkv.push_back(find(p + "attn_qkv.weight", {q_rows + 2 * kv_rows, hidden}));
-      gate_up.push_back(find(p + "ffn_up.weight", {2 * inter, hidden}));
+    if (!names.qkv.empty()) {
+      qkv.push_back(find(name_of(names.qkv, i), {q_rows + 2 * kv_rows, hidden}));
     } else {
-      qkv.push_back(find(p + "attn_q.weight", {q_rows, hidden}));
-      qkv.push_back(find(p + "attn_k.weight", {kv_rows, hidden}));
-      qkv.push_back(find(p + "attn_v.weight", {kv_rows, hidden}));
-      gate_up.push_back(find(p + "ffn_gate.weight", {inter, hidden}));
-      gate_up.push_back(find(p + "ffn_up.weight", {inter, hidden}));
+      qkv.push_back(find(name_of(names.q, i), {q_rows, hidden}));
+      qkv.push_back(find(name_of(names.k, i), {kv_rows, hidden}));
+      qkv.push_back(find(name_of(names.v, i), {kv_rows, hidden}));
     }
-    auto o = find(p + "attn_output.weight", {hidden, q_rows});
-    auto down = find(p + "ffn_down.weight", {hidden, inter});
-    auto attn_norm = find(p + "attn_norm.weight", {hidden});
-    auto ffn_norm = find(p + "ffn_norm.weight", {hidden});
+    if (!names.gate_up.empty()) {
+      gate_up.push_back(find(name_of(names.gate_up, i), {2 * inter, hidden}));
+    } else {
+      gate_up.push_back(find(name_of(names.gate, i), {inter, hidden}));
+      gate_up.push_back(find(name_of(names.up, i), {inter, hidden}));
+    }
+    auto o = find(name_of(names.o, i), {hidden, q_rows});
+    auto down = find(name_of(names.down, i), {hidden, inter});
+    auto attn_norm = find(name_of(names.attn_norm, i), {hidden});
+    auto ffn_norm = find(name_of(names.ffn_norm, i), {hidden});
     std::vector<const GgufTensor*> qkv_tensors, gate_up_tensors;
     for (auto* list : {&qkv, &gate_up}) {
       for (const auto& t : *list) {
@@ -254,9 +330,9 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     layer.attn_norm = norm(**attn_norm);
     layer.ffn_norm = norm(**ffn_norm);
     if (a.attention_bias) {
-      auto qb = find(p + "attn_q.bias", {q_rows});
-      auto kb = find(p + "attn_k.bias", {kv_rows});
-      auto vb = find(p + "attn_v.bias", {kv_rows});
+      auto qb = find(name_of(names.q_bias, i), {q_rows});
+      auto kb = find(name_of(names.k_bias, i), {kv_rows});
+      auto vb = find(name_of(names.v_bias, i), {kv_rows});
       for (const auto* t : {&qb, &kb, &vb}) {
         if (!t->ok()) return t->status();
       }
@@ -264,16 +340,16 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       out->bytes += layer.qkv.bias.nbytes();
     }
     if (a.qk_norm) {
-      auto qn = find(p + "attn_q_norm.weight", {d});
-      auto kn = find(p + "attn_k_norm.weight", {d});
+      auto qn = find(name_of(names.q_norm, i), {d});
+      auto kn = find(name_of(names.k_norm, i), {d});
       if (!qn.ok()) return qn.status();
       if (!kn.ok()) return kn.status();
       layer.q_norm = norm(**qn);
       layer.k_norm = norm(**kn);
     }
     if (a.post_norms) {
-      auto post_attn = find(p + "post_attention_norm.weight", {hidden});
-      auto post_ffn = find(p + "post_ffw_norm.weight", {hidden});
+      auto post_attn = find(name_of(names.post_attn_norm, i), {hidden});
+      auto post_ffn = find(name_of(names.post_ffn_norm, i), {hidden});
       if (!post_attn.ok()) return post_attn.status();
       if (!post_ffn.ok()) return post_ffn.status();
       layer.post_attn_norm = norm(**post_attn);
@@ -281,7 +357,7 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     }
     out->layers.push_back(std::move(layer));
   }
-  auto final_norm = find("output_norm.weight", {hidden});
+  auto final_norm = find(names.final_norm, {hidden});
   if (!final_norm.ok()) return final_norm.status();
   out->final_norm = norm(**final_norm);
   if (a.tie_word_embeddings) {
@@ -293,7 +369,7 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       out->embedding_repacked = true;
     }
   } else {
-    auto head = find("output.weight", {a.vocab_size, hidden});
+    auto head = find(names.output, {a.vocab_size, hidden});
     if (!head.ok()) return head.status();
     out->lm_head = linear({*head});
   }

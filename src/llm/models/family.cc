@@ -1,0 +1,51 @@
+#include "llm/models/family.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace sluice::llm {
+
+const std::vector<const Family*>& Families() {
+  static const std::vector<const Family*> families = {
+      &LlamaFamily(), &Qwen2Family(), &Qwen3Family(), &Phi3Family(), &Gemma3Family()};
+  return families;
+}
+
+const Family* FamilyByName(std::string_view gguf_architecture) {
+  for (const Family* family : Families()) {
+    if (family->name == gguf_architecture) return family;
+  }
+  return nullptr;
+}
+
+const Family* FamilyByModelType(std::string_view model_type) {
+  for (const Family* family : Families()) {
+    for (std::string_view type : family->model_types) {
+      if (type == model_type) return family;
+    }
+  }
+  return nullptr;
+}
+
+std::string FamilyNames() {
+  std::vector<std::string_view> names;
+  for (const Family* family : Families()) names.push_back(family->name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::string ModelTypeNames() {
+  std::vector<std::string_view> names;
+  for (const Family* family : Families()) {
+    names.insert(names.end(), family->model_types.begin(), family->model_types.end());
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch) {
+  if (window <= 0 || window >= arch->max_position_embeddings) return;
+  arch->sliding_window = window;
+  arch->local_layers.assign(static_cast<size_t>(arch->layers), true);
+  arch->rope_theta_local = 0;  // The global rotation.
+}
+
+}  // namespace sluice::llm

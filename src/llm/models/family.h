@@ -1,0 +1,72 @@
+// One file a model family (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc), as
+// llama.cpp keeps src/models/<arch>.cpp and vLLM model_executor/models/<arch>.py: what the family
+// is called in each format, its own hyper-parameters from config.json and from GGUF metadata (the
+// common ones are read before, by llm_config.cc and files/gguf_architecture.cc), and where its
+// tensors are in each format. The block's variations land in ModelArchitecture as data; the step
+// (llama/llama_model.cc) and the kernels are shared. A new family is one file and one test.
+// No torch here.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llm/llm_config.h"
+#include "sluice/status.h"
+
+namespace sluice::llm {
+
+class GgufFile;
+class JsonConfig;
+
+// A family's tensor names in one format. Per-layer names carry "{}" for the layer's index. An
+// empty name: the family has no such tensor in that format. Of q/k/v and qkv (one fused
+// projection), and of gate/up and gate_up, the family names one.
+struct TensorNames {
+  std::string embedding, final_norm, output;
+  std::string attn_norm;  // Before attention.
+  std::string ffn_norm;   // Before the feed-forward.
+  std::string q, k, v, qkv, o;
+  std::string q_bias, k_bias, v_bias;
+  std::string q_norm, k_norm;                 // Per head, before the rotation (qwen3, gemma3).
+  std::string post_attn_norm, post_ffn_norm;  // On each block's output (gemma3).
+  std::string gate, up, gate_up, down;
+};
+
+struct Family {
+  std::string_view name;                      // GGUF's general.architecture; ModelArchitecture's.
+  std::vector<std::string_view> model_types;  // config.json's model_type values.
+  TensorNames gguf, hf;
+  // llama.cpp rotates this family's q/k rows in pairs (2i, 2i + 1): its converter permuted them.
+  bool gguf_rope_interleaved = false;
+  // Hugging Face stores the norms as w of x * (1 + w) (Gemma's); GGUF stores 1 + w.
+  bool hf_norms_offset = false;
+  // A multimodal config.json's decoder is under this key ("text_config"); empty: at the root.
+  std::string_view hf_text_config;
+  // The family's own settings from config.json (the common ones are in `arch` already).
+  Status (*from_config)(const JsonConfig& config, ModelArchitecture* arch) = nullptr;
+  // ... and from a GGUF file's metadata, under `prefix` ("qwen2.").
+  Status (*from_gguf)(const GgufFile& file, const std::string& prefix,
+                      ModelArchitecture* arch) = nullptr;
+};
+
+// Every family Sluice serves, and lookups (nullptr when none).
+const std::vector<const Family*>& Families();
+const Family* FamilyByName(std::string_view gguf_architecture);
+const Family* FamilyByModelType(std::string_view model_type);
+// "llama, qwen2, ..." (GGUF names) and "llama, mistral, ..." (model_types), for errors.
+std::string FamilyNames();
+std::string ModelTypeNames();
+
+// One family each, defined in models/<family>.cc.
+const Family& LlamaFamily();
+const Family& Qwen2Family();
+const Family& Qwen3Family();
+const Family& Phi3Family();
+const Family& Gemma3Family();
+
+// Shared by the families' readers: a sliding window over every layer (Mistral's, Phi-3's), the
+// same rotation as the other layers; none when the window covers `max_positions`.
+void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);
+
+}  // namespace sluice::llm

@@ -1,0 +1,60 @@
+// Llama 2/3, SmolLM, TinyLlama, and Mistral 7B (which llama.cpp's converter stores as llama):
+// the family the others vary. Mistral's sliding window covers every layer.
+#include "llm/models/config_json.h"
+#include "llm/models/family.h"
+
+namespace sluice::llm {
+namespace {
+
+Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
+  auto activation = config.String("hidden_act", "silu");
+  if (!activation.ok()) return activation.status();
+  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    auto bias = config.Bool(key, false);
+    if (!bias.ok()) return bias.status();
+    if (*bias) return config.Bad(key, "is true: biases are not supported for llama");
+  }
+  auto window = config.Int("sliding_window", 0);  // Mistral's; null or absent: none.
+  if (!window.ok()) return window.status();
+  SetSlidingWindowEverywhere(*window, arch);
+  return Status::Ok();
+}
+
+}  // namespace
+
+const Family& LlamaFamily() {
+  static const Family family = {
+      .name = "llama",
+      .model_types = {"llama", "mistral"},
+      .gguf = {.embedding = "token_embd.weight",
+               .final_norm = "output_norm.weight",
+               .output = "output.weight",
+               .attn_norm = "blk.{}.attn_norm.weight",
+               .ffn_norm = "blk.{}.ffn_norm.weight",
+               .q = "blk.{}.attn_q.weight",
+               .k = "blk.{}.attn_k.weight",
+               .v = "blk.{}.attn_v.weight",
+               .o = "blk.{}.attn_output.weight",
+               .gate = "blk.{}.ffn_gate.weight",
+               .up = "blk.{}.ffn_up.weight",
+               .down = "blk.{}.ffn_down.weight"},
+      .hf = {.embedding = "model.embed_tokens.weight",
+             .final_norm = "model.norm.weight",
+             .output = "lm_head.weight",
+             .attn_norm = "model.layers.{}.input_layernorm.weight",
+             .ffn_norm = "model.layers.{}.post_attention_layernorm.weight",
+             .q = "model.layers.{}.self_attn.q_proj.weight",
+             .k = "model.layers.{}.self_attn.k_proj.weight",
+             .v = "model.layers.{}.self_attn.v_proj.weight",
+             .o = "model.layers.{}.self_attn.o_proj.weight",
+             .gate = "model.layers.{}.mlp.gate_proj.weight",
+             .up = "model.layers.{}.mlp.up_proj.weight",
+             .down = "model.layers.{}.mlp.down_proj.weight"},
+      .gguf_rope_interleaved = true,
+      .from_config = FromConfig,
+  };
+  return family;
+}
+
+}  // namespace sluice::llm

@@ -1,0 +1,48 @@
+// Qwen3: Llama with an RMSNorm of each query and key head before the rotation.
+#include "llm/models/config_json.h"
+#include "llm/models/family.h"
+
+namespace sluice::llm {
+namespace {
+
+Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
+  auto activation = config.String("hidden_act", "silu");
+  if (!activation.ok()) return activation.status();
+  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
+  auto bias = config.Bool("attention_bias", false);
+  if (!bias.ok()) return bias.status();
+  if (*bias) return config.Bad("attention_bias", "is true: not supported for qwen3");
+  auto sliding = config.Bool("use_sliding_window", false);
+  if (!sliding.ok()) return sliding.status();
+  if (*sliding) {
+    return config.Bad("use_sliding_window", "is true: Qwen3's windowed layers are not supported");
+  }
+  arch->qk_norm = true;
+  return Status::Ok();
+}
+
+Status FromGguf(const GgufFile&, const std::string&, ModelArchitecture* arch) {
+  arch->qk_norm = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+const Family& Qwen3Family() {
+  static const Family family = [] {
+    Family f = LlamaFamily();
+    f.name = "qwen3";
+    f.model_types = {"qwen3"};
+    f.gguf_rope_interleaved = false;
+    f.gguf.q_norm = "blk.{}.attn_q_norm.weight";
+    f.gguf.k_norm = "blk.{}.attn_k_norm.weight";
+    f.hf.q_norm = "model.layers.{}.self_attn.q_norm.weight";
+    f.hf.k_norm = "model.layers.{}.self_attn.k_norm.weight";
+    f.from_config = FromConfig;
+    f.from_gguf = FromGguf;
+    return f;
+  }();
+  return family;
+}
+
+}  // namespace sluice::llm
