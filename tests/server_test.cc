@@ -1207,9 +1207,10 @@ TEST(ServerOverloadTest, CpuTakenAwayMidRunKeepsAcceptedRequestsWithinTheirDeadl
         ok[after] / seconds[after], refused[after], expired[after], total.p99 * 1e3,
         total.max * 1e3, sent.p99 * 1e3, sent.max * 1e3);
   }
-  std::printf("cpu theft: capacity %.0f req/s, offered %.0f req/s, %zu busy processes after %.1f "
-              "s; %d connections\n%s",
-              capacity, load.rate, thieves, seconds[0], run.connections, report.c_str());
+  std::printf(
+      "cpu theft: capacity %.0f req/s, offered %.0f req/s, %zu busy processes after %.1f "
+      "s; %d connections\n%s",
+      capacity, load.rate, thieves, seconds[0], run.connections, report.c_str());
   for (int after : {0, 1}) {
     ASSERT_GT(ok[after], 0) << report;
     // Accepted requests are answered within the deadline the model gives them (1 s), counted

@@ -20,6 +20,10 @@ In the test model folder:
                                     model-0000N-of-00003.gguf, and llama.cpp's logits
   tiny_llm_sharded/                 tiny_llm (tools/llm_export.py) saved by save_pretrained as a
                                     sharded checkpoint (model.safetensors.index.json and shards)
+  hf_<family>/, hf_<family>_sharded/
+                                    a random model of each family (llama, mistral, qwen2, qwen3,
+                                    phi3, gemma3) from transformers' own class, saved whole and
+                                    sharded, with tiny_llm's tokenizer and transformers' logits
   converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -207,6 +211,50 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
     return worst
 
 
+# Every family Sluice reads from Hugging Face folders (model_type: llama, mistral, qwen2, qwen3, phi3,
+# gemma3_text).
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"]
+
+
+def write_family(out_dir, arch, seed):
+    """hf_<arch>/: a random model of the family from transformers' own class (gguf_models.py's
+    shapes: hidden 256, two layers; gemma3 with a sliding window of 8 on every other layer), as
+    save_pretrained writes it, with tiny_llm's tokenizer and transformers' fp32 logits and greedy
+    continuations (reference.safetensors, as tools/llm_export.py writes tiny_llm's); and
+    hf_<arch>_sharded/, the same saved as a sharded checkpoint."""
+    import shutil
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+    from gguf_models import hf_model
+    tokenizer_dir = os.path.join(out_dir, "tiny_llm")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = hf_model(arch, len(tokenizer), seed)
+    rng = random.Random(seed)
+    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
+             "sequence while the batch grows").split()
+    prompts = ["hello world", "the quick brown fox jumps over the lazy dog 12345",
+               "<|im_start|>user\nserving models<|im_end|>\n<|im_start|>assistant\n",
+               " ".join(rng.choice(words) for _ in range(60))]
+    reference = {}
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.int64)
+            reference[f"input_ids_{i}"] = ids[0].contiguous()
+            reference[f"logits_{i}"] = model(ids).logits[0].float().contiguous()
+            reference[f"greedy_{i}"] = model.generate(
+                ids, max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                pad_token_id=tokenizer.pad_token_id)[0][ids.shape[1]:].contiguous()
+    for name, shard in ((f"hf_{arch}", None), (f"hf_{arch}_sharded", "200KB")):
+        folder = os.path.join(out_dir, name)
+        if os.path.exists(folder):
+            shutil.rmtree(folder)
+        model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
+        for file in os.listdir(tokenizer_dir):
+            if file.startswith("tokenizer") or file == "chat_template.jinja":
+                shutil.copy(os.path.join(tokenizer_dir, file), os.path.join(folder, file))
+        save_file(reference, os.path.join(folder, "reference.safetensors"))
+
+
 def write_sharded(src, out):
     """A Hugging Face folder saved as a sharded checkpoint (model-0000N-of-0000M.safetensors and
     model.safetensors.index.json), as every checkpoint of 7B parameters and more is."""
@@ -365,6 +413,8 @@ def main():
             print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
                   f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
     write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(args.out, "tiny_llm_sharded"))
+    for i, arch in enumerate(FAMILIES):
+        write_family(args.out, arch, seed=70 + i)
     print(f"converted test models in {time.time() - start:.1f} s")
 
 

@@ -318,10 +318,10 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
   }
   const double budget = std::chrono::duration<double>(options_.max_queue_time).count();
   if (budget > 0 && wait > budget) {
-    return Status::Unavailable(fmt::format(
-                                   "predicted queue wait {:.0f} ms exceeds the model's queue-time "
-                                   "budget ({:.0f} ms)",
-                                   wait * 1e3, budget * 1e3))
+    return Status::Unavailable(
+               fmt::format("predicted queue wait {:.0f} ms exceeds the model's queue-time "
+                           "budget ({:.0f} ms)",
+                           wait * 1e3, budget * 1e3))
         .WithRetryAfter(wait - budget);
   }
   if (options_.latency_target.count() > 0) {
@@ -509,8 +509,8 @@ void DynamicBatcher::ExpireLocked(Clock::time_point now,
   }
 }
 
-void DynamicBatcher::ExpireUnfinishableLocked(
-    Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired) {
+void DynamicBatcher::ExpireUnfinishableLocked(Clock::time_point now,
+                                              std::vector<std::unique_ptr<InferRequest>>& expired) {
   if (deadlines_.empty() || queue_.empty()) return;
   const int64_t next_batch = std::min(queued_samples_, TargetSizeLocked());
   const double run = cost_model_.Estimate(static_cast<int>(next_batch));

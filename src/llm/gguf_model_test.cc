@@ -475,7 +475,8 @@ double Distance(const std::vector<Reference>& a, const std::vector<Reference>& b
         double largest = 0, difference = 0;
         for (size_t v = t * vocab; v < (t + 1) * vocab; ++v) {
           largest = std::max(largest, static_cast<double>(std::abs(y.logits[v])));
-          difference = std::max(difference, static_cast<double>(std::abs(x.logits[v] - y.logits[v])));
+          difference =
+              std::max(difference, static_cast<double>(std::abs(x.logits[v] - y.logits[v])));
         }
         worst = std::max(worst, difference / std::max(largest, 1e-6));
       }
@@ -507,9 +508,10 @@ TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
   const double ours_distance = Distance(ours, references);
   const double plain_distance =
       Distance(ReadReference(dir, "reference_plain_rope.safetensors"), references);
-  std::printf("%s at a context of %d: max |logit difference| / max |logit| %.1e against llama.cpp; "
-              "plain RoPE's %.2f\n",
-              c.dir, c.context, ours_distance, plain_distance);
+  std::printf(
+      "%s at a context of %d: max |logit difference| / max |logit| %.1e against llama.cpp; "
+      "plain RoPE's %.2f\n",
+      c.dir, c.context, ours_distance, plain_distance);
   constexpr double kBound = 1e-3;
   EXPECT_LE(ours_distance, kBound);
   EXPECT_GE(plain_distance, 50 * kBound);  // Ignoring the scaling could not pass.

@@ -59,8 +59,7 @@ bool IsValidSourceName(std::string_view name) {
   if (slash == std::string_view::npos) return IsValidModelName(name);
   std::string_view rest = name.substr(slash + 1);
   const size_t colon = rest.find(':');
-  return IsValidModelName(name.substr(0, slash)) &&
-         IsValidModelName(rest.substr(0, colon)) &&
+  return IsValidModelName(name.substr(0, slash)) && IsValidModelName(rest.substr(0, colon)) &&
          (colon == std::string_view::npos || IsValidModelName(rest.substr(colon + 1)));
 }
 

@@ -284,9 +284,9 @@ Status GgufFile::OpenLaterParts() {
     auto other_number = other.Integer("split.no", -1);
     if (!other_count.ok() || !other_number.ok() || *other_count != *count ||
         *other_number != part - 1) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: its split.count/split.no say it is not part {} of {} of {}", part_path, part,
-          *count, path_));
+      return Status::InvalidArgument(
+          fmt::format("{}: its split.count/split.no say it is not part {} of {} of {}", part_path,
+                      part, *count, path_));
     }
     for (GgufTensor& tensor : other.tensors_) {
       if (tensor_index_.count(tensor.name) != 0) {

@@ -45,8 +45,8 @@ Status ReadFrequencyFactors(const GgufFile& file, const char* name, const ModelA
 Status ReadRopeScaling(const GgufFile& file, const std::string& p, ModelArchitecture* arch) {
   auto scaling = file.String(p + "rope.scaling.type", "none");
   if (!scaling.ok()) return scaling.status();
-  auto original = file.Integer(p + "rope.scaling.original_context_length",
-                               arch->max_position_embeddings);
+  auto original =
+      file.Integer(p + "rope.scaling.original_context_length", arch->max_position_embeddings);
   if (!original.ok()) return original.status();
   if (*original <= 0 || *original > (1 << 30)) {
     return Bad(file, p + "rope.scaling.original_context_length", "must be positive");

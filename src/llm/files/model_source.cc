@@ -47,9 +47,9 @@ Result<fs::path> Snapshot(const fs::path& model_dir, const std::string& id) {
   if (ref && std::getline(ref, revision) && !revision.empty()) {
     const fs::path snapshot = snapshots / revision;
     if (fs::is_directory(snapshot, ec)) return snapshot;
-    return Status::NotFound(fmt::format(
-        "model '{}': refs/main names revision {}, which is not in {}", id, revision,
-        snapshots.string()));
+    return Status::NotFound(
+        fmt::format("model '{}': refs/main names revision {}, which is not in {}", id, revision,
+                    snapshots.string()));
   }
   std::vector<fs::path> found;
   for (const auto& entry : fs::directory_iterator(snapshots, ec)) {

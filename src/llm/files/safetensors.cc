@@ -150,8 +150,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenCheckpoint(const s
     std::string_view file_name;
     if (value.get(file_name) != simdjson::SUCCESS || file_name.empty() ||
         file_name.find('/') != std::string_view::npos || file_name.starts_with(".")) {
-      return Status::InvalidArgument(fmt::format("{}: tensor '{}' maps to a bad file name",
-                                                 index.string(), tensor));
+      return Status::InvalidArgument(
+          fmt::format("{}: tensor '{}' maps to a bad file name", index.string(), tensor));
     }
     auto [it, added] = shard_of_file.emplace(std::string(file_name), checkpoint->shards_.size());
     if (added) {
@@ -167,9 +167,10 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenCheckpoint(const s
     const SafetensorsFile& shard = *checkpoint->shards_[it->second];
     const SafetensorsEntry* entry = shard.Find(std::string(tensor));
     if (entry == nullptr) {
-      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is not in {}, where the index "
-                                                 "puts it",
-                                                 index.string(), tensor, shard.path()));
+      return Status::InvalidArgument(
+          fmt::format("{}: tensor '{}' is not in {}, where the index "
+                      "puts it",
+                      index.string(), tensor, shard.path()));
     }
     checkpoint->entries_.emplace(std::string(tensor), *entry);  // Mapped by the shard, kept.
   }

@@ -1,11 +1,11 @@
 // The Llama decoder against transformers' LlamaForCausalLM on the same tiny weights
 // (tools/llm_export.py --test writes them with reference logits and greedy continuations).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -101,6 +101,7 @@ TEST_P(LlamaModelTest, Fp32LogitsEqualTransformers) {
   auto model = Load(GetParam(), LlmPrecision::kFp32);
   ASSERT_NE(model, nullptr);
   const int vocab = model->architecture().vocab_size;
+  float worst_of_all = 0;
   for (const Reference& r : ReadReference(ModelDir(GetParam()))) {
     std::vector<float> logits;
     ASSERT_TRUE(model->Run({SequenceChunk{0, 0, r.input_ids, true, {}}}, &logits).ok());
@@ -109,7 +110,10 @@ TEST_P(LlamaModelTest, Fp32LogitsEqualTransformers) {
     for (size_t i = 0; i < logits.size(); ++i)
       worst = std::max(worst, std::abs(logits[i] - r.logits[i]));
     EXPECT_LE(worst, 1e-4) << "prompt of " << r.input_ids.size() << " tokens";
+    worst_of_all = std::max(worst_of_all, worst);
   }
+  std::printf("%s: fp32 logits against transformers, max |difference| %.1e\n",
+              std::string(GetParam()).c_str(), worst_of_all);
 }
 
 TEST_P(LlamaModelTest, IncrementalDecodingEqualsFullForward) {
@@ -310,9 +314,16 @@ TEST(LlamaModelLoadTest, Q8CacheNeedsWholeBlocksOfAHead) {
       << model.status().ToString();
 }
 
-// tiny_llm_sharded: tiny_llm saved as a sharded checkpoint (model.safetensors.index.json).
+// tiny_llm_sharded: tiny_llm saved as a sharded checkpoint (model.safetensors.index.json);
+// hf_<family>[_sharded]: a random model of each family from transformers' own class, whole and
+// sharded (tools/converted_models.py).
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
-                         ::testing::Values("tiny_llm", "tiny_llm_scaled", "tiny_llm_sharded"));
+                         ::testing::Values("tiny_llm", "tiny_llm_scaled", "tiny_llm_sharded",
+                                           "hf_llama", "hf_llama_sharded", "hf_mistral",
+                                           "hf_mistral_sharded", "hf_qwen2", "hf_qwen2_sharded",
+                                           "hf_qwen3", "hf_qwen3_sharded", "hf_phi3",
+                                           "hf_phi3_sharded", "hf_gemma3", "hf_gemma3_sharded"),
+                         [](const auto& info) { return info.param; });
 
 // A sharded checkpoint whose index names a shard that is not there, or a tensor its shard lacks:
 // an error naming the file.

@@ -612,14 +612,14 @@ Status Tokenizer::Impl::LoadGgufSentencePiece(const GgufFile& file,
   if (const GgufValue* value = file.Find("tokenizer.ggml.scores"); value != nullptr) {
     if (auto floats = file.Numbers("tokenizer.ggml.scores"); floats.ok()) {
       if ((*floats)->size() < count) {
-        return Status::InvalidArgument(fmt::format("{}: {} token scores for {} tokens", path,
-                                                   (*floats)->size(), count));
+        return Status::InvalidArgument(
+            fmt::format("{}: {} token scores for {} tokens", path, (*floats)->size(), count));
       }
       for (size_t id = 0; id < count; ++id) scores[id] = static_cast<float>((**floats)[id]);
     } else if (auto integers = file.Integers("tokenizer.ggml.scores"); integers.ok()) {
       if ((*integers)->size() < count) {
-        return Status::InvalidArgument(fmt::format("{}: {} token scores for {} tokens", path,
-                                                   (*integers)->size(), count));
+        return Status::InvalidArgument(
+            fmt::format("{}: {} token scores for {} tokens", path, (*integers)->size(), count));
       }
       for (size_t id = 0; id < count; ++id) scores[id] = static_cast<float>((**integers)[id]);
     } else {
@@ -634,8 +634,7 @@ Status Tokenizer::Impl::LoadGgufSentencePiece(const GgufFile& file,
   for (size_t id = 0; id < count; ++id) {
     // As llama.cpp reads them: an empty token is named so it cannot match text; a later token of
     // the same text shadows an earlier one.
-    const std::string token =
-        tokens[id].empty() ? fmt::format("[EMPTY_{}]", id) : tokens[id];
+    const std::string token = tokens[id].empty() ? fmt::format("[EMPTY_{}]", id) : tokens[id];
     if (!IsValidUtf8(token)) {
       return Status::InvalidArgument(fmt::format("{}: token {} is not UTF-8", path, id));
     }
@@ -663,7 +662,7 @@ Status Tokenizer::Impl::LoadGgufSentencePiece(const GgufFile& file,
         break;
       }
       case kGgufUnused:
-        break;  // Decodes to nothing, as in llama.cpp.
+        break;    // Decodes to nothing, as in llama.cpp.
       default: {  // Normal: "▁" stands for a space.
         std::string& text = id_bytes[id];
         for (size_t i = 0; i < token.size();) {

@@ -71,8 +71,9 @@ TEST_P(TokenizerCasesTest, SameIdsAsTheReferenceAndRoundTrips) {
                     << ::testing::PrintToString(c.ids);
     }
     if ((*tokenizer)->Decode(ids) != c.decoded && ++round_trip_failures <= 5) {
-      ADD_FAILURE() << "decode(encode(s)) is " << ::testing::PrintToString((*tokenizer)->Decode(ids))
-                    << ", expected " << ::testing::PrintToString(c.decoded);
+      ADD_FAILURE() << "decode(encode(s)) is "
+                    << ::testing::PrintToString((*tokenizer)->Decode(ids)) << ", expected "
+                    << ::testing::PrintToString(c.decoded);
     }
     // The stream is every token's bytes (nothing dropped at the start), whole characters only.
     std::string pieces;
