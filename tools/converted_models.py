@@ -9,8 +9,12 @@ In converted/ (apart from the model repository the server tests serve):
                                     sentencepiece package on the tokenizer test strings
   hf_spm_llama/                     a tiny random LlamaForCausalLM with that vocabulary and four
                                     added special tokens (Phi-3's), as save_pretrained writes it (the
-                                    tokenizer converted to tokenizer.json by transformers);
-                                    hf_tokenizer_cases.jsonl: transformers' ids for the strings
+                                    tokenizer converted to tokenizer.json by transformers: Metaspace,
+                                    byte fallback); tokenizer_cases.jsonl: the tokenizers package's
+                                    ids for the strings, and its decoding of them
+  hf_spm_always/, hf_spm_legacy/    the same vocabulary's tokenizer.json with Metaspace prepending
+                                    to every segment, and in Llama 2's original form (a Prepend and
+                                    Replace normalizer), with the tokenizers package's ids
 In the test model folder:
   gguf_spm_llama_f32/model.gguf     that folder through llama.cpp's converter (tokenizer.ggml.model
                                     "llama": tokens, scores, token types); tokenizer_cases.jsonl:
@@ -285,6 +289,45 @@ def convert(hf_dir, gguf_path, outtype="f32", extra=()):
         sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
 
 
+def hf_cases(folder, texts):
+    """tokenizer_cases.jsonl: the tokenizers package's ids for `texts` with the folder's
+    tokenizer.json, and its decoding of them."""
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    rows = []
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        rows.append((text, ids, tokenizer.decode(ids, skip_special_tokens=False)))
+    write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), rows)
+
+
+def write_hf_tokenizer_variants(hf_dir, sources, texts):
+    """The SentencePiece vocabulary's tokenizer.json in the forms checkpoints carry it:
+    Metaspace prepending to the input's first segment (transformers' conversion today, hf_dir),
+    Metaspace prepending to every segment (hf_spm_always: legacy=True), and Llama 2's and Mistral
+    7B's original form, a normalizer that prepends "▁" and replaces spaces (hf_spm_legacy)."""
+    import copy
+    import shutil
+    hf_cases(hf_dir, texts)
+    spec = json.load(open(os.path.join(hf_dir, "tokenizer.json")))
+    always = copy.deepcopy(spec)
+    always["pre_tokenizer"]["prepend_scheme"] = "always"
+    legacy = copy.deepcopy(spec)
+    legacy["pre_tokenizer"] = None
+    legacy["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    for name, variant in (("hf_spm_always", always), ("hf_spm_legacy", legacy)):
+        folder = os.path.join(sources, name)
+        os.makedirs(folder, exist_ok=True)
+        for file in ("tokenizer_config.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(hf_dir, file)):
+                shutil.copy(os.path.join(hf_dir, file), os.path.join(folder, file))
+        with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+            json.dump(variant, f, ensure_ascii=False)
+        hf_cases(folder, texts)
+
+
 def write_cases(path, rows):
     """(text, ids) or (text, ids, decoded) rows: decoded is what the reference makes of the ids
     again, where that is not the text itself."""
@@ -344,8 +387,7 @@ def main():
     hf_dir = os.path.join(sources, "hf_spm_llama")
     tokenizer = write_hf_llama(model_path, hf_dir, seed=61)
     texts = spm_strings(strings, rng)
-    write_cases(os.path.join(hf_dir, "hf_tokenizer_cases.jsonl"),
-                [(t, tokenizer(t, add_special_tokens=False).input_ids) for t in texts])
+    write_hf_tokenizer_variants(hf_dir, sources, texts)
 
     gguf_dir = os.path.join(args.out, "gguf_spm_llama_f32")
     gguf_path = os.path.join(gguf_dir, "model.gguf")

@@ -172,8 +172,19 @@ class Tokenizer::Impl {
   Status LoadPreTokenizer(simdjson::dom::element spec);
   // `after_special`: the text starts the input or follows a special token (SentencePiece
   // vocabularies then add their space prefix).
-  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>& ids) const;
+  // `at_start`: the text starts the input (tokenizer.json's Metaspace prepends only there).
+  void EncodeText(std::string_view text, bool after_special, bool at_start,
+                  std::vector<int32_t>& ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>& ids) const;
+  void MergeByRank(const std::vector<int32_t>& initial, std::vector<int32_t>& ids) const;
+  // tokenizer.json's SentencePiece-style BPE (Llama 2, Mistral, Phi-3, Gemma): the normalizer
+  // (Prepend, Replace " " with "▁") on each segment between added tokens, Metaspace (prepend
+  // "▁" always, or to the input's first segment only, and split before each "▁" if asked), then
+  // BPE by rank over characters, a character not in the vocabulary as its <0xXX> byte tokens
+  // (byte_fallback) or the unknown token (consecutive ones fused, fuse_unk).
+  void EncodeHfSentencePiece(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
+  void EncodeHfSentencePieceWord(std::string_view word, std::vector<int32_t>& ids) const;
+  Status LoadHfSentencePiece(simdjson::dom::element root, const std::string& path);
   void Split(std::string_view text, std::vector<std::string_view>& pieces) const;
 
   std::unordered_map<std::string, int32_t> vocab;  // Byte-level strings and added tokens.
@@ -194,6 +205,20 @@ class Tokenizer::Impl {
   std::vector<float> scores;      // By id.
   std::vector<int32_t> byte_tokens = std::vector<int32_t>(256, -1);  // <0xXX> by byte.
   int32_t unknown_id = -1;  // For a byte with no token of its own.
+  // tokenizer.json's SentencePiece-style BPE (see EncodeHfSentencePiece).
+  bool hf_sentencepiece = false;
+  std::string normalizer_prepend;  // Prepend: put before each segment.
+  bool normalizer_spaces = false;  // Replace " " with "▁".
+  bool metaspace = false;
+  enum class MetaspacePrepend {
+    kNever,
+    kFirst,
+    kAlways
+  } metaspace_prepend = MetaspacePrepend::kAlways;
+  bool metaspace_split = false;
+  bool byte_fallback = false;
+  bool fuse_unknown = false;
+  bool strip_decoded_space = false;  // The decoder drops one space in front of the text.
 };
 
 Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
@@ -272,21 +297,13 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     return Status::InvalidArgument(
         fmt::format("{}: model type '{}' is not BPE", path.string(), type));
   }
-  bool flag = false;
-  if (model["byte_fallback"].get(flag) == simdjson::SUCCESS && flag) {
-    return Status::InvalidArgument(
-        fmt::format("{}: byte_fallback BPE is not supported", path.string()));
-  }
   std::string_view affix;
   if ((model["continuing_subword_prefix"].get(affix) == simdjson::SUCCESS && !affix.empty()) ||
       (model["end_of_word_suffix"].get(affix) == simdjson::SUCCESS && !affix.empty())) {
     return Status::InvalidArgument(
         fmt::format("{}: subword prefixes and suffixes are not supported", path.string()));
   }
-  simdjson::dom::element normalizer = root["normalizer"];
-  if (!normalizer.is_null()) {
-    return Status::InvalidArgument(fmt::format("{}: normalizers are not supported", path.string()));
-  }
+  SLUICE_RETURN_IF_ERROR(LoadHfSentencePiece(root, path.string()));
   simdjson::dom::object vocab_json;
   if (model["vocab"].get(vocab_json) != simdjson::SUCCESS) {
     return Status::InvalidArgument(fmt::format("{}: no vocab", path.string()));
@@ -319,7 +336,24 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   id_bytes.assign(static_cast<size_t>(max_id + 1), "");
   special.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab) {
-    if (!ByteLevelBytes(token, &id_bytes[static_cast<size_t>(id)])) {
+    std::string& bytes = id_bytes[static_cast<size_t>(id)];
+    if (hf_sentencepiece) {
+      // "▁" stands for a space; with byte_fallback <0xXX> for its byte.
+      unsigned value = 0;
+      if (byte_fallback && token.size() == 6 && token.starts_with("<0x") && token[5] == '>' &&
+          std::sscanf(token.c_str() + 3, "%2x", &value) == 1) {
+        bytes.assign(1, static_cast<char>(value));
+        continue;
+      }
+      for (size_t i = 0; i < token.size();) {
+        if (token.compare(i, 3, "\xE2\x96\x81") == 0) {
+          bytes += ' ';
+          i += 3;
+        } else {
+          bytes += token[i++];
+        }
+      }
+    } else if (!ByteLevelBytes(token, &bytes)) {
       return Status::InvalidArgument(fmt::format("{}: vocab is not UTF-8", path.string()));
     }
   }
@@ -335,6 +369,18 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     vocab[std::string(content)] = static_cast<int32_t>(id);
   }
   Finish();
+  if (hf_sentencepiece) {
+    std::string_view unknown;
+    if (model["unk_token"].get(unknown) == simdjson::SUCCESS) {
+      auto it = vocab.find(std::string(unknown));
+      if (it == vocab.end()) {
+        return Status::InvalidArgument(
+            fmt::format("{}: unk_token '{}' is not in the vocab", path.string(), unknown));
+      }
+      unknown_id = it->second;
+    }
+    ReadOptional(model["fuse_unk"], fuse_unknown);
+  }
   simdjson::dom::array merges_json;
   if (model["merges"].get(merges_json) != simdjson::SUCCESS) {
     return Status::InvalidArgument(fmt::format("{}: no merges", path.string()));
@@ -362,7 +408,7 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     }
     SLUICE_RETURN_IF_ERROR(AddMerge(left, right, rank++, path.string()));
   }
-  SLUICE_RETURN_IF_ERROR(LoadPreTokenizer(root["pre_tokenizer"]));
+  if (!metaspace) SLUICE_RETURN_IF_ERROR(LoadPreTokenizer(root["pre_tokenizer"]));
   simdjson::dom::array single;
   if (root["post_processor"]["single"].get(single) == simdjson::SUCCESS) {
     bool after_sequence = false;
@@ -416,6 +462,101 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   }
   if (chat_template.empty() && fs::exists(fs::path(dir) / "chat_template.jinja", ec)) {
     chat_template = ReadFile(fs::path(dir) / "chat_template.jinja");
+  }
+  return Status::Ok();
+}
+
+// tokenizer.json's SentencePiece-style parts: byte_fallback, a normalizer of Prepend and Replace
+// steps (Llama 2's legacy one: Prepend "▁", Replace " " with "▁"), a Metaspace pre-tokenizer
+// (transformers' newer conversions), and whether the decoder drops the space in front. Other
+// normalizers (Unicode forms, lowercasing, SentencePiece's precompiled maps) are refused by name.
+Status Tokenizer::Impl::LoadHfSentencePiece(simdjson::dom::element root, const std::string& path) {
+  constexpr std::string_view kSpace = "\xE2\x96\x81";
+  simdjson::dom::element model = root["model"];
+  ReadOptional(model["byte_fallback"], byte_fallback);
+  auto refuse = [&](std::string_view what, std::string_view type) {
+    return Status::InvalidArgument(fmt::format("{}: {} '{}' is not supported", path, what, type));
+  };
+  // The normalizer: null, one step, or a Sequence of steps.
+  simdjson::dom::element normalizer;
+  if (root["normalizer"].get(normalizer) == simdjson::SUCCESS && !normalizer.is_null()) {
+    std::vector<simdjson::dom::element> steps_json;
+    std::string_view type;
+    ReadOptional(normalizer["type"], type);
+    simdjson::dom::array list;
+    if (type == "Sequence" && normalizer["normalizers"].get(list) == simdjson::SUCCESS) {
+      for (auto item : list) steps_json.push_back(item);
+    } else {
+      steps_json.push_back(normalizer);
+    }
+    for (simdjson::dom::element step : steps_json) {
+      std::string_view kind, text, content;
+      ReadOptional(step["type"], kind);
+      if (kind == "Prepend" && step["prepend"].get(text) == simdjson::SUCCESS) {
+        normalizer_prepend = std::string(text);
+      } else if (kind == "Replace" && step["pattern"]["String"].get(text) == simdjson::SUCCESS &&
+                 step["content"].get(content) == simdjson::SUCCESS && text == " " &&
+                 content == kSpace) {
+        normalizer_spaces = true;
+      } else {
+        return refuse("normalizer", kind);
+      }
+    }
+    hf_sentencepiece = true;
+  }
+  simdjson::dom::element pre;
+  std::string_view pre_type;
+  if (root["pre_tokenizer"].get(pre) == simdjson::SUCCESS && !pre.is_null() &&
+      pre["type"].get(pre_type) == simdjson::SUCCESS && pre_type == "Metaspace") {
+    std::string_view replacement, scheme;
+    if (pre["replacement"].get(replacement) == simdjson::SUCCESS && replacement != kSpace) {
+      return refuse("Metaspace replacement", replacement);
+    }
+    bool add_prefix_space = true;
+    if (pre["prepend_scheme"].get(scheme) == simdjson::SUCCESS) {
+      if (scheme == "first") {
+        metaspace_prepend = MetaspacePrepend::kFirst;
+      } else if (scheme == "never") {
+        metaspace_prepend = MetaspacePrepend::kNever;
+      } else if (scheme != "always") {
+        return refuse("Metaspace prepend_scheme", scheme);
+      }
+    } else if (pre["add_prefix_space"].get(add_prefix_space) == simdjson::SUCCESS &&
+               !add_prefix_space) {
+      metaspace_prepend = MetaspacePrepend::kNever;
+    }
+    ReadOptional(pre["split"], metaspace_split);
+    metaspace = true;
+    hf_sentencepiece = true;
+  }
+  if (byte_fallback) hf_sentencepiece = true;
+  if (!hf_sentencepiece) return Status::Ok();
+  // The decoder: a Strip of one leading space (in a Sequence), or Metaspace's own.
+  simdjson::dom::element decoder;
+  if (root["decoder"].get(decoder) == simdjson::SUCCESS && !decoder.is_null()) {
+    std::vector<simdjson::dom::element> parts;
+    std::string_view type;
+    ReadOptional(decoder["type"], type);
+    simdjson::dom::array list;
+    if (type == "Sequence" && decoder["decoders"].get(list) == simdjson::SUCCESS) {
+      for (auto item : list) parts.push_back(item);
+    } else {
+      parts.push_back(decoder);
+    }
+    for (simdjson::dom::element part : parts) {
+      std::string_view kind, scheme;
+      ReadOptional(part["type"], kind);
+      int64_t start = 0;
+      if (kind == "Strip" && part["start"].get(start) == simdjson::SUCCESS && start >= 1) {
+        strip_decoded_space = true;
+      }
+      if (kind == "Metaspace") {
+        bool prefix = true;
+        if (part["prepend_scheme"].get(scheme) == simdjson::SUCCESS) prefix = scheme != "never";
+        ReadOptional(part["add_prefix_space"], prefix);
+        strip_decoded_space |= prefix;
+      }
+    }
   }
   return Status::Ok();
 }
@@ -729,10 +870,6 @@ void Tokenizer::Impl::Split(std::string_view text, std::vector<std::string_view>
 // BPE on one pre-tokenized piece: start from its bytes, merge the lowest-ranked adjacent pair
 // until none is left (a heap of candidate pairs over a linked list: n log n).
 void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& ids) const {
-  struct Symbol {
-    int32_t id;
-    int prev, next;
-  };
   if (ignore_merges) {
     std::string characters;
     for (char byte : word) AppendUtf8(byte_cp_table[static_cast<unsigned char>(byte)], characters);
@@ -741,11 +878,27 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
       return;
     }
   }
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
+  std::vector<int32_t> initial;
+  initial.reserve(word.size());
   for (size_t i = 0; i < word.size(); ++i) {
     const int32_t id = byte_ids[static_cast<unsigned char>(word[i])];
     if (id < 0) continue;  // A byte the vocab lacks: dropped (the tokenizers package does too).
+    initial.push_back(id);
+  }
+  MergeByRank(initial, ids);
+}
+
+// The merges, lowest rank first, over a word's initial symbols: a heap of candidate pairs over a
+// linked list (n log n).
+void Tokenizer::Impl::MergeByRank(const std::vector<int32_t>& initial,
+                                  std::vector<int32_t>& ids) const {
+  struct Symbol {
+    int32_t id;
+    int prev, next;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(initial.size());
+  for (int32_t id : initial) {
     const int n = static_cast<int>(symbols.size());
     symbols.push_back({id, n - 1, n + 1});
   }
@@ -788,6 +941,74 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, std::vector<int32_t>& id
   }
   for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next)
     ids.push_back(symbols[static_cast<size_t>(i)].id);
+}
+
+void Tokenizer::Impl::EncodeHfSentencePiece(std::string_view text, bool at_start,
+                                            std::vector<int32_t>& ids) const {
+  constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁"
+  std::string normalized = normalizer_prepend;
+  normalized.reserve(normalized.size() + text.size() + 8);
+  for (char c : text) {
+    if (c == ' ' && (normalizer_spaces || metaspace)) {
+      normalized += kSpace;
+    } else {
+      normalized += c;
+    }
+  }
+  if (metaspace && !normalized.starts_with(kSpace) &&
+      (metaspace_prepend == MetaspacePrepend::kAlways ||
+       (metaspace_prepend == MetaspacePrepend::kFirst && at_start))) {
+    normalized.insert(0, kSpace);
+  }
+  if (!metaspace_split) return EncodeHfSentencePieceWord(normalized, ids);
+  // Split before each "▁" (it starts the next word).
+  size_t begin = 0;
+  for (size_t at = normalized.find(kSpace, 1); at != std::string::npos;
+       at = normalized.find(kSpace, at + kSpace.size())) {
+    EncodeHfSentencePieceWord(std::string_view(normalized).substr(begin, at - begin), ids);
+    begin = at;
+  }
+  EncodeHfSentencePieceWord(std::string_view(normalized).substr(begin), ids);
+}
+
+void Tokenizer::Impl::EncodeHfSentencePieceWord(std::string_view word,
+                                                std::vector<int32_t>& ids) const {
+  if (word.empty()) return;
+  if (ignore_merges) {
+    if (auto it = vocab.find(std::string(word)); it != vocab.end()) {
+      ids.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int32_t> initial;
+  bool last_unknown = false;
+  for (size_t at = 0; at < word.size();) {
+    const int len = SequenceLength(word.substr(at));
+    const size_t size = len > 0 ? static_cast<size_t>(len) : 1;
+    const std::string character(word.substr(at, size));
+    at += size;
+    if (auto it = vocab.find(character); it != vocab.end()) {
+      initial.push_back(it->second);
+      last_unknown = false;
+      continue;
+    }
+    if (byte_fallback) {
+      std::vector<int32_t> bytes;
+      for (char byte : character) {
+        auto it = vocab.find(fmt::format("<0x{:02X}>", static_cast<unsigned char>(byte)));
+        if (it == vocab.end()) break;
+        bytes.push_back(it->second);
+      }
+      if (bytes.size() == character.size()) {
+        initial.insert(initial.end(), bytes.begin(), bytes.end());
+        last_unknown = false;
+        continue;
+      }
+    }
+    if (unknown_id >= 0 && !(fuse_unknown && last_unknown)) initial.push_back(unknown_id);
+    last_unknown = true;
+  }
+  MergeByRank(initial, ids);
 }
 
 void Tokenizer::Impl::EncodeSentencePiece(std::string_view text, bool space_prefix,
@@ -870,9 +1091,10 @@ void Tokenizer::Impl::EncodeSentencePiece(std::string_view text, bool space_pref
   }
 }
 
-void Tokenizer::Impl::EncodeText(std::string_view text, bool after_special,
+void Tokenizer::Impl::EncodeText(std::string_view text, bool after_special, bool at_start,
                                  std::vector<int32_t>& ids) const {
   if (sentencepiece) return EncodeSentencePiece(text, add_space_prefix && after_special, ids);
+  if (hf_sentencepiece) return EncodeHfSentencePiece(text, at_start, ids);
   std::string prefixed;
   for (const PreTokenizerStep& step : steps) {
     if (step.add_prefix_space && !text.empty() && text[0] != ' ') {
@@ -924,14 +1146,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
       }
     }
     if (found == std::string_view::npos) {
-      impl_->EncodeText(text.substr(begin), after_special, ids);
+      impl_->EncodeText(text.substr(begin), after_special, begin == 0, ids);
       break;
     }
     std::string_view before = text.substr(begin, found - begin);
     if (added[match].lstrip) {
       while (!before.empty() && is_space(before.back())) before.remove_suffix(1);
     }
-    if (!before.empty()) impl_->EncodeText(before, after_special, ids);
+    if (!before.empty()) impl_->EncodeText(before, after_special, begin == 0, ids);
     ids.push_back(added[match].id);
     after_special = true;
     begin = found + added[match].text.size();
@@ -958,6 +1180,8 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
     const std::string& piece = TokenBytes(ids[i]);
     bytes.append(piece, i == first && strip_space && piece.starts_with(' ') ? 1 : 0);
   }
+  // tokenizer.json's decoders (Strip, Metaspace) drop one space in front of the whole text.
+  if (impl_->strip_decoded_space && bytes.starts_with(' ')) bytes.erase(0, 1);
   return Utf8Lossy(bytes);
 }
 

@@ -104,6 +104,9 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerCasesTest,
                                            std::make_pair("gguf_phi3_f32", size_t{2000}),
                                            std::make_pair("gguf_spm_llama_f32", size_t{2300}),
                                            std::make_pair("gguf_phi3_longrope_f32", size_t{2300}),
+                                           std::make_pair("converted/hf_spm_llama", size_t{2300}),
+                                           std::make_pair("converted/hf_spm_always", size_t{2300}),
+                                           std::make_pair("converted/hf_spm_legacy", size_t{2300}),
                                            std::make_pair("tiny_llm", size_t{2000})));
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {
