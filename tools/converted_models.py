@@ -28,6 +28,9 @@ In the test model folder:
                                     a random model of each family (llama, mistral, qwen2, qwen3,
                                     phi3, gemma3) from transformers' own class, saved whole and
                                     sharded, with tiny_llm's tokenizer and transformers' logits
+  gguf_<arch>_<type>/                llama, qwen2, qwen3, phi3 and gemma3 quantised by llama.cpp's
+                                    quantiser to Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS and IQ4_NL
+                                    (from tools/gguf_models.py's F32 files), with llama.cpp's logits
   converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -213,6 +216,44 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
         theirs = reference[f"logits_{i}"]
         worst = max(worst, float((logits - theirs).abs().max() / theirs.abs().max()))
     return worst
+
+
+# The quantisations people download for larger models, made by llama.cpp's own quantiser from
+# tools/gguf_models.py's F32 files (no importance matrix): Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS and
+# IQ4_NL, with the K-quants' and Q5/Q6 rows llama.cpp mixes into each.
+LOW_BIT_TYPES = ["q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"]
+LOW_BIT_ARCHITECTURES = ["llama", "qwen2", "qwen3", "phi3", "gemma3"]
+
+
+def write_low_bit(out_dir):
+    from gguf_models import PROMPTS as GGUF_PROMPTS, llama_cpp_reference, quantize
+    rng = random.Random(63)
+    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
+             "sequence while the batch grows").split()
+    prompts = GGUF_PROMPTS + [" ".join(rng.choice(words) for _ in range(40))]
+    for arch in LOW_BIT_ARCHITECTURES:
+        source = os.path.join(out_dir, f"gguf_{arch}_f32", "model.gguf")
+        if not os.path.exists(source):
+            sys.exit(f"{source} is missing: run tools/gguf_models.py --out {out_dir} first")
+        for kind in LOW_BIT_TYPES:
+            folder = os.path.join(out_dir, f"gguf_{arch}_{kind}")
+            os.makedirs(folder, exist_ok=True)
+            quantize(source, os.path.join(folder, "model.gguf"), kind)
+            llama_cpp_reference(os.path.join(folder, "model.gguf"),
+                                os.path.join(folder, "reference.safetensors"), prompts)
+    # The gguf package's dequantisation of one tensor of each type, for the C++ dequantisers.
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from safetensors.torch import save_file
+    tensors, where = {}, {}
+    for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl"):
+        path = os.path.join(out_dir, folder, "model.gguf")
+        for tensor in GGUFReader(path).tensors:
+            kind = tensor.tensor_type.name
+            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL") and kind not in tensors:
+                tensors[kind] = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
+                where[kind] = f"{folder}/model.gguf:{tensor.name}"
+    save_file(tensors, os.path.join(out_dir, "converted", "dequantized.safetensors"), where)
 
 
 # Every family Sluice reads from Hugging Face folders (model_type: llama, mistral, qwen2, qwen3, phi3,
@@ -454,6 +495,7 @@ def main():
         else:
             print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
                   f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
+    write_low_bit(args.out)
     write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(args.out, "tiny_llm_sharded"))
     for i, arch in enumerate(FAMILIES):
         write_family(args.out, arch, seed=70 + i)

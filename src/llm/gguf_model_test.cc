@@ -20,6 +20,7 @@
 
 #include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
+#include "llm/kernels/kernels.h"
 #include "llm/step_model.h"
 #include "llm/step_model_testing.h"
 
@@ -36,6 +37,12 @@ std::vector<std::string> GgufModelDirs() {
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
+      dirs.push_back(std::string("gguf_") + arch + "_" + type);
+    }
+  }
+  // The lower-bit types (tools/converted_models.py), requantised to Q8_0 at load.
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "gemma3"}) {
+    for (const char* type : {"q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"}) {
       dirs.push_back(std::string("gguf_") + arch + "_" + type);
     }
   }
@@ -97,6 +104,14 @@ Tolerance ToleranceFor(const std::string& dir) {
   const double table_gelu = dir.starts_with("gguf_gemma3") ? 3.0 : 1.0;
   if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3 * table_gelu, 0.99, 1.0};
   if (dir.starts_with("gguf_smollm2")) return {0.1, 0.9, 0.75};
+  // The 2-4-bit types are requantised to Q8_0 at load (a rounding of 0.4% of each block's largest
+  // weight on top of theirs), and x is quantised per 32 where llama.cpp quantises it per 256
+  // (Q8_K) for them: gemma3's tiny random model, whose logits are the nearest to ties, agreed at
+  // the top on 89-97% of positions (2-bit: 89.3%) on an AMD EPYC Zen 4.
+  const bool low_bit = dir.find("_q2_k") != std::string::npos ||
+                       dir.find("_q3_k") != std::string::npos ||
+                       dir.find("_iq4") != std::string::npos;
+  if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
   return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.
 }
 
@@ -526,6 +541,40 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.dir).substr(5) + "_context_" +
              std::to_string(info.param.context);
     });
+
+// The types requantised at load, dequantised as the gguf package (llama.cpp's own Python reader)
+// dequantises them: one tensor of each from llama.cpp's quantiser (tools/converted_models.py).
+TEST(LowBitTypesTest, DequantiseAsTheGgufPackageDoes) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS);
+  auto reference = SafetensorsFile::Open(dir + "/converted/dequantized.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  ASSERT_EQ((*reference)->entries().size(), 4u);
+  for (const auto& [type, where] : (*reference)->metadata()) {
+    const size_t colon = where.find(':');
+    auto file = GgufFile::Open(dir + "/" + where.substr(0, colon));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    const GgufTensor* tensor = (*file)->FindTensor(where.substr(colon + 1));
+    ASSERT_NE(tensor, nullptr) << where;
+    EXPECT_EQ(GgmlTypeName(tensor->type), type);
+    const SafetensorsEntry* expected = (*reference)->Find(type);
+    ASSERT_NE(expected, nullptr);
+    const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
+    ASSERT_EQ(expected->bytes, static_cast<size_t>(rows * columns * 4));
+    const auto* want = static_cast<const float*>(expected->data);
+    std::vector<float> row(static_cast<size_t>(columns));
+    double worst = 0, largest = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(tensor->type,
+                    static_cast<const uint8_t*>(tensor->data) + r * (tensor->bytes / rows), columns,
+                    row.data());
+      for (int64_t c = 0; c < columns; ++c) {
+        worst = std::max(worst, static_cast<double>(std::abs(row[c] - want[r * columns + c])));
+        largest = std::max(largest, static_cast<double>(std::abs(want[r * columns + c])));
+      }
+    }
+    EXPECT_LE(worst, 1e-6 * largest) << type << " " << where;
+  }
+}
 
 }  // namespace
 }  // namespace sluice::llm

@@ -156,10 +156,10 @@ TEST_F(GgufTest, BadFilesAreRefusedByName) {
   // Cut inside the metadata.
   std::vector<uint8_t> header_only(good.begin(), good.begin() + 60);
   EXPECT_NE(ErrorOf(header_only, "header.gguf").find("past the end"), std::string::npos);
-  // A type Sluice does not read (Q2_K = 10) is named.
-  Writer q2 = Llama();
-  q2.Tensor("blk.0.attn_q.weight", 10, {256, 64}, 64 * 84);
-  EXPECT_NE(ErrorOf(q2.Bytes(), "type.gguf").find("Q2_K"), std::string::npos);
+  // A type Sluice does not read (IQ2_XXS = 16) is named.
+  Writer iq2 = Llama();
+  iq2.Tensor("blk.0.attn_q.weight", 16, {256, 64}, 64 * 66);
+  EXPECT_NE(ErrorOf(iq2.Bytes(), "type.gguf").find("IQ2_XXS"), std::string::npos);
   // Rows that are not whole blocks.
   Writer partial = Llama();
   partial.Tensor("blk.0.attn_k.weight", 12, {64, 32}, 4096);  // Q4_K rows of 256.

@@ -30,6 +30,14 @@ std::string GgmlTypeName(uint32_t type) {
       return "Q5_K";
     case GgmlType::kQ6_K:
       return "Q6_K";
+    case GgmlType::kQ2_K:
+      return "Q2_K";
+    case GgmlType::kQ3_K:
+      return "Q3_K";
+    case GgmlType::kIQ4_NL:
+      return "IQ4_NL";
+    case GgmlType::kIQ4_XS:
+      return "IQ4_XS";
   }
   // The others, by the names llama.cpp gives them, so an error says which one a file holds.
   static const char* const kOthers[] = {nullptr,   nullptr, nullptr,  nullptr, "Q4_2",    "Q4_3",
@@ -73,6 +81,18 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
       return true;
     case GgmlType::kQ6_K:
       *elements = 256, *bytes = 210;
+      return true;
+    case GgmlType::kQ2_K:  // 16 scale/min nibbles, 64 bytes of 2-bit values, d, dmin.
+      *elements = 256, *bytes = 84;
+      return true;
+    case GgmlType::kQ3_K:  // 32 bytes of high bits, 64 of low 2 bits, 12 of 6-bit scales, d.
+      *elements = 256, *bytes = 110;
+      return true;
+    case GgmlType::kIQ4_NL:  // d, 16 bytes of 4-bit indices into a non-linear table.
+      *elements = 32, *bytes = 18;
+      return true;
+    case GgmlType::kIQ4_XS:  // d, 8 6-bit sub-block scales (2 + 4 bytes), 128 bytes of indices.
+      *elements = 256, *bytes = 136;
       return true;
   }
   return false;

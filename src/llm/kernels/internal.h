@@ -26,6 +26,11 @@
              "prfchw")))
 #endif
 
+namespace sluice::llm {
+// A row of k weights of a type IsConvertedQuantType names, to fp32 (quant_lowbit.cc).
+void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);
+}  // namespace sluice::llm
+
 namespace sluice::llm::kernels {
 
 inline int64_t RoundUp8(int64_t v) { return (v + 7) & ~int64_t{7}; }

@@ -428,6 +428,7 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
     default:
       break;
   }
+  if (IsConvertedQuantType(ggml_type)) return DequantizeLowBitRow(ggml_type, bytes, k, out);
   if (!IsQuantType(ggml_type)) {
     std::fill(out, out + k, 0.0f);
     return;
@@ -441,6 +442,18 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
     for (int l = 0; l < 32; ++l) {
       out[c + l] = chunk.scale[l / 16] * static_cast<float>(chunk.q[l]) + chunk.bias;
     }
+  }
+}
+
+bool IsConvertedQuantType(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 
