@@ -53,7 +53,7 @@ def main():
         # The reference: the same files served from a model repository.
         repository = os.path.join(tmp, "repository")
         os.makedirs(repository)
-        os.symlink(os.path.join(models, "gguf_spm_llama_f32"), os.path.join(repository, "spm"))
+        os.symlink(os.path.join(models, "converted", "gguf_spm_llama_f32"), os.path.join(repository, "spm"))
         os.symlink(os.path.join(models, "tiny_llm"), os.path.join(repository, "tiny_llm"))
         with serving(sluice, ["--model-repository", repository, "--model", "spm"], env) as port:
             _, spm_text = greedy(port)
@@ -63,7 +63,7 @@ def main():
 
         # A GGUF file, served under its stem.
         gguf = os.path.join(tmp, "TinySPM-Llama-F32.gguf")
-        shutil.copy(os.path.join(models, "gguf_spm_llama_f32", "model.gguf"), gguf)
+        shutil.copy(os.path.join(models, "converted", "gguf_spm_llama_f32", "model.gguf"), gguf)
         with serving(sluice, [gguf], env) as port:
             name, text = greedy(port)
         check(name == "TinySPM-Llama-F32", f"a file's name: {name}")
@@ -75,7 +75,7 @@ def main():
         split = os.path.join(tmp, "split")
         os.makedirs(split)
         for part in range(1, 4):
-            shutil.copy(os.path.join(models, "gguf_spm_llama_split",
+            shutil.copy(os.path.join(models, "converted", "gguf_spm_llama_split",
                                      f"model-{part:05d}-of-00003.gguf"),
                         os.path.join(split, f"TinySPM-{part:05d}-of-00003.gguf"))
         with serving(sluice, [os.path.join(split, "TinySPM-00001-of-00003.gguf")], env) as port:
@@ -84,7 +84,7 @@ def main():
                 "open its first part")
 
         # A Hugging Face folder: a sharded checkpoint.
-        with serving(sluice, [os.path.join(models, "tiny_llm_sharded")], env) as port:
+        with serving(sluice, [os.path.join(models, "converted", "tiny_llm_sharded")], env) as port:
             check(greedy(port) == ("tiny_llm_sharded", tiny_text), "a sharded HF folder")
 
         # The Hugging Face cache: refs/main names the snapshot; :TAG picks a GGUF file.
@@ -106,8 +106,8 @@ def main():
         # A folder holding one model, under its id.
         hf = os.path.join(tmp, "hub", "models--acme--tiny-llm")
         os.makedirs(os.path.join(hf, "snapshots", "c0ffee"))
-        for name in os.listdir(os.path.join(models, "tiny_llm_sharded")):
-            shutil.copy(os.path.join(models, "tiny_llm_sharded", name),
+        for name in os.listdir(os.path.join(models, "converted", "tiny_llm_sharded")):
+            shutil.copy(os.path.join(models, "converted", "tiny_llm_sharded", name),
                         os.path.join(hf, "snapshots", "c0ffee", name))
         with serving(sluice, ["acme/tiny-llm"], env) as port:
             check(greedy(port) == ("acme/tiny-llm", tiny_text), "org/name of a HF folder")

@@ -3,7 +3,7 @@
 save_pretrained, converted to GGUF by llama.cpp's own converter (convert_hf_to_gguf.py, from
 llama-cpp-python's source distribution, which scripts/install-deps.sh unpacks in .deps/llama.cpp).
 
-In converted/ (apart from the model repository the server tests serve):
+Everything goes to converted/ (apart from the model repository the server tests serve whole):
   spm_tokenizer/tokenizer.model     a SentencePiece BPE vocabulary (1,000 pieces, byte fallback,
                                     Llama's normaliser settings) trained here with the
                                     sentencepiece package on the tokenizer test strings
@@ -15,7 +15,6 @@ In converted/ (apart from the model repository the server tests serve):
   hf_spm_always/, hf_spm_legacy/    the same vocabulary's tokenizer.json with Metaspace prepending
                                     to every segment, and in Llama 2's original form (a Prepend and
                                     Replace normalizer), with the tokenizers package's ids
-In the test model folder:
   gguf_spm_llama_f32/model.gguf     that folder through llama.cpp's converter (tokenizer.ggml.model
                                     "llama": tokens, scores, token types); tokenizer_cases.jsonl:
                                     llama.cpp's ids for the strings; reference.safetensors:
@@ -31,7 +30,7 @@ In the test model folder:
   gguf_<arch>_<type>/                llama, qwen2, qwen3, phi3 and gemma3 quantised by llama.cpp's
                                     quantiser to Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS and IQ4_NL
                                     (from tools/gguf_models.py's F32 files), with llama.cpp's logits
-  converted/hf_phi3_longrope/, gguf_phi3_longrope_f32/
+  hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
                                     so the attention factor sqrt(1 + ln 32 / ln 256)), its attention
@@ -44,7 +43,7 @@ In the test model folder:
                                     llama.cpp's KV cache in f32 for all of them; and
                                     tokenizer_cases.jsonl, llama.cpp's ids for the strings under a
                                     Phi-3's name (whitespace after special tokens dropped)
-  converted/hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
+  hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
                                     logits, and reference_plain_rope.safetensors likewise
@@ -225,16 +224,16 @@ LOW_BIT_TYPES = ["q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"]
 LOW_BIT_ARCHITECTURES = ["llama", "qwen2", "qwen3", "phi3", "gemma3"]
 
 
-def write_low_bit(out_dir):
+def write_low_bit(models, out_dir):
     from gguf_models import PROMPTS as GGUF_PROMPTS, llama_cpp_reference, quantize
     rng = random.Random(63)
     words = ("the model serves tokens quickly and the cache keeps every key and value of each "
              "sequence while the batch grows").split()
     prompts = GGUF_PROMPTS + [" ".join(rng.choice(words) for _ in range(40))]
     for arch in LOW_BIT_ARCHITECTURES:
-        source = os.path.join(out_dir, f"gguf_{arch}_f32", "model.gguf")
+        source = os.path.join(models, f"gguf_{arch}_f32", "model.gguf")
         if not os.path.exists(source):
-            sys.exit(f"{source} is missing: run tools/gguf_models.py --out {out_dir} first")
+            sys.exit(f"{source} is missing: run tools/gguf_models.py --out {models} first")
         for kind in LOW_BIT_TYPES:
             folder = os.path.join(out_dir, f"gguf_{arch}_{kind}")
             os.makedirs(folder, exist_ok=True)
@@ -253,7 +252,7 @@ def write_low_bit(out_dir):
             if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL") and kind not in tensors:
                 tensors[kind] = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
                 where[kind] = f"{folder}/model.gguf:{tensor.name}"
-    save_file(tensors, os.path.join(out_dir, "converted", "dequantized.safetensors"), where)
+    save_file(tensors, os.path.join(out_dir, "dequantized.safetensors"), where)
 
 
 # Every family Sluice reads from Hugging Face folders (model_type: llama, mistral, qwen2, qwen3, phi3,
@@ -261,7 +260,7 @@ def write_low_bit(out_dir):
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"]
 
 
-def write_family(out_dir, arch, seed):
+def write_family(models, out_dir, arch, seed):
     """hf_<arch>/: a random model of the family from transformers' own class (gguf_models.py's
     shapes: hidden 256, two layers; gemma3 with a sliding window of 8 on every other layer), as
     save_pretrained writes it, with tiny_llm's tokenizer and transformers' fp32 logits and greedy
@@ -271,7 +270,7 @@ def write_family(out_dir, arch, seed):
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
     from gguf_models import hf_model
-    tokenizer_dir = os.path.join(out_dir, "tiny_llm")
+    tokenizer_dir = os.path.join(models, "tiny_llm")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     model = hf_model(arch, len(tokenizer), seed)
     rng = random.Random(seed)
@@ -418,9 +417,10 @@ def main():
     from gguf_models import llama_cpp_reference
     start = time.time()
     strings = case_strings(args.out)
-    # The Hugging Face folders the GGUF files are converted from, apart: the test model folder is
-    # also a model repository the server tests serve whole.
-    sources = os.path.join(args.out, "converted")
+    # Everything in converted/, apart: the test model folder is also a model repository the server
+    # tests serve whole, and each of these would load at every server's start.
+    out = sources = os.path.join(args.out, "converted")
+    os.makedirs(out, exist_ok=True)
     rng = random.Random(61)
     model_path = os.path.join(sources, "spm_tokenizer", "tokenizer.model")
     train_sentencepiece(strings[2000:], model_path)
@@ -430,7 +430,7 @@ def main():
     texts = spm_strings(strings, rng)
     write_hf_tokenizer_variants(hf_dir, sources, texts)
 
-    gguf_dir = os.path.join(args.out, "gguf_spm_llama_f32")
+    gguf_dir = os.path.join(out, "gguf_spm_llama_f32")
     gguf_path = os.path.join(gguf_dir, "model.gguf")
     convert(hf_dir, gguf_path)
     llm = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
@@ -443,7 +443,7 @@ def main():
     same = sum(row[1] == tokenizer(row[0], add_special_tokens=False).input_ids for row in rows)
     llama_cpp_reference(gguf_path, os.path.join(gguf_dir, "reference.safetensors"), PROMPTS)
     # The same model split in three parts by the converter (as gguf-split splits large models).
-    split_dir = os.path.join(args.out, "gguf_spm_llama_split")
+    split_dir = os.path.join(out, "gguf_spm_llama_split")
     for old in glob.glob(os.path.join(split_dir, "*.gguf")):
         os.remove(old)
     convert(hf_dir, os.path.join(split_dir, "model.gguf"), extra=("--split-max-tensors", "8"))
@@ -462,7 +462,7 @@ def main():
     for name, write in (("phi3_longrope", write_hf_phi3), ("qwen2_yarn", write_hf_qwen2)):
         hf = os.path.join(sources, f"hf_{name}")
         model = write(hf_dir, hf, seed=62)
-        gguf_dir = os.path.join(args.out, f"gguf_{name}_f32")
+        gguf_dir = os.path.join(out, f"gguf_{name}_f32")
         path = os.path.join(gguf_dir, "model.gguf")
         convert(hf, path)
         llama_cpp_reference(path, os.path.join(gguf_dir, "reference.safetensors"), prompts,
@@ -495,10 +495,10 @@ def main():
         else:
             print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
                   f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
-    write_low_bit(args.out)
-    write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(args.out, "tiny_llm_sharded"))
+    write_low_bit(args.out, out)
+    write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(out, "tiny_llm_sharded"))
     for i, arch in enumerate(FAMILIES):
-        write_family(args.out, arch, seed=70 + i)
+        write_family(args.out, out, arch, seed=70 + i)
     print(f"converted test models in {time.time() - start:.1f} s")
 
 

@@ -32,8 +32,8 @@ namespace {
 std::vector<std::string> GgufModelDirs() {
   // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
   // whole and split in three parts.
-  std::vector<std::string> dirs = {"gguf_smollm2_q4_1", "gguf_spm_llama_f32",
-                                   "gguf_spm_llama_split"};
+  std::vector<std::string> dirs = {"gguf_smollm2_q4_1", "converted/gguf_spm_llama_f32",
+                                   "converted/gguf_spm_llama_split"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
@@ -43,7 +43,7 @@ std::vector<std::string> GgufModelDirs() {
   // The lower-bit types (tools/converted_models.py), requantised to Q8_0 at load.
   for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type : {"q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"}) {
-      dirs.push_back(std::string("gguf_") + arch + "_" + type);
+      dirs.push_back(std::string("converted/gguf_") + arch + "_" + type);
     }
   }
   return dirs;
@@ -100,7 +100,8 @@ struct Tolerance {
 // were 2.5e-4 of the largest apart, and Sluice's fp32 products ordered them the other way.
 constexpr double kTie = 1e-3;
 
-Tolerance ToleranceFor(const std::string& dir) {
+Tolerance ToleranceFor(const std::string& path) {
+  const std::string dir = path.substr(path.rfind('/') + 1);  // The folder's own name.
   const double table_gelu = dir.starts_with("gguf_gemma3") ? 3.0 : 1.0;
   if (dir.ends_with("_f32") || dir.ends_with("_f16")) return {3e-3 * table_gelu, 0.99, 1.0};
   if (dir.starts_with("gguf_smollm2")) return {0.1, 0.9, 0.75};
@@ -186,8 +187,11 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
             tolerance.greedy * static_cast<double>(references.size()));
 }
 
+// Test names: the folder's name (converted/... without its folder).
+std::string TestName(const std::string& dir) { return dir.substr(dir.rfind('/') + 1); }
+
 INSTANTIATE_TEST_SUITE_P(Files, GgufModelTest, ::testing::ValuesIn(GgufModelDirs()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return TestName(info.param); });
 
 std::unique_ptr<StepModel> LoadWithCache(const std::string& name, KvCacheDtype kv) {
   ModelLoadOptions options;
@@ -534,19 +538,19 @@ TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
 
 INSTANTIATE_TEST_SUITE_P(
     Files, RopeScalingTest,
-    ::testing::Values(RopeCase{"gguf_phi3_longrope_f32", "reference.safetensors", 256},
-                      RopeCase{"gguf_phi3_longrope_f32", "reference_long.safetensors", 512},
-                      RopeCase{"gguf_qwen2_yarn_f32", "reference.safetensors", 256}),
+    ::testing::Values(RopeCase{"converted/gguf_phi3_longrope_f32", "reference.safetensors", 256},
+                      RopeCase{"converted/gguf_phi3_longrope_f32", "reference_long.safetensors",
+                               512},
+                      RopeCase{"converted/gguf_qwen2_yarn_f32", "reference.safetensors", 256}),
     [](const auto& info) {
-      return std::string(info.param.dir).substr(5) + "_context_" +
-             std::to_string(info.param.context);
+      return TestName(info.param.dir).substr(5) + "_context_" + std::to_string(info.param.context);
     });
 
 // The types requantised at load, dequantised as the gguf package (llama.cpp's own Python reader)
 // dequantises them: one tensor of each from llama.cpp's quantiser (tools/converted_models.py).
 TEST(LowBitTypesTest, DequantiseAsTheGgufPackageDoes) {
-  const std::string dir = std::string(SLUICE_TEST_MODELS);
-  auto reference = SafetensorsFile::Open(dir + "/converted/dequantized.safetensors");
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted";
+  auto reference = SafetensorsFile::Open(dir + "/dequantized.safetensors");
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
   ASSERT_EQ((*reference)->entries().size(), 4u);
   for (const auto& [type, where] : (*reference)->metadata()) {

@@ -318,12 +318,18 @@ TEST(LlamaModelLoadTest, Q8CacheNeedsWholeBlocksOfAHead) {
 // hf_<family>[_sharded]: a random model of each family from transformers' own class, whole and
 // sharded (tools/converted_models.py).
 INSTANTIATE_TEST_SUITE_P(TinyModels, LlamaModelTest,
-                         ::testing::Values("tiny_llm", "tiny_llm_scaled", "tiny_llm_sharded",
-                                           "hf_llama", "hf_llama_sharded", "hf_mistral",
-                                           "hf_mistral_sharded", "hf_qwen2", "hf_qwen2_sharded",
-                                           "hf_qwen3", "hf_qwen3_sharded", "hf_phi3",
-                                           "hf_phi3_sharded", "hf_gemma3", "hf_gemma3_sharded"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Values("tiny_llm", "tiny_llm_scaled",
+                                           "converted/tiny_llm_sharded", "converted/hf_llama",
+                                           "converted/hf_llama_sharded", "converted/hf_mistral",
+                                           "converted/hf_mistral_sharded", "converted/hf_qwen2",
+                                           "converted/hf_qwen2_sharded", "converted/hf_qwen3",
+                                           "converted/hf_qwen3_sharded", "converted/hf_phi3",
+                                           "converted/hf_phi3_sharded", "converted/hf_gemma3",
+                                           "converted/hf_gemma3_sharded"),
+                         [](const auto& info) {
+                           const std::string dir = info.param;
+                           return dir.substr(dir.rfind('/') + 1);
+                         });
 
 // A sharded checkpoint whose index names a shard that is not there, or a tensor its shard lacks:
 // an error naming the file.
@@ -331,7 +337,7 @@ TEST(LlamaModelLoadTest, AShardedCheckpointsMissingPartIsNamed) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("sluice_sharded_" + std::to_string(getpid()));
   fs::remove_all(dir);
-  fs::copy(ModelDir("tiny_llm_sharded"), dir);
+  fs::copy(ModelDir("converted/tiny_llm_sharded"), dir);
   ModelLoadOptions options;
   options.dir = dir.string();
   options.serve.context_length = 256;

@@ -96,18 +96,19 @@ TEST_P(TokenizerCasesTest, SameIdsAsTheReferenceAndRoundTrips) {
   EXPECT_EQ(stream_failures, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerCasesTest,
-                         ::testing::Values(std::make_pair("smollm2_tokenizer", size_t{10000}),
-                                           std::make_pair("gguf_smollm2_q4_1", size_t{10000}),
-                                           std::make_pair("gguf_mistral_f32", size_t{2000}),
-                                           std::make_pair("gguf_qwen2_f32", size_t{2000}),
-                                           std::make_pair("gguf_phi3_f32", size_t{2000}),
-                                           std::make_pair("gguf_spm_llama_f32", size_t{2300}),
-                                           std::make_pair("gguf_phi3_longrope_f32", size_t{2300}),
-                                           std::make_pair("converted/hf_spm_llama", size_t{2300}),
-                                           std::make_pair("converted/hf_spm_always", size_t{2300}),
-                                           std::make_pair("converted/hf_spm_legacy", size_t{2300}),
-                                           std::make_pair("tiny_llm", size_t{2000})));
+INSTANTIATE_TEST_SUITE_P(
+    Tokenizers, TokenizerCasesTest,
+    ::testing::Values(std::make_pair("smollm2_tokenizer", size_t{10000}),
+                      std::make_pair("gguf_smollm2_q4_1", size_t{10000}),
+                      std::make_pair("gguf_mistral_f32", size_t{2000}),
+                      std::make_pair("gguf_qwen2_f32", size_t{2000}),
+                      std::make_pair("gguf_phi3_f32", size_t{2000}),
+                      std::make_pair("converted/gguf_spm_llama_f32", size_t{2300}),
+                      std::make_pair("converted/gguf_phi3_longrope_f32", size_t{2300}),
+                      std::make_pair("converted/hf_spm_llama", size_t{2300}),
+                      std::make_pair("converted/hf_spm_always", size_t{2300}),
+                      std::make_pair("converted/hf_spm_legacy", size_t{2300}),
+                      std::make_pair("tiny_llm", size_t{2000})));
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {
   auto tokenizer = Tokenizer::Load(Dir("smollm2_tokenizer"));
