@@ -66,43 +66,38 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# XGrammar's C++ library (constrained decoding for response_format): its source distribution from
-# PyPI, pinned by hash, into the git-ignored .deps/; CMake builds the library from it
-# (cmake/xgrammar.cmake). Debian has no grammar engine for token masks, and XGrammar is the one
-# vLLM, SGLang and TensorRT-LLM use.
-XGRAMMAR_SDIST=.deps/xgrammar-0.2.8.tar.gz
-XGRAMMAR_URL=https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-0.2.8.tar.gz
-XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
-if [ -f "$XGRAMMAR_SDIST" ] && echo "$XGRAMMAR_SHA256  $XGRAMMAR_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
-  echo "install-deps: $XGRAMMAR_SDIST present"
-else
-  echo "install-deps: downloading $XGRAMMAR_SDIST"
+# A source distribution from PyPI into the git-ignored .deps/, checked by its SHA-256:
+# fetch_pinned FILE URL SHA256 (skipped when FILE is there with that hash).
+fetch_pinned() {
+  local file=$1 url=$2 sha=$3
+  if [ -f "$file" ] && echo "$sha  $file" | sha256sum -c --quiet - 2>/dev/null; then
+    echo "install-deps: $file present"
+    return
+  fi
+  echo "install-deps: downloading $file"
   mkdir -p .deps
   /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-    "$XGRAMMAR_URL" "$XGRAMMAR_SDIST.part"
-  echo "$XGRAMMAR_SHA256  $XGRAMMAR_SDIST.part" | sha256sum -c --quiet - ||
-    { echo "install-deps: $XGRAMMAR_SDIST has the wrong SHA-256" >&2; rm -f "$XGRAMMAR_SDIST.part"; exit 1; }
-  mv "$XGRAMMAR_SDIST.part" "$XGRAMMAR_SDIST"
-fi
+    "$url" "$file.part"
+  echo "$sha  $file.part" | sha256sum -c --quiet - ||
+    { echo "install-deps: $file has the wrong SHA-256" >&2; rm -f "$file.part"; exit 1; }
+  mv "$file.part" "$file"
+}
+
+# XGrammar's C++ library (constrained decoding for response_format): CMake builds the library
+# from its source distribution (cmake/xgrammar.cmake). Debian has no grammar engine for token
+# masks, and XGrammar is the one vLLM, SGLang and TensorRT-LLM use.
+fetch_pinned .deps/xgrammar-0.2.8.tar.gz \
+  https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-0.2.8.tar.gz \
+  8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
 
 # llama.cpp's own converter (convert_hf_to_gguf.py, with its conversion/ package and gguf-py),
-# from llama-cpp-python's source distribution (the version requirements.txt pins), pinned by hash:
-# the tests convert Hugging Face checkpoints to GGUF with it, as users do.
+# from llama-cpp-python's source distribution (the version requirements.txt pins): the tests
+# convert Hugging Face checkpoints to GGUF with it, as users do.
 LLAMA_CPP_SDIST=.deps/llama_cpp_python-0.3.36.tar.gz
-LLAMA_CPP_URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
-LLAMA_CPP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-LLAMA_CPP_CONVERTER=.deps/llama.cpp/convert_hf_to_gguf.py
-if [ -f "$LLAMA_CPP_CONVERTER" ] && [ -f "$LLAMA_CPP_SDIST" ] &&
-   echo "$LLAMA_CPP_SHA256  $LLAMA_CPP_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
-  echo "install-deps: $LLAMA_CPP_CONVERTER present"
-else
-  echo "install-deps: downloading $LLAMA_CPP_SDIST (llama.cpp's converter)"
-  mkdir -p .deps
-  /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
-    "$LLAMA_CPP_URL" "$LLAMA_CPP_SDIST.part"
-  echo "$LLAMA_CPP_SHA256  $LLAMA_CPP_SDIST.part" | sha256sum -c --quiet - ||
-    { echo "install-deps: $LLAMA_CPP_SDIST has the wrong SHA-256" >&2; rm -f "$LLAMA_CPP_SDIST.part"; exit 1; }
-  mv "$LLAMA_CPP_SDIST.part" "$LLAMA_CPP_SDIST"
+fetch_pinned "$LLAMA_CPP_SDIST" \
+  https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz \
+  832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+if [ ! -f .deps/llama.cpp/convert_hf_to_gguf.py ] || [ "$LLAMA_CPP_SDIST" -nt .deps/llama.cpp ]; then
   rm -rf .deps/llama.cpp
   mkdir -p .deps/llama.cpp
   tar -xzf "$LLAMA_CPP_SDIST" -C .deps/llama.cpp --strip-components=3 \

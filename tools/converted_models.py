@@ -78,12 +78,18 @@ PROMPTS = [
 ]
 
 
-def case_strings(out_dir):
-    path = os.path.join(out_dir, "smollm2_tokenizer", "tokenizer_cases.jsonl")
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: run tools/llm_export.py --test --out {out_dir} first")
-    with open(path) as f:
-        return [json.loads(line)["text"] for line in f]
+def llama_cpp_cases(gguf_path, texts, out_path):
+    """tokenizer_cases.jsonl: llama.cpp's ids for `texts` with the file's vocabulary (special
+    tokens parsed), and its detokenisation of them."""
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
+    rows = []
+    for text in texts:
+        ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+        rows.append((text, ids, detokenize(llm, ids)))
+    del llm
+    write_cases(out_path, rows)
+    return rows
 
 
 def train_sentencepiece(strings, path):
@@ -414,9 +420,9 @@ def main():
     import llama_cpp  # noqa: F401 (fail early when the reference is missing)
     import transformers
     transformers.utils.logging.set_verbosity_error()
-    from gguf_models import llama_cpp_reference
+    from gguf_models import case_strings, llama_cpp_reference
     start = time.time()
-    strings = case_strings(args.out)
+    strings = case_strings(args.out, 10000)
     # Everything in converted/, apart: the test model folder is also a model repository the server
     # tests serve whole, and each of these would load at every server's start.
     out = sources = os.path.join(args.out, "converted")
@@ -433,13 +439,7 @@ def main():
     gguf_dir = os.path.join(out, "gguf_spm_llama_f32")
     gguf_path = os.path.join(gguf_dir, "model.gguf")
     convert(hf_dir, gguf_path)
-    llm = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
-    rows = []
-    for text in texts:
-        ids = llm.tokenize(text.encode(), add_bos=False, special=True)
-        rows.append((text, ids, detokenize(llm, ids)))
-    del llm
-    write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
+    rows = llama_cpp_cases(gguf_path, texts, os.path.join(gguf_dir, "tokenizer_cases.jsonl"))
     same = sum(row[1] == tokenizer(row[0], add_special_tokens=False).input_ids for row in rows)
     llama_cpp_reference(gguf_path, os.path.join(gguf_dir, "reference.safetensors"), PROMPTS)
     # The same model split in three parts by the converter (as gguf-split splits large models).
@@ -476,13 +476,7 @@ def main():
                             prompts, kv_f32=True)
         if "phi3" in name:
             # A Phi-3's name: llama.cpp drops the whitespace after its special tokens.
-            llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-            rows = []
-            for text in texts:
-                ids = llm.tokenize(text.encode(), add_bos=False, special=True)
-                rows.append((text, ids, detokenize(llm, ids)))
-            del llm
-            write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), rows)
+            llama_cpp_cases(path, texts, os.path.join(gguf_dir, "tokenizer_cases.jsonl"))
             # llama.cpp takes the long factors when its context is past the original one.
             llama_cpp_reference(path, os.path.join(gguf_dir, "reference_long.safetensors"),
                                 prompts + [past_original], n_ctx=512, kv_f32=True)

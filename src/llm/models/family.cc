@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "llm/models/config_json.h"
+
 namespace sluice::llm {
 
 const std::vector<const Family*>& Families() {
@@ -39,6 +41,23 @@ std::string ModelTypeNames() {
     names.insert(names.end(), family->model_types.begin(), family->model_types.end());
   }
   return fmt::format("{}", fmt::join(names, ", "));
+}
+
+Status RequireSilu(const JsonConfig& config, const char* key) {
+  auto activation = config.String(key, "silu");
+  if (!activation.ok()) return activation.status();
+  if (*activation != "silu") return config.Bad(key, "is not silu: not supported");
+  return Status::Ok();
+}
+
+Status RequireNoQwenWindows(const JsonConfig& config, std::string_view family) {
+  auto sliding = config.Bool("use_sliding_window", false);
+  if (!sliding.ok()) return sliding.status();
+  if (*sliding) {
+    return config.Bad("use_sliding_window",
+                      fmt::format("is true: {}'s windowed layers are not supported", family));
+  }
+  return Status::Ok();
 }
 
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch) {

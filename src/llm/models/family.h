@@ -65,7 +65,11 @@ const Family& Qwen3Family();
 const Family& Phi3Family();
 const Family& Gemma3Family();
 
-// Shared by the families' readers: a sliding window over every layer (Mistral's, Phi-3's), the
+// Shared by the families' readers: config.json's hidden_act (or `key`) is silu, else an error.
+Status RequireSilu(const JsonConfig& config, const char* key = "hidden_act");
+// Qwen's use_sliding_window (windows on its upper layers) is off, else an error naming `family`.
+Status RequireNoQwenWindows(const JsonConfig& config, std::string_view family);
+// A sliding window over every layer (Mistral's, Phi-3's), the
 // same rotation as the other layers; none when the window covers `max_positions`.
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);
 

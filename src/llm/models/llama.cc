@@ -7,9 +7,7 @@ namespace sluice::llm {
 namespace {
 
 Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
-  auto activation = config.String("hidden_act", "silu");
-  if (!activation.ok()) return activation.status();
-  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
+  SLUICE_RETURN_IF_ERROR(RequireSilu(config));
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     auto bias = config.Bool(key, false);
     if (!bias.ok()) return bias.status();

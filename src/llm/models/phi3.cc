@@ -9,9 +9,7 @@ namespace sluice::llm {
 namespace {
 
 Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
-  auto activation = config.String("hidden_act", "silu");
-  if (!activation.ok()) return activation.status();
-  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
+  SLUICE_RETURN_IF_ERROR(RequireSilu(config));
   double partial = 1.0;
   for (const JsonConfig& where : {config, config.Object("rope_parameters").value_or(config)}) {
     auto value = where.Number("partial_rotary_factor", partial);

@@ -6,14 +6,8 @@ namespace sluice::llm {
 namespace {
 
 Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
-  auto activation = config.String("hidden_act", "silu");
-  if (!activation.ok()) return activation.status();
-  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
-  auto sliding = config.Bool("use_sliding_window", false);
-  if (!sliding.ok()) return sliding.status();
-  if (*sliding) {
-    return config.Bad("use_sliding_window", "is true: Qwen2's windowed layers are not supported");
-  }
+  SLUICE_RETURN_IF_ERROR(RequireSilu(config));
+  SLUICE_RETURN_IF_ERROR(RequireNoQwenWindows(config, "Qwen2"));
   arch->attention_bias = true;
   return Status::Ok();
 }

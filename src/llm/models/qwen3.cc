@@ -6,17 +6,11 @@ namespace sluice::llm {
 namespace {
 
 Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
-  auto activation = config.String("hidden_act", "silu");
-  if (!activation.ok()) return activation.status();
-  if (*activation != "silu") return config.Bad("hidden_act", "is not silu: not supported");
+  SLUICE_RETURN_IF_ERROR(RequireSilu(config));
   auto bias = config.Bool("attention_bias", false);
   if (!bias.ok()) return bias.status();
   if (*bias) return config.Bad("attention_bias", "is true: not supported for qwen3");
-  auto sliding = config.Bool("use_sliding_window", false);
-  if (!sliding.ok()) return sliding.status();
-  if (*sliding) {
-    return config.Bad("use_sliding_window", "is true: Qwen3's windowed layers are not supported");
-  }
+  SLUICE_RETURN_IF_ERROR(RequireNoQwenWindows(config, "Qwen3"));
   arch->qk_norm = true;
   return Status::Ok();
 }
