@@ -12,6 +12,11 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     tokenizer converted to tokenizer.json by transformers: Metaspace,
                                     byte fallback); tokenizer_cases.jsonl: the tokenizers package's
                                     ids for the strings, and its decoding of them
+  hf_spm_model_only/, hf_spm_model_only_legacy/
+                                    the same vocabulary as tokenizer.model alone (no
+                                    tokenizer.json), tokenizer_config.json in transformers 4's form
+                                    (added_tokens_decoder; legacy false, true), with transformers'
+                                    ids from those folders
   hf_spm_always/, hf_spm_legacy/    the same vocabulary's tokenizer.json with Metaspace prepending
                                     to every segment, and in Llama 2's original form (a Prepend and
                                     Replace normalizer), with the tokenizers package's ids
@@ -374,6 +379,42 @@ def write_hf_tokenizer_variants(hf_dir, sources, texts):
         hf_cases(folder, texts)
 
 
+def write_model_only(model_path, sources, texts):
+    """Folders with tokenizer.model and no tokenizer.json, as Llama 2-era checkpoints and folders
+    saved without the fast tokenizer carry it: tokenizer_config.json in transformers 4's form
+    (added_tokens_decoder, add_bos_token, legacy false in hf_spm_model_only, true in
+    hf_spm_model_only_legacy), and transformers' ids for the strings from that folder (it converts
+    tokenizer.model itself), and its decoding of them."""
+    import shutil
+    from transformers import AutoTokenizer
+    specials = [(0, "<unk>"), (1, "<s>"), (2, "</s>")] + [
+        (1000 + i, token) for i, token in enumerate(SPECIAL_TOKENS)]
+    for name, legacy in (("hf_spm_model_only", False), ("hf_spm_model_only_legacy", True)):
+        folder = os.path.join(sources, name)
+        if os.path.exists(folder):
+            shutil.rmtree(folder)
+        os.makedirs(folder)
+        shutil.copy(model_path, os.path.join(folder, "tokenizer.model"))
+        config = {"add_bos_token": True, "add_eos_token": False, "legacy": legacy,
+                  "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                  "unk_token": "<unk>", "model_max_length": 4096, "chat_template": CHAT_TEMPLATE,
+                  "added_tokens_decoder": {
+                      str(i): {"content": token, "lstrip": False, "normalized": False,
+                               "rstrip": False, "single_word": False, "special": True}
+                      for i, token in specials}}
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        rows = []
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            rows.append((text, ids, tokenizer.decode(ids, skip_special_tokens=False)))
+        write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), rows)
+        for file in os.listdir(folder):  # transformers writes nothing back; keep it so.
+            if file not in ("tokenizer.model", "tokenizer_config.json", "tokenizer_cases.jsonl"):
+                sys.exit(f"{folder}: unexpected {file}")
+
+
 def write_cases(path, rows):
     """(text, ids) or (text, ids, decoded) rows: decoded is what the reference makes of the ids
     again, where that is not the text itself."""
@@ -435,6 +476,7 @@ def main():
     tokenizer = write_hf_llama(model_path, hf_dir, seed=61)
     texts = spm_strings(strings, rng)
     write_hf_tokenizer_variants(hf_dir, sources, texts)
+    write_model_only(model_path, sources, texts)
 
     gguf_dir = os.path.join(out, "gguf_spm_llama_f32")
     gguf_path = os.path.join(gguf_dir, "model.gguf")

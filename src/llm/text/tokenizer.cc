@@ -1,6 +1,7 @@
 #include "llm/text/tokenizer.h"
 
 #include "llm/files/gguf.h"
+#include "sentencepiece_model.pb.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fmt/format.h>
@@ -156,6 +157,15 @@ class Tokenizer::Impl {
   // <0xXX> byte tokens), from tokens and their types already checked.
   Status LoadGgufSentencePiece(const GgufFile& file, const std::vector<std::string>& tokens,
                                const std::vector<int64_t>& types);
+  // A SentencePiece vocabulary from a GGUF file or a tokenizer.model: tokens, their types (the
+  // two formats number them alike) and scores.
+  Status LoadSentencePieceVocabulary(const std::string& path, const std::vector<std::string>& tokens,
+                                     const std::vector<int64_t>& types);
+  // A Hugging Face folder's tokenizer.model (SentencePiece's own file, where there is no
+  // tokenizer.json) with tokenizer_config.json's added tokens and settings.
+  Status LoadSentencePieceModel(const std::string& dir);
+  // tokenizer_config.json: bos/eos tokens and the chat template (and chat_template.jinja).
+  Status LoadTokenizerConfig(const std::string& dir);
   // SentencePiece's BPE as llama.cpp runs it on one piece of text: spaces become "▁" (one more
   // in front when `space_prefix`), characters merge pairwise, the highest-scoring pair that is a
   // token first; what forms no token falls back to byte tokens.
@@ -286,6 +296,10 @@ Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
 Status Tokenizer::Impl::Load(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path path = fs::path(dir) / "tokenizer.json";
+  std::error_code exists_error;
+  if (!fs::exists(path, exists_error) && fs::exists(fs::path(dir) / "tokenizer.model", exists_error)) {
+    return LoadSentencePieceModel(dir);
+  }
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   if (parser.load(path.string()).get(root) != simdjson::SUCCESS) {
@@ -424,7 +438,11 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
       }
     }
   }
+  return LoadTokenizerConfig(dir);
+}
 
+Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
+  namespace fs = std::filesystem;
   // tokenizer_config.json: bos/eos tokens (strings or {"content": ...}) and the chat template.
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   std::error_code ec;
@@ -463,6 +481,247 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   if (chat_template.empty() && fs::exists(fs::path(dir) / "chat_template.jinja", ec)) {
     chat_template = ReadFile(fs::path(dir) / "chat_template.jinja");
   }
+  return Status::Ok();
+}
+
+// A folder with tokenizer.model and no tokenizer.json (Llama 2 and Mistral-era checkpoints, and
+// folders saved without the fast tokenizer) is read as transformers reads it: converted to the
+// tokenizer.json it would write (LlamaConverter): the pieces as the vocabulary, merges of every
+// piece that splits into two pieces, ranked by the merged piece's id, then the split's lengths;
+// byte fallback as the model file says, the unknown token fused; Metaspace's "▁" in front of each
+// segment between added tokens (tokenizer_config.json's "legacy", true unless it says false) or of
+// the input's first only; the added tokens of tokenizer_config.json's "added_tokens_decoder" and
+// added_tokens.json, and its add_bos_token (true unless false) and add_eos_token.
+Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
+  namespace fs = std::filesystem;
+  constexpr std::string_view kSpace = "\xE2\x96\x81";
+  const std::string path = (fs::path(dir) / "tokenizer.model").string();
+  sentencepiece::ModelProto proto;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in || !proto.ParseFromIstream(&in) || proto.pieces_size() == 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot read it as a SentencePiece model", path));
+    }
+  }
+  const sentencepiece::TrainerSpec& trainer = proto.trainer_spec();
+  if (trainer.model_type() != sentencepiece::TrainerSpec::BPE) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a SentencePiece {} model; Sluice reads BPE ones (Llama 2, Mistral, Phi-3, Gemma) "
+        "from tokenizer.model, other kinds from a tokenizer.json",
+        path, sentencepiece::TrainerSpec::ModelType_Name(trainer.model_type())));
+  }
+  const sentencepiece::NormalizerSpec& normalizer = proto.normalizer_spec();
+  if ((!normalizer.name().empty() && normalizer.name() != "identity") ||
+      !normalizer.precompiled_charsmap().empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: normalizer '{}' is not supported (identity)", path, normalizer.name()));
+  }
+  if (!normalizer.escape_whitespaces() || trainer.treat_whitespace_as_suffix()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: spaces not escaped as '▁' in front of pieces are not supported", path));
+  }
+  // tokenizer_config.json's settings and added tokens (ids past the pieces as well).
+  bool legacy = true, add_bos = true, add_eos = false;
+  std::vector<std::pair<int64_t, AddedToken>> config_added;
+  std::vector<bool> config_special;
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(config_path, ec)) {
+    simdjson::ondemand::parser parser;
+    simdjson::padded_string text;
+    simdjson::ondemand::document config;
+    simdjson::ondemand::object root;
+    if (simdjson::padded_string::load(config_path.string()).get(text) != simdjson::SUCCESS ||
+        parser.iterate(text).get(config) != simdjson::SUCCESS ||
+        config.get_object().get(root) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot read it as JSON", config_path.string()));
+    }
+    for (auto field : root) {
+      std::string_view key;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) continue;
+      simdjson::ondemand::value value = field.value();
+      if (key == "legacy") {
+        bool flag = true;
+        if (value.get_bool().get(flag) == simdjson::SUCCESS) legacy = flag;  // null: the default.
+      } else if (key == "add_bos_token") {
+        if (bool flag = true; value.get_bool().get(flag) == simdjson::SUCCESS) add_bos = flag;
+      } else if (key == "add_eos_token") {
+        if (bool flag = false; value.get_bool().get(flag) == simdjson::SUCCESS) add_eos = flag;
+      } else if (key == "added_tokens_decoder") {
+        simdjson::ondemand::object tokens;
+        if (value.get_object().get(tokens) != simdjson::SUCCESS) continue;
+        for (auto entry : tokens) {
+          std::string_view id_text, content;
+          simdjson::ondemand::object token;
+          int64_t id = -1;
+          if (entry.unescaped_key().get(id_text) != simdjson::SUCCESS ||
+              entry.value().get_object().get(token) != simdjson::SUCCESS) {
+            return Status::InvalidArgument(
+                fmt::format("{}: bad added_tokens_decoder entry", config_path.string()));
+          }
+          id = std::atoll(std::string(id_text).c_str());
+          AddedToken added_token;
+          bool is_special = false;
+          for (auto attribute : token) {
+            std::string_view name;
+            if (attribute.unescaped_key().get(name) != simdjson::SUCCESS) continue;
+            simdjson::ondemand::value v = attribute.value();
+            if (name == "content" && v.get_string().get(content) == simdjson::SUCCESS) {
+              added_token.text = std::string(content);
+            } else if (name == "lstrip") {
+              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) added_token.lstrip = flag;
+            } else if (name == "rstrip") {
+              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) added_token.rstrip = flag;
+            } else if (name == "special") {
+              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) is_special = flag;
+            }
+          }
+          if (id < 0 || id > (1 << 24) || added_token.text.empty()) {
+            return Status::InvalidArgument(fmt::format(
+                "{}: added token '{}' has no content or a bad id", config_path.string(), id_text));
+          }
+          added_token.id = static_cast<int32_t>(id);
+          config_added.emplace_back(id, std::move(added_token));
+          config_special.push_back(is_special);
+        }
+      }
+    }
+  }
+  // added_tokens.json: {"content": id}, tokens that are not special.
+  const fs::path added_path = fs::path(dir) / "added_tokens.json";
+  if (fs::exists(added_path, ec)) {
+    simdjson::dom::parser parser;
+    simdjson::dom::object tokens;
+    if (parser.load(added_path.string()).get(tokens) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(fmt::format("{}: cannot read it as JSON", added_path.string()));
+    }
+    for (auto [content, value] : tokens) {
+      int64_t id = -1;
+      if (value.get(id) != simdjson::SUCCESS || id < 0 || id > (1 << 24)) {
+        return Status::InvalidArgument(fmt::format("{}: bad id", added_path.string()));
+      }
+      bool known = false;
+      for (const auto& [existing, token] : config_added) known |= existing == id;
+      if (known) continue;
+      config_added.emplace_back(id, AddedToken{std::string(content), static_cast<int32_t>(id)});
+      config_special.push_back(false);
+    }
+  }
+
+  // The pieces: "▁" stands for a space, <0xXX> byte pieces for their byte.
+  hf_sentencepiece = true;
+  byte_fallback = trainer.byte_fallback();
+  fuse_unknown = true;
+  const bool dummy_prefix = normalizer.add_dummy_prefix();
+  metaspace = true;
+  metaspace_prepend = !dummy_prefix ? MetaspacePrepend::kNever
+                      : legacy      ? MetaspacePrepend::kAlways
+                                    : MetaspacePrepend::kFirst;
+  strip_decoded_space = dummy_prefix;
+  int64_t size = proto.pieces_size();
+  for (const auto& [id, token] : config_added) size = std::max(size, id + 1);
+  id_bytes.assign(static_cast<size_t>(size), "");
+  special.assign(static_cast<size_t>(size), false);
+  for (int id = 0; id < proto.pieces_size(); ++id) {
+    const sentencepiece::ModelProto::SentencePiece& piece = proto.pieces(id);
+    const std::string& token = piece.piece();
+    if (!IsValidUtf8(token)) {
+      return Status::InvalidArgument(fmt::format("{}: piece {} is not UTF-8", path, id));
+    }
+    vocab[token] = id;
+    std::string& bytes = id_bytes[static_cast<size_t>(id)];
+    switch (piece.type()) {
+      case sentencepiece::ModelProto::SentencePiece::UNKNOWN:
+      case sentencepiece::ModelProto::SentencePiece::CONTROL: {
+        bytes = token;
+        special[static_cast<size_t>(id)] = true;
+        bool listed = false;  // Matched in text as themselves, with the config's attributes.
+        for (const auto& [config_id, config_token] : config_added) listed |= config_id == id;
+        if (!listed) added.push_back({token, id});
+        break;
+      }
+      case sentencepiece::ModelProto::SentencePiece::USER_DEFINED:
+        bytes = token;
+        added.push_back({token, id});
+        break;
+      case sentencepiece::ModelProto::SentencePiece::BYTE: {
+        unsigned value = 0;
+        if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>' ||
+            std::sscanf(token.c_str() + 3, "%2x", &value) != 1) {
+          return Status::InvalidArgument(
+              fmt::format("{}: byte piece {} is '{}', not <0xXX>", path, id, token));
+        }
+        bytes.assign(1, static_cast<char>(value));
+        break;
+      }
+      case sentencepiece::ModelProto::SentencePiece::UNUSED:
+        break;
+      default:
+        for (size_t i = 0; i < token.size();) {
+          if (token.compare(i, kSpace.size(), kSpace) == 0) {
+            bytes += ' ';
+            i += kSpace.size();
+          } else {
+            bytes += token[i++];
+          }
+        }
+    }
+  }
+  const int32_t unk = trainer.unk_id();
+  if (unk >= 0 && unk < proto.pieces_size()) unknown_id = unk;
+  for (size_t i = 0; i < config_added.size(); ++i) {
+    AddedToken& token = config_added[i].second;
+    const size_t id = static_cast<size_t>(token.id);
+    if (static_cast<int64_t>(id) >= proto.pieces_size() || id_bytes[id].empty() ||
+        id_bytes[id] == token.text) {
+      id_bytes[id] = token.text;
+      special[id] = special[id] || config_special[i];
+      vocab[token.text] = token.id;
+    }
+    added.push_back(std::move(token));
+  }
+  // The merges transformers' conversion makes: every split of a piece into two pieces.
+  struct Merge {
+    int32_t merged;
+    size_t left_size, right_size;
+    std::string left, right;
+  };
+  std::vector<Merge> merge_list;
+  for (int id = 0; id < proto.pieces_size(); ++id) {
+    const std::string& token = proto.pieces(id).piece();
+    for (size_t split = 1; split < token.size(); ++split) {
+      std::string left = token.substr(0, split), right = token.substr(split);
+      if (vocab.contains(left) && vocab.contains(right)) {
+        merge_list.push_back({id, left.size(), right.size(), std::move(left), std::move(right)});
+      }
+    }
+  }
+  // transformers measures the split in characters; ranks only order merges of the same piece by
+  // it, and the byte lengths order them alike.
+  std::stable_sort(merge_list.begin(), merge_list.end(), [](const Merge& a, const Merge& b) {
+    return std::tie(a.merged, a.left_size, a.right_size) <
+           std::tie(b.merged, b.left_size, b.right_size);
+  });
+  int32_t rank = 0;
+  for (const Merge& merge : merge_list) {
+    SLUICE_RETURN_IF_ERROR(AddMerge(merge.left, merge.right, rank++, path));
+  }
+  Finish();
+  SLUICE_RETURN_IF_ERROR(LoadTokenizerConfig(dir));
+  auto id_of = [&](const std::string& token) -> int32_t {
+    auto it = vocab.find(token);
+    return it == vocab.end() ? -1 : it->second;
+  };
+  if (bos.empty() && trainer.bos_id() >= 0 && trainer.bos_id() < proto.pieces_size()) {
+    bos = proto.pieces(trainer.bos_id()).piece();
+  }
+  if (eos.empty() && trainer.eos_id() >= 0 && trainer.eos_id() < proto.pieces_size()) {
+    eos = proto.pieces(trainer.eos_id()).piece();
+  }
+  if (add_bos && id_of(bos) >= 0) prefix.push_back(id_of(bos));
+  if (add_eos && id_of(eos) >= 0) suffix.push_back(id_of(eos));
   return Status::Ok();
 }
 
@@ -770,6 +1029,14 @@ Status Tokenizer::Impl::LoadGgufSentencePiece(const GgufFile& file,
   auto space_prefix = file.Bool("tokenizer.ggml.add_space_prefix", true);
   if (!space_prefix.ok()) return space_prefix.status();
   add_space_prefix = *space_prefix;
+  return LoadSentencePieceVocabulary(path, tokens, types);
+}
+
+Status Tokenizer::Impl::LoadSentencePieceVocabulary(const std::string& path,
+                                                    const std::vector<std::string>& tokens,
+                                                    const std::vector<int64_t>& types) {
+  const size_t count = tokens.size();
+  sentencepiece = true;
   id_bytes.assign(count, "");
   special.assign(count, false);
   for (size_t id = 0; id < count; ++id) {

@@ -22,7 +22,8 @@ class GgufFile;
 // Immutable after Load(); thread-safe.
 class Tokenizer {
  public:
-  // Reads `dir`/tokenizer.json and, when present, `dir`/tokenizer_config.json (bos/eos tokens).
+  // Reads `dir`/tokenizer.json (or, where there is none, SentencePiece's `dir`/tokenizer.model as
+  // transformers converts it) and, when present, `dir`/tokenizer_config.json (bos/eos tokens).
   static Result<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
   // From a GGUF file's metadata (tokenizer.ggml.*: a "gpt2" byte-level BPE vocabulary, merges,
   // token types, the pre-tokenizer type, bos/eos, add_bos_token, the chat template), splitting

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "llm/files/gguf.h"
 #include "llm/llm_config.h"
+#include "sentencepiece_model.pb.h"
 
 namespace sluice::llm {
 namespace {
@@ -108,6 +110,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("converted/hf_spm_llama", size_t{2300}),
                       std::make_pair("converted/hf_spm_always", size_t{2300}),
                       std::make_pair("converted/hf_spm_legacy", size_t{2300}),
+                      std::make_pair("converted/hf_spm_model_only", size_t{2300}),
+                      std::make_pair("converted/hf_spm_model_only_legacy", size_t{2300}),
                       std::make_pair("tiny_llm", size_t{2000})));
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {
@@ -125,6 +129,71 @@ TEST(TokenizerTest, SpecialTokensAndConfig) {
   EXPECT_EQ(ids.back(), end);
   EXPECT_EQ(t.Decode(ids, /*skip_special=*/true), "user\nhi");
   EXPECT_EQ(t.Decode(ids), "<|im_start|>user\nhi<|im_end|>");
+}
+
+// A folder with tokenizer.model and no tokenizer.json: the ids are checked against transformers'
+// above; here tokenizer_config.json's part (bos/eos, add_bos_token, the chat template, special
+// tokens) and the model files Sluice refuses by name.
+TEST(TokenizerTest, SentencePieceModelWithoutTokenizerJson) {
+  const std::string dir = Dir("converted/hf_spm_model_only");
+  ASSERT_FALSE(std::filesystem::exists(dir + "/tokenizer.json"));
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const Tokenizer& t = **tokenizer;
+  EXPECT_EQ(t.bos_token(), "<s>");
+  EXPECT_EQ(t.eos_token(), "</s>");
+  EXPECT_NE(t.chat_template().find("<|end|>"), std::string::npos);
+  const int32_t user = t.TokenId("<|user|>"), end = t.TokenId("<|end|>");
+  EXPECT_EQ(user, 1000);
+  EXPECT_EQ(end, 1002);
+  EXPECT_TRUE(t.IsSpecial(end));
+  const std::vector<int32_t> ids = t.Encode("<|user|>\nhello world<|end|>", true);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids[0], t.TokenId("<s>"));  // add_bos_token
+  EXPECT_EQ(ids[1], user);
+  EXPECT_EQ(ids.back(), end);
+  EXPECT_EQ(t.Decode(ids, /*skip_special=*/true), "\nhello world");
+  const std::vector<int32_t> plain = t.Encode("hello world");
+  ASSERT_FALSE(plain.empty());
+  EXPECT_NE(plain.front(), t.TokenId("<s>"));  // Without the special tokens, no BOS.
+}
+
+TEST(TokenizerTest, SentencePieceModelsNotReadAreRefusedByName) {
+  sentencepiece::ModelProto proto;
+  {
+    std::ifstream in(Dir("converted/hf_spm_model_only/tokenizer.model"), std::ios::binary);
+    ASSERT_TRUE(proto.ParseFromIstream(&in));
+  }
+  auto refused = [&](const sentencepiece::ModelProto& changed) {
+    const std::string dir = ::testing::TempDir() + "/spm_refused";
+    std::filesystem::create_directories(dir);
+    {
+      std::ofstream out(dir + "/tokenizer.model", std::ios::binary);
+      changed.SerializeToOstream(&out);
+    }
+    auto tokenizer = Tokenizer::Load(dir);
+    std::filesystem::remove_all(dir);
+    return tokenizer.ok() ? std::string("loaded") : tokenizer.status().message();
+  };
+  sentencepiece::ModelProto unigram = proto;
+  unigram.mutable_trainer_spec()->set_model_type(sentencepiece::TrainerSpec::UNIGRAM);
+  EXPECT_NE(refused(unigram).find("a SentencePiece UNIGRAM model"), std::string::npos)
+      << refused(unigram);
+  sentencepiece::ModelProto nfkc = proto;
+  nfkc.mutable_normalizer_spec()->set_name("nmt_nfkc");
+  EXPECT_NE(refused(nfkc).find("normalizer 'nmt_nfkc' is not supported"), std::string::npos)
+      << refused(nfkc);
+  EXPECT_EQ(refused(proto), "loaded");  // The same file unchanged loads.
+  {
+    const std::string dir = ::testing::TempDir() + "/spm_garbage";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/tokenizer.model") << "not a model";
+    auto tokenizer = Tokenizer::Load(dir);
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(tokenizer.ok());
+    EXPECT_NE(tokenizer.status().message().find("cannot read it as a SentencePiece model"),
+              std::string::npos);
+  }
 }
 
 TEST(TokenizerTest, StreamDecoderHoldsBackHalfCharacters) {
