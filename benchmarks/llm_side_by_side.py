@@ -71,11 +71,11 @@ def rss_mib(pid):
 
 
 class Server:
-    def __init__(self, name, command, ready_path, port, log, env=None):
+    def __init__(self, name, command, ready_path, port, log, env=None, timeout=120):
         self.name, self.port = name, port
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                         env=None if env is None else {**os.environ, **env})
-        wait_ready(f"http://127.0.0.1:{port}{ready_path}", self.process)
+        wait_ready(f"http://127.0.0.1:{port}{ready_path}", self.process, timeout)
 
     def stop(self):
         if self.process.poll() is None:
