@@ -269,7 +269,10 @@ def transformers_reference(folder, prompts):
                 logprobs = torch.log_softmax(step[0].float(), dim=-1)
                 chosen.append(float(logprobs[token]))
                 top.append(logprobs.topk(5).values.tolist())
-            texts = [tokenizer.convert_tokens_to_string([t])
+            # Each token's own text, as Sluice's logprobs name it: "▁" as a space (the
+            # tokenizer's decoder would drop a leading one), a byte piece as its byte.
+            texts = [bytes([int(t[3:5], 16)]).decode("latin-1")
+                     if len(t) == 6 and t.startswith("<0x") else t.replace("\u2581", " ")
                      for t in tokenizer.convert_ids_to_tokens(new)]
             results.append((texts, chosen, top))
     del model
