@@ -489,9 +489,11 @@ Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
 // tokenizer.json it would write (LlamaConverter): the pieces as the vocabulary, merges of every
 // piece that splits into two pieces, ranked by the merged piece's id, then the split's lengths;
 // byte fallback as the model file says, the unknown token fused; Metaspace's "▁" in front of each
-// segment between added tokens (tokenizer_config.json's "legacy", true unless it says false) or of
-// the input's first only; the added tokens of tokenizer_config.json's "added_tokens_decoder" and
-// added_tokens.json, and its add_bos_token (true unless false) and add_eos_token.
+// segment between added tokens (tokenizer_config.json's "legacy": true) or of the input's first
+// only (false or absent, as transformers 5 takes it), whatever the file's add_dummy_prefix; the
+// added tokens of tokenizer_config.json's "added_tokens_decoder" and added_tokens.json, and its
+// add_bos_token (true unless false) and add_eos_token. Other tokenizer classes (Gemma's, T5's)
+// convert differently and are refused by name.
 Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   namespace fs = std::filesystem;
   constexpr std::string_view kSpace = "\xE2\x96\x81";
@@ -522,7 +524,7 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
         fmt::format("{}: spaces not escaped as '▁' in front of pieces are not supported", path));
   }
   // tokenizer_config.json's settings and added tokens (ids past the pieces as well).
-  bool legacy = true, add_bos = true, add_eos = false;
+  bool legacy = false, add_bos = true, add_eos = false;
   std::vector<std::pair<int64_t, AddedToken>> config_added;
   std::vector<bool> config_special;
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
@@ -542,8 +544,20 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
       std::string_view key;
       if (field.unescaped_key().get(key) != simdjson::SUCCESS) continue;
       simdjson::ondemand::value value = field.value();
-      if (key == "legacy") {
-        bool flag = true;
+      if (key == "tokenizer_class") {
+        // transformers converts tokenizer.model by the class: Llama's conversion for Llama's
+        // classes (Llama 2, Mistral, Phi-3, TinyLlama folders); Gemma's and T5's differ.
+        std::string_view name;
+        if (value.get_string().get(name) == simdjson::SUCCESS && !name.empty() &&
+            name != "LlamaTokenizer" && name != "LlamaTokenizerFast" &&
+            name != "CodeLlamaTokenizer" && name != "CodeLlamaTokenizerFast") {
+          return Status::InvalidArgument(fmt::format(
+              "{}: tokenizer_class '{}' with tokenizer.model alone is not supported (Sluice "
+              "converts Llama's classes' tokenizer.model; give the folder's tokenizer.json)",
+              config_path.string(), name));
+        }
+      } else if (key == "legacy") {
+        bool flag = false;
         if (value.get_bool().get(flag) == simdjson::SUCCESS) legacy = flag;  // null: the default.
       } else if (key == "add_bos_token") {
         if (bool flag = true; value.get_bool().get(flag) == simdjson::SUCCESS) add_bos = flag;
@@ -614,12 +628,10 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   hf_sentencepiece = true;
   byte_fallback = trainer.byte_fallback();
   fuse_unknown = true;
-  const bool dummy_prefix = normalizer.add_dummy_prefix();
+  // Llama's conversion prepends "▁" whatever the model file's add_dummy_prefix says.
   metaspace = true;
-  metaspace_prepend = !dummy_prefix ? MetaspacePrepend::kNever
-                      : legacy      ? MetaspacePrepend::kAlways
-                                    : MetaspacePrepend::kFirst;
-  strip_decoded_space = dummy_prefix;
+  metaspace_prepend = legacy ? MetaspacePrepend::kAlways : MetaspacePrepend::kFirst;
+  strip_decoded_space = true;
   int64_t size = proto.pieces_size();
   for (const auto& [id, token] : config_added) size = std::max(size, id + 1);
   id_bytes.assign(static_cast<size_t>(size), "");

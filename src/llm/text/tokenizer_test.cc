@@ -184,6 +184,30 @@ TEST(TokenizerTest, SentencePieceModelsNotReadAreRefusedByName) {
   EXPECT_NE(refused(nfkc).find("normalizer 'nmt_nfkc' is not supported"), std::string::npos)
       << refused(nfkc);
   EXPECT_EQ(refused(proto), "loaded");  // The same file unchanged loads.
+  // transformers' Llama conversion prepends "▁" whatever the file's add_dummy_prefix says (its
+  // ids for "hello world" from such a file: the same as with the prefix).
+  {
+    sentencepiece::ModelProto no_prefix = proto;
+    no_prefix.mutable_normalizer_spec()->set_add_dummy_prefix(false);
+    const std::string dir = ::testing::TempDir() + "/spm_no_prefix";
+    std::filesystem::create_directories(dir);
+    {
+      std::ofstream out(dir + "/tokenizer.model", std::ios::binary);
+      no_prefix.SerializeToOstream(&out);
+    }
+    auto with = Tokenizer::Load(Dir("converted/hf_spm_model_only"));
+    auto without = Tokenizer::Load(dir);
+    ASSERT_TRUE(with.ok() && without.ok());
+    EXPECT_EQ((*without)->Encode("hello world"), (*with)->Encode("hello world"));
+    EXPECT_EQ((*without)->Decode((*without)->Encode("hello world")), "hello world");
+    // Gemma's and T5's classes convert tokenizer.model their own ways: refused by name.
+    std::ofstream(dir + "/tokenizer_config.json") << R"({"tokenizer_class": "GemmaTokenizer"})";
+    auto gemma = Tokenizer::Load(dir);
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(gemma.ok());
+    EXPECT_NE(gemma.status().message().find("tokenizer_class 'GemmaTokenizer'"), std::string::npos)
+        << gemma.status().ToString();
+  }
   {
     const std::string dir = ::testing::TempDir() + "/spm_garbage";
     std::filesystem::create_directories(dir);
