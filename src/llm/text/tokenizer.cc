@@ -159,7 +159,8 @@ class Tokenizer::Impl {
                                const std::vector<int64_t>& types);
   // A SentencePiece vocabulary from a GGUF file or a tokenizer.model: tokens, their types (the
   // two formats number them alike) and scores.
-  Status LoadSentencePieceVocabulary(const std::string& path, const std::vector<std::string>& tokens,
+  Status LoadSentencePieceVocabulary(const std::string& path,
+                                     const std::vector<std::string>& tokens,
                                      const std::vector<int64_t>& types);
   // A Hugging Face folder's tokenizer.model (SentencePiece's own file, where there is no
   // tokenizer.json) with tokenizer_config.json's added tokens and settings.
@@ -297,7 +298,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path path = fs::path(dir) / "tokenizer.json";
   std::error_code exists_error;
-  if (!fs::exists(path, exists_error) && fs::exists(fs::path(dir) / "tokenizer.model", exists_error)) {
+  if (!fs::exists(path, exists_error) &&
+      fs::exists(fs::path(dir) / "tokenizer.model", exists_error)) {
     return LoadSentencePieceModel(dir);
   }
   simdjson::dom::parser parser;
@@ -441,46 +443,113 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   return LoadTokenizerConfig(dir);
 }
 
-Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
+namespace {
+
+// tokenizer_config.json, read once: bos/eos tokens (strings or {"content": ...}), the chat
+// template (or chat_template.jinja beside it), and what a folder with tokenizer.model alone needs:
+// the tokenizer class, legacy, add_bos_token / add_eos_token and added_tokens_decoder.
+struct HfTokenizerConfig {
+  std::string bos, eos, chat_template, tokenizer_class;
+  bool legacy = false, add_bos = true, add_eos = false;
+  std::vector<std::pair<AddedToken, bool>> added;  // With whether each is special.
+};
+
+Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
   namespace fs = std::filesystem;
-  // tokenizer_config.json: bos/eos tokens (strings or {"content": ...}) and the chat template.
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   std::error_code ec;
   if (fs::exists(config_path, ec)) {
     // On demand: these files carry integers simdjson's DOM rejects (model_max_length = 1e30),
     // which on-demand parsing never touches.
-    simdjson::ondemand::parser config_parser;
+    simdjson::ondemand::parser parser;
     simdjson::padded_string text;
     simdjson::ondemand::document config;
+    simdjson::ondemand::object root;
     if (simdjson::padded_string::load(config_path.string()).get(text) != simdjson::SUCCESS ||
-        config_parser.iterate(text).get(config) != simdjson::SUCCESS) {
+        parser.iterate(text).get(config) != simdjson::SUCCESS ||
+        config.get_object().get(root) != simdjson::SUCCESS) {
       return Status::InvalidArgument(
           fmt::format("{}: cannot read it as JSON", config_path.string()));
     }
-    auto token_of = [&](const char* key) -> std::string {
-      simdjson::ondemand::value value;
-      if (config.find_field_unordered(key).get(value) != simdjson::SUCCESS) return "";
-      std::string_view text_value;
-      if (value.get_string().get(text_value) == simdjson::SUCCESS) return std::string(text_value);
-      simdjson::ondemand::object object;
-      if (value.get_object().get(object) == simdjson::SUCCESS &&
-          object.find_field_unordered("content").get_string().get(text_value) ==
-              simdjson::SUCCESS) {
-        return std::string(text_value);
-      }
-      return "";
+    auto read_bool = [](simdjson::ondemand::value value, bool& flag) {
+      if (bool read = false; value.get_bool().get(read) == simdjson::SUCCESS) flag = read;
     };
-    bos = token_of("bos_token");
-    eos = token_of("eos_token");
-    std::string_view template_text;
-    if (config.find_field_unordered("chat_template").get_string().get(template_text) ==
-        simdjson::SUCCESS) {
-      chat_template = std::string(template_text);
+    for (auto field : root) {
+      std::string_view key, text_value;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) continue;
+      simdjson::ondemand::value value = field.value();
+      if (key == "bos_token" || key == "eos_token") {
+        simdjson::ondemand::object object;
+        if (value.get_string().get(text_value) != simdjson::SUCCESS &&
+            (value.get_object().get(object) != simdjson::SUCCESS ||
+             object.find_field_unordered("content").get_string().get(text_value) !=
+                 simdjson::SUCCESS)) {
+          continue;
+        }
+        (key == "bos_token" ? out->bos : out->eos) = std::string(text_value);
+      } else if (key == "chat_template" || key == "tokenizer_class") {
+        if (value.get_string().get(text_value) == simdjson::SUCCESS) {
+          (key == "chat_template" ? out->chat_template : out->tokenizer_class) =
+              std::string(text_value);
+        }
+      } else if (key == "legacy") {
+        read_bool(value, out->legacy);  // null: the default.
+      } else if (key == "add_bos_token") {
+        read_bool(value, out->add_bos);
+      } else if (key == "add_eos_token") {
+        read_bool(value, out->add_eos);
+      } else if (key == "added_tokens_decoder") {
+        simdjson::ondemand::object tokens;
+        if (value.get_object().get(tokens) != simdjson::SUCCESS) continue;
+        for (auto entry : tokens) {
+          std::string_view id_text;
+          simdjson::ondemand::object token;
+          if (entry.unescaped_key().get(id_text) != simdjson::SUCCESS ||
+              entry.value().get_object().get(token) != simdjson::SUCCESS) {
+            return Status::InvalidArgument(
+                fmt::format("{}: bad added_tokens_decoder entry", config_path.string()));
+          }
+          const int64_t id = std::atoll(std::string(id_text).c_str());
+          AddedToken added_token;
+          bool is_special = false;
+          for (auto attribute : token) {
+            std::string_view name, content;
+            if (attribute.unescaped_key().get(name) != simdjson::SUCCESS) continue;
+            simdjson::ondemand::value v = attribute.value();
+            if (name == "content" && v.get_string().get(content) == simdjson::SUCCESS) {
+              added_token.text = std::string(content);
+            } else if (name == "lstrip") {
+              read_bool(v, added_token.lstrip);
+            } else if (name == "rstrip") {
+              read_bool(v, added_token.rstrip);
+            } else if (name == "special") {
+              read_bool(v, is_special);
+            }
+          }
+          if (id < 0 || id > (1 << 24) || added_token.text.empty()) {
+            return Status::InvalidArgument(fmt::format(
+                "{}: added token '{}' has no content or a bad id", config_path.string(), id_text));
+          }
+          added_token.id = static_cast<int32_t>(id);
+          out->added.emplace_back(std::move(added_token), is_special);
+        }
+      }
     }
   }
-  if (chat_template.empty() && fs::exists(fs::path(dir) / "chat_template.jinja", ec)) {
-    chat_template = ReadFile(fs::path(dir) / "chat_template.jinja");
+  if (out->chat_template.empty() && fs::exists(fs::path(dir) / "chat_template.jinja", ec)) {
+    out->chat_template = ReadFile(fs::path(dir) / "chat_template.jinja");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
+  HfTokenizerConfig config;
+  SLUICE_RETURN_IF_ERROR(ReadHfTokenizerConfig(dir, &config));
+  bos = std::move(config.bos);
+  eos = std::move(config.eos);
+  chat_template = std::move(config.chat_template);
   return Status::Ok();
 }
 
@@ -516,100 +585,37 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   const sentencepiece::NormalizerSpec& normalizer = proto.normalizer_spec();
   if ((!normalizer.name().empty() && normalizer.name() != "identity") ||
       !normalizer.precompiled_charsmap().empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: normalizer '{}' is not supported (identity)", path, normalizer.name()));
+    return Status::InvalidArgument(
+        fmt::format("{}: normalizer '{}' is not supported (identity)", path, normalizer.name()));
   }
   if (!normalizer.escape_whitespaces() || trainer.treat_whitespace_as_suffix()) {
     return Status::InvalidArgument(
         fmt::format("{}: spaces not escaped as '▁' in front of pieces are not supported", path));
   }
   // tokenizer_config.json's settings and added tokens (ids past the pieces as well).
-  bool legacy = false, add_bos = true, add_eos = false;
-  std::vector<std::pair<int64_t, AddedToken>> config_added;
-  std::vector<bool> config_special;
-  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
-  std::error_code ec;
-  if (fs::exists(config_path, ec)) {
-    simdjson::ondemand::parser parser;
-    simdjson::padded_string text;
-    simdjson::ondemand::document config;
-    simdjson::ondemand::object root;
-    if (simdjson::padded_string::load(config_path.string()).get(text) != simdjson::SUCCESS ||
-        parser.iterate(text).get(config) != simdjson::SUCCESS ||
-        config.get_object().get(root) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(
-          fmt::format("{}: cannot read it as JSON", config_path.string()));
-    }
-    for (auto field : root) {
-      std::string_view key;
-      if (field.unescaped_key().get(key) != simdjson::SUCCESS) continue;
-      simdjson::ondemand::value value = field.value();
-      if (key == "tokenizer_class") {
-        // transformers converts tokenizer.model by the class: Llama's conversion for Llama's
-        // classes (Llama 2, Mistral, Phi-3, TinyLlama folders); Gemma's and T5's differ.
-        std::string_view name;
-        if (value.get_string().get(name) == simdjson::SUCCESS && !name.empty() &&
-            name != "LlamaTokenizer" && name != "LlamaTokenizerFast" &&
-            name != "CodeLlamaTokenizer" && name != "CodeLlamaTokenizerFast") {
-          return Status::InvalidArgument(fmt::format(
-              "{}: tokenizer_class '{}' with tokenizer.model alone is not supported (Sluice "
-              "converts Llama's classes' tokenizer.model; give the folder's tokenizer.json)",
-              config_path.string(), name));
-        }
-      } else if (key == "legacy") {
-        bool flag = false;
-        if (value.get_bool().get(flag) == simdjson::SUCCESS) legacy = flag;  // null: the default.
-      } else if (key == "add_bos_token") {
-        if (bool flag = true; value.get_bool().get(flag) == simdjson::SUCCESS) add_bos = flag;
-      } else if (key == "add_eos_token") {
-        if (bool flag = false; value.get_bool().get(flag) == simdjson::SUCCESS) add_eos = flag;
-      } else if (key == "added_tokens_decoder") {
-        simdjson::ondemand::object tokens;
-        if (value.get_object().get(tokens) != simdjson::SUCCESS) continue;
-        for (auto entry : tokens) {
-          std::string_view id_text, content;
-          simdjson::ondemand::object token;
-          int64_t id = -1;
-          if (entry.unescaped_key().get(id_text) != simdjson::SUCCESS ||
-              entry.value().get_object().get(token) != simdjson::SUCCESS) {
-            return Status::InvalidArgument(
-                fmt::format("{}: bad added_tokens_decoder entry", config_path.string()));
-          }
-          id = std::atoll(std::string(id_text).c_str());
-          AddedToken added_token;
-          bool is_special = false;
-          for (auto attribute : token) {
-            std::string_view name;
-            if (attribute.unescaped_key().get(name) != simdjson::SUCCESS) continue;
-            simdjson::ondemand::value v = attribute.value();
-            if (name == "content" && v.get_string().get(content) == simdjson::SUCCESS) {
-              added_token.text = std::string(content);
-            } else if (name == "lstrip") {
-              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) added_token.lstrip = flag;
-            } else if (name == "rstrip") {
-              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) added_token.rstrip = flag;
-            } else if (name == "special") {
-              if (bool flag = false; v.get_bool().get(flag) == simdjson::SUCCESS) is_special = flag;
-            }
-          }
-          if (id < 0 || id > (1 << 24) || added_token.text.empty()) {
-            return Status::InvalidArgument(fmt::format(
-                "{}: added token '{}' has no content or a bad id", config_path.string(), id_text));
-          }
-          added_token.id = static_cast<int32_t>(id);
-          config_added.emplace_back(id, std::move(added_token));
-          config_special.push_back(is_special);
-        }
-      }
-    }
+  HfTokenizerConfig config;
+  SLUICE_RETURN_IF_ERROR(ReadHfTokenizerConfig(dir, &config));
+  // transformers converts tokenizer.model by the class: Llama's conversion for Llama's classes
+  // (Llama 2, Mistral, Phi-3, TinyLlama folders); Gemma's and T5's differ.
+  const std::string& name = config.tokenizer_class;
+  if (!name.empty() && name != "LlamaTokenizer" && name != "LlamaTokenizerFast" &&
+      name != "CodeLlamaTokenizer" && name != "CodeLlamaTokenizerFast") {
+    return Status::InvalidArgument(fmt::format(
+        "{}/tokenizer_config.json: tokenizer_class '{}' with tokenizer.model alone is not "
+        "supported (Sluice converts Llama's classes' tokenizer.model; give the folder's "
+        "tokenizer.json)",
+        dir, name));
   }
+  std::vector<std::pair<AddedToken, bool>>& config_added = config.added;
+  std::error_code ec;
   // added_tokens.json: {"content": id}, tokens that are not special.
   const fs::path added_path = fs::path(dir) / "added_tokens.json";
   if (fs::exists(added_path, ec)) {
     simdjson::dom::parser parser;
     simdjson::dom::object tokens;
     if (parser.load(added_path.string()).get(tokens) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(fmt::format("{}: cannot read it as JSON", added_path.string()));
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot read it as JSON", added_path.string()));
     }
     for (auto [content, value] : tokens) {
       int64_t id = -1;
@@ -617,10 +623,9 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
         return Status::InvalidArgument(fmt::format("{}: bad id", added_path.string()));
       }
       bool known = false;
-      for (const auto& [existing, token] : config_added) known |= existing == id;
+      for (const auto& [token, is_special] : config_added) known |= token.id == id;
       if (known) continue;
-      config_added.emplace_back(id, AddedToken{std::string(content), static_cast<int32_t>(id)});
-      config_special.push_back(false);
+      config_added.emplace_back(AddedToken{std::string(content), static_cast<int32_t>(id)}, false);
     }
   }
 
@@ -630,10 +635,10 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   fuse_unknown = true;
   // Llama's conversion prepends "▁" whatever the model file's add_dummy_prefix says.
   metaspace = true;
-  metaspace_prepend = legacy ? MetaspacePrepend::kAlways : MetaspacePrepend::kFirst;
+  metaspace_prepend = config.legacy ? MetaspacePrepend::kAlways : MetaspacePrepend::kFirst;
   strip_decoded_space = true;
   int64_t size = proto.pieces_size();
-  for (const auto& [id, token] : config_added) size = std::max(size, id + 1);
+  for (const auto& [token, is_special] : config_added) size = std::max<int64_t>(size, token.id + 1);
   id_bytes.assign(static_cast<size_t>(size), "");
   special.assign(static_cast<size_t>(size), false);
   for (int id = 0; id < proto.pieces_size(); ++id) {
@@ -650,7 +655,7 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
         bytes = token;
         special[static_cast<size_t>(id)] = true;
         bool listed = false;  // Matched in text as themselves, with the config's attributes.
-        for (const auto& [config_id, config_token] : config_added) listed |= config_id == id;
+        for (const auto& [token_listed, is_special] : config_added) listed |= token_listed.id == id;
         if (!listed) added.push_back({token, id});
         break;
       }
@@ -683,13 +688,12 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   }
   const int32_t unk = trainer.unk_id();
   if (unk >= 0 && unk < proto.pieces_size()) unknown_id = unk;
-  for (size_t i = 0; i < config_added.size(); ++i) {
-    AddedToken& token = config_added[i].second;
+  for (auto& [token, is_special] : config_added) {
     const size_t id = static_cast<size_t>(token.id);
     if (static_cast<int64_t>(id) >= proto.pieces_size() || id_bytes[id].empty() ||
         id_bytes[id] == token.text) {
       id_bytes[id] = token.text;
-      special[id] = special[id] || config_special[i];
+      special[id] = special[id] || is_special;
       vocab[token.text] = token.id;
     }
     added.push_back(std::move(token));
@@ -721,7 +725,9 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
     SLUICE_RETURN_IF_ERROR(AddMerge(merge.left, merge.right, rank++, path));
   }
   Finish();
-  SLUICE_RETURN_IF_ERROR(LoadTokenizerConfig(dir));
+  bos = std::move(config.bos);
+  eos = std::move(config.eos);
+  chat_template = std::move(config.chat_template);
   auto id_of = [&](const std::string& token) -> int32_t {
     auto it = vocab.find(token);
     return it == vocab.end() ? -1 : it->second;
@@ -732,8 +738,8 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
   if (eos.empty() && trainer.eos_id() >= 0 && trainer.eos_id() < proto.pieces_size()) {
     eos = proto.pieces(trainer.eos_id()).piece();
   }
-  if (add_bos && id_of(bos) >= 0) prefix.push_back(id_of(bos));
-  if (add_eos && id_of(eos) >= 0) suffix.push_back(id_of(eos));
+  if (config.add_bos && id_of(bos) >= 0) prefix.push_back(id_of(bos));
+  if (config.add_eos && id_of(eos) >= 0) suffix.push_back(id_of(eos));
   return Status::Ok();
 }
 
