@@ -31,15 +31,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from llm_side_by_side import Server, free_port  # noqa: E402
-
-
-def post(port, path, body):
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=600) as response:
-        return json.loads(response.read())
+from llm_side_by_side import Server, free_port, post_json  # noqa: E402
 
 
 def serve(args, path, precision, log):
@@ -57,9 +49,9 @@ def sluice_runs(server, prompts, tokens):
     """Per prompt: the greedy tokens' texts and the first step's top-5 logprobs (sorted)."""
     out = []
     for ids in prompts:
-        reply = post(server.port, "/v1/completions",
-                     {"model": server.model, "prompt": ids, "max_tokens": tokens,
-                      "temperature": 0, "logprobs": 5, "ignore_eos": True})
+        reply = post_json(server.port, "/v1/completions",
+                          {"model": server.model, "prompt": ids, "max_tokens": tokens,
+                           "temperature": 0, "logprobs": 5, "ignore_eos": True})
         logprobs = reply["choices"][0]["logprobs"]
         out.append((logprobs["tokens"], sorted(logprobs["top_logprobs"][0].values(),
                                                reverse=True)))

@@ -22,6 +22,7 @@ Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PA
 import argparse
 import csv
 import glob
+import json
 import os
 import re
 import signal
@@ -60,6 +61,15 @@ def metric(port, name):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         match = re.search(rf"^{name}{{[^}}]*}} (\S+)$", response.read().decode(), re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def post_json(port, path, body, timeout=1800):
+    """POSTs `body` as JSON to 127.0.0.1:port/path and returns the JSON answer."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
 
 
 def rss_mib(pid):

@@ -26,11 +26,14 @@ beside llama.cpp at 1 and 16 streams.
           long factors: its first token's logprobs are compared too. (Sluice takes LongRoPE's
           factors by the served context, as llama.cpp does by n_ctx; transformers by the
           sequence's length.)
+  rounding  the Q4_K_M file's first-step top-5 logprobs on the chat prompt from Sluice with bf16
+          and fp32 KV caches and llama.cpp with f16 and f32 ones, every pair's distance: how far
+          rounding alone moves this random model's answer.
   bench   benchmarks/llm_side_by_side.py on the Q4_K_M file (Sluice against llama-server -np 16;
           with --with-hf Sluice on the folder at bf16 too), at 1 and 16 streams (the LitServe
           seed's measure: output tokens/s).
 
-Usage: benchmarks/phi35_mini.py [write] [check] [bench] [--out models/phi-3.5-mini]
+Usage: benchmarks/phi35_mini.py [write] [check] [rounding] [bench] [--out models/phi-3.5-mini]
            [--rounds 2] [--check-tokens 16] [--long-tokens 4160] [--prompts chat,long]
            [--with-hf]
 About 20 GB of disk: the folder 7.6 GB, the BF16 file 7.6 GB, Q4_K_M 2.3 GB. `write` takes 5-10
@@ -52,7 +55,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from llm_side_by_side import Server, free_port, rss_mib  # noqa: E402
+from llm_side_by_side import Server, free_port, post_json, rss_mib  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -187,23 +190,16 @@ def write(args):
         print(f"{q4}: quantised in {time.time() - start:.0f} s", flush=True)
 
 
-def post(port, path, body):
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=1800) as response:
-        return json.loads(response.read())
-
-
 class Sluice(Server):
     """`sluice serve PATH` on 127.0.0.1 (its log in OUT/LOG_NAME.log) and the model's name."""
 
-    def __init__(self, args, path, precision=None, log_name="sluice", context=8192):
+    def __init__(self, args, path, precision=None, log_name="sluice", context=8192, extra=()):
         port = free_port()
         command = [args.sluice, "serve", path, "--port", str(port),
                    "--llm-prefix-caching", "off", "--llm-context-length", str(context)]
         if precision:
             command += ["--llm-precision", precision]
+        command += list(extra)
         self.log = open(os.path.join(args.out, f"{log_name}.log"), "w")
         start = time.time()
         super().__init__(f"sluice {path}", command, "/v2/health/ready", port, self.log,
@@ -220,9 +216,9 @@ class Sluice(Server):
 def sluice_greedy(server, ids, tokens):
     """Sluice's greedy continuation of `ids`: its tokens (as text), the chosen tokens' logprobs
     and each step's top-5 logprobs (sorted)."""
-    reply = post(server.port, "/v1/completions",
-                 {"model": server.model, "prompt": ids, "max_tokens": tokens, "temperature": 0,
-                  "logprobs": 5, "ignore_eos": True})
+    reply = post_json(server.port, "/v1/completions",
+                      {"model": server.model, "prompt": ids, "max_tokens": tokens,
+                       "temperature": 0, "logprobs": 5, "ignore_eos": True})
     logprobs = reply["choices"][0]["logprobs"]
     top = [sorted(step.values(), reverse=True) for step in logprobs["top_logprobs"]]
     return logprobs["tokens"], logprobs["token_logprobs"], top
@@ -321,8 +317,8 @@ def check(args):
     rows, ours = [], {}
 
     def template_row(server, name):
-        rendered = post(server.port, "/tokenize", {"model": server.model,
-                                                   "messages": MESSAGES})["tokens"]
+        rendered = post_json(server.port, "/tokenize",
+                             {"model": server.model, "messages": MESSAGES})["tokens"]
         reference, label = ((list(chat_ids), "transformers") if name == "hf"
                             else (llama_ids, "llama.cpp"))
         row = {"check": f"{name} chat template against {label}",
@@ -359,6 +355,39 @@ def check(args):
         json.dump(rows, f, indent=1)
 
 
+def rounding(args):
+    """How far rounding alone moves the Q4_K_M file's answer on the chat prompt: Sluice with its
+    bf16 and fp32 KV caches, llama.cpp with its f16 and f32 ones; the first step's top-5 logprobs
+    of every pair."""
+    import llama_cpp
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(args.out, "Phi-3.5-mini-instruct"))
+    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    path = os.path.join(args.out, "gguf_q4_k_m", "model.gguf")
+    runs = {}
+    for kv in ("bf16", "fp32"):
+        server = Sluice(args, path, log_name=f"rounding_{kv}", context=4096,
+                        extra=["--llm-kv-cache-dtype", kv])
+        try:
+            runs[f"sluice kv {kv}"] = sluice_greedy(server, ids, 1)[2][0]
+        finally:
+            server.stop()
+    for kv, types in (("f16", {}), ("f32", {"type_k": 0, "type_v": 0})):  # 0: GGML_TYPE_F32.
+        llm = llama_cpp.Llama(model_path=path, n_ctx=4096, logits_all=True,
+                              n_threads=os.cpu_count(), verbose=False, **types)
+        out = llm.create_completion(ids, max_tokens=1, temperature=0.0, logprobs=5, top_k=1)
+        runs[f"llama.cpp kv {kv}"] = sorted(
+            (float(v) for v in out["choices"][0]["logprobs"]["top_logprobs"][0].values()),
+            reverse=True)
+        del llm
+    names = list(runs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            delta = max(abs(x - y) for x, y in zip(runs[a], runs[b]))
+            print(f"{a} / {b}: max |top-5 logprob difference| {delta:.2f}", flush=True)
+
+
 def bench(args):
     folder = os.path.join(args.out, "Phi-3.5-mini-instruct")
     q4 = os.path.join(args.out, "gguf_q4_k_m")
@@ -389,7 +418,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for step in args.steps:
-        {"write": write, "check": check, "bench": bench}[step](args)
+        {"write": write, "check": check, "bench": bench, "rounding": rounding}[step](args)
 
 
 if __name__ == "__main__":
