@@ -69,8 +69,8 @@ const Family& Gemma3Family();
 Status RequireSilu(const JsonConfig& config, const char* key = "hidden_act");
 // Qwen's use_sliding_window (windows on its upper layers) is off, else an error naming `family`.
 Status RequireNoQwenWindows(const JsonConfig& config, std::string_view family);
-// A sliding window over every layer (Mistral's, Phi-3's), the
-// same rotation as the other layers; none when the window covers `max_positions`.
+// A sliding window over every layer (Mistral's, Phi-3's), the same rotation as the other layers;
+// none when the window covers `max_positions`.
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);
 
 }  // namespace sluice::llm
