@@ -19,6 +19,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
   # The tokenizer's pre-tokenizer regular expressions (Unicode classes, look-ahead).
   libpcre2-dev
+  # WordPiece (BERT's tokenizer): Unicode character properties, NFD and lowercasing.
+  libicu-dev
   # The KServe v2 gRPC service and client: gRPC C++, protobuf, and their code generators.
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # HTTP/2 framing for the gRPC benchmark's lean client.

@@ -1,6 +1,7 @@
 #include "llm/text/tokenizer.h"
 
 #include "llm/files/gguf.h"
+#include "llm/text/wordpiece.h"
 #include "sentencepiece_model.pb.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -146,6 +147,12 @@ enum GgufTokenType : int64_t {
   kGgufByte = 6,
 };
 
+// A WordPiece token's text when decoded: a "##" continuation glued to the piece before it, any
+// other piece a word after a space (the decoder drops the text's first).
+std::string WordPieceBytes(const std::string& token) {
+  return token.starts_with("##") ? token.substr(2) : " " + token;
+}
+
 class Tokenizer::Impl {
  public:
   Impl() {
@@ -181,6 +188,18 @@ class Tokenizer::Impl {
   // Sorts the added tokens longest first and finds each byte's token: after the vocab is read.
   void Finish();
   Status LoadPreTokenizer(simdjson::dom::element spec);
+  // tokenizer.json's post_processor: the special tokens around one sequence (prefix, suffix) and
+  // around a pair (pair_template).
+  Status LoadPostProcessor(simdjson::simdjson_result<simdjson::dom::element> spec,
+                           const std::string& path);
+  // tokenizer.json's WordPiece model with its BertNormalizer and BertPreTokenizer.
+  Status LoadWordPiece(simdjson::dom::element root,
+                       std::unordered_map<std::string, int32_t> model_vocab,
+                       const std::string& path);
+  // tokenizer.ggml.model "bert": llama.cpp's converter writes a word's first piece with "▁" in
+  // front and continuations bare; the normalizer's settings are tokenizer.ggml.normalizer.*.
+  Status LoadGgufWordPiece(const GgufFile& file, const std::vector<std::string>& tokens,
+                           const std::vector<int64_t>& types);
   // `after_special`: the text starts the input or follows a special token (SentencePiece
   // vocabularies then add their space prefix).
   // `at_start`: the text starts the input (tokenizer.json's Metaspace prepends only there).
@@ -205,6 +224,8 @@ class Tokenizer::Impl {
   std::vector<AddedToken> added;                                     // Longest first.
   std::vector<PreTokenizerStep> steps;
   std::vector<int32_t> prefix, suffix;            // Post-processor special tokens.
+  PairTemplate pair_template;                     // And around a pair of texts.
+  std::unique_ptr<WordPiece> wordpiece;           // A WordPiece vocabulary (BERT's).
   std::vector<int32_t> byte_ids;                  // Byte -> id of its byte-level character.
   std::unordered_map<uint32_t, uint8_t> cp_byte;  // GPT-2's alphabet back to bytes.
   std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
@@ -309,17 +330,20 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   }
   simdjson::dom::element model = root["model"];
   std::string_view type;
-  if (model["type"].get(type) != simdjson::SUCCESS || type != "BPE") {
-    return Status::InvalidArgument(
-        fmt::format("{}: model type '{}' is not BPE", path.string(), type));
+  if (model["type"].get(type) != simdjson::SUCCESS || (type != "BPE" && type != "WordPiece")) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: model type '{}' is not supported (Sluice reads BPE and WordPiece)", path.string(),
+        type));
   }
+  const bool is_wordpiece = type == "WordPiece";
   std::string_view affix;
-  if ((model["continuing_subword_prefix"].get(affix) == simdjson::SUCCESS && !affix.empty()) ||
-      (model["end_of_word_suffix"].get(affix) == simdjson::SUCCESS && !affix.empty())) {
+  if (!is_wordpiece &&
+      ((model["continuing_subword_prefix"].get(affix) == simdjson::SUCCESS && !affix.empty()) ||
+       (model["end_of_word_suffix"].get(affix) == simdjson::SUCCESS && !affix.empty()))) {
     return Status::InvalidArgument(
         fmt::format("{}: subword prefixes and suffixes are not supported", path.string()));
   }
-  SLUICE_RETURN_IF_ERROR(LoadHfSentencePiece(root, path.string()));
+  if (!is_wordpiece) SLUICE_RETURN_IF_ERROR(LoadHfSentencePiece(root, path.string()));
   simdjson::dom::object vocab_json;
   if (model["vocab"].get(vocab_json) != simdjson::SUCCESS) {
     return Status::InvalidArgument(fmt::format("{}: no vocab", path.string()));
@@ -333,6 +357,8 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     vocab.emplace(std::string(field.key), static_cast<int32_t>(id));
     max_id = std::max(max_id, id);
   }
+  const std::unordered_map<std::string, int32_t> model_vocab =
+      is_wordpiece ? vocab : std::unordered_map<std::string, int32_t>();
   simdjson::dom::array added_json;
   if (root["added_tokens"].get(added_json) == simdjson::SUCCESS) {
     for (auto item : added_json) {
@@ -353,7 +379,9 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   special.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab) {
     std::string& bytes = id_bytes[static_cast<size_t>(id)];
-    if (hf_sentencepiece) {
+    if (is_wordpiece) {
+      bytes = WordPieceBytes(token);
+    } else if (hf_sentencepiece) {
       // "▁" stands for a space; with byte_fallback <0xXX> for its byte.
       unsigned value = 0;
       if (byte_fallback && token.size() == 6 && token.starts_with("<0x") && token[5] == '>' &&
@@ -385,6 +413,12 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     vocab[std::string(content)] = static_cast<int32_t>(id);
   }
   Finish();
+  if (is_wordpiece) {
+    strip_decoded_space = true;
+    SLUICE_RETURN_IF_ERROR(LoadWordPiece(root, model_vocab, path.string()));
+    SLUICE_RETURN_IF_ERROR(LoadPostProcessor(root["post_processor"], path.string()));
+    return LoadTokenizerConfig(dir);
+  }
   if (hf_sentencepiece) {
     std::string_view unknown;
     if (model["unk_token"].get(unknown) == simdjson::SUCCESS) {
@@ -425,22 +459,126 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
     SLUICE_RETURN_IF_ERROR(AddMerge(left, right, rank++, path.string()));
   }
   if (!metaspace) SLUICE_RETURN_IF_ERROR(LoadPreTokenizer(root["pre_tokenizer"]));
-  simdjson::dom::array single;
-  if (root["post_processor"]["single"].get(single) == simdjson::SUCCESS) {
-    bool after_sequence = false;
-    for (auto item : single) {
+  SLUICE_RETURN_IF_ERROR(LoadPostProcessor(root["post_processor"], path.string()));
+  return LoadTokenizerConfig(dir);
+}
+
+Status Tokenizer::Impl::LoadPostProcessor(simdjson::simdjson_result<simdjson::dom::element> spec,
+                                          const std::string& path) {
+  auto id_of = [&](std::string_view token, int32_t* id) -> Status {
+    auto it = vocab.find(std::string(token));
+    if (it == vocab.end()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: the post-processor's token '{}' is not in the vocab", path, token));
+    }
+    *id = it->second;
+    return Status::Ok();
+  };
+  std::string_view type;
+  if (spec["type"].get(type) != simdjson::SUCCESS) return Status::Ok();
+  // BertProcessing / RobertaProcessing: [CLS] A [SEP] and [CLS] A [SEP] B [SEP] (RoBERTa:
+  // <s> A </s> </s> B </s>), each token given as [text, id].
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    int32_t cls = 0, sep = 0;
+    std::string_view text;
+    if (spec["cls"].at(0).get(text) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(fmt::format("{}: {} without cls", path, type));
+    }
+    SLUICE_RETURN_IF_ERROR(id_of(text, &cls));
+    if (spec["sep"].at(0).get(text) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(fmt::format("{}: {} without sep", path, type));
+    }
+    SLUICE_RETURN_IF_ERROR(id_of(text, &sep));
+    prefix = {cls};
+    suffix = {sep};
+    pair_template = {{cls}, {sep}, {sep}};
+    if (type == "RobertaProcessing") pair_template.middle = {sep, sep};
+    return Status::Ok();
+  }
+  if (type != "TemplateProcessing") return Status::Ok();
+  // The special tokens around the sequences: before A, between A and B, after B.
+  auto read = [&](const char* key, int sequences, std::vector<std::vector<int32_t>>* parts,
+                  bool* found) -> Status {
+    simdjson::dom::array items;
+    *found = spec[key].get(items) == simdjson::SUCCESS;
+    if (!*found) return Status::Ok();
+    parts->assign(static_cast<size_t>(sequences) + 1, {});
+    size_t part = 0;
+    for (auto item : items) {
       std::string_view token;
       if (item["SpecialToken"]["id"].get(token) == simdjson::SUCCESS) {
-        auto it = vocab.find(std::string(token));
-        if (it == vocab.end())
-          return Status::InvalidArgument("tokenizer.json: unknown post-processor token");
-        (after_sequence ? suffix : prefix).push_back(it->second);
+        int32_t id = 0;
+        SLUICE_RETURN_IF_ERROR(id_of(token, &id));
+        (*parts)[std::min(part, parts->size() - 1)].push_back(id);
       } else {
-        after_sequence = true;
+        ++part;
       }
     }
+    return Status::Ok();
+  };
+  std::vector<std::vector<int32_t>> parts;
+  bool found = false;
+  SLUICE_RETURN_IF_ERROR(read("single", 1, &parts, &found));
+  if (found) {
+    prefix = parts[0];
+    suffix = parts[1];
   }
-  return LoadTokenizerConfig(dir);
+  SLUICE_RETURN_IF_ERROR(read("pair", 2, &parts, &found));
+  if (found) pair_template = {parts[0], parts[1], parts[2]};
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::LoadWordPiece(simdjson::dom::element root,
+                                      std::unordered_map<std::string, int32_t> model_vocab,
+                                      const std::string& path) {
+  simdjson::dom::element model = root["model"];
+  WordPieceOptions options;
+  std::string_view text;
+  if (model["continuing_subword_prefix"].get(text) == simdjson::SUCCESS) {
+    options.continuing_prefix = std::string(text);
+  }
+  int64_t max_chars = options.max_input_chars_per_word;
+  ReadOptional(model["max_input_chars_per_word"], max_chars);
+  options.max_input_chars_per_word = static_cast<int>(std::min<int64_t>(max_chars, 1 << 20));
+  std::string_view unknown_token;
+  if (model["unk_token"].get(unknown_token) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(fmt::format("{}: WordPiece without unk_token", path));
+  }
+  auto unknown = model_vocab.find(std::string(unknown_token));
+  if (unknown == model_vocab.end()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: unk_token '{}' is not in the vocab", path, unknown_token));
+  }
+  const int32_t unknown_id = unknown->second;
+  // The normalizer: BertNormalizer, or none. Others would change the text in ways not done here.
+  simdjson::dom::element normalizer;
+  if (root["normalizer"].get(normalizer) == simdjson::SUCCESS && !normalizer.is_null()) {
+    std::string_view type;
+    ReadOptional(normalizer["type"], type);
+    if (type != "BertNormalizer") {
+      return Status::InvalidArgument(fmt::format(
+          "{}: WordPiece with the normalizer '{}' is not supported (Sluice reads BertNormalizer)",
+          path, type));
+    }
+    ReadOptional(normalizer["clean_text"], options.clean_text);
+    ReadOptional(normalizer["handle_chinese_chars"], options.handle_chinese_chars);
+    ReadOptional(normalizer["lowercase"], options.lowercase);
+    options.strip_accents = options.lowercase;
+    ReadOptional(normalizer["strip_accents"], options.strip_accents);  // null: as lowercase.
+  } else {
+    options = WordPieceOptions{false, false, false, false, options.continuing_prefix,
+                               options.max_input_chars_per_word};
+  }
+  std::string_view pre_type;
+  ReadOptional(root["pre_tokenizer"]["type"], pre_type);
+  if (pre_type != "BertPreTokenizer") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: WordPiece with the pre-tokenizer '{}' is not supported (Sluice reads "
+        "BertPreTokenizer)",
+        path, pre_type));
+  }
+  wordpiece = std::make_unique<WordPiece>(std::move(options), std::move(model_vocab), unknown_id);
+  return Status::Ok();
 }
 
 namespace {
@@ -922,10 +1060,10 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   const std::string& path = file.path();
   auto model = file.String("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
-  if (*model != "gpt2" && *model != "llama") {
+  if (*model != "gpt2" && *model != "llama" && *model != "bert") {
     return Status::InvalidArgument(fmt::format(
         "{}: tokenizer.ggml.model '{}' is not supported (Sluice reads 'gpt2', byte-level BPE, "
-        "and 'llama', SentencePiece)",
+        "'llama', SentencePiece, and 'bert', WordPiece)",
         path, *model));
   }
   auto tokens = file.Strings("tokenizer.ggml.tokens");
@@ -940,6 +1078,8 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   bool default_add_bos = true;
   if (*model == "llama") {
     SLUICE_RETURN_IF_ERROR(LoadGgufSentencePiece(file, **tokens, **types));
+  } else if (*model == "bert") {
+    SLUICE_RETURN_IF_ERROR(LoadGgufWordPiece(file, **tokens, **types));
   } else {
     auto pre = file.String("tokenizer.ggml.pre", "default");
     if (!pre.ok()) return pre.status();
@@ -1014,9 +1154,62 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto add_eos = file.Bool("tokenizer.ggml.add_eos_token", false);
   if (!add_eos.ok()) return add_eos.status();
   if (*add_eos && !eos.empty()) suffix.push_back(vocab.at(eos));
+  if (wordpiece) {
+    // BERT's pair: [CLS] A [SEP] B [SEP] (the file's bos, and its separator or eos).
+    std::string separator = eos;
+    SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.seperator_token_id", &separator));
+    if (!bos.empty() && !separator.empty()) {
+      const int32_t sep = vocab.at(separator);
+      pair_template = {{vocab.at(bos)}, {sep}, {sep}};
+    }
+  }
   auto chat = file.String("tokenizer.chat_template", "");
   if (!chat.ok()) return chat.status();
   chat_template = *chat;
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::LoadGgufWordPiece(const GgufFile& file,
+                                          const std::vector<std::string>& tokens,
+                                          const std::vector<int64_t>& types) {
+  const std::string& path = file.path();
+  const size_t count = tokens.size();
+  WordPieceOptions options;
+  auto lowercase = file.Bool("tokenizer.ggml.normalizer.lowercase", false);
+  if (!lowercase.ok()) return lowercase.status();
+  options.lowercase = *lowercase;
+  auto strip_accents = file.Bool("tokenizer.ggml.normalizer.strip_accents", *lowercase);
+  if (!strip_accents.ok()) return strip_accents.status();
+  options.strip_accents = *strip_accents;
+  id_bytes.assign(count, "");
+  special.assign(count, false);
+  std::unordered_map<std::string, int32_t> model_vocab;
+  for (size_t id = 0; id < count; ++id) {
+    const std::string& token = tokens[id];
+    const auto index = static_cast<int32_t>(id);
+    if (types[id] == kGgufControl || types[id] == kGgufUserDefined) {
+      vocab.emplace(token, index);
+      id_bytes[id] = token;
+      special[id] = types[id] == kGgufControl;
+      added.push_back({token, index});
+      continue;
+    }
+    // Back to BERT's own spelling: "▁word" starts a word, a bare piece continues one.
+    std::string piece = token.starts_with("\xE2\x96\x81") ? token.substr(3)
+                                                           : options.continuing_prefix + token;
+    id_bytes[id] = WordPieceBytes(piece);
+    vocab.emplace(piece, index);
+    model_vocab.emplace(std::move(piece), index);
+  }
+  auto unknown = file.Integer("tokenizer.ggml.unknown_token_id", -1);
+  if (!unknown.ok()) return unknown.status();
+  if (*unknown < 0 || *unknown >= static_cast<int64_t>(count)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: a WordPiece vocabulary needs tokenizer.ggml.unknown_token_id", path));
+  }
+  strip_decoded_space = true;
+  wordpiece = std::make_unique<WordPiece>(std::move(options), std::move(model_vocab),
+                                          static_cast<int32_t>(*unknown));
   return Status::Ok();
 }
 
@@ -1378,6 +1571,7 @@ void Tokenizer::Impl::EncodeSentencePiece(std::string_view text, bool space_pref
 
 void Tokenizer::Impl::EncodeText(std::string_view text, bool after_special, bool at_start,
                                  std::vector<int32_t>& ids) const {
+  if (wordpiece) return wordpiece->Encode(text, ids);
   if (sentencepiece) return EncodeSentencePiece(text, add_space_prefix && after_special, ids);
   if (hf_sentencepiece) return EncodeHfSentencePiece(text, at_start, ids);
   std::string prefixed;
@@ -1449,6 +1643,19 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
   if (add_special_tokens) ids.insert(ids.end(), impl_->suffix.begin(), impl_->suffix.end());
   return ids;
 }
+
+std::vector<int32_t> Tokenizer::EncodePair(std::string_view first, std::string_view second) const {
+  const PairTemplate& pair = impl_->pair_template;
+  std::vector<int32_t> ids = pair.prefix;
+  const std::vector<int32_t> a = Encode(first), b = Encode(second);
+  ids.insert(ids.end(), a.begin(), a.end());
+  ids.insert(ids.end(), pair.middle.begin(), pair.middle.end());
+  ids.insert(ids.end(), b.begin(), b.end());
+  ids.insert(ids.end(), pair.suffix.begin(), pair.suffix.end());
+  return ids;
+}
+
+bool Tokenizer::has_pair_template() const { return !impl_->pair_template.empty(); }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
   // A SentencePiece vocabulary's space in front of the text is dropped again from the first

@@ -5,6 +5,7 @@
 // files also SentencePiece vocabularies (tokenizer.ggml.model "llama": Llama 2, Mistral 7B,
 // Phi-3, Gemma, TinyLlama), tokenised as llama.cpp does: "▁" for spaces and one in front of the
 // text and after each special token (add_space_prefix), pairs merged by score, byte fallback.
+// WordPiece vocabularies (BERT's, tokenizer.json or GGUF's "bert") through wordpiece.h.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,13 @@
 namespace sluice::llm {
 
 class GgufFile;
+
+// The special tokens a post-processor puts around a pair of texts: BERT's [CLS] A [SEP] B [SEP]
+// is {[CLS]}, {[SEP]}, {[SEP]}.
+struct PairTemplate {
+  std::vector<int32_t> prefix, middle, suffix;
+  bool empty() const { return prefix.empty() && middle.empty() && suffix.empty(); }
+};
 
 // Immutable after Load(); thread-safe.
 class Tokenizer {
@@ -34,6 +42,11 @@ class Tokenizer {
   // Text (valid UTF-8, which the caller checks) to ids. Added tokens in the text are recognised
   // as themselves; `add_special_tokens` adds the post-processor's prefix and suffix (e.g. BOS).
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = false) const;
+
+  // A pair of texts (a cross-encoder's query and document) joined by the post-processor's pair
+  // template, special tokens included.
+  std::vector<int32_t> EncodePair(std::string_view first, std::string_view second) const;
+  bool has_pair_template() const;
 
   // Ids to text; bytes that do not form UTF-8 become U+FFFD. Special tokens are left out with
   // `skip_special`. A SentencePiece vocabulary's space prefix is dropped from the first token, as

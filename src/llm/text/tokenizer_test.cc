@@ -114,6 +114,58 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("converted/hf_spm_model_only_legacy", size_t{2300}),
                       std::make_pair("tiny_llm", size_t{2000})));
 
+// WordPiece (BERT's) vocabularies, trained here by the tokenizers package (tools/encoder_models.py):
+// the ids the package gives each string with [CLS] and [SEP] (lowercased and accents stripped, and
+// cased), from the folder's tokenizer.json and from the GGUF file llama.cpp's converter made of it
+// (its "▁" spelling and normalizer keys). llama.cpp's own ids (its tokenizer_cases.jsonl) differ
+// from the package's on some strings (accents, symbols); Sluice follows the package, which the
+// models were trained with.
+class WordPieceCasesTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(WordPieceCasesTest, SameIdsAsTheTokenizersPackage) {
+  const std::string dir = Dir(GetParam().first);
+  auto gguf = FindGgufFile(dir);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  std::unique_ptr<GgufFile> file;
+  if (!gguf->empty()) {
+    auto opened = GgufFile::Open(*gguf);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    file = std::move(*opened);
+  }
+  auto tokenizer = file != nullptr ? Tokenizer::FromGguf(*file) : Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::vector<Case> cases = ReadCases(Dir(GetParam().second) + "/tokenizer_cases.jsonl");
+  ASSERT_GE(cases.size(), 1500u);
+  int mismatches = 0;
+  for (const Case& c : cases) {
+    const std::vector<int32_t> ids = (*tokenizer)->Encode(c.text, /*add_special_tokens=*/true);
+    if (ids != c.ids && ++mismatches <= 5) {
+      ADD_FAILURE() << "ids differ for " << ::testing::PrintToString(c.text) << ": got "
+                    << ::testing::PrintToString(ids) << ", expected "
+                    << ::testing::PrintToString(c.ids);
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << cases.size();
+  // A pair, as a cross-encoder reads it: [CLS] A [SEP] B [SEP].
+  const Tokenizer& t = **tokenizer;
+  ASSERT_TRUE(t.has_pair_template());
+  const std::vector<int32_t> a = t.Encode("how fast"), b = t.Encode("very fast.");
+  std::vector<int32_t> expected = {t.TokenId("[CLS]")};
+  expected.insert(expected.end(), a.begin(), a.end());
+  expected.push_back(t.TokenId("[SEP]"));
+  expected.insert(expected.end(), b.begin(), b.end());
+  expected.push_back(t.TokenId("[SEP]"));
+  EXPECT_EQ(t.EncodePair("how fast", "very fast."), expected);
+  EXPECT_EQ(t.Decode(t.Encode("hello, world")), "hello , world");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Encoders, WordPieceCasesTest,
+    ::testing::Values(std::make_pair("encoders/hf_bert_mean", "encoders/hf_bert_mean"),
+                      std::make_pair("encoders/hf_bert_cls", "encoders/hf_bert_cls"),
+                      std::make_pair("encoders/gguf_bert_mean_f32", "encoders/hf_bert_mean"),
+                      std::make_pair("encoders/gguf_bert_cls_f32", "encoders/hf_bert_cls")));
+
 TEST(TokenizerTest, SpecialTokensAndConfig) {
   auto tokenizer = Tokenizer::Load(Dir("smollm2_tokenizer"));
   ASSERT_TRUE(tokenizer.ok());

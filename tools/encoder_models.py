@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Writes encoder test models (BERT-family embedding models and cross-encoder rerankers) as users
+get them: a WordPiece vocabulary trained here with the tokenizers package, tiny random BertModels
+wrapped and saved by sentence-transformers (modules.json, the pooling module's config, Normalize),
+a BertForSequenceClassification saved by transformers' save_pretrained, and their GGUF files from
+llama.cpp's own converter (convert_hf_to_gguf.py, .deps/llama.cpp).
+
+Everything goes to encoders/ (the test model folder is also a model repository served whole):
+  hf_bert_mean/        mean pooling, then Normalize (all-MiniLM's and e5's modules), uncased
+  hf_bert_cls/         CLS pooling without Normalize (bge's pooling; its normalising is left to
+                       the caller), a cased vocabulary
+  hf_bert_rerank/      a cross-encoder: BertForSequenceClassification with one label
+  gguf_bert_mean_f32/, gguf_bert_cls_f32/, gguf_bert_rerank_f32/
+                       those folders through llama.cpp's converter, F32
+Each holds reference.json: the texts, sentence-transformers' embeddings of them (or, for the
+reranker, a query, documents, CrossEncoder.predict's scores and the raw logits), and
+tokenizer_cases.jsonl: the tokenizers package's ids for the strings (HF folders) or llama.cpp's
+(GGUF files), with the special tokens the model adds.
+
+Usage: tools/encoder_models.py --out build/test-models
+(after tools/llm_export.py --test, whose tokenizer strings it trains and tests on)
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONVERTER = os.path.join(ROOT, ".deps", "llama.cpp", "convert_hf_to_gguf.py")
+TEXTS = [
+    "hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "Sluice serves embeddings for retrieval-augmented generation, in batches.",
+    "Ünïcödé àccents, CJK 中文字符 and punctuation!?",
+    "a",
+    "model serving: latency, throughput & cost (p99 < 50 ms)",
+]
+QUERY = "how fast does the server answer?"
+DOCUMENTS = [
+    "The server answers in under ten milliseconds at the median.",
+    "Bananas are rich in potassium.",
+    "Throughput grows with the batch size until the memory bandwidth is spent.",
+    "how fast does the server answer?",
+]
+
+
+def case_strings(out_dir):
+    path = os.path.join(out_dir, "smollm2_tokenizer", "tokenizer_cases.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run tools/llm_export.py --test --out {out_dir} first")
+    with open(path) as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def train_wordpiece(strings, lowercase, folder):
+    """A WordPiece vocabulary as BERT's (BertNormalizer, BertPreTokenizer, '##' continuations,
+    [CLS] ... [SEP] added), saved by transformers' BertTokenizerFast."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+    tokenizer = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None,
+                                       clean_text=True, handle_chinese_chars=True)
+    tokenizer.train_from_iterator(strings, vocab_size=1500, min_frequency=2,
+                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    os.makedirs(folder, exist_ok=True)
+    raw = os.path.join(folder, "tokenizer.json")
+    tokenizer.save(raw)
+    fast = BertTokenizerFast(tokenizer_file=raw, do_lower_case=lowercase, model_max_length=128)
+    fast.save_pretrained(folder)
+    return fast
+
+
+def bert_config(vocab, **extra):
+    from transformers import BertConfig
+    # Weights larger than BERT's initialisation, so that texts get distinct vectors.
+    return BertConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                      initializer_range=0.2, **extra)
+
+
+def write_embedder(tokenizer, folder, pooling, normalize, seed):
+    """A random BertModel behind sentence-transformers' modules, saved by SentenceTransformer."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+    from transformers import BertModel
+    torch.manual_seed(seed)
+    bert = BertModel(bert_config(len(tokenizer)), add_pooling_layer=False).eval()
+    bert.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformer = Transformer(folder, max_seq_length=128)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    if normalize:
+        modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, device="cpu")
+    model.save(folder)
+    model = SentenceTransformer(folder, device="cpu")  # As users load it.
+    vectors = model.encode(TEXTS, convert_to_numpy=True, batch_size=4)
+    return {"texts": TEXTS, "embeddings": vectors.tolist()}
+
+
+def write_reranker(tokenizer, folder, seed):
+    """A random BertForSequenceClassification with one label (a cross-encoder), as save_pretrained
+    writes it, scored by sentence-transformers' CrossEncoder."""
+    from sentence_transformers import CrossEncoder
+    from transformers import BertForSequenceClassification
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(bert_config(len(tokenizer), num_labels=1)).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    encoder = CrossEncoder(folder, device="cpu")
+    pairs = [(QUERY, d) for d in DOCUMENTS]
+    scores = encoder.predict(pairs, convert_to_numpy=True)
+    with torch.no_grad():
+        batch = tokenizer([QUERY] * len(DOCUMENTS), DOCUMENTS, padding=True, return_tensors="pt")
+        logits = model(**batch).logits[:, 0]
+    return {"query": QUERY, "documents": DOCUMENTS, "scores": scores.tolist(),
+            "logits": logits.tolist()}
+
+
+# llama.cpp's converter names a vocabulary's pre-tokenizer by hashing the ids of a check string
+# against those of the models it knows, and stops at one it does not know, as a vocabulary
+# trained here is: it is named "default" instead (llama.cpp's WordPiece tokenizer, which BERT
+# files get, does not read the name). The converter is otherwise run as a user runs it.
+RUN_CONVERTER = """
+import runpy, sys
+sys.path.insert(0, sys.argv[1])
+from conversion import base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
+script = sys.argv[2]
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def convert(hf_dir, gguf_path):
+    """llama.cpp's converter on `hf_dir`, to F32."""
+    os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
+    if not os.path.exists(CONVERTER):
+        sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
+    result = subprocess.run([sys.executable, "-c", RUN_CONVERTER, os.path.dirname(CONVERTER),
+                             CONVERTER, hf_dir, "--outfile", gguf_path, "--outtype", "f32"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
+
+
+def write_cases(path, texts, encode):
+    with open(path, "w") as f:
+        for text in texts:
+            f.write(json.dumps({"text": text, "ids": encode(text)}, ensure_ascii=False) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="the test model folder")
+    args = parser.parse_args()
+    import llama_cpp
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    start = time.time()
+    strings = case_strings(args.out)
+    rng = random.Random(61)
+    texts = rng.sample(strings, 1500) + TEXTS
+    out = os.path.join(args.out, "encoders")
+    specs = (("mean", "mean", True, True), ("cls", "cls", False, False))
+    for name, pooling, normalize, lowercase in specs:
+        folder = os.path.join(out, f"hf_bert_{name}")
+        tokenizer = train_wordpiece(strings[:3000], lowercase, folder)
+        reference = write_embedder(tokenizer, folder, pooling, normalize, seed=90)
+        with open(os.path.join(folder, "reference.json"), "w") as f:
+            json.dump(reference, f)
+        write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), texts,
+                    lambda t: tokenizer(t).input_ids)
+        gguf_dir = os.path.join(out, f"gguf_bert_{name}_f32")
+        path = os.path.join(gguf_dir, "model.gguf")
+        convert(folder, path)
+        with open(os.path.join(gguf_dir, "reference.json"), "w") as f:
+            json.dump(reference, f)
+        llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), texts,
+                    lambda t: llm.tokenize(t.encode(), add_bos=True, special=False))
+        del llm
+    folder = os.path.join(out, "hf_bert_rerank")
+    tokenizer = train_wordpiece(strings[:3000], True, folder)
+    reference = write_reranker(tokenizer, folder, seed=91)
+    for where in (folder, os.path.join(out, "gguf_bert_rerank_f32")):
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, "reference.json"), "w") as f:
+            json.dump(reference, f)
+    convert(folder, os.path.join(out, "gguf_bert_rerank_f32", "model.gguf"))
+    print(f"encoder test models in {time.time() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
