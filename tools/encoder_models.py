@@ -13,7 +13,8 @@ Everything goes to encoders/ (the test model folder is also a model repository s
   gguf_bert_mean_f32/, gguf_bert_cls_f32/, gguf_bert_rerank_f32/
                        those folders through llama.cpp's converter, F32
 Each holds reference.json: the texts, sentence-transformers' embeddings of them (or, for the
-reranker, a query, documents, CrossEncoder.predict's scores and the raw logits), and
+reranker, a query, documents, CrossEncoder.predict's scores, the raw logits, and the logits
+without BERT's pooler, which llama.cpp's converter leaves out of its files), and
 tokenizer_cases.jsonl: the tokenizers package's ids for the strings (HF folders) or llama.cpp's
 (GGUF files), with the special tokens the model adds.
 
@@ -121,8 +122,12 @@ def write_reranker(tokenizer, folder, seed):
     with torch.no_grad():
         batch = tokenizer([QUERY] * len(DOCUMENTS), DOCUMENTS, padding=True, return_tensors="pt")
         logits = model(**batch).logits[:, 0]
+        # llama.cpp's converter leaves the pooler (dense + tanh) out of the GGUF file: what the
+        # classifier gives on the first token's state without it.
+        states = model.bert(**batch).last_hidden_state[:, 0]
+        without_pooler = model.classifier(states)[:, 0]
     return {"query": QUERY, "documents": DOCUMENTS, "scores": scores.tolist(),
-            "logits": logits.tolist()}
+            "logits": logits.tolist(), "logits_without_pooler": without_pooler.tolist()}
 
 
 # llama.cpp's converter names a vocabulary's pre-tokenizer by hashing the ids of a check string

@@ -61,6 +61,7 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
   // An embedding's mean or first-token pooling needs every prompt token run: no cached prefix.
   options.prefix_caching = config.prefix_caching && config.pooling == Pooling::kNone;
   options.all_prompt_rows = config.pooling != Pooling::kNone;
+  options.whole_prompts = model.whole_sequences();
   return options;
 }
 
@@ -98,6 +99,15 @@ void LlmEngine::Stop() {
 Status LlmEngine::CheckLength(int prompt_tokens, int& max_tokens) const {
   const int context = model_->context_length();
   if (prompt_tokens < 1) return Status::InvalidArgument("the prompt is empty");
+  if (config_.pooling != Pooling::kNone) {  // The input alone runs: it may fill the context.
+    if (prompt_tokens > context) {
+      return Status::InvalidArgument(fmt::format(
+          "This model's maximum context length is {} tokens; the input has {} tokens", context,
+          prompt_tokens));
+    }
+    max_tokens = 1;
+    return Status::Ok();
+  }
   if (prompt_tokens >= context) {
     return Status::InvalidArgument(fmt::format(
         "This model's maximum context length is {} tokens; the prompt has {} tokens, which "
@@ -368,7 +378,7 @@ std::vector<std::string> LlmEngine::AdapterNames() const {
 }
 
 void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
-  const auto hidden = static_cast<size_t>(model_->architecture().hidden_size);
+  const auto hidden = static_cast<size_t>(model_->row_width());
   tokens->assign(plan.chunks.size(), {});
   size_t row = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {

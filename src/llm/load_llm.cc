@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "llm/encoder/bert_model.h"
+#include "llm/encoder/encoder_config.h"
 #include "llm/files/gguf.h"
 
 namespace sluice::llm {
@@ -61,10 +63,48 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   return serve;
 }
 
+// An encoder's configuration from its GGUF file or its folder.
+Result<EncoderConfig> EncoderConfigOf(const std::string& dir) {
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  if (gguf->empty()) return ParseEncoderConfig(dir);
+  auto file = GgufFile::Open(*gguf);
+  if (!file.ok()) return file.status();
+  return EncoderConfigFromGguf(**file);
+}
+
+// An encoder's serving settings: config.yaml's, its pooling (unless config.yaml's llm.embedding
+// says) from its files, a cross-encoder's scores unnormalised from its first token, and a step
+// budget that takes a whole sequence of its context.
+Result<LlmServeConfig> EncoderServeConfig(const std::string& dir, const EncoderConfig& config,
+                                          const LlmLoadOverrides& overrides) {
+  auto serve = ServeConfig(dir, config.arch, overrides);
+  if (!serve.ok()) return serve.status();
+  if (config.num_labels > 0) {
+    serve->pooling = Pooling::kCls;
+    serve->normalize = false;
+  } else if (serve->pooling == Pooling::kNone) {
+    serve->pooling = config.pooling;
+    serve->normalize = config.normalize;
+  }
+  serve->prefill_chunk = std::max(serve->prefill_chunk, serve->context_length);
+  serve->max_step_tokens = std::max(serve->max_step_tokens, serve->context_length);
+  serve->prefix_caching = false;
+  serve->speculative_tokens = 0;
+  return serve;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
+  if (IsEncoderModel(dir)) {
+    auto config = EncoderConfigOf(dir);
+    if (!config.ok()) return config.status();
+    auto serve = EncoderServeConfig(dir, *config, overrides);
+    if (!serve.ok()) return serve.status();
+    return encoder::BertModel::Load(ModelLoadOptions{dir, *serve}, *config);
+  }
   auto arch = Architecture(dir);
   if (!arch.ok()) return arch.status();
   auto serve = ServeConfig(dir, *arch, overrides);
@@ -75,9 +115,16 @@ Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
   namespace fs = std::filesystem;
-  auto arch = Architecture(dir);
+  const bool is_encoder = IsEncoderModel(dir);
+  Result<EncoderConfig> encoder_config = EncoderConfig{};
+  if (is_encoder) {
+    encoder_config = EncoderConfigOf(dir);
+    if (!encoder_config.ok()) return encoder_config.status();
+  }
+  auto arch = is_encoder ? Result<ModelArchitecture>(encoder_config->arch) : Architecture(dir);
   if (!arch.ok()) return arch.status();
-  auto serve = ServeConfig(dir, *arch, overrides);
+  auto serve = is_encoder ? EncoderServeConfig(dir, *encoder_config, overrides)
+                          : ServeConfig(dir, *arch, overrides);
   if (!serve.ok()) return serve.status();
   auto gguf = FindGgufFile(dir);
   if (!gguf.ok()) return gguf.status();
@@ -102,7 +149,17 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
     return Status::InvalidArgument(fmt::format("{}: the tokenizer has {} tokens, the model {}", dir,
                                                (*tokenizer)->vocab_size(), arch->vocab_size));
   }
-  auto model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
+  Result<std::unique_ptr<StepModel>> model = Status::Internal("no model");
+  if (is_encoder) {
+    // A cross-encoder's pair: the second text's tokens (type 1) follow the template's separator.
+    const PairTemplate& pair = (*tokenizer)->pair_template();
+    if (encoder_config->num_labels > 0 && !pair.middle.empty()) {
+      encoder_config->separator_id = pair.middle.front();
+    }
+    model = encoder::BertModel::Load(ModelLoadOptions{dir, *serve}, *encoder_config);
+  } else {
+    model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
+  }
   if (!model.ok()) return model.status();
   auto engine = std::make_shared<LlmEngine>(std::move(*model), std::move(*tokenizer),
                                             std::move(chat_template), *serve);

@@ -188,7 +188,9 @@ StepPlan Scheduler::Schedule() {
             [](const Sequence* a, const Sequence* b) { return a->request.id < b->request.id; });
   for (Sequence* seq : prefilling) {
     if (budget <= 0) break;
-    const int n = std::min(budget, seq->prompt_size() - seq->prefilled);
+    const int left = seq->prompt_size() - seq->prefilled;
+    if (options_.whole_prompts && left > budget && plan.prompt_tokens > 0) break;
+    const int n = options_.whole_prompts ? left : std::min(budget, left);
     SequenceChunk chunk{seq->slot, seq->prefilled, {}, options_.all_prompt_rows, seq->blocks};
     chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
                         seq->request.prompt.begin() + seq->prefilled + n);

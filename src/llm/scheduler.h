@@ -42,6 +42,9 @@ struct SchedulerOptions {
   // An embedding model's steps: every prompt token's row (its hidden state) is wanted, so every
   // prompt chunk yields all its rows.
   bool all_prompt_rows = false;
+  // An encoder's steps: a prompt runs whole in one chunk (its attention sees every token), never
+  // split; one larger than the step's budget runs alone.
+  bool whole_prompts = false;
 };
 
 struct ScheduledRequest {

@@ -60,6 +60,13 @@ class StepModel {
   virtual std::string weights_cache() const { return ""; }
   // What the KV cache holds ("bf16", "q8_0", ...), for the startup line.
   virtual std::string kv_cache_format() const { return ""; }
+  // An encoder's (bidirectional attention): each chunk must be a whole sequence, from its first
+  // token to its last, so prompts are never split across steps.
+  virtual bool whole_sequences() const { return false; }
+  // An embedding model's rows: floats per token (its hidden size; a cross-encoder's classes).
+  virtual int row_width() const { return architecture().hidden_size; }
+  // A cross-encoder: its rows are classifier scores (served at /v1/rerank), not embeddings.
+  virtual bool classifies() const { return false; }
   // OK where chunks may name LoRA adapters (lora.h); else why not.
   virtual Status CanApplyLora() const {
     return Status::InvalidArgument("this model does not take LoRA adapters");

@@ -1656,6 +1656,7 @@ std::vector<int32_t> Tokenizer::EncodePair(std::string_view first, std::string_v
 }
 
 bool Tokenizer::has_pair_template() const { return !impl_->pair_template.empty(); }
+const PairTemplate& Tokenizer::pair_template() const { return impl_->pair_template; }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
   // A SentencePiece vocabulary's space in front of the text is dropped again from the first

@@ -47,6 +47,7 @@ class Tokenizer {
   // template, special tokens included.
   std::vector<int32_t> EncodePair(std::string_view first, std::string_view second) const;
   bool has_pair_template() const;
+  const PairTemplate& pair_template() const;
 
   // Ids to text; bytes that do not form UTF-8 become U+FFFD. Special tokens are left out with
   // `skip_special`. A SentencePiece vocabulary's space prefix is dropped from the first token, as

@@ -1,0 +1,311 @@
+#include "llm/encoder/bert_model.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <omp.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include "llm/files/gguf.h"
+#include "llm/files/safetensors.h"
+#include "llm/kernels/kernels.h"
+
+namespace sluice::llm::encoder {
+
+namespace {
+
+// A tensor by name, as fp32, of the expected shape; errors name the file and the tensor.
+using TensorSource =
+    std::function<Result<at::Tensor>(const std::string& name, std::vector<int64_t> shape)>;
+
+TensorSource FromSafetensors(const SafetensorsFile& file) {
+  // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....".
+  const std::string prefix =
+      file.Find("bert.embeddings.word_embeddings.weight") != nullptr ? "bert." : "";
+  return [&file, prefix](const std::string& name,
+                         std::vector<int64_t> shape) -> Result<at::Tensor> {
+    const std::string full = name.starts_with("classifier.") ? name : prefix + name;
+    const SafetensorsEntry* entry = file.Find(full);
+    if (entry == nullptr && full.ends_with("LayerNorm.weight")) {  // Older checkpoints.
+      entry = file.Find(full.substr(0, full.size() - 6) + "gamma");
+    } else if (entry == nullptr && full.ends_with("LayerNorm.bias")) {
+      entry = file.Find(full.substr(0, full.size() - 4) + "beta");
+    }
+    if (entry == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), full));
+    }
+    if (entry->shape != shape) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
+                                                 file.path(), full, fmt::join(entry->shape, ", "),
+                                                 fmt::join(shape, ", ")));
+    }
+    at::ScalarType type = at::kFloat;
+    if (entry->dtype == "BF16") {
+      type = at::kBFloat16;
+    } else if (entry->dtype == "F16") {
+      type = at::kHalf;
+    } else if (entry->dtype != "F32") {
+      return Status::InvalidArgument(fmt::format(
+          "{}: tensor '{}' has dtype {}; F32, BF16 or F16 expected", file.path(), full,
+          entry->dtype));
+    }
+    at::Tensor view =
+        at::from_blob(const_cast<void*>(entry->data), shape, at::TensorOptions().dtype(type));
+    return view.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  };
+}
+
+// llama.cpp's converter's names for the Hugging Face ones this file asks for.
+std::string GgufName(const std::string& hf) {
+  static const std::vector<std::pair<std::string, std::string>> kNames = {
+      {"embeddings.word_embeddings.weight", "token_embd.weight"},
+      {"embeddings.position_embeddings.weight", "position_embd.weight"},
+      {"embeddings.token_type_embeddings.weight", "token_types.weight"},
+      {"embeddings.LayerNorm.weight", "token_embd_norm.weight"},
+      {"embeddings.LayerNorm.bias", "token_embd_norm.bias"},
+      {"attention.self.query.", "attn_q."},
+      {"attention.self.key.", "attn_k."},
+      {"attention.self.value.", "attn_v."},
+      {"attention.output.dense.", "attn_output."},
+      {"attention.output.LayerNorm.", "attn_output_norm."},
+      {"intermediate.dense.", "ffn_up."},
+      {"output.dense.", "ffn_down."},
+      {"output.LayerNorm.", "layer_output_norm."},
+      {"pooler.dense.", "cls."},
+      {"classifier.", "cls.output."},
+  };
+  std::string name = hf;
+  std::string layer;
+  if (name.starts_with("encoder.layer.")) {
+    const size_t dot = name.find('.', 14);
+    layer = "blk." + name.substr(14, dot - 14) + ".";
+    name = name.substr(dot + 1);
+  }
+  for (const auto& [from, to] : kNames) {
+    if (name.starts_with(from)) return layer + to + name.substr(from.size());
+  }
+  return layer + name;
+}
+
+TensorSource FromGguf(const GgufFile& file) {
+  return [&file](const std::string& name, std::vector<int64_t> shape) -> Result<at::Tensor> {
+    const std::string gguf = GgufName(name);
+    const GgufTensor* tensor = file.FindTensor(gguf);
+    if (tensor == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), gguf));
+    }
+    if (tensor->shape != shape) {
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
+                                                 file.path(), gguf, fmt::join(tensor->shape, ", "),
+                                                 fmt::join(shape, ", ")));
+    }
+    at::Tensor values = at::empty(shape, at::kFloat);
+    DequantizeRow(tensor->type, tensor->data, tensor->elements(), values.data_ptr<float>());
+    return values;
+  };
+}
+
+bool Has(const SafetensorsFile* safetensors, const GgufFile* gguf, const std::string& name) {
+  if (gguf != nullptr) return gguf->FindTensor(GgufName(name)) != nullptr;
+  return safetensors->Find(name) != nullptr || safetensors->Find("bert." + name) != nullptr;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& options,
+                                                   const EncoderConfig& config) {
+  auto model = std::make_unique<BertModel>();
+  model->config_ = config;
+  model->serve_ = options.serve;
+  model->precision_ = options.serve.precision;
+  const ModelArchitecture& a = config.arch;
+  if (model->serve_.context_length > a.max_position_embeddings) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: context_length {} exceeds the model's max_position_embeddings {}", options.dir,
+        model->serve_.context_length, a.max_position_embeddings));
+  }
+  auto gguf_path = FindGgufFile(options.dir);
+  if (!gguf_path.ok()) return gguf_path.status();
+  std::unique_ptr<GgufFile> gguf;
+  std::unique_ptr<SafetensorsFile> safetensors;
+  if (!gguf_path->empty()) {
+    auto opened = GgufFile::Open(*gguf_path);
+    if (!opened.ok()) return opened.status();
+    gguf = std::move(*opened);
+  } else {
+    auto opened = SafetensorsFile::OpenCheckpoint(options.dir);
+    if (!opened.ok()) return opened.status();
+    safetensors = std::move(*opened);
+  }
+  const TensorSource get = gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors);
+  const int64_t h = a.hidden_size, inter = a.intermediate_size;
+  // Loading runs on one thread (llama_model.cc says why).
+  const int omp_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore{omp_threads};
+  try {
+    c10::InferenceMode guard;
+    auto tensor = [&](const std::string& name, std::vector<int64_t> shape,
+                      at::Tensor* out) -> Status {
+      auto value = get(name, std::move(shape));
+      if (!value.ok()) return value.status();
+      *out = std::move(*value);
+      model->bytes_ += static_cast<int64_t>(out->nbytes());
+      return Status::Ok();
+    };
+    auto linear = [&](const std::vector<std::string>& names, int64_t out, int64_t in,
+                      llama::Linear* result) -> Status {
+      std::vector<at::Tensor> weights, biases;
+      for (const std::string& name : names) {
+        auto w = get(name + ".weight", {out, in});
+        if (!w.ok()) return w.status();
+        auto b = get(name + ".bias", {out});
+        if (!b.ok()) return b.status();
+        weights.push_back(std::move(*w));
+        biases.push_back(std::move(*b));
+      }
+      result->Add(weights.size() == 1 ? weights[0] : at::cat(weights, 0), model->precision_);
+      result->bias = biases.size() == 1 ? biases[0] : at::cat(biases, 0);
+      model->bytes_ += result->bytes();
+      return Status::Ok();
+    };
+    SLUICE_RETURN_IF_ERROR(
+        tensor("embeddings.word_embeddings.weight", {a.vocab_size, h}, &model->word_));
+    SLUICE_RETURN_IF_ERROR(tensor("embeddings.position_embeddings.weight",
+                                  {a.max_position_embeddings, h}, &model->position_));
+    if (config.type_vocab_size > 0) {
+      SLUICE_RETURN_IF_ERROR(tensor("embeddings.token_type_embeddings.weight",
+                                    {config.type_vocab_size, h}, &model->token_type_));
+    }
+    SLUICE_RETURN_IF_ERROR(tensor("embeddings.LayerNorm.weight", {h}, &model->embed_norm_w_));
+    SLUICE_RETURN_IF_ERROR(tensor("embeddings.LayerNorm.bias", {h}, &model->embed_norm_b_));
+    model->layers_.resize(static_cast<size_t>(a.layers));
+    for (int i = 0; i < a.layers; ++i) {
+      Layer& layer = model->layers_[static_cast<size_t>(i)];
+      const std::string p = fmt::format("encoder.layer.{}.", i);
+      SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.query", p + "attention.self.key",
+                                     p + "attention.self.value"},
+                                    h, h, &layer.qkv));
+      SLUICE_RETURN_IF_ERROR(linear({p + "attention.output.dense"}, h, h, &layer.out));
+      SLUICE_RETURN_IF_ERROR(linear({p + "intermediate.dense"}, inter, h, &layer.up));
+      SLUICE_RETURN_IF_ERROR(linear({p + "output.dense"}, h, inter, &layer.down));
+      SLUICE_RETURN_IF_ERROR(
+          tensor(p + "attention.output.LayerNorm.weight", {h}, &layer.attn_norm_w));
+      SLUICE_RETURN_IF_ERROR(tensor(p + "attention.output.LayerNorm.bias", {h}, &layer.attn_norm_b));
+      SLUICE_RETURN_IF_ERROR(tensor(p + "output.LayerNorm.weight", {h}, &layer.out_norm_w));
+      SLUICE_RETURN_IF_ERROR(tensor(p + "output.LayerNorm.bias", {h}, &layer.out_norm_b));
+    }
+    if (config.num_labels > 0) {
+      // llama.cpp's converter leaves BERT's pooler out of its files: the classifier then reads
+      // the first token's state directly, as llama.cpp runs it.
+      if (Has(safetensors.get(), gguf.get(), "pooler.dense.weight")) {
+        SLUICE_RETURN_IF_ERROR(linear({"pooler.dense"}, h, h, &model->pooler_));
+      }
+      SLUICE_RETURN_IF_ERROR(linear({"classifier"}, config.num_labels, h, &model->classifier_));
+    }
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("{}: loading the encoder: {}", options.dir, e.what()));
+  }
+  return std::unique_ptr<StepModel>(std::move(model));
+}
+
+std::string BertModel::weight_formats() const {
+  return std::string(LlmPrecisionName(precision_));
+}
+
+void BertModel::LayerNorm(at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  x = at::layer_norm(x, {config_.arch.hidden_size}, w, b, config_.arch.rms_norm_eps);
+}
+
+Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* rows) {
+  const ModelArchitecture& a = config_.arch;
+  std::vector<int64_t> ids, positions, types, offsets{0};
+  for (const SequenceChunk& chunk : chunks) {
+    if (chunk.start != 0) {
+      return Status::Internal("an encoder's chunk must hold its whole sequence");
+    }
+    if (static_cast<int64_t>(chunk.tokens.size()) > a.max_position_embeddings) {
+      return Status::InvalidArgument(fmt::format("a sequence of {} tokens exceeds the model's {}",
+                                                 chunk.tokens.size(), a.max_position_embeddings));
+    }
+    int64_t type = 0;
+    for (size_t p = 0; p < chunk.tokens.size(); ++p) {
+      ids.push_back(chunk.tokens[p]);
+      positions.push_back(static_cast<int64_t>(p));
+      types.push_back(type);
+      // A pair's second text (type 1) follows the first separator, which is type 0 itself.
+      if (chunk.tokens[p] == config_.separator_id && config_.type_vocab_size > 1) type = 1;
+    }
+    offsets.push_back(static_cast<int64_t>(ids.size()));
+  }
+  thread_local int threads_set = -1;
+  const int threads = serve_.threads > 0
+                          ? serve_.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads_set != threads) {
+    at::set_num_threads(threads);
+    threads_set = threads;
+  }
+  try {
+    c10::InferenceMode guard;
+    const int64_t total = static_cast<int64_t>(ids.size()), h = a.hidden_size;
+    const int64_t heads = a.heads, d = a.head_dim;
+    auto index = [](const std::vector<int64_t>& values) {
+      return at::from_blob(const_cast<int64_t*>(values.data()),
+                           {static_cast<int64_t>(values.size())}, at::kLong);
+    };
+    at::Tensor x = word_.index_select(0, index(ids)) + position_.index_select(0, index(positions));
+    if (token_type_.defined()) x += token_type_.index_select(0, index(types));
+    LayerNorm(x, embed_norm_w_, embed_norm_b_);
+    at::Tensor qkv = at::empty({total, 3 * h}, at::kFloat);
+    at::Tensor attended = at::empty({total, h}, at::kFloat);
+    at::Tensor projected = at::empty({total, h}, at::kFloat);
+    at::Tensor up = at::empty({total, a.intermediate_size}, at::kFloat);
+    for (const Layer& layer : layers_) {
+      layer.qkv.Into(x, qkv.data_ptr<float>());
+      for (size_t s = 0; s + 1 < offsets.size(); ++s) {
+        const int64_t begin = offsets[s], n = offsets[s + 1] - begin;
+        // [n, 3, heads, d] -> q, k, v as [1, heads, n, d].
+        at::Tensor part = qkv.narrow(0, begin, n).view({n, 3, heads, d});
+        at::Tensor q = part.select(1, 0).transpose(0, 1).unsqueeze(0);
+        at::Tensor k = part.select(1, 1).transpose(0, 1).unsqueeze(0);
+        at::Tensor v = part.select(1, 2).transpose(0, 1).unsqueeze(0);
+        at::Tensor out = at::scaled_dot_product_attention(q, k, v);  // [1, heads, n, d]
+        attended.narrow(0, begin, n).copy_(out.squeeze(0).transpose(0, 1).reshape({n, h}));
+      }
+      layer.out.Into(attended, projected.data_ptr<float>());
+      x = x + projected;
+      LayerNorm(x, layer.attn_norm_w, layer.attn_norm_b);
+      layer.up.Into(x, up.data_ptr<float>());
+      at::Tensor activated = at::gelu(up, config_.gelu_tanh ? "tanh" : "none");
+      layer.down.Into(activated.contiguous(), projected.data_ptr<float>());
+      x = x + projected;
+      LayerNorm(x, layer.out_norm_w, layer.out_norm_b);
+    }
+    x = x.contiguous();
+    if (config_.num_labels > 0) {
+      // Every token's scores (the engine keeps the first token's: BERT's [CLS]).
+      if (!pooler_.parts.empty()) {
+        pooler_.Into(x, projected.data_ptr<float>());
+        x = at::tanh(projected);
+      }
+      at::Tensor scores = at::empty({total, config_.num_labels}, at::kFloat);
+      classifier_.Into(x.contiguous(), scores.data_ptr<float>());
+      x = scores;
+    }
+    const float* data = x.data_ptr<float>();
+    rows->insert(rows->end(), data, data + x.numel());
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("the encoder's step failed: {}", e.what()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::llm::encoder

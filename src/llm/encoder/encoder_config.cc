@@ -1,0 +1,264 @@
+#include "llm/encoder/encoder_config.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <filesystem>
+
+#include "llm/files/gguf.h"
+#include "llm/models/config_json.h"
+
+namespace sluice::llm {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Status SetPoolingMode(std::string_view mode, const std::string& path, EncoderConfig* config) {
+  if (mode == "mean") {
+    config->pooling = Pooling::kMean;
+  } else if (mode == "cls") {
+    config->pooling = Pooling::kCls;
+  } else if (mode == "lasttoken") {
+    config->pooling = Pooling::kLast;
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "{}: pooling mode '{}' is not supported (Sluice pools by mean, cls or lasttoken)", path,
+        mode));
+  }
+  return Status::Ok();
+}
+
+// sentence-transformers' modules.json: the Pooling module's mode (its config.json: "pooling_mode",
+// or the older pooling_mode_*_tokens flags), whether a Normalize module follows; a module that
+// changes the vectors otherwise (Dense) is refused by name.
+Status ReadSentenceTransformers(const std::string& dir, EncoderConfig* config) {
+  const fs::path modules_path = fs::path(dir) / "modules.json";
+  std::error_code ec;
+  if (!fs::exists(modules_path, ec)) return Status::Ok();
+  simdjson::dom::parser parser;
+  simdjson::dom::array modules;
+  if (parser.load(modules_path.string()).get(modules) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(
+        fmt::format("{}: cannot read it as a JSON list", modules_path.string()));
+  }
+  std::string pooling_dir;
+  for (auto module : modules) {
+    std::string_view type, path;
+    if (module["type"].get(type) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(
+          fmt::format("{}: a module without a type", modules_path.string()));
+    }
+    if (module["path"].get(path) != simdjson::SUCCESS) path = "";
+    const std::string_view name = type.substr(type.rfind('.') + 1);
+    if (name == "Transformer") continue;
+    if (name == "Pooling") {
+      pooling_dir = std::string(path);
+    } else if (name == "Normalize") {
+      config->normalize = true;
+    } else {
+      return Status::InvalidArgument(fmt::format(
+          "{}: module '{}' is not supported (Sluice applies Transformer, Pooling and Normalize)",
+          modules_path.string(), type));
+    }
+  }
+  if (pooling_dir.empty()) return Status::Ok();
+  const std::string pooling_path = (fs::path(dir) / pooling_dir / "config.json").string();
+  simdjson::dom::parser pooling_parser;
+  simdjson::dom::element pooling;
+  if (pooling_parser.load(pooling_path).get(pooling) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(fmt::format("{}: cannot read it as JSON", pooling_path));
+  }
+  std::string_view mode;
+  if (pooling["pooling_mode"].get(mode) == simdjson::SUCCESS) {
+    SLUICE_RETURN_IF_ERROR(SetPoolingMode(mode, pooling_path, config));
+  } else {
+    std::vector<std::string_view> modes;
+    for (const auto& [key, name] : {std::pair<const char*, const char*>{"pooling_mode_cls_token",
+                                                                        "cls"},
+                                    {"pooling_mode_mean_tokens", "mean"},
+                                    {"pooling_mode_max_tokens", "max"},
+                                    {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"},
+                                    {"pooling_mode_weightedmean_tokens", "weightedmean"},
+                                    {"pooling_mode_lasttoken", "lasttoken"}}) {
+      bool on = false;
+      if (pooling[key].get(on) == simdjson::SUCCESS && on) modes.push_back(name);
+    }
+    if (modes.size() != 1) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} pooling modes are set; Sluice pools by one (mean, cls or lasttoken)",
+          pooling_path, modes.size()));
+    }
+    SLUICE_RETURN_IF_ERROR(SetPoolingMode(modes[0], pooling_path, config));
+  }
+  bool include_prompt = true;
+  if (pooling["include_prompt"].get(include_prompt) == simdjson::SUCCESS && !include_prompt) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: include_prompt false (prompts left out of the pooling) is not supported",
+        pooling_path));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsEncoderModel(const std::string& dir) {
+  std::error_code ec;
+  auto gguf = FindGgufFile(dir);
+  if (gguf.ok() && !gguf->empty()) {
+    auto file = GgufFile::Open(*gguf);
+    if (!file.ok()) return false;
+    auto name = (*file)->String("general.architecture", "");
+    return name.ok() && *name == "bert";
+  }
+  const fs::path config = fs::path(dir) / "config.json";
+  if (!fs::exists(config, ec)) return false;
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  std::string_view type;
+  return parser.load(config.string()).get(root) == simdjson::SUCCESS &&
+         root["model_type"].get(type) == simdjson::SUCCESS && type == "bert";
+}
+
+Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  simdjson::dom::parser parser;
+  simdjson::dom::element document;
+  if (parser.load(path).get(document) != simdjson::SUCCESS || !document.is_object()) {
+    return Status::InvalidArgument(fmt::format("{}: cannot read it as a JSON object", path));
+  }
+  const JsonConfig json(document, path);
+  EncoderConfig config;
+  ModelArchitecture& arch = config.arch;
+  arch.name = "bert";
+  auto integer = [&](const char* key, std::optional<int> fallback, int* out) -> Status {
+    auto value = json.Int(key, fallback);
+    if (!value.ok()) return value.status();
+    *out = *value;
+    return Status::Ok();
+  };
+  SLUICE_RETURN_IF_ERROR(integer("vocab_size", std::nullopt, &arch.vocab_size));
+  SLUICE_RETURN_IF_ERROR(integer("hidden_size", std::nullopt, &arch.hidden_size));
+  SLUICE_RETURN_IF_ERROR(integer("intermediate_size", std::nullopt, &arch.intermediate_size));
+  SLUICE_RETURN_IF_ERROR(integer("num_hidden_layers", std::nullopt, &arch.layers));
+  SLUICE_RETURN_IF_ERROR(integer("num_attention_heads", std::nullopt, &arch.heads));
+  SLUICE_RETURN_IF_ERROR(integer("max_position_embeddings", 512, &arch.max_position_embeddings));
+  SLUICE_RETURN_IF_ERROR(integer("type_vocab_size", 2, &config.type_vocab_size));
+  if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
+    return json.Bad("num_attention_heads", "does not divide hidden_size");
+  }
+  arch.kv_heads = arch.heads;
+  arch.head_dim = arch.hidden_size / arch.heads;
+  auto eps = json.Number("layer_norm_eps", 1e-12);
+  if (!eps.ok()) return eps.status();
+  arch.rms_norm_eps = *eps;
+  auto act = json.String("hidden_act", "gelu");
+  if (!act.ok()) return act.status();
+  if (*act == "gelu_new" || *act == "gelu_pytorch_tanh") {
+    config.gelu_tanh = true;
+  } else if (*act != "gelu") {
+    return json.Bad("hidden_act",
+                    fmt::format("is '{}'; Sluice's encoders use gelu or its tanh form", *act));
+  }
+  auto position_type = json.String("position_embedding_type", "absolute");
+  if (!position_type.ok()) return position_type.status();
+  if (*position_type != "absolute") {
+    return json.Bad("position_embedding_type",
+                    fmt::format("is '{}'; Sluice reads absolute positions", *position_type));
+  }
+  // The head: config.json's architectures name it (BertModel: none).
+  simdjson::dom::array architectures;
+  if (document["architectures"].get(architectures) == simdjson::SUCCESS) {
+    for (auto item : architectures) {
+      std::string_view name;
+      if (item.get(name) != simdjson::SUCCESS) continue;
+      if (name == "BertForSequenceClassification") {
+        simdjson::dom::object labels;
+        config.num_labels = document["id2label"].get(labels) == simdjson::SUCCESS
+                                ? static_cast<int>(labels.size())
+                                : 2;
+        auto num_labels = json.Int("num_labels", config.num_labels);
+        if (!num_labels.ok()) return num_labels.status();
+        config.num_labels = *num_labels;
+      } else if (name != "BertModel" && name != "BertForMaskedLM" && name != "BertForPreTraining") {
+        return json.Bad("architectures",
+                        fmt::format("names '{}'; Sluice serves BertModel (embeddings) and "
+                                    "BertForSequenceClassification (rerankers)",
+                                    name));
+      }
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(ReadSentenceTransformers(dir, &config));
+  return config;
+}
+
+Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
+  EncoderConfig config;
+  ModelArchitecture& arch = config.arch;
+  arch.name = "bert";
+  auto integer = [&](const char* key, int* out) -> Status {
+    auto value = file.Integer(fmt::format("bert.{}", key));
+    if (!value.ok()) return value.status();
+    *out = static_cast<int>(*value);
+    return Status::Ok();
+  };
+  SLUICE_RETURN_IF_ERROR(integer("block_count", &arch.layers));
+  SLUICE_RETURN_IF_ERROR(integer("context_length", &arch.max_position_embeddings));
+  SLUICE_RETURN_IF_ERROR(integer("embedding_length", &arch.hidden_size));
+  SLUICE_RETURN_IF_ERROR(integer("feed_forward_length", &arch.intermediate_size));
+  SLUICE_RETURN_IF_ERROR(integer("attention.head_count", &arch.heads));
+  if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: bert.attention.head_count {} does not divide bert.embedding_length {}", file.path(),
+        arch.heads, arch.hidden_size));
+  }
+  arch.kv_heads = arch.heads;
+  arch.head_dim = arch.hidden_size / arch.heads;
+  auto eps = file.Number("bert.attention.layer_norm_epsilon", 1e-12);
+  if (!eps.ok()) return eps.status();
+  arch.rms_norm_eps = *eps;
+  auto causal = file.Bool("bert.attention.causal", false);
+  if (!causal.ok()) return causal.status();
+  if (*causal) {
+    return Status::InvalidArgument(
+        fmt::format("{}: bert.attention.causal is true; BERT's attention is bidirectional",
+                    file.path()));
+  }
+  const GgufTensor* embedding = file.FindTensor("token_embd.weight");
+  if (embedding == nullptr || embedding->shape.size() != 2) {
+    return Status::InvalidArgument(
+        fmt::format("{}: tensor 'token_embd.weight' is missing", file.path()));
+  }
+  arch.vocab_size = static_cast<int>(embedding->shape[0]);
+  const GgufTensor* types = file.FindTensor("token_types.weight");
+  config.type_vocab_size = types == nullptr ? 0 : static_cast<int>(types->shape[0]);
+  // llama.cpp's pooling types: 0 none, 1 mean, 2 cls, 3 last, 4 rank (a classifier's scores).
+  auto pooling = file.Integer("bert.pooling_type", 1);
+  if (!pooling.ok()) return pooling.status();
+  const GgufTensor* classifier = file.FindTensor("cls.output.weight");
+  switch (*pooling) {
+    case 1:
+      config.pooling = Pooling::kMean;
+      break;
+    case 2:
+    case 4:
+      config.pooling = Pooling::kCls;
+      break;
+    case 3:
+      config.pooling = Pooling::kLast;
+      break;
+    default:
+      return Status::InvalidArgument(fmt::format(
+          "{}: bert.pooling_type {} is not supported (1 mean, 2 cls, 3 last, 4 rank)",
+          file.path(), *pooling));
+  }
+  if (classifier != nullptr) {
+    config.num_labels = static_cast<int>(classifier->shape[0]);
+    config.pooling = Pooling::kCls;
+  } else {
+    config.normalize = true;  // As llama.cpp's server returns embeddings.
+  }
+  return config;
+}
+
+}  // namespace sluice::llm
