@@ -3,7 +3,8 @@
 base64) and raw HTTP (floats): the tiny test model served as an embedding model with last, mean
 and cls pooling, each checked against transformers' LlamaModel on the same weights and token ids
 (cosine >= 0.999); inputs as strings, token ids and lists of either; usage; the refusals
-(dimensions, a generating model, generation on an embedding model, an encoder-only model).
+(dimensions, a generating model, generation on an embedding model, an encoder-only model of a
+type not served).
 
 Usage: tests/openai_embeddings_test.py SLUICE TEST_MODELS
 """
@@ -117,15 +118,18 @@ def checks(port, client, test_models):
 
 
 def encoder_only(sluice):
-    """An encoder-only model is refused at load, by name."""
-    with tempfile.TemporaryDirectory() as bert:
-        with open(os.path.join(bert, "config.json"), "w") as f:
-            json.dump({"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 8}, f)
-        open(os.path.join(bert, "model.safetensors"), "wb").close()
-        result = subprocess.run([sluice, "serve", "--port", "0", "--model-dir", bert],
+    """An encoder-only model of a type not served (BERT's are: encoder_serving_test.py) is refused
+    at load, by name."""
+    with tempfile.TemporaryDirectory() as roberta:
+        with open(os.path.join(roberta, "config.json"), "w") as f:
+            json.dump({"architectures": ["RobertaModel"], "model_type": "roberta",
+                       "hidden_size": 8}, f)
+        open(os.path.join(roberta, "model.safetensors"), "wb").close()
+        result = subprocess.run([sluice, "serve", "--port", "0", "--model-dir", roberta],
                                 capture_output=True, text=True, timeout=60)
         output = result.stdout + result.stderr
-        check(result.returncode != 0 and "encoder-only" in output, f"bert: {output}")
+        check(result.returncode != 0 and "encoder-only" in output and "'roberta'" in output,
+              f"roberta: {output}")
 
 
 def main():

@@ -442,6 +442,9 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
   router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
   router.Post("/v1/embeddings", bind(&OpenAiHandlers::Embeddings));
+  for (const char* path : {"/v1/rerank", "/rerank", "/v2/rerank"}) {
+    router.Post(path, bind(&OpenAiHandlers::Rerank));
+  }
   router.Post("/v1/load_lora_adapter", bind(&OpenAiHandlers::LoadLoraAdapter));
   router.Post("/v1/unload_lora_adapter", bind(&OpenAiHandlers::UnloadLoraAdapter));
 }
@@ -508,7 +511,14 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
                         "model '{}' generates text and gives no embeddings", parsed.model)),
                     "model"));
   }
-  const int64_t width = engine->model().architecture().hidden_size;
+  if (engine->model().classifies()) {
+    return respond(OpenAiError(
+        Status::InvalidArgument(fmt::format(
+            "model '{}' is a reranker (a cross-encoder) and gives no embeddings: use /v1/rerank",
+            parsed.model)),
+        "model"));
+  }
+  const int64_t width = engine->model().row_width();
   if (parsed.dimensions != 0 && parsed.dimensions != width) {
     return respond(OpenAiError(
         Status::InvalidArgument(fmt::format("'dimensions' {} is not supported: model '{}' gives "
@@ -560,6 +570,87 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
     });
   }
   link->Attach(service_.Embed(engine, parsed.inputs, std::move(done)));
+}
+
+void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Responder respond) {
+  openai::RerankRequest parsed;
+  if (auto error = openai::ParseRerank(request.body, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  auto found = service_.Find(parsed.model);
+  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  std::shared_ptr<llm::LlmEngine> engine = *found;
+  if (!engine->model().classifies() || engine->model().row_width() != 1) {
+    return respond(OpenAiError(
+        Status::InvalidArgument(fmt::format(
+            "model '{}' is not a reranker: /v1/rerank serves cross-encoders with one score "
+            "(BertForSequenceClassification with num_labels 1)",
+            parsed.model)),
+        "model"));
+  }
+  const llm::Tokenizer& tokenizer = engine->tokenizer();
+  if (!tokenizer.has_pair_template()) {
+    return respond(OpenAiError(
+        Status::InvalidArgument(fmt::format(
+            "model '{}' has no template for a pair of texts in its tokenizer", parsed.model)),
+        "model"));
+  }
+  // Each document with the query, as the cross-encoder was trained: [CLS] query [SEP] doc [SEP].
+  std::vector<llm::EmbeddingInput> inputs;
+  for (const std::string& document : parsed.documents) {
+    llm::EmbeddingInput input;
+    for (const int32_t id : tokenizer.EncodePair(parsed.query, document)) {
+      input.tokens.push_back(id);
+    }
+    input.is_tokens = true;
+    inputs.push_back(std::move(input));
+  }
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto answer = [answered, respond](HttpResponse response) {
+    if (!answered->exchange(true)) respond(std::move(response));
+  };
+  auto done = [answer, engine, parsed](Result<llm::Embeddings> result) {
+    if (!result.ok()) {
+      // Inputs are numbered as the documents are.
+      return answer(OpenAiError(
+          result.status(),
+          result.status().code() == StatusCode::kInvalidArgument ? "documents" : "",
+          engine->EstimatedWaitSeconds()));
+    }
+    // The relevance score: the logit through a sigmoid, as sentence-transformers' CrossEncoder
+    // and vLLM score a one-label cross-encoder; highest first.
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = 0; i < result->vectors.size(); ++i) {
+      ranked.emplace_back(1.0 / (1.0 + std::exp(-static_cast<double>(result->vectors[i][0]))), i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (parsed.top_n > 0 && static_cast<size_t>(parsed.top_n) < ranked.size()) {
+      ranked.resize(static_cast<size_t>(parsed.top_n));
+    }
+    JsonWriter json;
+    json.BeginObject().Field("id", fmt::format("rerank-{}", g_next_id.fetch_add(1)));
+    json.Field("object", "list").Field("model", parsed.model).Key("results").BeginArray();
+    for (const auto& [score, index] : ranked) {
+      json.BeginObject().Field("index", static_cast<int64_t>(index));
+      json.Field("relevance_score", score);
+      if (parsed.return_documents) {
+        json.Key("document").BeginObject().Field("text", parsed.documents[index]).EndObject();
+      }
+      json.EndObject();
+    }
+    json.EndArray().Key("usage").BeginObject();
+    json.Field("prompt_tokens", int64_t{result->prompt_tokens});
+    json.Field("total_tokens", int64_t{result->prompt_tokens}).EndObject().EndObject();
+    answer(HttpResponse::Json(200, json.str()));
+  };
+  auto link = std::make_shared<CancelLink>();
+  if (request.on_disconnect) {
+    request.on_disconnect([link, answer] {
+      if (link->Cancel()) answer(OpenAiError(Status::Cancelled("the client disconnected")));
+    });
+  }
+  link->Attach(service_.Embed(engine, inputs, std::move(done)));
 }
 
 void OpenAiHandlers::LoadLoraAdapter(const HttpRequest& request, const PathParams&,

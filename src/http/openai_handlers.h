@@ -30,6 +30,7 @@ class OpenAiHandlers {
   void Tokenize(const HttpRequest& request, const PathParams&, Responder respond);
   void Detokenize(const HttpRequest& request, const PathParams&, Responder respond);
   void Embeddings(const HttpRequest& request, const PathParams&, Responder respond);
+  void Rerank(const HttpRequest& request, const PathParams&, Responder respond);
   // vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
   // {"lora_name"}, where config.yaml's llm.lora.runtime_loading opens them (`model` names the
   // base where several are served).

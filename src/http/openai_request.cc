@@ -605,6 +605,46 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
   return std::nullopt;
 }
 
+std::optional<ParseError> ParseRerank(std::string_view body, RerankRequest& r) {
+  constexpr size_t kMaxDocuments = 1000;  // Cohere's limit.
+  simdjson::dom::parser parser;
+  element root;
+  if (auto error = ParseObject(parser, body, root)) return error;
+  if (auto e = OnlyKeys(root, {"model", "query", "documents", "top_n", "return_documents"})) {
+    return e;
+  }
+  if (auto e = ReadString(root, "model", r.model)) return e;
+  element query;
+  if (root["query"].get(query) != simdjson::SUCCESS || query.is_null()) {
+    return ParseError{"'query' is required", "query"};
+  }
+  if (auto e = ReadString(root, "query", r.query)) return e;
+  if (auto e = ReadInt(root, "top_n", 1, 1 << 20, r.top_n)) return e;
+  if (auto e = ReadBool(root, "return_documents", r.return_documents)) return e;
+  simdjson::dom::array documents;
+  if (root["documents"].get(documents) != simdjson::SUCCESS) {
+    return ParseError{"'documents' is required: a list of strings or of {\"text\": ...}",
+                      "documents"};
+  }
+  if (documents.size() == 0) return ParseError{"'documents' must not be empty", "documents"};
+  if (documents.size() > kMaxDocuments) {
+    return ParseError{
+        fmt::format("'documents' holds {} items; at most {}", documents.size(), kMaxDocuments),
+        "documents"};
+  }
+  for (element document : documents) {
+    std::string_view text;
+    if (document.get(text) != simdjson::SUCCESS &&
+        document["text"].get(text) != simdjson::SUCCESS) {
+      return ParseError{
+          fmt::format("document {} is neither a string nor {{\"text\": ...}}", r.documents.size()),
+          "documents"};
+    }
+    r.documents.emplace_back(text);
+  }
+  return std::nullopt;
+}
+
 std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsRequest& r) {
   constexpr size_t kMaxInputs = 2048;  // OpenAI's limit.
   simdjson::dom::parser parser;

@@ -41,6 +41,18 @@ struct EmbeddingsRequest {
 };
 std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsRequest& r);
 
+// POST /v1/rerank (also /rerank and /v2/rerank), the shape Jina's and Cohere's rerank APIs share
+// and llama.cpp and vLLM serve: a query, documents (strings or {"text": ...}), top_n, and
+// return_documents.
+struct RerankRequest {
+  std::string model;
+  std::string query;
+  std::vector<std::string> documents;
+  int64_t top_n = 0;  // 0: every document.
+  bool return_documents = false;
+};
+std::optional<ParseError> ParseRerank(std::string_view body, RerankRequest& r);
+
 // vLLM's /v1/load_lora_adapter ({"lora_name", "lora_path"}) and /v1/unload_lora_adapter
 // ({"lora_name"}) bodies, with `model` naming the base model where several are served.
 struct LoraAdapterRequest {

@@ -197,9 +197,8 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
                                                    "mpnet",      "electra",    "deberta-v2"};
   if (std::find(std::begin(kEncoders), std::end(kEncoders), *model_type) != std::end(kEncoders)) {
     return Bad(path, "model_type",
-               fmt::format("is '{}', an encoder-only model, which Sluice does not serve; for "
-                           "embeddings serve a decoder embedding model (Qwen3-Embedding's "
-                           "shape) with config.yaml's llm.embedding",
+               fmt::format("is '{}', an encoder-only model of a type Sluice does not serve "
+                           "(of encoders it serves 'bert': embedding models and rerankers)",
                            *model_type));
   }
   const Family* family = FamilyByModelType(*model_type);
