@@ -290,6 +290,38 @@ TEST(OpenAiRequestTest, EmbeddingsBodies) {
   }
 }
 
+// The Jina/Cohere rerank body: documents as strings or {"text": ...}; Cohere's other
+// parameters are refused by name.
+TEST(OpenAiRequestTest, RerankBodies) {
+  RerankRequest r;
+  ASSERT_FALSE(ParseRerank(R"({"model": "m", "query": "q", "documents": ["a", {"text": "b"}],
+                               "top_n": 1, "return_documents": true})",
+                           r));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.query, "q");
+  EXPECT_EQ(r.documents, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.top_n, 1);
+  EXPECT_TRUE(r.return_documents);
+  r = {};
+  ASSERT_FALSE(ParseRerank(R"({"query": "", "documents": ["a"]})", r));
+  EXPECT_EQ(r.top_n, 0);
+  EXPECT_FALSE(r.return_documents);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"documents": ["a"]})", "query"},
+           {R"({"query": null, "documents": ["a"]})", "query"},
+           {R"({"query": 3, "documents": ["a"]})", "query"},
+           {R"({"query": "q"})", "documents"},
+           {R"({"query": "q", "documents": []})", "documents"},
+           {R"({"query": "q", "documents": [{"content": "a"}]})", "documents"},
+           {R"({"query": "q", "documents": ["a"], "top_n": 0})", "top_n"},
+           {R"({"query": "q", "documents": ["a"], "rank_fields": ["t"]})", "rank_fields"}}) {
+    r = {};
+    auto error = ParseRerank(body, r);
+    ASSERT_TRUE(error) << body;
+    EXPECT_EQ(error->param, param) << body;
+  }
+}
+
 TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {
   TokenizeRequest t;
   ASSERT_FALSE(ParseTokenize(R"({"model": "m", "prompt": "hi"})", t));
