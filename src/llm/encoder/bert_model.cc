@@ -220,6 +220,24 @@ std::string BertModel::weight_formats() const {
   return std::string(LlmPrecisionName(precision_));
 }
 
+std::string BertModel::kernel_paths() const {
+  bool blocks = false, vectors = false, fp32 = false;
+  for (const Layer& layer : layers_) {
+    for (const llama::Linear* linear : {&layer.qkv, &layer.out, &layer.up, &layer.down}) {
+      for (const llama::Linear::Part& part : linear->parts) {
+        blocks = blocks || part.blocks != nullptr;
+        vectors = vectors || (part.blocks == nullptr && !part.fp32());
+        fp32 = fp32 || part.fp32();
+      }
+    }
+  }
+  std::vector<std::string> paths;
+  if (blocks) paths.emplace_back(QuantKernelIsa());
+  if (vectors) paths.emplace_back(CpuKernelIsa());
+  if (fp32) paths.emplace_back("aten");
+  return fmt::format("{}", fmt::join(paths, "+"));
+}
+
 void BertModel::LayerNorm(at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
   x = at::layer_norm(x, {config_.arch.hidden_size}, w, b, config_.arch.rms_norm_eps);
 }

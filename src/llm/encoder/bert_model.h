@@ -27,6 +27,8 @@ class BertModel final : public StepModel {
   int context_length() const override { return serve_.context_length; }
   int64_t weight_bytes() const override { return bytes_; }
   std::string weight_formats() const override;
+  std::string kernel_paths() const override;
+  std::string kv_cache_format() const override { return "none (encoder)"; }
   bool whole_sequences() const override { return true; }
   int row_width() const override {
     return config_.num_labels > 0 ? config_.num_labels : config_.arch.hidden_size;
