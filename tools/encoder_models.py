@@ -145,13 +145,13 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def convert(hf_dir, gguf_path):
-    """llama.cpp's converter on `hf_dir`, to F32."""
+def convert(hf_dir, gguf_path, outtype="f32"):
+    """llama.cpp's converter on `hf_dir`, to `outtype`."""
     os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
     if not os.path.exists(CONVERTER):
         sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
     result = subprocess.run([sys.executable, "-c", RUN_CONVERTER, os.path.dirname(CONVERTER),
-                             CONVERTER, hf_dir, "--outfile", gguf_path, "--outtype", "f32"],
+                             CONVERTER, hf_dir, "--outfile", gguf_path, "--outtype", outtype],
                             capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
