@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Encoder models through the real `sluice serve`: BERT embedding models as sentence-transformers
-saves them and as llama.cpp's converter writes them, at /v1/embeddings through the OpenAI Python
-SDK, checked against sentence-transformers' own vectors (tools/encoder_models.py); a cross-encoder
-at /v1/rerank (and /rerank, /v2/rerank: the Jina/Cohere shape llama.cpp and vLLM serve), its
+"""Encoder models through the real `sluice serve`: BERT and XLM-RoBERTa embedding models as
+sentence-transformers saves them and as llama.cpp's converter writes them, at /v1/embeddings
+through the OpenAI Python SDK, checked against sentence-transformers' own vectors
+(tools/encoder_models.py); cross-encoders (BERT's, and XLM-RoBERTa's as bge-reranker is) at
+/v1/rerank (and /rerank, /v2/rerank: the Jina/Cohere shape llama.cpp and vLLM serve), its
 relevance scores checked against sentence-transformers' CrossEncoder.predict; batching; the
 refusals, each naming its parameter.
 
@@ -43,9 +44,11 @@ def steps(port, model):
 
 
 def embeddings(port, client, encoders):
-    for name, normalized in [("minilm", True), ("bge_gguf", True), ("cls_fp32", False)]:
+    for name, normalized in [("minilm", True), ("bge_gguf", True), ("cls_fp32", False),
+                             ("e5", True), ("e5_gguf", True)]:
         source = {"minilm": "hf_bert_mean", "bge_gguf": "gguf_bert_cls_f32",
-                  "cls_fp32": "hf_bert_cls"}[name]
+                  "cls_fp32": "hf_bert_cls", "e5": "hf_xlmr_mean",
+                  "e5_gguf": "gguf_xlmr_mean_f32"}[name]
         reference = json.load(open(os.path.join(encoders, source, "reference.json")))
         reply = client.embeddings.create(model=name, input=reference["texts"])
         check(len(reply.data) == len(reference["texts"]), f"{name}: {len(reply.data)} vectors")
@@ -66,7 +69,26 @@ def embeddings(port, client, encoders):
     print(f"minilm: 48 inputs in {taken:.0f} steps")
 
 
+def rerank_matches(port, model, reference):
+    """/v1/rerank's scores for `model` equal CrossEncoder.predict's, highest first."""
+    body = {"model": model, "query": reference["query"], "documents": reference["documents"]}
+    status, _, data = raw(port, "POST", "/v1/rerank", body, key=None)
+    check(status == 200, f"{model}: {status} {data[:300]}")
+    results = json.loads(data)["results"]
+    scores = [r["relevance_score"] for r in results]
+    check(scores == sorted(scores, reverse=True), f"{model}: not highest first: {scores}")
+    for r in results:
+        expected = reference["scores"][r["index"]]
+        check(abs(r["relevance_score"] - expected) < 1e-5,
+              f"{model}: document {r['index']}: {r['relevance_score']} against {expected}")
+    print(f"{model}: scores {[round(s, 6) for s in scores]} as CrossEncoder.predict's")
+
+
 def rerank(port, encoders):
+    # XLM-RoBERTa's cross-encoder (bge-reranker-v2-m3's class), from its folder and its GGUF file.
+    xlmr = json.load(open(os.path.join(encoders, "hf_xlmr_rerank", "reference.json")))
+    rerank_matches(port, "bge_reranker", xlmr)
+    rerank_matches(port, "bge_reranker_gguf", xlmr)
     reference = json.load(open(os.path.join(encoders, "hf_bert_rerank", "reference.json")))
     body = {"model": "reranker", "query": reference["query"], "documents": reference["documents"]}
     status, _, data = raw(port, "POST", "/v1/rerank", body, key=None)
@@ -126,6 +148,11 @@ def main():
         served_copy(os.path.join(encoders, "hf_bert_rerank"), repository, "reranker", fp32)
         served_copy(os.path.join(encoders, "gguf_bert_rerank_f32"), repository, "reranker_gguf",
                     fp32)
+        served_copy(os.path.join(encoders, "hf_xlmr_mean"), repository, "e5", fp32)
+        served_copy(os.path.join(encoders, "gguf_xlmr_mean_f32"), repository, "e5_gguf", fp32)
+        served_copy(os.path.join(encoders, "hf_xlmr_rerank"), repository, "bge_reranker", fp32)
+        served_copy(os.path.join(encoders, "gguf_xlmr_rerank_f32"), repository,
+                    "bge_reranker_gguf", fp32)
         with serving(sluice, ["--model-repository", repository, "--llm-threads", "1"]) as port:
             with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused") as client:
                 embeddings(port, client, encoders)

@@ -77,6 +77,39 @@ def train_wordpiece(strings, lowercase, folder):
     return fast
 
 
+def train_unigram(strings, folder):
+    """A SentencePiece Unigram vocabulary (SentencePiece's default NFKC character map) as
+    XLM-RoBERTa's repositories carry it (sentencepiece.bpe.model), and the tokenizer.json
+    transformers converts it to (Precompiled, WhitespaceSplit + Metaspace, <s> A </s></s> B </s>)."""
+    import io
+    import sentencepiece
+    from transformers import AutoTokenizer
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(strings), model_writer=model, vocab_size=4000, model_type="unigram",
+        character_coverage=0.98, hard_vocab_limit=False, num_threads=2, minloglevel=2,
+        max_sentence_length=100000)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(model.getvalue())
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 128}, f)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "xlm-roberta"}, f)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def xlmr_config(vocab, **extra):
+    from transformers import XLMRobertaConfig
+    # RoBERTa's positions start after the padding index (1): 128 positions take 130 rows.
+    return XLMRobertaConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=128,
+                            max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+                            bos_token_id=0, eos_token_id=2, initializer_range=0.2, **extra)
+
+
 def bert_config(vocab, **extra):
     from transformers import BertConfig
     # Weights larger than BERT's initialisation, so that texts get distinct vectors.
@@ -85,15 +118,19 @@ def bert_config(vocab, **extra):
                       initializer_range=0.2, **extra)
 
 
-def write_embedder(tokenizer, folder, pooling, normalize, seed):
-    """A random BertModel behind sentence-transformers' modules, saved by SentenceTransformer."""
+def write_embedder(tokenizer, folder, pooling, normalize, seed, xlmr=False):
+    """A random BertModel (or XLMRobertaModel) behind sentence-transformers' modules, saved by
+    SentenceTransformer."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.normalize import Normalize
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
-    from transformers import BertModel
+    from transformers import BertModel, XLMRobertaModel
     torch.manual_seed(seed)
-    bert = BertModel(bert_config(len(tokenizer)), add_pooling_layer=False).eval()
+    if xlmr:
+        bert = XLMRobertaModel(xlmr_config(len(tokenizer)), add_pooling_layer=False).eval()
+    else:
+        bert = BertModel(bert_config(len(tokenizer)), add_pooling_layer=False).eval()
     bert.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = Transformer(folder, max_seq_length=128)
@@ -107,13 +144,18 @@ def write_embedder(tokenizer, folder, pooling, normalize, seed):
     return {"texts": TEXTS, "embeddings": vectors.tolist()}
 
 
-def write_reranker(tokenizer, folder, seed):
-    """A random BertForSequenceClassification with one label (a cross-encoder), as save_pretrained
-    writes it, scored by sentence-transformers' CrossEncoder."""
+def write_reranker(tokenizer, folder, seed, xlmr=False):
+    """A random BertForSequenceClassification (or XLMRobertaForSequenceClassification, bge-reranker's
+    class) with one label (a cross-encoder), as save_pretrained writes it, scored by
+    sentence-transformers' CrossEncoder."""
     from sentence_transformers import CrossEncoder
-    from transformers import BertForSequenceClassification
+    from transformers import BertForSequenceClassification, XLMRobertaForSequenceClassification
     torch.manual_seed(seed)
-    model = BertForSequenceClassification(bert_config(len(tokenizer), num_labels=1)).eval()
+    if xlmr:
+        model = XLMRobertaForSequenceClassification(
+            xlmr_config(len(tokenizer), num_labels=1)).eval()
+    else:
+        model = BertForSequenceClassification(bert_config(len(tokenizer), num_labels=1)).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     encoder = CrossEncoder(folder, device="cpu")
@@ -122,12 +164,14 @@ def write_reranker(tokenizer, folder, seed):
     with torch.no_grad():
         batch = tokenizer([QUERY] * len(DOCUMENTS), DOCUMENTS, padding=True, return_tensors="pt")
         logits = model(**batch).logits[:, 0]
-        # llama.cpp's converter leaves the pooler (dense + tanh) out of the GGUF file: what the
-        # classifier gives on the first token's state without it.
-        states = model.bert(**batch).last_hidden_state[:, 0]
-        without_pooler = model.classifier(states)[:, 0]
-    return {"query": QUERY, "documents": DOCUMENTS, "scores": scores.tolist(),
-            "logits": logits.tolist(), "logits_without_pooler": without_pooler.tolist()}
+        reference = {"query": QUERY, "documents": DOCUMENTS, "scores": scores.tolist(),
+                     "logits": logits.tolist()}
+        if not xlmr:
+            # llama.cpp's converter leaves BERT's pooler (dense + tanh) out of the GGUF file: what
+            # the classifier gives on the first token's state without it.
+            states = model.bert(**batch).last_hidden_state[:, 0]
+            reference["logits_without_pooler"] = model.classifier(states)[:, 0].tolist()
+    return reference
 
 
 # llama.cpp's converter names a vocabulary's pre-tokenizer by hashing the ids of a check string
@@ -202,6 +246,33 @@ def main():
         with open(os.path.join(where, "reference.json"), "w") as f:
             json.dump(reference, f)
     convert(folder, os.path.join(out, "gguf_bert_rerank_f32", "model.gguf"))
+
+    # XLM-RoBERTa (multilingual-e5's and bge-m3's shape; bge-reranker-v2-m3's head), a Unigram
+    # vocabulary.
+    folder = os.path.join(out, "hf_xlmr_mean")
+    tokenizer = train_unigram(strings, folder)
+    reference = write_embedder(tokenizer, folder, "mean", True, seed=92, xlmr=True)
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(reference, f)
+    write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), texts,
+                lambda t: tokenizer(t).input_ids)
+    gguf_dir = os.path.join(out, "gguf_xlmr_mean_f32")
+    path = os.path.join(gguf_dir, "model.gguf")
+    convert(folder, path)
+    with open(os.path.join(gguf_dir, "reference.json"), "w") as f:
+        json.dump(reference, f)
+    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), texts,
+                lambda t: llm.tokenize(t.encode(), add_bos=True, special=False))
+    del llm
+    folder = os.path.join(out, "hf_xlmr_rerank")
+    tokenizer = train_unigram(strings, folder)
+    reference = write_reranker(tokenizer, folder, seed=93, xlmr=True)
+    for where in (folder, os.path.join(out, "gguf_xlmr_rerank_f32")):
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, "reference.json"), "w") as f:
+            json.dump(reference, f)
+    convert(folder, os.path.join(out, "gguf_xlmr_rerank_f32", "model.gguf"))
     print(f"encoder test models in {time.time() - start:.1f} s")
 
 

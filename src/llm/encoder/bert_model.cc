@@ -23,9 +23,14 @@ using TensorSource =
     std::function<Result<at::Tensor>(const std::string& name, std::vector<int64_t> shape)>;
 
 TensorSource FromSafetensors(const SafetensorsFile& file) {
-  // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....".
-  const std::string prefix =
-      file.Find("bert.embeddings.word_embeddings.weight") != nullptr ? "bert." : "";
+  // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....",
+  // XLMRobertaForSequenceClassification "roberta.embeddings....".
+  std::string prefix;
+  for (const char* candidate : {"bert.", "roberta."}) {
+    if (file.Find(std::string(candidate) + "embeddings.word_embeddings.weight") != nullptr) {
+      prefix = candidate;
+    }
+  }
   return [&file, prefix](const std::string& name,
                          std::vector<int64_t> shape) -> Result<at::Tensor> {
     const std::string full = name.starts_with("classifier.") ? name : prefix + name;
@@ -111,7 +116,8 @@ TensorSource FromGguf(const GgufFile& file) {
 
 bool Has(const SafetensorsFile* safetensors, const GgufFile* gguf, const std::string& name) {
   if (gguf != nullptr) return gguf->FindTensor(GgufName(name)) != nullptr;
-  return safetensors->Find(name) != nullptr || safetensors->Find("bert." + name) != nullptr;
+  return safetensors->Find(name) != nullptr || safetensors->Find("bert." + name) != nullptr ||
+         safetensors->Find("roberta." + name) != nullptr;
 }
 
 }  // namespace
@@ -179,7 +185,8 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
     SLUICE_RETURN_IF_ERROR(
         tensor("embeddings.word_embeddings.weight", {a.vocab_size, h}, &model->word_));
     SLUICE_RETURN_IF_ERROR(tensor("embeddings.position_embeddings.weight",
-                                  {a.max_position_embeddings, h}, &model->position_));
+                                  {a.max_position_embeddings + config.position_offset, h},
+                                  &model->position_));
     if (config.type_vocab_size > 0) {
       SLUICE_RETURN_IF_ERROR(tensor("embeddings.token_type_embeddings.weight",
                                     {config.type_vocab_size, h}, &model->token_type_));
@@ -203,12 +210,19 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
       SLUICE_RETURN_IF_ERROR(tensor(p + "output.LayerNorm.bias", {h}, &layer.out_norm_b));
     }
     if (config.num_labels > 0) {
-      // llama.cpp's converter leaves BERT's pooler out of its files: the classifier then reads
-      // the first token's state directly, as llama.cpp runs it.
-      if (Has(safetensors.get(), gguf.get(), "pooler.dense.weight")) {
-        SLUICE_RETURN_IF_ERROR(linear({"pooler.dense"}, h, h, &model->pooler_));
+      // BERT's head: its pooler (dense + tanh), then the classifier; RoBERTa's: classifier.dense
+      // + tanh, then classifier.out_proj. llama.cpp's converter writes RoBERTa's dense layer as
+      // cls and leaves BERT's pooler out of its files: the classifier then reads the first
+      // token's state directly, as llama.cpp runs it.
+      std::string dense = "pooler.dense", output = "classifier";
+      if (safetensors != nullptr && safetensors->Find("classifier.out_proj.weight") != nullptr) {
+        dense = "classifier.dense";
+        output = "classifier.out_proj";
       }
-      SLUICE_RETURN_IF_ERROR(linear({"classifier"}, config.num_labels, h, &model->classifier_));
+      if (Has(safetensors.get(), gguf.get(), dense + ".weight")) {
+        SLUICE_RETURN_IF_ERROR(linear({dense}, h, h, &model->pooler_));
+      }
+      SLUICE_RETURN_IF_ERROR(linear({output}, config.num_labels, h, &model->classifier_));
     }
   } catch (const std::exception& e) {
     return Status::Internal(fmt::format("{}: loading the encoder: {}", options.dir, e.what()));
@@ -256,7 +270,7 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
     int64_t type = 0;
     for (size_t p = 0; p < chunk.tokens.size(); ++p) {
       ids.push_back(chunk.tokens[p]);
-      positions.push_back(static_cast<int64_t>(p));
+      positions.push_back(static_cast<int64_t>(p) + config_.position_offset);
       types.push_back(type);
       // A pair's second text (type 1) follows the first separator, which is type 0 itself.
       if (chunk.tokens[p] == config_.separator_id && config_.type_vocab_size > 1) type = 1;

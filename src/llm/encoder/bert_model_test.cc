@@ -1,7 +1,8 @@
-// BERT encoders against sentence-transformers (tools/encoder_models.py wrote the models and its
-// vectors and scores): embedding models with mean pooling + Normalize and with CLS pooling, as
-// sentence-transformers saves them and as llama.cpp's converter writes them; a cross-encoder's
-// scores as transformers computes them (the GGUF file without the pooler its converter drops).
+// BERT and XLM-RoBERTa encoders against sentence-transformers (tools/encoder_models.py wrote the
+// models and its vectors and scores): embedding models with mean pooling + Normalize and with CLS
+// pooling, as sentence-transformers saves them and as llama.cpp's converter writes them;
+// cross-encoders' scores as transformers computes them (BERT's GGUF file without the pooler its
+// converter drops; XLM-RoBERTa's head, bge-reranker's, whole in both).
 // Inputs go through the generation service, batched together as a client's list is.
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -79,6 +80,8 @@ struct EmbedderCase {
   bool same_scale;  // The reference's own vectors (not renormalised).
 };
 
+void PrintTo(const EmbedderCase& c, std::ostream* os) { *os << c.model; }
+
 class EmbedderTest : public ::testing::TestWithParam<EmbedderCase> {};
 
 TEST_P(EmbedderTest, VectorsEqualSentenceTransformers) {
@@ -114,7 +117,9 @@ INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderTest,
                          ::testing::Values(EmbedderCase{"hf_bert_mean", true, true},
                                            EmbedderCase{"hf_bert_cls", false, true},
                                            EmbedderCase{"gguf_bert_mean_f32", true, true},
-                                           EmbedderCase{"gguf_bert_cls_f32", true, false}));
+                                           EmbedderCase{"gguf_bert_cls_f32", true, false},
+                                           EmbedderCase{"hf_xlmr_mean", true, true},
+                                           EmbedderCase{"gguf_xlmr_mean_f32", true, true}));
 
 // Each text alone gives what it gives in a batch: sequences do not attend to each other.
 TEST(EncoderTest, BatchedEqualsAlone) {
@@ -162,8 +167,9 @@ TEST(EncoderTest, TooLongInputIsRefused) {
       << result.status().message();
 }
 
-// A cross-encoder: the query and each document as one pair ([CLS] q [SEP] d [SEP], the document's
-// tokens of type 1); its score is transformers' logit (the GGUF file's, without the pooler).
+// A cross-encoder: the query and each document as one pair (BERT's [CLS] q [SEP] d [SEP], the
+// document's tokens of type 1; RoBERTa's <s> q </s></s> d </s>); its score is transformers' logit
+// (BERT's GGUF file's, without the pooler).
 class RerankerTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(RerankerTest, ScoresEqualTransformers) {
@@ -196,7 +202,9 @@ TEST_P(RerankerTest, ScoresEqualTransformers) {
 INSTANTIATE_TEST_SUITE_P(
     Encoders, RerankerTest,
     ::testing::Values(std::make_pair("hf_bert_rerank", "logits"),
-                      std::make_pair("gguf_bert_rerank_f32", "logits_without_pooler")));
+                      std::make_pair("gguf_bert_rerank_f32", "logits_without_pooler"),
+                      std::make_pair("hf_xlmr_rerank", "logits"),
+                      std::make_pair("gguf_xlmr_rerank_f32", "logits")));
 
 // What Sluice does not read is refused at load, naming it.
 TEST(EncoderTest, UnsupportedPoolingIsRefusedByName) {

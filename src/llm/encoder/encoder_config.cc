@@ -117,7 +117,8 @@ bool IsEncoderModel(const std::string& dir) {
   simdjson::dom::element root;
   std::string_view type;
   return parser.load(config.string()).get(root) == simdjson::SUCCESS &&
-         root["model_type"].get(type) == simdjson::SUCCESS && type == "bert";
+         root["model_type"].get(type) == simdjson::SUCCESS &&
+         (type == "bert" || type == "xlm-roberta");
 }
 
 Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
@@ -130,7 +131,7 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
   const JsonConfig json(document, path);
   EncoderConfig config;
   ModelArchitecture& arch = config.arch;
-  arch.name = "bert";
+  arch.name = "bert";  // As llama.cpp names XLM-RoBERTa's too: the same block.
   auto integer = [&](const char* key, std::optional<int> fallback, int* out) -> Status {
     auto value = json.Int(key, fallback);
     if (!value.ok()) return value.status();
@@ -144,6 +145,18 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
   SLUICE_RETURN_IF_ERROR(integer("num_attention_heads", std::nullopt, &arch.heads));
   SLUICE_RETURN_IF_ERROR(integer("max_position_embeddings", 512, &arch.max_position_embeddings));
   SLUICE_RETURN_IF_ERROR(integer("type_vocab_size", 2, &config.type_vocab_size));
+  auto model_type = json.String("model_type", "bert");
+  if (!model_type.ok()) return model_type.status();
+  const bool roberta = *model_type == "xlm-roberta";
+  if (roberta) {
+    int pad = 1;
+    SLUICE_RETURN_IF_ERROR(integer("pad_token_id", 1, &pad));
+    config.position_offset = pad + 1;
+    if (arch.max_position_embeddings <= config.position_offset) {
+      return json.Bad("max_position_embeddings", "leaves no positions after the padding index");
+    }
+    arch.max_position_embeddings -= config.position_offset;
+  }
   if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
     return json.Bad("num_attention_heads", "does not divide hidden_size");
   }
@@ -172,7 +185,8 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
     for (auto item : architectures) {
       std::string_view name;
       if (item.get(name) != simdjson::SUCCESS) continue;
-      if (name == "BertForSequenceClassification") {
+      if (name == "BertForSequenceClassification" ||
+          name == "XLMRobertaForSequenceClassification") {
         simdjson::dom::object labels;
         config.num_labels = document["id2label"].get(labels) == simdjson::SUCCESS
                                 ? static_cast<int>(labels.size())
@@ -180,10 +194,13 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
         auto num_labels = json.Int("num_labels", config.num_labels);
         if (!num_labels.ok()) return num_labels.status();
         config.num_labels = *num_labels;
-      } else if (name != "BertModel" && name != "BertForMaskedLM" && name != "BertForPreTraining") {
+      } else if (name != "BertModel" && name != "BertForMaskedLM" &&
+                 name != "BertForPreTraining" && name != "XLMRobertaModel" &&
+                 name != "XLMRobertaForMaskedLM") {
         return json.Bad("architectures",
-                        fmt::format("names '{}'; Sluice serves BertModel (embeddings) and "
-                                    "BertForSequenceClassification (rerankers)",
+                        fmt::format("names '{}'; Sluice serves BertModel and XLMRobertaModel "
+                                    "(embeddings) and their ForSequenceClassification heads "
+                                    "(rerankers)",
                                     name));
       }
     }

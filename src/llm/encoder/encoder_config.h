@@ -1,6 +1,7 @@
-// An encoder-only model (BERT's family: bert, all-MiniLM, bge, e5, and cross-encoder rerankers of
-// the same shape) as its files describe it: a Hugging Face folder (config.json with model_type
-// "bert"; sentence-transformers' modules.json and its pooling module's config.json, Normalize) or a
+// An encoder-only model (BERT's family: bert, all-MiniLM, bge, e5; XLM-RoBERTa: multilingual-e5,
+// bge-m3; and cross-encoder rerankers of either shape, bge-reranker's) as its files describe it:
+// a Hugging Face folder (config.json with model_type "bert" or "xlm-roberta"; sentence-transformers'
+// modules.json and its pooling module's config.json, Normalize) or a
 // GGUF file from llama.cpp's converter (general.architecture "bert", bert.pooling_type). Served at
 // /v1/embeddings (embedding models) or /v1/rerank (cross-encoders). No torch here.
 #pragma once
@@ -19,10 +20,14 @@ struct EncoderConfig {
   // max_position_embeddings as config.json names them; rms_norm_eps holds LayerNorm's eps.
   ModelArchitecture arch;
   int type_vocab_size = 2;  // Token types (segment A, B); 0 where the file has no such table.
+  // Position p's row of the position table: p + position_offset (RoBERTa's start after the
+  // padding index: pad_token_id + 1; llama.cpp's converter drops those rows: 0).
+  int position_offset = 0;
   bool gelu_tanh = false;   // hidden_act gelu_new / gelu_pytorch_tanh; else GELU's erf form.
-  // A cross-encoder (BertForSequenceClassification): scores of num_labels classes from the first
-  // token's final state, through the pooler (dense + tanh) where the file has it, then the
-  // classifier. 0: an embedding model.
+  // A cross-encoder (BertForSequenceClassification, XLMRobertaForSequenceClassification): scores
+  // of num_labels classes from the first token's final state, through a dense layer and tanh
+  // (BERT's pooler, RoBERTa's classifier.dense) where the file has it, then the output
+  // projection. 0: an embedding model.
   int num_labels = 0;
   // An embedding model's pooling and normalisation: sentence-transformers' modules (a folder),
   // bert.pooling_type (a GGUF file, normalised as llama.cpp's server does), or the defaults
@@ -36,7 +41,8 @@ struct EncoderConfig {
 };
 
 // Whether `dir` (a folder or a GGUF file) holds an encoder Sluice serves this way: config.json's
-// model_type "bert", or a GGUF file of architecture "bert". Never fails: anything unreadable is
+// model_type "bert" or "xlm-roberta", or a GGUF file of architecture "bert" (llama.cpp's converter
+// writes XLM-RoBERTa's so too). Never fails: anything unreadable is
 // left to the decoder's loader to report.
 bool IsEncoderModel(const std::string& dir);
 

@@ -1,6 +1,8 @@
 #include "llm/text/tokenizer.h"
 
+#include "codec/base64.h"
 #include "llm/files/gguf.h"
+#include "llm/text/unigram.h"
 #include "llm/text/wordpiece.h"
 #include "sentencepiece_model.pb.h"
 
@@ -147,6 +149,20 @@ enum GgufTokenType : int64_t {
   kGgufByte = 6,
 };
 
+// A SentencePiece piece's text when decoded: "▁" is a space.
+std::string MetaspaceBytes(const std::string& piece) {
+  std::string bytes;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+      bytes += ' ';
+      i += 3;
+    } else {
+      bytes += piece[i++];
+    }
+  }
+  return bytes;
+}
+
 // A WordPiece token's text when decoded: a "##" continuation glued to the piece before it, any
 // other piece a word after a space (the decoder drops the text's first).
 std::string WordPieceBytes(const std::string& token) {
@@ -192,6 +208,13 @@ class Tokenizer::Impl {
   // around a pair (pair_template).
   Status LoadPostProcessor(simdjson::simdjson_result<simdjson::dom::element> spec,
                            const std::string& path);
+  // tokenizer.json's Unigram model with its Precompiled normalizer and WhitespaceSplit +
+  // Metaspace pre-tokenizer, its added tokens and post-processor.
+  Status LoadUnigram(simdjson::dom::element root, const std::string& path);
+  // tokenizer.ggml.model "t5": a Unigram vocabulary (XLM-RoBERTa's, T5's) with scores and the
+  // precompiled character map.
+  Status LoadGgufUnigram(const GgufFile& file, const std::vector<std::string>& tokens,
+                         const std::vector<int64_t>& types);
   // tokenizer.json's WordPiece model with its BertNormalizer and BertPreTokenizer.
   Status LoadWordPiece(simdjson::dom::element root,
                        std::unordered_map<std::string, int32_t> model_vocab,
@@ -226,6 +249,7 @@ class Tokenizer::Impl {
   std::vector<int32_t> prefix, suffix;            // Post-processor special tokens.
   PairTemplate pair_template;                     // And around a pair of texts.
   std::unique_ptr<WordPiece> wordpiece;           // A WordPiece vocabulary (BERT's).
+  std::unique_ptr<Unigram> unigram;               // A Unigram vocabulary (XLM-RoBERTa's).
   std::vector<int32_t> byte_ids;                  // Byte -> id of its byte-level character.
   std::unordered_map<uint32_t, uint8_t> cp_byte;  // GPT-2's alphabet back to bytes.
   std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
@@ -330,10 +354,14 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   }
   simdjson::dom::element model = root["model"];
   std::string_view type;
+  if (model["type"].get(type) == simdjson::SUCCESS && type == "Unigram") {
+    SLUICE_RETURN_IF_ERROR(LoadUnigram(root, path.string()));
+    return LoadTokenizerConfig(dir);
+  }
   if (model["type"].get(type) != simdjson::SUCCESS || (type != "BPE" && type != "WordPiece")) {
     return Status::InvalidArgument(fmt::format(
-        "{}: model type '{}' is not supported (Sluice reads BPE and WordPiece)", path.string(),
-        type));
+        "{}: model type '{}' is not supported (Sluice reads BPE, WordPiece and Unigram)",
+        path.string(), type));
   }
   const bool is_wordpiece = type == "WordPiece";
   std::string_view affix;
@@ -526,6 +554,130 @@ Status Tokenizer::Impl::LoadPostProcessor(simdjson::simdjson_result<simdjson::do
   SLUICE_RETURN_IF_ERROR(read("pair", 2, &parts, &found));
   if (found) pair_template = {parts[0], parts[1], parts[2]};
   return Status::Ok();
+}
+
+// A word split off and "▁" put before it: the only pre-tokenizer read with a Unigram model.
+bool IsWhitespaceSplitMetaspace(simdjson::dom::element pre) {
+  std::string_view type;
+  simdjson::dom::array steps;
+  if (pre["type"].get(type) != simdjson::SUCCESS || type != "Sequence" ||
+      pre["pretokenizers"].get(steps) != simdjson::SUCCESS || steps.size() != 2) {
+    return false;
+  }
+  std::string_view first, second, replacement, prepend = "always";
+  bool split = true;
+  if (steps.at(0)["type"].get(first) != simdjson::SUCCESS || first != "WhitespaceSplit" ||
+      steps.at(1)["type"].get(second) != simdjson::SUCCESS || second != "Metaspace") {
+    return false;
+  }
+  ReadOptional(steps.at(1)["replacement"], replacement);
+  ReadOptional(steps.at(1)["prepend_scheme"], prepend);
+  ReadOptional(steps.at(1)["split"], split);
+  return replacement == "\xE2\x96\x81" && prepend == "always" && split;
+}
+
+Status Tokenizer::Impl::LoadUnigram(simdjson::dom::element root, const std::string& path) {
+  simdjson::dom::element model = root["model"];
+  simdjson::dom::array list;
+  if (model["vocab"].get(list) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(fmt::format("{}: Unigram without a vocab list", path));
+  }
+  std::vector<UnigramPiece> pieces;
+  for (auto item : list) {
+    std::string_view text;
+    double score = 0;
+    if (item.at(0).get(text) != simdjson::SUCCESS || item.at(1).get(score) != simdjson::SUCCESS) {
+      return Status::InvalidArgument(fmt::format("{}: bad Unigram piece", path));
+    }
+    pieces.push_back({std::string(text), score});
+  }
+  int64_t unknown = -1;
+  ReadOptional(model["unk_id"], unknown);
+  if (unknown < 0 || unknown >= static_cast<int64_t>(pieces.size())) {
+    return Status::InvalidArgument(fmt::format("{}: Unigram without a valid unk_id", path));
+  }
+  bool fallback = false;
+  ReadOptional(model["byte_fallback"], fallback);
+  // Normalizer: Precompiled (SentencePiece's map), alone or before collapsing runs of spaces
+  // (which the whitespace split makes moot); none.
+  PrecompiledCharsmap charsmap;
+  simdjson::dom::element normalizer;
+  if (root["normalizer"].get(normalizer) == simdjson::SUCCESS && !normalizer.is_null()) {
+    std::vector<simdjson::dom::element> parts;
+    std::string_view type;
+    ReadOptional(normalizer["type"], type);
+    if (type == "Sequence") {
+      for (auto part : normalizer["normalizers"].get_array()) parts.push_back(part);
+    } else {
+      parts.push_back(normalizer);
+    }
+    for (simdjson::dom::element part : parts) {
+      std::string_view kind, map, pattern, content;
+      ReadOptional(part["type"], kind);
+      if (kind == "Precompiled" && part["precompiled_charsmap"].get(map) == simdjson::SUCCESS) {
+        auto blob = Base64Decode(map);
+        if (!blob.ok()) {
+          return Status::InvalidArgument(fmt::format("{}: precompiled_charsmap is not base64", path));
+        }
+        auto parsed = PrecompiledCharsmap::Parse(*blob);
+        if (!parsed.ok()) {
+          return Status::InvalidArgument(fmt::format("{}: {}", path, parsed.status().message()));
+        }
+        charsmap = std::move(*parsed);
+      } else if (kind == "Replace" && part["pattern"]["Regex"].get(pattern) == simdjson::SUCCESS &&
+                 pattern == " {2,}" && part["content"].get(content) == simdjson::SUCCESS &&
+                 content == " ") {
+        continue;
+      } else {
+        return Status::InvalidArgument(fmt::format(
+            "{}: a Unigram tokenizer with the normalizer '{}' is not supported (Sluice reads "
+            "Precompiled)",
+            path, kind));
+      }
+    }
+  }
+  simdjson::dom::element pre;
+  if (root["pre_tokenizer"].get(pre) != simdjson::SUCCESS || !IsWhitespaceSplitMetaspace(pre)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a Unigram tokenizer's pre-tokenizer must be WhitespaceSplit then Metaspace (\"▁\" "
+        "before every word), as XLM-RoBERTa's and T5's are",
+        path));
+  }
+  id_bytes.assign(pieces.size(), "");
+  special.assign(pieces.size(), false);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    vocab.emplace(pieces[id].text, static_cast<int32_t>(id));
+    id_bytes[id] = MetaspaceBytes(pieces[id].text);
+  }
+  simdjson::dom::array added_json;
+  if (root["added_tokens"].get(added_json) == simdjson::SUCCESS) {
+    for (auto item : added_json) {
+      int64_t id = 0;
+      std::string_view content;
+      bool is_special = false;
+      if (item["id"].get(id) != simdjson::SUCCESS ||
+          item["content"].get(content) != simdjson::SUCCESS || id < 0 || id > (1 << 24)) {
+        return Status::InvalidArgument(fmt::format("{}: bad added token", path));
+      }
+      ReadOptional(item["special"], is_special);
+      if (static_cast<size_t>(id) >= id_bytes.size()) {
+        id_bytes.resize(static_cast<size_t>(id) + 1);
+        special.resize(static_cast<size_t>(id) + 1);
+      }
+      AddedToken token{std::string(content), static_cast<int32_t>(id)};
+      ReadOptional(item["lstrip"], token.lstrip);
+      ReadOptional(item["rstrip"], token.rstrip);
+      added.push_back(std::move(token));
+      id_bytes[static_cast<size_t>(id)] = std::string(content);
+      special[static_cast<size_t>(id)] = is_special;
+      vocab[std::string(content)] = static_cast<int32_t>(id);
+    }
+  }
+  Finish();
+  strip_decoded_space = true;
+  unigram = std::make_unique<Unigram>(std::move(pieces), static_cast<int32_t>(unknown),
+                                      std::move(charsmap), /*fuse_unknown=*/true, fallback);
+  return LoadPostProcessor(root["post_processor"], path);
 }
 
 Status Tokenizer::Impl::LoadWordPiece(simdjson::dom::element root,
@@ -1060,10 +1212,10 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   const std::string& path = file.path();
   auto model = file.String("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
-  if (*model != "gpt2" && *model != "llama" && *model != "bert") {
+  if (*model != "gpt2" && *model != "llama" && *model != "bert" && *model != "t5") {
     return Status::InvalidArgument(fmt::format(
         "{}: tokenizer.ggml.model '{}' is not supported (Sluice reads 'gpt2', byte-level BPE, "
-        "'llama', SentencePiece, and 'bert', WordPiece)",
+        "'llama', SentencePiece BPE, 'bert', WordPiece, and 't5', SentencePiece Unigram)",
         path, *model));
   }
   auto tokens = file.Strings("tokenizer.ggml.tokens");
@@ -1080,6 +1232,8 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
     SLUICE_RETURN_IF_ERROR(LoadGgufSentencePiece(file, **tokens, **types));
   } else if (*model == "bert") {
     SLUICE_RETURN_IF_ERROR(LoadGgufWordPiece(file, **tokens, **types));
+  } else if (*model == "t5") {
+    SLUICE_RETURN_IF_ERROR(LoadGgufUnigram(file, **tokens, **types));
   } else {
     auto pre = file.String("tokenizer.ggml.pre", "default");
     if (!pre.ok()) return pre.status();
@@ -1154,18 +1308,75 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto add_eos = file.Bool("tokenizer.ggml.add_eos_token", false);
   if (!add_eos.ok()) return add_eos.status();
   if (*add_eos && !eos.empty()) suffix.push_back(vocab.at(eos));
-  if (wordpiece) {
-    // BERT's pair: [CLS] A [SEP] B [SEP] (the file's bos, and its separator or eos).
-    std::string separator = eos;
+  if ((wordpiece || unigram) && !bos.empty() && !eos.empty()) {
+    // An encoder's pair, as llama.cpp joins a query and a document: bos A eos [sep] B eos, the
+    // separator where tokenizer.ggml.add_sep_token says (BERT's [CLS] A [SEP] B [SEP], its eos
+    // being [SEP]; RoBERTa's <s> A </s></s> B </s>).
+    std::vector<int32_t> middle = {vocab.at(eos)};
+    std::string separator;
     SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.seperator_token_id", &separator));
-    if (!bos.empty() && !separator.empty()) {
-      const int32_t sep = vocab.at(separator);
-      pair_template = {{vocab.at(bos)}, {sep}, {sep}};
-    }
+    auto add_sep = file.Bool("tokenizer.ggml.add_sep_token", false);
+    if (!add_sep.ok()) return add_sep.status();
+    if (*add_sep && !separator.empty()) middle.push_back(vocab.at(separator));
+    pair_template = {{vocab.at(bos)}, middle, {vocab.at(eos)}};
   }
   auto chat = file.String("tokenizer.chat_template", "");
   if (!chat.ok()) return chat.status();
   chat_template = *chat;
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::LoadGgufUnigram(const GgufFile& file,
+                                        const std::vector<std::string>& tokens,
+                                        const std::vector<int64_t>& types) {
+  const std::string& path = file.path();
+  const size_t count = tokens.size();
+  auto scores = file.Numbers("tokenizer.ggml.scores");
+  if (!scores.ok()) return scores.status();
+  if ((*scores)->size() != count) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} token scores for {} tokens", path, (*scores)->size(), count));
+  }
+  PrecompiledCharsmap charsmap;
+  if (file.Find("tokenizer.ggml.precompiled_charsmap") != nullptr) {
+    auto bytes = file.Integers("tokenizer.ggml.precompiled_charsmap");
+    if (!bytes.ok()) return bytes.status();
+    std::string blob;
+    for (const int64_t b : **bytes) blob.push_back(static_cast<char>(b));
+    auto parsed = PrecompiledCharsmap::Parse(blob);
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(fmt::format("{}: {}", path, parsed.status().message()));
+    }
+    charsmap = std::move(*parsed);
+  }
+  auto unknown = file.Integer("tokenizer.ggml.unknown_token_id", -1);
+  if (!unknown.ok()) return unknown.status();
+  if (*unknown < 0 || *unknown >= static_cast<int64_t>(count)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: a Unigram vocabulary needs tokenizer.ggml.unknown_token_id", path));
+  }
+  std::vector<UnigramPiece> pieces(count);
+  id_bytes.assign(count, "");
+  special.assign(count, false);
+  for (size_t id = 0; id < count; ++id) {
+    const std::string& token = tokens[id];
+    const auto index = static_cast<int32_t>(id);
+    vocab.emplace(token, index);
+    id_bytes[id] = MetaspaceBytes(token);
+    if (types[id] == kGgufControl || types[id] == kGgufUserDefined ||
+        types[id] == kGgufUnknown) {
+      // Matched in text as themselves (the tokenizers package's added tokens).
+      id_bytes[id] = token;
+      special[id] = types[id] != kGgufUserDefined;
+      added.push_back({token, index});
+    }
+    // The converter's fillers (unused) are no pieces: they would lower the unknown's score.
+    if (types[id] != kGgufUnused) pieces[id] = {token, (**scores)[id]};
+  }
+  strip_decoded_space = true;
+  unigram = std::make_unique<Unigram>(std::move(pieces), static_cast<int32_t>(*unknown),
+                                      std::move(charsmap), /*fuse_unknown=*/true,
+                                      /*byte_fallback=*/false);
   return Status::Ok();
 }
 
@@ -1572,6 +1783,7 @@ void Tokenizer::Impl::EncodeSentencePiece(std::string_view text, bool space_pref
 void Tokenizer::Impl::EncodeText(std::string_view text, bool after_special, bool at_start,
                                  std::vector<int32_t>& ids) const {
   if (wordpiece) return wordpiece->Encode(text, ids);
+  if (unigram) return unigram->Encode(text, ids);
   if (sentencepiece) return EncodeSentencePiece(text, add_space_prefix && after_special, ids);
   if (hf_sentencepiece) return EncodeHfSentencePiece(text, at_start, ids);
   std::string prefixed;

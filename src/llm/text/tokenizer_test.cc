@@ -114,16 +114,26 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("converted/hf_spm_model_only_legacy", size_t{2300}),
                       std::make_pair("tiny_llm", size_t{2000})));
 
-// WordPiece (BERT's) vocabularies, trained here by the tokenizers package (tools/encoder_models.py):
-// the ids the package gives each string with [CLS] and [SEP] (lowercased and accents stripped, and
-// cased), from the folder's tokenizer.json and from the GGUF file llama.cpp's converter made of it
-// (its "▁" spelling and normalizer keys). llama.cpp's own ids (its tokenizer_cases.jsonl) differ
-// from the package's on some strings (accents, symbols); Sluice follows the package, which the
-// models were trained with.
-class WordPieceCasesTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+// Encoder vocabularies, trained here (tools/encoder_models.py): WordPiece (BERT's, by the
+// tokenizers package, lowercased and accents stripped, and cased) and SentencePiece Unigram
+// (XLM-RoBERTa's, by the sentencepiece package, converted to tokenizer.json by transformers).
+// The ids the tokenizers package gives each string with the special tokens, from the folder's
+// tokenizer.json and from the GGUF file llama.cpp's converter made of it. llama.cpp's own ids
+// (its tokenizer_cases.jsonl) differ from the package's on some strings (accents, symbols);
+// Sluice follows the package, which the models were trained with.
+struct EncoderVocabulary {
+  std::string dir, cases;  // The tokenizer's folder or GGUF file; the reference's folder.
+  std::string cls, sep;    // BERT's [CLS] A [SEP] B [SEP]; RoBERTa's <s> A </s></s> B </s>.
+  int middle_seps;
+};
 
-TEST_P(WordPieceCasesTest, SameIdsAsTheTokenizersPackage) {
-  const std::string dir = Dir(GetParam().first);
+void PrintTo(const EncoderVocabulary& v, std::ostream* os) { *os << v.dir; }
+
+class EncoderTokenizerTest : public ::testing::TestWithParam<EncoderVocabulary> {};
+
+TEST_P(EncoderTokenizerTest, SameIdsAsTheTokenizersPackage) {
+  const EncoderVocabulary& v = GetParam();
+  const std::string dir = Dir(v.dir);
   auto gguf = FindGgufFile(dir);
   ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
   std::unique_ptr<GgufFile> file;
@@ -134,7 +144,7 @@ TEST_P(WordPieceCasesTest, SameIdsAsTheTokenizersPackage) {
   }
   auto tokenizer = file != nullptr ? Tokenizer::FromGguf(*file) : Tokenizer::Load(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
-  const std::vector<Case> cases = ReadCases(Dir(GetParam().second) + "/tokenizer_cases.jsonl");
+  const std::vector<Case> cases = ReadCases(Dir(v.cases) + "/tokenizer_cases.jsonl");
   ASSERT_GE(cases.size(), 1500u);
   int mismatches = 0;
   for (const Case& c : cases) {
@@ -146,25 +156,36 @@ TEST_P(WordPieceCasesTest, SameIdsAsTheTokenizersPackage) {
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << cases.size();
-  // A pair, as a cross-encoder reads it: [CLS] A [SEP] B [SEP].
+  // A pair, as a cross-encoder reads it.
   const Tokenizer& t = **tokenizer;
   ASSERT_TRUE(t.has_pair_template());
   const std::vector<int32_t> a = t.Encode("how fast"), b = t.Encode("very fast.");
-  std::vector<int32_t> expected = {t.TokenId("[CLS]")};
+  std::vector<int32_t> expected = {t.TokenId(v.cls)};
   expected.insert(expected.end(), a.begin(), a.end());
-  expected.push_back(t.TokenId("[SEP]"));
+  for (int i = 0; i < v.middle_seps; ++i) expected.push_back(t.TokenId(v.sep));
   expected.insert(expected.end(), b.begin(), b.end());
-  expected.push_back(t.TokenId("[SEP]"));
+  expected.push_back(t.TokenId(v.sep));
   EXPECT_EQ(t.EncodePair("how fast", "very fast."), expected);
-  EXPECT_EQ(t.Decode(t.Encode("hello, world")), "hello , world");
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Encoders, WordPieceCasesTest,
-    ::testing::Values(std::make_pair("encoders/hf_bert_mean", "encoders/hf_bert_mean"),
-                      std::make_pair("encoders/hf_bert_cls", "encoders/hf_bert_cls"),
-                      std::make_pair("encoders/gguf_bert_mean_f32", "encoders/hf_bert_mean"),
-                      std::make_pair("encoders/gguf_bert_cls_f32", "encoders/hf_bert_cls")));
+    Encoders, EncoderTokenizerTest,
+    ::testing::Values(
+        EncoderVocabulary{"encoders/hf_bert_mean", "encoders/hf_bert_mean", "[CLS]", "[SEP]", 1},
+        EncoderVocabulary{"encoders/hf_bert_cls", "encoders/hf_bert_cls", "[CLS]", "[SEP]", 1},
+        EncoderVocabulary{"encoders/gguf_bert_mean_f32", "encoders/hf_bert_mean", "[CLS]", "[SEP]",
+                          1},
+        EncoderVocabulary{"encoders/gguf_bert_cls_f32", "encoders/hf_bert_cls", "[CLS]", "[SEP]",
+                          1},
+        EncoderVocabulary{"encoders/hf_xlmr_mean", "encoders/hf_xlmr_mean", "<s>", "</s>", 2},
+        EncoderVocabulary{"encoders/gguf_xlmr_mean_f32", "encoders/hf_xlmr_mean", "<s>", "</s>",
+                          2}));
+
+TEST(TokenizerTest, WordPieceDecodesWordsWithSpaces) {
+  auto tokenizer = Tokenizer::Load(Dir("encoders/hf_bert_mean"));
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ((*tokenizer)->Decode((*tokenizer)->Encode("hello, world")), "hello , world");
+}
 
 TEST(TokenizerTest, SpecialTokensAndConfig) {
   auto tokenizer = Tokenizer::Load(Dir("smollm2_tokenizer"));
