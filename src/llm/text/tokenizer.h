@@ -5,7 +5,8 @@
 // files also SentencePiece vocabularies (tokenizer.ggml.model "llama": Llama 2, Mistral 7B,
 // Phi-3, Gemma, TinyLlama), tokenised as llama.cpp does: "▁" for spaces and one in front of the
 // text and after each special token (add_space_prefix), pairs merged by score, byte fallback.
-// WordPiece vocabularies (BERT's, tokenizer.json or GGUF's "bert") through wordpiece.h.
+// WordPiece vocabularies (BERT's, tokenizer.json or GGUF's "bert") through wordpiece.h, Unigram
+// ones (XLM-RoBERTa's, tokenizer.json or GGUF's "t5") through unigram.h.
 #pragma once
 
 #include <cstdint>
