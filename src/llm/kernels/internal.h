@@ -27,7 +27,9 @@
 #endif
 
 namespace sluice::llm {
-// A row of k weights of a type IsConvertedQuantType names, to fp32 (quant_lowbit.cc).
+// Q2_K, Q3_K, IQ4_NL and IQ4_XS: their rows to fp32 from ggml's layouts, written apart from the
+// products' unpacking (quant_lowbit.cc), which the tests check the products against.
+bool IsLowBitType(uint32_t ggml_type);
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);
 }  // namespace sluice::llm
 
@@ -75,12 +77,14 @@ void GeGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
 
 // GGUF's block formats, 32 weights at a time (quant.cc).
 namespace quant {
-// 32 weights of a block as signed bytes q with w = scale[h] * q + bias, h the half (16 weights) a
-// weight lies in: scale[0] == scale[1] except in Q6_K.
+// 32 weights of a block as signed bytes q with w = scale[h] * q + bias (+ bias2 in the second
+// half), h the half (16 weights) a weight lies in: scale[0] == scale[1] except in Q6_K, Q3_K and
+// Q2_K (a scale per 16), bias2 0 except in Q2_K (a min per 16).
 struct Chunk {
   int8_t q[32];
   float scale[2];
   float bias;
+  float bias2 = 0;
 };
 // Chunk c (32-weight run) of the block at `block` of a quantised type.
 void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out);

@@ -192,9 +192,6 @@ int64_t QuantRowBytes(uint32_t ggml_type, int64_t k);
 void QuantizeQ8_0(const float* w, int64_t n, void* blocks);
 // Row `row` of k weights to fp32 (any type GgmlBlockLayout knows, floats included).
 void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out);
-// Types read from files but not multiplied in their own blocks: Q2_K, Q3_K, IQ4_NL, IQ4_XS. A
-// model's weights of these are dequantised (DequantizeRow) and requantised to Q8_0 at load.
-bool IsConvertedQuantType(uint32_t ggml_type);
 
 // x quantised for the products: per row and block of 32 columns, q = round(x / d) with d = max |x|
 // / 127, and d * sum(q). k a multiple of 32.

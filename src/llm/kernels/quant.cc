@@ -17,6 +17,16 @@
 //         its weight l) between the scales and the nibbles.
 //   Q6_K  256 weights, 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 signed
 //         8-bit scales (one per 16 weights), d; w = d sc (q - 32).
+//   Q2_K  256 weights, 84 bytes: 16 bytes of a 4-bit scale (low nibble) and min (high) per 16
+//         weights; 64 bytes of 2-bit values, run c (32 weights) in bit pair c % 4 of the 32 bytes
+//         at 16 + 32 (c / 4); d, dmin; w = d sc q - dmin m.
+//   Q3_K  256 weights, 110 bytes: 32 bytes of third bits (run c: bit c of byte l for its weight
+//         l), 64 bytes of low bit pairs as Q2_K's, 12 bytes of 6-bit scales (one per 16; low
+//         nibbles in bytes 0-7, high pairs in bytes 8-11), d; w = d (sc - 32) (q - 4 (1 - h)).
+//   IQ4_NL 32 weights, 18 bytes: d; nibbles as Q4_0's, each an index into 16 levels;
+//         w = d level[q].
+//   IQ4_XS 256 weights, 136 bytes: d; the runs' 6-bit scales' high bit pairs (2 bytes) and low
+//         nibbles (4 bytes); run c's 16 bytes of nibbles as IQ4_NL's; w = d (sc - 32) level[q].
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +44,17 @@ uint16_t Half(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return bits;
+}
+
+// IQ4's 16 levels (quant_lowbit.cc has its own copy: the tests check one against the other).
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q3_K's 6-bit scale of group i (16 weights), minus 32.
+int Q3KScale(const uint8_t* packed, int i) {
+  const int low = i < 8 ? packed[i] & 0xF : packed[i - 8] >> 4;
+  const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | (high << 4)) - 32;
 }
 
 // Q4_K and Q5_K's run j scale and min, 6 bits each, packed in 12 bytes.
@@ -63,6 +84,7 @@ int64_t BlockBytes(uint32_t type) {
 
 void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
   out->bias = 0;
+  out->bias2 = 0;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: {
@@ -132,6 +154,46 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
       out->scale[1] = d * static_cast<float>(sc[2 * r + 1]);
       return;
     }
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {
+      const bool q3 = static_cast<GgmlType>(type) == GgmlType::kQ3_K;
+      const uint8_t* qs = block + (q3 ? 32 : 16) + 32 * (c / 4);
+      const int shift = 2 * (c % 4);
+      for (int l = 0; l < 32; ++l) {
+        int q = (qs[l] >> shift) & 3;
+        if (q3) q -= ((block[l] >> c) & 1) != 0 ? 0 : 4;
+        out->q[l] = static_cast<int8_t>(q);
+      }
+      if (q3) {
+        const float d = Fp16ToFp32(Half(block + 108));
+        for (int h = 0; h < 2; ++h) {
+          out->scale[h] = d * static_cast<float>(Q3KScale(block + 96, 2 * c + h));
+        }
+      } else {
+        const float d = Fp16ToFp32(Half(block + 80)), dmin = Fp16ToFp32(Half(block + 82));
+        for (int h = 0; h < 2; ++h) out->scale[h] = d * static_cast<float>(block[2 * c + h] & 0xF);
+        out->bias = -dmin * static_cast<float>(block[2 * c] >> 4);
+        out->bias2 = -dmin * static_cast<float>(block[2 * c + 1] >> 4) - out->bias;
+      }
+      return;
+    }
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS: {
+      const bool xs = static_cast<GgmlType>(type) == GgmlType::kIQ4_XS;
+      const uint8_t* qs = block + (xs ? 8 + 16 * c : 2);
+      for (int l = 0; l < 16; ++l) {
+        out->q[l] = kIq4Levels[qs[l] & 0xF];
+        out->q[l + 16] = kIq4Levels[qs[l] >> 4];
+      }
+      float d = Fp16ToFp32(Half(block));
+      if (xs) {
+        const uint16_t high = Half(block + 2);
+        const int scale = (((block[4 + c / 2] >> (4 * (c % 2))) & 0xF) | (((high >> (2 * c)) & 3) << 4));
+        d *= static_cast<float>(scale - 32);
+      }
+      out->scale[0] = out->scale[1] = d;
+      return;
+    }
     default:
       break;
   }
@@ -179,6 +241,10 @@ void PortableProducts(const QuantInput& x, int64_t n, float* y, int64_t n_begin,
         sums[static_cast<size_t>(i)] += d * (chunk.scale[0] * static_cast<float>(halves[0]) +
                                              chunk.scale[1] * static_cast<float>(halves[1])) +
                                         chunk.bias * x.q_sum[static_cast<size_t>(i * chunks + b)];
+        if (chunk.bias2 != 0) {  // Q2_K's second min meets x's second half sum.
+          const int32_t second = x.half_sum[static_cast<size_t>(2 * (i * chunks + b) + 1)];
+          sums[static_cast<size_t>(i)] += chunk.bias2 * (d * static_cast<float>(second));
+        }
       }
     }
     for (int64_t i = 0; i < x.m; ++i) y[i * n + j] = sums[static_cast<size_t>(i)];
@@ -225,6 +291,7 @@ void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* 
 // Row r's run c in a repacked record, as UnpackChunk gives it from the file's block.
 void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
+  out->bias2 = 0;
   if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
     return UnpackRepackedK(type, record, r, c, out);
   }
@@ -400,6 +467,10 @@ bool IsQuantType(uint32_t ggml_type) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -428,7 +499,7 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
     default:
       break;
   }
-  if (IsConvertedQuantType(ggml_type)) return DequantizeLowBitRow(ggml_type, bytes, k, out);
+  if (IsLowBitType(ggml_type)) return DequantizeLowBitRow(ggml_type, bytes, k, out);
   if (!IsQuantType(ggml_type)) {
     std::fill(out, out + k, 0.0f);
     return;
@@ -445,17 +516,6 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
   }
 }
 
-bool IsConvertedQuantType(uint32_t ggml_type) {
-  switch (static_cast<GgmlType>(ggml_type)) {
-    case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K:
-    case GgmlType::kIQ4_NL:
-    case GgmlType::kIQ4_XS:
-      return true;
-    default:
-      return false;
-  }
-}
 
 void DequantizeRepackedRow(uint32_t ggml_type, const void* w, int64_t k, int64_t row, float* out) {
   const int64_t per_block = kernels::quant::BlockElements(ggml_type) / 32;

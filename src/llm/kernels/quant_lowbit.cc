@@ -1,6 +1,6 @@
-// The GGUF block types Sluice reads but does not multiply in their own blocks (Q2_K, Q3_K,
-// IQ4_NL, IQ4_XS), to fp32, from the block layouts ggml defines for them. The weights loader
-// requantises them to Q8_0 (kernels.h: IsConvertedQuantType).
+// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS) to fp32, from the block layouts ggml
+// defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk and the
+// vector paths' Unpack), so that the tests check those against this.
 #include <cstring>
 
 #include "llm/kernels/internal.h"
@@ -99,6 +99,18 @@ void Iq4Xs(const uint8_t* block, float* y) {
 }
 
 }  // namespace
+
+bool IsLowBitType(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out) {
   int64_t elements = 0, bytes = 0;

@@ -67,6 +67,17 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
       case GgmlType::kQ6_K:
         PutHalf(b + 208, scale());
         break;
+      case GgmlType::kQ2_K:
+        PutHalf(b + 80, scale());
+        PutHalf(b + 82, (byte(rng) % 2 ? -1.0f : 1.0f) * scale());
+        break;
+      case GgmlType::kQ3_K:
+        PutHalf(b + 108, scale());
+        break;
+      case GgmlType::kIQ4_NL:
+      case GgmlType::kIQ4_XS:
+        PutHalf(b, scale());
+        break;
       default:
         break;
     }
@@ -74,8 +85,12 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
   return rows;
 }
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                               GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+// The low-bit types' expected products come from quant_lowbit.cc's dequantisation, written apart
+// from the products' unpacking (and checked against the gguf package in gguf_model_test).
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0,  GgmlType::kQ4_0,  GgmlType::kQ4_1,
+                               GgmlType::kQ5_0,  GgmlType::kQ5_1,  GgmlType::kQ4_K,
+                               GgmlType::kQ5_K,  GgmlType::kQ6_K,  GgmlType::kQ2_K,
+                               GgmlType::kQ3_K,  GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 

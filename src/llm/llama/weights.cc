@@ -70,23 +70,6 @@ void UseWeightsCache(const std::string& file_path, WeightsCache* cache, Weights*
                                    all ? "" : " (some kept in memory)");
 }
 
-// A tensor of a type the products do not read (IsConvertedQuantType) as Q8_0 blocks, row by row:
-// each row dequantised to fp32 and quantised per 32 as llama.cpp quantises Q8_0.
-at::Tensor ToQ8_0(const GgufTensor& tensor) {
-  const int64_t rows = tensor.shape[0], columns = tensor.shape[1];
-  const int64_t in_bytes = tensor.bytes / static_cast<size_t>(rows);
-  const int64_t out_bytes = columns / 32 * 34;
-  at::Tensor blocks = at::empty({rows * out_bytes}, at::kByte);
-  std::vector<float> row(static_cast<size_t>(columns));
-  const auto* from = static_cast<const uint8_t*>(tensor.data);
-  uint8_t* to = blocks.data_ptr<uint8_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    DequantizeRow(tensor.type, from + r * in_bytes, columns, row.data());
-    QuantizeQ8_0(row.data(), columns, to + r * out_bytes);
-  }
-  return blocks;
-}
-
 }  // namespace
 
 Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitecture& arch,
@@ -266,16 +249,7 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       pending.clear();
     };
     for (const GgufTensor* tensor : tensors) {
-      if (IsConvertedQuantType(tensor->type)) {
-        // Not multiplied in its own blocks: requantised to Q8_0 (near-lossless for 2-4 bits).
-        flush();
-        const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
-        at::Tensor blocks = ToQ8_0(*tensor);
-        result.AddBlocks(blocks.data_ptr<uint8_t>(), static_cast<uint32_t>(GgmlType::kQ8_0), rows,
-                         columns, /*repack=*/false);
-        Linear::Part& part = result.parts.back();
-        if (!Linear::Repack(&part, columns)) part.weight = std::move(blocks);  // Keeps them.
-      } else if (IsQuantType(tensor->type)) {
+      if (IsQuantType(tensor->type)) {
         flush();
         const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
         const uint8_t* cached = cache == nullptr
@@ -313,11 +287,7 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
   };
   auto embedding = find(names.embedding, {a.vocab_size, hidden});
   if (!embedding.ok()) return embedding.status();
-  if (IsConvertedQuantType((*embedding)->type)) {
-    out->embedding_storage = ToQ8_0(**embedding);
-    out->embedding_blocks = out->embedding_storage.data_ptr<uint8_t>();
-    out->embedding_type = static_cast<uint32_t>(GgmlType::kQ8_0);
-  } else if (IsQuantType((*embedding)->type)) {
+  if (IsQuantType((*embedding)->type)) {
     out->embedding_blocks = (*embedding)->data;
     out->embedding_type = (*embedding)->type;
   } else {
@@ -397,7 +367,6 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       // The repacked copy replaced the file's pages (released at repacking); lookups read it.
       out->embedding_blocks = head.blocks;
       out->embedding_repacked = true;
-      out->embedding_storage = at::Tensor();  // A requantised copy the head's replaced.
     }
   } else {
     auto head = find(names.output, {a.vocab_size, hidden});

@@ -39,8 +39,6 @@ struct Weights {
   // ... or, tied to the output head and repacked for it, that copy (as RepackQuant lays it out),
   // so that the file's pages of it are not mapped again by lookups.
   bool embedding_repacked = false;
-  // The embedding's rows requantised at load (a type the products do not read): owns them.
-  at::Tensor embedding_storage;
   std::vector<Layer> layers;
   at::Tensor final_norm;
   Linear lm_head;
