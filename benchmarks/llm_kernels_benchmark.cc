@@ -151,6 +151,10 @@ void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
     halves = {0, 2};
   } else if (type == static_cast<uint32_t>(GgmlType::kQ6_K)) {
     halves = {208};
+  } else if (type == static_cast<uint32_t>(GgmlType::kQ2_K)) {
+    halves = {80, 82};
+  } else if (type == static_cast<uint32_t>(GgmlType::kQ3_K)) {
+    halves = {108};
   }
   for (size_t block = 0; block < blocks->size(); block += static_cast<size_t>(block_bytes)) {
     for (int64_t offset : halves) {
@@ -172,7 +176,9 @@ void Quant(benchmark::State& state) {
   const auto type = static_cast<uint32_t>(state.range(2));
   const bool repacked = state.range(3) != 0;
   const bool llama1b = state.range(4) != 0;
-  const bool k_quant = type >= static_cast<uint32_t>(sluice::llm::GgmlType::kQ4_K);
+  int64_t block = 0, block_bytes = 0;
+  sluice::llm::GgmlBlockLayout(type, &block, &block_bytes);
+  const bool k_quant = block == 256;
   if ((repacked && !sluice::llm::CanRepackQuant(type, 576)) || (k_quant && !llama1b)) {
     state.SkipWithError(k_quant ? "K-quants need k a multiple of 256" : "not a repacked format");
     for (auto _ : state) {
@@ -237,7 +243,8 @@ BENCHMARK(Quant)
     ->ArgsProduct({{1, 2, 3, 4, 5, 16, 128},
                    {1, std::max(1u, std::thread::hardware_concurrency())},
                    {2 /* Q4_0 */, 3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 13 /* Q5_K */,
-                    14 /* Q6_K */},
+                    14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */,
+                    23 /* IQ4_XS */},
                    {0, 1},
                    {0, 1}})
     ->ArgNames({"rows", "threads", "type", "repacked", "model"})

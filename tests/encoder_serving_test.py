@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Encoder models through the real `sluice serve`: BERT and XLM-RoBERTa embedding models as
+"""Encoder models through the real `sluice serve`: BERT, XLM-RoBERTa and nomic-bert embedding models as
 sentence-transformers saves them and as llama.cpp's converter writes them, at /v1/embeddings
 through the OpenAI Python SDK, checked against sentence-transformers' own vectors
 (tools/encoder_models.py); cross-encoders (BERT's, and XLM-RoBERTa's as bge-reranker is) at
@@ -45,10 +45,12 @@ def steps(port, model):
 
 def embeddings(port, client, encoders):
     for name, normalized in [("minilm", True), ("bge_gguf", True), ("cls_fp32", False),
-                             ("e5", True), ("e5_gguf", True)]:
+                             ("e5", True), ("e5_gguf", True), ("nomic", True),
+                             ("nomic_gguf", True)]:
         source = {"minilm": "hf_bert_mean", "bge_gguf": "gguf_bert_cls_f32",
                   "cls_fp32": "hf_bert_cls", "e5": "hf_xlmr_mean",
-                  "e5_gguf": "gguf_xlmr_mean_f32"}[name]
+                  "e5_gguf": "gguf_xlmr_mean_f32", "nomic": "hf_nomic_hub",
+                  "nomic_gguf": "gguf_nomic_mean_f32"}[name]
         reference = json.load(open(os.path.join(encoders, source, "reference.json")))
         reply = client.embeddings.create(model=name, input=reference["texts"])
         check(len(reply.data) == len(reference["texts"]), f"{name}: {len(reply.data)} vectors")
@@ -148,6 +150,8 @@ def main():
         served_copy(os.path.join(encoders, "hf_bert_rerank"), repository, "reranker", fp32)
         served_copy(os.path.join(encoders, "gguf_bert_rerank_f32"), repository, "reranker_gguf",
                     fp32)
+        served_copy(os.path.join(encoders, "hf_nomic_hub"), repository, "nomic", fp32)
+        served_copy(os.path.join(encoders, "gguf_nomic_mean_f32"), repository, "nomic_gguf", fp32)
         served_copy(os.path.join(encoders, "hf_xlmr_mean"), repository, "e5", fp32)
         served_copy(os.path.join(encoders, "gguf_xlmr_mean_f32"), repository, "e5_gguf", fp32)
         served_copy(os.path.join(encoders, "hf_xlmr_rerank"), repository, "bge_reranker", fp32)

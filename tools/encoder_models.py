@@ -12,6 +12,12 @@ Everything goes to encoders/ (the test model folder is also a model repository s
   hf_bert_rerank/      a cross-encoder: BertForSequenceClassification with one label
   gguf_bert_mean_f32/, gguf_bert_cls_f32/, gguf_bert_rerank_f32/
                        those folders through llama.cpp's converter, F32
+  hf_xlmr_mean/, hf_xlmr_rerank/, gguf_xlmr_*_f32/
+                       XLM-RoBERTa's (a SentencePiece Unigram vocabulary), the same way
+  hf_nomic_mean/, hf_nomic_hub/, gguf_nomic_mean_f32/
+                       a nomic-bert (rotary, SwiGLU) from transformers' NomicBertModel, as
+                       transformers saves it and with the config.json of nomic's repositories,
+                       and that one's GGUF (reference_llama_cpp.json: llama.cpp's embeddings)
 Each holds reference.json: the texts, sentence-transformers' embeddings of them (or, for the
 reranker, a query, documents, CrossEncoder.predict's scores, the raw logits, and the logits
 without BERT's pooler, which llama.cpp's converter leaves out of its files), and
@@ -189,6 +195,70 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+def write_nomic(tokenizer, folder, hub_folder, seed):
+    """A random nomic-bert (nomic-embed-text-v1.5's block: rotary positions, fused qkv, SwiGLU,
+    no biases, post-norms) from transformers' own NomicBertModel behind sentence-transformers'
+    modules (mean, Normalize), saved by SentenceTransformer (transformers 5 writes the hub's
+    tensor names: Wqkv, fc11, fc12, fc2, norm1, norm2); and the same weights with the config.json
+    nomic's repositories carry (n_embd, n_layer, rotary_emb_base, ...: what llama.cpp's converter
+    reads), in `hub_folder`. Returns sentence-transformers' embeddings of TEXTS."""
+    import shutil
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+    from transformers import NomicBertConfig, NomicBertModel
+    torch.manual_seed(seed)
+    hidden, layers, heads, inner = 64, 2, 4, 128
+    config = NomicBertConfig(vocab_size=len(tokenizer), hidden_size=hidden,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             intermediate_size=inner, max_position_embeddings=2048,
+                             initializer_range=0.2)
+    NomicBertModel(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformer = Transformer(folder, max_seq_length=128)
+    model = SentenceTransformer(
+        modules=[transformer, Pooling(hidden, pooling_mode="mean"), Normalize()], device="cpu")
+    model.save(folder)
+    model = SentenceTransformer(folder, device="cpu")
+    vectors = model.encode(TEXTS, convert_to_numpy=True, batch_size=4)
+    shutil.rmtree(hub_folder, ignore_errors=True)
+    shutil.copytree(folder, hub_folder)
+    hub = {"architectures": ["NomicBertModel"], "model_type": "nomic_bert",
+           "vocab_size": len(tokenizer), "n_embd": hidden, "n_layer": layers, "n_head": heads,
+           "n_inner": inner, "n_positions": 8192, "max_trained_positions": 2048,
+           "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+           "rotary_emb_scale_base": None, "qkv_proj_bias": False, "mlp_fc1_bias": False,
+           "mlp_fc2_bias": False, "type_vocab_size": 2, "layer_norm_epsilon": 1e-12,
+           "activation_function": "swiglu", "prenorm": False, "causal": False,
+           "pad_token_id": 0}
+    # llama.cpp's converter reads config.json through transformers 5, whose NomicBertConfig takes
+    # hidden_size & co. (its defaults are nomic-embed-text-v1.5's sizes, so the real files convert)
+    # and ignores n_embd & co.: this small model states both.
+    hub.update(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+               intermediate_size=inner, max_position_embeddings=2048)
+    with open(os.path.join(hub_folder, "config.json"), "w") as f:
+        json.dump(hub, f, indent=2)
+    return {"texts": TEXTS, "embeddings": vectors.tolist()}
+
+
+def llama_cpp_embeddings(path, tokenizer, texts):
+    """llama.cpp's mean-pooled, normalised embeddings of `texts` (those its WordPiece splits as
+    the tokenizers package does, so that both see the same tokens)."""
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=path, embedding=True, n_ctx=512, n_batch=512,
+                          n_ubatch=512, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+                          verbose=False)
+    kept = [t for t in texts if llm.tokenize(t.encode(), add_bos=True, special=False) ==
+            tokenizer(t).input_ids]
+    vectors = []
+    for text in kept:
+        v = torch.tensor(llm.embed(text), dtype=torch.float64)
+        vectors.append((v / v.norm()).tolist())
+    del llm
+    return {"texts": kept, "embeddings": vectors}
+
+
 def convert(hf_dir, gguf_path, outtype="f32"):
     """llama.cpp's converter on `hf_dir`, to `outtype`."""
     os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
@@ -273,6 +343,29 @@ def main():
         with open(os.path.join(where, "reference.json"), "w") as f:
             json.dump(reference, f)
     convert(folder, os.path.join(out, "gguf_xlmr_rerank_f32", "model.gguf"))
+
+    # nomic-bert (nomic-embed-text's block): as transformers 5 saves it and with the hub's
+    # config.json, that one through llama.cpp's converter; llama.cpp's own embeddings of the
+    # file beside sentence-transformers' (the texts both tokenise alike).
+    folder = os.path.join(out, "hf_nomic_mean")
+    hub_folder = os.path.join(out, "hf_nomic_hub")
+    tokenizer = train_wordpiece(strings[:3000], True, folder)
+    reference = write_nomic(tokenizer, folder, hub_folder, seed=94)
+    gguf_dir = os.path.join(out, "gguf_nomic_mean_f32")
+    path = os.path.join(gguf_dir, "model.gguf")
+    convert(hub_folder, path)
+    for where in (folder, hub_folder, gguf_dir):
+        with open(os.path.join(where, "reference.json"), "w") as f:
+            json.dump(reference, f)
+    llama = llama_cpp_embeddings(path, tokenizer, TEXTS)
+    with open(os.path.join(gguf_dir, "reference_llama_cpp.json"), "w") as f:
+        json.dump(llama, f)
+    same = {t: v for t, v in zip(reference["texts"], reference["embeddings"])}
+    worst = min(float(torch.nn.functional.cosine_similarity(
+        torch.tensor(v), torch.tensor(same[t]), dim=0)) for t, v in
+        zip(llama["texts"], llama["embeddings"]))
+    print(f"nomic-bert: llama.cpp against sentence-transformers, lowest cosine {worst:.7f} "
+          f"on {len(llama['texts'])} texts")
     print(f"encoder test models in {time.time() - start:.1f} s")
 
 

@@ -194,12 +194,13 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   if (!model_type.ok()) return model_type.status();
   static constexpr std::string_view kEncoders[] = {"bert",       "roberta",    "xlm-roberta",
                                                    "distilbert", "nomic_bert", "modernbert",
-                                                   "mpnet",      "electra",    "deberta-v2"};
+                                                   "mpnet",      "electra",    "deberta-v2",
+                                                   "gte"};
   if (std::find(std::begin(kEncoders), std::end(kEncoders), *model_type) != std::end(kEncoders)) {
     return Bad(path, "model_type",
                fmt::format("is '{}', an encoder-only model of a type Sluice does not serve "
-                           "(of encoders it serves 'bert' and 'xlm-roberta': embedding models "
-                           "and rerankers)",
+                           "(of encoders it serves 'bert', 'xlm-roberta' and 'nomic_bert': "
+                           "embedding models and rerankers)",
                            *model_type));
   }
   const Family* family = FamilyByModelType(*model_type);

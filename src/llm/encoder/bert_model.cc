@@ -22,7 +22,31 @@ namespace {
 using TensorSource =
     std::function<Result<at::Tensor>(const std::string& name, std::vector<int64_t> shape)>;
 
-TensorSource FromSafetensors(const SafetensorsFile& file) {
+// nomic's names (as its repositories and transformers 5 write them) for the BERT names asked for.
+std::string NomicName(const std::string& bert) {
+  static const std::vector<std::pair<std::string, std::string>> kNames = {
+      {"embeddings.LayerNorm.", "emb_ln."},
+      {"attention.self.qkv.", "attn.Wqkv."},
+      {"attention.output.dense.", "attn.out_proj."},
+      {"attention.output.LayerNorm.", "norm1."},
+      {"intermediate.dense.", "mlp.fc11."},
+      {"intermediate.gate.", "mlp.fc12."},
+      {"output.dense.", "mlp.fc2."},
+      {"output.LayerNorm.", "norm2."},
+  };
+  std::string name = bert, layer;
+  if (name.starts_with("encoder.layer.")) {
+    const size_t dot = name.find('.', 14);
+    layer = "encoder.layers." + name.substr(14, dot - 14) + ".";
+    name = name.substr(dot + 1);
+  }
+  for (const auto& [from, to] : kNames) {
+    if (name.starts_with(from)) return layer + to + name.substr(from.size());
+  }
+  return layer + name;
+}
+
+TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
   // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....",
   // XLMRobertaForSequenceClassification "roberta.embeddings....".
   std::string prefix;
@@ -31,9 +55,10 @@ TensorSource FromSafetensors(const SafetensorsFile& file) {
       prefix = candidate;
     }
   }
-  return [&file, prefix](const std::string& name,
-                         std::vector<int64_t> shape) -> Result<at::Tensor> {
-    const std::string full = name.starts_with("classifier.") ? name : prefix + name;
+  return [&file, prefix, nomic](const std::string& name,
+                                std::vector<int64_t> shape) -> Result<at::Tensor> {
+    const std::string full =
+        nomic ? NomicName(name) : name.starts_with("classifier.") ? name : prefix + name;
     const SafetensorsEntry* entry = file.Find(full);
     if (entry == nullptr && full.ends_with("LayerNorm.weight")) {  // Older checkpoints.
       entry = file.Find(full.substr(0, full.size() - 6) + "gamma");
@@ -72,6 +97,8 @@ std::string GgufName(const std::string& hf) {
       {"embeddings.token_type_embeddings.weight", "token_types.weight"},
       {"embeddings.LayerNorm.weight", "token_embd_norm.weight"},
       {"embeddings.LayerNorm.bias", "token_embd_norm.bias"},
+      {"attention.self.qkv.", "attn_qkv."},
+      {"intermediate.gate.", "ffn_gate."},
       {"attention.self.query.", "attn_q."},
       {"attention.self.key.", "attn_k."},
       {"attention.self.value.", "attn_v."},
@@ -147,7 +174,9 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
     if (!opened.ok()) return opened.status();
     safetensors = std::move(*opened);
   }
-  const TensorSource get = gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors);
+  const TensorSource get =
+      gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors, config.nomic);
+  const bool biases = !config.nomic;
   const int64_t h = a.hidden_size, inter = a.intermediate_size;
   // Loading runs on one thread (llama_model.cc says why).
   const int omp_threads = omp_get_max_threads();
@@ -168,25 +197,30 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
     };
     auto linear = [&](const std::vector<std::string>& names, int64_t out, int64_t in,
                       llama::Linear* result) -> Status {
-      std::vector<at::Tensor> weights, biases;
+      std::vector<at::Tensor> weights, bias;
       for (const std::string& name : names) {
         auto w = get(name + ".weight", {out, in});
         if (!w.ok()) return w.status();
+        weights.push_back(std::move(*w));
+        if (!biases) continue;
         auto b = get(name + ".bias", {out});
         if (!b.ok()) return b.status();
-        weights.push_back(std::move(*w));
-        biases.push_back(std::move(*b));
+        bias.push_back(std::move(*b));
       }
       result->Add(weights.size() == 1 ? weights[0] : at::cat(weights, 0), model->precision_);
-      result->bias = biases.size() == 1 ? biases[0] : at::cat(biases, 0);
+      if (!bias.empty()) result->bias = bias.size() == 1 ? bias[0] : at::cat(bias, 0);
       model->bytes_ += result->bytes();
       return Status::Ok();
     };
     SLUICE_RETURN_IF_ERROR(
         tensor("embeddings.word_embeddings.weight", {a.vocab_size, h}, &model->word_));
-    SLUICE_RETURN_IF_ERROR(tensor("embeddings.position_embeddings.weight",
-                                  {a.max_position_embeddings + config.position_offset, h},
-                                  &model->position_));
+    if (config.nomic) {
+      model->BuildRotary();
+    } else {
+      SLUICE_RETURN_IF_ERROR(tensor("embeddings.position_embeddings.weight",
+                                    {a.max_position_embeddings + config.position_offset, h},
+                                    &model->position_));
+    }
     if (config.type_vocab_size > 0) {
       SLUICE_RETURN_IF_ERROR(tensor("embeddings.token_type_embeddings.weight",
                                     {config.type_vocab_size, h}, &model->token_type_));
@@ -197,9 +231,14 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
     for (int i = 0; i < a.layers; ++i) {
       Layer& layer = model->layers_[static_cast<size_t>(i)];
       const std::string p = fmt::format("encoder.layer.{}.", i);
-      SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.query", p + "attention.self.key",
-                                     p + "attention.self.value"},
-                                    h, h, &layer.qkv));
+      if (config.nomic) {
+        SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.qkv"}, 3 * h, h, &layer.qkv));
+        SLUICE_RETURN_IF_ERROR(linear({p + "intermediate.gate"}, inter, h, &layer.gate));
+      } else {
+        SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.query", p + "attention.self.key",
+                                       p + "attention.self.value"},
+                                      h, h, &layer.qkv));
+      }
       SLUICE_RETURN_IF_ERROR(linear({p + "attention.output.dense"}, h, h, &layer.out));
       SLUICE_RETURN_IF_ERROR(linear({p + "intermediate.dense"}, inter, h, &layer.up));
       SLUICE_RETURN_IF_ERROR(linear({p + "output.dense"}, h, inter, &layer.down));
@@ -234,10 +273,24 @@ std::string BertModel::weight_formats() const {
   return std::string(LlmPrecisionName(precision_));
 }
 
+void BertModel::BuildRotary() {
+  const ModelArchitecture& a = config_.arch;
+  const int64_t half = a.head_dim / 2;
+  at::Tensor inverse = at::empty({half}, at::kDouble);
+  for (int64_t i = 0; i < half; ++i) {
+    inverse[i] = std::pow(config_.rope_theta, -2.0 * static_cast<double>(i) /
+                                                  static_cast<double>(a.head_dim));
+  }
+  const at::Tensor positions = at::arange(a.max_position_embeddings, at::kDouble).unsqueeze(1);
+  const at::Tensor angles = positions * inverse.unsqueeze(0);
+  rotary_cos_ = at::cos(angles).to(at::kFloat).contiguous();
+  rotary_sin_ = at::sin(angles).to(at::kFloat).contiguous();
+}
+
 std::string BertModel::kernel_paths() const {
   bool blocks = false, vectors = false, fp32 = false;
   for (const Layer& layer : layers_) {
-    for (const llama::Linear* linear : {&layer.qkv, &layer.out, &layer.up, &layer.down}) {
+    for (const llama::Linear* linear : {&layer.qkv, &layer.out, &layer.up, &layer.down, &layer.gate}) {
       for (const llama::Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());
@@ -293,8 +346,14 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
       return at::from_blob(const_cast<int64_t*>(values.data()),
                            {static_cast<int64_t>(values.size())}, at::kLong);
     };
-    at::Tensor x = word_.index_select(0, index(ids)) + position_.index_select(0, index(positions));
+    at::Tensor x = word_.index_select(0, index(ids));
+    if (position_.defined()) x += position_.index_select(0, index(positions));
     if (token_type_.defined()) x += token_type_.index_select(0, index(types));
+    at::Tensor cos, sin;  // nomic-bert's rotation of each row: [total, 1, d / 2].
+    if (rotary_cos_.defined()) {
+      cos = rotary_cos_.index_select(0, index(positions)).unsqueeze(1);
+      sin = rotary_sin_.index_select(0, index(positions)).unsqueeze(1);
+    }
     LayerNorm(x, embed_norm_w_, embed_norm_b_);
     at::Tensor qkv = at::empty({total, 3 * h}, at::kFloat);
     at::Tensor attended = at::empty({total, h}, at::kFloat);
@@ -302,6 +361,15 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
     at::Tensor up = at::empty({total, a.intermediate_size}, at::kFloat);
     for (const Layer& layer : layers_) {
       layer.qkv.Into(x, qkv.data_ptr<float>());
+      if (cos.defined()) {
+        // Queries and keys rotated (NeoX's halves): (x1, x2) -> (x1 c - x2 s, x2 c + x1 s).
+        at::Tensor heads_view = qkv.view({total, 3, heads, d}).narrow(1, 0, 2);
+        at::Tensor x1 = heads_view.narrow(3, 0, d / 2), x2 = heads_view.narrow(3, d / 2, d / 2);
+        const at::Tensor c = cos.unsqueeze(1), sn = sin.unsqueeze(1);  // [total, 1, 1, d / 2]
+        at::Tensor r1 = x1 * c - x2 * sn, r2 = x2 * c + x1 * sn;
+        x1.copy_(r1);
+        x2.copy_(r2);
+      }
       for (size_t s = 0; s + 1 < offsets.size(); ++s) {
         const int64_t begin = offsets[s], n = offsets[s + 1] - begin;
         // [n, 3, heads, d] -> q, k, v as [1, heads, n, d].
@@ -316,7 +384,14 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
       x = x + projected;
       LayerNorm(x, layer.attn_norm_w, layer.attn_norm_b);
       layer.up.Into(x, up.data_ptr<float>());
-      at::Tensor activated = at::gelu(up, config_.gelu_tanh ? "tanh" : "none");
+      at::Tensor activated;
+      if (!layer.gate.parts.empty()) {  // SwiGLU: silu(gate) * up.
+        at::Tensor gate = at::empty({total, a.intermediate_size}, at::kFloat);
+        layer.gate.Into(x, gate.data_ptr<float>());
+        activated = at::silu(gate) * up;
+      } else {
+        activated = at::gelu(up, config_.gelu_tanh ? "tanh" : "none");
+      }
       layer.down.Into(activated.contiguous(), projected.data_ptr<float>());
       x = x + projected;
       LayerNorm(x, layer.out_norm_w, layer.out_norm_b);

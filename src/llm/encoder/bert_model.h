@@ -1,4 +1,5 @@
-// BERT's encoder as a StepModel (encoder_config.h says which files): each chunk a whole sequence,
+// BERT's encoder (and XLM-RoBERTa's, nomic-bert's variations of it) as a StepModel
+// (encoder_config.h says which files): each chunk a whole sequence,
 // run with bidirectional attention and no KV cache; the rows it gives are every token's final
 // hidden state (an embedding model, pooled by the engine) or, for a cross-encoder, every token's
 // classifier scores (the engine keeps the first token's). Weights as the decoder's linear layers
@@ -42,13 +43,17 @@ class BertModel final : public StepModel {
  private:
   struct Layer {
     llama::Linear qkv, out, up, down;
+    llama::Linear gate;  // nomic-bert's SwiGLU gate; empty for BERT's GELU.
     at::Tensor attn_norm_w, attn_norm_b, out_norm_w, out_norm_b;  // After each residual add.
   };
   void LayerNorm(at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+  // nomic-bert's rotary tables: cos and sin of each position's angle per frequency.
+  void BuildRotary();
 
   EncoderConfig config_;
   LlmServeConfig serve_;
   at::Tensor word_, position_, token_type_;  // [vocab | positions | types, hidden], fp32.
+  at::Tensor rotary_cos_, rotary_sin_;        // [positions, head_dim / 2]: nomic-bert's.
   at::Tensor embed_norm_w_, embed_norm_b_;
   std::vector<Layer> layers_;
   llama::Linear pooler_;      // A cross-encoder's dense + tanh before the classifier (optional).

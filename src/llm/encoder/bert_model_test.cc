@@ -1,5 +1,6 @@
-// BERT and XLM-RoBERTa encoders against sentence-transformers (tools/encoder_models.py wrote the
-// models and its vectors and scores): embedding models with mean pooling + Normalize and with CLS
+// BERT, XLM-RoBERTa and nomic-bert encoders against sentence-transformers (tools/encoder_models.py
+// wrote the models and its vectors and scores; llama.cpp's embeddings of the nomic-bert file agree
+// with them to cosine 1.0000000): embedding models with mean pooling + Normalize and with CLS
 // pooling, as sentence-transformers saves them and as llama.cpp's converter writes them;
 // cross-encoders' scores as transformers computes them (BERT's GGUF file without the pooler its
 // converter drops; XLM-RoBERTa's head, bge-reranker's, whole in both).
@@ -119,7 +120,10 @@ INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderTest,
                                            EmbedderCase{"gguf_bert_mean_f32", true, true},
                                            EmbedderCase{"gguf_bert_cls_f32", true, false},
                                            EmbedderCase{"hf_xlmr_mean", true, true},
-                                           EmbedderCase{"gguf_xlmr_mean_f32", true, true}));
+                                           EmbedderCase{"gguf_xlmr_mean_f32", true, true},
+                                           EmbedderCase{"hf_nomic_mean", true, true},
+                                           EmbedderCase{"hf_nomic_hub", true, true},
+                                           EmbedderCase{"gguf_nomic_mean_f32", true, true}));
 
 // Each text alone gives what it gives in a batch: sequences do not attend to each other.
 TEST(EncoderTest, BatchedEqualsAlone) {

@@ -4,6 +4,8 @@
 #include <simdjson.h>
 
 #include <filesystem>
+#include <initializer_list>
+#include <optional>
 
 #include "llm/files/gguf.h"
 #include "llm/models/config_json.h"
@@ -109,7 +111,7 @@ bool IsEncoderModel(const std::string& dir) {
     auto file = GgufFile::Open(*gguf);
     if (!file.ok()) return false;
     auto name = (*file)->String("general.architecture", "");
-    return name.ok() && *name == "bert";
+    return name.ok() && (*name == "bert" || *name == "nomic-bert");
   }
   const fs::path config = fs::path(dir) / "config.json";
   if (!fs::exists(config, ec)) return false;
@@ -118,8 +120,93 @@ bool IsEncoderModel(const std::string& dir) {
   std::string_view type;
   return parser.load(config.string()).get(root) == simdjson::SUCCESS &&
          root["model_type"].get(type) == simdjson::SUCCESS &&
-         (type == "bert" || type == "xlm-roberta");
+         (type == "bert" || type == "xlm-roberta" || type == "nomic_bert");
 }
+
+namespace {
+
+// nomic-bert's config.json: nomic's own keys (n_embd, n_layer, rotary_emb_base, ...) or the ones
+// transformers 5 writes (hidden_size, num_hidden_layers, rope_parameters, ...).
+Result<EncoderConfig> ParseNomicConfig(const JsonConfig& json, const std::string& dir) {
+  EncoderConfig config;
+  ModelArchitecture& arch = config.arch;
+  arch.name = "nomic-bert";
+  config.nomic = true;
+  config.position_offset = 0;
+  auto integer = [&](std::initializer_list<const char*> keys, std::optional<int> fallback,
+                     int* out) -> Status {
+    for (const char* key : keys) {
+      if (!json.Has(key)) continue;
+      auto value = json.Int(key, std::nullopt);
+      if (!value.ok()) return value.status();
+      *out = *value;
+      return Status::Ok();
+    }
+    if (!fallback) return json.Bad(*keys.begin(), "is missing");
+    *out = *fallback;
+    return Status::Ok();
+  };
+  SLUICE_RETURN_IF_ERROR(integer({"vocab_size"}, std::nullopt, &arch.vocab_size));
+  SLUICE_RETURN_IF_ERROR(integer({"n_embd", "hidden_size"}, std::nullopt, &arch.hidden_size));
+  SLUICE_RETURN_IF_ERROR(integer({"n_layer", "num_hidden_layers"}, std::nullopt, &arch.layers));
+  SLUICE_RETURN_IF_ERROR(integer({"n_head", "num_attention_heads"}, std::nullopt, &arch.heads));
+  SLUICE_RETURN_IF_ERROR(
+      integer({"n_inner", "intermediate_size"}, std::nullopt, &arch.intermediate_size));
+  // The positions it was trained at (nomic-embed-text: 2,048 of its 8,192 rotary ones).
+  SLUICE_RETURN_IF_ERROR(integer({"max_trained_positions", "max_position_embeddings"}, 2048,
+                                 &arch.max_position_embeddings));
+  SLUICE_RETURN_IF_ERROR(integer({"type_vocab_size"}, 2, &config.type_vocab_size));
+  if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
+    return json.Bad("n_head", "does not divide the hidden size");
+  }
+  arch.kv_heads = arch.heads;
+  arch.head_dim = arch.hidden_size / arch.heads;
+  for (const char* key : {"layer_norm_epsilon", "layer_norm_eps"}) {
+    if (!json.Has(key)) continue;
+    auto eps = json.Number(key, 1e-12);
+    if (!eps.ok()) return eps.status();
+    arch.rms_norm_eps = *eps;
+    break;
+  }
+  if (!json.Has("layer_norm_epsilon") && !json.Has("layer_norm_eps")) arch.rms_norm_eps = 1e-12;
+  if (json.Has("rotary_emb_base")) {
+    auto theta = json.Number("rotary_emb_base", 1000.0);
+    if (!theta.ok()) return theta.status();
+    config.rope_theta = *theta;
+  } else if (auto parameters = json.Object("rope_parameters")) {
+    auto theta = parameters->Number("rope_theta", 1000.0);
+    if (!theta.ok()) return theta.status();
+    config.rope_theta = *theta;
+  } else {
+    auto theta = json.Number("rope_theta", 1000.0);
+    if (!theta.ok()) return theta.status();
+    config.rope_theta = *theta;
+  }
+  // What this block is not: refused by name rather than served differently.
+  auto fraction = json.Number("rotary_emb_fraction", 1.0);
+  if (!fraction.ok()) return fraction.status();
+  if (*fraction != 1.0) return json.Bad("rotary_emb_fraction", "is not 1 (partial rotary)");
+  for (const char* key : {"rotary_emb_interleaved", "prenorm", "qkv_proj_bias", "mlp_fc1_bias",
+                          "mlp_fc2_bias", "causal"}) {
+    auto on = json.Bool(key, false);
+    if (!on.ok()) return on.status();
+    if (*on) return json.Bad(key, "is true; Sluice serves nomic-bert's block without it");
+  }
+  if (json.Has("moe_every_n_layers")) {
+    return json.Bad("moe_every_n_layers", "is set: mixture-of-experts encoders are not served");
+  }
+  auto act = json.String("activation_function", "swiglu");
+  if (!act.ok()) return act.status();
+  auto hidden_act = json.String("hidden_act", "silu");
+  if (!hidden_act.ok()) return hidden_act.status();
+  if (*act != "swiglu" || *hidden_act != "silu") {
+    return json.Bad("activation_function", "is not swiglu");
+  }
+  SLUICE_RETURN_IF_ERROR(ReadSentenceTransformers(dir, &config));
+  return config;
+}
+
+}  // namespace
 
 Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
@@ -129,6 +216,10 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
     return Status::InvalidArgument(fmt::format("{}: cannot read it as a JSON object", path));
   }
   const JsonConfig json(document, path);
+  std::string_view type_name;
+  if (document["model_type"].get(type_name) == simdjson::SUCCESS && type_name == "nomic_bert") {
+    return ParseNomicConfig(json, dir);
+  }
   EncoderConfig config;
   ModelArchitecture& arch = config.arch;
   arch.name = "bert";  // As llama.cpp names XLM-RoBERTa's too: the same block.
@@ -212,9 +303,18 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
 Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
   EncoderConfig config;
   ModelArchitecture& arch = config.arch;
-  arch.name = "bert";
+  auto architecture = file.String("general.architecture", "bert");
+  if (!architecture.ok()) return architecture.status();
+  arch.name = *architecture;
+  const std::string prefix = *architecture + ".";
+  if (*architecture == "nomic-bert") {
+    config.nomic = true;
+    auto theta = file.Number(prefix + "rope.freq_base", 1000.0);
+    if (!theta.ok()) return theta.status();
+    config.rope_theta = *theta;
+  }
   auto integer = [&](const char* key, int* out) -> Status {
-    auto value = file.Integer(fmt::format("bert.{}", key));
+    auto value = file.Integer(prefix + key);
     if (!value.ok()) return value.status();
     *out = static_cast<int>(*value);
     return Status::Ok();
@@ -226,20 +326,20 @@ Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
   SLUICE_RETURN_IF_ERROR(integer("attention.head_count", &arch.heads));
   if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
     return Status::InvalidArgument(fmt::format(
-        "{}: bert.attention.head_count {} does not divide bert.embedding_length {}", file.path(),
-        arch.heads, arch.hidden_size));
+        "{}: {}attention.head_count {} does not divide the embedding length {}", file.path(),
+        prefix, arch.heads, arch.hidden_size));
   }
   arch.kv_heads = arch.heads;
   arch.head_dim = arch.hidden_size / arch.heads;
-  auto eps = file.Number("bert.attention.layer_norm_epsilon", 1e-12);
+  auto eps = file.Number(prefix + "attention.layer_norm_epsilon", 1e-12);
   if (!eps.ok()) return eps.status();
   arch.rms_norm_eps = *eps;
-  auto causal = file.Bool("bert.attention.causal", false);
+  auto causal = file.Bool(prefix + "attention.causal", false);
   if (!causal.ok()) return causal.status();
   if (*causal) {
     return Status::InvalidArgument(
-        fmt::format("{}: bert.attention.causal is true; BERT's attention is bidirectional",
-                    file.path()));
+        fmt::format("{}: {}attention.causal is true; an encoder's attention is bidirectional",
+                    file.path(), prefix));
   }
   const GgufTensor* embedding = file.FindTensor("token_embd.weight");
   if (embedding == nullptr || embedding->shape.size() != 2) {
@@ -250,7 +350,7 @@ Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
   const GgufTensor* types = file.FindTensor("token_types.weight");
   config.type_vocab_size = types == nullptr ? 0 : static_cast<int>(types->shape[0]);
   // llama.cpp's pooling types: 0 none, 1 mean, 2 cls, 3 last, 4 rank (a classifier's scores).
-  auto pooling = file.Integer("bert.pooling_type", 1);
+  auto pooling = file.Integer(prefix + "pooling_type", 1);
   if (!pooling.ok()) return pooling.status();
   const GgufTensor* classifier = file.FindTensor("cls.output.weight");
   switch (*pooling) {
@@ -266,8 +366,8 @@ Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
       break;
     default:
       return Status::InvalidArgument(fmt::format(
-          "{}: bert.pooling_type {} is not supported (1 mean, 2 cls, 3 last, 4 rank)",
-          file.path(), *pooling));
+          "{}: {}pooling_type {} is not supported (1 mean, 2 cls, 3 last, 4 rank)", file.path(),
+          prefix, *pooling));
   }
   if (classifier != nullptr) {
     config.num_labels = static_cast<int>(classifier->shape[0]);

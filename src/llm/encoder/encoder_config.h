@@ -1,7 +1,8 @@
 // An encoder-only model (BERT's family: bert, all-MiniLM, bge, e5; XLM-RoBERTa: multilingual-e5,
-// bge-m3; and cross-encoder rerankers of either shape, bge-reranker's) as its files describe it:
-// a Hugging Face folder (config.json with model_type "bert" or "xlm-roberta"; sentence-transformers'
-// modules.json and its pooling module's config.json, Normalize) or a
+// bge-m3; nomic-bert: nomic-embed-text; and cross-encoder rerankers of BERT's and XLM-RoBERTa's
+// shape, bge-reranker's) as its files describe it: a Hugging Face folder (config.json with
+// model_type "bert", "xlm-roberta" or "nomic_bert"; sentence-transformers' modules.json and its
+// pooling module's config.json, Normalize) or a
 // GGUF file from llama.cpp's converter (general.architecture "bert", bert.pooling_type). Served at
 // /v1/embeddings (embedding models) or /v1/rerank (cross-encoders). No torch here.
 #pragma once
@@ -23,6 +24,10 @@ struct EncoderConfig {
   // Position p's row of the position table: p + position_offset (RoBERTa's start after the
   // padding index: pad_token_id + 1; llama.cpp's converter drops those rows: 0).
   int position_offset = 0;
+  // nomic-bert's block (nomic-embed-text): rotary positions (NeoX's halves, base rope_theta) in
+  // place of a position table, q/k/v fused, SwiGLU feed-forward (silu(gate) * up), no biases.
+  bool nomic = false;
+  double rope_theta = 10000.0;
   bool gelu_tanh = false;   // hidden_act gelu_new / gelu_pytorch_tanh; else GELU's erf form.
   // A cross-encoder (BertForSequenceClassification, XLMRobertaForSequenceClassification): scores
   // of num_labels classes from the first token's final state, through a dense layer and tanh
@@ -41,8 +46,8 @@ struct EncoderConfig {
 };
 
 // Whether `dir` (a folder or a GGUF file) holds an encoder Sluice serves this way: config.json's
-// model_type "bert" or "xlm-roberta", or a GGUF file of architecture "bert" (llama.cpp's converter
-// writes XLM-RoBERTa's so too). Never fails: anything unreadable is
+// model_type "bert", "xlm-roberta" or "nomic_bert", or a GGUF file of architecture "bert" (llama.cpp's
+// converter writes XLM-RoBERTa's so too) or "nomic-bert". Never fails: anything unreadable is
 // left to the decoder's loader to report.
 bool IsEncoderModel(const std::string& dir);
 

@@ -113,11 +113,11 @@ Result<ModelArchitecture> ArchitectureFromGguf(const GgufFile& file) {
   auto name = file.String("general.architecture");
   if (!name.ok()) return name.status();
   const Family* family = FamilyByName(*name);
-  if (family == nullptr && (*name == "nomic-bert" || *name == "jina-bert-v2" ||
+  if (family == nullptr && (*name == "nomic-bert-moe" || *name == "jina-bert-v2" ||
                             *name == "modern-bert" || *name == "t5encoder")) {
     return Status::InvalidArgument(fmt::format(
         "{}: architecture '{}' is an encoder-only model of a type Sluice does not serve (of "
-        "encoders it serves 'bert': embedding models and rerankers)",
+        "encoders it serves 'bert' and 'nomic-bert': embedding models and rerankers)",
         file.path(), *name));
   }
   if (family == nullptr) {
