@@ -329,12 +329,12 @@ def write_sharded(src, out):
         sys.exit(f"{out}: save_pretrained did not shard the checkpoint: {sorted(os.listdir(out))}")
 
 
-def convert(hf_dir, gguf_path, outtype="f32", extra=()):
-    """llama.cpp's converter, as a user runs it."""
+def convert(hf_dir, gguf_path, outtype="f32", extra=(), launcher=(sys.executable,)):
+    """llama.cpp's converter, as a user runs it (`launcher`: what runs the script)."""
     os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
     if not os.path.exists(CONVERTER):
         sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
-    result = subprocess.run([sys.executable, CONVERTER, hf_dir, "--outfile", gguf_path,
+    result = subprocess.run([*launcher, CONVERTER, hf_dir, "--outfile", gguf_path,
                              "--outtype", outtype, *extra], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 
@@ -260,15 +259,10 @@ def llama_cpp_embeddings(path, tokenizer, texts):
 
 
 def convert(hf_dir, gguf_path, outtype="f32"):
-    """llama.cpp's converter on `hf_dir`, to `outtype`."""
-    os.makedirs(os.path.dirname(gguf_path), exist_ok=True)
-    if not os.path.exists(CONVERTER):
-        sys.exit(f"{CONVERTER} is missing: run scripts/install-deps.sh")
-    result = subprocess.run([sys.executable, "-c", RUN_CONVERTER, os.path.dirname(CONVERTER),
-                             CONVERTER, hf_dir, "--outfile", gguf_path, "--outtype", outtype],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"convert_hf_to_gguf.py {hf_dir} failed:\n{result.stderr[-3000:]}")
+    """llama.cpp's converter on `hf_dir`, its pre-tokenizer check answered (RUN_CONVERTER)."""
+    import converted_models
+    converted_models.convert(hf_dir, gguf_path, outtype, launcher=(
+        sys.executable, "-c", RUN_CONVERTER, os.path.dirname(CONVERTER)))
 
 
 def write_cases(path, texts, encode):
@@ -290,59 +284,50 @@ def main():
     rng = random.Random(61)
     texts = rng.sample(strings, 1500) + TEXTS
     out = os.path.join(args.out, "encoders")
-    specs = (("mean", "mean", True, True), ("cls", "cls", False, False))
-    for name, pooling, normalize, lowercase in specs:
-        folder = os.path.join(out, f"hf_bert_{name}")
-        tokenizer = train_wordpiece(strings[:3000], lowercase, folder)
-        reference = write_embedder(tokenizer, folder, pooling, normalize, seed=90)
-        with open(os.path.join(folder, "reference.json"), "w") as f:
-            json.dump(reference, f)
-        write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), texts,
-                    lambda t: tokenizer(t).input_ids)
-        gguf_dir = os.path.join(out, f"gguf_bert_{name}_f32")
+
+    def embedder(name, tokenizer, reference):
+        """hf_<name>/ and gguf_<name>_f32/: the reference and tokenizer cases beside each (the
+        tokenizers package's and llama.cpp's ids)."""
+        folder = os.path.join(out, f"hf_{name}")
+        gguf_dir = os.path.join(out, f"gguf_{name}_f32")
         path = os.path.join(gguf_dir, "model.gguf")
         convert(folder, path)
-        with open(os.path.join(gguf_dir, "reference.json"), "w") as f:
-            json.dump(reference, f)
+        for where in (folder, gguf_dir):
+            with open(os.path.join(where, "reference.json"), "w") as f:
+                json.dump(reference, f)
+        write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), texts,
+                    lambda t: tokenizer(t).input_ids)
         llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
         write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), texts,
                     lambda t: llm.tokenize(t.encode(), add_bos=True, special=False))
         del llm
+
+    def reranker(name, reference):
+        folder, gguf_dir = os.path.join(out, f"hf_{name}"), os.path.join(out, f"gguf_{name}_f32")
+        convert(folder, os.path.join(gguf_dir, "model.gguf"))
+        for where in (folder, gguf_dir):
+            with open(os.path.join(where, "reference.json"), "w") as f:
+                json.dump(reference, f)
+
+    for name, pooling, normalize, lowercase in (("mean", "mean", True, True),
+                                                ("cls", "cls", False, False)):
+        folder = os.path.join(out, f"hf_bert_{name}")
+        tokenizer = train_wordpiece(strings[:3000], lowercase, folder)
+        embedder(f"bert_{name}", tokenizer,
+                 write_embedder(tokenizer, folder, pooling, normalize, seed=90))
     folder = os.path.join(out, "hf_bert_rerank")
     tokenizer = train_wordpiece(strings[:3000], True, folder)
-    reference = write_reranker(tokenizer, folder, seed=91)
-    for where in (folder, os.path.join(out, "gguf_bert_rerank_f32")):
-        os.makedirs(where, exist_ok=True)
-        with open(os.path.join(where, "reference.json"), "w") as f:
-            json.dump(reference, f)
-    convert(folder, os.path.join(out, "gguf_bert_rerank_f32", "model.gguf"))
+    reranker("bert_rerank", write_reranker(tokenizer, folder, seed=91))
 
     # XLM-RoBERTa (multilingual-e5's and bge-m3's shape; bge-reranker-v2-m3's head), a Unigram
     # vocabulary.
     folder = os.path.join(out, "hf_xlmr_mean")
     tokenizer = train_unigram(strings, folder)
-    reference = write_embedder(tokenizer, folder, "mean", True, seed=92, xlmr=True)
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(reference, f)
-    write_cases(os.path.join(folder, "tokenizer_cases.jsonl"), texts,
-                lambda t: tokenizer(t).input_ids)
-    gguf_dir = os.path.join(out, "gguf_xlmr_mean_f32")
-    path = os.path.join(gguf_dir, "model.gguf")
-    convert(folder, path)
-    with open(os.path.join(gguf_dir, "reference.json"), "w") as f:
-        json.dump(reference, f)
-    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-    write_cases(os.path.join(gguf_dir, "tokenizer_cases.jsonl"), texts,
-                lambda t: llm.tokenize(t.encode(), add_bos=True, special=False))
-    del llm
+    embedder("xlmr_mean", tokenizer,
+             write_embedder(tokenizer, folder, "mean", True, seed=92, xlmr=True))
     folder = os.path.join(out, "hf_xlmr_rerank")
     tokenizer = train_unigram(strings, folder)
-    reference = write_reranker(tokenizer, folder, seed=93, xlmr=True)
-    for where in (folder, os.path.join(out, "gguf_xlmr_rerank_f32")):
-        os.makedirs(where, exist_ok=True)
-        with open(os.path.join(where, "reference.json"), "w") as f:
-            json.dump(reference, f)
-    convert(folder, os.path.join(out, "gguf_xlmr_rerank_f32", "model.gguf"))
+    reranker("xlmr_rerank", write_reranker(tokenizer, folder, seed=93, xlmr=True))
 
     # nomic-bert (nomic-embed-text's block): as transformers 5 saves it and with the hub's
     # config.json, that one through llama.cpp's converter; llama.cpp's own embeddings of the

@@ -144,6 +144,28 @@ class CancelLink {
   bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
+// A route's one answer, whichever of its result and a disconnect comes first.
+std::function<void(HttpResponse)> AnswerOnce(Responder respond) {
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  return [answered, respond = std::move(respond)](HttpResponse response) {
+    if (!answered->exchange(true)) respond(std::move(response));
+  };
+}
+
+// Starts a pooled run (embeddings, reranking) and cancels it when the client leaves. The hook is
+// set before `start`: an answer given at once (a bad input) must find it set, so the connection
+// drops it.
+void StartCancellable(const HttpRequest& request, const std::function<void(HttpResponse)>& answer,
+                      const std::function<std::shared_ptr<llm::Generation>()>& start) {
+  auto link = std::make_shared<CancelLink>();
+  if (request.on_disconnect) {
+    request.on_disconnect([link, answer] {
+      if (link->Cancel()) answer(OpenAiError(Status::Cancelled("the client disconnected")));
+    });
+  }
+  link->Attach(start());
+}
+
 // One of a request's n choices as the reply gives it (engine thread).
 struct Choice {
   std::string content;  // Non-streaming: the whole reply.
@@ -526,11 +548,7 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
                                             parsed.dimensions, parsed.model, width)),
         "dimensions"));
   }
-  // One answer, whichever of the embeddings and a disconnect comes first.
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto answer = [answered, respond](HttpResponse response) {
-    if (!answered->exchange(true)) respond(std::move(response));
-  };
+  auto answer = AnswerOnce(respond);
   auto done = [answer, engine, model = parsed.model,
                base64 = parsed.base64](Result<llm::Embeddings> result) {
     if (!result.ok()) {
@@ -561,15 +579,8 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
     json.Field("total_tokens", int64_t{result->prompt_tokens}).EndObject().EndObject();
     answer(HttpResponse::Json(200, json.str()));
   };
-  // Before Embed: an answer given at once (a bad input) must find the hook set, so the
-  // connection drops it.
-  auto link = std::make_shared<CancelLink>();
-  if (request.on_disconnect) {
-    request.on_disconnect([link, answer] {
-      if (link->Cancel()) answer(OpenAiError(Status::Cancelled("the client disconnected")));
-    });
-  }
-  link->Attach(service_.Embed(engine, parsed.inputs, std::move(done)));
+  StartCancellable(request, answer,
+                   [&] { return service_.Embed(engine, parsed.inputs, std::move(done)); });
 }
 
 void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Responder respond) {
@@ -605,10 +616,7 @@ void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Respo
     input.is_tokens = true;
     inputs.push_back(std::move(input));
   }
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto answer = [answered, respond](HttpResponse response) {
-    if (!answered->exchange(true)) respond(std::move(response));
-  };
+  auto answer = AnswerOnce(respond);
   auto done = [answer, engine, parsed](Result<llm::Embeddings> result) {
     if (!result.ok()) {
       // Inputs are numbered as the documents are.
@@ -644,13 +652,8 @@ void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Respo
     json.Field("total_tokens", int64_t{result->prompt_tokens}).EndObject().EndObject();
     answer(HttpResponse::Json(200, json.str()));
   };
-  auto link = std::make_shared<CancelLink>();
-  if (request.on_disconnect) {
-    request.on_disconnect([link, answer] {
-      if (link->Cancel()) answer(OpenAiError(Status::Cancelled("the client disconnected")));
-    });
-  }
-  link->Attach(service_.Embed(engine, inputs, std::move(done)));
+  StartCancellable(request, answer,
+                   [&] { return service_.Embed(engine, inputs, std::move(done)); });
 }
 
 void OpenAiHandlers::LoadLoraAdapter(const HttpRequest& request, const PathParams&,

@@ -4,7 +4,6 @@
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -178,13 +177,7 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
       gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors, config.nomic);
   const bool biases = !config.nomic;
   const int64_t h = a.hidden_size, inter = a.intermediate_size;
-  // Loading runs on one thread (llama_model.cc says why).
-  const int omp_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  struct RestoreThreads {
-    int threads;
-    ~RestoreThreads() { omp_set_num_threads(threads); }
-  } restore{omp_threads};
+  const llama::OneOmpThread one_thread;  // Loading runs on one thread (linear.h says why).
   try {
     c10::InferenceMode guard;
     auto tensor = [&](const std::string& name, std::vector<int64_t> shape,
@@ -330,14 +323,7 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
     }
     offsets.push_back(static_cast<int64_t>(ids.size()));
   }
-  thread_local int threads_set = -1;
-  const int threads = serve_.threads > 0
-                          ? serve_.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (threads_set != threads) {
-    at::set_num_threads(threads);
-    threads_set = threads;
-  }
+  llama::UseIntraOpThreads(serve_.threads);
   try {
     c10::InferenceMode guard;
     const int64_t total = static_cast<int64_t>(ids.size()), h = a.hidden_size;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include "llm/huge_pages.h"
 #include "llm/kernels/ggml_blocks.h"
@@ -227,6 +228,19 @@ int64_t Linear::bytes() const {
   int64_t total = bias.defined() ? static_cast<int64_t>(bias.nbytes()) : 0;
   for (const Part& part : parts) total += part.bytes(in);
   return total;
+}
+
+OneOmpThread::OneOmpThread() : threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+
+OneOmpThread::~OneOmpThread() { omp_set_num_threads(threads_); }
+
+void UseIntraOpThreads(int threads) {
+  thread_local int threads_set = -1;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads_set != threads) {
+    at::set_num_threads(threads);
+    threads_set = threads;
+  }
 }
 
 }  // namespace sluice::llm::llama

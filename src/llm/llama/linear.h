@@ -65,4 +65,24 @@ struct Linear {
   int64_t bytes() const;
 };
 
+// Holds OpenMP at one thread for its life, then restores the count: loading (an OpenMP parallel
+// region there would leave the loading thread a team of workers for the life of the process;
+// with the generation loop's own team that makes more OpenMP threads than cores, and libgomp then
+// puts idle workers to sleep at once instead of spinning briefly, so every layer of every step
+// would pay a futex wake-up), and small products inside a step.
+class OneOmpThread {
+ public:
+  OneOmpThread();
+  ~OneOmpThread();
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int threads_;
+};
+
+// The calling thread's (a step's) intra-op threads: `threads`, or every core for 0; set only
+// when it changes.
+void UseIntraOpThreads(int threads);
+
 }  // namespace sluice::llm::llama

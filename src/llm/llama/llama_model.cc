@@ -97,16 +97,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     if (!file.ok()) return file.status();
     safetensors = std::move(*file);
   }
-  // Loading runs on one thread. An OpenMP parallel region here would leave this thread a team of
-  // workers for the life of the process; with the generation loop's own team that makes more
-  // OpenMP threads than cores, and libgomp then puts idle workers to sleep at once instead of
-  // spinning briefly, so every layer of every step would pay a futex wake-up.
-  const int omp_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  struct RestoreThreads {
-    int threads;
-    ~RestoreThreads() { omp_set_num_threads(threads); }
-  } restore{omp_threads};
+  const OneOmpThread one_thread;  // Loading runs on one thread (linear.h says why).
   try {
     c10::InferenceMode guard;
     if (gguf != nullptr) {
@@ -602,14 +593,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       lora.push_back(std::move(group));
     }
   }
-  thread_local int threads_set = -1;
-  const int threads = serve_.threads > 0
-                          ? serve_.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (threads_set != threads) {
-    at::set_num_threads(threads);
-    threads_set = threads;
-  }
+  UseIntraOpThreads(serve_.threads);
   try {
     c10::InferenceMode guard;
     const int64_t total = static_cast<int64_t>(tokens.size()), hidden = a.hidden_size,
@@ -711,12 +695,7 @@ void LlamaModel::ApplyLora(const std::vector<LoraGroup>& groups, int layer, Lora
   // On this thread alone: products this small gain nothing from more threads, and each parallel
   // region would wake the OpenMP team from its sleep (tens of microseconds, a thousand times a
   // step).
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  struct Restore {
-    int threads;
-    ~Restore() { omp_set_num_threads(threads); }
-  } restore{threads};
+  const OneOmpThread one_thread;
   for (const LoraGroup& group : groups) {
     const LoraWeights& w =
         group.adapter->layers[static_cast<size_t>(layer)][static_cast<size_t>(product)];

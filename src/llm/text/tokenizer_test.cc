@@ -45,6 +45,16 @@ std::vector<Case> ReadCases(const std::string& path) {
   return cases;
 }
 
+// The tokenizer of `dir`: its GGUF file's, or its folder's.
+Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir) {
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  if (gguf->empty()) return Tokenizer::Load(dir);
+  auto file = GgufFile::Open(*gguf);
+  if (!file.ok()) return file.status();
+  return Tokenizer::FromGguf(**file);
+}
+
 class TokenizerCasesTest : public ::testing::TestWithParam<std::pair<std::string, size_t>> {};
 
 // The ids the reference gave: the tokenizers package for a tokenizer.json, llama.cpp
@@ -52,15 +62,7 @@ class TokenizerCasesTest : public ::testing::TestWithParam<std::pair<std::string
 // llama_detokenize makes of the ids, where the file records it).
 TEST_P(TokenizerCasesTest, SameIdsAsTheReferenceAndRoundTrips) {
   const std::string dir = Dir(GetParam().first);
-  auto gguf = FindGgufFile(dir);
-  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
-  std::unique_ptr<GgufFile> file;
-  if (!gguf->empty()) {
-    auto opened = GgufFile::Open(*gguf);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    file = std::move(*opened);
-  }
-  auto tokenizer = file != nullptr ? Tokenizer::FromGguf(*file) : Tokenizer::Load(dir);
+  auto tokenizer = LoadTokenizer(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const std::vector<Case> cases = ReadCases(dir + "/tokenizer_cases.jsonl");
   ASSERT_GE(cases.size(), GetParam().second);
@@ -134,15 +136,7 @@ class EncoderTokenizerTest : public ::testing::TestWithParam<EncoderVocabulary> 
 TEST_P(EncoderTokenizerTest, SameIdsAsTheTokenizersPackage) {
   const EncoderVocabulary& v = GetParam();
   const std::string dir = Dir(v.dir);
-  auto gguf = FindGgufFile(dir);
-  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
-  std::unique_ptr<GgufFile> file;
-  if (!gguf->empty()) {
-    auto opened = GgufFile::Open(*gguf);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    file = std::move(*opened);
-  }
-  auto tokenizer = file != nullptr ? Tokenizer::FromGguf(*file) : Tokenizer::Load(dir);
+  auto tokenizer = LoadTokenizer(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const std::vector<Case> cases = ReadCases(Dir(v.cases) + "/tokenizer_cases.jsonl");
   ASSERT_GE(cases.size(), 1500u);
