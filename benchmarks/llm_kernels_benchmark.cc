@@ -180,7 +180,9 @@ void Quant(benchmark::State& state) {
   sluice::llm::GgmlBlockLayout(type, &block, &block_bytes);
   const bool k_quant = block == 256;
   if ((repacked && !sluice::llm::CanRepackQuant(type, 576)) || (k_quant && !llama1b)) {
-    state.SkipWithError(k_quant ? "K-quants need k a multiple of 256" : "not a repacked format");
+    state.SkipWithError(repacked && !sluice::llm::CanRepackQuant(type, 576)
+                            ? "not a repacked format"
+                            : "K-quants need k a multiple of 256");
     for (auto _ : state) {
     }
     return;

@@ -159,6 +159,13 @@ def run(port):
 
     models = client.models.list()
     check([m.id for m in models.data] == ["tiny_llm"], f"models: {models}")
+    model = client.models.retrieve("tiny_llm")
+    check(model.id == "tiny_llm" and model.object == "model", f"model: {model}")
+    try:
+        client.models.retrieve("no_such_model")
+        check(False, "an unknown model was found")
+    except openai.NotFoundError as e:
+        check(e.body.get("param") == "model", f"unknown model: {e.body}")
 
     messages = [{"role": "user", "content": "hello world"}]
     chat = client.chat.completions.create(model="tiny_llm", messages=messages, max_tokens=12,

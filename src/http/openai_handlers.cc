@@ -459,6 +459,7 @@ void OpenAiHandlers::AddRoutes(Router& router) {
     };
   };
   router.Get("/v1/models", bind(&OpenAiHandlers::Models));
+  router.Get("/v1/models/{model}", bind(&OpenAiHandlers::Model));
   router.Post("/v1/chat/completions", bind(&OpenAiHandlers::ChatCompletions));
   router.Post("/v1/completions", bind(&OpenAiHandlers::Completions));
   router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
@@ -715,24 +716,44 @@ void OpenAiHandlers::UnloadLoraAdapter(const HttpRequest& request, const PathPar
   respond(HttpResponse::Json(200, json.str()));
 }
 
+void OpenAiHandlers::WriteModel(JsonWriter& json, const std::string& id, const std::string& parent,
+                                const llm::LlmEngine& engine) const {
+  json.BeginObject().Field("id", id).Field("object", "model").Field("created", created_);
+  json.Field("owned_by", "sluice");
+  if (!parent.empty()) json.Field("parent", parent);
+  json.Field("max_model_len", int64_t{engine.model().context_length()});
+  json.EndObject();
+}
+
 void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder respond) {
   JsonWriter json;
   json.BeginObject().Field("object", "list").Key("data").BeginArray();
   for (const auto& [name, engine] : service_.models()) {
-    json.BeginObject().Field("id", name).Field("object", "model").Field("created", created_);
-    json.Field("owned_by", "sluice");
-    json.Field("max_model_len", int64_t{engine->model().context_length()});
-    json.EndObject();
+    WriteModel(json, name, "", *engine);
     // Its LoRA adapters, as vLLM lists them: each with its base model as `parent`.
     for (const std::string& adapter : engine->AdapterNames()) {
-      json.BeginObject().Field("id", adapter).Field("object", "model").Field("created", created_);
-      json.Field("owned_by", "sluice").Field("parent", name);
-      json.Field("max_model_len", int64_t{engine->model().context_length()});
-      json.EndObject();
+      WriteModel(json, adapter, name, *engine);
     }
   }
   json.EndArray().EndObject();
   respond(HttpResponse::Json(200, json.str()));
+}
+
+void OpenAiHandlers::Model(const HttpRequest&, const PathParams& params, Responder respond) {
+  const std::string id(params.Get("model"));
+  for (const auto& [name, engine] : service_.models()) {
+    JsonWriter json;
+    if (name == id) {
+      WriteModel(json, name, "", *engine);
+    } else {
+      const std::vector<std::string> adapters = engine->AdapterNames();
+      if (std::find(adapters.begin(), adapters.end(), id) == adapters.end()) continue;
+      WriteModel(json, id, name, *engine);
+    }
+    return respond(HttpResponse::Json(200, json.str()));
+  }
+  respond(OpenAiError(Status::NotFound(fmt::format("The model '{}' does not exist", id)),
+                      "model"));
 }
 
 void OpenAiHandlers::ChatCompletions(const HttpRequest& request, const PathParams&,

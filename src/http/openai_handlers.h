@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_writer.h"
 #include "http/router.h"
 #include "llm/generation_service.h"
 
@@ -25,6 +26,10 @@ class OpenAiHandlers {
 
   void AddRoutes(Router& router);
   void Models(const HttpRequest&, const PathParams&, Responder respond);
+  // GET /v1/models/{model}: one model (or LoRA adapter) as the list gives it; 404 naming it.
+  void Model(const HttpRequest&, const PathParams& params, Responder respond);
+  void WriteModel(JsonWriter& json, const std::string& id, const std::string& parent,
+                  const llm::LlmEngine& engine) const;
   void ChatCompletions(const HttpRequest& request, const PathParams&, Responder respond);
   void Completions(const HttpRequest& request, const PathParams&, Responder respond);
   void Tokenize(const HttpRequest& request, const PathParams&, Responder respond);

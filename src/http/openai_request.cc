@@ -557,10 +557,18 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
     if (auto e = ReadInt(root, "logprobs", 0, 20, integer)) return e;
     r.top_logprobs = static_cast<int>(integer);
   }
+  int64_t given = 0;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     integer = 0;
     if (auto e = ReadInt(root, key, 1, 1 << 24, integer)) return e;
-    if (integer > 0) r.max_tokens = static_cast<int>(integer);
+    if (integer > 0) {
+      // Two limits that may disagree: which one is meant is not Sluice's to guess.
+      if (given > 0) {
+        return ParseError{"give 'max_tokens' or 'max_completion_tokens', not both", key};
+      }
+      given = integer;
+      r.max_tokens = static_cast<int>(integer);
+    }
   }
   integer = 0;
   if (auto e = ReadInt(root, "top_k", -1, 1 << 24, integer)) return e;

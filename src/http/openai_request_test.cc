@@ -79,6 +79,19 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedByName) {
   EXPECT_EQ(error->param, "top_logprobs");
 }
 
+// max_tokens and max_completion_tokens are one limit under two names: either, not both.
+TEST(OpenAiRequestTest, OneTokenLimit) {
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    CompletionRequest r;
+    ASSERT_FALSE(Chat(std::string(", \"") + key + "\": 7", r)) << key;
+    EXPECT_EQ(r.max_tokens, 7);
+  }
+  CompletionRequest r;
+  auto error = Chat(R"(, "max_tokens": 7, "max_completion_tokens": 9)", r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "max_completion_tokens");
+}
+
 // A completion's prompt: a string or token ids, alone or as an array of one; several prompts, an
 // empty or mixed array are refused naming 'prompt'.
 TEST(OpenAiRequestTest, PromptAsTextOrTokenIds) {
