@@ -1,9 +1,7 @@
 #include "llm/text/tokenizer.h"
 
-#include "codec/base64.h"
 #include "llm/files/gguf.h"
-#include "llm/text/unigram.h"
-#include "llm/text/wordpiece.h"
+#include "llm/text/tokenizer_impl.h"
 #include "sentencepiece_model.pb.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -19,7 +17,14 @@
 #include <unordered_map>
 
 namespace sluice::llm {
-namespace {
+
+// A compiled pre-tokenizer pattern.
+struct Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() {
+    if (code) pcre2_code_free(code);
+  }
+};
 
 // GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest shift to 256+.
 std::vector<uint32_t> ByteToCodePoint() {
@@ -31,6 +36,8 @@ std::vector<uint32_t> ByteToCodePoint() {
   }
   return table;
 }
+
+namespace {
 
 void AppendUtf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
@@ -81,18 +88,6 @@ int SequenceLength(std::string_view s) {
   return len;
 }
 
-struct Regex {
-  pcre2_code* code = nullptr;
-  ~Regex() {
-    if (code) pcre2_code_free(code);
-  }
-};
-
-struct PreTokenizerStep {
-  enum Kind { kIsolate, kRemove } kind = kIsolate;  // What happens to a match.
-  std::shared_ptr<Regex> regex;
-  bool add_prefix_space = false;  // ByteLevel only.
-};
 
 Result<std::shared_ptr<Regex>> CompileRegex(const std::string& pattern) {
   int error = 0;
@@ -114,12 +109,6 @@ Result<std::shared_ptr<Regex>> CompileRegex(const std::string& pattern) {
 constexpr const char* kByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Reads an optional field; `out` keeps its value when the field is absent or of another type.
-template <typename T>
-void ReadOptional(simdjson::simdjson_result<simdjson::dom::element> field, T& out) {
-  T value;
-  if (field.get(value) == simdjson::SUCCESS) out = value;
-}
 
 std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -130,152 +119,6 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 }  // namespace
 
-// A token matched in text as itself before anything else is split (special and user-defined
-// tokens). `lstrip` / `rstrip`: whitespace before / after it in the text is dropped.
-struct AddedToken {
-  std::string text;
-  int32_t id = 0;
-  bool lstrip = false;
-  bool rstrip = false;
-};
-
-// GGUF's token types (tokenizer.ggml.token_type), as llama.cpp's converter writes them.
-enum GgufTokenType : int64_t {
-  kGgufNormal = 1,
-  kGgufUnknown = 2,
-  kGgufControl = 3,
-  kGgufUserDefined = 4,
-  kGgufUnused = 5,
-  kGgufByte = 6,
-};
-
-// A SentencePiece piece's text when decoded: "▁" is a space.
-std::string MetaspaceBytes(const std::string& piece) {
-  std::string bytes;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
-      bytes += ' ';
-      i += 3;
-    } else {
-      bytes += piece[i++];
-    }
-  }
-  return bytes;
-}
-
-// A WordPiece token's text when decoded: a "##" continuation glued to the piece before it, any
-// other piece a word after a space (the decoder drops the text's first).
-std::string WordPieceBytes(const std::string& token) {
-  return token.starts_with("##") ? token.substr(2) : " " + token;
-}
-
-class Tokenizer::Impl {
- public:
-  Impl() {
-    for (uint32_t b = 0; b < 256; ++b) cp_byte[byte_cp_table[b]] = static_cast<uint8_t>(b);
-  }
-  Status Load(const std::string& dir);
-  Status LoadGguf(const GgufFile& file);
-  // tokenizer.ggml.model "llama": a SentencePiece vocabulary (tokens with scores, "▁" for spaces,
-  // <0xXX> byte tokens), from tokens and their types already checked.
-  Status LoadGgufSentencePiece(const GgufFile& file, const std::vector<std::string>& tokens,
-                               const std::vector<int64_t>& types);
-  // A SentencePiece vocabulary from a GGUF file or a tokenizer.model: tokens, their types (the
-  // two formats number them alike) and scores.
-  Status LoadSentencePieceVocabulary(const std::string& path,
-                                     const std::vector<std::string>& tokens,
-                                     const std::vector<int64_t>& types);
-  // A Hugging Face folder's tokenizer.model (SentencePiece's own file, where there is no
-  // tokenizer.json) with tokenizer_config.json's added tokens and settings.
-  Status LoadSentencePieceModel(const std::string& dir);
-  // tokenizer_config.json: bos/eos tokens and the chat template (and chat_template.jinja).
-  Status LoadTokenizerConfig(const std::string& dir);
-  // SentencePiece's BPE as llama.cpp runs it on one piece of text: spaces become "▁" (one more
-  // in front when `space_prefix`), characters merge pairwise, the highest-scoring pair that is a
-  // token first; what forms no token falls back to byte tokens.
-  void EncodeSentencePiece(std::string_view text, bool space_prefix,
-                           std::vector<int32_t>& ids) const;
-  // A byte-level token string (GPT-2's alphabet) as the bytes it stands for; false when it is
-  // not UTF-8. Characters outside the alphabet are kept as they are.
-  bool ByteLevelBytes(const std::string& token, std::string* bytes) const;
-  // Merge `rank`: left + right; an error names a token missing from the vocab.
-  Status AddMerge(const std::string& left, const std::string& right, int32_t rank,
-                  const std::string& source);
-  // Sorts the added tokens longest first and finds each byte's token: after the vocab is read.
-  void Finish();
-  Status LoadPreTokenizer(simdjson::dom::element spec);
-  // tokenizer.json's post_processor: the special tokens around one sequence (prefix, suffix) and
-  // around a pair (pair_template).
-  Status LoadPostProcessor(simdjson::simdjson_result<simdjson::dom::element> spec,
-                           const std::string& path);
-  // tokenizer.json's Unigram model with its Precompiled normalizer and WhitespaceSplit +
-  // Metaspace pre-tokenizer, its added tokens and post-processor.
-  Status LoadUnigram(simdjson::dom::element root, const std::string& path);
-  // tokenizer.ggml.model "t5": a Unigram vocabulary (XLM-RoBERTa's, T5's) with scores and the
-  // precompiled character map.
-  Status LoadGgufUnigram(const GgufFile& file, const std::vector<std::string>& tokens,
-                         const std::vector<int64_t>& types);
-  // tokenizer.json's WordPiece model with its BertNormalizer and BertPreTokenizer.
-  Status LoadWordPiece(simdjson::dom::element root,
-                       std::unordered_map<std::string, int32_t> model_vocab,
-                       const std::string& path);
-  // tokenizer.ggml.model "bert": llama.cpp's converter writes a word's first piece with "▁" in
-  // front and continuations bare; the normalizer's settings are tokenizer.ggml.normalizer.*.
-  Status LoadGgufWordPiece(const GgufFile& file, const std::vector<std::string>& tokens,
-                           const std::vector<int64_t>& types);
-  // `after_special`: the text starts the input or follows a special token (SentencePiece
-  // vocabularies then add their space prefix).
-  // `at_start`: the text starts the input (tokenizer.json's Metaspace prepends only there).
-  void EncodeText(std::string_view text, bool after_special, bool at_start,
-                  std::vector<int32_t>& ids) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>& ids) const;
-  void MergeByRank(const std::vector<int32_t>& initial, std::vector<int32_t>& ids) const;
-  // tokenizer.json's SentencePiece-style BPE (Llama 2, Mistral, Phi-3, Gemma): the normalizer
-  // (Prepend, Replace " " with "▁") on each segment between added tokens, Metaspace (prepend
-  // "▁" always, or to the input's first segment only, and split before each "▁" if asked), then
-  // BPE by rank over characters, a character not in the vocabulary as its <0xXX> byte tokens
-  // (byte_fallback) or the unknown token (consecutive ones fused, fuse_unk).
-  void EncodeHfSentencePiece(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
-  void EncodeHfSentencePieceWord(std::string_view word, std::vector<int32_t>& ids) const;
-  Status LoadHfSentencePiece(simdjson::dom::element root, const std::string& path);
-  void Split(std::string_view text, std::vector<std::string_view>& pieces) const;
-
-  std::unordered_map<std::string, int32_t> vocab;  // Byte-level strings and added tokens.
-  std::vector<std::string> id_bytes;               // Decoded bytes of each id.
-  std::vector<bool> special;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
-  std::vector<AddedToken> added;                                     // Longest first.
-  std::vector<PreTokenizerStep> steps;
-  std::vector<int32_t> prefix, suffix;            // Post-processor special tokens.
-  PairTemplate pair_template;                     // And around a pair of texts.
-  std::unique_ptr<WordPiece> wordpiece;           // A WordPiece vocabulary (BERT's).
-  std::unique_ptr<Unigram> unigram;               // A Unigram vocabulary (XLM-RoBERTa's).
-  std::vector<int32_t> byte_ids;                  // Byte -> id of its byte-level character.
-  std::unordered_map<uint32_t, uint8_t> cp_byte;  // GPT-2's alphabet back to bytes.
-  std::vector<uint32_t> byte_cp_table = ByteToCodePoint();  // And bytes to it.
-  bool ignore_merges = false;  // A piece that is a token as a whole is that token (llama3).
-  std::string bos, eos, chat_template;
-  // SentencePiece vocabularies (merges by score instead of by rank).
-  bool sentencepiece = false;
-  bool add_space_prefix = false;  // A space in front of the text (and after special tokens).
-  std::vector<float> scores;      // By id.
-  std::vector<int32_t> byte_tokens = std::vector<int32_t>(256, -1);  // <0xXX> by byte.
-  int32_t unknown_id = -1;  // For a byte with no token of its own.
-  // tokenizer.json's SentencePiece-style BPE (see EncodeHfSentencePiece).
-  bool hf_sentencepiece = false;
-  std::string normalizer_prepend;  // Prepend: put before each segment.
-  bool normalizer_spaces = false;  // Replace " " with "▁".
-  bool metaspace = false;
-  enum class MetaspacePrepend {
-    kNever,
-    kFirst,
-    kAlways
-  } metaspace_prepend = MetaspacePrepend::kAlways;
-  bool metaspace_split = false;
-  bool byte_fallback = false;
-  bool fuse_unknown = false;
-  bool strip_decoded_space = false;  // The decoder drops one space in front of the text.
-};
 
 Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
   if (spec.is_null()) return Status::Ok();
@@ -553,183 +396,6 @@ Status Tokenizer::Impl::LoadPostProcessor(simdjson::simdjson_result<simdjson::do
   }
   SLUICE_RETURN_IF_ERROR(read("pair", 2, &parts, &found));
   if (found) pair_template = {parts[0], parts[1], parts[2]};
-  return Status::Ok();
-}
-
-// A word split off and "▁" put before it: the only pre-tokenizer read with a Unigram model.
-bool IsWhitespaceSplitMetaspace(simdjson::dom::element pre) {
-  std::string_view type;
-  simdjson::dom::array steps;
-  if (pre["type"].get(type) != simdjson::SUCCESS || type != "Sequence" ||
-      pre["pretokenizers"].get(steps) != simdjson::SUCCESS || steps.size() != 2) {
-    return false;
-  }
-  std::string_view first, second, replacement, prepend = "always";
-  bool split = true;
-  if (steps.at(0)["type"].get(first) != simdjson::SUCCESS || first != "WhitespaceSplit" ||
-      steps.at(1)["type"].get(second) != simdjson::SUCCESS || second != "Metaspace") {
-    return false;
-  }
-  ReadOptional(steps.at(1)["replacement"], replacement);
-  ReadOptional(steps.at(1)["prepend_scheme"], prepend);
-  ReadOptional(steps.at(1)["split"], split);
-  return replacement == "\xE2\x96\x81" && prepend == "always" && split;
-}
-
-Status Tokenizer::Impl::LoadUnigram(simdjson::dom::element root, const std::string& path) {
-  simdjson::dom::element model = root["model"];
-  simdjson::dom::array list;
-  if (model["vocab"].get(list) != simdjson::SUCCESS) {
-    return Status::InvalidArgument(fmt::format("{}: Unigram without a vocab list", path));
-  }
-  std::vector<UnigramPiece> pieces;
-  for (auto item : list) {
-    std::string_view text;
-    double score = 0;
-    if (item.at(0).get(text) != simdjson::SUCCESS || item.at(1).get(score) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(fmt::format("{}: bad Unigram piece", path));
-    }
-    pieces.push_back({std::string(text), score});
-  }
-  int64_t unknown = -1;
-  ReadOptional(model["unk_id"], unknown);
-  if (unknown < 0 || unknown >= static_cast<int64_t>(pieces.size())) {
-    return Status::InvalidArgument(fmt::format("{}: Unigram without a valid unk_id", path));
-  }
-  bool fallback = false;
-  ReadOptional(model["byte_fallback"], fallback);
-  // Normalizer: Precompiled (SentencePiece's map), alone or before collapsing runs of spaces
-  // (which the whitespace split makes moot); none.
-  PrecompiledCharsmap charsmap;
-  simdjson::dom::element normalizer;
-  if (root["normalizer"].get(normalizer) == simdjson::SUCCESS && !normalizer.is_null()) {
-    std::vector<simdjson::dom::element> parts;
-    std::string_view type;
-    ReadOptional(normalizer["type"], type);
-    if (type == "Sequence") {
-      for (auto part : normalizer["normalizers"].get_array()) parts.push_back(part);
-    } else {
-      parts.push_back(normalizer);
-    }
-    for (simdjson::dom::element part : parts) {
-      std::string_view kind, map, pattern, content;
-      ReadOptional(part["type"], kind);
-      if (kind == "Precompiled" && part["precompiled_charsmap"].get(map) == simdjson::SUCCESS) {
-        auto blob = Base64Decode(map);
-        if (!blob.ok()) {
-          return Status::InvalidArgument(fmt::format("{}: precompiled_charsmap is not base64", path));
-        }
-        auto parsed = PrecompiledCharsmap::Parse(*blob);
-        if (!parsed.ok()) {
-          return Status::InvalidArgument(fmt::format("{}: {}", path, parsed.status().message()));
-        }
-        charsmap = std::move(*parsed);
-      } else if (kind == "Replace" && part["pattern"]["Regex"].get(pattern) == simdjson::SUCCESS &&
-                 pattern == " {2,}" && part["content"].get(content) == simdjson::SUCCESS &&
-                 content == " ") {
-        continue;
-      } else {
-        return Status::InvalidArgument(fmt::format(
-            "{}: a Unigram tokenizer with the normalizer '{}' is not supported (Sluice reads "
-            "Precompiled)",
-            path, kind));
-      }
-    }
-  }
-  simdjson::dom::element pre;
-  if (root["pre_tokenizer"].get(pre) != simdjson::SUCCESS || !IsWhitespaceSplitMetaspace(pre)) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: a Unigram tokenizer's pre-tokenizer must be WhitespaceSplit then Metaspace (\"▁\" "
-        "before every word), as XLM-RoBERTa's and T5's are",
-        path));
-  }
-  id_bytes.assign(pieces.size(), "");
-  special.assign(pieces.size(), false);
-  for (size_t id = 0; id < pieces.size(); ++id) {
-    vocab.emplace(pieces[id].text, static_cast<int32_t>(id));
-    id_bytes[id] = MetaspaceBytes(pieces[id].text);
-  }
-  simdjson::dom::array added_json;
-  if (root["added_tokens"].get(added_json) == simdjson::SUCCESS) {
-    for (auto item : added_json) {
-      int64_t id = 0;
-      std::string_view content;
-      bool is_special = false;
-      if (item["id"].get(id) != simdjson::SUCCESS ||
-          item["content"].get(content) != simdjson::SUCCESS || id < 0 || id > (1 << 24)) {
-        return Status::InvalidArgument(fmt::format("{}: bad added token", path));
-      }
-      ReadOptional(item["special"], is_special);
-      if (static_cast<size_t>(id) >= id_bytes.size()) {
-        id_bytes.resize(static_cast<size_t>(id) + 1);
-        special.resize(static_cast<size_t>(id) + 1);
-      }
-      AddedToken token{std::string(content), static_cast<int32_t>(id)};
-      ReadOptional(item["lstrip"], token.lstrip);
-      ReadOptional(item["rstrip"], token.rstrip);
-      added.push_back(std::move(token));
-      id_bytes[static_cast<size_t>(id)] = std::string(content);
-      special[static_cast<size_t>(id)] = is_special;
-      vocab[std::string(content)] = static_cast<int32_t>(id);
-    }
-  }
-  Finish();
-  strip_decoded_space = true;
-  unigram = std::make_unique<Unigram>(std::move(pieces), static_cast<int32_t>(unknown),
-                                      std::move(charsmap), /*fuse_unknown=*/true, fallback);
-  return LoadPostProcessor(root["post_processor"], path);
-}
-
-Status Tokenizer::Impl::LoadWordPiece(simdjson::dom::element root,
-                                      std::unordered_map<std::string, int32_t> model_vocab,
-                                      const std::string& path) {
-  simdjson::dom::element model = root["model"];
-  WordPieceOptions options;
-  std::string_view text;
-  if (model["continuing_subword_prefix"].get(text) == simdjson::SUCCESS) {
-    options.continuing_prefix = std::string(text);
-  }
-  int64_t max_chars = options.max_input_chars_per_word;
-  ReadOptional(model["max_input_chars_per_word"], max_chars);
-  options.max_input_chars_per_word = static_cast<int>(std::min<int64_t>(max_chars, 1 << 20));
-  std::string_view unknown_token;
-  if (model["unk_token"].get(unknown_token) != simdjson::SUCCESS) {
-    return Status::InvalidArgument(fmt::format("{}: WordPiece without unk_token", path));
-  }
-  auto unknown = model_vocab.find(std::string(unknown_token));
-  if (unknown == model_vocab.end()) {
-    return Status::InvalidArgument(
-        fmt::format("{}: unk_token '{}' is not in the vocab", path, unknown_token));
-  }
-  const int32_t unknown_id = unknown->second;
-  // The normalizer: BertNormalizer, or none. Others would change the text in ways not done here.
-  simdjson::dom::element normalizer;
-  if (root["normalizer"].get(normalizer) == simdjson::SUCCESS && !normalizer.is_null()) {
-    std::string_view type;
-    ReadOptional(normalizer["type"], type);
-    if (type != "BertNormalizer") {
-      return Status::InvalidArgument(fmt::format(
-          "{}: WordPiece with the normalizer '{}' is not supported (Sluice reads BertNormalizer)",
-          path, type));
-    }
-    ReadOptional(normalizer["clean_text"], options.clean_text);
-    ReadOptional(normalizer["handle_chinese_chars"], options.handle_chinese_chars);
-    ReadOptional(normalizer["lowercase"], options.lowercase);
-    options.strip_accents = options.lowercase;
-    ReadOptional(normalizer["strip_accents"], options.strip_accents);  // null: as lowercase.
-  } else {
-    options = WordPieceOptions{false, false, false, false, options.continuing_prefix,
-                               options.max_input_chars_per_word};
-  }
-  std::string_view pre_type;
-  ReadOptional(root["pre_tokenizer"]["type"], pre_type);
-  if (pre_type != "BertPreTokenizer") {
-    return Status::InvalidArgument(fmt::format(
-        "{}: WordPiece with the pre-tokenizer '{}' is not supported (Sluice reads "
-        "BertPreTokenizer)",
-        path, pre_type));
-  }
-  wordpiece = std::make_unique<WordPiece>(std::move(options), std::move(model_vocab), unknown_id);
   return Status::Ok();
 }
 
@@ -1323,104 +989,6 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto chat = file.String("tokenizer.chat_template", "");
   if (!chat.ok()) return chat.status();
   chat_template = *chat;
-  return Status::Ok();
-}
-
-Status Tokenizer::Impl::LoadGgufUnigram(const GgufFile& file,
-                                        const std::vector<std::string>& tokens,
-                                        const std::vector<int64_t>& types) {
-  const std::string& path = file.path();
-  const size_t count = tokens.size();
-  auto scores = file.Numbers("tokenizer.ggml.scores");
-  if (!scores.ok()) return scores.status();
-  if ((*scores)->size() != count) {
-    return Status::InvalidArgument(
-        fmt::format("{}: {} token scores for {} tokens", path, (*scores)->size(), count));
-  }
-  PrecompiledCharsmap charsmap;
-  if (file.Find("tokenizer.ggml.precompiled_charsmap") != nullptr) {
-    auto bytes = file.Integers("tokenizer.ggml.precompiled_charsmap");
-    if (!bytes.ok()) return bytes.status();
-    std::string blob;
-    for (const int64_t b : **bytes) blob.push_back(static_cast<char>(b));
-    auto parsed = PrecompiledCharsmap::Parse(blob);
-    if (!parsed.ok()) {
-      return Status::InvalidArgument(fmt::format("{}: {}", path, parsed.status().message()));
-    }
-    charsmap = std::move(*parsed);
-  }
-  auto unknown = file.Integer("tokenizer.ggml.unknown_token_id", -1);
-  if (!unknown.ok()) return unknown.status();
-  if (*unknown < 0 || *unknown >= static_cast<int64_t>(count)) {
-    return Status::InvalidArgument(
-        fmt::format("{}: a Unigram vocabulary needs tokenizer.ggml.unknown_token_id", path));
-  }
-  std::vector<UnigramPiece> pieces(count);
-  id_bytes.assign(count, "");
-  special.assign(count, false);
-  for (size_t id = 0; id < count; ++id) {
-    const std::string& token = tokens[id];
-    const auto index = static_cast<int32_t>(id);
-    vocab.emplace(token, index);
-    id_bytes[id] = MetaspaceBytes(token);
-    if (types[id] == kGgufControl || types[id] == kGgufUserDefined ||
-        types[id] == kGgufUnknown) {
-      // Matched in text as themselves (the tokenizers package's added tokens).
-      id_bytes[id] = token;
-      special[id] = types[id] != kGgufUserDefined;
-      added.push_back({token, index});
-    }
-    // The converter's fillers (unused) are no pieces: they would lower the unknown's score.
-    if (types[id] != kGgufUnused) pieces[id] = {token, (**scores)[id]};
-  }
-  strip_decoded_space = true;
-  unigram = std::make_unique<Unigram>(std::move(pieces), static_cast<int32_t>(*unknown),
-                                      std::move(charsmap), /*fuse_unknown=*/true,
-                                      /*byte_fallback=*/false);
-  return Status::Ok();
-}
-
-Status Tokenizer::Impl::LoadGgufWordPiece(const GgufFile& file,
-                                          const std::vector<std::string>& tokens,
-                                          const std::vector<int64_t>& types) {
-  const std::string& path = file.path();
-  const size_t count = tokens.size();
-  WordPieceOptions options;
-  auto lowercase = file.Bool("tokenizer.ggml.normalizer.lowercase", false);
-  if (!lowercase.ok()) return lowercase.status();
-  options.lowercase = *lowercase;
-  auto strip_accents = file.Bool("tokenizer.ggml.normalizer.strip_accents", *lowercase);
-  if (!strip_accents.ok()) return strip_accents.status();
-  options.strip_accents = *strip_accents;
-  id_bytes.assign(count, "");
-  special.assign(count, false);
-  std::unordered_map<std::string, int32_t> model_vocab;
-  for (size_t id = 0; id < count; ++id) {
-    const std::string& token = tokens[id];
-    const auto index = static_cast<int32_t>(id);
-    if (types[id] == kGgufControl || types[id] == kGgufUserDefined) {
-      vocab.emplace(token, index);
-      id_bytes[id] = token;
-      special[id] = types[id] == kGgufControl;
-      added.push_back({token, index});
-      continue;
-    }
-    // Back to BERT's own spelling: "▁word" starts a word, a bare piece continues one.
-    std::string piece = token.starts_with("\xE2\x96\x81") ? token.substr(3)
-                                                           : options.continuing_prefix + token;
-    id_bytes[id] = WordPieceBytes(piece);
-    vocab.emplace(piece, index);
-    model_vocab.emplace(std::move(piece), index);
-  }
-  auto unknown = file.Integer("tokenizer.ggml.unknown_token_id", -1);
-  if (!unknown.ok()) return unknown.status();
-  if (*unknown < 0 || *unknown >= static_cast<int64_t>(count)) {
-    return Status::InvalidArgument(
-        fmt::format("{}: a WordPiece vocabulary needs tokenizer.ggml.unknown_token_id", path));
-  }
-  strip_decoded_space = true;
-  wordpiece = std::make_unique<WordPiece>(std::move(options), std::move(model_vocab),
-                                          static_cast<int32_t>(*unknown));
   return Status::Ok();
 }
 
