@@ -21,9 +21,32 @@ namespace {
 using TensorSource =
     std::function<Result<at::Tensor>(const std::string& name, std::vector<int64_t> shape)>;
 
+// A BERT name in another format's: "encoder.layer.N." becomes `layers` + "N.", and the first of
+// `names` the rest starts with is replaced.
+using Renames = std::vector<std::pair<std::string, std::string>>;
+std::string Renamed(const std::string& bert, const std::string& layers, const Renames& names) {
+  std::string name = bert, layer;
+  if (name.starts_with("encoder.layer.")) {
+    const size_t dot = name.find('.', 14);
+    layer = layers + name.substr(14, dot - 14) + ".";
+    name = name.substr(dot + 1);
+  }
+  for (const auto& [from, to] : names) {
+    if (name.starts_with(from)) return layer + to + name.substr(from.size());
+  }
+  return layer + name;
+}
+
+// The error for a tensor of another shape than the model's.
+Status WrongShape(const std::string& path, const std::string& name,
+                  const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
+  return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path,
+                                             name, fmt::join(got, ", "), fmt::join(want, ", ")));
+}
+
 // nomic's names (as its repositories and transformers 5 write them) for the BERT names asked for.
 std::string NomicName(const std::string& bert) {
-  static const std::vector<std::pair<std::string, std::string>> kNames = {
+  static const Renames kNames = {
       {"embeddings.LayerNorm.", "emb_ln."},
       {"attention.self.qkv.", "attn.Wqkv."},
       {"attention.output.dense.", "attn.out_proj."},
@@ -33,16 +56,7 @@ std::string NomicName(const std::string& bert) {
       {"output.dense.", "mlp.fc2."},
       {"output.LayerNorm.", "norm2."},
   };
-  std::string name = bert, layer;
-  if (name.starts_with("encoder.layer.")) {
-    const size_t dot = name.find('.', 14);
-    layer = "encoder.layers." + name.substr(14, dot - 14) + ".";
-    name = name.substr(dot + 1);
-  }
-  for (const auto& [from, to] : kNames) {
-    if (name.starts_with(from)) return layer + to + name.substr(from.size());
-  }
-  return layer + name;
+  return Renamed(bert, "encoder.layers.", kNames);
 }
 
 TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
@@ -67,11 +81,7 @@ TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
     if (entry == nullptr) {
       return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), full));
     }
-    if (entry->shape != shape) {
-      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
-                                                 file.path(), full, fmt::join(entry->shape, ", "),
-                                                 fmt::join(shape, ", ")));
-    }
+    if (entry->shape != shape) return WrongShape(file.path(), full, entry->shape, shape);
     at::ScalarType type = at::kFloat;
     if (entry->dtype == "BF16") {
       type = at::kBFloat16;
@@ -90,7 +100,7 @@ TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
 
 // llama.cpp's converter's names for the Hugging Face ones this file asks for.
 std::string GgufName(const std::string& hf) {
-  static const std::vector<std::pair<std::string, std::string>> kNames = {
+  static const Renames kNames = {
       {"embeddings.word_embeddings.weight", "token_embd.weight"},
       {"embeddings.position_embeddings.weight", "position_embd.weight"},
       {"embeddings.token_type_embeddings.weight", "token_types.weight"},
@@ -109,17 +119,7 @@ std::string GgufName(const std::string& hf) {
       {"pooler.dense.", "cls."},
       {"classifier.", "cls.output."},
   };
-  std::string name = hf;
-  std::string layer;
-  if (name.starts_with("encoder.layer.")) {
-    const size_t dot = name.find('.', 14);
-    layer = "blk." + name.substr(14, dot - 14) + ".";
-    name = name.substr(dot + 1);
-  }
-  for (const auto& [from, to] : kNames) {
-    if (name.starts_with(from)) return layer + to + name.substr(from.size());
-  }
-  return layer + name;
+  return Renamed(hf, "blk.", kNames);
 }
 
 TensorSource FromGguf(const GgufFile& file) {
@@ -129,11 +129,7 @@ TensorSource FromGguf(const GgufFile& file) {
     if (tensor == nullptr) {
       return Status::InvalidArgument(fmt::format("{}: tensor '{}' is missing", file.path(), gguf));
     }
-    if (tensor->shape != shape) {
-      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]",
-                                                 file.path(), gguf, fmt::join(tensor->shape, ", "),
-                                                 fmt::join(shape, ", ")));
-    }
+    if (tensor->shape != shape) return WrongShape(file.path(), gguf, tensor->shape, shape);
     at::Tensor values = at::empty(shape, at::kFloat);
     DequantizeRow(tensor->type, tensor->data, tensor->elements(), values.data_ptr<float>());
     return values;
@@ -345,6 +341,8 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
     at::Tensor attended = at::empty({total, h}, at::kFloat);
     at::Tensor projected = at::empty({total, h}, at::kFloat);
     at::Tensor up = at::empty({total, a.intermediate_size}, at::kFloat);
+    at::Tensor gate = config_.nomic ? at::empty({total, a.intermediate_size}, at::kFloat)
+                                    : at::Tensor();
     for (const Layer& layer : layers_) {
       layer.qkv.Into(x, qkv.data_ptr<float>());
       if (cos.defined()) {
@@ -372,7 +370,6 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
       layer.up.Into(x, up.data_ptr<float>());
       at::Tensor activated;
       if (!layer.gate.parts.empty()) {  // SwiGLU: silu(gate) * up.
-        at::Tensor gate = at::empty({total, a.intermediate_size}, at::kFloat);
         layer.gate.Into(x, gate.data_ptr<float>());
         activated = at::silu(gate) * up;
       } else {
