@@ -140,6 +140,11 @@ std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::Cha
     for (auto field : fields) {
       if (field.key == "role" || field.key == "content" || field.key == "name") continue;
       if (field.key == "tool_calls" && message.role == "assistant") continue;
+      // A reply's reasoning sent back with it (an agent loop appends the reply as it came).
+      if ((field.key == "reasoning_content" || field.key == "reasoning") &&
+          message.role == "assistant") {
+        continue;
+      }
       if (field.key == "tool_call_id" && message.role == "tool") continue;
       return ParseError{fmt::format("'messages[{}].{}' is not supported{}", index, field.key,
                                     field.key == "tool_calls"     ? " outside assistant messages"
@@ -158,6 +163,14 @@ std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::Cha
     }
     if (m["tool_calls"].get(value) == simdjson::SUCCESS && !value.is_null()) {
       if (auto error = ReadToolCalls(value, index, message.tool_calls)) return error;
+    }
+    for (const char* key : {"reasoning_content", "reasoning"}) {
+      if (m[key].get(value) != simdjson::SUCCESS || value.is_null()) continue;
+      if (value.get(text) != simdjson::SUCCESS) {
+        return ParseError{fmt::format("'messages[{}].{}' must be a string", index, key),
+                          "messages"};
+      }
+      message.reasoning_content = std::string(text);
     }
     if (message.role == "tool") {
       if (m["tool_call_id"].get(text) != simdjson::SUCCESS || text.empty()) {

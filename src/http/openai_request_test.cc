@@ -2,6 +2,7 @@
 // refused by name, and vLLM's /tokenize and /detokenize bodies.
 #include "http/openai_request.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -174,6 +175,24 @@ TEST(OpenAiRequestTest, StrictBodiesNameWhatIsWrong) {
                                /*chat=*/true, r));
   EXPECT_EQ(r.messages[0].name, "ada");
   EXPECT_TRUE(r.stream && r.include_usage);
+
+  // An agent loop sends a thinking model's reply back as it came, reasoning_content included (or
+  // vLLM's newer name, reasoning); only an assistant message carries it.
+  for (const char* key : {"reasoning_content", "reasoning"}) {
+    r = {};
+    ASSERT_FALSE(ParseCompletion(fmt::format(R"({{"messages": [{{"role": "user", "content": "a"}},
+        {{"role": "assistant", "content": "b", "{}": "thought"}},
+        {{"role": "user", "content": "c"}}]}})",
+                                             key),
+                                 /*chat=*/true, r))
+        << key;
+    EXPECT_EQ(r.messages[1].reasoning_content, "thought");
+    auto error = ParseCompletion(
+        fmt::format(R"({{"messages": [{{"role": "user", "content": "a", "{}": "x"}}]}})", key),
+        /*chat=*/true, r);
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->message, fmt::format("'messages[0].{}' is not supported", key));
+  }
 
   r = {};
   ASSERT_FALSE(Chat(R"(, "chat_template_kwargs": {"enable_thinking": false, "depth": 2,

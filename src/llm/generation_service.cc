@@ -31,6 +31,8 @@ struct ChoiceText {
   bool constrained_calls = false;              // required / a named function.
   std::string call_text;                       // Of a constrained reply: a JSON array of calls.
   int calls = 0;                               // Tool calls given so far.
+  int max_calls = 0;                           // parallel_tool_calls false: 1; else 0 (any).
+  ToolCallFormat id_format = ToolCallFormat::kUnknown;  // Ids in the form the template accepts.
   bool done = false;
 
   // `text` (the reply's next piece; `end`: its last) to content, reasoning and calls.
@@ -50,11 +52,8 @@ struct ChoiceText {
       text.clear();
       if (end) {
         auto parsed = ParseToolCallArray(call_text);
-        if (parsed.ok()) {
-          out.tool_calls = std::move(*parsed);
-        } else {
-          text = std::move(call_text);  // Cut short (max_tokens): the text as it is.
-        }
+        // Cut short (the token limit): the calls it completed, never the array's text.
+        out.tool_calls = parsed.ok() ? std::move(*parsed) : CompleteToolCalls(call_text);
       }
     } else if (tool_parser) {
       ToolCallParser::Pieces pieces = tool_parser->Add(text);
@@ -67,6 +66,12 @@ struct ChoiceText {
       out.tool_calls = std::move(pieces.calls);
     }
     out.content = std::move(text);
+    if (max_calls > 0 && calls + static_cast<int>(out.tool_calls.size()) > max_calls) {
+      out.tool_calls.resize(static_cast<size_t>(std::max(0, max_calls - calls)));
+    }
+    if (id_format == ToolCallFormat::kMistral) {
+      for (ToolCall& call : out.tool_calls) call.id = NewToolCallId(id_format);
+    }
     out.first_tool_call = calls;
     calls += static_cast<int>(out.tool_calls.size());
   }
@@ -157,8 +162,14 @@ class Run final : public Generation {
     } else if (finish != FinishReason::kNone) {
       released.text += choice.stops.Flush();
     }
-    const bool end = finish != FinishReason::kNone;
+    bool end = finish != FinishReason::kNone;
     choice.Feed(std::move(released.text), end, out);
+    if (!end && choice.max_calls > 0 && choice.calls >= choice.max_calls) {
+      // parallel_tool_calls false: the reply ends with its one call.
+      finish = FinishReason::kStop;
+      end = true;
+      engine_->EndEarly(ids_[index].load());
+    }
     if (end) {
       choice.done = true;
       if (choice.calls > 0 && finish == FinishReason::kStop) finish = FinishReason::kToolCalls;
@@ -227,6 +238,23 @@ std::string HermesStrictCallsTag(const ToolOptions& tools) {
   }
   json.EndArray().Field("at_least_one", false).Field("stop_after_first", !tools.parallel);
   json.EndObject().EndObject();
+  return json.str();
+}
+
+// A thinking template's reply under a JSON schema: the thinking block free (to its "</think>"; a
+// block the prompt opened, or one the model may open), then a document of `schema`. XGrammar's
+// structural tag, as vLLM constrains a reasoning model's output after its reasoning ends.
+std::string AfterReasoningTag(const std::string& schema, bool opened) {
+  JsonWriter json;
+  json.BeginObject().Field("type", "structural_tag").Key("format").BeginObject();
+  json.Field("type", "sequence").Key("elements").BeginArray();
+  if (!opened) json.BeginObject().Field("type", "optional").Key("content");
+  json.BeginObject().Field("type", "tag").Field("begin", opened ? "" : "<think>");
+  json.Key("content").BeginObject().Field("type", "any_text").EndObject();
+  json.Field("end", "</think>").EndObject();
+  if (!opened) json.EndObject();
+  json.BeginObject().Field("type", "json_schema").Key("json_schema").Raw(schema).EndObject();
+  json.EndArray().EndObject().EndObject();
   return json.str();
 }
 
@@ -476,6 +504,8 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
     if (thinks) text.reasoning.emplace(opened);
     if (parse_calls) text.tool_parser.emplace(format);
     text.constrained_calls = constrained_calls;
+    if (has_tools && !request.tools.parallel) text.max_calls = 1;
+    if (has_tools) text.id_format = ToolCallFormatOf(engine->chat_template()->source());
   }
 
   std::string schema, tag;
@@ -486,6 +516,14 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   } else if (request.response_format.type == ResponseFormat::Type::kText) {
     run->Launch(run, generation);
     return run;
+  }
+  if (thinks && tag.empty()) {
+    // The JSON follows the reasoning, not the thinking block's text.
+    tag = AfterReasoningTag(!schema.empty() ? schema
+                            : request.response_format.type == ResponseFormat::Type::kJsonObject
+                                ? std::string(R"({"type":"object"})")
+                                : request.response_format.schema,
+                            opened);
   }
   // A schema's first compilation takes milliseconds to seconds: off the caller's thread. Later
   // requests with the same schema find it cached.

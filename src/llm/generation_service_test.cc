@@ -352,6 +352,117 @@ TEST(GenerationServiceTest, AutoConstrainsAStrictFunctionsCalls) {
       << choice.tool_calls[0].arguments;
 }
 
+// A thinking template (it opens <think> in the prompt and writes an assistant's
+// reasoning_content back inside the block).
+std::string ThinkingTemplate() {
+  std::string source = kHermesTemplate;
+  const std::string prompt_end = "<|im_start|>assistant\n{%- endif %}";
+  source.replace(source.rfind(prompt_end), prompt_end.size(),
+                 "<|im_start|>assistant\n<think>\n{%- endif %}");
+  const std::string plain = "{%- else %}<|im_start|>{{ message.role }}\n";
+  source.replace(source.find(plain), plain.size(),
+                 plain + "{%- if message.reasoning_content %}<think>{{ message.reasoning_content }}"
+                         "</think>{%- endif %}");
+  return source;
+}
+
+// With a thinking template, a schema, a required call or a named one applies after the reasoning:
+// the block's text is free, and the JSON lands in the answer, not in reasoning_content.
+TEST(GenerationServiceTest, AThinkingReplysJsonFollowsItsReasoning) {
+  GenerateRequest request = Chat("weather?");
+  request.max_tokens = 0;
+  request.response_format.type = ResponseFormat::Type::kJsonSchema;
+  request.response_format.schema =
+      R"({"type":"object","properties":{"unit":{"enum":["c","f"]}},"required":["unit"]})";
+  {
+    GenerationService service(
+        {{"m", Scripted("Cold, so celsius.</think>{\"unit\": \"c\"}", ThinkingTemplate())}});
+    auto recorder = Generate(service, request);
+    ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+    const ChoiceEvent choice = recorder->Joined(0);
+    EXPECT_EQ(choice.reasoning, "Cold, so celsius.");
+    EXPECT_EQ(choice.content, R"({"unit": "c"})");
+    EXPECT_EQ(choice.finish, FinishReason::kStop);
+  }
+  request.response_format = {};
+  request.tools = WeatherTool(ToolOptions::Choice::kRequired);
+  GenerationService service(
+      {{"m", Scripted("Call it.</think>[{\"name\": \"get_weather\", \"arguments\": "
+                      "{\"unit\": \"f\"}}]",
+                      ThinkingTemplate())}});
+  auto recorder = Generate(service, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  const ChoiceEvent choice = recorder->Joined(0);
+  EXPECT_EQ(choice.reasoning, "Call it.");
+  EXPECT_EQ(choice.content, "");
+  ASSERT_EQ(choice.tool_calls.size(), 1u);
+  EXPECT_EQ(choice.tool_calls[0].arguments, R"({"unit":"f"})");
+  EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+
+  // The reply's reasoning sent back in the history reaches the template.
+  std::string name = "m";
+  GenerateRequest next = Chat("and tomorrow?");
+  next.messages.insert(next.messages.begin(), 2, next.messages[0]);
+  next.messages[0].content = "weather?";
+  next.messages[1].role = "assistant";
+  next.messages[1].content = "Cold.";
+  next.messages[1].reasoning_content = "It is winter.";
+  auto rendered = GenerationService::RenderChat(**service.Find(name), next.messages, true);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_NE(rendered->find("<think>It is winter.</think>Cold."), std::string::npos) << *rendered;
+}
+
+// A required call cut by the token limit (a small model repeating its call) gives the calls it
+// completed, finish_reason length, and never the array's text as content.
+TEST(GenerationServiceTest, ACutRequiredReplyGivesItsCompleteCalls) {
+  const std::string call = R"({"name": "get_weather", "arguments": {"unit": "c"}})";
+  const std::string reply = "[" + call + ", " + call + ", " + call + "]";
+  auto tokenizer = Tokenizer::Load(Dir());
+  ASSERT_TRUE(tokenizer.ok());
+  const std::string cut = "[" + call + ", " + call + ", {\"name\": \"get_";
+  GenerationService service({{"m", Scripted(reply, kHermesTemplate)}});
+  GenerateRequest request = Chat("weather?");
+  request.tools = WeatherTool(ToolOptions::Choice::kRequired);
+  request.max_tokens = static_cast<int>((*tokenizer)->Encode(cut, false).size());
+  auto recorder = Generate(service, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  const ChoiceEvent choice = recorder->Joined(0);
+  EXPECT_EQ(choice.finish, FinishReason::kLength);
+  EXPECT_EQ(choice.content, "");
+  ASSERT_EQ(choice.tool_calls.size(), 2u);
+  EXPECT_EQ(choice.tool_calls[1].arguments, R"({"unit":"c"})");
+}
+
+// parallel_tool_calls false bounds a found format too: the reply ends with its first call.
+TEST(GenerationServiceTest, OneCallWithoutParallelCallsInEveryFormat) {
+  const std::string hermes =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": "
+      "\"f\"}}\n</tool_call>";
+  const std::string mistral =
+      "[TOOL_CALLS]get_weather[ARGS]{\"unit\": \"c\"}[TOOL_CALLS]get_weather[ARGS]{\"unit\": "
+      "\"f\"}";
+  const std::string mistral_template =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}{%- for call in "
+      "message.tool_calls %}[TOOL_CALLS]{{ call.function.name }}{%- endfor %}{%- endfor %}";
+  for (const auto& [reply, source] :
+       {std::pair<std::string, std::string>{hermes, kHermesTemplate}, {mistral, mistral_template}}) {
+    GenerationService service({{"m", Scripted(reply, source)}});
+    GenerateRequest request = Chat("weather?");
+    request.max_tokens = 0;
+    request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+    ChoiceEvent both = Generate(service, request)->Joined(0);
+    ASSERT_EQ(both.tool_calls.size(), 2u) << reply;
+    request.tools.parallel = false;
+    ChoiceEvent one = Generate(service, request)->Joined(0);
+    ASSERT_EQ(one.tool_calls.size(), 1u) << reply;
+    EXPECT_EQ(one.tool_calls[0].arguments, R"({"unit":"c"})");
+    EXPECT_EQ(one.finish, FinishReason::kToolCalls);
+    // Mistral's templates refuse ids but 9 letters and digits.
+    EXPECT_EQ(one.tool_calls[0].id.size(), source == mistral_template ? 9u : 29u);
+  }
+}
+
 TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
   // The tiny model's own template renders no tools.
   auto plain = LoadLlmEngine(Dir(), Overrides());

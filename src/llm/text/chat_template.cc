@@ -856,6 +856,9 @@ Result<std::string> ChatTemplate::Render(
     Dict message{{"role", Value(m.role)}, {"content", Value(m.content)}};
     if (!m.name.empty()) message.emplace("name", Value(m.name));
     if (!m.tool_call_id.empty()) message.emplace("tool_call_id", Value(m.tool_call_id));
+    if (!m.reasoning_content.empty()) {
+      message.emplace("reasoning_content", Value(m.reasoning_content));
+    }
     if (!m.tool_calls.empty()) {
       // As transformers' templates expect them: arguments as an object where they parse as one.
       List calls;

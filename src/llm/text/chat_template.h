@@ -30,6 +30,9 @@ struct ChatMessage {
   std::string name;          // OpenAI's participant name; the template sees message.name when set.
   std::string tool_call_id;  // Role "tool": the call this message answers.
   std::vector<ToolCallRecord> tool_calls;  // Role "assistant": the calls it made.
+  // Role "assistant": its reasoning, as a reply gave it back; the template sees
+  // message.reasoning_content when set and keeps or drops it as it was written to.
+  std::string reasoning_content;
 };
 
 // A JSON document as a template variable (objects keep their key order).

@@ -12,6 +12,7 @@ namespace {
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -69,6 +70,30 @@ std::optional<ToolCall> ParseCall(std::string_view json) {
   return CallFrom(root);
 }
 
+// Mistral's newer format (its v11 tokenizer's templates): name[ARGS]{...}, calls after the first
+// each opened by [TOOL_CALLS] again. Empty where any piece does not parse.
+std::vector<ToolCall> MistralNamedCalls(std::string_view body) {
+  std::vector<ToolCall> calls;
+  while (!Trim(body).empty()) {
+    size_t next = body.find(kMistralOpen);
+    std::string_view piece = body.substr(0, next);
+    body = next == std::string_view::npos ? std::string_view() : body.substr(next + kMistralOpen.size());
+    const size_t args = piece.find(kMistralArgs);
+    if (args == std::string_view::npos) return {};
+    const std::string_view name = Trim(piece.substr(0, args));
+    simdjson::dom::parser parser;
+    simdjson::dom::element arguments;
+    if (name.empty() ||
+        parser.parse(std::string(Trim(piece.substr(args + kMistralArgs.size()))))
+                .get(arguments) != simdjson::SUCCESS ||
+        !arguments.is_object()) {
+      return {};
+    }
+    calls.push_back(ToolCall{NewToolCallId(), std::string(name), simdjson::minify(arguments)});
+  }
+  return calls;
+}
+
 }  // namespace
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
@@ -95,13 +120,14 @@ ToolCallFormat ToolCallFormatOf(std::string_view source) {
   return ToolCallFormat::kUnknown;
 }
 
-std::string NewToolCallId() {
+std::string NewToolCallId(ToolCallFormat format) {
   static constexpr std::string_view kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 random{std::random_device{}()};
-  std::string id = "call_";
+  const bool mistral = format == ToolCallFormat::kMistral;
+  std::string id = mistral ? "" : "call_";
   std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
+  for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlphabet[pick(random)];
   return id;
 }
 
@@ -121,6 +147,49 @@ Result<std::vector<ToolCall>> ParseToolCallArray(std::string_view json) {
           fmt::format("tool call {} is not an object with 'name' and 'arguments'", calls.size()));
     }
     calls.push_back(std::move(*call));
+  }
+  return calls;
+}
+
+std::vector<ToolCall> CompleteToolCalls(std::string_view json) {
+  json = Trim(json);
+  std::vector<ToolCall> calls;
+  if (json.empty() || json.front() != '[') return calls;
+  // Depth and strings tracked byte by byte: an element ends where the depth comes back to the
+  // array's own at a ',' or ']'.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t start = 1;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+    if (depth == 1 && c == ',') {
+      std::optional<ToolCall> call = ParseCall(json.substr(start, i - start));
+      if (!call) break;
+      calls.push_back(std::move(*call));
+      start = i + 1;
+    } else if (depth == 0) {  // The array's close.
+      if (std::optional<ToolCall> call = ParseCall(json.substr(start, i - start))) {
+        calls.push_back(std::move(*call));
+      }
+      break;
+    }
   }
   return calls;
 }
@@ -207,7 +276,11 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
   in_call_ = false;
   std::vector<ToolCall> calls;
   if (mistral) {
-    if (auto parsed = ParseToolCallArray(body); parsed.ok()) calls = std::move(*parsed);
+    if (auto parsed = ParseToolCallArray(body); parsed.ok()) {
+      calls = std::move(*parsed);
+    } else {
+      calls = MistralNamedCalls(body);
+    }
   } else {
     // One object, or several joined by ';'.
     size_t start = 0;

@@ -1,9 +1,10 @@
 // Tool calls in a model's reply. Models trained for tool calling write calls in their chat
 // template's own format; the format is read from the template (how it renders an assistant's
 // tool_calls), never from a flag:
-//   Hermes / Qwen2.5 / Qwen3:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one per
-//   call Llama 3.x:                 {"name": ..., "parameters": {...}} as the whole reply ("; "
-//   between) Mistral:                   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+//   Hermes / Qwen2.5 / Qwen3: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one per call
+//   Llama 3.x: {"name": ..., "parameters": {...}} as the whole reply ("; " between)
+//   Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...], or its newer
+//     [TOOL_CALLS]name[ARGS]{...} (one [TOOL_CALLS] per call)
 // With tool_choice "required" or a named function, the reply is constrained to a JSON array of
 // {"name", "arguments"} instead (ParseToolCallArray).
 #pragma once
@@ -25,14 +26,19 @@ ToolCallFormat ToolCallFormatOf(std::string_view template_source);
 
 // A call as the reply gives it: `arguments` is JSON text of an object.
 struct ToolCall {
-  std::string id;  // "call_" and 24 random letters and digits; set by NewToolCallId().
+  std::string id;  // Set by NewToolCallId().
   std::string name;
   std::string arguments;
 };
-std::string NewToolCallId();
+// "call_" and 24 random letters and digits; for Mistral's templates, which refuse any other
+// form, 9 letters and digits.
+std::string NewToolCallId(ToolCallFormat format = ToolCallFormat::kUnknown);
 
 // `json` as an array of {"name": string, "arguments": object} (at least one).
 Result<std::vector<ToolCall>> ParseToolCallArray(std::string_view json);
+// The whole calls at the start of such an array that was cut short (a reply that reached its
+// token limit), in order; none where the first is incomplete.
+std::vector<ToolCall> CompleteToolCalls(std::string_view json);
 
 // Fed a reply's text as it is generated (after any reasoning), gives back its content and the
 // calls completed so far, each whole. Text that may begin a call is held until it is settled; a

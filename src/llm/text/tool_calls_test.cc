@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+
 namespace sluice::llm {
 namespace {
 
@@ -89,6 +92,43 @@ TEST(ToolCallParserTest, MistralCallsFollowTheirMarker) {
   EXPECT_EQ(p.calls[0].arguments, R"({"a":[1,2]})");
   EXPECT_EQ(p.calls[1].arguments, R"({"b":true})");  // Arguments given as a JSON string.
   EXPECT_EQ(p.content, "");
+}
+
+// Mistral's newer templates (tokenizer v11, Mistral Small 3.2, Magistral, Devstral) write
+// [TOOL_CALLS]name[ARGS]{...}, the marker again before each further call; and refuse any call id
+// but 9 letters and digits.
+TEST(ToolCallParserTest, MistralNamedCallsAndShortIds) {
+  auto p = Feed(ToolCallFormat::kMistral,
+                "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]add[ARGS]{\"a\": 1}");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(p.calls[1].name, "add");
+  EXPECT_EQ(p.content, "");
+  // A name without arguments is no call: the text comes back as it was.
+  p = Feed(ToolCallFormat::kMistral, "[TOOL_CALLS]get_weather");
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, "[TOOL_CALLS]get_weather");
+
+  const std::string id = NewToolCallId(ToolCallFormat::kMistral);
+  EXPECT_EQ(id.size(), 9u);
+  EXPECT_TRUE(std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(c) != 0; }));
+  EXPECT_EQ(NewToolCallId().rfind("call_", 0), 0u);
+  EXPECT_EQ(NewToolCallId().size(), 29u);
+}
+
+// A constrained array cut by the token limit (a small model repeating its call): the calls it
+// completed, never its text.
+TEST(ToolCallArrayTest, TheCompleteCallsOfACutArray) {
+  const std::string call = R"({"name": "get_weather", "arguments": {"city": "a,]}"}})";
+  auto calls = CompleteToolCalls("[" + call + ", " + call + R"(, {"name": "get_we)");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].name, "get_weather");
+  EXPECT_EQ(calls[1].arguments, R"({"city":"a,]}"})");
+  EXPECT_EQ(CompleteToolCalls("[" + call + "]").size(), 1u);
+  EXPECT_TRUE(CompleteToolCalls(R"([{"name": "get_weather", "argu)").empty());
+  EXPECT_TRUE(CompleteToolCalls("").empty());
+  EXPECT_TRUE(CompleteToolCalls(call).empty());  // Not an array.
 }
 
 TEST(ToolCallArrayTest, TheConstrainedForm) {
