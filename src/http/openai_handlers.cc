@@ -12,6 +12,7 @@
 #include "codec/base64.h"
 #include "common/json_writer.h"
 #include "common/mutex.h"
+#include "http/llm_front.h"
 #include "http/openai_request.h"
 #include "metrics/prometheus.h"
 
@@ -37,21 +38,18 @@ std::string_view ErrorType(StatusCode code) {
 
 // The shared part of every chunk and response object.
 void BeginObject(JsonWriter& json, const std::string& id, std::string_view object, int64_t created,
-                 const std::string& model) {
+                 const std::string& model, const std::string& fingerprint) {
   json.BeginObject().Field("id", id).Field("object", object).Field("created", created);
-  json.Field("model", model);
+  json.Field("model", model).Field("system_fingerprint", fingerprint);
 }
 
-void WriteUsage(JsonWriter& json, int prompt, int completion) {
+// `cached`: of the prompt's tokens, those the prefix cache held (OpenAI's cached_tokens).
+void WriteUsage(JsonWriter& json, int prompt, int completion, int cached) {
   json.Key("usage").BeginObject().Field("prompt_tokens", int64_t{prompt});
   json.Field("completion_tokens", int64_t{completion});
-  json.Field("total_tokens", int64_t{prompt + completion}).EndObject();
-}
-
-int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  json.Field("total_tokens", int64_t{prompt + completion});
+  json.Key("prompt_tokens_details").BeginObject().Field("cached_tokens", int64_t{cached});
+  json.EndObject().EndObject();
 }
 
 // A token as OpenAI's log-probability entries show it: its text, or where its bytes are not whole
@@ -110,46 +108,6 @@ void WriteCompletionLogprobs(JsonWriter& json, const llm::Tokenizer& tokenizer,
     offset += static_cast<int64_t>(tokenizer.TokenBytes(t.chosen.token).size());
   }
   json.EndArray().EndObject();
-}
-
-// A generation to stop when its client leaves, whether the client leaves before it started
-// (Cancel, then Attach) or after. Weak: the generation holds its observer, and so the response,
-// until its last event; a strong pointer back would keep both, and the connection, forever.
-class CancelLink {
- public:
-  void Attach(const std::shared_ptr<llm::Generation>& generation) {
-    {
-      MutexLock lock(mu_);
-      generation_ = generation;
-      if (!cancelled_) return;
-    }
-    generation->Cancel();
-  }
-  // True the first time.
-  bool Cancel() {
-    std::shared_ptr<llm::Generation> generation;
-    {
-      MutexLock lock(mu_);
-      if (cancelled_) return false;
-      cancelled_ = true;
-      generation = generation_.lock();
-    }
-    if (generation) generation->Cancel();
-    return true;
-  }
-
- private:
-  Mutex mu_;
-  std::weak_ptr<llm::Generation> generation_ GUARDED_BY(mu_);
-  bool cancelled_ GUARDED_BY(mu_) = false;
-};
-
-// A route's one answer, whichever of its result and a disconnect comes first.
-std::function<void(HttpResponse)> AnswerOnce(Responder respond) {
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  return [answered, respond = std::move(respond)](HttpResponse response) {
-    if (!answered->exchange(true)) respond(std::move(response));
-  };
 }
 
 // Starts a pooled run (embeddings, reranking) and cancels it when the client leaves. The hook is
@@ -211,6 +169,7 @@ class Reply final : public llm::GenerationObserver {
 
   const llm::LlmEngine* const engine;
   std::string id, model;
+  std::string fingerprint;  // system_fingerprint: the server's version and the model's formats.
   bool chat = false;
   bool thinks = false;  // The template knows thinking blocks: messages carry reasoning_content.
   bool include_usage = false;
@@ -262,6 +221,8 @@ class Reply final : public llm::GenerationObserver {
     Choice& choice = choices[event.index];
     choice.completion_tokens = event.completion_tokens;
     prompt_tokens = event.prompt_tokens;
+    // The first choice's: the others share its prompt's blocks.
+    if (event.index == 0) cached_tokens = event.cached_prompt_tokens;
     if (event.finish != llm::FinishReason::kNone) {
       choice.finish = event.finish;
       --unfinished;
@@ -295,7 +256,7 @@ class Reply final : public llm::GenerationObserver {
   // The non-streamed response.
   std::string Body() const {
     JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model);
+    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model, fingerprint);
     json.Key("choices").BeginArray();
     for (size_t i = 0; i < choices.size(); ++i) {
       const Choice& c = choices[i];
@@ -324,7 +285,7 @@ class Reply final : public llm::GenerationObserver {
       json.Field("finish_reason", llm::FinishReasonName(c.finish)).EndObject();
     }
     json.EndArray();
-    WriteUsage(json, prompt_tokens, CompletionTokens());
+    WriteUsage(json, prompt_tokens, CompletionTokens(), cached_tokens);
     json.EndObject();
     return json.str();
   }
@@ -334,7 +295,7 @@ class Reply final : public llm::GenerationObserver {
                     const std::vector<llm::TokenLogprobs>& tokens) const {
     const Choice& choice = choices[index];
     JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
+    BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model, fingerprint);
     json.Key("choices").BeginArray().BeginObject().Field("index", static_cast<int64_t>(index));
     if (chat) {
       json.Key("delta").BeginObject();
@@ -407,9 +368,9 @@ class Reply final : public llm::GenerationObserver {
       if (unfinished == 0) {
         if (include_usage) {
           JsonWriter json;
-          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model);
+          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model, fingerprint);
           json.Key("choices").BeginArray().EndArray();
-          WriteUsage(json, prompt_tokens, CompletionTokens());
+          WriteUsage(json, prompt_tokens, CompletionTokens(), cached_tokens);
           json.EndObject();
           out += "data: " + json.str() + "\n\n";
         }
@@ -426,6 +387,7 @@ class Reply final : public llm::GenerationObserver {
   std::vector<Choice> choices;
   int unfinished = 0;
   int prompt_tokens = 0;
+  int cached_tokens = 0;
   bool failed = false;
 };
 
@@ -781,6 +743,7 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   reply->include_usage = parsed.include_usage;
   reply->top_logprobs = parsed.top_logprobs;
   reply->created = UnixSeconds();
+  reply->fingerprint = SystemFingerprint(*engine);
   reply->respond = std::move(respond);
   if (parsed.stream) reply->stream = std::make_shared<ResponseStream>();
   if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });

@@ -9,42 +9,14 @@
 namespace sluice::openai {
 namespace {
 
+using fields::OnlyKeys;
+using fields::ParseObject;
+using fields::ReadBool;
+using fields::ReadInt;
+using fields::ReadNumber;
+using fields::ReadString;
+using fields::ValidName;
 using simdjson::dom::element;
-
-std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
-                                     double& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  double number = 0;
-  int64_t integer = 0;
-  if (value.get(number) != simdjson::SUCCESS) {
-    if (value.get(integer) != simdjson::SUCCESS)
-      return ParseError{fmt::format("'{}' must be a number", key), key};
-    number = static_cast<double>(integer);
-  }
-  if (!(number >= low && number <= high)) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
-                      key};
-  }
-  out = number;
-  return std::nullopt;
-}
-
-std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
-                                  int64_t& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  int64_t number = 0;
-  if (value.get(number) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be an integer", key), key};
-  }
-  if (number < low || number > high) {
-    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
-                      key};
-  }
-  out = number;
-  return std::nullopt;
-}
 
 // Content as a string, or OpenAI's array of parts of which the text ones are joined.
 std::optional<ParseError> ReadContent(const element& message, std::string& out) {
@@ -71,13 +43,6 @@ std::optional<ParseError> ReadContent(const element& message, std::string& out) 
     out += text;
   }
   return std::nullopt;
-}
-
-// A function name as OpenAI allows it: 1-64 letters, digits, '_' or '-'.
-bool ValidName(std::string_view name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
 }
 
 // An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
@@ -183,56 +148,6 @@ std::optional<ParseError> ReadMessages(const element& root, std::vector<llm::Cha
     }
     out.push_back(std::move(message));
     ++index;
-  }
-  return std::nullopt;
-}
-
-// `body` as a JSON object, parsed into `parser`'s memory.
-std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
-                                      element& root) {
-  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
-    return ParseError{"the body is not a JSON object", ""};
-  }
-  return std::nullopt;
-}
-
-// root[key] as a string when present (else `out` unchanged).
-std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  std::string_view text;
-  if (value.get(text) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be a string", key), key};
-  }
-  out = std::string(text);
-  return std::nullopt;
-}
-
-// root[key] as a bool when present (else `out` unchanged).
-std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
-  element value;
-  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  if (value.get(out) != simdjson::SUCCESS) {
-    return ParseError{fmt::format("'{}' must be true or false", key), key};
-  }
-  return std::nullopt;
-}
-
-// The first key of `root` outside `known`, refused by name.
-std::optional<ParseError> OnlyKeys(const element& root,
-                                   std::initializer_list<std::string_view> known,
-                                   std::string_view prefix = {}) {
-  simdjson::dom::object object;
-  if (root.get(object) != simdjson::SUCCESS) return ParseError{"the body is not a JSON object", ""};
-  for (auto field : object) {
-    if (std::find(known.begin(), known.end(), field.key) == known.end()) {
-      if (prefix.empty()) {
-        return ParseError{fmt::format("'{}' is not a parameter of this route", field.key),
-                          std::string(field.key)};
-      }
-      return ParseError{fmt::format("'{}{}' is not supported", prefix, field.key),
-                        std::string(prefix.substr(0, prefix.find_first_of(".[")))};
-    }
   }
   return std::nullopt;
 }

@@ -10,15 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "http/request_fields.h"
 #include "llm/generation_service.h"
 #include "llm/text/chat_template.h"
 
 namespace sluice::openai {
 
-struct ParseError {
-  std::string message;
-  std::string param;  // The request parameter at fault; "" for the body as a whole.
-};
+using fields::ParseError;
 
 using ResponseFormat = llm::ResponseFormat;
 

@@ -149,6 +149,7 @@ class Run final : public Generation {
     ChoiceEvent out;
     out.index = index;
     out.prompt_tokens = event.prompt_tokens;
+    out.cached_prompt_tokens = event.cached_prompt_tokens;
     out.completion_tokens = event.completion_tokens;
     if (event.logprobs) out.logprobs.push_back(*event.logprobs);
     FinishReason finish = event.finish;
@@ -158,6 +159,7 @@ class Run final : public Generation {
     StopStringMatcher::Released released = choice.stops.Add(text);
     if (released.stopped) {
       finish = FinishReason::kStop;
+      out.stop_string = std::move(released.stop);
       engine_->EndEarly(ids_[index].load());
     } else if (finish != FinishReason::kNone) {
       released.text += choice.stops.Flush();

@@ -76,8 +76,10 @@ struct ChoiceEvent {
   int first_tool_call = 0;              // ... numbered from this index within the choice.
   std::vector<TokenLogprobs> logprobs;  // Of the tokens this event covers.
   int prompt_tokens = 0;
-  int completion_tokens = 0;  // Generated so far.
+  int cached_prompt_tokens = 0;  // Of those, found in the prefix cache.
+  int completion_tokens = 0;     // Generated so far.
   FinishReason finish = FinishReason::kNone;
+  std::string stop_string;  // The stop string that ended the choice (Anthropic's stop_sequence).
 };
 
 // What a front is told of a generation. Exactly one of OnRejected and OnAccepted is called (from

@@ -251,6 +251,7 @@ GenerationEvent LlmEngine::Advance(Sequence& seq, const TokenUpdate& update,
   }
   generated_tokens_.fetch_add(1);
   event.completion_tokens = update.generated;
+  event.cached_prompt_tokens = update.cached_prompt_tokens;
   if (!seq.logprobs.empty()) {
     event.logprobs = std::move(seq.logprobs.front());
     seq.logprobs.pop_front();

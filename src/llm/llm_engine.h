@@ -63,6 +63,7 @@ struct GenerationEvent {
   int32_t token = -1;
   int completion_tokens = 0;  // Generated so far.
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // Of those, found in the prefix cache (OpenAI's cached_tokens).
   FinishReason finish = FinishReason::kNone;  // Set on the last event of the request.
   Status error;                               // With kError.
   // With top_logprobs >= 0: the token's and the most likely alternatives'.

@@ -305,8 +305,10 @@ TEST(LlmEngineTest, ACallbackIsReleasedAfterItsLastEvent) {
 namespace sluice::llm {
 namespace {
 
-// Each generated token's log-probabilities, greedy, for `prompt` on `engine`.
-std::vector<TokenLogprobs> GreedyLogprobs(LlmEngine& engine, const std::string& prompt) {
+// Each generated token's log-probabilities, greedy, for `prompt` on `engine`; the prompt tokens
+// the prefix cache held in `cached`.
+std::vector<TokenLogprobs> GreedyLogprobs(LlmEngine& engine, const std::string& prompt,
+                                          int* cached = nullptr) {
   GenerationRequest r = Request(engine, prompt, 12);
   r.top_logprobs = 5;
   Mutex mu;
@@ -318,6 +320,7 @@ std::vector<TokenLogprobs> GreedyLogprobs(LlmEngine& engine, const std::string& 
                           [&](const GenerationEvent& e) {
                             MutexLock lock(mu);
                             if (e.logprobs) out.push_back(*e.logprobs);
+                            if (cached != nullptr) *cached = e.cached_prompt_tokens;
                             if (e.finish != FinishReason::kNone) {
                               done = true;
                               cv.SignalAll();
@@ -342,8 +345,9 @@ TEST(LlmEngineTest, ACachedPrefixGivesTheSameLogits) {
   for (int i = 0; i < 4; ++i) system += "serving models batch latency token cache python torch ";
   GreedyLogprobs(*cached, system + "hello world");  // Leaves its full blocks cached.
   const int64_t hits_before = cached->stats().prefix_cache_hits;
-  const auto with_cache = GreedyLogprobs(*cached, system + "the quick brown fox");
-  const auto without = GreedyLogprobs(*uncached, system + "the quick brown fox");
+  int hit = -1, missed = -1;
+  const auto with_cache = GreedyLogprobs(*cached, system + "the quick brown fox", &hit);
+  const auto without = GreedyLogprobs(*uncached, system + "the quick brown fox", &missed);
   // Every full block of the shared tokens (all of the system text's but its last, which the
   // next word's leading space may join).
   const int64_t block = cached->model().kv_block_size();
@@ -351,6 +355,8 @@ TEST(LlmEngineTest, ACachedPrefixGivesTheSameLogits) {
   ASSERT_GE(shared, 2 * block);
   EXPECT_EQ(cached->stats().prefix_cache_hits - hits_before, shared / block * block);
   EXPECT_EQ(uncached->stats().prefix_cache_hits, 0);
+  EXPECT_EQ(hit, shared / block * block);  // Each request's own, as its events carry it.
+  EXPECT_EQ(missed, 0);
   ASSERT_EQ(with_cache.size(), 12u);
   ASSERT_EQ(without.size(), 12u);
   for (size_t i = 0; i < with_cache.size(); ++i) {

@@ -12,6 +12,7 @@ struct Scheduler::Sequence {
   std::vector<int32_t> tokens;
   int slot = -1;
   int prefilled = 0;  // Prompt tokens in the cache.
+  int prefix_hit = 0;  // Of the prompt, tokens found in cached blocks at admission (not run).
   int generated = 0;
   std::vector<int32_t> blocks;  // Its block table, for prompt + max_tokens.
   std::vector<int32_t> copied;  // Cached blocks its first step copies into its own (then let go).
@@ -142,6 +143,7 @@ StepPlan Scheduler::Schedule() {
     seq.slot = static_cast<int>(slot);
     seq.blocks = std::move(blocks);
     seq.prefilled = matched * block;
+    seq.prefix_hit = seq.prefilled;
     for (int b = 0; b < matched; ++b) {
       seq.parent = pool_.Hash(seq.parent, prompt.data() + static_cast<size_t>(b) * block);
     }
@@ -224,6 +226,7 @@ std::vector<TokenUpdate> Scheduler::Update(const StepPlan& plan,
       update.id = seq.request.id;
       update.token = sampled[j];
       update.generated = seq.generated;
+      update.cached_prompt_tokens = seq.prefix_hit;
       if (j == 0) update.drafts_accepted = static_cast<int>(sampled.size()) - 1;
       update.eos = !seq.request.ignore_eos &&
                    std::find(options_.eos_ids.begin(), options_.eos_ids.end(), sampled[j]) !=

@@ -84,6 +84,7 @@ struct TokenUpdate {
   bool eos = false;         // An end-of-sequence token (not ignored): the sequence is done.
   bool length = false;      // max_tokens or the context reached: the sequence is done.
   int drafts_accepted = 0;  // With the first update of a verified chunk: its drafts taken.
+  int cached_prompt_tokens = 0;  // Of its prompt, tokens the prefix cache held (not run).
 };
 
 // Thread-compatible: the engine's loop thread alone calls it.

@@ -15,6 +15,7 @@
 
 #include "config/model_config.h"
 #include "console/console.h"
+#include "http/anthropic_handlers.h"
 #include "http/openai_handlers.h"
 #include "http/predict_handlers.h"
 #include "http/repository_handlers.h"
@@ -165,6 +166,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     language_models.emplace(name, std::move(*engine));
   }
   OpenAiHandlers openai(language_models);
+  AnthropicHandlers anthropic(openai.service());
 
   Engine engine(loader);
   // Set once the HTTP server exists; read by /metrics and by the console's sampling thread.
@@ -193,6 +195,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   Router router;
   handlers.AddRoutes(router);
   openai.AddRoutes(router);
+  anthropic.AddRoutes(router);
   // Language models may be loaded later (the repository API): their series from then on.
   handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
   // The HTTP server, the only reader of /metrics, stops before the pool goes.

@@ -14,7 +14,13 @@ StopStringMatcher::Released StopStringMatcher::Add(std::string_view text) {
   held_ += text;
   // The earliest stop string ends the text before it.
   size_t stop_at = std::string::npos;
-  for (const std::string& stop : stops_) stop_at = std::min(stop_at, held_.find(stop));
+  for (const std::string& stop : stops_) {
+    const size_t at = held_.find(stop);
+    if (at < stop_at) {
+      stop_at = at;
+      out.stop = stop;
+    }
+  }
   if (stop_at != std::string::npos) {
     out.text = held_.substr(0, stop_at);
     out.stopped = stopped_ = true;

@@ -17,6 +17,7 @@ class StopStringMatcher {
   struct Released {
     std::string text;      // What can be given out now.
     bool stopped = false;  // A stop string was found: `text` ends before it, and nothing follows.
+    std::string stop;      // Which (the earliest found; the first listed of those at one place).
   };
   // Appends `text` (nothing after a stop).
   Released Add(std::string_view text);

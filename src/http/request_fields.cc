@@ -1,0 +1,97 @@
+#include "http/request_fields.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace sluice::fields {
+
+std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
+                                     double& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  double number = 0;
+  int64_t integer = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    if (value.get(integer) != simdjson::SUCCESS)
+      return ParseError{fmt::format("'{}' must be a number", key), key};
+    number = static_cast<double>(integer);
+  }
+  if (!(number >= low && number <= high)) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
+                                  int64_t& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  int64_t number = 0;
+  if (value.get(number) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be an integer", key), key};
+  }
+  if (number < low || number > high) {
+    return ParseError{fmt::format("'{}' is {}; it must lie in [{}, {}]", key, number, low, high),
+                      key};
+  }
+  out = number;
+  return std::nullopt;
+}
+
+bool ValidName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
+                                      element& root) {
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return ParseError{"the body is not a JSON object", ""};
+  }
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  std::string_view text;
+  if (value.get(text) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be a string", key), key};
+  }
+  out = std::string(text);
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  if (value.get(out) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}' must be true or false", key), key};
+  }
+  return std::nullopt;
+}
+
+std::optional<ParseError> OnlyKeys(const element& root,
+                                   std::initializer_list<std::string_view> known,
+                                   std::string_view prefix) {
+  simdjson::dom::object object;
+  if (root.get(object) != simdjson::SUCCESS) return ParseError{"the body is not a JSON object", ""};
+  for (auto field : object) {
+    if (std::find(known.begin(), known.end(), field.key) == known.end()) {
+      if (prefix.empty()) {
+        return ParseError{fmt::format("'{}' is not a parameter of this route", field.key),
+                          std::string(field.key)};
+      }
+      return ParseError{fmt::format("'{}{}' is not supported", prefix, field.key),
+                        std::string(prefix.substr(0, prefix.find_first_of(".[")))};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice::fields

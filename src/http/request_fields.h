@@ -1,0 +1,43 @@
+// The fields every request parser reads (the OpenAI, Responses and Anthropic fronts): numbers,
+// integers, strings and booleans with their ranges, and keys refused by name. Every error names
+// the request parameter at fault.
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice::fields {
+
+struct ParseError {
+  std::string message;
+  std::string param;  // The request parameter at fault; "" for the body as a whole.
+};
+
+using simdjson::dom::element;
+
+// root[key] in [low, high] when present and not null (else `out` unchanged); an integer is a
+// number too.
+std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
+                                     double& out);
+std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t low, int64_t high,
+                                  int64_t& out);
+std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out);
+std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out);
+// `body` as a JSON object, parsed into `parser`'s memory.
+std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
+                                      element& root);
+// The first key of `root` outside `known`, refused by name: "'key' is not a parameter of this
+// route", or with `prefix` (a nested object's path, "tools[0]."), "'prefix.key' is not
+// supported" naming the parameter the path starts with.
+std::optional<ParseError> OnlyKeys(const element& root,
+                                   std::initializer_list<std::string_view> known,
+                                   std::string_view prefix = {});
+// A function name as OpenAI allows it: 1-64 letters, digits, '_' or '-'.
+bool ValidName(std::string_view name);
+
+}  // namespace sluice::fields
