@@ -101,7 +101,8 @@ class MessageReply final : public llm::GenerationObserver {
   void OnFailed(const Status& error) override {
     failed_ = true;
     if (!stream) return Answer(AnthropicError(error));
-    stream->Write(fmt::format("event: error\ndata: {}\n\n", ErrorBody("api_error", error.message())));
+    stream->Write(
+        fmt::format("event: error\ndata: {}\n\n", ErrorBody("api_error", error.message())));
     stream->Close();
   }
 
@@ -281,9 +282,8 @@ std::optional<Status> ApplyThinking(const llm::LlmEngine& engine,
   if (!request.thinking) return std::nullopt;
   const bool thinks = engine.chat_template() != nullptr && engine.chat_template()->thinks();
   if (*request.thinking && !thinks) {
-    return Status::InvalidArgument(
-        fmt::format("'thinking' is enabled, but model '{}' has no thinking chat template",
-                    request.model));
+    return Status::InvalidArgument(fmt::format(
+        "'thinking' is enabled, but model '{}' has no thinking chat template", request.model));
   }
   if (thinks) request.template_arguments["enable_thinking"] = *request.thinking;
   return std::nullopt;
@@ -302,18 +302,17 @@ HttpResponse AnthropicError(const Status& status, double retry_after_seconds) {
 }
 
 void AnthropicHandlers::AddRoutes(Router& router) {
-  router.Post("/v1/messages", [this](const HttpRequest& request, const PathParams& params,
-                                     Responder respond) {
-    Messages(request, params, std::move(respond));
-  });
+  router.Post("/v1/messages",
+              [this](const HttpRequest& request, const PathParams& params, Responder respond) {
+                Messages(request, params, std::move(respond));
+              });
   router.Post("/v1/messages/count_tokens",
               [this](const HttpRequest& request, const PathParams& params, Responder respond) {
                 CountTokens(request, params, std::move(respond));
               });
 }
 
-void AnthropicHandlers::Messages(const HttpRequest& request, const PathParams&,
-                                 Responder respond) {
+void AnthropicHandlers::Messages(const HttpRequest& request, const PathParams&, Responder respond) {
   anthropic::MessagesRequest parsed;
   if (auto error = anthropic::ParseMessages(request.body, /*count_tokens=*/false, parsed)) {
     return respond(AnthropicError(Status::InvalidArgument(error->message)));
@@ -346,9 +345,9 @@ void AnthropicHandlers::CountTokens(const HttpRequest& request, const PathParams
     parsed.template_arguments["tools"] = llm::TemplateJson{parsed.tools.definitions};
   }
   // The prompt as a generation would run it: the template's, with tools and the reply's opening.
-  auto rendered = llm::GenerationService::RenderChat(engine, parsed.messages,
-                                                     /*add_generation_prompt=*/true,
-                                                     parsed.template_arguments);
+  auto rendered =
+      llm::GenerationService::RenderChat(engine, parsed.messages,
+                                         /*add_generation_prompt=*/true, parsed.template_arguments);
   if (!rendered.ok()) return respond(AnthropicError(rendered.status()));
   const size_t tokens = engine.tokenizer().Encode(*rendered, /*add_special_tokens=*/false).size();
   JsonWriter json;

@@ -27,13 +27,14 @@ std::optional<ParseError> ReadCacheControl(const element& value, const std::stri
   std::string_view type;
   if (!value.is_object() || value["type"].get(type) != simdjson::SUCCESS || type != "ephemeral") {
     return ParseError{fmt::format("'{}' must be {{\"type\": \"ephemeral\"}}", where),
-                      std::string(where.substr(0, where.find_first_of(".["))) };
+                      std::string(where.substr(0, where.find_first_of(".[")))};
   }
   return OnlyKeys(value, {"type", "ttl"}, where + ".");
 }
 
 // A block's keys, and its cache_control where it has one.
-std::optional<ParseError> BlockKeys(const element& block, std::initializer_list<std::string_view> keys,
+std::optional<ParseError> BlockKeys(const element& block,
+                                    std::initializer_list<std::string_view> keys,
                                     const std::string& where) {
   if (auto e = OnlyKeys(block, keys, where + ".")) return e;
   element cache;
@@ -65,9 +66,9 @@ std::optional<ParseError> ReadText(const element& value, const std::string& wher
                         std::string(param)};
     }
     if (type != "text") {
-      return ParseError{fmt::format("'{}' is a '{}' block; only text blocks are served here", at,
-                                    type),
-                        std::string(param)};
+      return ParseError{
+          fmt::format("'{}' is a '{}' block; only text blocks are served here", at, type),
+          std::string(param)};
     }
     if (auto e = BlockKeys(block, {"type", "text", "cache_control", "citations"}, at)) return e;
     if (block["text"].get(text) != simdjson::SUCCESS) {
@@ -160,14 +161,15 @@ std::optional<ParseError> ReadBlocks(const element& content, size_t index, bool 
       if (is_error) result.content = "Error: " + result.content;
       out.push_back(std::move(result));
     } else if (type == "image" || type == "document") {
-      return ParseError{fmt::format("'{}' is a block of type '{}': Sluice's language models read text "
-                                    "only",
-                                    at, type),
-                        "messages"};
+      return ParseError{
+          fmt::format("'{}' is a block of type '{}': Sluice's language models read text "
+                      "only",
+                      at, type),
+          "messages"};
     } else {
-      return ParseError{fmt::format("'{}': a '{}' block is not supported in {} messages", at, type,
-                                    message.role),
-                        "messages"};
+      return ParseError{
+          fmt::format("'{}': a '{}' block is not supported in {} messages", at, type, message.role),
+          "messages"};
     }
   }
   if (has_text || assistant) out.push_back(std::move(message));
@@ -228,8 +230,9 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
     }
     // eager_input_streaming asks for a call's input in finer deltas; each call is streamed
     // whole, once complete, either way.
-    if (auto e = BlockKeys(tool, {"type", "name", "description", "input_schema", "cache_control",
-                                  "strict", "eager_input_streaming"},
+    if (auto e = BlockKeys(tool,
+                           {"type", "name", "description", "input_schema", "cache_control",
+                            "strict", "eager_input_streaming"},
                            where)) {
       return e;
     }
@@ -329,13 +332,12 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
   if (auto error = ParseObject(parser, body, root)) return error;
   r.chat = true;
   // temperature, top_p and top_k: older SDKs' and other clients' (the newest SDK sends none).
-  if (auto e = count_tokens
-                   ? OnlyKeys(root, {"model", "messages", "system", "tools", "tool_choice",
-                                     "thinking", "cache_control", "output_config"})
-                   : OnlyKeys(root, {"model", "messages", "system", "max_tokens", "stop_sequences",
-                                     "stream", "temperature", "top_p", "top_k", "tools",
-                                     "tool_choice", "thinking", "metadata", "cache_control",
-                                     "output_config"})) {
+  if (auto e = count_tokens ? OnlyKeys(root, {"model", "messages", "system", "tools", "tool_choice",
+                                              "thinking", "cache_control", "output_config"})
+                            : OnlyKeys(root, {"model", "messages", "system", "max_tokens",
+                                              "stop_sequences", "stream", "temperature", "top_p",
+                                              "top_k", "tools", "tool_choice", "thinking",
+                                              "metadata", "cache_control", "output_config"})) {
     return e;
   }
   element cache;
@@ -358,9 +360,10 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
     std::string_view type;
     if (!thinking.is_object() || thinking["type"].get(type) != simdjson::SUCCESS ||
         (type != "enabled" && type != "disabled" && type != "adaptive")) {
-      return ParseError{"'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": ...}, "
-                        "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}",
-                        "thinking"};
+      return ParseError{
+          "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": ...}, "
+          "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}",
+          "thinking"};
     }
     if (auto e = OnlyKeys(thinking, {"type", "budget_tokens", "display"}, "thinking.")) return e;
     // budget_tokens must lie below max_tokens (as Anthropic requires), which bounds the whole
@@ -380,7 +383,8 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
   }
   element output;
   if (root["output_config"].get(output) == simdjson::SUCCESS && !output.is_null()) {
-    if (!output.is_object()) return ParseError{"'output_config' must be an object", "output_config"};
+    if (!output.is_object())
+      return ParseError{"'output_config' must be an object", "output_config"};
     if (auto e = OnlyKeys(output, {"format"}, "output_config.")) return e;
     element format;
     if (output["format"].get(format) == simdjson::SUCCESS && !format.is_null()) {
@@ -389,9 +393,10 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
       if (!format.is_object() || format["type"].get(type) != simdjson::SUCCESS ||
           type != "json_schema" || format["schema"].get(schema) != simdjson::SUCCESS ||
           !schema.is_object()) {
-        return ParseError{"'output_config.format' must be {\"type\": \"json_schema\", \"schema\": "
-                          "a JSON Schema object}",
-                          "output_config"};
+        return ParseError{
+            "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": "
+            "a JSON Schema object}",
+            "output_config"};
       }
       if (auto e = OnlyKeys(format, {"type", "schema"}, "output_config.format.")) return e;
       r.response_format.type = llm::ResponseFormat::Type::kJsonSchema;

@@ -256,7 +256,8 @@ class Reply final : public llm::GenerationObserver {
   // The non-streamed response.
   std::string Body() const {
     JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model, fingerprint);
+    BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model,
+                fingerprint);
     json.Key("choices").BeginArray();
     for (size_t i = 0; i < choices.size(); ++i) {
       const Choice& c = choices[i];
@@ -295,7 +296,8 @@ class Reply final : public llm::GenerationObserver {
                     const std::vector<llm::TokenLogprobs>& tokens) const {
     const Choice& choice = choices[index];
     JsonWriter json;
-    BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model, fingerprint);
+    BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model,
+                fingerprint);
     json.Key("choices").BeginArray().BeginObject().Field("index", static_cast<int64_t>(index));
     if (chat) {
       json.Key("delta").BeginObject();
@@ -368,7 +370,8 @@ class Reply final : public llm::GenerationObserver {
       if (unfinished == 0) {
         if (include_usage) {
           JsonWriter json;
-          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model, fingerprint);
+          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model,
+                      fingerprint);
           json.Key("choices").BeginArray().EndArray();
           WriteUsage(json, prompt_tokens, CompletionTokens(), cached_tokens);
           json.EndObject();
@@ -583,10 +586,10 @@ void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Respo
   auto done = [answer, engine, parsed](Result<llm::Embeddings> result) {
     if (!result.ok()) {
       // Inputs are numbered as the documents are.
-      return answer(OpenAiError(
-          result.status(),
-          result.status().code() == StatusCode::kInvalidArgument ? "documents" : "",
-          engine->EstimatedWaitSeconds()));
+      return answer(
+          OpenAiError(result.status(),
+                      result.status().code() == StatusCode::kInvalidArgument ? "documents" : "",
+                      engine->EstimatedWaitSeconds()));
     }
     // The relevance score: the logit through a sigmoid, as sentence-transformers' CrossEncoder
     // and vLLM score a one-label cross-encoder; highest first.
@@ -714,8 +717,7 @@ void OpenAiHandlers::Model(const HttpRequest&, const PathParams& params, Respond
     }
     return respond(HttpResponse::Json(200, json.str()));
   }
-  respond(OpenAiError(Status::NotFound(fmt::format("The model '{}' does not exist", id)),
-                      "model"));
+  respond(OpenAiError(Status::NotFound(fmt::format("The model '{}' does not exist", id)), "model"));
 }
 
 void OpenAiHandlers::ChatCompletions(const HttpRequest& request, const PathParams&,

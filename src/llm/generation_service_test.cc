@@ -361,8 +361,9 @@ std::string ThinkingTemplate() {
                  "<|im_start|>assistant\n<think>\n{%- endif %}");
   const std::string plain = "{%- else %}<|im_start|>{{ message.role }}\n";
   source.replace(source.find(plain), plain.size(),
-                 plain + "{%- if message.reasoning_content %}<think>{{ message.reasoning_content }}"
-                         "</think>{%- endif %}");
+                 plain +
+                     "{%- if message.reasoning_content %}<think>{{ message.reasoning_content }}"
+                     "</think>{%- endif %}");
   return source;
 }
 
@@ -445,8 +446,8 @@ TEST(GenerationServiceTest, OneCallWithoutParallelCallsInEveryFormat) {
   const std::string mistral_template =
       "{{ tools }}{%- for message in messages %}{{ message.content }}{%- for call in "
       "message.tool_calls %}[TOOL_CALLS]{{ call.function.name }}{%- endfor %}{%- endfor %}";
-  for (const auto& [reply, source] :
-       {std::pair<std::string, std::string>{hermes, kHermesTemplate}, {mistral, mistral_template}}) {
+  for (const auto& [reply, source] : {std::pair<std::string, std::string>{hermes, kHermesTemplate},
+                                      {mistral, mistral_template}}) {
     GenerationService service({{"m", Scripted(reply, source)}});
     GenerateRequest request = Chat("weather?");
     request.max_tokens = 0;

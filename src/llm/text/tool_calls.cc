@@ -77,15 +77,16 @@ std::vector<ToolCall> MistralNamedCalls(std::string_view body) {
   while (!Trim(body).empty()) {
     size_t next = body.find(kMistralOpen);
     std::string_view piece = body.substr(0, next);
-    body = next == std::string_view::npos ? std::string_view() : body.substr(next + kMistralOpen.size());
+    body = next == std::string_view::npos ? std::string_view()
+                                          : body.substr(next + kMistralOpen.size());
     const size_t args = piece.find(kMistralArgs);
     if (args == std::string_view::npos) return {};
     const std::string_view name = Trim(piece.substr(0, args));
     simdjson::dom::parser parser;
     simdjson::dom::element arguments;
     if (name.empty() ||
-        parser.parse(std::string(Trim(piece.substr(args + kMistralArgs.size()))))
-                .get(arguments) != simdjson::SUCCESS ||
+        parser.parse(std::string(Trim(piece.substr(args + kMistralArgs.size())))).get(arguments) !=
+            simdjson::SUCCESS ||
         !arguments.is_object()) {
       return {};
     }

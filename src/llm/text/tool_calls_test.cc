@@ -98,8 +98,9 @@ TEST(ToolCallParserTest, MistralCallsFollowTheirMarker) {
 // [TOOL_CALLS]name[ARGS]{...}, the marker again before each further call; and refuse any call id
 // but 9 letters and digits.
 TEST(ToolCallParserTest, MistralNamedCallsAndShortIds) {
-  auto p = Feed(ToolCallFormat::kMistral,
-                "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]add[ARGS]{\"a\": 1}");
+  auto p =
+      Feed(ToolCallFormat::kMistral,
+           "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]add[ARGS]{\"a\": 1}");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
   EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
