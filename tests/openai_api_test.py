@@ -107,6 +107,17 @@ def reasoning(sluice, test_models):
             message = json.loads(data)["choices"][0]["message"]
             check(message["content"] and message["reasoning_content"] is None,
                   f"thinking off: {message}")
+            # An agent loop appends the reply as the SDK gave it, reasoning_content included,
+            # and asks again: the second turn is served.
+            first = client.chat.completions.create(model="m", messages=body["messages"],
+                                                   max_tokens=8, temperature=0)
+            check(getattr(first.choices[0].message, "reasoning_content", None),
+                  f"first turn: {first}")
+            second = client.chat.completions.create(
+                model="m", max_tokens=8, temperature=0,
+                messages=body["messages"] + [first.choices[0].message,
+                                             {"role": "user", "content": "And 3 + 3?"}])
+            check(second.choices[0].finish_reason in ("stop", "length"), f"second: {second}")
 
 
 def mapping_pages(pid, path):
@@ -249,6 +260,13 @@ def run(port):
     check(metric(port, "sluice_llm_prefix_cache_hits_total") - hits >=
           (again[0].usage.prompt_tokens - 1) // 16 * 16 > 0,
           "the repeated prompt's prefix was not reused")
+    # The request's own hits, as OpenAI reports them; and the backend's fingerprint, the same
+    # for every request to one model.
+    check(again[1].usage.prompt_tokens_details.cached_tokens ==
+          (again[1].usage.prompt_tokens - 1) // 16 * 16, f"cached_tokens: {again[1].usage}")
+    check(again[0].system_fingerprint.startswith("fp_") and
+          again[0].system_fingerprint == again[1].system_fingerprint,
+          f"system_fingerprint: {again[0].system_fingerprint} {again[1].system_fingerprint}")
     check(metric(port, "sluice_llm_kv_cache_blocks") == 8 * 256 // 16 and
           metric(port, "sluice_llm_kv_cache_blocks_used") == 0, "KV-cache blocks")
 

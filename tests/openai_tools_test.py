@@ -113,8 +113,10 @@ def checks(client, port):
             most = max(most, len(calls))
             for c in calls:
                 jsonschema.validate(json.loads(c["arguments"]), SCHEMAS[c["name"]])
-        else:  # Cut short: the unfinished array is the reply's text.
-            check(finish == "length" and content.startswith("[{"), f"{finish} {content!r}")
+        else:  # Cut short: the calls it completed, never the unfinished array as text.
+            check(finish == "length" and content == "", f"{finish} {content!r}")
+            for c in calls:
+                jsonschema.validate(json.loads(c["arguments"]), SCHEMAS[c["name"]])
     check(most >= 2, f"no reply made parallel calls (most: {most})")
 
     # An agent's round trip: the call, the tool's answer, then the model answers in text.
@@ -139,6 +141,21 @@ def checks(client, port):
     check(f'{{"name": "get_weather", "arguments": {json.dumps(json.loads(call.function.arguments))}}}'
           in prompt, f"the call in the prompt: {prompt}")
     check("<tool_response>\n18 degrees, sunny\n</tool_response>" in prompt, f"prompt: {prompt}")
+
+    # A required reply cut by max_tokens: its complete calls (a model repeating its call, as
+    # small models do), finish_reason length, never the array's text as content.
+    cut = 0
+    for seed in range(8):
+        reply = client.chat.completions.create(
+            messages=MESSAGES, tools=[TIME], tool_choice="required", seed=seed,
+            **{**common, "parallel_tool_calls": True, "max_tokens": 60})
+        choice = reply.choices[0]
+        if choice.finish_reason == "length":
+            cut += 1
+            check(choice.message.content in (None, ""), f"cut: {choice}")
+            if choice.message.tool_calls:
+                valid_calls(choice.message.tool_calls, names=("get_time",))
+    check(cut > 0, "no reply was cut by max_tokens")
 
     # "auto": the random model answers in text; no call is invented.
     reply = client.chat.completions.create(messages=MESSAGES, tools=[WEATHER], tool_choice="auto",

@@ -1,10 +1,14 @@
 // Tool calls in a model's reply. Models trained for tool calling write calls in their chat
 // template's own format; the format is read from the template (how it renders an assistant's
 // tool_calls), never from a flag:
-//   Hermes / Qwen2.5 / Qwen3: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one per
-//   call Llama 3.x: {"name": ..., "parameters": {...}} as the whole reply ("; " between) Mistral:
-//   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...], or its newer
-//     [TOOL_CALLS]name[ARGS]{...} (one [TOOL_CALLS] per call)
+//
+//   Hermes / Qwen2.5 / Qwen3: <tool_call>{"name": ..., "arguments": {...}}</tool_call> each call
+//
+//   Llama 3.x: {"name": ..., "parameters": {...}} as the whole reply ("; " between)
+//
+//   Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...], or its newer
+//   [TOOL_CALLS]name[ARGS]{...} (one [TOOL_CALLS] per call)
+//
 // With tool_choice "required" or a named function, the reply is constrained to a JSON array of
 // {"name", "arguments"} instead (ParseToolCallArray).
 #pragma once
