@@ -129,6 +129,14 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "a unit)")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
+  app->add_option("--responses-store-max", cmd.options.responses_store.max_count,
+                  "The Responses API keeps at most this many responses (store: true) for "
+                  "previous_response_id and GET /v1/responses/{id}; the least recently used go")
+      ->capture_default_str();
+  app->add_option("--responses-store-bytes", cmd.options.responses_store.max_bytes,
+                  "... and at most this much memory of them (bytes, or with a unit)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   app->add_option("--drain-delay", cmd.drain_seconds,
                   "Seconds after SIGTERM/SIGINT during which readiness fails but requests are "
                   "still taken and answered (with Connection: close), before the listener closes")

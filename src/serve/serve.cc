@@ -17,6 +17,7 @@
 #include "console/console.h"
 #include "http/anthropic_handlers.h"
 #include "http/openai_handlers.h"
+#include "http/responses_handlers.h"
 #include "http/predict_handlers.h"
 #include "http/repository_handlers.h"
 #include "http/v2_handlers.h"
@@ -167,6 +168,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   }
   OpenAiHandlers openai(language_models);
   AnthropicHandlers anthropic(openai.service());
+  ResponsesHandlers responses(openai.service(), options.responses_store);
 
   Engine engine(loader);
   // Set once the HTTP server exists; read by /metrics and by the console's sampling thread.
@@ -196,6 +198,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   handlers.AddRoutes(router);
   openai.AddRoutes(router);
   anthropic.AddRoutes(router);
+  responses.AddRoutes(router);
   // Language models may be loaded later (the repository API): their series from then on.
   handlers.AddExtraMetrics([&openai] { return openai.RenderMetrics(); });
   // The HTTP server, the only reader of /metrics, stops before the pool goes.

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
+#include "http/responses_handlers.h"
 #include "llm/load_llm.h"
 
 namespace sluice {
@@ -45,6 +46,7 @@ struct ServeOptions {
   std::string trace_file;
   double trace_sample_rate = 1;              // Fraction of requests traced, in [0, 1].
   size_t trace_max_bytes = size_t{1} << 30;  // Later requests are dropped from the trace.
+  ResponseStoreOptions responses_store;      // The Responses API's stored responses' bounds.
 };
 
 // Serves until a termination signal. Prints "Sluice listening on http://HOST:PORT" to stdout once

@@ -1,0 +1,484 @@
+#include "http/responses_handlers.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <optional>
+#include <random>
+
+#include "common/json_writer.h"
+#include "http/llm_front.h"
+#include "http/openai_handlers.h"
+#include "http/responses_request.h"
+
+namespace sluice {
+namespace {
+
+// `prefix` and 24 random letters and digits (resp_, msg_, rs_, fc_), as OpenAI's ids look.
+std::string NewId(std::string_view prefix) {
+  static constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
+  return id;
+}
+
+// One output item as it grows: reasoning, a message's text, or a function call.
+struct OutputItem {
+  enum class Kind { kReasoning, kMessage, kFunctionCall };
+  Kind kind = Kind::kMessage;
+  std::string id;
+  std::string text;
+  llm::ToolCall call;
+  bool done = false;
+};
+
+// The part of a reasoning item or message: {"type": "reasoning_text" | "output_text", "text"}.
+void WritePart(JsonWriter& json, const OutputItem& item, std::string_view text) {
+  if (item.kind == OutputItem::Kind::kReasoning) {
+    json.BeginObject().Field("type", "reasoning_text").Field("text", text).EndObject();
+  } else {
+    json.BeginObject().Field("type", "output_text").Field("text", text);
+    json.Key("annotations").BeginArray().EndArray().Key("logprobs").BeginArray().EndArray();
+    json.EndObject();
+  }
+}
+
+// An item as the output lists it; before it is done, as output_item.added announces it.
+void WriteItem(JsonWriter& json, const OutputItem& item) {
+  json.BeginObject().Field("id", item.id);
+  switch (item.kind) {
+    case OutputItem::Kind::kReasoning:
+      json.Field("type", "reasoning").Key("summary").BeginArray().EndArray();
+      json.Key("content").BeginArray();
+      if (item.done) WritePart(json, item, item.text);
+      json.EndArray();
+      break;
+    case OutputItem::Kind::kMessage:
+      json.Field("type", "message").Field("role", "assistant").Key("content").BeginArray();
+      if (item.done) WritePart(json, item, item.text);
+      json.EndArray();
+      break;
+    case OutputItem::Kind::kFunctionCall:
+      json.Field("type", "function_call").Field("call_id", item.call.id);
+      json.Field("name", item.call.name).Field("arguments", item.done ? item.call.arguments : "");
+      break;
+  }
+  json.Field("status", item.done ? "completed" : "in_progress").EndObject();
+}
+
+// What a response object repeats of its request.
+struct Echo {
+  std::optional<std::string> instructions;
+  std::string previous_response_id;
+  std::string tools_json, tool_choice_json, text_json, reasoning_json, metadata_json;
+  int max_output_tokens = 0;
+  double temperature = 1, top_p = 1;
+  bool parallel_tool_calls = true;
+  bool store = true;
+};
+
+// One response to one request, as a body or as OpenAI's stream of events. The service's events
+// arrive on the engine's loop thread; a disconnect on the I/O thread.
+class ResponseReply final : public llm::GenerationObserver {
+ public:
+  std::string id, model;
+  int64_t created = 0;
+  Echo echo;
+  // The conversation so far (no instructions), kept with this response's output when stored.
+  std::vector<llm::ChatMessage> conversation;
+  ResponseStore* store = nullptr;  // Null: store false.
+  const llm::Tokenizer* tokenizer = nullptr;
+  Responder respond;
+  std::shared_ptr<ResponseStream> stream;
+
+  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
+
+  void Cancel() {
+    if (!link_.Cancel()) return;
+    if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
+  }
+
+  // response.created and response.in_progress: written before the generation starts, so they
+  // lead the stream whichever thread writes next.
+  void Begin() {
+    std::string out = Event("response.created", [&](JsonWriter& json) {
+      json.Key("response");
+      WriteResponse(json, "in_progress", llm::FinishReason::kNone);
+    });
+    out += Event("response.in_progress", [&](JsonWriter& json) {
+      json.Key("response");
+      WriteResponse(json, "in_progress", llm::FinishReason::kNone);
+    });
+    stream->Write(std::move(out));
+  }
+
+  void OnRejected(const Status& status, std::string_view param,
+                  double retry_after_seconds) override {
+    Answer(OpenAiError(status, param, retry_after_seconds));
+  }
+
+  void OnAccepted() override {
+    if (!stream) return;
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.stream = stream;
+    Answer(std::move(response));
+  }
+
+  void OnFailed(const Status& error) override {
+    failed_ = true;
+    if (!stream) return Answer(OpenAiError(error));
+    error_ = error.message();
+    stream->Write(Event("response.failed", [&](JsonWriter& json) {
+      json.Key("response");
+      WriteResponse(json, "failed", llm::FinishReason::kError);
+    }));
+    stream->Close();
+  }
+
+  void OnChoice(const llm::ChoiceEvent& event) override {
+    if (failed_) return;
+    prompt_tokens_ = event.prompt_tokens;
+    cached_tokens_ = event.cached_prompt_tokens;
+    output_tokens_ = event.completion_tokens;
+    std::string out;
+    Grow(out, OutputItem::Kind::kReasoning, event.reasoning);
+    Grow(out, OutputItem::Kind::kMessage, event.content);
+    for (const llm::ToolCall& call : event.tool_calls) {
+      Close(out);
+      OutputItem& item = items_.emplace_back();
+      item.kind = OutputItem::Kind::kFunctionCall;
+      item.id = NewId("fc_");
+      item.call = call;
+      if (stream) {
+        out += Added(item);
+        const int64_t index = static_cast<int64_t>(items_.size()) - 1;
+        out += Event("response.function_call_arguments.delta", [&](JsonWriter& json) {
+          json.Field("item_id", item.id).Field("output_index", index);
+          json.Field("delta", call.arguments);
+        });
+        out += Event("response.function_call_arguments.done", [&](JsonWriter& json) {
+          json.Field("item_id", item.id).Field("output_index", index);
+          json.Field("name", call.name).Field("arguments", call.arguments);
+        });
+      }
+      Close(out);
+    }
+    if (event.finish != llm::FinishReason::kNone) Finish(out, event.finish);
+    if (!stream) return;
+    if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
+    if (event.finish != llm::FinishReason::kNone) stream->Close();
+  }
+
+ private:
+  void Answer(HttpResponse response) {
+    if (!answered_.exchange(true)) respond(std::move(response));
+  }
+
+  // "event: TYPE\ndata: {"type", "sequence_number", ...}\n\n".
+  template <typename Fill>
+  std::string Event(std::string_view type, Fill fill) {
+    JsonWriter json;
+    json.BeginObject().Field("type", type).Field("sequence_number", sequence_++);
+    fill(json);
+    json.EndObject();
+    return fmt::format("event: {}\ndata: {}\n\n", type, json.str());
+  }
+
+  std::string Added(const OutputItem& item) {
+    const int64_t index = static_cast<int64_t>(items_.size()) - 1;
+    std::string out = Event("response.output_item.added", [&](JsonWriter& json) {
+      json.Field("output_index", index).Key("item");
+      WriteItem(json, item);
+    });
+    if (item.kind != OutputItem::Kind::kFunctionCall) {
+      out += Event("response.content_part.added", [&](JsonWriter& json) {
+        json.Field("item_id", item.id).Field("output_index", index);
+        json.Field("content_index", int64_t{0}).Key("part");
+        WritePart(json, item, "");
+      });
+    }
+    return out;
+  }
+
+  // Text for an item of `kind`: the open one grows, or another opens after the open one closes.
+  void Grow(std::string& out, OutputItem::Kind kind, const std::string& text) {
+    if (text.empty()) return;
+    if (items_.empty() || items_.back().done || items_.back().kind != kind) {
+      Close(out);
+      OutputItem& item = items_.emplace_back();
+      item.kind = kind;
+      item.id = NewId(kind == OutputItem::Kind::kReasoning ? "rs_" : "msg_");
+      if (stream) out += Added(item);
+    }
+    OutputItem& item = items_.back();
+    item.text += text;
+    if (!stream) return;
+    const int64_t index = static_cast<int64_t>(items_.size()) - 1;
+    const bool reasoning = kind == OutputItem::Kind::kReasoning;
+    out += Event(reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
+                 [&](JsonWriter& json) {
+                   json.Field("item_id", item.id).Field("output_index", index);
+                   json.Field("content_index", int64_t{0}).Field("delta", text);
+                   if (!reasoning) json.Key("logprobs").BeginArray().EndArray();
+                 });
+  }
+
+  // The open item, done.
+  void Close(std::string& out) {
+    if (items_.empty() || items_.back().done) return;
+    OutputItem& item = items_.back();
+    item.done = true;
+    if (!stream) return;
+    const int64_t index = static_cast<int64_t>(items_.size()) - 1;
+    if (item.kind != OutputItem::Kind::kFunctionCall) {
+      const bool reasoning = item.kind == OutputItem::Kind::kReasoning;
+      out += Event(reasoning ? "response.reasoning_text.done" : "response.output_text.done",
+                   [&](JsonWriter& json) {
+                     json.Field("item_id", item.id).Field("output_index", index);
+                     json.Field("content_index", int64_t{0}).Field("text", item.text);
+                     if (!reasoning) json.Key("logprobs").BeginArray().EndArray();
+                   });
+      out += Event("response.content_part.done", [&](JsonWriter& json) {
+        json.Field("item_id", item.id).Field("output_index", index);
+        json.Field("content_index", int64_t{0}).Key("part");
+        WritePart(json, item, item.text);
+      });
+    }
+    out += Event("response.output_item.done", [&](JsonWriter& json) {
+      json.Field("output_index", index).Key("item");
+      WriteItem(json, item);
+    });
+  }
+
+  void Finish(std::string& out, llm::FinishReason finish) {
+    Close(out);
+    const bool cut = finish == llm::FinishReason::kLength;
+    JsonWriter body;
+    WriteResponse(body, cut ? "incomplete" : "completed", finish);
+    if (store != nullptr) Store(body.str());
+    if (!stream) return Answer(HttpResponse::Json(200, body.str()));
+    out += Event(cut ? "response.incomplete" : "response.completed", [&](JsonWriter& json) {
+      json.Key("response");
+      WriteResponse(json, cut ? "incomplete" : "completed", finish);
+    });
+  }
+
+  // The conversation with this response's output, as one assistant turn.
+  void Store(std::string body) {
+    StoredResponse stored;
+    stored.id = id;
+    stored.model = model;
+    stored.body = std::move(body);
+    stored.conversation = conversation;
+    llm::ChatMessage turn;
+    turn.role = "assistant";
+    for (const OutputItem& item : items_) {
+      if (item.kind == OutputItem::Kind::kReasoning) turn.reasoning_content += item.text;
+      if (item.kind == OutputItem::Kind::kMessage) turn.content += item.text;
+      if (item.kind == OutputItem::Kind::kFunctionCall) {
+        turn.tool_calls.push_back({item.call.id, item.call.name, item.call.arguments});
+      }
+    }
+    stored.conversation.push_back(std::move(turn));
+    store->Put(std::move(stored));
+  }
+
+  void WriteResponse(JsonWriter& json, std::string_view status, llm::FinishReason finish) const {
+    json.BeginObject().Field("id", id).Field("object", "response").Field("created_at", created);
+    json.Field("status", status).Field("background", false).Key("error");
+    if (finish == llm::FinishReason::kError) {
+      json.BeginObject().Field("code", "server_error").Field("message", error_).EndObject();
+    } else {
+      json.Null();
+    }
+    json.Key("incomplete_details");
+    if (finish == llm::FinishReason::kLength) {
+      json.BeginObject().Field("reason", "max_output_tokens").EndObject();
+    } else {
+      json.Null();
+    }
+    json.Key("instructions");
+    if (echo.instructions) {
+      json.String(*echo.instructions);
+    } else {
+      json.Null();
+    }
+    json.Key("max_output_tokens");
+    if (echo.max_output_tokens > 0) {
+      json.Int(echo.max_output_tokens);
+    } else {
+      json.Null();
+    }
+    json.Field("model", model).Key("output").BeginArray();
+    const bool final = status != "in_progress";
+    if (final) {
+      for (const OutputItem& item : items_) WriteItem(json, item);
+    }
+    json.EndArray().Field("parallel_tool_calls", echo.parallel_tool_calls);
+    json.Key("previous_response_id");
+    if (echo.previous_response_id.empty()) {
+      json.Null();
+    } else {
+      json.String(echo.previous_response_id);
+    }
+    json.Key("reasoning").Raw(echo.reasoning_json).Field("store", echo.store);
+    json.Field("temperature", echo.temperature).Key("text").Raw(echo.text_json);
+    json.Key("tool_choice").Raw(echo.tool_choice_json).Key("tools").Raw(echo.tools_json);
+    json.Field("top_p", echo.top_p).Field("truncation", "disabled");
+    json.Key("metadata").Raw(echo.metadata_json).Key("usage");
+    if (final && finish != llm::FinishReason::kError) {
+      int reasoning_tokens = 0;
+      for (const OutputItem& item : items_) {
+        if (item.kind == OutputItem::Kind::kReasoning) {
+          reasoning_tokens += static_cast<int>(tokenizer->Encode(item.text, false).size());
+        }
+      }
+      json.BeginObject().Field("input_tokens", int64_t{prompt_tokens_});
+      json.Key("input_tokens_details").BeginObject();
+      json.Field("cached_tokens", int64_t{cached_tokens_}).EndObject();
+      json.Field("output_tokens", int64_t{output_tokens_}).Key("output_tokens_details");
+      json.BeginObject().Field("reasoning_tokens", int64_t{reasoning_tokens}).EndObject();
+      json.Field("total_tokens", int64_t{prompt_tokens_ + output_tokens_}).EndObject();
+    } else {
+      json.Null();
+    }
+    json.EndObject();
+  }
+
+  CancelLink link_;
+  std::atomic<bool> answered_{false};
+  // Begin()'s thread, then the engine thread only.
+  int64_t sequence_ = 0;
+  bool failed_ = false;
+  std::string error_;
+  std::vector<OutputItem> items_;
+  int prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
+};
+
+// reasoning.effort against the model's template: a template that reads reasoning_effort
+// (gpt-oss's) is given it; a thinking one thinks unless the effort is "none" or "minimal"
+// (Qwen3's enable_thinking); one that does not reason takes only those two.
+std::optional<Status> ApplyEffort(const llm::LlmEngine& engine,
+                                  responses::ResponsesRequest& request) {
+  const std::string& effort = request.reasoning_effort;
+  if (effort.empty()) return std::nullopt;
+  const llm::ChatTemplate* chat_template = engine.chat_template();
+  const bool off = effort == "none" || effort == "minimal";
+  if (chat_template != nullptr &&
+      chat_template->source().find("reasoning_effort") != std::string::npos) {
+    request.template_arguments["reasoning_effort"] = effort;
+  } else if (chat_template != nullptr && chat_template->thinks()) {
+    request.template_arguments["enable_thinking"] = !off;
+  } else if (!off) {
+    return Status::InvalidArgument(
+        fmt::format("'reasoning.effort' '{}': model '{}' has no thinking chat template", effort,
+                    request.model));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void ResponsesHandlers::AddRoutes(Router& router) {
+  router.Post("/v1/responses",
+              [this](const HttpRequest& request, const PathParams& params, Responder respond) {
+                Create(request, params, std::move(respond));
+              });
+  router.Get("/v1/responses/{id}",
+             [this](const HttpRequest& request, const PathParams& params, Responder respond) {
+               Retrieve(request, params, std::move(respond));
+             });
+  router.Add("DELETE", "/v1/responses/{id}",
+             [this](const HttpRequest& request, const PathParams& params, Responder respond) {
+               Delete(request, params, std::move(respond));
+             });
+}
+
+void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Responder respond) {
+  responses::ResponsesRequest parsed;
+  if (auto error = responses::ParseResponses(request.body, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  auto found = service_.Find(parsed.model, &parsed.adapter);
+  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  std::shared_ptr<llm::LlmEngine> engine = *found;
+  if (auto refusal = ApplyEffort(*engine, parsed)) {
+    return respond(OpenAiError(*refusal, "reasoning"));
+  }
+  auto reply = std::make_shared<ResponseReply>();
+  if (!parsed.previous_response_id.empty()) {
+    auto previous = store_.Get(parsed.previous_response_id);
+    if (previous == nullptr) {
+      return respond(OpenAiError(
+          Status::InvalidArgument(fmt::format(
+              "Previous response with id '{}' not found (never stored, deleted, or let go by "
+              "the store's bound)",
+              parsed.previous_response_id)),
+          "previous_response_id"));
+    }
+    reply->conversation = previous->conversation;
+  }
+  for (llm::ChatMessage& message : parsed.input) reply->conversation.push_back(message);
+  // Instructions lead this request only: they do not carry over to the next.
+  if (parsed.instructions) {
+    llm::ChatMessage system;
+    system.role = "system";
+    system.content = *parsed.instructions;
+    parsed.messages.push_back(std::move(system));
+  }
+  parsed.messages.insert(parsed.messages.end(), reply->conversation.begin(),
+                         reply->conversation.end());
+  reply->id = NewId("resp_");
+  reply->model = parsed.model;
+  reply->created = UnixSeconds();
+  reply->echo = Echo{parsed.instructions,
+                     parsed.previous_response_id,
+                     parsed.tools_json,
+                     parsed.tool_choice_json,
+                     parsed.text_json,
+                     parsed.reasoning_json,
+                     parsed.metadata_json,
+                     parsed.max_output_tokens,
+                     parsed.sampling.temperature,
+                     parsed.sampling.top_p,
+                     parsed.tools.parallel,
+                     parsed.store};
+  reply->store = parsed.store ? &store_ : nullptr;
+  reply->tokenizer = &engine->tokenizer();
+  reply->respond = std::move(respond);
+  if (parsed.stream) {
+    reply->stream = std::make_shared<ResponseStream>();
+    reply->Begin();
+  }
+  if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });
+  reply->Attach(service_.Start(engine, std::move(parsed), reply));
+}
+
+void ResponsesHandlers::Retrieve(const HttpRequest&, const PathParams& params, Responder respond) {
+  const std::string id(params.Get("id"));
+  auto stored = store_.Get(id);
+  if (stored == nullptr) {
+    return respond(
+        OpenAiError(Status::NotFound(fmt::format("No response with id '{}' is stored", id)), "id"));
+  }
+  respond(HttpResponse::Json(200, stored->body));
+}
+
+void ResponsesHandlers::Delete(const HttpRequest&, const PathParams& params, Responder respond) {
+  const std::string id(params.Get("id"));
+  if (!store_.Delete(id)) {
+    return respond(
+        OpenAiError(Status::NotFound(fmt::format("No response with id '{}' is stored", id)), "id"));
+  }
+  JsonWriter json;
+  json.BeginObject().Field("id", id).Field("object", "response").Field("deleted", true);
+  json.EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+}  // namespace sluice
