@@ -212,34 +212,80 @@ std::string ToolCallSchema(const ToolOptions& tools) {
   return json.str();
 }
 
-// Under tool_choice auto with a strict function: XGrammar's structural tag for the Hermes format.
-// The reply is free until it opens "<tool_call>"; then the call names one of the functions and
-// its arguments follow that function's schema (any object for a function that is not strict),
-// then "}\n</tool_call>" closes it. One call at most without parallel_tool_calls.
-std::string HermesStrictCallsTag(const ToolOptions& tools) {
+// The JSON Schema of a function's arguments under auto: its own where it is strict, any object
+// where not.
+void WriteArguments(JsonWriter& json, const ToolFunction& f) {
+  if (f.strict && !f.parameters.empty()) {
+    json.Raw(f.parameters);
+  } else {
+    json.BeginObject().Field("type", "object").EndObject();
+  }
+}
+
+// Under tool_choice auto with a strict function: XGrammar's structural tag for the template's
+// call format. The reply is free until it opens a call (the format's marker: "<tool_call>",
+// Llama 3's and the JSON fallback's '{"name": "', Mistral's "[TOOL_CALLS]"); then the call names
+// one of the functions and its arguments follow that function's schema (any object for a
+// function that is not strict). One call at most without parallel_tool_calls.
+std::string StrictCallsTag(const ToolOptions& tools, ToolCallFormat format,
+                           std::string_view template_source) {
+  const bool mistral = format == ToolCallFormat::kMistral;
+  const bool named = mistral && template_source.find("[ARGS]") != std::string_view::npos;
+  std::string_view trigger = format == ToolCallFormat::kHermes ? "<tool_call>"
+                             : mistral                         ? "[TOOL_CALLS]"
+                                                               : "{\"name\": \"";
   JsonWriter json;
   json.BeginObject().Field("type", "structural_tag").Key("format").BeginObject();
-  json.Field("type", "triggered_tags")
-      .Key("triggers")
-      .BeginArray()
-      .String("<tool_call>")
-      .EndArray();
+  json.Field("type", "triggered_tags").Key("triggers").BeginArray().String(trigger).EndArray();
   json.Key("tags").BeginArray();
-  for (const ToolFunction& f : tools.functions) {
-    JsonWriter name;
-    name.String(f.name);
-    json.BeginObject().Field("type", "tag");
-    json.Field("begin", "<tool_call>\n{\"name\": " + name.str() + ", \"arguments\": ");
+  if (mistral && !named) {
+    // [TOOL_CALLS][{"name": ..., "arguments": ...}, ...]: one tag, an array of calls.
+    json.BeginObject().Field("type", "tag").Field("begin", "[TOOL_CALLS]");
     json.Key("content").BeginObject().Field("type", "json_schema").Key("json_schema");
-    if (f.strict && !f.parameters.empty()) {
-      json.Raw(f.parameters);
-    } else {
-      json.BeginObject().Field("type", "object").EndObject();
+    json.BeginObject().Field("type", "array").Field("minItems", int64_t{1});
+    if (!tools.parallel) json.Field("maxItems", int64_t{1});
+    json.Key("items").BeginObject().Key("anyOf").BeginArray();
+    for (const ToolFunction& f : tools.functions) {
+      json.BeginObject().Field("type", "object").Key("properties").BeginObject();
+      json.Key("name").BeginObject().Key("enum").BeginArray().String(f.name).EndArray();
+      json.EndObject().Key("arguments");
+      WriteArguments(json, f);
+      json.EndObject().Key("required").BeginArray().String("name").String("arguments");
+      json.EndArray().Field("additionalProperties", false).EndObject();
     }
-    json.EndObject().Field("end", "}\n</tool_call>").EndObject();
+    json.EndArray().EndObject().EndObject().EndObject().Field("end", "").EndObject();
+  } else {
+    for (const ToolFunction& f : tools.functions) {
+      JsonWriter name;
+      name.String(f.name);
+      std::string begin, end;
+      switch (format) {
+        case ToolCallFormat::kHermes:
+          begin = "<tool_call>\n{\"name\": " + name.str() + ", \"arguments\": ";
+          end = "}\n</tool_call>";
+          break;
+        case ToolCallFormat::kMistral:
+          begin = "[TOOL_CALLS]" + f.name + "[ARGS]";
+          break;
+        case ToolCallFormat::kLlama3Json:
+          begin = "{\"name\": " + name.str() + ", \"parameters\": ";
+          end = "}";
+          break;
+        default:
+          begin = "{\"name\": " + name.str() + ", \"arguments\": ";
+          end = "}";
+          break;
+      }
+      json.BeginObject().Field("type", "tag").Field("begin", begin);
+      json.Key("content").BeginObject().Field("type", "json_schema").Key("json_schema");
+      WriteArguments(json, f);
+      json.EndObject().Field("end", end).EndObject();
+    }
   }
-  json.EndArray().Field("at_least_one", false).Field("stop_after_first", !tools.parallel);
-  json.EndObject().EndObject();
+  // Llama 3's call, the JSON fallback's and Mistral's array are the whole reply: it ends with them.
+  const bool several = format == ToolCallFormat::kHermes || named;
+  json.EndArray().Field("at_least_one", false);
+  json.Field("stop_after_first", !several || !tools.parallel).EndObject().EndObject();
   return json.str();
 }
 
@@ -289,14 +335,6 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
                                 "'tool_choice' \"required\" or a named function, whose calls are "
                                 "constrained"),
         "tool_choice"};
-  }
-  if (AnyStrict(tools) && format != ToolCallFormat::kHermes) {
-    return Refusal{Status::InvalidArgument(fmt::format(
-                       "strict functions under 'tool_choice' \"auto\" are constrained for the "
-                       "Hermes format (<tool_call>), not this template's ({}); use 'tool_choice' "
-                       "\"required\" or a named function, where every call follows its schema",
-                       ToolCallFormatName(format))),
-                   "tools"};
   }
   return std::nullopt;
 }
@@ -514,7 +552,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   if (constrained_calls) {
     schema = ToolCallSchema(request.tools);
   } else if (parse_calls && AnyStrict(request.tools)) {
-    tag = HermesStrictCallsTag(request.tools);
+    tag = StrictCallsTag(request.tools, format, engine->chat_template()->source());
   } else if (request.response_format.type == ResponseFormat::Type::kText) {
     run->Launch(run, generation);
     return run;

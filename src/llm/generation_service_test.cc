@@ -326,6 +326,51 @@ TEST(GenerationServiceTest, RequiredAndNamedCallsFollowTheFunctionsSchema) {
   }
 }
 
+// Under auto, a strict function's calls follow its schema in Llama 3's, Mistral's (both forms)
+// and the JSON fallback's formats too: the model's "kelvin" becomes a unit the schema allows.
+TEST(GenerationServiceTest, AutoConstrainsStrictCallsInEveryFormat) {
+  const std::string llama3 =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}{%- for call in "
+      "message.tool_calls %}{\"name\": \"{{ call.function.name }}\", \"parameters\": "
+      "{{ call.function.arguments | tojson }}}{%- endfor %}{%- endfor %}";
+  const std::string mistral_array =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}{%- if message.tool_calls "
+      "%}[TOOL_CALLS]{{ message.tool_calls | tojson }}{%- endif %}{%- endfor %}";
+  const std::string mistral_named =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}{%- for call in "
+      "message.tool_calls %}[TOOL_CALLS]{{ call.function.name }}[ARGS]{{ "
+      "call.function.arguments | tojson }}{%- endfor %}{%- endfor %}";
+  const std::string fallback =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}"
+      "{%- endfor %}";
+  const std::pair<std::string, std::string> cases[] = {
+      {llama3, "{\"name\": \"get_weather\", \"parameters\": {\"unit\": \"kelvin\"}}"},
+      {mistral_array,
+       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\"}}]"},
+      {mistral_named, "[TOOL_CALLS]get_weather[ARGS]{\"unit\": \"kelvin\"}"},
+      {fallback, "{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\"}}"},
+  };
+  for (const auto& [source, reply] : cases) {
+    GenerationService service({{"m", Scripted(reply, source)}});
+    GenerateRequest request = Chat("weather?");
+    request.max_tokens = 0;
+    request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+    const ChoiceEvent loose = Generate(service, request)->Joined(0);
+    ASSERT_EQ(loose.tool_calls.size(), 1u) << reply << " gave " << loose.content;
+    EXPECT_EQ(loose.tool_calls[0].arguments, R"({"unit":"kelvin"})");
+    request.tools.functions[0].strict = true;
+    // One call: the scripted model, off its script once constrained, would not close an array.
+    request.tools.parallel = false;
+    auto strict = Generate(service, request);
+    ASSERT_TRUE(strict->rejected.ok()) << strict->rejected.ToString();
+    const ChoiceEvent choice = strict->Joined(0);
+    ASSERT_EQ(choice.tool_calls.size(), 1u) << reply << " gave " << choice.content;
+    EXPECT_TRUE(choice.tool_calls[0].arguments == R"({"unit":"c"})" ||
+                choice.tool_calls[0].arguments == R"({"unit":"f"})")
+        << reply << " gave " << choice.tool_calls[0].arguments;
+  }
+}
+
 // Under auto, a strict function's calls follow its schema (XGrammar's structural tag) while the
 // text around them stays free; without strict the model's own arguments are given as written.
 TEST(GenerationServiceTest, AutoConstrainsAStrictFunctionsCalls) {
@@ -477,17 +522,19 @@ TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
   auto r = Generate(service, request, "m");
   EXPECT_EQ(r->rejected.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r->rejected_param, "tools");
-  r = Generate(service, request, "unknown_format");
-  EXPECT_EQ(r->rejected_param, "tool_choice");
-  // Required calls are constrained, so they need no known format.
-  request.tools.choice = ToolOptions::Choice::kRequired;
+  // A template with no known call format is served under auto: its replies are read with the
+  // JSON fallback.
   request.max_tokens = 8;
   EXPECT_TRUE(Generate(service, request, "unknown_format")->rejected.ok());
+  request.tools.choice = ToolOptions::Choice::kRequired;
+  EXPECT_TRUE(Generate(service, request, "unknown_format")->rejected.ok());
+  // Strict functions under auto are constrained in every format.
   request.tools = WeatherTool(ToolOptions::Choice::kAuto);
   request.tools.functions[0].strict = true;
-  r = Generate(service, request, "mistral");
-  EXPECT_EQ(r->rejected_param, "tools");
-  EXPECT_NE(r->rejected.message().find("strict"), std::string::npos);
+  request.max_tokens = 8;
+  for (const char* model : {"mistral", "unknown_format", "hermes"}) {
+    EXPECT_TRUE(Generate(service, request, model)->rejected.ok()) << model;
+  }
   request.tools.functions[0].strict = false;
   request.response_format.type = ResponseFormat::Type::kJsonObject;
   EXPECT_EQ(Generate(service, request, "hermes")->rejected_param, "response_format");

@@ -33,6 +33,7 @@ struct TemplateError : std::runtime_error {
 struct Context {
   std::vector<Dict> scopes;
   std::string out;
+  std::map<std::string, const ChatTemplate::Node*> macros;  // {% macro %}s defined so far.
   Value Lookup(const std::string& name) const {
     for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
       auto found = it->find(name);
@@ -43,6 +44,9 @@ struct Context {
 };
 
 using Expr = std::function<Value(Context&)>;
+
+// A {% macro %}'s output for `args` (defined with the statements, below).
+Value CallMacro(const ChatTemplate::Node& macro, const List& args, Context& c);
 
 // ---- Expression lexer and parser -------------------------------------------------------------
 
@@ -307,13 +311,18 @@ class ExprParser {
     }
     return Postfix(Primary());
   }
-  std::vector<Expr> Arguments() {  // After '(' up to and including ')'.
+  // After '(' up to and including ')'. Keyword arguments are taken by position; their names in
+  // `keywords` where given ("" for a positional one).
+  std::vector<Expr> Arguments(std::vector<std::string>* keywords = nullptr) {
     std::vector<Expr> args;
     if (AcceptOp(")")) return args;
     do {
+      std::string keyword;
       if (tokens_[pos_].kind == Token::kName && tokens_[pos_ + 1].text == "=") {
-        pos_ += 2;  // Keyword arguments are taken by position.
+        keyword = tokens_[pos_].text;
+        pos_ += 2;
       }
+      if (keywords != nullptr) keywords->push_back(keyword);
       args.push_back(Expression());
     } while (AcceptOp(","));
     ExpectOp(")");
@@ -335,17 +344,19 @@ class ExprParser {
           value = [=](Context& c) { return Attribute(value(c), Value(name)); };
         }
       } else if (AcceptOp("[")) {
-        Expr start, stop;
+        Expr start, stop, step;
         bool slice = false;
         if (!PeekOp(":")) start = Expression();
         if (AcceptOp(":")) {
           slice = true;
-          if (!PeekOp("]")) stop = Expression();
+          if (!PeekOp("]") && !PeekOp(":")) stop = Expression();
+          if (AcceptOp(":") && !PeekOp("]")) step = Expression();
         }
         ExpectOp("]");
         if (slice) {
           value = [=](Context& c) {
-            return Slice(value(c), start ? start(c) : Value(), stop ? stop(c) : Value());
+            return Slice(value(c), start ? start(c) : Value(), stop ? stop(c) : Value(),
+                         step ? step(c) : Value());
           };
         } else {
           value = [=](Context& c) { return Attribute(value(c), start(c)); };
@@ -377,11 +388,35 @@ class ExprParser {
     }
     return Value();
   }
-  static Value Slice(const Value& object, const Value& start, const Value& stop) {
+  static Value Slice(const Value& object, const Value& start, const Value& stop,
+                     const Value& step) {
     const int64_t size = object.list()  ? static_cast<int64_t>(object.list()->size())
                          : object.str() ? static_cast<int64_t>(object.str()->size())
                                         : -1;
     if (size < 0) throw TemplateError("slice of a value that is not a list or string");
+    const int64_t stride = step.integer() ? *step.integer() : 1;
+    if (stride == 0) throw TemplateError("slice step cannot be zero");
+    if (stride != 1) {
+      // Python's rules: bounds default to the ends in the step's direction.
+      auto bound = [&](const Value& v, int64_t fallback) {
+        if (!v.integer()) return fallback;
+        int64_t i = *v.integer();
+        if (i < 0) i += size;
+        return stride > 0 ? std::clamp<int64_t>(i, 0, size) : std::clamp<int64_t>(i, -1, size - 1);
+      };
+      const int64_t from = bound(start, stride > 0 ? 0 : size - 1);
+      const int64_t to = bound(stop, stride > 0 ? size : -1);
+      List items;
+      std::string text;
+      for (int64_t i = from; stride > 0 ? i < to : i > to; i += stride) {
+        if (object.list()) {
+          items.push_back((*object.list())[static_cast<size_t>(i)]);
+        } else {
+          text += (*object.str())[static_cast<size_t>(i)];
+        }
+      }
+      return object.list() ? Value(items) : Value(text);
+    }
     auto clamp = [&](const Value& v, int64_t fallback) {
       if (!v.integer()) return fallback;
       int64_t i = *v.integer();
@@ -411,9 +446,25 @@ class ExprParser {
       if (token.text == "none" || token.text == "None")
         return [](Context&) { return Value(nullptr); };
       const std::string name = token.text;
+      if (name == "namespace" && AcceptOp("(")) {
+        // namespace(key=value, ...): an object whose attributes `set` may change.
+        std::vector<std::string> keywords;
+        std::vector<Expr> args = Arguments(&keywords);
+        return [=](Context& c) {
+          Dict d;
+          for (size_t i = 0; i < args.size(); ++i) {
+            if (!keywords[i].empty()) d[keywords[i]] = args[i](c);
+          }
+          return Value(d);
+        };
+      }
       if (AcceptOp("(")) {
         std::vector<Expr> args = Arguments();
-        return [=](Context& c) { return CallFunction(name, Evaluate(args, c)); };
+        return [=](Context& c) {
+          auto macro = c.macros.find(name);
+          if (macro != c.macros.end()) return CallMacro(*macro->second, Evaluate(args, c), c);
+          return CallFunction(name, Evaluate(args, c));
+        };
       }
       return [name](Context& c) { return c.Lookup(name); };
     }
@@ -575,6 +626,58 @@ Value ApplyFilter(const std::string& name, const Value& value, const List& args)
     if (auto l = value.list(); l && !l->empty()) return name == "first" ? l->front() : l->back();
     return Value();
   }
+  if (name == "items") {
+    List out;
+    if (auto d = value.dict()) {
+      for (const auto& [key, v] : *d) out.push_back(Value(List{Value(key), v}));
+    }
+    return Value(out);
+  }
+  if (name == "list") {
+    if (value.list()) return value;
+    List out;
+    if (auto s = value.str()) {
+      for (char ch : *s) out.push_back(Value(std::string(1, ch)));
+    } else if (auto d = value.dict()) {
+      for (const auto& [key, v] : *d) out.push_back(Value(key));
+    }
+    return Value(out);
+  }
+  if (name == "selectattr" || name == "rejectattr") {
+    // (attribute[, test[, argument]]): the items whose attribute passes the test (truthy without
+    // one), or, rejectattr, those whose does not.
+    if (args.empty() || !args[0].str()) throw TemplateError(name + " needs an attribute name");
+    const std::string test = args.size() > 1 ? ToText(args[1]) : "";
+    List out;
+    if (auto l = value.list()) {
+      for (const Value& item : *l) {
+        Value field;
+        if (auto d = item.dict()) {
+          auto it = d->find(*args[0].str());
+          if (it != d->end()) field = it->second;
+        }
+        bool pass;
+        if (test.empty()) {
+          pass = field.Truthy();
+        } else if (test == "equalto" || test == "==" || test == "eq") {
+          pass = args.size() > 2 && ToText(field) == ToText(args[2]) &&
+                 (field.str() != nullptr) == (args[2].str() != nullptr);
+        } else if (test == "defined") {
+          pass = !field.undefined();
+        } else if (test == "undefined") {
+          pass = field.undefined();
+        } else if (test == "none") {
+          pass = field.none();
+        } else if (test == "string") {
+          pass = field.str() != nullptr;
+        } else {
+          throw TemplateError(name + ": unknown test '" + test + "'");
+        }
+        if (pass == (name == "selectattr")) out.push_back(item);
+      }
+    }
+    return Value(out);
+  }
   throw TemplateError("unknown filter '" + name + "'");
 }
 
@@ -583,13 +686,14 @@ Value ApplyFilter(const std::string& name, const Value& value, const List& args)
 // ---- Statements ------------------------------------------------------------------------------
 
 struct ChatTemplate::Node {
-  enum Kind { kText, kOutput, kIf, kFor, kSet } kind = kText;
+  enum Kind { kText, kOutput, kIf, kFor, kSet, kMacro } kind = kText;
   std::string text;  // kText
   Expr expr;         // kOutput, kFor (iterable), kSet
   std::vector<std::pair<Expr, std::vector<std::unique_ptr<Node>>>> branches;  // kIf
   std::vector<std::unique_ptr<Node>> body, otherwise;  // kFor (+else), kIf's else
-  std::vector<std::string> names;                      // kFor variables; kSet target
-  Expr filter;                                         // kFor's `if`
+  std::vector<std::string> names;  // kFor variables; kSet target; kMacro name, parameters
+  Expr filter;                     // kFor's `if`
+  std::vector<Expr> defaults;      // kMacro: each parameter's default (empty: none)
 };
 
 namespace {
@@ -625,7 +729,28 @@ std::vector<Piece> Segment(const std::string& source) {
     }
     const char kind = source[open + 1];
     const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
-    const size_t end = source.find(close, open + 2);
+    // The close outside string literals: {{ "}}" }} is an output of two braces.
+    size_t end = std::string::npos;
+    char quote = 0;
+    for (size_t k = open + 2; k + 1 < source.size(); ++k) {
+      const char ch = source[k];
+      if (kind == '#') {
+        if (source.compare(k, 2, close) == 0) end = k;
+      } else if (quote != 0) {
+        if (ch == '\\') {
+          ++k;
+        } else if (ch == quote) {
+          quote = 0;
+        }
+        continue;
+      } else if (ch == '\'' || ch == '"') {
+        quote = ch;
+        continue;
+      } else if (source.compare(k, 2, close) == 0) {
+        end = k;
+      }
+      if (end != std::string::npos) break;
+    }
     if (end == std::string::npos) throw TemplateError("unclosed tag");
     std::string inner = source.substr(open + 2, end - open - 2);
     bool strip_before = false, keep_lstrip = false;
@@ -720,6 +845,22 @@ class StatementParser {
         std::string end = Parse(node->body, {"else", "endfor"}, &next);
         if (end == "else") end = Parse(node->otherwise, {"endfor"}, &next);
         if (end != "endfor") throw TemplateError("for without endfor");
+      } else if (keyword == "macro") {
+        node->kind = Node::kMacro;
+        node->names.push_back(p.Name());
+        p.ExpectOp("(");
+        if (!p.AcceptOp(")")) {
+          do {
+            node->names.push_back(p.Name());
+            node->defaults.push_back(p.AcceptOp("=") ? p.Expression() : Expr());
+          } while (p.AcceptOp(","));
+          p.ExpectOp(")");
+        }
+        p.ExpectEnd();
+        ExprParser* next = nullptr;
+        if (Parse(node->body, {"endmacro"}, &next) != "endmacro") {
+          throw TemplateError("macro without endmacro");
+        }
       } else if (keyword == "set") {
         node->kind = Node::kSet;
         node->names.push_back(p.Name());
@@ -756,6 +897,9 @@ void ExecuteNode(const Node& node, Context& c) {
         if (condition(c).Truthy()) return Execute(branch, c);
       }
       return Execute(node.otherwise, c);
+    case Node::kMacro:
+      c.macros[node.names[0]] = &node;
+      return;
     case Node::kSet: {
       Value value = node.expr(c);
       if (node.names.size() == 2) {
@@ -821,6 +965,19 @@ void ExecuteNode(const Node& node, Context& c) {
 
 void Execute(const Body& body, Context& c) {
   for (const auto& node : body) ExecuteNode(*node, c);
+}
+
+Value CallMacro(const Node& macro, const List& args, Context& c) {
+  Dict scope;
+  for (size_t i = 1; i < macro.names.size(); ++i) {
+    const Expr& fallback = macro.defaults[i - 1];
+    scope[macro.names[i]] = i - 1 < args.size() ? args[i - 1] : fallback ? fallback(c) : Value();
+  }
+  std::string out = std::exchange(c.out, {});
+  c.scopes.push_back(std::move(scope));
+  Execute(macro.body, c);
+  c.scopes.pop_back();
+  return Value(std::exchange(c.out, std::move(out)));
 }
 
 }  // namespace

@@ -84,6 +84,25 @@ TEST(ChatTemplateTest, ExpressionsAndVariables) {
   EXPECT_EQ(*text, "<s>13a12-3TrueTruevd");
 }
 
+// What the real published templates use beyond the basics (Qwen3's messages[::-1], Mistral's
+// selectattr and namespace(index=0), Hermes 3's macros, Mistral Nemo's "}}" in a string), each
+// as Jinja computes it.
+TEST(ChatTemplateTest, WhatRealTemplatesUse) {
+  auto t = ChatTemplate::Parse(
+      "{{ [1, 2, 3, 4][::-1] | join }}|{{ 'abcdef'[::2] }}|{{ [1, 2, 3, 4][2::-1] | join }}|"
+      "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}|"
+      "{{ messages | rejectattr('role', 'equalto', 'user') | list | length }}|"
+      "{%- set ns = namespace(index=0, found=false) %}{%- for m in messages %}"
+      "{%- set ns.index = ns.index + 1 %}{%- endfor %}{{ ns.index }}{{ ns.found }}|"
+      "{%- macro greet(name, punct='!') %}hi {{ name }}{{ punct }}{%- endmacro %}"
+      "{{ greet('ada') }} {{ greet('bob', '?') }}|{{ \"}}\" }}|"
+      "{%- for k, v in {'a': 1} | items %}{{ k }}={{ v }}{%- endfor %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto text = (*t)->Render({{"user", "u"}, {"assistant", "a"}, {"user", "v"}}, false);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, "4321|ace|321|2|1|3False|hi ada! hi bob?|}}|a=1");
+}
+
 // A message's name is message.name where it is given, and undefined where it is not.
 TEST(ChatTemplateTest, AMessagesNameWhereGiven) {
   auto t = ChatTemplate::Parse(

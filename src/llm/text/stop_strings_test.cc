@@ -11,7 +11,7 @@ TEST(StopStringMatcherTest, TextBeforeTheFirstStopIsKept) {
   StopStringMatcher::Released r = m.Add("world stop here END");
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(r.text, "world ");
-  EXPECT_EQ(r.stop, "stop");  // The one found first in the text, not in the list.
+  EXPECT_EQ(r.stop, "stop");          // The one found first in the text, not in the list.
   EXPECT_EQ(m.Add("more").text, "");  // Nothing after a stop.
   EXPECT_EQ(m.Flush(), "");
 }

@@ -70,6 +70,33 @@ std::optional<ToolCall> ParseCall(std::string_view json) {
   return CallFrom(root);
 }
 
+// What may open a call in the JSON fallback: Granite's marker, a Markdown fence.
+constexpr std::string_view kJsonMarkers[] = {"<|tool_call|>", "```json", "```"};
+
+// `text` after leading whitespace and JSON markers.
+std::string_view AfterJsonMarkers(std::string_view text) {
+  for (bool again = true; again;) {
+    again = false;
+    text = Trim(text);
+    for (std::string_view marker : kJsonMarkers) {
+      if (text.substr(0, marker.size()) == marker) {
+        text.remove_prefix(marker.size());
+        again = true;
+        break;
+      }
+    }
+  }
+  return text;
+}
+
+// Whether `text` may yet become a marker (a proper start of one).
+bool IsMarkerStart(std::string_view text) {
+  for (std::string_view marker : kJsonMarkers) {
+    if (text.size() < marker.size() && marker.substr(0, text.size()) == text) return true;
+  }
+  return false;
+}
+
 // Mistral's newer format (its v11 tokenizer's templates): name[ARGS]{...}, calls after the first
 // each opened by [TOOL_CALLS] again. Empty where any piece does not parse.
 std::vector<ToolCall> MistralNamedCalls(std::string_view body) {
@@ -81,7 +108,11 @@ std::vector<ToolCall> MistralNamedCalls(std::string_view body) {
                                           : body.substr(next + kMistralOpen.size());
     const size_t args = piece.find(kMistralArgs);
     if (args == std::string_view::npos) return {};
-    const std::string_view name = Trim(piece.substr(0, args));
+    std::string_view name = Trim(piece.substr(0, args));
+    // Mistral Small 3.2's templates put the call's id between: name[CALL_ID]id[ARGS]{...}.
+    if (const size_t id = name.find("[CALL_ID]"); id != std::string_view::npos) {
+      name = Trim(name.substr(0, id));
+    }
     simdjson::dom::parser parser;
     simdjson::dom::element arguments;
     if (name.empty() ||
@@ -105,6 +136,8 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
       return "llama3_json";
     case ToolCallFormat::kMistral:
       return "mistral";
+    case ToolCallFormat::kJson:
+      return "json";
     case ToolCallFormat::kUnknown:
       break;
   }
@@ -118,6 +151,8 @@ ToolCallFormat ToolCallFormatOf(std::string_view source) {
       source.find(kPythonTag) != std::string_view::npos) {
     return ToolCallFormat::kLlama3Json;
   }
+  // A template that knows tools but writes calls in no format above: the JSON fallback.
+  if (source.find("tool") != std::string_view::npos) return ToolCallFormat::kJson;
   return ToolCallFormat::kUnknown;
 }
 
@@ -251,6 +286,18 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
         buffer_.erase(0, buffer_.size() - hold);
         return;
       }
+    } else if (format_ == ToolCallFormat::kJson) {
+      // A call is the whole reply, after a marker or a fence where there is one.
+      const std::string_view rest = AfterJsonMarkers(buffer_);
+      if (rest.empty() || (!end && (IsMarkerStart(rest) || IsMarkerStart(Trim(buffer_))))) {
+        if (end) Release(out, std::exchange(buffer_, {}));
+        return;
+      }
+      if (rest.front() == '{' || rest.front() == '[') {
+        in_call_ = true;
+      } else {
+        started_ = true;
+      }
     } else {
       // Llama 3: a call is the whole reply, so it can only open it.
       if (buffer_.compare(0, kPythonTag.size(), kPythonTag) == 0) {
@@ -281,6 +328,14 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
       calls = std::move(*parsed);
     } else {
       calls = MistralNamedCalls(body);
+    }
+  } else if (format_ == ToolCallFormat::kJson) {
+    std::string_view json = AfterJsonMarkers(body);
+    if (json.size() >= 3 && json.substr(json.size() - 3) == "```") json.remove_suffix(3);
+    if (auto parsed = ParseToolCallArray(json); parsed.ok()) {
+      calls = std::move(*parsed);
+    } else if (std::optional<ToolCall> call = ParseCall(json)) {
+      calls.push_back(std::move(*call));
     }
   } else {
     // One object, or several joined by ';'.

@@ -4,6 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "llm/text/chat_template.h"
+#include "llm/text/reasoning.h"
 
 namespace sluice::llm {
 namespace {
@@ -118,6 +123,33 @@ TEST(ToolCallParserTest, MistralNamedCallsAndShortIds) {
   EXPECT_EQ(NewToolCallId().size(), 29u);
 }
 
+// Templates that know tools but no format above (Granite, Phi-4-mini, DeepSeek): the reply as a
+// JSON call or array of calls, after Granite's marker or in a fence; other text stays text.
+TEST(ToolCallParserTest, TheJsonFallback) {
+  EXPECT_EQ(ToolCallFormatOf("{{ tools }}{{ messages }}"), ToolCallFormat::kJson);
+  EXPECT_EQ(ToolCallFormatOf("{{ messages }}"), ToolCallFormat::kUnknown);
+  for (const std::string reply :
+       {R"({"name": "f", "arguments": {"a": 1}})", R"([{"name": "f", "arguments": {"a": 1}}])",
+        R"(<|tool_call|>[{"name": "f", "arguments": {"a": 1}}])",
+        "```json\n{\"name\": \"f\", \"parameters\": {\"a\": 1}}\n```"}) {
+    auto p = Feed(ToolCallFormat::kJson, reply);
+    ASSERT_EQ(p.calls.size(), 1u) << reply;
+    EXPECT_EQ(p.calls[0].name, "f");
+    EXPECT_EQ(p.calls[0].arguments, R"({"a":1})");
+    EXPECT_EQ(p.content, "") << reply;
+  }
+  for (const std::string text : {std::string("It is sunny."), std::string("```python\nx = 1\n```"),
+                                 std::string(R"({"answer": 4})")}) {
+    auto p = Feed(ToolCallFormat::kJson, text);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+  // Mistral Small 3.2's call id between the name and the arguments.
+  auto p = Feed(ToolCallFormat::kMistral, R"([TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{"a": 1})");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "f");
+}
+
 // A constrained array cut by the token limit (a small model repeating its call): the calls it
 // completed, never its text.
 TEST(ToolCallArrayTest, TheCompleteCallsOfACutArray) {
@@ -140,6 +172,80 @@ TEST(ToolCallArrayTest, TheConstrainedForm) {
   EXPECT_FALSE(ParseToolCallArray("[]").ok());
   EXPECT_FALSE(ParseToolCallArray(R"([{"name": "f"}])").ok());
   EXPECT_FALSE(ParseToolCallArray(R"({"name": "f", "arguments": {}})").ok());
+}
+
+// Each format's parser on the calls the real published templates write (llama.cpp's copies of
+// them, from the pinned source distribution): an assistant turn with a call is rendered by the
+// template, and the reply's text parses back to that call. Mistral's templates refuse any id
+// but 9 letters and digits, which NewToolCallId gives them.
+TEST(ToolCallParserTest, EachFormatOnItsRealTemplate) {
+  // Granite 3.3's template writes no calls back; it tells the model to answer with
+  // <|tool_call|> and a JSON list, which is what its replies hold.
+  const std::string granite_reply =
+      R"(<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}])";
+  const std::pair<const char*, ToolCallFormat> templates[] = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolCallFormat::kHermes},
+      {"Qwen-Qwen3-0.6B", ToolCallFormat::kHermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolCallFormat::kHermes},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFormat::kLlama3Json},
+      {"meta-llama-Llama-3.2-3B-Instruct", ToolCallFormat::kLlama3Json},
+      {"meta-llama-Llama-3.3-70B-Instruct", ToolCallFormat::kLlama3Json},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::kMistral},
+      {"Mistral-Small-3.2-24B-Instruct-2506", ToolCallFormat::kMistral},
+      {"unsloth-mistral-Devstral-Small-2507", ToolCallFormat::kMistral},
+      {"ibm-granite-granite-3.3-2B-Instruct", ToolCallFormat::kJson},
+  };
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather.",)"
+      R"( "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  for (const auto& [name, format] : templates) {
+    SCOPED_TRACE(name);
+    std::ifstream file(std::string(SLUICE_CHAT_TEMPLATES) + "/" + name + ".jinja");
+    ASSERT_TRUE(file) << "missing template " << name;
+    std::stringstream source;
+    source << file.rdbuf();
+    auto parsed = ChatTemplate::Parse(source.str());
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    if (!parsed.ok()) continue;
+    EXPECT_EQ(ToolCallFormatOf(source.str()), format);
+    ChatMessage user;
+    user.role = "user";
+    user.content = "Weather in Paris?";
+    ChatMessage call;
+    call.role = "assistant";
+    call.tool_calls.push_back({NewToolCallId(format), "get_weather", R"({"city": "Paris"})"});
+    const std::map<std::string, std::string> variables = {{"bos_token", "<s>"},
+                                                          {"eos_token", "</s>"}};
+    const std::map<std::string, TemplateArgument> arguments = {{"tools", TemplateJson{tools}}};
+    auto prompt = (*parsed)->Render({user}, /*add_generation_prompt=*/true, variables, arguments);
+    auto turn =
+        (*parsed)->Render({user, call}, /*add_generation_prompt=*/false, variables, arguments);
+    EXPECT_TRUE(prompt.ok()) << prompt.status().ToString();
+    EXPECT_TRUE(turn.ok()) << turn.status().ToString();
+    if (!prompt.ok() || !turn.ok()) continue;
+    EXPECT_EQ(turn->rfind(*prompt, 0), 0u) << *prompt << "\n---\n" << *turn;
+    if (turn->rfind(*prompt, 0) != 0) continue;
+    std::string reply = turn->substr(prompt->size());
+    if (format == ToolCallFormat::kJson) {
+      EXPECT_NE(prompt->find("<|tool_call|> followed by a JSON list"), std::string::npos);
+      reply = granite_reply;
+    }
+    // The turn's end is the end-of-sequence token the model stops on, not the reply's text.
+    for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end_of_text|>"}) {
+      if (const size_t at = reply.rfind(end); at != std::string::npos) reply.erase(at);
+    }
+    if ((*parsed)->thinks()) {
+      // Qwen3 writes an empty thinking block before the call: the reasoning splitter's, as served.
+      ReasoningSplitter splitter(/*in_reasoning=*/false);
+      reply = splitter.Add(reply).content + splitter.Finish().content;
+    }
+    const ToolCallParser::Pieces pieces = Feed(format, reply);
+    EXPECT_EQ(pieces.calls.size(), 1u) << reply;
+    if (pieces.calls.size() != 1) continue;
+    EXPECT_EQ(pieces.calls[0].name, "get_weather");
+    EXPECT_EQ(pieces.calls[0].arguments, R"({"city":"Paris"})");
+    EXPECT_EQ(pieces.content, "") << reply;
+  }
 }
 
 }  // namespace
