@@ -134,7 +134,8 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "previous_response_id and GET /v1/responses/{id}; the least recently used go")
       ->capture_default_str();
   app->add_option("--responses-store-bytes", cmd.options.responses_store.max_bytes,
-                  "... and at most this much memory of them (bytes, or with a unit)")
+                  "The Responses API's stored responses take at most this much memory (bytes, or "
+                  "with a unit); the least recently used go")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   app->add_option("--drain-delay", cmd.drain_seconds,
