@@ -231,8 +231,12 @@ std::string StrictCallsTag(const ToolOptions& tools, ToolCallFormat format,
                            std::string_view template_source) {
   const bool mistral = format == ToolCallFormat::kMistral;
   const bool named = mistral && template_source.find("[ARGS]") != std::string_view::npos;
+  const bool deepseek = format == ToolCallFormat::kDeepSeek;
+  // DeepSeek R1's form puts the arguments in a ```json fence after "function" and the name.
+  const bool fenced = deepseek && template_source.find("```json") != std::string_view::npos;
   std::string_view trigger = format == ToolCallFormat::kHermes ? "<tool_call>"
                              : mistral                         ? "[TOOL_CALLS]"
+                             : deepseek                        ? "<｜tool▁calls▁begin｜>"
                                                                : "{\"name\": \"";
   JsonWriter json;
   json.BeginObject().Field("type", "structural_tag").Key("format").BeginObject();
@@ -271,6 +275,12 @@ std::string StrictCallsTag(const ToolOptions& tools, ToolCallFormat format,
           begin = "{\"name\": " + name.str() + ", \"parameters\": ";
           end = "}";
           break;
+        case ToolCallFormat::kDeepSeek:
+          begin = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" +
+                  (fenced ? "function<｜tool▁sep｜>" + f.name + "\n```json\n"
+                          : f.name + "<｜tool▁sep｜>");
+          end = std::string(fenced ? "\n```" : "") + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+          break;
         default:
           begin = "{\"name\": " + name.str() + ", \"arguments\": ";
           end = "}";
@@ -283,7 +293,7 @@ std::string StrictCallsTag(const ToolOptions& tools, ToolCallFormat format,
     }
   }
   // Llama 3's call, the JSON fallback's and Mistral's array are the whole reply: it ends with them.
-  const bool several = format == ToolCallFormat::kHermes || named;
+  const bool several = format == ToolCallFormat::kHermes || named;  // DeepSeek's: one, closed.
   json.EndArray().Field("at_least_one", false);
   json.Field("stop_after_first", !several || !tools.parallel).EndObject().EndObject();
   return json.str();

@@ -343,12 +343,20 @@ TEST(GenerationServiceTest, AutoConstrainsStrictCallsInEveryFormat) {
   const std::string fallback =
       "{{ tools }}{%- for message in messages %}{{ message.content }}"
       "{%- endfor %}";
+  const std::string deepseek =
+      "{{ tools }}{%- for message in messages %}{{ message.content }}{%- for call in "
+      "message.tool_calls %}<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+      "{{ call.function.name }}\n```json\n{{ call.function.arguments | tojson }}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>{%- endfor %}{%- endfor %}";
   const std::pair<std::string, std::string> cases[] = {
       {llama3, "{\"name\": \"get_weather\", \"parameters\": {\"unit\": \"kelvin\"}}"},
       {mistral_array,
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\"}}]"},
       {mistral_named, "[TOOL_CALLS]get_weather[ARGS]{\"unit\": \"kelvin\"}"},
       {fallback, "{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"kelvin\"}}"},
+      {deepseek,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+       "{\"unit\": \"kelvin\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
   };
   for (const auto& [source, reply] : cases) {
     GenerationService service({{"m", Scripted(reply, source)}});

@@ -90,8 +90,7 @@ TEST(GrammarTest, NoiseUnderASchemaAlwaysGivesValidDocuments) {
     for (auto field : object) keys.insert(std::string(field.key));
     for (const char* key : {"name", "age", "ok", "colour"}) EXPECT_TRUE(keys.count(key)) << key;
     for (const std::string& key : keys) {
-      EXPECT_TRUE(key == "name" || key == "age" || key == "ok" || key == "colour" ||
-                  key == "tags")
+      EXPECT_TRUE(key == "name" || key == "age" || key == "ok" || key == "colour" || key == "tags")
           << key;
     }
     std::string_view name;

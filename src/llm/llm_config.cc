@@ -192,10 +192,9 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   const JsonConfig top(document, path);
   auto model_type = top.String("model_type", "llama");
   if (!model_type.ok()) return model_type.status();
-  static constexpr std::string_view kEncoders[] = {"bert",       "roberta",    "xlm-roberta",
-                                                   "distilbert", "nomic_bert", "modernbert",
-                                                   "mpnet",      "electra",    "deberta-v2",
-                                                   "gte"};
+  static constexpr std::string_view kEncoders[] = {
+      "bert",       "roberta", "xlm-roberta", "distilbert", "nomic_bert",
+      "modernbert", "mpnet",   "electra",     "deberta-v2", "gte"};
   if (std::find(std::begin(kEncoders), std::end(kEncoders), *model_type) != std::end(kEncoders)) {
     return Bad(path, "model_type",
                fmt::format("is '{}', an encoder-only model of a type Sluice does not serve "

@@ -101,9 +101,9 @@ Status LlmEngine::CheckLength(int prompt_tokens, int& max_tokens) const {
   if (prompt_tokens < 1) return Status::InvalidArgument("the prompt is empty");
   if (config_.pooling != Pooling::kNone) {  // The input alone runs: it may fill the context.
     if (prompt_tokens > context) {
-      return Status::InvalidArgument(fmt::format(
-          "This model's maximum context length is {} tokens; the input has {} tokens", context,
-          prompt_tokens));
+      return Status::InvalidArgument(
+          fmt::format("This model's maximum context length is {} tokens; the input has {} tokens",
+                      context, prompt_tokens));
     }
     max_tokens = 1;
     return Status::Ok();

@@ -49,7 +49,8 @@ Result<PrecisionAgreement> ComparePrecisions(StepModel& reference, StepModel& ca
     cand_logits.clear();
     SLUICE_RETURN_IF_ERROR(reference.Run({SequenceChunk{0, 0, prompt, false, {}}}, &ref_logits));
     SLUICE_RETURN_IF_ERROR(candidate.Run(
-        {SequenceChunk{0, 0, prompt, false, {}}, SequenceChunk{1, 0, prompt, false, {}}}, &cand_logits));
+        {SequenceChunk{0, 0, prompt, false, {}}, SequenceChunk{1, 0, prompt, false, {}}},
+        &cand_logits));
     std::vector<int32_t> ref_tokens, own_tokens;
     for (int step = 0; step < new_tokens; ++step) {
       const float* ref = ref_logits.data();

@@ -11,7 +11,7 @@ struct Scheduler::Sequence {
   // yet: it is the next step's input, at position tokens.size() - 1.
   std::vector<int32_t> tokens;
   int slot = -1;
-  int prefilled = 0;  // Prompt tokens in the cache.
+  int prefilled = 0;   // Prompt tokens in the cache.
   int prefix_hit = 0;  // Of the prompt, tokens found in cached blocks at admission (not run).
   int generated = 0;
   std::vector<int32_t> blocks;  // Its block table, for prompt + max_tokens.

@@ -174,7 +174,8 @@ TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   for (const auto& [from, to] : plan.copies) source[to] = from;
   ASSERT_EQ(plan.copies.size(), 3u + 1u + 1u);
   for (const SequenceChunk& chunk : plan.chunks) {
-    for (size_t b = 1; b < chunk.blocks.size(); ++b) EXPECT_EQ(chunk.blocks[b], chunk.blocks[0] + b);
+    for (size_t b = 1; b < chunk.blocks.size(); ++b)
+      EXPECT_EQ(chunk.blocks[b], chunk.blocks[0] + b);
   }
   EXPECT_EQ(source.at(plan.chunks[0].blocks[0]), source.at(plan.chunks[2].blocks[0]));
   EXPECT_NE(source.at(plan.chunks[0].blocks[0]), source.at(plan.chunks[1].blocks[0]));
@@ -457,8 +458,7 @@ TEST(SchedulerTest, RandomisedRunKeepsEveryBlockConsistent) {
       for (int b = chunk.start / block; b < (end + block - 1) / block; ++b) {
         for (const auto& [other, table] : tables) {
           if (other == id) continue;
-          ASSERT_EQ(std::count(table.begin(), table.end(), chunk.blocks[static_cast<size_t>(b)]),
-                    0)
+          ASSERT_EQ(std::count(table.begin(), table.end(), chunk.blocks[static_cast<size_t>(b)]), 0)
               << "sequence " << id << " writes into a block sequence " << other << " holds";
         }
       }

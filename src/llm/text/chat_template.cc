@@ -997,6 +997,11 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
     return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
   }
   result->thinks_ = source.find("</think>") != std::string::npos;
+  for (const std::string_view test :
+       {"['content'] is none", "['content'] is not none", "[\"content\"] is none",
+        "[\"content\"] is not none", "message.content is none", "message.content is not none"}) {
+    result->content_none_ = result->content_none_ || source.find(test) != std::string::npos;
+  }
   result->renders_tools_ = source.find("tools") != std::string::npos;
   result->source_ = source;
   return result;
@@ -1010,7 +1015,10 @@ Result<std::string> ChatTemplate::Render(
   Dict globals;
   List list;
   for (const ChatMessage& m : messages) {
-    Dict message{{"role", Value(m.role)}, {"content", Value(m.content)}};
+    // An assistant turn of calls only has no content: None where the template asks (DeepSeek
+    // R1's tells a call turn by `content is none`), "" for the others (Qwen3's strips it).
+    const bool none = content_none_ && m.content.empty() && !m.tool_calls.empty();
+    Dict message{{"role", Value(m.role)}, {"content", none ? Value(nullptr) : Value(m.content)}};
     if (!m.name.empty()) message.emplace("name", Value(m.name));
     if (!m.tool_call_id.empty()) message.emplace("tool_call_id", Value(m.tool_call_id));
     if (!m.reasoning_content.empty()) {

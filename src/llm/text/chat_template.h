@@ -70,6 +70,7 @@ class ChatTemplate {
   std::vector<std::unique_ptr<Node>> body_;
   bool thinks_ = false;
   bool renders_tools_ = false;
+  bool content_none_ = false;  // It tests a message's content against none.
   std::string source_;
 };
 

@@ -88,7 +88,6 @@ int SequenceLength(std::string_view s) {
   return len;
 }
 
-
 Result<std::shared_ptr<Regex>> CompileRegex(const std::string& pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
@@ -109,7 +108,6 @@ Result<std::shared_ptr<Regex>> CompileRegex(const std::string& pattern) {
 constexpr const char* kByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-
 std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;
@@ -118,7 +116,6 @@ std::string ReadFile(const std::filesystem::path& path) {
 }
 
 }  // namespace
-
 
 Status Tokenizer::Impl::LoadPreTokenizer(simdjson::dom::element spec) {
   if (spec.is_null()) return Status::Ok();

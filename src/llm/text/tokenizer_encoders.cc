@@ -94,7 +94,8 @@ Status Tokenizer::Impl::LoadUnigram(simdjson::dom::element root, const std::stri
       if (kind == "Precompiled" && part["precompiled_charsmap"].get(map) == simdjson::SUCCESS) {
         auto blob = Base64Decode(map);
         if (!blob.ok()) {
-          return Status::InvalidArgument(fmt::format("{}: precompiled_charsmap is not base64", path));
+          return Status::InvalidArgument(
+              fmt::format("{}: precompiled_charsmap is not base64", path));
         }
         auto parsed = PrecompiledCharsmap::Parse(*blob);
         if (!parsed.ok()) {
@@ -195,16 +196,16 @@ Status Tokenizer::Impl::LoadWordPiece(simdjson::dom::element root,
     options.strip_accents = options.lowercase;
     ReadOptional(normalizer["strip_accents"], options.strip_accents);  // null: as lowercase.
   } else {
-    options = WordPieceOptions{false, false, false, false, options.continuing_prefix,
-                               options.max_input_chars_per_word};
+    options = WordPieceOptions{
+        false, false, false, false, options.continuing_prefix, options.max_input_chars_per_word};
   }
   std::string_view pre_type;
   ReadOptional(root["pre_tokenizer"]["type"], pre_type);
   if (pre_type != "BertPreTokenizer") {
-    return Status::InvalidArgument(fmt::format(
-        "{}: WordPiece with the pre-tokenizer '{}' is not supported (Sluice reads "
-        "BertPreTokenizer)",
-        path, pre_type));
+    return Status::InvalidArgument(
+        fmt::format("{}: WordPiece with the pre-tokenizer '{}' is not supported (Sluice reads "
+                    "BertPreTokenizer)",
+                    path, pre_type));
   }
   wordpiece = std::make_unique<WordPiece>(std::move(options), std::move(model_vocab), unknown_id);
   return Status::Ok();
@@ -247,8 +248,7 @@ Status Tokenizer::Impl::LoadGgufUnigram(const GgufFile& file,
     const auto index = static_cast<int32_t>(id);
     vocab.emplace(token, index);
     id_bytes[id] = MetaspaceBytes(token);
-    if (types[id] == kGgufControl || types[id] == kGgufUserDefined ||
-        types[id] == kGgufUnknown) {
+    if (types[id] == kGgufControl || types[id] == kGgufUserDefined || types[id] == kGgufUnknown) {
       // Matched in text as themselves (the tokenizers package's added tokens).
       id_bytes[id] = token;
       special[id] = types[id] != kGgufUserDefined;
@@ -290,8 +290,8 @@ Status Tokenizer::Impl::LoadGgufWordPiece(const GgufFile& file,
       continue;
     }
     // Back to BERT's own spelling: "▁word" starts a word, a bare piece continues one.
-    std::string piece = token.starts_with("\xE2\x96\x81") ? token.substr(3)
-                                                           : options.continuing_prefix + token;
+    std::string piece =
+        token.starts_with("\xE2\x96\x81") ? token.substr(3) : options.continuing_prefix + token;
     id_bytes[id] = WordPieceBytes(piece);
     vocab.emplace(piece, index);
     model_vocab.emplace(std::move(piece), index);

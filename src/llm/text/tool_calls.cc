@@ -13,6 +13,11 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kDeepSeekOpen = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekClose = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekCall = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -126,6 +131,50 @@ std::vector<ToolCall> MistralNamedCalls(std::string_view body) {
   return calls;
 }
 
+// DeepSeek's calls after their opening marker: each <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]
+// name, then its arguments (in a ```json fence in R1's form, bare after the separator in
+// V3.1's), then <｜tool▁call▁end｜>. Empty where any call does not parse.
+std::vector<ToolCall> DeepSeekCalls(std::string_view body) {
+  if (const size_t close = body.find(kDeepSeekClose); close != std::string_view::npos) {
+    if (!Trim(body.substr(close + kDeepSeekClose.size())).empty()) return {};
+    body = body.substr(0, close);
+  }
+  std::vector<ToolCall> calls;
+  while (!Trim(body).empty()) {
+    body = Trim(body);
+    if (body.substr(0, kDeepSeekCall.size()) != kDeepSeekCall) return {};
+    body.remove_prefix(kDeepSeekCall.size());
+    const size_t end = body.find(kDeepSeekCallEnd);
+    if (end == std::string_view::npos) return {};
+    std::string_view call = body.substr(0, end);
+    body.remove_prefix(end + kDeepSeekCallEnd.size());
+    const size_t sep = call.find(kDeepSeekSep);
+    if (sep == std::string_view::npos) return {};
+    std::string_view name = Trim(call.substr(0, sep));
+    std::string_view arguments = call.substr(sep + kDeepSeekSep.size());
+    if (name == "function") {  // R1's form: the name, then the arguments in a fence.
+      const size_t line = arguments.find('\n');
+      if (line == std::string_view::npos) return {};
+      name = Trim(arguments.substr(0, line));
+      arguments = Trim(arguments.substr(line + 1));
+      if (arguments.substr(0, 7) == "```json") arguments.remove_prefix(7);
+      arguments = Trim(arguments);
+      if (arguments.size() >= 3 && arguments.substr(arguments.size() - 3) == "```") {
+        arguments.remove_suffix(3);
+      }
+    }
+    simdjson::dom::parser parser;
+    simdjson::dom::element object;
+    if (name.empty() ||
+        parser.parse(std::string(Trim(arguments))).get(object) != simdjson::SUCCESS ||
+        !object.is_object()) {
+      return {};
+    }
+    calls.push_back(ToolCall{NewToolCallId(), std::string(name), simdjson::minify(object)});
+  }
+  return calls;
+}
+
 }  // namespace
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
@@ -136,6 +185,8 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
       return "llama3_json";
     case ToolCallFormat::kMistral:
       return "mistral";
+    case ToolCallFormat::kDeepSeek:
+      return "deepseek";
     case ToolCallFormat::kJson:
       return "json";
     case ToolCallFormat::kUnknown:
@@ -147,6 +198,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
 ToolCallFormat ToolCallFormatOf(std::string_view source) {
   if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find(kMistralOpen) != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find(kDeepSeekOpen) != std::string_view::npos) return ToolCallFormat::kDeepSeek;
   if (source.find("\"parameters\"") != std::string_view::npos ||
       source.find(kPythonTag) != std::string_view::npos) {
     return ToolCallFormat::kLlama3Json;
@@ -273,15 +325,18 @@ void ToolCallParser::Hermes(Pieces& out, bool end) {
 
 void ToolCallParser::Whole(Pieces& out, bool end) {
   const bool mistral = format_ == ToolCallFormat::kMistral;
+  const bool deepseek = format_ == ToolCallFormat::kDeepSeek;
+  // Mistral's and DeepSeek's calls follow their marker, wherever in the reply it comes.
+  const std::string_view marker = deepseek ? kDeepSeekOpen : kMistralOpen;
   if (!in_call_ && !started_) {
-    if (mistral) {
-      const size_t open = buffer_.find(kMistralOpen);
+    if (mistral || deepseek) {
+      const size_t open = buffer_.find(marker);
       if (open != std::string::npos) {
         Release(out, buffer_.substr(0, open));
-        buffer_.erase(0, open + kMistralOpen.size());
+        buffer_.erase(0, open + marker.size());
         in_call_ = true;
       } else {
-        const size_t hold = end ? 0 : PartialTag(buffer_, kMistralOpen);
+        const size_t hold = end ? 0 : PartialTag(buffer_, marker);
         Release(out, buffer_.substr(0, buffer_.size() - hold));
         buffer_.erase(0, buffer_.size() - hold);
         return;
@@ -329,6 +384,8 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
     } else {
       calls = MistralNamedCalls(body);
     }
+  } else if (deepseek) {
+    calls = DeepSeekCalls(body);
   } else if (format_ == ToolCallFormat::kJson) {
     std::string_view json = AfterJsonMarkers(body);
     if (json.size() >= 3 && json.substr(json.size() - 3) == "```") json.remove_suffix(3);
@@ -357,7 +414,7 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
     }
   }
   if (calls.empty()) {
-    Release(out, (mistral ? std::string(kMistralOpen) : std::string()) + body);
+    Release(out, (mistral || deepseek ? std::string(marker) : std::string()) + body);
     return;
   }
   for (ToolCall& call : calls) out.calls.push_back(std::move(call));

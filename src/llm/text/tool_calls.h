@@ -9,6 +9,10 @@
 //   Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...], or its newer
 //   [TOOL_CALLS]name[ARGS]{...} (one [TOOL_CALLS] per call)
 //
+//   DeepSeek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name
+//   ```json {...} ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (R1 and its distills), or
+//   <｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜> (V3.1 and later)
+//
 //   Any other template that knows tools (Granite, Phi-4-mini, DeepSeek, Gemma's): the JSON
 //   fallback, a reply that is wholly a call {"name", "arguments"} or an array of them, after
 //   Granite's <|tool_call|> or in a ```json fence where the model writes one
@@ -27,7 +31,7 @@
 
 namespace sluice::llm {
 
-enum class ToolCallFormat { kUnknown, kHermes, kLlama3Json, kMistral, kJson };
+enum class ToolCallFormat { kUnknown, kHermes, kLlama3Json, kMistral, kDeepSeek, kJson };
 std::string_view ToolCallFormatName(ToolCallFormat format);  // "hermes", "llama3_json", ...
 // The format `template_source` writes an assistant's tool calls in; kUnknown if none known.
 ToolCallFormat ToolCallFormatOf(std::string_view template_source);

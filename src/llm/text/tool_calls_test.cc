@@ -194,6 +194,8 @@ TEST(ToolCallParserTest, EachFormatOnItsRealTemplate) {
       {"Mistral-Small-3.2-24B-Instruct-2506", ToolCallFormat::kMistral},
       {"unsloth-mistral-Devstral-Small-2507", ToolCallFormat::kMistral},
       {"ibm-granite-granite-3.3-2B-Instruct", ToolCallFormat::kJson},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ToolCallFormat::kDeepSeek},
+      {"deepseek-ai-DeepSeek-V3.1", ToolCallFormat::kDeepSeek},
   };
   const std::string tools =
       R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather.",)"
@@ -223,15 +225,24 @@ TEST(ToolCallParserTest, EachFormatOnItsRealTemplate) {
     EXPECT_TRUE(prompt.ok()) << prompt.status().ToString();
     EXPECT_TRUE(turn.ok()) << turn.status().ToString();
     if (!prompt.ok() || !turn.ok()) continue;
-    EXPECT_EQ(turn->rfind(*prompt, 0), 0u) << *prompt << "\n---\n" << *turn;
-    if (turn->rfind(*prompt, 0) != 0) continue;
-    std::string reply = turn->substr(prompt->size());
+    // The reply: what the turn adds after the prompt they share (DeepSeek R1's prompt ends by
+    // opening <think>, which its template drops from a past turn).
+    size_t shared = 0;
+    while (shared < prompt->size() && shared < turn->size() &&
+           (*prompt)[shared] == (*turn)[shared]) {
+      ++shared;
+    }
+    // Where they part inside a tag ("<think>" against "<｜tool..."), the tag is the reply's.
+    if (shared < prompt->size() && shared > 0 && (*turn)[shared - 1] == '<') --shared;
+    EXPECT_GT(shared, prompt->find("Weather in Paris?")) << *prompt << "\n---\n" << *turn;
+    std::string reply = turn->substr(shared);
     if (format == ToolCallFormat::kJson) {
       EXPECT_NE(prompt->find("<|tool_call|> followed by a JSON list"), std::string::npos);
       reply = granite_reply;
     }
     // The turn's end is the end-of-sequence token the model stops on, not the reply's text.
-    for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end_of_text|>"}) {
+    for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end_of_text|>",
+                            "<｜end▁of▁sentence｜>"}) {
       if (const size_t at = reply.rfind(end); at != std::string::npos) reply.erase(at);
     }
     if ((*parsed)->thinks()) {

@@ -57,8 +57,8 @@ std::vector<std::string_view> Graphemes(std::string_view text) {
   }
   byte_of.push_back(static_cast<int32_t>(text.size()));
   UErrorCode status = U_ZERO_ERROR;
-  UBreakIterator* it = ubrk_open(UBRK_CHARACTER, "", utf16.data(),
-                                 static_cast<int32_t>(utf16.size()), &status);
+  UBreakIterator* it =
+      ubrk_open(UBRK_CHARACTER, "", utf16.data(), static_cast<int32_t>(utf16.size()), &status);
   if (U_FAILURE(status)) {  // Each character its own cluster.
     for (size_t i = 0; i < text.size();) {
       const auto n = static_cast<size_t>(Utf8Length(static_cast<unsigned char>(text[i])));

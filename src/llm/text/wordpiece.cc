@@ -201,8 +201,7 @@ void WordPiece::Encode(std::string_view text, std::vector<int32_t>& ids) const {
   }
 }
 
-void WordPiece::EncodeWord(const std::string& word, size_t chars,
-                           std::vector<int32_t>& ids) const {
+void WordPiece::EncodeWord(const std::string& word, size_t chars, std::vector<int32_t>& ids) const {
   if (chars > static_cast<size_t>(options_.max_input_chars_per_word)) {
     ids.push_back(unknown_);
     return;
