@@ -388,7 +388,14 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
     calls = DeepSeekCalls(body);
   } else if (format_ == ToolCallFormat::kJson) {
     std::string_view json = AfterJsonMarkers(body);
-    if (json.size() >= 3 && json.substr(json.size() - 3) == "```") json.remove_suffix(3);
+    // The fence's close, or Phi-4-mini's <|/tool_call|>.
+    for (const std::string_view close :
+         {std::string_view("```"), std::string_view("<|/tool_call|>")}) {
+      json = Trim(json);
+      if (json.size() >= close.size() && json.substr(json.size() - close.size()) == close) {
+        json.remove_suffix(close.size());
+      }
+    }
     if (auto parsed = ParseToolCallArray(json); parsed.ok()) {
       calls = std::move(*parsed);
     } else if (std::optional<ToolCall> call = ParseCall(json)) {

@@ -131,6 +131,7 @@ TEST(ToolCallParserTest, TheJsonFallback) {
   for (const std::string reply :
        {R"({"name": "f", "arguments": {"a": 1}})", R"([{"name": "f", "arguments": {"a": 1}}])",
         R"(<|tool_call|>[{"name": "f", "arguments": {"a": 1}}])",
+        R"(<|tool_call|>[{"name": "f", "arguments": {"a": 1}}]<|/tool_call|>)",
         "```json\n{\"name\": \"f\", \"parameters\": {\"a\": 1}}\n```"}) {
     auto p = Feed(ToolCallFormat::kJson, reply);
     ASSERT_EQ(p.calls.size(), 1u) << reply;
