@@ -148,8 +148,10 @@ def checks(client, port):
              anthropic.BadRequestError, "built-in tool"),
             ({"messages": ASK, "output_config": {"effort": "high"}},
              anthropic.BadRequestError, "output_config.effort"),
-            ({"messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 8}},
+            ({"messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 4}},
              anthropic.BadRequestError, "no thinking chat template"),
+            ({"messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 8}},
+             anthropic.BadRequestError, "must be less than 'max_tokens'"),
             ({"messages": [{"role": "system", "content": "x"}]},
              anthropic.BadRequestError, "'system'"),
             ({"messages": ASK, "model": "nope"}, anthropic.NotFoundError, "nope")]:

@@ -356,6 +356,7 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
   if (auto e = ReadTools(root, r.tools)) return e;
   if (auto e = ReadToolChoice(root, r.tools)) return e;
   element thinking;
+  int64_t budget = 0;
   if (root["thinking"].get(thinking) == simdjson::SUCCESS && !thinking.is_null()) {
     std::string_view type;
     if (!thinking.is_object() || thinking["type"].get(type) != simdjson::SUCCESS ||
@@ -368,7 +369,6 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
     if (auto e = OnlyKeys(thinking, {"type", "budget_tokens", "display"}, "thinking.")) return e;
     // budget_tokens must lie below max_tokens (as Anthropic requires), which bounds the whole
     // reply, reasoning included; the reasoning is not cut at the budget itself.
-    int64_t budget = 0;
     if (auto e = ReadInt(thinking, "budget_tokens", 1, 1 << 24, budget)) return e;
     if (type != "adaptive") r.thinking = type == "enabled";
     std::string display = "summarized";
@@ -412,6 +412,12 @@ std::optional<ParseError> ParseMessages(std::string_view body, bool count_tokens
   int64_t max_tokens = 0;
   if (auto e = ReadInt(root, "max_tokens", 1, 1 << 24, max_tokens)) return e;
   r.max_tokens = static_cast<int>(max_tokens);
+  if (budget >= max_tokens) {
+    return ParseError{
+        fmt::format("'thinking.budget_tokens' ({}) must be less than 'max_tokens' ({})", budget,
+                    max_tokens),
+        "thinking"};
+  }
   if (auto e = ReadBool(root, "stream", r.stream)) return e;
   // Anthropic's temperature lies in [0, 1].
   if (auto e = ReadNumber(root, "temperature", 0, 1, r.sampling.temperature)) return e;
