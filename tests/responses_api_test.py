@@ -122,8 +122,9 @@ def responses(client, port):
     schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
               "required": ["answer"], "additionalProperties": False}
     response = client.responses.create(
-        model="m", input="Yes or no?", max_output_tokens=30,
+        model="m", input="Yes or no?", max_output_tokens=80, temperature=0,
         text={"format": {"type": "json_schema", "name": "verdict", "schema": schema}})
+    check(response.status == "completed", f"text.format: {response}")
     jsonschema.validate(json.loads(response.output_text), schema)
 
     # What is not served is refused by name.
