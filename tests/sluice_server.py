@@ -65,6 +65,11 @@ def serving(sluice, args, env=None, exit_timeout=45, with_process=False):
             sys.exit(f"sluice serve (pid {server.pid}) did not exit within {exit_timeout} s of "
                      f"SIGTERM.\nIts output after it started:\n{rest}\nIts threads:\n{stacks}")
         rest = finish_reading()
+        # Under the sanitizers (make test-asan) a leak or a memory error ends the server with
+        # its report: the test fails with it.
+        for report in ("ERROR: LeakSanitizer", "ERROR: AddressSanitizer", "runtime error:"):
+            if report in rest and sys.exc_info()[0] is None:
+                sys.exit(f"sluice serve (pid {server.pid}) reported at exit:\n{rest[-20000:]}")
         if "shutdown grace expired" in rest and sys.exc_info()[0] is None:
             sys.exit(f"sluice serve left something open at SIGTERM:\n{rest}")
 
