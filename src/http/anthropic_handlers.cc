@@ -71,32 +71,10 @@ std::string Event(std::string_view name, const JsonWriter& json) {
 
 // One reply to one message request, as a body or as Anthropic's stream of events. The service's
 // events arrive on the engine's loop thread; a disconnect on the I/O thread.
-class MessageReply final : public llm::GenerationObserver {
+class MessageReply final : public FrontReply {
  public:
   std::string id, model;
   bool omit_thinking = false;  // thinking.display "omitted": the blocks stay, their text does not.
-  Responder respond;
-  std::shared_ptr<ResponseStream> stream;
-
-  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
-
-  void Cancel() {
-    if (!link_.Cancel()) return;
-    if (!stream) Answer(AnthropicError(Status::Cancelled("the client disconnected")));
-  }
-
-  void OnRejected(const Status& status, std::string_view, double retry_after_seconds) override {
-    Answer(AnthropicError(status, retry_after_seconds));
-  }
-
-  void OnAccepted() override {
-    if (!stream) return;
-    HttpResponse response;
-    response.content_type = "text/event-stream";
-    response.headers.emplace_back("Cache-Control", "no-cache");
-    response.stream = stream;
-    Answer(std::move(response));
-  }
 
   void OnFailed(const Status& error) override {
     failed_ = true;
@@ -123,8 +101,9 @@ class MessageReply final : public llm::GenerationObserver {
  private:
   enum class Block { kNone, kThinking, kText };
 
-  void Answer(HttpResponse response) {
-    if (!answered_.exchange(true)) respond(std::move(response));
+  HttpResponse Error(const Status& status, std::string_view,
+                     double retry_after_seconds) const override {
+    return AnthropicError(status, retry_after_seconds);
   }
 
   void BeginMessage(JsonWriter& json) const {
@@ -263,8 +242,6 @@ class MessageReply final : public llm::GenerationObserver {
     if (end) stream->Close();
   }
 
-  CancelLink link_;
-  std::atomic<bool> answered_{false};
   // Engine thread only.
   bool failed_ = false;
   bool started_ = false;  // message_start sent.

@@ -218,7 +218,7 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
   size_t index = 0;
   for (element tool : list) {
     const std::string where = fmt::format("tools[{}]", index++);
-    std::string_view type = "custom", name;
+    std::string_view type = "custom";
     if (!tool.is_object()) return ParseError{fmt::format("'{}' must be an object", where), "tools"};
     element value;
     if (tool["type"].get(value) == simdjson::SUCCESS && !value.is_null() &&
@@ -236,37 +236,10 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
                            where)) {
       return e;
     }
-    if (tool["name"].get(name) != simdjson::SUCCESS || !ValidName(name)) {
-      return ParseError{fmt::format("'{}.name' must be 1-64 letters, digits, '_' or '-'", where),
-                        "tools"};
+    if (auto e = fields::ReadFunction(tool, "input_schema", /*schema_required=*/true,
+                                      /*strict=*/false, where, out, &definitions)) {
+      return e;
     }
-    llm::ToolFunction f;
-    f.name = std::string(name);
-    for (const llm::ToolFunction& other : out.functions) {
-      if (other.name == f.name) {
-        return ParseError{fmt::format("two tools are named '{}'", f.name), "tools"};
-      }
-    }
-    element schema;
-    if (tool["input_schema"].get(schema) != simdjson::SUCCESS || !schema.is_object()) {
-      return ParseError{fmt::format("'{}.input_schema' (a JSON Schema object) is required", where),
-                        "tools"};
-    }
-    f.parameters = simdjson::minify(schema);
-    if (auto e = ReadBool(tool, "strict", f.strict)) {
-      return ParseError{fmt::format("'{}.strict' must be true or false", where), "tools"};
-    }
-    std::string_view description;
-    definitions.BeginObject().Field("type", "function").Key("function").BeginObject();
-    definitions.Field("name", f.name);
-    if (tool["description"].get(value) == simdjson::SUCCESS && !value.is_null()) {
-      if (value.get(description) != simdjson::SUCCESS) {
-        return ParseError{fmt::format("'{}.description' must be a string", where), "tools"};
-      }
-      definitions.Field("description", description);
-    }
-    definitions.Key("parameters").Raw(f.parameters).EndObject().EndObject();
-    out.functions.push_back(std::move(f));
   }
   definitions.EndArray();
   out.definitions = definitions.str();

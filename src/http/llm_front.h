@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/mutex.h"
 #include "http/router.h"
@@ -65,5 +66,52 @@ inline std::function<void(HttpResponse)> AnswerOnce(Responder respond) {
     if (!answered->exchange(true)) respond(std::move(response));
   };
 }
+
+// What every front's reply to a generation shares: exactly one answer (an error, a body, or a
+// stream begun once every choice is queued), and the generation stopped when the client leaves.
+// The front gives its error shape (Error) and writes its events (OnChoice, OnFailed).
+class FrontReply : public llm::GenerationObserver {
+ public:
+  Responder respond;
+  std::shared_ptr<ResponseStream> stream;  // `stream: true`; else the reply is one body.
+
+  // The generation to stop when the client leaves (set once Start returns).
+  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
+
+  // The client left. A reply not yet streaming answers it (the server counts a client that
+  // left); a stream's end is the server's own.
+  void Cancel() {
+    if (!link_.Cancel()) return;
+    if (!stream) Answer(Error(Status::Cancelled("the client disconnected"), {}, 0));
+  }
+
+  void OnRejected(const Status& status, std::string_view param,
+                  double retry_after_seconds) override {
+    Answer(Error(status, param, retry_after_seconds));
+  }
+
+  void OnAccepted() override {
+    if (!stream) return;
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.stream = stream;
+    Answer(std::move(response));
+  }
+
+ protected:
+  // The front's error response for `status` (`param`: the request parameter at fault).
+  virtual HttpResponse Error(const Status& status, std::string_view param,
+                             double retry_after_seconds) const = 0;
+
+  // Exactly one answer, whichever of the generation and a disconnect comes first.
+  void Answer(HttpResponse response) {
+    if (!answered_.exchange(true)) respond(std::move(response));
+  }
+
+ private:
+  CancelLink link_;
+  std::atomic<bool> answered_{false};
+};
 
 }  // namespace sluice

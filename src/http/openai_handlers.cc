@@ -158,7 +158,7 @@ void WriteToolCalls(JsonWriter& json, const std::vector<llm::ToolCall>& calls) {
 // One response to one generation (its n choices), in OpenAI's shape: a body, or server-sent
 // events. The generation service's events (llm/generation_service.h) arrive on the engine's
 // loop thread; a disconnect from the I/O thread.
-class Reply final : public llm::GenerationObserver {
+class Reply final : public FrontReply {
  public:
   // `engine` outlives every event (they come from its loop); the reply does not own it (the
   // generation holds the reply until its last event, on the engine's own thread).
@@ -175,31 +175,6 @@ class Reply final : public llm::GenerationObserver {
   bool include_usage = false;
   int top_logprobs = -1;  // -1: no log-probabilities.
   int64_t created = 0;
-  Responder respond;
-  std::shared_ptr<ResponseStream> stream;
-
-  // The generation to stop when the client leaves (set once Start returns).
-  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
-
-  void Cancel() {
-    if (!link_.Cancel()) return;
-    // The server counts it as a client that left (a stream's end is the server's own).
-    if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
-  }
-
-  void OnRejected(const Status& status, std::string_view param,
-                  double retry_after_seconds) override {
-    Answer(OpenAiError(status, param, retry_after_seconds));
-  }
-
-  void OnAccepted() override {
-    if (!stream) return;
-    HttpResponse response;
-    response.content_type = "text/event-stream";
-    response.headers.emplace_back("Cache-Control", "no-cache");
-    response.stream = stream;
-    Answer(std::move(response));
-  }
 
   void OnFailed(const Status& error) override {
     failed = true;
@@ -237,9 +212,9 @@ class Reply final : public llm::GenerationObserver {
   }
 
  private:
-  // Exactly one answer, whichever of the generation and a disconnect comes first.
-  void Answer(HttpResponse response) {
-    if (!answered_.exchange(true)) respond(std::move(response));
+  HttpResponse Error(const Status& status, std::string_view param,
+                     double retry_after_seconds) const override {
+    return OpenAiError(status, param, retry_after_seconds);
   }
 
   void WriteLogprobs(JsonWriter& json, const Choice& choice,
@@ -384,8 +359,6 @@ class Reply final : public llm::GenerationObserver {
     if (unfinished == 0) stream->Close();
   }
 
-  CancelLink link_;
-  std::atomic<bool> answered_{false};  // The response (a body, or a stream begun) is given.
   // Engine thread only.
   std::vector<Choice> choices;
   int unfinished = 0;

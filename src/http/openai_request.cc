@@ -242,38 +242,11 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
                             where + ".function.")) {
         return e;
       }
-      llm::ToolFunction f;
-      std::string_view text;
-      if (function["name"].get(text) != simdjson::SUCCESS || !ValidName(text)) {
-        return ParseError{
-            fmt::format("'{}.function.name' must be 1-64 letters, digits, '_' or '-'", where),
-            "tools"};
+      // The request's tools are the template's as they are (already the chat shape).
+      if (auto e = fields::ReadFunction(function, "parameters", /*schema_required=*/false,
+                                        /*strict=*/false, where + ".function", out, nullptr)) {
+        return e;
       }
-      f.name = std::string(text);
-      for (const llm::ToolFunction& other : out.functions) {
-        if (other.name == f.name) {
-          return ParseError{fmt::format("two tools are named '{}'", f.name), "tools"};
-        }
-      }
-      element value;
-      if (function["description"].get(value) == simdjson::SUCCESS && !value.is_null() &&
-          !value.is_string()) {
-        return ParseError{fmt::format("'{}.function.description' must be a string", where),
-                          "tools"};
-      }
-      if (function["parameters"].get(value) == simdjson::SUCCESS && !value.is_null()) {
-        if (!value.is_object()) {
-          return ParseError{
-              fmt::format("'{}.function.parameters' must be a JSON Schema object", where), "tools"};
-        }
-        f.parameters = simdjson::minify(value);
-      }
-      if (function["strict"].get(value) == simdjson::SUCCESS && !value.is_null() &&
-          value.get(f.strict) != simdjson::SUCCESS) {
-        return ParseError{fmt::format("'{}.function.strict' must be true or false", where),
-                          "tools"};
-      }
-      out.functions.push_back(std::move(f));
     }
     out.definitions = simdjson::minify(tools);
   }

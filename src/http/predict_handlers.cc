@@ -173,8 +173,8 @@ void PredictHandlers::Classify(const HttpRequest& request, std::string model, st
   // until the answer is formatted.
   auto task = [this, scheduler, pending, image = std::move(image), style, post = request.post,
                respond, arrived = request.arrived, received = request.received,
-               memory = request.memory,
-               admission = std::move(admission), trace = request.trace]() mutable {
+               memory = request.memory, admission = std::move(admission),
+               trace = request.trace]() mutable {
     if (pending->client_gone) return respond(HttpResponse::Error(Status::Cancelled("gone")));
     const ModelConfig& config = scheduler->config();
     const ImagePreprocessConfig& preprocess = *config.preprocess_image;

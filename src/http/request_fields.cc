@@ -94,4 +94,54 @@ std::optional<ParseError> OnlyKeys(const element& root,
   return std::nullopt;
 }
 
+std::optional<ParseError> ReadFunction(const element& object, const char* schema_key,
+                                       bool schema_required, bool strict, const std::string& where,
+                                       llm::ToolOptions& out, JsonWriter* definitions) {
+  llm::ToolFunction f;
+  std::string_view name, description;
+  if (object["name"].get(name) != simdjson::SUCCESS || !ValidName(name)) {
+    return ParseError{fmt::format("'{}.name' must be 1-64 letters, digits, '_' or '-'", where),
+                      "tools"};
+  }
+  f.name = std::string(name);
+  for (const llm::ToolFunction& other : out.functions) {
+    if (other.name == f.name) {
+      return ParseError{fmt::format("two tools are named '{}'", f.name), "tools"};
+    }
+  }
+  element value;
+  if (object["description"].get(value) == simdjson::SUCCESS && !value.is_null() &&
+      value.get(description) != simdjson::SUCCESS) {
+    return ParseError{fmt::format("'{}.description' must be a string", where), "tools"};
+  }
+  if (object[schema_key].get(value) == simdjson::SUCCESS && !value.is_null()) {
+    if (!value.is_object()) {
+      return ParseError{fmt::format("'{}.{}' must be a JSON Schema object", where, schema_key),
+                        "tools"};
+    }
+    f.parameters = simdjson::minify(value);
+  } else if (schema_required) {
+    return ParseError{fmt::format("'{}.{}' (a JSON Schema object) is required", where, schema_key),
+                      "tools"};
+  }
+  f.strict = strict;
+  if (auto e = ReadBool(object, "strict", f.strict)) {
+    return ParseError{fmt::format("'{}.strict' must be true or false", where), "tools"};
+  }
+  if (definitions != nullptr) {
+    definitions->BeginObject().Field("type", "function").Key("function").BeginObject();
+    definitions->Field("name", f.name);
+    if (!description.empty()) definitions->Field("description", description);
+    definitions->Key("parameters");
+    if (f.parameters.empty()) {
+      definitions->BeginObject().Field("type", "object").EndObject();
+    } else {
+      definitions->Raw(f.parameters);
+    }
+    definitions->EndObject().EndObject();
+  }
+  out.functions.push_back(std::move(f));
+  return std::nullopt;
+}
+
 }  // namespace sluice::fields

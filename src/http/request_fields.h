@@ -11,6 +11,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_writer.h"
+#include "llm/generation_service.h"
+
 namespace sluice::fields {
 
 struct ParseError {
@@ -39,5 +42,15 @@ std::optional<ParseError> OnlyKeys(const element& root,
                                    std::string_view prefix = {});
 // A function name as OpenAI allows it: 1-64 letters, digits, '_' or '-'.
 bool ValidName(std::string_view name);
+
+// A function tool's fields in `object`, as every front has them under its own names: `name`, a
+// `description`, its arguments' JSON Schema under `schema_key` (required or not), `strict`
+// (`strict` when not given). Checked (a name given twice is refused), added to `out`, and, where
+// `definitions` is given, written to it in the chat shape every template reads ({"type":
+// "function", "function": {"name", "description", "parameters"}}). `where` names the object in
+// errors, whose parameter is "tools".
+std::optional<ParseError> ReadFunction(const element& object, const char* schema_key,
+                                       bool schema_required, bool strict, const std::string& where,
+                                       llm::ToolOptions& out, JsonWriter* definitions);
 
 }  // namespace sluice::fields

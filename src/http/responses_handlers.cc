@@ -82,7 +82,7 @@ struct Echo {
 
 // One response to one request, as a body or as OpenAI's stream of events. The service's events
 // arrive on the engine's loop thread; a disconnect on the I/O thread.
-class ResponseReply final : public llm::GenerationObserver {
+class ResponseReply final : public FrontReply {
  public:
   std::string id, model;
   int64_t created = 0;
@@ -91,15 +91,6 @@ class ResponseReply final : public llm::GenerationObserver {
   std::vector<llm::ChatMessage> conversation;
   ResponseStore* store = nullptr;  // Null: store false.
   const llm::Tokenizer* tokenizer = nullptr;
-  Responder respond;
-  std::shared_ptr<ResponseStream> stream;
-
-  void Attach(const std::shared_ptr<llm::Generation>& generation) { link_.Attach(generation); }
-
-  void Cancel() {
-    if (!link_.Cancel()) return;
-    if (!stream) Answer(OpenAiError(Status::Cancelled("the client disconnected")));
-  }
 
   // response.created and response.in_progress: written before the generation starts, so they
   // lead the stream whichever thread writes next.
@@ -113,20 +104,6 @@ class ResponseReply final : public llm::GenerationObserver {
       WriteResponse(json, "in_progress", llm::FinishReason::kNone);
     });
     stream->Write(std::move(out));
-  }
-
-  void OnRejected(const Status& status, std::string_view param,
-                  double retry_after_seconds) override {
-    Answer(OpenAiError(status, param, retry_after_seconds));
-  }
-
-  void OnAccepted() override {
-    if (!stream) return;
-    HttpResponse response;
-    response.content_type = "text/event-stream";
-    response.headers.emplace_back("Cache-Control", "no-cache");
-    response.stream = stream;
-    Answer(std::move(response));
   }
 
   void OnFailed(const Status& error) override {
@@ -175,8 +152,9 @@ class ResponseReply final : public llm::GenerationObserver {
   }
 
  private:
-  void Answer(HttpResponse response) {
-    if (!answered_.exchange(true)) respond(std::move(response));
+  HttpResponse Error(const Status& status, std::string_view param,
+                     double retry_after_seconds) const override {
+    return OpenAiError(status, param, retry_after_seconds);
   }
 
   // "event: TYPE\ndata: {"type", "sequence_number", ...}\n\n".
@@ -350,8 +328,6 @@ class ResponseReply final : public llm::GenerationObserver {
     json.EndObject();
   }
 
-  CancelLink link_;
-  std::atomic<bool> answered_{false};
   // Begin()'s thread, then the engine thread only.
   int64_t sequence_ = 0;
   bool failed_ = false;

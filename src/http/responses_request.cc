@@ -203,7 +203,7 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out, 
   size_t index = 0;
   for (element tool : list) {
     const std::string where = fmt::format("tools[{}]", index++);
-    std::string_view type, name;
+    std::string_view type;
     if (!tool.is_object() || tool["type"].get(type) != simdjson::SUCCESS) {
       return ParseError{fmt::format("'{}' must be an object with a string 'type'", where), "tools"};
     }
@@ -217,46 +217,11 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out, 
             OnlyKeys(tool, {"type", "name", "description", "parameters", "strict"}, where + ".")) {
       return e;
     }
-    if (tool["name"].get(name) != simdjson::SUCCESS || !ValidName(name)) {
-      return ParseError{fmt::format("'{}.name' must be 1-64 letters, digits, '_' or '-'", where),
-                        "tools"};
+    // Strict unless it says otherwise, as the Responses API has its functions.
+    if (auto e = fields::ReadFunction(tool, "parameters", /*schema_required=*/false,
+                                      /*strict=*/true, where, out, &definitions)) {
+      return e;
     }
-    llm::ToolFunction f;
-    f.name = std::string(name);
-    for (const llm::ToolFunction& other : out.functions) {
-      if (other.name == f.name) {
-        return ParseError{fmt::format("two tools are named '{}'", f.name), "tools"};
-      }
-    }
-    element value;
-    if (tool["parameters"].get(value) == simdjson::SUCCESS && !value.is_null()) {
-      if (!value.is_object()) {
-        return ParseError{fmt::format("'{}.parameters' must be a JSON Schema object", where),
-                          "tools"};
-      }
-      f.parameters = simdjson::minify(value);
-    }
-    f.strict = true;
-    if (auto e = ReadBool(tool, "strict", f.strict)) {
-      return ParseError{fmt::format("'{}.strict' must be true or false", where), "tools"};
-    }
-    definitions.BeginObject().Field("type", "function").Key("function").BeginObject();
-    definitions.Field("name", f.name);
-    std::string_view description;
-    if (tool["description"].get(value) == simdjson::SUCCESS && !value.is_null()) {
-      if (value.get(description) != simdjson::SUCCESS) {
-        return ParseError{fmt::format("'{}.description' must be a string", where), "tools"};
-      }
-      definitions.Field("description", description);
-    }
-    definitions.Key("parameters");
-    if (f.parameters.empty()) {
-      definitions.BeginObject().Field("type", "object").EndObject();
-    } else {
-      definitions.Raw(f.parameters);
-    }
-    definitions.EndObject().EndObject();
-    out.functions.push_back(std::move(f));
   }
   definitions.EndArray();
   out.definitions = definitions.str();
