@@ -275,24 +275,14 @@ std::optional<ParseError> ReadToolChoice(const element& root, llm::ToolOptions& 
     if (choice["name"].get(name) != simdjson::SUCCESS) {
       return ParseError{"'tool_choice' of type \"tool\" needs the tool's 'name'", kParam};
     }
-    bool known = false;
-    for (const llm::ToolFunction& f : out.functions) known = known || f.name == name;
-    if (!known) {
-      return ParseError{fmt::format("'tool_choice' names '{}', which is not among 'tools'", name),
-                        kParam};
-    }
-    out.choice = llm::ToolOptions::Choice::kFunction;
-    out.function = std::string(name);
+    if (auto e = fields::ChooseFunction(name, out)) return e;
   } else {
     return ParseError{fmt::format("'tool_choice.type' '{}' is not one of \"auto\", \"any\", "
                                   "\"tool\" and \"none\"",
                                   type),
                       kParam};
   }
-  if (out.functions.empty() && out.choice != llm::ToolOptions::Choice::kAuto &&
-      out.choice != llm::ToolOptions::Choice::kNone) {
-    return ParseError{fmt::format("'tool_choice' \"{}\" needs 'tools'", type), kParam};
-  }
+  if (auto e = fields::ChoiceNeedsTools(out)) return e;
   return std::nullopt;
 }
 

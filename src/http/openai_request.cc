@@ -255,13 +255,7 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
     constexpr const char* kParam = "tool_choice";
     std::string_view text;
     if (choice.get(text) == simdjson::SUCCESS) {
-      if (text == "auto") {
-        out.choice = llm::ToolOptions::Choice::kAuto;
-      } else if (text == "none") {
-        out.choice = llm::ToolOptions::Choice::kNone;
-      } else if (text == "required") {
-        out.choice = llm::ToolOptions::Choice::kRequired;
-      } else {
+      if (!fields::ChoiceWord(text, out.choice)) {
         return ParseError{fmt::format("'tool_choice' '{}' is not one of \"auto\", \"none\", "
                                       "\"required\" or a named function",
                                       text),
@@ -280,19 +274,9 @@ std::optional<ParseError> ReadTools(const element& root, llm::ToolOptions& out) 
       }
       if (auto e = OnlyKeys(choice, {"type", "function"}, "tool_choice.")) return e;
       if (auto e = OnlyKeys(function, {"name"}, "tool_choice.function.")) return e;
-      out.choice = llm::ToolOptions::Choice::kFunction;
-      out.function = std::string(name);
-      const bool known = std::any_of(out.functions.begin(), out.functions.end(),
-                                     [&](const llm::ToolFunction& f) { return f.name == name; });
-      if (!known) {
-        return ParseError{fmt::format("'tool_choice' names '{}', which is not among 'tools'", name),
-                          kParam};
-      }
+      if (auto e = fields::ChooseFunction(name, out)) return e;
     }
-    if (!given && (out.choice == llm::ToolOptions::Choice::kRequired ||
-                   out.choice == llm::ToolOptions::Choice::kFunction)) {
-      return ParseError{"'tool_choice' \"required\" needs 'tools'", kParam};
-    }
+    if (auto e = fields::ChoiceNeedsTools(out)) return e;
   }
   element parallel;
   if (root["parallel_tool_calls"].get(parallel) == simdjson::SUCCESS && !parallel.is_null() &&

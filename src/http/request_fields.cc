@@ -144,4 +144,38 @@ std::optional<ParseError> ReadFunction(const element& object, const char* schema
   return std::nullopt;
 }
 
+bool ChoiceWord(std::string_view word, llm::ToolOptions::Choice& out) {
+  using Choice = llm::ToolOptions::Choice;
+  if (word == "auto") {
+    out = Choice::kAuto;
+  } else if (word == "none") {
+    out = Choice::kNone;
+  } else if (word == "required") {
+    out = Choice::kRequired;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::optional<ParseError> ChooseFunction(std::string_view name, llm::ToolOptions& out) {
+  const bool known = std::any_of(out.functions.begin(), out.functions.end(),
+                                 [&](const llm::ToolFunction& f) { return f.name == name; });
+  if (!known) {
+    return ParseError{fmt::format("'tool_choice' names '{}', which is not among 'tools'", name),
+                      "tool_choice"};
+  }
+  out.choice = llm::ToolOptions::Choice::kFunction;
+  out.function = std::string(name);
+  return std::nullopt;
+}
+
+std::optional<ParseError> ChoiceNeedsTools(const llm::ToolOptions& tools) {
+  if (tools.functions.empty() && (tools.choice == llm::ToolOptions::Choice::kRequired ||
+                                  tools.choice == llm::ToolOptions::Choice::kFunction)) {
+    return ParseError{"a 'tool_choice' that asks for a call needs 'tools'", "tool_choice"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace sluice::fields

@@ -53,4 +53,12 @@ std::optional<ParseError> ReadFunction(const element& object, const char* schema
                                        bool schema_required, bool strict, const std::string& where,
                                        llm::ToolOptions& out, JsonWriter* definitions);
 
+// tool_choice's words as OpenAI's fronts spell them: "auto", "none", "required" (false for any
+// other word).
+bool ChoiceWord(std::string_view word, llm::ToolOptions::Choice& out);
+// tool_choice naming a function: it must be among the tools.
+std::optional<ParseError> ChooseFunction(std::string_view name, llm::ToolOptions& out);
+// A choice that asks for a call needs tools.
+std::optional<ParseError> ChoiceNeedsTools(const llm::ToolOptions& tools);
+
 }  // namespace sluice::fields

@@ -236,13 +236,7 @@ std::optional<ParseError> ReadToolChoice(const element& root, llm::ToolOptions& 
   echo = simdjson::minify(choice);
   std::string_view text;
   if (choice.get(text) == simdjson::SUCCESS) {
-    if (text == "auto") {
-      out.choice = llm::ToolOptions::Choice::kAuto;
-    } else if (text == "none") {
-      out.choice = llm::ToolOptions::Choice::kNone;
-    } else if (text == "required") {
-      out.choice = llm::ToolOptions::Choice::kRequired;
-    } else {
+    if (!fields::ChoiceWord(text, out.choice)) {
       return ParseError{fmt::format("'tool_choice' '{}' is not one of \"auto\", \"none\", "
                                     "\"required\" or {{\"type\": \"function\", \"name\"}}",
                                     text),
@@ -262,19 +256,9 @@ std::optional<ParseError> ReadToolChoice(const element& root, llm::ToolOptions& 
     if (choice["name"].get(name) != simdjson::SUCCESS) {
       return ParseError{"'tool_choice.name' (a string) is required", kParam};
     }
-    bool known = false;
-    for (const llm::ToolFunction& f : out.functions) known = known || f.name == name;
-    if (!known) {
-      return ParseError{fmt::format("'tool_choice' names '{}', which is not among 'tools'", name),
-                        kParam};
-    }
-    out.choice = llm::ToolOptions::Choice::kFunction;
-    out.function = std::string(name);
+    if (auto e = fields::ChooseFunction(name, out)) return e;
   }
-  if (out.functions.empty() && (out.choice == llm::ToolOptions::Choice::kRequired ||
-                                out.choice == llm::ToolOptions::Choice::kFunction)) {
-    return ParseError{"'tool_choice' that asks for a call needs 'tools'", kParam};
-  }
+  if (auto e = fields::ChoiceNeedsTools(out)) return e;
   return std::nullopt;
 }
 
