@@ -4,7 +4,11 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <random>
+
+#include "common/json_writer.h"
 
 namespace sluice::llm {
 namespace {
@@ -73,6 +77,149 @@ std::optional<ToolCall> ParseCall(std::string_view json) {
   simdjson::dom::element root;
   if (parser.parse(std::string(Trim(json))).get(root) != simdjson::SUCCESS) return std::nullopt;
   return CallFrom(root);
+}
+
+// The pythonic form some models answer in (Llama 3.2's and Llama 4's pythonic templates, Gemma
+// fine-tunes): [name(key=value, ...), ...], the values Python literals (strings in either quote,
+// numbers, True / False / None, lists, dicts). Empty where the text is not wholly that.
+class PythonicReader {
+ public:
+  explicit PythonicReader(std::string_view text) : text_(text) {}
+
+  std::vector<ToolCall> Calls() {
+    std::vector<ToolCall> calls;
+    if (!Accept('[')) return {};
+    do {
+      std::string name = Identifier();
+      if (name.empty() || !Accept('(')) return {};
+      JsonWriter arguments;
+      arguments.BeginObject();
+      if (!Accept(')')) {
+        do {
+          std::string key = Identifier();
+          if (key.empty() || !Accept('=')) return {};
+          arguments.Key(key);
+          if (!Literal(arguments)) return {};
+        } while (Accept(','));
+        if (!Accept(')')) return {};
+      }
+      arguments.EndObject();
+      calls.push_back(ToolCall{NewToolCallId(), std::move(name), arguments.str()});
+    } while (Accept(','));
+    if (!Accept(']')) return {};
+    Skip();
+    return pos_ == text_.size() ? calls : std::vector<ToolCall>();
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && IsSpace(text_[pos_])) ++pos_;
+  }
+  bool Accept(char c) {
+    Skip();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  std::string Identifier() {
+    Skip();
+    const size_t start = pos_;
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
+            text_[pos_] == '-' || (pos_ > start && text_[pos_] == '.'))) {
+      ++pos_;
+    }
+    return std::string(text_.substr(start, pos_ - start));
+  }
+  // A quoted string (either quote) at the position; false where there is none.
+  bool StringLiteral(std::string& value) {
+    Skip();
+    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"')) return false;
+    const char quote = text_[pos_];
+    for (++pos_; pos_ < text_.size() && text_[pos_] != quote; ++pos_) {
+      if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) {
+        const char e = text_[++pos_];
+        value += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      } else {
+        value += text_[pos_];
+      }
+    }
+    if (pos_ >= text_.size()) return false;
+    ++pos_;
+    return true;
+  }
+
+  // One literal, written to `json` as JSON; false where it is none.
+  bool Literal(JsonWriter& json, int depth = 0) {
+    Skip();
+    if (pos_ >= text_.size() || depth > 32) return false;
+    const char c = text_[pos_];
+    if (c == '\'' || c == '"') {
+      std::string value;
+      if (!StringLiteral(value)) return false;
+      json.String(value);
+      return true;
+    }
+    if (c == '[') {
+      ++pos_;
+      json.BeginArray();
+      if (!Accept(']')) {
+        do {
+          if (!Literal(json, depth + 1)) return false;
+        } while (Accept(','));
+        if (!Accept(']')) return false;
+      }
+      json.EndArray();
+      return true;
+    }
+    if (c == '{') {
+      ++pos_;
+      json.BeginObject();
+      if (!Accept('}')) {
+        do {
+          std::string key;
+          if (!StringLiteral(key)) return false;
+          json.Key(key);
+          if (!Accept(':') || !Literal(json, depth + 1)) return false;
+        } while (Accept(','));
+        if (!Accept('}')) return false;
+      }
+      json.EndObject();
+      return true;
+    }
+    const size_t start = pos_;
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.' ||
+            text_[pos_] == '-' || text_[pos_] == '+')) {
+      ++pos_;
+    }
+    const std::string_view word = text_.substr(start, pos_ - start);
+    if (word == "True" || word == "False") {
+      json.Bool(word == "True");
+    } else if (word == "None") {
+      json.Null();
+    } else {
+      char* end = nullptr;
+      const std::string number(word);
+      const double value = std::strtod(number.c_str(), &end);
+      if (number.empty() || end != number.c_str() + number.size()) return false;
+      if (number.find_first_of(".eE") == std::string::npos) {
+        json.Int(static_cast<int64_t>(std::strtoll(number.c_str(), nullptr, 10)));
+      } else {
+        json.Double(value);
+      }
+    }
+    return true;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+std::vector<ToolCall> PythonicCalls(std::string_view text) {
+  return PythonicReader(Trim(text)).Calls();
 }
 
 // What may open a call in the JSON fallback: Granite's marker, a Markdown fence.
@@ -400,6 +547,8 @@ void ToolCallParser::Whole(Pieces& out, bool end) {
       calls = std::move(*parsed);
     } else if (std::optional<ToolCall> call = ParseCall(json)) {
       calls.push_back(std::move(*call));
+    } else {
+      calls = PythonicCalls(json);
     }
   } else {
     // One object, or several joined by ';'.

@@ -15,7 +15,8 @@
 //
 //   Any other template that knows tools (Granite, Phi-4-mini, DeepSeek, Gemma's): the JSON
 //   fallback, a reply that is wholly a call {"name", "arguments"} or an array of them, after
-//   Granite's <|tool_call|> or in a ```json fence where the model writes one
+//   Granite's <|tool_call|> or in a ```json fence where the model writes one, or the pythonic
+//   [name(key=value, ...)]
 //
 // With tool_choice "required" or a named function, the reply is constrained to a JSON array of
 // {"name", "arguments"} instead (ParseToolCallArray).

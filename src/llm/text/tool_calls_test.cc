@@ -145,6 +145,22 @@ TEST(ToolCallParserTest, TheJsonFallback) {
     EXPECT_TRUE(p.calls.empty()) << text;
     EXPECT_EQ(p.content, text);
   }
+  // The pythonic form (Llama 3.2's and 4's pythonic templates, Gemma fine-tunes).
+  auto pythonic =
+      Feed(ToolCallFormat::kJson, R"([get_weather(city="Paris", days=3, hourly=True), )"
+                                  R"(search(q='it\'s', filters={"lang": ["en", None]}, top=0.5)])");
+  ASSERT_EQ(pythonic.calls.size(), 2u) << pythonic.content;
+  EXPECT_EQ(pythonic.calls[0].name, "get_weather");
+  EXPECT_EQ(pythonic.calls[0].arguments, R"({"city":"Paris","days":3,"hourly":true})");
+  EXPECT_EQ(pythonic.calls[1].arguments,
+            R"({"q":"it's","filters":{"lang":["en",null]},"top":0.5})");
+  EXPECT_EQ(pythonic.content, "");
+  for (const std::string text :
+       {std::string("[1, 2]"), std::string("[f(x)]"), std::string("[f(a=1)] and more")}) {
+    auto p = Feed(ToolCallFormat::kJson, text);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
   // Mistral Small 3.2's call id between the name and the arguments.
   auto p = Feed(ToolCallFormat::kMistral, R"([TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{"a": 1})");
   ASSERT_EQ(p.calls.size(), 1u);
