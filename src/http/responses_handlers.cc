@@ -235,6 +235,12 @@ class ResponseReply final : public FrontReply {
 
   void Finish(std::string& out, llm::FinishReason finish) {
     Close(out);
+    // Counted once: the body and the final event both give it.
+    for (const OutputItem& item : items_) {
+      if (item.kind == OutputItem::Kind::kReasoning) {
+        reasoning_tokens_ += static_cast<int>(tokenizer->Encode(item.text, false).size());
+      }
+    }
     const bool cut = finish == llm::FinishReason::kLength;
     JsonWriter body;
     WriteResponse(body, cut ? "incomplete" : "completed", finish);
@@ -310,17 +316,11 @@ class ResponseReply final : public FrontReply {
     json.Field("top_p", echo.top_p).Field("truncation", "disabled");
     json.Key("metadata").Raw(echo.metadata_json).Key("usage");
     if (final && finish != llm::FinishReason::kError) {
-      int reasoning_tokens = 0;
-      for (const OutputItem& item : items_) {
-        if (item.kind == OutputItem::Kind::kReasoning) {
-          reasoning_tokens += static_cast<int>(tokenizer->Encode(item.text, false).size());
-        }
-      }
       json.BeginObject().Field("input_tokens", int64_t{prompt_tokens_});
       json.Key("input_tokens_details").BeginObject();
       json.Field("cached_tokens", int64_t{cached_tokens_}).EndObject();
       json.Field("output_tokens", int64_t{output_tokens_}).Key("output_tokens_details");
-      json.BeginObject().Field("reasoning_tokens", int64_t{reasoning_tokens}).EndObject();
+      json.BeginObject().Field("reasoning_tokens", int64_t{reasoning_tokens_}).EndObject();
       json.Field("total_tokens", int64_t{prompt_tokens_ + output_tokens_}).EndObject();
     } else {
       json.Null();
@@ -334,6 +334,7 @@ class ResponseReply final : public FrontReply {
   std::string error_;
   std::vector<OutputItem> items_;
   int prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
+  int reasoning_tokens_ = 0;  // Set once the response is done.
 };
 
 // reasoning.effort against the model's template: a template that reads reasoning_effort
