@@ -21,11 +21,12 @@ beside llama.cpp at 1 and 16 streams.
           --check-tokens tokens, the chosen tokens' logprobs and the top-5 logprobs at each step
           with transformers' (fp32 from the bf16 weights, teacher-forced on its own greedy ids) for
           the folder and the BF16 file, with llama.cpp's (llama-cpp-python, the same file) for
-          Q4_K_M. The chat prompt is served at a context of 4,096 (the original: short factors),
-          a prompt past it (--long-tokens, default 4,160) at 8,192, which switches both to the
-          long factors: its first token's logprobs are compared too. (Sluice takes LongRoPE's
-          factors by the served context, as llama.cpp does by n_ctx; transformers by the
-          sequence's length.)
+          Q4_K_M. Both prompts are served at a context of 8,192 (--context): the chat prompt,
+          within the original 4,096, takes LongRoPE's short factors, a prompt past it
+          (--long-tokens, default 4,160) the long ones (its first token's logprobs are compared
+          too): Sluice and transformers choose by the sequence's length. llama.cpp chooses by its
+          n_ctx, so its reference for each prompt runs at the context that gives that prompt's
+          factors (4,096 for the chat prompt, 8,192 for the long one).
   rounding  the Q4_K_M file's first-step top-5 logprobs on the chat prompt from Sluice with bf16
           and fp32 KV caches and llama.cpp with f16 and f32 ones, every pair's distance: how far
           rounding alone moves this random model's answer.
@@ -35,6 +36,7 @@ beside llama.cpp at 1 and 16 streams.
 
 Usage: benchmarks/phi35_mini.py [write] [check] [rounding] [bench] [--out models/phi-3.5-mini]
            [--rounds 2] [--check-tokens 16] [--long-tokens 4160] [--prompts chat,long]
+           [--context 8192]
            [--with-hf]
 About 20 GB of disk: the folder 7.6 GB, the BF16 file 7.6 GB, Q4_K_M 2.3 GB. `write` takes 5-10
 minutes on 2 cores, `check` 10-20 (transformers at fp32 needs 16 GB of memory: the servers are
@@ -276,19 +278,21 @@ def transformers_reference(folder, prompts):
 
 
 def llama_cpp_reference(path, prompts):
+    """llama.cpp's greedy tokens and logprobs for each (ids, count), each prompt at the context
+    that gives it transformers' LongRoPE factors (llama.cpp chooses them by n_ctx)."""
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=path, n_ctx=8192, n_batch=512, logits_all=True,
-                          n_threads=os.cpu_count(), verbose=False)
     results = []
     for ids, count in prompts:
-        llm.reset()
+        n_ctx = 4096 if len(ids) + count <= 4096 else 8192
+        llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, logits_all=True,
+                              n_threads=os.cpu_count(), verbose=False)
         out = llm.create_completion(ids, max_tokens=count, temperature=0.0, logprobs=5,
                                     top_k=1)
         logprobs = out["choices"][0]["logprobs"]
         top = [sorted((float(v) for v in step.values()), reverse=True)
                for step in logprobs["top_logprobs"]]
         results.append((logprobs["tokens"], [float(v) for v in logprobs["token_logprobs"]], top))
-    del llm
+        del llm
     return results
 
 
@@ -307,11 +311,9 @@ def check(args):
                             vocab_only=True, verbose=False)
     llama_ids = vocab.tokenize(text.encode(), add_bos=False, special=True)
     del vocab
-    # Each prompt served at its own context length: Sluice picks LongRoPE's factors by the
-    # served context (as llama.cpp does by n_ctx), transformers by the sequence's length, so the
-    # chat prompt is compared at the original 4,096 (short factors) and the long one at 8,192.
-    kinds = {"chat": (list(chat_ids), args.check_tokens, 4096),
-             "long": (long_prompt(args.long_tokens), 1, 8192)}
+    # Both at one served context: LongRoPE's factors follow each prompt's length.
+    kinds = {"chat": (list(chat_ids), args.check_tokens, args.context),
+             "long": (long_prompt(args.long_tokens), 1, args.context)}
     wanted = args.prompts.split(",")
     prompts = [kinds[k][:2] for k in wanted]
     rows, ours = [], {}
@@ -411,6 +413,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--check-tokens", type=int, default=16)
     parser.add_argument("--long-tokens", type=int, default=4160)
+    parser.add_argument("--context", type=int, default=8192,
+                        help="check: the context both prompts are served at")
     parser.add_argument("--prompts", default="chat,long",
                         help="check: the chat prompt, the long one past the original context")
     parser.add_argument("--with-hf", action="store_true",

@@ -474,8 +474,10 @@ TEST(WeightsCacheFloatTest, AFileWithNothingToRepackWritesNone) {
 
 // RoPE scaling against llama.cpp, on files from its own converter (tools/converted_models.py):
 // LongRoPE (Phi-3/3.5's) served at a context within the original one (short factors) and past it
-// (long factors, a prompt past the original positions too), and YaRN (Qwen2.5's long-context
-// configs). transformers agrees with the same references at about 4e-5. The models' attention is
+// (where, as transformers chooses, each prompt takes the short factors up to the original
+// context and the long ones past it: the short prompts are held to llama.cpp's logits at a short
+// context, the prompt past the original positions to its logits with the long factors), and YaRN
+// (Qwen2.5's long-context configs). transformers agrees with the same references at about 4e-5. The models' attention is
 // sharp, so the rotation shows in the logits: the same weights with plain RoPE (llama.cpp's logits
 // for them) are checked to lie far outside the bound, so the test cannot pass with the scaling
 // ignored.
@@ -483,6 +485,7 @@ struct RopeCase {
   const char* dir;
   const char* reference;
   int context;
+  const char* long_reference = nullptr;  // Where set, the prompts past the original context.
 };
 
 class RopeScalingTest : public ::testing::TestWithParam<RopeCase> {};
@@ -520,8 +523,21 @@ TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
   options.serve.threads = 2;
   auto model = LoadLlamaModel(options);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  const std::vector<Reference> references = ReadReference(dir, c.reference);
+  std::vector<Reference> references = ReadReference(dir, c.reference);
   ASSERT_GE(references.size(), 4u);
+  if (c.long_reference != nullptr) {
+    // The prompts past the original context from the long factors' reference.
+    const size_t original = 256;
+    std::erase_if(references,
+                  [&](const Reference& r) { return r.input_ids.size() > original; });
+    bool any_long = false;
+    for (Reference& r : ReadReference(dir, c.long_reference)) {
+      if (r.input_ids.size() <= original) continue;
+      references.push_back(std::move(r));
+      any_long = true;
+    }
+    ASSERT_TRUE(any_long);
+  }
   std::vector<Reference> ours;
   for (const Reference& r : references) {
     Reference mine;
@@ -544,12 +560,61 @@ TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
 INSTANTIATE_TEST_SUITE_P(
     Files, RopeScalingTest,
     ::testing::Values(RopeCase{"converted/gguf_phi3_longrope_f32", "reference.safetensors", 256},
-                      RopeCase{"converted/gguf_phi3_longrope_f32", "reference_long.safetensors",
-                               512},
+                      RopeCase{"converted/gguf_phi3_longrope_f32", "reference.safetensors", 512,
+                               "reference_long.safetensors"},
                       RopeCase{"converted/gguf_qwen2_yarn_f32", "reference.safetensors", 256}),
     [](const auto& info) {
       return TestName(info.param.dir).substr(5) + "_context_" + std::to_string(info.param.context);
     });
+
+// A LongRoPE prompt past the original context, prefilled in chunks as the scheduler runs it: every
+// chunk takes the long factors (its prompt's length decides, not the chunk's end), so its last
+// logits are those of the whole prompt at once; the prompt's cached blocks are kept apart from
+// those of prompts within the original context.
+TEST(RopeScalingTest, AChunkedLongRopePromptTakesTheFactorsOfItsWholeLength) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted/gguf_phi3_longrope_f32";
+  ModelLoadOptions options;
+  options.dir = dir;
+  options.serve.precision = LlmPrecision::kFp32;
+  options.serve.slots = 1;
+  options.serve.context_length = 512;
+  options.serve.threads = 2;
+  auto model = LoadLlamaModel(options);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const Reference* whole = nullptr;
+  const std::vector<Reference> references = ReadReference(dir, "reference_long.safetensors");
+  for (const Reference& r : references) {
+    if (r.input_ids.size() > 256) whole = &r;
+  }
+  ASSERT_NE(whole, nullptr);
+  const int length = static_cast<int>(whole->input_ids.size());
+  EXPECT_EQ((*model)->CacheSalt(256), 0u);
+  EXPECT_NE((*model)->CacheSalt(length), 0u);
+  std::vector<float> logits;
+  for (int start = 0; start < length; start += 64) {
+    const int end = std::min(length, start + 64);
+    SequenceChunk chunk{0, start, {whole->input_ids.begin() + start, whole->input_ids.begin() + end},
+                        false, {}};
+    chunk.prompt_length = length;
+    logits.clear();
+    ASSERT_TRUE((*model)->Run({chunk}, &logits).ok());
+  }
+  const size_t vocab = whole->logits.size() / whole->input_ids.size();
+  ASSERT_EQ(logits.size(), vocab);
+  double largest = 0, difference = 0;
+  for (size_t v = 0; v < vocab; ++v) {
+    const float expected = whole->logits[(static_cast<size_t>(length) - 1) * vocab + v];
+    largest = std::max(largest, static_cast<double>(std::abs(expected)));
+    difference = std::max(difference, static_cast<double>(std::abs(logits[v] - expected)));
+  }
+  EXPECT_LE(difference / largest, 1e-3);
+
+  // Within a short context the long factors never apply, and no prompt is kept apart.
+  options.serve.context_length = 256;
+  auto short_context = LoadLlamaModel(options);
+  ASSERT_TRUE(short_context.ok());
+  EXPECT_EQ((*short_context)->CacheSalt(256), 0u);
+}
 
 // The low-bit types, dequantised as the gguf package (llama.cpp's own Python reader) dequantises
 // them: one tensor of each from llama.cpp's quantiser (tools/converted_models.py). The products

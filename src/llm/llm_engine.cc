@@ -486,10 +486,15 @@ void LlmEngine::Loop() {
       arrived.swap(incoming_);
     }
     for (auto& seq : arrived) {
-      scheduler_.Add(
-          ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
-                           seq->request.ignore_eos, seq->request.shares_prompt_of,
-                           seq->request.adapter != nullptr ? seq->request.adapter->id : 0});
+      // Cached blocks are shared by requests of the same adapter whose prompts the model computes
+      // alike (LongRoPE's factors by the prompt's length).
+      const uint64_t adapter = seq->request.adapter != nullptr ? seq->request.adapter->id : 0;
+      const uint64_t salt =
+          adapter ^ (model_->CacheSalt(static_cast<int>(seq->request.prompt.size())) *
+                     0x9e3779b97f4a7c15ull);
+      scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
+                                      seq->request.ignore_eos, seq->request.shares_prompt_of,
+                                      salt});
       sequences_.emplace(seq->id, std::move(seq));
     }
     int64_t ended = 0;

@@ -171,6 +171,7 @@ StepPlan Scheduler::Schedule() {
     }
     const int position = static_cast<int>(seq->tokens.size()) - 1;
     SequenceChunk chunk{seq->slot, position, {seq->tokens.back()}, false, seq->blocks};
+    chunk.prompt_length = seq->prompt_size();
     // Drafts and the token sampled after them must fit max_tokens and the context.
     const int room = std::min(seq->request.max_tokens - seq->generated - 1,
                               options_.context_length - position - 1);
@@ -194,6 +195,7 @@ StepPlan Scheduler::Schedule() {
     if (options_.whole_prompts && left > budget && plan.prompt_tokens > 0) break;
     const int n = options_.whole_prompts ? left : std::min(budget, left);
     SequenceChunk chunk{seq->slot, seq->prefilled, {}, options_.all_prompt_rows, seq->blocks};
+    chunk.prompt_length = seq->prompt_size();
     chunk.tokens.assign(seq->request.prompt.begin() + seq->prefilled,
                         seq->request.prompt.begin() + seq->prefilled + n);
     add(*seq, std::move(chunk), seq->prefilled + n == seq->prompt_size());

@@ -27,6 +27,9 @@ struct SequenceChunk {
   bool all_logits = false;      // Logits of every token (tests); otherwise of the last one only.
   std::vector<int32_t> blocks;  // The block table, covering at least start + tokens.size().
   const LoraAdapter* lora = nullptr;  // The adapter its request names; held by the request.
+  // The sequence's prompt length, for what a model chooses by it (LongRoPE's factors); 0: the
+  // prompt ends with this chunk (start + tokens).
+  int prompt_length = 0;
 };
 
 // Thread-compatible: one step at a time, from one thread (the scheduler's loop).
@@ -40,6 +43,10 @@ class StepModel {
   virtual int kv_block_size() const { return 16; }
   virtual int kv_blocks() const { return slots() * ((context_length() + 15) / 16); }
   virtual int64_t kv_cache_bytes() const { return 0; }  // The pool's memory (0: not known).
+  // Nonzero where a prompt of `prompt_length` tokens gives other keys and values for the same
+  // tokens than shorter prompts do (LongRoPE's long factors past the original context): its
+  // cached blocks are shared only with prompts of the same salt.
+  virtual uint64_t CacheSalt(int prompt_length) const { return 0; }
 
   // Copies whole blocks (every layer's keys and values): from `copies[i].first` to `.second`.
   virtual Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) = 0;

@@ -176,12 +176,14 @@ void LlamaModel::BuildRope() {
     rope_local_sin_ = local.sin().contiguous();
   }
   at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
+  at::Tensor long_inv_freq;  // LongRoPE past the original context: the long factors' frequencies.
   if (!a.rope_freq_factors.empty()) {
     inv_freq = inv_freq / at::tensor(a.rope_freq_factors, at::kFloat);
   } else if (a.rope_scaling == RopeScaling::kLongRope) {
-    const bool long_context = serve_.context_length > a.rope_original_max_positions;
-    inv_freq = inv_freq / at::tensor(long_context ? a.rope_long_factors : a.rope_short_factors,
-                                     at::kFloat);
+    if (serve_.context_length > a.rope_original_max_positions) {
+      long_inv_freq = inv_freq / at::tensor(a.rope_long_factors, at::kFloat);
+    }
+    inv_freq = inv_freq / at::tensor(a.rope_short_factors, at::kFloat);
   }
   if (a.rope_scaling == RopeScaling::kYarn) {
     // Dimension pairs whose wavelength fits in the original context fewer than beta_slow times
@@ -213,6 +215,10 @@ void LlamaModel::BuildRope() {
     inv_freq = at::where(medium, smoothed, scaled);
   }
   at::Tensor freqs = positions.matmul(inv_freq.unsqueeze(0));  // [context, half]
+  if (long_inv_freq.defined()) {
+    long_rope_row_ = serve_.context_length;
+    freqs = at::cat({freqs, positions.matmul(long_inv_freq.unsqueeze(0))});
+  }
   rope_cos_ = (freqs.cos() * a.rope_attention_factor).contiguous();
   rope_sin_ = (freqs.sin() * a.rope_attention_factor).contiguous();
   TORCH_CHECK(rope_cos_.size(1) == half);
@@ -243,6 +249,7 @@ void LlamaModel::RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& ou
 // Rotation: HF's halves layout (the first half of a head pairs with the second), query heads
 // then key heads, adjacent in a row.
 void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
+                                const std::vector<int64_t>& rope_rows,
                                 const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end) {
   const ModelArchitecture& a = arch_;
   const int64_t d = a.head_dim, half = d / 2, width = qkv.size(1), heads = a.heads + a.kv_heads,
@@ -271,8 +278,9 @@ void LlamaModel::RotateAndCache(int layer, at::Tensor& qkv, const std::vector<in
   };
   for (int64_t t = begin; t < end; ++t) {
     const int64_t position = positions[static_cast<size_t>(t)];
-    const float* cos = cos_table + position * half;
-    const float* sin = sin_table + position * half;
+    const int64_t rope_row = local ? position : rope_rows[static_cast<size_t>(t)];
+    const float* cos = cos_table + rope_row * half;
+    const float* sin = sin_table + rope_row * half;
     float* row = base + t * width;
     if (a.qk_norm) {  // Each query head by q_norm, each key head by k_norm, in place.
       const Layer& weights = weights_.layers[static_cast<size_t>(layer)];
@@ -520,7 +528,8 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
   std::vector<int64_t> tokens, positions, offsets, logit_rows;
-  std::vector<int32_t> chunk_of;  // Each token's chunk.
+  std::vector<int64_t> long_rows;  // LongRoPE past the original context: each token's table row.
+  std::vector<int32_t> chunk_of;   // Each token's chunk.
   const int64_t block = serve_.kv_block_size;
   const int64_t per_slot = (serve_.context_length + block - 1) / block;
   tables_.resize(chunks.size());
@@ -565,9 +574,18 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       }
       tokens.push_back(token);
       positions.push_back(chunk.start + j);
+      if (long_rope_row_ > 0) {
+        const int64_t prompt =
+            chunk.prompt_length > 0 ? chunk.prompt_length : chunk.start + len;
+        const int64_t position = chunk.start + j;
+        const bool long_factors =
+            std::max(prompt, position + 1) > a.rope_original_max_positions;
+        long_rows.push_back(position + (long_factors ? long_rope_row_ : 0));
+      }
       chunk_of.push_back(static_cast<int32_t>(i));
     }
   }
+  const std::vector<int64_t>& rope_rows = long_rope_row_ > 0 ? long_rows : positions;
   std::sort(written.begin(), written.end());
   if (std::adjacent_find(written.begin(), written.end()) != written.end()) {
     return Status::Internal("two chunks of a step write into the same cache block");
@@ -632,7 +650,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       layer.qkv.Into(normed, qkv.data_ptr<float>());
       if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kQkv, normed, qkv);
       ForRows(total, [&](int64_t begin, int64_t end) {
-        RotateAndCache(l, qkv, positions, chunk_of, begin, end);
+        RotateAndCache(l, qkv, positions, rope_rows, chunk_of, begin, end);
       });
       Attention(l, qkv, chunks, offsets, heads);
       layer.out.Into(heads, attn.data_ptr<float>());

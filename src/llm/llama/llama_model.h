@@ -38,6 +38,9 @@ class LlamaModel final : public StepModel {
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
   Status CanApplyLora() const override;
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
+  uint64_t CacheSalt(int prompt_length) const override {
+    return long_rope_row_ > 0 && prompt_length > arch_.rope_original_max_positions ? 1 : 0;
+  }
 
  private:
   void BuildRope();
@@ -53,8 +56,11 @@ class LlamaModel final : public StepModel {
   at::Tensor Buffer(size_t i, int64_t rows, int64_t columns);
   // Rows [begin, end) of qkv: query and key heads rotated in place by their positions, then keys
   // and values copied into their slots' cache rows.
+  // `rope_rows`: each token's row of rope_cos_ / rope_sin_ (its position, or past
+  // long_rope_row_ for LongRoPE's long factors).
   void RotateAndCache(int layer, at::Tensor& qkv, const std::vector<int64_t>& positions,
-                      const std::vector<int32_t>& chunk_of, int64_t begin, int64_t end);
+                      const std::vector<int64_t>& rope_rows, const std::vector<int32_t>& chunk_of,
+                      int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
   // A step's rows of each LoRA adapter its chunks name: [begin, begin + count) where they are
@@ -78,7 +84,12 @@ class LlamaModel final : public StepModel {
   Weights weights_;
   std::unique_ptr<GgufFile> gguf_;  // Mapped while its blocks are read.
   bool from_gguf_ = false;
-  at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32.
+  at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32 (LongRoPE: see below).
+  // LongRoPE served past its original context: rope_cos_ / rope_sin_ hold the short factors' rows,
+  // then from this row the long factors'; a token takes the long ones where its sequence's prompt,
+  // or the token's own position, passes the original context (as transformers chooses by the
+  // sequence's length). 0: one table.
+  int64_t long_rope_row_ = 0;
   at::Tensor rope_local_cos_, rope_local_sin_;  // The same for sliding-window layers, where any.
   // Per layer: [KV, blocks, block_size, D]: a head's consecutive blocks are contiguous. A q8_0
   // cache holds int8 there and each 32 values' fp32 scale in cache_*_scales_ at the same element
