@@ -303,13 +303,25 @@ def run(port):
                                               "name": "add", "arguments": "{}"}}]},
                                       {"role": "tool", "content": "4"}]},
                         "messages"),
-                       # The tiny model's template renders no tools.
-                       ({"messages": messages, "tools": [{"type": "function", "function": {
-                           "name": "add"}}]}, "tools"),
                        ({"messages": messages, "model": 7}, "model")]:
         status, _, body = raw(port, "POST", "/v1/chat/completions", {"model": "tiny_llm", **bad})
         error = json.loads(body)["error"]
         check(status == 400 and error["param"] == param and error["message"], f"{bad}: {status} {error}")
+    # The tiny model's template renders no tools: they are given in the conversation, and a
+    # history of calls and results is rendered as text, not refused. (Its 256 positions cannot
+    # hold them: the prompt, tools and all, is measured against them.)
+    status, _, body = raw(port, "POST", "/v1/chat/completions", {
+        "model": "tiny_llm", "max_tokens": 4, "tools": [{"type": "function", "function": {
+            "name": "add", "parameters": {"type": "object"}}}],
+        "messages": [{"role": "user", "content": "2+2?"},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c1", "type": "function", "function": {
+                             "name": "add", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "4"}]})
+    error = json.loads(body)["error"]
+    check(status == 400 and error["param"] == "messages" and
+          "maximum context length" in error["message"],
+          f"tools on a template without them: {status} {error}")
     status, _, body = raw(port, "POST", "/v1/chat/completions", b"not json".decode())
     check(status == 400, f"bad json: {status}")
     status, _, _ = raw(port, "GET", "/v1/models", key=None)

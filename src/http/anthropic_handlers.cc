@@ -318,13 +318,8 @@ void AnthropicHandlers::CountTokens(const HttpRequest& request, const PathParams
   if (!found.ok()) return respond(AnthropicError(found.status()));
   const llm::LlmEngine& engine = **found;
   if (auto refusal = ApplyThinking(engine, parsed)) return respond(AnthropicError(*refusal));
-  if (!parsed.tools.functions.empty()) {
-    parsed.template_arguments["tools"] = llm::TemplateJson{parsed.tools.definitions};
-  }
   // The prompt as a generation would run it: the template's, with tools and the reply's opening.
-  auto rendered =
-      llm::GenerationService::RenderChat(engine, parsed.messages,
-                                         /*add_generation_prompt=*/true, parsed.template_arguments);
+  auto rendered = llm::GenerationService::RenderRequest(engine, parsed);
   if (!rendered.ok()) return respond(AnthropicError(rendered.status()));
   const size_t tokens = engine.tokenizer().Encode(*rendered, /*add_special_tokens=*/false).size();
   JsonWriter json;

@@ -9,6 +9,7 @@
 #include "common/json_writer.h"
 #include "llm/text/reasoning.h"
 #include "llm/text/stop_strings.h"
+#include "llm/text/tool_prompt.h"
 
 namespace sluice::llm {
 namespace {
@@ -327,8 +328,8 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
   const ToolOptions& tools = request.tools;
   if (tools.functions.empty()) return std::nullopt;
   const ChatTemplate* chat_template = engine.chat_template();
-  if (chat_template == nullptr || !chat_template->renders_tools()) {
-    return Refusal{Status::InvalidArgument("this model's chat template does not render tools"),
+  if (chat_template == nullptr) {
+    return Refusal{Status::InvalidArgument("this model has no chat template to render tools"),
                    "tools"};
   }
   if (tools.choice == ToolOptions::Choice::kNone) return std::nullopt;
@@ -338,7 +339,10 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
                    "response_format"};
   }
   if (tools.choice != ToolOptions::Choice::kAuto) return std::nullopt;
-  format = ToolCallFormatOf(chat_template->source());
+  // A template that renders no tools is given them in the conversation, in the JSON fallback's
+  // form (ToolsInConversation).
+  format = chat_template->renders_tools() ? ToolCallFormatOf(chat_template->source())
+                                          : ToolCallFormat::kJson;
   if (format == ToolCallFormat::kUnknown) {
     return Refusal{
         Status::InvalidArgument("no tool-call format is known for this model's chat template; use "
@@ -482,6 +486,37 @@ Result<std::string> GenerationService::RenderChat(
       {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}}, arguments);
 }
 
+Result<std::string> GenerationService::RenderRequest(const LlmEngine& engine,
+                                                    const GenerateRequest& request) {
+  std::map<std::string, TemplateArgument> arguments = request.template_arguments;
+  const ToolOptions& tools = request.tools;
+  const ChatTemplate* chat_template = engine.chat_template();
+  const bool tools_in_text = chat_template != nullptr && !chat_template->renders_tools();
+  const bool has_history = std::any_of(
+      request.messages.begin(), request.messages.end(),
+      [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+  if (!tools_in_text || (tools.functions.empty() && !has_history)) {
+    if (!tools.functions.empty()) arguments["tools"] = TemplateJson{tools.definitions};
+    return RenderChat(engine, request.messages, /*add_generation_prompt=*/true, arguments);
+  }
+  // Offered (not under "none"), the tools lead the conversation; the history's calls and results
+  // are text either way.
+  const std::string definitions =
+      tools.functions.empty() || tools.choice == ToolOptions::Choice::kNone ? std::string()
+                                                                            : tools.definitions;
+  auto rendered = RenderChat(
+      engine,
+      ToolsInConversation(request.messages, definitions, tools.parallel, ToolPreamblePlace::kSystem),
+      /*add_generation_prompt=*/true, arguments);
+  if (rendered.ok()) return rendered;
+  // A template that refuses a system role: the first user turn carries them.
+  auto in_user = RenderChat(engine,
+                            ToolsInConversation(request.messages, definitions, tools.parallel,
+                                                ToolPreamblePlace::kFirstUser),
+                            /*add_generation_prompt=*/true, arguments);
+  return in_user.ok() ? in_user : rendered;
+}
+
 std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEngine>& engine,
                                                      GenerateRequest request,
                                                      std::shared_ptr<GenerationObserver> observer) {
@@ -500,12 +535,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   }
   std::string prompt = request.prompt;
   if (request.chat) {
-    std::map<std::string, TemplateArgument> arguments = request.template_arguments;
-    if (!request.tools.functions.empty()) {
-      arguments["tools"] = TemplateJson{request.tools.definitions};
-    }
-    auto rendered =
-        RenderChat(*engine, request.messages, /*add_generation_prompt=*/true, arguments);
+    auto rendered = RenderRequest(*engine, request);
     if (!rendered.ok()) {
       return refuse(rendered.status(),
                     request.template_arguments.empty() ? "messages" : "chat_template_kwargs");

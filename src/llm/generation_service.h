@@ -148,6 +148,11 @@ class GenerationService {
       const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
       const std::map<std::string, TemplateArgument>& arguments = {});
 
+  // A chat request's prompt: its conversation and tools through the model's template. A template
+  // that renders no tools is given them, and the history's calls and results, in the
+  // conversation's text (ToolsInConversation).
+  static Result<std::string> RenderRequest(const LlmEngine& engine, const GenerateRequest& request);
+
   // Starts `request` on `engine` (from Find). With a seed, choice i samples with seed + i, so the
   // choices differ and the same seed gives the same n texts.
   std::shared_ptr<Generation> Start(const std::shared_ptr<LlmEngine>& engine,

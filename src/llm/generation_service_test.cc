@@ -158,7 +158,10 @@ class Recorder : public GenerationObserver {
 GenerateRequest Chat(const std::string& text) {
   GenerateRequest r;
   r.chat = true;
-  r.messages.push_back(ChatMessage{"user", text});
+  ChatMessage message;
+  message.role = "user";
+  message.content = text;
+  r.messages.push_back(std::move(message));
   r.max_tokens = 64;
   r.sampling.temperature = 0;
   return r;
@@ -266,6 +269,8 @@ TEST(GenerationServiceTest, AutoFindsTheTemplatesToolCallsInTheReply) {
   GenerateRequest request = Chat("weather in Paris?");
   request.tools = WeatherTool(ToolOptions::Choice::kAuto);
   request.max_tokens = 0;  // All the context leaves.
+  // The reply read back as a call (the tiny model's 512 positions hold the tools, not the history).
+  request.messages.resize(1);
   auto recorder = Generate(service, request);
   ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
   const ChoiceEvent choice = recorder->Joined(0);
@@ -279,8 +284,9 @@ TEST(GenerationServiceTest, AutoFindsTheTemplatesToolCallsInTheReply) {
   bool early = false;
   for (const ChoiceEvent& e : recorder->events) {
     if (!e.tool_calls.empty() && e.finish == FinishReason::kNone) early = true;
-    if (!e.tool_calls.empty())
+    if (!e.tool_calls.empty()) {
       EXPECT_EQ(e.first_tool_call, e.tool_calls[0].arguments == R"({"unit":"c"})" ? 0 : 1);
+    }
   }
   EXPECT_TRUE(early);
 
@@ -444,6 +450,8 @@ TEST(GenerationServiceTest, AThinkingReplysJsonFollowsItsReasoning) {
       {{"m", Scripted("Call it.</think>[{\"name\": \"get_weather\", \"arguments\": "
                       "{\"unit\": \"f\"}}]",
                       ThinkingTemplate())}});
+  // The reply read back as a call (the tiny model's 512 positions hold the tools, not the history).
+  request.messages.resize(1);
   auto recorder = Generate(service, request);
   ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
   const ChoiceEvent choice = recorder->Joined(0);
@@ -478,6 +486,8 @@ TEST(GenerationServiceTest, ACutRequiredReplyGivesItsCompleteCalls) {
   GenerateRequest request = Chat("weather?");
   request.tools = WeatherTool(ToolOptions::Choice::kRequired);
   request.max_tokens = static_cast<int>((*tokenizer)->Encode(cut, false).size());
+  // The reply read back as a call (the tiny model's 512 positions hold the tools, not the history).
+  request.messages.resize(1);
   auto recorder = Generate(service, request);
   ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
   const ChoiceEvent choice = recorder->Joined(0);
@@ -527,9 +537,9 @@ TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
                              {"mistral", Scripted("x", "{{ tools }}[TOOL_CALLS]{{ messages }}")}});
   GenerateRequest request = Chat("hi");
   request.tools = WeatherTool(ToolOptions::Choice::kAuto);
-  auto r = Generate(service, request, "m");
-  EXPECT_EQ(r->rejected.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r->rejected_param, "tools");
+  // A template that renders no tools is given them in the conversation.
+  request.max_tokens = 8;
+  EXPECT_TRUE(Generate(service, request, "m")->rejected.ok());
   // A template with no known call format is served under auto: its replies are read with the
   // JSON fallback.
   request.max_tokens = 8;
@@ -546,6 +556,49 @@ TEST(GenerationServiceTest, WhatToolCallingNeedsIsCheckedFirst) {
   request.tools.functions[0].strict = false;
   request.response_format.type = ResponseFormat::Type::kJsonObject;
   EXPECT_EQ(Generate(service, request, "hermes")->rejected_param, "response_format");
+}
+
+TEST(GenerationServiceTest, ATemplateThatRendersNoToolsIsGivenThemAndItsCallsAreRead) {
+  // Gemma's form: no system role, turns that alternate, no tools.
+  const std::string gemma =
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+      "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate') }}"
+      "{% endif %}<turn>{{ message['role'] }}\n{{ message['content'] }}</turn>\n{% endfor %}"
+      "{% if add_generation_prompt %}<turn>model\n{% endif %}";
+  GenerationService service(
+      {{"m", Scripted(R"([{"name": "get_weather", "arguments": {"unit": "c"}}])", gemma)}});
+  GenerateRequest request = Chat("weather?");
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  ChatMessage call;
+  call.role = "assistant";
+  call.tool_calls.push_back({"call_1", "get_weather", R"({"unit": "f"})"});
+  ChatMessage result;
+  result.role = "tool";
+  result.tool_call_id = "call_1";
+  result.content = "64 F";
+  request.messages.push_back(call);
+  request.messages.push_back(result);
+  std::string name = "m";
+  auto engine = service.Find(name);
+  ASSERT_TRUE(engine.ok());
+  auto prompt = GenerationService::RenderRequest(**engine, request);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  EXPECT_EQ(prompt->find("<turn>user\nYou can call these functions"), 0u) << *prompt;
+  EXPECT_NE(prompt->find(request.tools.definitions), std::string::npos);
+  EXPECT_NE(prompt->find("<turn>user\nResult of get_weather:\n64 F</turn>\n<turn>model\n"),
+            std::string::npos)
+      << *prompt;
+  // The reply read back as a call (the tiny model's 512 positions hold the tools, not the history).
+  request.messages.resize(1);
+  auto recorder = Generate(service, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  ChoiceEvent reply = recorder->Joined(0);
+  ASSERT_EQ(reply.tool_calls.size(), 1u) << reply.content;
+  EXPECT_EQ(reply.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(reply.tool_calls[0].arguments, R"({"unit":"c"})");
+  EXPECT_EQ(reply.finish, FinishReason::kToolCalls);
+  EXPECT_EQ(reply.content, "");
 }
 
 }  // namespace

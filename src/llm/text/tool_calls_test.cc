@@ -139,7 +139,7 @@ TEST(ToolCallParserTest, TheJsonFallback) {
     EXPECT_EQ(p.calls[0].arguments, R"({"a":1})");
     EXPECT_EQ(p.content, "") << reply;
   }
-  for (const std::string text : {std::string("It is sunny."), std::string("```python\nx = 1\n```"),
+  for (const std::string& text : {std::string("It is sunny."), std::string("```python\nx = 1\n```"),
                                  std::string(R"({"answer": 4})")}) {
     auto p = Feed(ToolCallFormat::kJson, text);
     EXPECT_TRUE(p.calls.empty()) << text;
@@ -155,7 +155,7 @@ TEST(ToolCallParserTest, TheJsonFallback) {
   EXPECT_EQ(pythonic.calls[1].arguments,
             R"({"q":"it's","filters":{"lang":["en",null]},"top":0.5})");
   EXPECT_EQ(pythonic.content, "");
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("[1, 2]"), std::string("[f(x)]"), std::string("[f(a=1)] and more")}) {
     auto p = Feed(ToolCallFormat::kJson, text);
     EXPECT_TRUE(p.calls.empty()) << text;
