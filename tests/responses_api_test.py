@@ -78,6 +78,29 @@ def responses(client, port):
     check(json.loads(body)["count"] == second.usage.input_tokens,
           f"the continued prompt is the conversation: {body[:60]} against {second.usage}")
     check(client.responses.retrieve(first.id).output_text == first.output_text, "retrieve")
+    # Its input items, as the SDK pages them (newest first by default).
+    items = client.responses.input_items.list(first.id)
+    check(len(items.data) == 1 and items.data[0].type == "message" and
+          items.data[0].role == "user" and items.data[0].id.startswith("msg_") and
+          items.data[0].content[0].text == "My name is Ada." and not items.has_more,
+          f"input items: {items}")
+    several = client.responses.create(model="m", max_output_tokens=2, input=[
+        {"role": "user", "content": f"item {i}"} for i in range(5)])
+    page = client.responses.input_items.list(several.id, limit=2, order="asc")
+    check([item.content[0].text for item in page.data] == ["item 0", "item 1"] and page.has_more,
+          f"first page: {page}")
+    rest = [item.content[0].text
+            for item in client.responses.input_items.list(several.id, order="asc").data]
+    check(rest == [f"item {i}" for i in range(5)], f"all items: {rest}")
+    after = client.responses.input_items.list(several.id, limit=2, order="asc",
+                                               after=page.last_id)
+    check([item.content[0].text for item in after.data] == ["item 2", "item 3"], f"{after}")
+    newest = client.responses.input_items.list(several.id, limit=1)
+    check(newest.data[0].content[0].text == "item 4", f"newest first: {newest}")
+    for query, param in (("limit=0", "limit"), ("order=up", "order"), ("include=x", "include")):
+        status, _, body = raw(port, "GET", f"/v1/responses/{several.id}/input_items?{query}",
+                              key=None)
+        check(status == 400 and json.loads(body)["error"]["param"] == param, f"{query}: {body}")
     client.responses.delete(first.id)
     for call in (lambda: client.responses.retrieve(first.id),
                  lambda: client.responses.create(model="m", input="x", max_output_tokens=2,

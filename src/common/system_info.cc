@@ -1,6 +1,7 @@
 // Machine and build facts for run.json.
 #include "common/system_info.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 
@@ -73,6 +74,12 @@ std::string LocalTimestamp() {
   std::array<char, 32> text{};
   std::strftime(text.data(), text.size(), "%Y-%m-%dT%H:%M:%S", &local);
   return text.data();
+}
+
+void NameThisThread(const char* name) {
+  char kept[16] = {};
+  snprintf(kept, sizeof(kept), "%s", name);
+  pthread_setname_np(pthread_self(), kept);
 }
 
 }  // namespace sluice

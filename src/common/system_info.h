@@ -19,5 +19,8 @@ int CoreCount();
 std::string GitCommit();
 // Local time as "2026-11-21T16:30:05".
 std::string LocalTimestamp();
+// Names the calling thread (at most 15 bytes kept), as `top -H`, `ps -L` and
+// /proc/PID/task/TID/comm show it.
+void NameThisThread(const char* name);
 
 }  // namespace sluice

@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <random>
 
 #include "common/json_writer.h"
 #include "http/anthropic_request.h"
@@ -35,17 +34,6 @@ std::string ErrorBody(std::string_view type, std::string_view message) {
   return json.str();
 }
 
-// "msg_" and 24 random letters and digits, as Anthropic's ids look.
-std::string NewMessageId() {
-  static constexpr std::string_view kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  std::string id = "msg_";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
-  return id;
-}
-
 std::string_view StopReason(llm::FinishReason finish, const std::string& stop_string) {
   switch (finish) {
     case llm::FinishReason::kLength:
@@ -69,41 +57,62 @@ std::string Event(std::string_view name, const JsonWriter& json) {
   return fmt::format("event: {}\ndata: {}\n\n", name, json.str());
 }
 
-// One reply to one message request, as a body or as Anthropic's stream of events. The service's
-// events arrive on the engine's loop thread; a disconnect on the I/O thread.
-class MessageReply final : public FrontReply {
+// One reply to one message request in Anthropic's shape: a body or a stream of events (see
+// EventWriter for which thread runs what).
+class MessageWriter final : public EventWriter {
  public:
   std::string id, model;
   bool omit_thinking = false;  // thinking.display "omitted": the blocks stay, their text does not.
 
-  void OnFailed(const Status& error) override {
-    failed_ = true;
-    if (!stream) return Answer(AnthropicError(error));
-    stream->Write(
-        fmt::format("event: error\ndata: {}\n\n", ErrorBody("api_error", error.message())));
-    stream->Close();
+  std::string StreamFailure(const Status& error) override {
+    return fmt::format("event: error\ndata: {}\n\n", ErrorBody("api_error", error.message()));
   }
 
-  void OnChoice(const llm::ChoiceEvent& event) override {
-    if (failed_) return;
-    prompt_tokens_ = event.prompt_tokens;
-    cached_tokens_ = event.cached_prompt_tokens;
-    output_tokens_ = event.completion_tokens;
-    if (stream) return Stream(event);
+  void Add(const llm::ChoiceEvent& event) override {
+    Count(event);
     reasoning_ += event.reasoning;
     content_ += event.content;
     calls_.insert(calls_.end(), event.tool_calls.begin(), event.tool_calls.end());
-    if (event.finish != llm::FinishReason::kNone) {
-      Answer(HttpResponse::Json(200, Body(event.finish, event.stop_string)));
+    finish_ = event.finish;
+    stop_string_ = event.stop_string;
+  }
+
+  std::string Body() override {
+    JsonWriter json;
+    BeginMessage(json);
+    json.Key("content").BeginArray();
+    if (!reasoning_.empty()) {
+      json.BeginObject().Field("type", "thinking");
+      json.Field("thinking", omit_thinking ? std::string() : reasoning_);
+      json.Field("signature", "").EndObject();
     }
+    if (!content_.empty()) {
+      json.BeginObject().Field("type", "text").Field("text", content_).EndObject();
+    }
+    for (const llm::ToolCall& call : calls_) WriteToolUse(json, call, /*with_input=*/true);
+    json.EndArray().Field("stop_reason", StopReason(finish_, stop_string_)).Key("stop_sequence");
+    if (stop_string_.empty()) {
+      json.Null();
+    } else {
+      json.String(stop_string_);
+    }
+    WriteUsage(json, prompt_tokens_, cached_tokens_, output_tokens_);
+    json.EndObject();
+    return json.str();
+  }
+
+  std::string StreamChoice(const llm::ChoiceEvent& event, bool) override {
+    Count(event);
+    return Stream(event);
   }
 
  private:
   enum class Block { kNone, kThinking, kText };
 
-  HttpResponse Error(const Status& status, std::string_view,
-                     double retry_after_seconds) const override {
-    return AnthropicError(status, retry_after_seconds);
+  void Count(const llm::ChoiceEvent& event) {
+    prompt_tokens_ = event.prompt_tokens;
+    cached_tokens_ = event.cached_prompt_tokens;
+    output_tokens_ = event.completion_tokens;
   }
 
   void BeginMessage(JsonWriter& json) const {
@@ -120,30 +129,6 @@ class MessageReply final : public FrontReply {
       json.BeginObject().EndObject();
     }
     json.EndObject();
-  }
-
-  std::string Body(llm::FinishReason finish, const std::string& stop_string) const {
-    JsonWriter json;
-    BeginMessage(json);
-    json.Key("content").BeginArray();
-    if (!reasoning_.empty()) {
-      json.BeginObject().Field("type", "thinking");
-      json.Field("thinking", omit_thinking ? std::string() : reasoning_);
-      json.Field("signature", "").EndObject();
-    }
-    if (!content_.empty()) {
-      json.BeginObject().Field("type", "text").Field("text", content_).EndObject();
-    }
-    for (const llm::ToolCall& call : calls_) WriteToolUse(json, call, /*with_input=*/true);
-    json.EndArray().Field("stop_reason", StopReason(finish, stop_string)).Key("stop_sequence");
-    if (stop_string.empty()) {
-      json.Null();
-    } else {
-      json.String(stop_string);
-    }
-    WriteUsage(json, prompt_tokens_, cached_tokens_, output_tokens_);
-    json.EndObject();
-    return json.str();
   }
 
   // Closes the open block, if any.
@@ -182,7 +167,7 @@ class MessageReply final : public FrontReply {
     out += Event("content_block_delta", json);
   }
 
-  void Stream(const llm::ChoiceEvent& event) {
+  std::string Stream(const llm::ChoiceEvent& event) {
     std::string out;
     if (!started_) {
       JsonWriter json;
@@ -238,18 +223,29 @@ class MessageReply final : public FrontReply {
       stop.BeginObject().Field("type", "message_stop").EndObject();
       out += Event("message_stop", stop);
     }
-    if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
-    if (end) stream->Close();
+    return out;
   }
 
-  // Engine thread only.
-  bool failed_ = false;
   bool started_ = false;  // message_start sent.
   Block open_ = Block::kNone;
   int index_ = -1;  // The last block opened.
   std::string reasoning_, content_;
   std::vector<llm::ToolCall> calls_;
+  llm::FinishReason finish_ = llm::FinishReason::kNone;
+  std::string stop_string_;
   int prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
+};
+
+// A reply in Anthropic's error shape.
+class MessageReply final : public FrontReply {
+ public:
+  using FrontReply::FrontReply;
+
+ private:
+  HttpResponse Error(const Status& status, std::string_view,
+                     double retry_after_seconds) const override {
+    return AnthropicError(status, retry_after_seconds);
+  }
 };
 
 // The thinking switch against the model's template: refused where it cannot think; else the
@@ -298,10 +294,11 @@ void AnthropicHandlers::Messages(const HttpRequest& request, const PathParams&, 
   if (!found.ok()) return respond(AnthropicError(found.status()));
   std::shared_ptr<llm::LlmEngine> engine = *found;
   if (auto refusal = ApplyThinking(*engine, parsed)) return respond(AnthropicError(*refusal));
-  auto reply = std::make_shared<MessageReply>();
-  reply->id = NewMessageId();
-  reply->model = parsed.model;
-  reply->omit_thinking = parsed.omit_thinking;
+  auto writer = std::make_shared<MessageWriter>();
+  writer->id = RandomId("msg_");
+  writer->model = parsed.model;
+  writer->omit_thinking = parsed.omit_thinking;
+  auto reply = std::make_shared<MessageReply>(writer, 1);
   reply->respond = std::move(respond);
   if (parsed.stream) reply->stream = std::make_shared<ResponseStream>();
   if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });

@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <future>
 
+#include "common/system_info.h"
 #include "http/http_server_impl.h"
 
 namespace sluice {
@@ -35,7 +36,10 @@ Status HttpServer::Impl::Start() {
   Accept();
   for (const auto& context : contexts_) {
     work_.push_back(net::make_work_guard(context->get_executor()));
-    threads_.emplace_back([io = context.get()] { io->run(); });
+    threads_.emplace_back([io = context.get()] {
+      NameThisThread("sluice-io");
+      io->run();
+    });
   }
   return Status::Ok();
 }

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -311,6 +313,53 @@ TEST_F(HttpServerTest, AStreamGoesInChunksOnHttp11AndAsItComesThenCloseOnHttp10)
   EXPECT_EQ(old.ReadToClose(),
             "HTTP/1.0 200 OK\r\nServer: sluice\r\nContent-Type: text/event-stream\r\n\r\n"
             "data: one\n\ndata: two\n\n");
+}
+
+TEST_F(HttpServerTest, RenderedBodiesAndStreamRenderersAreMadeOffTheProducersThread) {
+  // For each renderer run: whether it ran on a thread other than the one that produced it.
+  auto elsewhere = std::make_shared<std::vector<bool>>();
+  auto mu = std::make_shared<std::mutex>();
+  auto note = [elsewhere, mu](std::thread::id producer) {
+    std::lock_guard<std::mutex> lock(*mu);
+    elsewhere->push_back(std::this_thread::get_id() != producer);
+  };
+  router_.Get("/rendered", [=](const HttpRequest&, const PathParams&, Responder respond) {
+    std::thread([=] {
+      const std::thread::id me = std::this_thread::get_id();
+      respond(HttpResponse::RenderedJson(200, [=] {
+        note(me);
+        return std::string(R"({"made":"late"})");
+      }));
+    }).detach();
+  });
+  router_.Get("/posted", [=](const HttpRequest&, const PathParams&, Responder respond) {
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.stream = std::make_shared<ResponseStream>();
+    std::shared_ptr<ResponseStream> stream = response.stream;
+    respond(std::move(response));
+    std::thread([=] {
+      const std::thread::id me = std::this_thread::get_id();
+      stream->Write("data: one\n\n");
+      stream->Post(
+          [=] {
+            note(me);
+            return std::string("data: two\n\n");
+          },
+          16);
+      stream->Close();
+    }).detach();
+  });
+  ASSERT_NO_FATAL_FAILURE(StartAndGet("/rendered"));
+  EXPECT_EQ(client_->ReadUntil(R"({"made":"late"})"),
+            "HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Type: application/json\r\n"
+            "Content-Length: 15\r\n\r\n{\"made\":\"late\"}");
+  ASSERT_TRUE(client_->Send("GET /posted HTTP/1.1\r\nHost: test\r\n\r\n"));
+  const std::string chunked = client_->ReadUntil("0\r\n\r\n");
+  ASSERT_NE(chunked.find("data: two\n\n"), std::string::npos) << chunked;
+  EXPECT_LT(chunked.find("data: one\n\n"), chunked.find("data: two\n\n")) << chunked;
+  std::lock_guard<std::mutex> lock(*mu);
+  EXPECT_EQ(*elsewhere, (std::vector<bool>{true, true}));
 }
 
 }  // namespace

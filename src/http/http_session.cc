@@ -301,7 +301,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
     HttpRequest request;
     request.method = std::string(raw.method_string());
     std::string_view target = raw.target();
-    request.path = std::string(target.substr(0, target.find('?')));
+    const size_t question = target.find('?');
+    request.path = std::string(target.substr(0, question));
+    if (question != std::string_view::npos) request.query = std::string(target.substr(question + 1));
     request.content_type = std::string(raw[http::field::content_type]);
     request.accept_encoding = std::string(raw[http::field::accept_encoding]);
     request.if_none_match = std::string(raw[http::field::if_none_match]);
@@ -471,6 +473,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
   // set before the request was dispatched. False, with nothing done, for a streamed answer.
   bool AnswerInPlace(HttpResponse& response) {
     if (response.stream) return false;
+    if (response.render) response.body = std::exchange(response.render, nullptr)();
     auto sent = std::make_shared<SentInPlace>();
     sent->status = response.status;
     sent->keep_alive = keep_alive_ && server_.keep_alive_allowed();
@@ -599,6 +602,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session>
       return;
     }
     if (response.stream) return StartStream(std::move(response), counted, std::move(cancel));
+    if (response.render) response.body = std::exchange(response.render, nullptr)();
     const bool keep_alive = keep_alive_ && server_.keep_alive_allowed();
     // The head and the body, sent together by one write without copying the body.
     auto out = std::make_shared<std::pair<std::string, std::string>>();

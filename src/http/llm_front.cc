@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <random>
+
 #include "service/v2_service.h"
 
 namespace sluice {
@@ -17,6 +19,54 @@ std::string SystemFingerprint(const llm::LlmEngine& engine) {
     }
   }
   return fmt::format("fp_{:012x}", hash & 0xffffffffffffull);
+}
+
+std::string RandomId(std::string_view prefix) {
+  static constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
+  return id;
+}
+
+namespace {
+
+// The bytes an event's rendering is expected to take, counted against the stream's bound until
+// the connection takes it: its text, and the JSON around it.
+size_t RenderedSize(const llm::ChoiceEvent& event) {
+  size_t size = 512 + event.content.size() + event.reasoning.size() + event.stop_string.size();
+  for (const llm::ToolCall& call : event.tool_calls) {
+    size += 128 + call.id.size() + call.name.size() + 2 * call.arguments.size();
+  }
+  for (const llm::TokenLogprobs& token : event.logprobs) size += 96 * (1 + token.top.size());
+  return size;
+}
+
+}  // namespace
+
+void FrontReply::OnChoice(const llm::ChoiceEvent& event) {
+  if (failed_) return;
+  if (event.finish != llm::FinishReason::kNone) --unfinished_;
+  const bool last = unfinished_ == 0;
+  if (stream) {
+    auto render = [writer = writer_, event, last] { return writer->StreamChoice(event, last); };
+    if (!stream->Post(std::move(render), RenderedSize(event))) return Cancel();
+    if (last) stream->Close();
+    return;
+  }
+  writer_->Add(event);
+  if (last) Answer(HttpResponse::RenderedJson(200, [writer = writer_] { return writer->Body(); }));
+}
+
+void FrontReply::OnFailed(const Status& error) {
+  failed_ = true;
+  if (!stream) return Answer(Error(error, {}, 0));
+  // Headers are sent (or will be): the error travels as events, then the stream ends.
+  stream->Post([writer = writer_, error] { return writer->StreamFailure(error); },
+               512 + error.message().size());
+  stream->Close();
 }
 
 }  // namespace sluice

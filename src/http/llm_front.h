@@ -21,6 +21,10 @@ namespace sluice {
 // (the server's version, the weights' formats, the kernels, the KV cache's format).
 std::string SystemFingerprint(const llm::LlmEngine& engine);
 
+// `prefix` and 24 random letters and digits, as OpenAI's and Anthropic's ids look (resp_, msg_,
+// rs_, fc_, fco_).
+std::string RandomId(std::string_view prefix);
+
 inline int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -67,11 +71,35 @@ inline std::function<void(HttpResponse)> AnswerOnce(Responder respond) {
   };
 }
 
+// One reply's writer: the generation service's events made into a front's JSON, off the engine's
+// loop. A streamed reply's events are rendered on the connection's I/O thread as it takes them
+// from the stream (StreamChoice, StreamFailure: one at a time, in the events' order); a whole
+// reply's parts are kept on the engine's loop as they come (Add: no JSON) and its body rendered on
+// the I/O thread once the last is kept (Body). A writer is touched by one thread at a time and
+// needs no lock.
+class EventWriter {
+ public:
+  virtual ~EventWriter() = default;
+  // A streamed reply: the text of the events for `event`; `last`: the reply's last event.
+  virtual std::string StreamChoice(const llm::ChoiceEvent& event, bool last) = 0;
+  // A streamed reply whose model failed after its head was sent: the error's events.
+  virtual std::string StreamFailure(const Status& error) = 0;
+  // A whole reply: one event's parts, kept ...
+  virtual void Add(const llm::ChoiceEvent& event) = 0;
+  // ... and, after the last, the body.
+  virtual std::string Body() = 0;
+};
+
 // What every front's reply to a generation shares: exactly one answer (an error, a body, or a
 // stream begun once every choice is queued), and the generation stopped when the client leaves.
-// The front gives its error shape (Error) and writes its events (OnChoice, OnFailed).
+// The front gives its error shape (Error) and its writer. Events arrive on the engine's loop
+// thread; a disconnect on the I/O thread.
 class FrontReply : public llm::GenerationObserver {
  public:
+  // `choices`: how many choices end before the reply does (OpenAI's n).
+  FrontReply(std::shared_ptr<EventWriter> writer, int choices)
+      : writer_(std::move(writer)), unfinished_(choices) {}
+
   Responder respond;
   std::shared_ptr<ResponseStream> stream;  // `stream: true`; else the reply is one body.
 
@@ -99,19 +127,26 @@ class FrontReply : public llm::GenerationObserver {
     Answer(std::move(response));
   }
 
+  void OnChoice(const llm::ChoiceEvent& event) final;
+  void OnFailed(const Status& error) final;
+
  protected:
   // The front's error response for `status` (`param`: the request parameter at fault).
   virtual HttpResponse Error(const Status& status, std::string_view param,
                              double retry_after_seconds) const = 0;
 
+ private:
   // Exactly one answer, whichever of the generation and a disconnect comes first.
   void Answer(HttpResponse response) {
     if (!answered_.exchange(true)) respond(std::move(response));
   }
 
- private:
+  const std::shared_ptr<EventWriter> writer_;
   CancelLink link_;
   std::atomic<bool> answered_{false};
+  // Engine thread only.
+  int unfinished_ = 0;
+  bool failed_ = false;
 };
 
 }  // namespace sluice

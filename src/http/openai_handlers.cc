@@ -124,7 +124,7 @@ void StartCancellable(const HttpRequest& request, const std::function<void(HttpR
   link->Attach(start());
 }
 
-// One of a request's n choices as the reply gives it (engine thread).
+// One of a request's n choices as the reply gives it.
 struct Choice {
   std::string content;  // Non-streaming: the whole reply.
   std::string reasoning;
@@ -155,19 +155,13 @@ void WriteToolCalls(JsonWriter& json, const std::vector<llm::ToolCall>& calls) {
   json.EndArray();
 }
 
-// One response to one generation (its n choices), in OpenAI's shape: a body, or server-sent
-// events. The generation service's events (llm/generation_service.h) arrive on the engine's
-// loop thread; a disconnect from the I/O thread.
-class Reply final : public FrontReply {
+// One response to one generation (its n choices) in OpenAI's shape: a body, or server-sent
+// events (see EventWriter for which thread runs what).
+class Writer final : public EventWriter {
  public:
-  // `engine` outlives every event (they come from its loop); the reply does not own it (the
-  // generation holds the reply until its last event, on the engine's own thread).
-  Reply(const llm::LlmEngine* engine, int n) : engine(engine) {
-    choices.resize(static_cast<size_t>(n));
-    unfinished = n;
-  }
+  Writer(std::shared_ptr<const llm::Tokenizer> tokenizer, int n)
+      : tokenizer_(std::move(tokenizer)), choices_(static_cast<size_t>(n)) {}
 
-  const llm::LlmEngine* const engine;
   std::string id, model;
   std::string fingerprint;  // system_fingerprint: the server's version and the model's formats.
   bool chat = false;
@@ -176,66 +170,32 @@ class Reply final : public FrontReply {
   int top_logprobs = -1;  // -1: no log-probabilities.
   int64_t created = 0;
 
-  void OnFailed(const Status& error) override {
-    failed = true;
-    if (stream) {
-      // Headers are sent: the error travels as an event, then the stream ends.
-      JsonWriter json;
-      json.BeginObject().Key("error").BeginObject().Field("message", error.message());
-      json.Field("type", "server_error").Key("param").Null().Key("code").Null();
-      json.EndObject().EndObject();
-      stream->Write("data: " + json.str() + "\n\n");
-      stream->Close();
-    } else {
-      Answer(OpenAiError(error));
-    }
+  std::string StreamFailure(const Status& error) override {
+    JsonWriter json;
+    json.BeginObject().Key("error").BeginObject().Field("message", error.message());
+    json.Field("type", "server_error").Key("param").Null().Key("code").Null();
+    json.EndObject().EndObject();
+    return "data: " + json.str() + "\n\n";
   }
 
-  void OnChoice(const llm::ChoiceEvent& event) override {
-    if (failed) return;
-    Choice& choice = choices[event.index];
-    choice.completion_tokens = event.completion_tokens;
-    prompt_tokens = event.prompt_tokens;
-    // The first choice's: the others share its prompt's blocks.
-    if (event.index == 0) cached_tokens = event.cached_prompt_tokens;
-    if (event.finish != llm::FinishReason::kNone) {
-      choice.finish = event.finish;
-      --unfinished;
-    }
-    if (stream) return Stream(event);
+  void Add(const llm::ChoiceEvent& event) override {
+    Count(event);
+    Choice& choice = choices_[event.index];
     choice.content += event.content;
     choice.reasoning += event.reasoning;
     choice.tool_calls.insert(choice.tool_calls.end(), event.tool_calls.begin(),
                              event.tool_calls.end());
     choice.logprobs.insert(choice.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-    if (unfinished == 0) Answer(HttpResponse::Json(200, Body()));
-  }
-
- private:
-  HttpResponse Error(const Status& status, std::string_view param,
-                     double retry_after_seconds) const override {
-    return OpenAiError(status, param, retry_after_seconds);
-  }
-
-  void WriteLogprobs(JsonWriter& json, const Choice& choice,
-                     const std::vector<llm::TokenLogprobs>& tokens) const {
-    if (top_logprobs < 0) {
-      json.Key("logprobs").Null();
-    } else if (chat) {
-      WriteChatLogprobs(json, engine->tokenizer(), tokens);
-    } else {
-      WriteCompletionLogprobs(json, engine->tokenizer(), tokens, choice.text_offset);
-    }
   }
 
   // The non-streamed response.
-  std::string Body() const {
+  std::string Body() override {
     JsonWriter json;
     BeginObject(json, id, chat ? "chat.completion" : "text_completion", created, model,
                 fingerprint);
     json.Key("choices").BeginArray();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      const Choice& c = choices[i];
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
       json.BeginObject().Field("index", static_cast<int64_t>(i));
       if (chat) {
         json.Key("message").BeginObject().Field("role", "assistant").Key("content");
@@ -261,15 +221,80 @@ class Reply final : public FrontReply {
       json.Field("finish_reason", llm::FinishReasonName(c.finish)).EndObject();
     }
     json.EndArray();
-    WriteUsage(json, prompt_tokens, CompletionTokens(), cached_tokens);
+    WriteUsage(json, prompt_tokens_, CompletionTokens(), cached_tokens_);
     json.EndObject();
     return json.str();
+  }
+
+  std::string StreamChoice(const llm::ChoiceEvent& event, bool last) override {
+    Count(event);
+    Choice& choice = choices_[event.index];
+    std::string out;
+    if (!choice.sent_role && chat) {
+      out += Chunk(event.index, {}, llm::FinishReason::kNone, {});
+      choice.sent_role = true;
+    }
+    if (!event.content.empty() || !event.reasoning.empty() || !event.logprobs.empty()) {
+      out += Chunk(event.index, Delta{event.content, event.reasoning}, llm::FinishReason::kNone,
+                   event.logprobs);
+      for (const llm::TokenLogprobs& t : event.logprobs) {
+        choice.text_offset += static_cast<int64_t>(tokenizer_->TokenBytes(t.chosen.token).size());
+      }
+    }
+    // A call's first delta names it; the next carries its arguments.
+    for (size_t k = 0; k < event.tool_calls.size(); ++k) {
+      Delta delta;
+      delta.call = &event.tool_calls[k];
+      delta.call_index = event.first_tool_call + static_cast<int>(k);
+      delta.call_start = true;
+      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
+      delta.call_start = false;
+      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
+    }
+    if (event.finish != llm::FinishReason::kNone) {
+      out += Chunk(event.index, {}, event.finish, {});
+      if (last) {
+        if (include_usage) {
+          JsonWriter json;
+          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model,
+                      fingerprint);
+          json.Key("choices").BeginArray().EndArray();
+          WriteUsage(json, prompt_tokens_, CompletionTokens(), cached_tokens_);
+          json.EndObject();
+          out += "data: " + json.str() + "\n\n";
+        }
+        out += "data: [DONE]\n\n";
+      }
+    }
+    return out;
+  }
+
+ private:
+  // The counts an event brings, streamed or not.
+  void Count(const llm::ChoiceEvent& event) {
+    Choice& choice = choices_[event.index];
+    choice.completion_tokens = event.completion_tokens;
+    prompt_tokens_ = event.prompt_tokens;
+    // The first choice's: the others share its prompt's blocks.
+    if (event.index == 0) cached_tokens_ = event.cached_prompt_tokens;
+    if (event.finish != llm::FinishReason::kNone) choice.finish = event.finish;
+  }
+
+  void WriteLogprobs(JsonWriter& json, const Choice& choice,
+                     const std::vector<llm::TokenLogprobs>& tokens) const {
+    if (top_logprobs < 0) {
+      json.Key("logprobs").Null();
+    } else if (chat) {
+      WriteChatLogprobs(json, *tokenizer_, tokens);
+    } else {
+      WriteCompletionLogprobs(json, *tokenizer_, tokens, choice.text_offset);
+    }
   }
 
   // data: {...}\n\n for one streamed chunk of choice `index`.
   std::string Chunk(size_t index, const Delta& delta, llm::FinishReason finish,
                     const std::vector<llm::TokenLogprobs>& tokens) const {
-    const Choice& choice = choices[index];
+    const Choice& choice = choices_[index];
     JsonWriter json;
     BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model,
                 fingerprint);
@@ -311,60 +336,15 @@ class Reply final : public FrontReply {
 
   int CompletionTokens() const {
     int total = 0;
-    for (const Choice& choice : choices) total += choice.completion_tokens;
+    for (const Choice& choice : choices_) total += choice.completion_tokens;
     return total;
   }
 
-  void Stream(const llm::ChoiceEvent& event) {
-    Choice& choice = choices[event.index];
-    std::string out;
-    if (!choice.sent_role && chat) {
-      out += Chunk(event.index, {}, llm::FinishReason::kNone, {});
-      choice.sent_role = true;
-    }
-    if (!event.content.empty() || !event.reasoning.empty() || !event.logprobs.empty()) {
-      out += Chunk(event.index, Delta{event.content, event.reasoning}, llm::FinishReason::kNone,
-                   event.logprobs);
-      for (const llm::TokenLogprobs& t : event.logprobs) {
-        choice.text_offset +=
-            static_cast<int64_t>(engine->tokenizer().TokenBytes(t.chosen.token).size());
-      }
-    }
-    // A call's first delta names it; the next carries its arguments.
-    for (size_t k = 0; k < event.tool_calls.size(); ++k) {
-      Delta delta;
-      delta.call = &event.tool_calls[k];
-      delta.call_index = event.first_tool_call + static_cast<int>(k);
-      delta.call_start = true;
-      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
-      delta.call_start = false;
-      out += Chunk(event.index, delta, llm::FinishReason::kNone, {});
-    }
-    if (event.finish != llm::FinishReason::kNone) {
-      out += Chunk(event.index, {}, event.finish, {});
-      if (unfinished == 0) {
-        if (include_usage) {
-          JsonWriter json;
-          BeginObject(json, id, chat ? "chat.completion.chunk" : "text_completion", created, model,
-                      fingerprint);
-          json.Key("choices").BeginArray().EndArray();
-          WriteUsage(json, prompt_tokens, CompletionTokens(), cached_tokens);
-          json.EndObject();
-          out += "data: " + json.str() + "\n\n";
-        }
-        out += "data: [DONE]\n\n";
-      }
-    }
-    if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
-    if (unfinished == 0) stream->Close();
-  }
-
-  // Engine thread only.
-  std::vector<Choice> choices;
-  int unfinished = 0;
-  int prompt_tokens = 0;
-  int cached_tokens = 0;
-  bool failed = false;
+  // Kept so a reply rendered after its model unloads still reads its tokens' text.
+  const std::shared_ptr<const llm::Tokenizer> tokenizer_;
+  std::vector<Choice> choices_;
+  int prompt_tokens_ = 0;
+  int cached_tokens_ = 0;
 };
 
 }  // namespace
@@ -710,15 +690,16 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
   std::shared_ptr<llm::LlmEngine> engine = *found;
-  auto reply = std::make_shared<Reply>(engine.get(), parsed.n);
-  reply->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
-  reply->model = parsed.model;
-  reply->chat = chat;
-  reply->thinks = chat && engine->chat_template() != nullptr && engine->chat_template()->thinks();
-  reply->include_usage = parsed.include_usage;
-  reply->top_logprobs = parsed.top_logprobs;
-  reply->created = UnixSeconds();
-  reply->fingerprint = SystemFingerprint(*engine);
+  auto writer = std::make_shared<Writer>(engine->shared_tokenizer(), parsed.n);
+  writer->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1));
+  writer->model = parsed.model;
+  writer->chat = chat;
+  writer->thinks = chat && engine->chat_template() != nullptr && engine->chat_template()->thinks();
+  writer->include_usage = parsed.include_usage;
+  writer->top_logprobs = parsed.top_logprobs;
+  writer->created = UnixSeconds();
+  writer->fingerprint = SystemFingerprint(*engine);
+  auto reply = std::make_shared<OpenAiReply>(writer, parsed.n);
   reply->respond = std::move(respond);
   if (parsed.stream) reply->stream = std::make_shared<ResponseStream>();
   if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/json_writer.h"
+#include "http/llm_front.h"
 #include "http/router.h"
 #include "llm/generation_service.h"
 
@@ -59,5 +60,17 @@ class OpenAiHandlers {
 // Retry-After: `retry_after_seconds`).
 HttpResponse OpenAiError(const Status& status, std::string_view param = {},
                          double retry_after_seconds = 1);
+
+// A reply to a generation in OpenAI's error shape (chat, completions, the Responses API).
+class OpenAiReply final : public FrontReply {
+ public:
+  using FrontReply::FrontReply;
+
+ private:
+  HttpResponse Error(const Status& status, std::string_view param,
+                     double retry_after_seconds) const override {
+    return OpenAiError(status, param, retry_after_seconds);
+  }
+};
 
 }  // namespace sluice

@@ -12,6 +12,7 @@ size_t ResponseStore::BytesOf(const StoredResponse& response) {
       bytes += sizeof(call) + call.id.size() + call.name.size() + call.arguments.size();
     }
   }
+  for (const std::string& item : response.input_items) bytes += sizeof(item) + item.size();
   return bytes;
 }
 

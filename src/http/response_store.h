@@ -25,6 +25,8 @@ struct StoredResponse {
   // The conversation to continue: the input (its history included, the instructions not: they
   // do not carry over) and this response's output, as chat messages.
   std::vector<llm::ChatMessage> conversation;
+  // This request's input items as JSON objects, each with its id (GET .../input_items).
+  std::vector<std::string> input_items;
 };
 
 // Thread-safe.

@@ -1,10 +1,12 @@
 #include "http/responses_handlers.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
-#include <random>
 
 #include "common/json_writer.h"
 #include "http/llm_front.h"
@@ -13,17 +15,6 @@
 
 namespace sluice {
 namespace {
-
-// `prefix` and 24 random letters and digits (resp_, msg_, rs_, fc_), as OpenAI's ids look.
-std::string NewId(std::string_view prefix) {
-  static constexpr std::string_view kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  std::string id(prefix);
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
-  return id;
-}
 
 // One output item as it grows: reasoning, a message's text, or a function call.
 struct OutputItem {
@@ -80,21 +71,24 @@ struct Echo {
   bool store = true;
 };
 
-// One response to one request, as a body or as OpenAI's stream of events. The service's events
-// arrive on the engine's loop thread; a disconnect on the I/O thread.
-class ResponseReply final : public FrontReply {
+// One response to one request in OpenAI's shape: a body or a stream of events (see EventWriter
+// for which thread runs what).
+class ResponseWriter final : public EventWriter {
  public:
   std::string id, model;
   int64_t created = 0;
   Echo echo;
+  bool streaming = false;
   // The conversation so far (no instructions), kept with this response's output when stored.
   std::vector<llm::ChatMessage> conversation;
-  ResponseStore* store = nullptr;  // Null: store false.
-  const llm::Tokenizer* tokenizer = nullptr;
+  std::vector<std::string> input_items;  // This request's, as JSON objects with ids.
+  ResponseStore* store = nullptr;        // Null: store false.
+  // Counts the reasoning's tokens; kept so a response rendered after its model unloads has it.
+  std::shared_ptr<const llm::Tokenizer> tokenizer;
 
-  // response.created and response.in_progress: written before the generation starts, so they
-  // lead the stream whichever thread writes next.
-  void Begin() {
+  // response.created and response.in_progress: posted before the generation starts, so they
+  // lead the stream.
+  std::string Begin() {
     std::string out = Event("response.created", [&](JsonWriter& json) {
       json.Key("response");
       WriteResponse(json, "in_progress", llm::FinishReason::kNone);
@@ -103,35 +97,51 @@ class ResponseReply final : public FrontReply {
       json.Key("response");
       WriteResponse(json, "in_progress", llm::FinishReason::kNone);
     });
-    stream->Write(std::move(out));
+    return out;
   }
 
-  void OnFailed(const Status& error) override {
-    failed_ = true;
-    if (!stream) return Answer(OpenAiError(error));
+  std::string StreamFailure(const Status& error) override {
     error_ = error.message();
-    stream->Write(Event("response.failed", [&](JsonWriter& json) {
+    return Event("response.failed", [&](JsonWriter& json) {
       json.Key("response");
       WriteResponse(json, "failed", llm::FinishReason::kError);
-    }));
-    stream->Close();
+    });
   }
 
-  void OnChoice(const llm::ChoiceEvent& event) override {
-    if (failed_) return;
+  void Add(const llm::ChoiceEvent& event) override {
+    std::string none;  // Not streaming: no event text.
+    Apply(none, event);
+  }
+
+  std::string Body() override { return Complete(); }
+
+  std::string StreamChoice(const llm::ChoiceEvent& event, bool) override {
+    std::string out;
+    Apply(out, event);
+    if (finish_ == llm::FinishReason::kNone) return out;
+    const bool cut = finish_ == llm::FinishReason::kLength;
+    const std::string body = Complete();
+    out += Event(cut ? "response.incomplete" : "response.completed", [&](JsonWriter& json) {
+      json.Key("response").Raw(body);
+    });
+    return out;
+  }
+
+ private:
+  // An event's text and calls into the output items (and, streaming, their events into `out`).
+  void Apply(std::string& out, const llm::ChoiceEvent& event) {
     prompt_tokens_ = event.prompt_tokens;
     cached_tokens_ = event.cached_prompt_tokens;
     output_tokens_ = event.completion_tokens;
-    std::string out;
     Grow(out, OutputItem::Kind::kReasoning, event.reasoning);
     Grow(out, OutputItem::Kind::kMessage, event.content);
     for (const llm::ToolCall& call : event.tool_calls) {
       Close(out);
       OutputItem& item = items_.emplace_back();
       item.kind = OutputItem::Kind::kFunctionCall;
-      item.id = NewId("fc_");
+      item.id = RandomId("fc_");
       item.call = call;
-      if (stream) {
+      if (streaming) {
         out += Added(item);
         const int64_t index = static_cast<int64_t>(items_.size()) - 1;
         out += Event("response.function_call_arguments.delta", [&](JsonWriter& json) {
@@ -145,16 +155,10 @@ class ResponseReply final : public FrontReply {
       }
       Close(out);
     }
-    if (event.finish != llm::FinishReason::kNone) Finish(out, event.finish);
-    if (!stream) return;
-    if (!out.empty() && !stream->Write(std::move(out))) return Cancel();
-    if (event.finish != llm::FinishReason::kNone) stream->Close();
-  }
-
- private:
-  HttpResponse Error(const Status& status, std::string_view param,
-                     double retry_after_seconds) const override {
-    return OpenAiError(status, param, retry_after_seconds);
+    if (event.finish != llm::FinishReason::kNone) {
+      Close(out);
+      finish_ = event.finish;
+    }
   }
 
   // "event: TYPE\ndata: {"type", "sequence_number", ...}\n\n".
@@ -190,12 +194,12 @@ class ResponseReply final : public FrontReply {
       Close(out);
       OutputItem& item = items_.emplace_back();
       item.kind = kind;
-      item.id = NewId(kind == OutputItem::Kind::kReasoning ? "rs_" : "msg_");
-      if (stream) out += Added(item);
+      item.id = RandomId(kind == OutputItem::Kind::kReasoning ? "rs_" : "msg_");
+      if (streaming) out += Added(item);
     }
     OutputItem& item = items_.back();
     item.text += text;
-    if (!stream) return;
+    if (!streaming) return;
     const int64_t index = static_cast<int64_t>(items_.size()) - 1;
     const bool reasoning = kind == OutputItem::Kind::kReasoning;
     out += Event(reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
@@ -211,7 +215,7 @@ class ResponseReply final : public FrontReply {
     if (items_.empty() || items_.back().done) return;
     OutputItem& item = items_.back();
     item.done = true;
-    if (!stream) return;
+    if (!streaming) return;
     const int64_t index = static_cast<int64_t>(items_.size()) - 1;
     if (item.kind != OutputItem::Kind::kFunctionCall) {
       const bool reasoning = item.kind == OutputItem::Kind::kReasoning;
@@ -233,23 +237,18 @@ class ResponseReply final : public FrontReply {
     });
   }
 
-  void Finish(std::string& out, llm::FinishReason finish) {
-    Close(out);
-    // Counted once: the body and the final event both give it.
+  // The finished response (stored where the request asked): its reasoning tokens counted, once.
+  std::string Complete() {
     for (const OutputItem& item : items_) {
       if (item.kind == OutputItem::Kind::kReasoning) {
         reasoning_tokens_ += static_cast<int>(tokenizer->Encode(item.text, false).size());
       }
     }
-    const bool cut = finish == llm::FinishReason::kLength;
+    const bool cut = finish_ == llm::FinishReason::kLength;
     JsonWriter body;
-    WriteResponse(body, cut ? "incomplete" : "completed", finish);
+    WriteResponse(body, cut ? "incomplete" : "completed", finish_);
     if (store != nullptr) Store(body.str());
-    if (!stream) return Answer(HttpResponse::Json(200, body.str()));
-    out += Event(cut ? "response.incomplete" : "response.completed", [&](JsonWriter& json) {
-      json.Key("response");
-      WriteResponse(json, cut ? "incomplete" : "completed", finish);
-    });
+    return body.str();
   }
 
   // The conversation with this response's output, as one assistant turn.
@@ -259,6 +258,7 @@ class ResponseReply final : public FrontReply {
     stored.model = model;
     stored.body = std::move(body);
     stored.conversation = conversation;
+    stored.input_items = input_items;
     llm::ChatMessage turn;
     turn.role = "assistant";
     for (const OutputItem& item : items_) {
@@ -328,9 +328,8 @@ class ResponseReply final : public FrontReply {
     json.EndObject();
   }
 
-  // Begin()'s thread, then the engine thread only.
   int64_t sequence_ = 0;
-  bool failed_ = false;
+  llm::FinishReason finish_ = llm::FinishReason::kNone;
   std::string error_;
   std::vector<OutputItem> items_;
   int prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
@@ -370,6 +369,10 @@ void ResponsesHandlers::AddRoutes(Router& router) {
              [this](const HttpRequest& request, const PathParams& params, Responder respond) {
                Retrieve(request, params, std::move(respond));
              });
+  router.Get("/v1/responses/{id}/input_items",
+             [this](const HttpRequest& request, const PathParams& params, Responder respond) {
+               InputItems(request, params, std::move(respond));
+             });
   router.Add("DELETE", "/v1/responses/{id}",
              [this](const HttpRequest& request, const PathParams& params, Responder respond) {
                Delete(request, params, std::move(respond));
@@ -387,7 +390,7 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
   if (auto refusal = ApplyEffort(*engine, parsed)) {
     return respond(OpenAiError(*refusal, "reasoning"));
   }
-  auto reply = std::make_shared<ResponseReply>();
+  auto writer = std::make_shared<ResponseWriter>();
   if (!parsed.previous_response_id.empty()) {
     auto previous = store_.Get(parsed.previous_response_id);
     if (previous == nullptr) {
@@ -398,9 +401,9 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
               parsed.previous_response_id)),
           "previous_response_id"));
     }
-    reply->conversation = previous->conversation;
+    writer->conversation = previous->conversation;
   }
-  for (llm::ChatMessage& message : parsed.input) reply->conversation.push_back(message);
+  for (llm::ChatMessage& message : parsed.input) writer->conversation.push_back(message);
   // Instructions lead this request only: they do not carry over to the next.
   if (parsed.instructions) {
     llm::ChatMessage system;
@@ -408,12 +411,12 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
     system.content = *parsed.instructions;
     parsed.messages.push_back(std::move(system));
   }
-  parsed.messages.insert(parsed.messages.end(), reply->conversation.begin(),
-                         reply->conversation.end());
-  reply->id = NewId("resp_");
-  reply->model = parsed.model;
-  reply->created = UnixSeconds();
-  reply->echo = Echo{parsed.instructions,
+  parsed.messages.insert(parsed.messages.end(), writer->conversation.begin(),
+                         writer->conversation.end());
+  writer->id = RandomId("resp_");
+  writer->model = parsed.model;
+  writer->created = UnixSeconds();
+  writer->echo = Echo{parsed.instructions,
                      parsed.previous_response_id,
                      parsed.tools_json,
                      parsed.tool_choice_json,
@@ -425,12 +428,15 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
                      parsed.sampling.top_p,
                      parsed.tools.parallel,
                      parsed.store};
-  reply->store = parsed.store ? &store_ : nullptr;
-  reply->tokenizer = &engine->tokenizer();
+  writer->store = parsed.store ? &store_ : nullptr;
+  if (parsed.store) writer->input_items = std::move(parsed.input_items);
+  writer->tokenizer = engine->shared_tokenizer();
+  writer->streaming = parsed.stream;
+  auto reply = std::make_shared<OpenAiReply>(writer, 1);
   reply->respond = std::move(respond);
   if (parsed.stream) {
     reply->stream = std::make_shared<ResponseStream>();
-    reply->Begin();
+    reply->stream->Post([writer] { return writer->Begin(); }, 4096 + writer->echo.tools_json.size());
   }
   if (request.on_disconnect) request.on_disconnect([reply] { reply->Cancel(); });
   reply->Attach(service_.Start(engine, std::move(parsed), reply));
@@ -455,6 +461,82 @@ void ResponsesHandlers::Delete(const HttpRequest&, const PathParams& params, Res
   JsonWriter json;
   json.BeginObject().Field("id", id).Field("object", "response").Field("deleted", true);
   json.EndObject();
+  respond(HttpResponse::Json(200, json.str()));
+}
+
+void ResponsesHandlers::InputItems(const HttpRequest& request, const PathParams& params,
+                                   Responder respond) {
+  const std::string id(params.Get("id"));
+  auto parameters = QueryParameters(request.query);
+  if (!parameters) {
+    return respond(OpenAiError(Status::InvalidArgument("the query string has a malformed escape")));
+  }
+  int64_t limit = 20;
+  bool ascending = false;
+  std::string after;
+  for (const auto& [name, value] : *parameters) {
+    if (name == "limit") {
+      char* end = nullptr;
+      limit = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || limit < 1 || limit > 100) {
+        return respond(OpenAiError(
+            Status::InvalidArgument("'limit' must be a whole number from 1 to 100"), "limit"));
+      }
+    } else if (name == "order") {
+      if (value != "asc" && value != "desc") {
+        return respond(
+            OpenAiError(Status::InvalidArgument("'order' must be \"asc\" or \"desc\""), "order"));
+      }
+      ascending = value == "asc";
+    } else if (name == "after") {
+      after = value;
+    } else {
+      return respond(OpenAiError(
+          Status::InvalidArgument(fmt::format("'{}' is not supported by Sluice", name)), name));
+    }
+  }
+  auto stored = store_.Get(id);
+  if (stored == nullptr) {
+    return respond(
+        OpenAiError(Status::NotFound(fmt::format("No response with id '{}' is stored", id)), "id"));
+  }
+  // Each item's id, to page by.
+  std::vector<std::pair<std::string, const std::string*>> items;
+  simdjson::dom::parser parser;
+  for (const std::string& item : stored->input_items) {
+    std::string_view item_id;
+    if (parser.parse(item)["id"].get(item_id) != simdjson::SUCCESS) continue;
+    items.emplace_back(std::string(item_id), &item);
+  }
+  if (!ascending) std::reverse(items.begin(), items.end());
+  size_t start = 0;
+  if (!after.empty()) {
+    while (start < items.size() && items[start].first != after) ++start;
+    if (start == items.size()) {
+      return respond(OpenAiError(
+          Status::InvalidArgument(fmt::format("No input item with id '{}' in response '{}'",
+                                              after, id)),
+          "after"));
+    }
+    ++start;
+  }
+  const size_t end = std::min(items.size(), start + static_cast<size_t>(limit));
+  JsonWriter json;
+  json.BeginObject().Field("object", "list").Key("data").BeginArray();
+  for (size_t i = start; i < end; ++i) json.Raw(*items[i].second);
+  json.EndArray().Key("first_id");
+  if (start < end) {
+    json.String(items[start].first);
+  } else {
+    json.Null();
+  }
+  json.Key("last_id");
+  if (start < end) {
+    json.String(items[end - 1].first);
+  } else {
+    json.Null();
+  }
+  json.Field("has_more", end < items.size()).EndObject();
   respond(HttpResponse::Json(200, json.str()));
 }
 

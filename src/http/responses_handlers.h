@@ -34,6 +34,7 @@ class ResponsesHandlers {
   void Create(const HttpRequest& request, const PathParams&, Responder respond);
   void Retrieve(const HttpRequest& request, const PathParams& params, Responder respond);
   void Delete(const HttpRequest& request, const PathParams& params, Responder respond);
+  void InputItems(const HttpRequest& request, const PathParams& params, Responder respond);
 
   ResponseStore& store() { return store_; }
 

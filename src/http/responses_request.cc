@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include "common/json_writer.h"
+#include "http/llm_front.h"
 
 namespace sluice::responses {
 namespace {
@@ -74,13 +75,20 @@ llm::ChatMessage& Assistant(std::vector<llm::ChatMessage>& out, bool for_reasoni
   return out.back();
 }
 
-std::optional<ParseError> ReadItems(const element& input, std::vector<llm::ChatMessage>& out) {
+std::optional<ParseError> ReadItems(const element& input, std::vector<llm::ChatMessage>& out,
+                                    std::vector<std::string>& items_json) {
   std::string_view text;
   if (input.get(text) == simdjson::SUCCESS) {
     llm::ChatMessage message;
     message.role = "user";
     message.content = std::string(text);
     out.push_back(std::move(message));
+    JsonWriter json;
+    json.BeginObject().Field("id", RandomId("msg_")).Field("type", "message");
+    json.Field("role", "user").Key("content").BeginArray();
+    json.BeginObject().Field("type", "input_text").Field("text", text).EndObject();
+    json.EndArray().EndObject();
+    items_json.push_back(json.str());
     return std::nullopt;
   }
   simdjson::dom::array items;
@@ -96,6 +104,28 @@ std::optional<ParseError> ReadItems(const element& input, std::vector<llm::ChatM
     if (item["type"].get(value) == simdjson::SUCCESS && value.get(type) != simdjson::SUCCESS) {
       return ParseError{fmt::format("'{}.type' must be a string", at), "input"};
     }
+    // Listed as given, an id added where it has none, a message's text content as a part.
+    std::string minified = simdjson::minify(item);
+    std::string_view text_content, role;
+    if (type == "message" && item["content"].get(text_content) == simdjson::SUCCESS &&
+        item["role"].get(role) == simdjson::SUCCESS) {
+      JsonWriter json;
+      std::string_view given_id;
+      json.BeginObject().Field("id", item["id"].get(given_id) == simdjson::SUCCESS
+                                         ? std::string(given_id)
+                                         : RandomId("msg_"));
+      json.Field("type", "message").Field("role", role).Key("content").BeginArray();
+      json.BeginObject().Field("type", role == "assistant" ? "output_text" : "input_text");
+      json.Field("text", text_content).EndObject().EndArray().EndObject();
+      minified = json.str();
+    } else if (item["id"].get(value) != simdjson::SUCCESS && minified.size() > 2) {
+      const std::string_view prefix = type == "function_call"          ? "fc_"
+                                      : type == "function_call_output" ? "fco_"
+                                      : type == "reasoning"            ? "rs_"
+                                                                       : "msg_";
+      minified.insert(1, fmt::format("\"id\":\"{}\",", RandomId(prefix)));
+    }
+    items_json.push_back(std::move(minified));
     if (type == "message") {
       if (auto e = OnlyKeys(item, {"type", "role", "content", "id", "status"}, at + ".")) {
         return e;
@@ -351,7 +381,7 @@ std::optional<ParseError> ParseResponses(std::string_view body, ResponsesRequest
   if (root["input"].get(input) != simdjson::SUCCESS || input.is_null()) {
     return ParseError{"'input' is required", "input"};
   }
-  if (auto e = ReadItems(input, r.input)) return e;
+  if (auto e = ReadItems(input, r.input, r.input_items)) return e;
   element value;
   if (root["instructions"].get(value) == simdjson::SUCCESS && !value.is_null()) {
     std::string instructions;

@@ -25,7 +25,10 @@ struct ResponsesRequest : llm::GenerateRequest {
   bool store = true;
   std::string previous_response_id;
   std::optional<std::string> instructions;  // A system message before the conversation.
-  std::vector<llm::ChatMessage> input;      // This request's items, as chat messages.
+  std::vector<llm::ChatMessage> input;      // This request's items, as chat messages ...
+  // ... and as JSON objects, as given (a string input as one user message item); ids are given
+  // to those without when stored (GET /v1/responses/{id}/input_items lists them).
+  std::vector<std::string> input_items;
   std::string reasoning_effort;             // "": not given.
   // Echoed in the response object as given (JSON text).
   std::string tools_json = "[]";

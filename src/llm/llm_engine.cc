@@ -8,6 +8,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/system_info.h"
+
 namespace sluice::llm {
 
 std::string_view FinishReasonName(FinishReason reason) {
@@ -80,7 +82,10 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
                                                   scheduler_.options().eos_ids)),
       ttft_(Histogram::LatencySecondsBuckets()),
       inter_token_(Histogram::LatencySecondsBuckets()) {
-  loop_ = std::thread([this] { Loop(); });
+  loop_ = std::thread([this] {
+    NameThisThread("sluice-llm");
+    Loop();
+  });
 }
 
 LlmEngine::~LlmEngine() { Stop(); }

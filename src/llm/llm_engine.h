@@ -143,6 +143,8 @@ class LlmEngine {
   double EstimatedWaitSeconds() const;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The tokenizer, for what outlives the engine (a reply's events rendered after it unloads).
+  std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
   const ChatTemplate* chat_template() const { return chat_template_.get(); }
   const StepModel& model() const { return *model_; }
   const LlmServeConfig& config() const { return config_; }
@@ -172,7 +174,7 @@ class LlmEngine {
     ~TrimOnDestruction();
   } trim_;
   std::unique_ptr<StepModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   const LlmServeConfig config_;
   Clock& clock_;
