@@ -51,7 +51,7 @@ SLUICE_AMX void ConfigureTiles(int64_t x_rows) {
   }
   config.rows[6] = 16;
   config.colsb[6] = x_bytes;
-  _tile_loadconfig(&config);
+  LoadTileConfig(config);
 }
 
 // For two blocks of x: C 0-1 against the first block (16 rows), C 2-3 against the second
@@ -64,7 +64,7 @@ SLUICE_AMX void ConfigurePairTiles(int64_t rows_b) {
     config.colsb[t] = 64;
   }
   config.colsb[2] = config.colsb[3] = config.colsb[7] = b_bytes;
-  _tile_loadconfig(&config);
+  LoadTileConfig(config);
 }
 
 // Asks for one tile's 1 KiB to be brought into L1.
@@ -112,7 +112,7 @@ SLUICE_AMX void AmxLoadQueries(const float* q, int groups, int64_t d) {
     config.rows[4 + t] = 16;
     config.colsb[4 + t] = group_bytes;
   }
-  _tile_loadconfig(&config);
+  LoadTileConfig(config);
   alignas(64) uint16_t rounded[16 * 128];
   alignas(64) uint32_t pairs[4][16][16];
   avx512::RoundRows(q, groups, d, d, rounded);

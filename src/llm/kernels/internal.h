@@ -280,6 +280,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// LDTILECFG from `config`. Not GCC 12's _tile_loadconfig: its asm names only the first 8 bytes as
+// read, so the optimiser drops the stores that fill the rows and widths, the tiles stay
+// unconfigured and the first tile load faults (SIGILL); this asm reads all 64 bytes.
+inline void LoadTileConfig(const TileConfig& config) {
+  asm volatile("ldtilecfg %0" : : "m"(config));
+}
+
 namespace amx {
 // Whether the CPU has AMX and Linux granted this process its tile state.
 bool Usable();

@@ -32,7 +32,7 @@ TileConfig QuantTileConfig(int rows) {
 struct AmxTiles {
   SLUICE_QUANT_AMX static void Configure(int rows) {
     const TileConfig config = QuantTileConfig(rows);
-    _tile_loadconfig(&config);
+    LoadTileConfig(config);
   }
   // Pair p (0 or 1): C p = A (2 + p, `rows` rows from `a`, `a_stride` apart) . B (4 + p, 8 rows
   // of 32 bytes from `b`), stored to `c` (rows of 32 bytes).
