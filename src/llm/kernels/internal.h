@@ -94,8 +94,8 @@ int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
 // Bytes before the weights in a record of weights RepackQuant laid out: the eight rows' fp16
-// scales, and Q4_1's and Q5_1's eight offsets after them; for the K-quants (a record a
-// super-block), the rows' d (and dmin) and their runs' scales (and mins), as quant.cc lays them
+// scales, and Q4_1's and Q5_1's eight offsets after them; for the K-quants and IQ4_XS (a record
+// a super-block), the rows' d (and dmin) and their runs' scales (and mins), as quant.cc lays them
 // out.
 constexpr int RepackedHeader(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
@@ -107,6 +107,8 @@ constexpr int RepackedHeader(uint32_t type) {
       return 128;
     case GgmlType::kQ6_K:
       return 144;
+    case GgmlType::kIQ4_XS:
+      return 64;
     default:
       return 16;
   }

@@ -251,11 +251,12 @@ void PortableProducts(const QuantInput& x, int64_t n, float* y, int64_t n_begin,
   }
 }
 
-// The 6-bit value of row r's run c in a K-quant record's scales (v = 0) or mins (v = 1):
-// RepackQuant's split into a nibble and two high bits.
-int RepackedSixBits(const uint8_t* record, int v, int r, int c) {
-  const int low = (record[32 + 32 * v + 8 * (c % 4) + r] >> (4 * (c / 4))) & 0xF;
-  const int high = (record[96 + 16 * v + 8 * (c % 2) + r] >> (2 * (c / 2))) & 3;
+// The 6-bit value of row r's run c in a K-quant record, split by RepackQuant into a nibble (in
+// the 32 bytes at `nibbles`) and two high bits (in the 16 at `pairs`): Q4_K's and Q5_K's scales
+// at 32 and 96, their mins at 64 and 112; IQ4_XS's scales at 16 and 48.
+int RepackedSixBits(const uint8_t* record, int nibbles, int pairs, int r, int c) {
+  const int low = (record[nibbles + 8 * (c % 4) + r] >> (4 * (c / 4))) & 0xF;
+  const int high = (record[pairs + 8 * (c % 2) + r] >> (2 * (c / 2))) & 3;
   return low | (high << 4);
 }
 
@@ -270,14 +271,19 @@ void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* 
       const auto sc = static_cast<int8_t>(record[16 + 16 * c + 8 * h + r]);
       out->scale[h] = d * static_cast<float>(sc);
     }
+  } else if (kind == GgmlType::kIQ4_XS) {
+    const float d = Fp16ToFp32(Half(record + 2 * r));
+    out->scale[0] = out->scale[1] =
+        d * static_cast<float>(RepackedSixBits(record, 16, 48, r, c) - 32);
   } else {
     const float d = Fp16ToFp32(Half(record + 2 * r)), dmin = Fp16ToFp32(Half(record + 16 + 2 * r));
-    out->scale[0] = out->scale[1] = d * static_cast<float>(RepackedSixBits(record, 0, r, c));
-    out->bias = -dmin * static_cast<float>(RepackedSixBits(record, 1, r, c));
+    out->scale[0] = out->scale[1] = d * static_cast<float>(RepackedSixBits(record, 32, 96, r, c));
+    out->bias = -dmin * static_cast<float>(RepackedSixBits(record, 64, 112, r, c));
   }
   for (int s = 0; s < 8; ++s) {
     for (int b = 0; b < 4; ++b) {
       int q = (run[32 * (s % 4) + 4 * r + b] >> (4 * (s / 4))) & 0xF;
+      if (kind == GgmlType::kIQ4_XS) q = kIq4Levels[q];
       if (kind == GgmlType::kQ5_K) q |= ((run[128 + 4 * r + b] >> s) & 1) << 4;
       if (kind == GgmlType::kQ6_K) {
         q |= ((run[128 + 32 * (s / 4) + 4 * r + b] >> (2 * (s % 4))) & 3) << 4;
@@ -292,7 +298,8 @@ void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* 
 void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
   out->bias2 = 0;
-  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
+  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K ||
+      kind == GgmlType::kIQ4_XS) {
     return UnpackRepackedK(type, record, r, c, out);
   }
   if (kind == GgmlType::kQ5_0 || kind == GgmlType::kQ5_1) {  // Nibbles, then fifth bits.
@@ -316,6 +323,10 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
       if (kind == GgmlType::kQ8_0) {
         out->q[4 * s + b] = static_cast<int8_t>(bytes[32 * s + 4 * r + b]);
         out->q[16 + 4 * s + b] = static_cast<int8_t>(bytes[32 * (s + 4) + 4 * r + b]);
+      } else if (kind == GgmlType::kIQ4_NL) {
+        const uint8_t byte = bytes[32 * s + 4 * r + b];
+        out->q[4 * s + b] = kIq4Levels[byte & 0xF];
+        out->q[16 + 4 * s + b] = kIq4Levels[byte >> 4];
       } else {
         const int offset = kind == GgmlType::kQ4_0 ? 8 : 0;
         const uint8_t byte = bytes[32 * s + 4 * r + b];
@@ -659,6 +670,8 @@ bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS:
       return rows % 8 == 0;
     default:
       return false;
@@ -678,6 +691,9 @@ namespace {
 //   Q6_K        d of row r at 2 r; the signed scale of run c's half h at 16 + 16 c + 8 h + r; from
 //               144, runs of 192 bytes: the low nibbles as Q4_K's, then two vectors of high bit
 //               pairs (vector u, byte 4 r + b, bits 2 (s % 4): weight 4 s + b, s = 4 u + s % 4).
+//   IQ4_XS      d of row r at 2 r; the runs' 6-bit scales (before less 32) split as Q4_K's, the
+//               nibbles at 16 and the high pairs at 48; from 64, runs of 128 bytes holding the
+//               nibbles (indices into the 16 levels) as IQ4_NL's repacked record does.
 // A run's weights then come from one place four bytes a row at a time, in the order of x's steps,
 // and a super-block's 64 scales and mins unpack with a few vector operations.
 void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
@@ -687,6 +703,20 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
   std::memset(record, 0, static_cast<size_t>(header + 8 * run_bytes));
   for (int r = 0; r < 8; ++r) {
     const uint8_t* block = blocks[r];
+    if (kind == GgmlType::kIQ4_XS) {
+      std::memcpy(record + 2 * r, block, 2);
+      const int high = block[2] | (block[3] << 8);
+      for (int c = 0; c < 8; ++c) {
+        const int low = (block[4 + c / 2] >> (4 * (c % 2))) & 0xF;
+        record[16 + 8 * (c % 4) + r] |= static_cast<uint8_t>(low << (4 * (c / 4)));
+        record[48 + 8 * (c % 2) + r] |= static_cast<uint8_t>(((high >> (2 * c)) & 3) << (2 * (c / 2)));
+        for (int v = 0; v < 4; ++v) {
+          std::memcpy(record + header + run_bytes * c + 32 * v + 4 * r, block + 8 + 16 * c + 4 * v,
+                      4);
+        }
+      }
+      continue;
+    }
     if (kind == GgmlType::kQ6_K) {
       std::memcpy(record + 2 * r, block + 208, 2);
       for (int c = 0; c < 8; ++c) {
@@ -728,9 +758,9 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
 }  // namespace
 
 // Record (g, c), eight rows' run c, 8 blocks' bytes: the rows' d (fp16) at 2 r; Q4_1's m at 16 +
-// 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1: byte 4 r + b of vector p is row r's byte 4 p + b
-// of its 16, whose low nibble is weight 4 p + b and high nibble weight 16 + 4 p + b) or 8 (Q8_0:
-// byte 4 r + b of vector s is row r's weight 4 s + b).
+// 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1, IQ4_NL: byte 4 r + b of vector p is row r's byte
+// 4 p + b of its 16, whose low nibble is weight 4 p + b and high nibble weight 16 + 4 p + b) or 8
+// (Q8_0: byte 4 r + b of vector s is row r's weight 4 s + b).
 void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* out) {
   const auto kind = static_cast<GgmlType>(ggml_type);
   const int64_t block_bytes = kernels::quant::BlockBytes(ggml_type);
@@ -766,7 +796,8 @@ void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* 
     }
     return;
   }
-  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K) {
+  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K ||
+      kind == GgmlType::kIQ4_XS) {
     for (int64_t g = 0; g < n / 8; ++g) {
       for (int64_t c = 0; c < k / 256; ++c) {
         const uint8_t* blocks[8];
