@@ -109,22 +109,34 @@ constexpr int RepackedHeader(uint32_t type) {
       return 144;
     case GgmlType::kIQ4_XS:
       return 64;
+    case GgmlType::kQ3_K:
+      return 112;
+    case GgmlType::kQ2_K:
+      return 160;
     default:
       return 16;
   }
 }
 // Bytes of one run of 32 columns of eight rows in a K-quant record (after its header): the
-// nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row).
+// nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row);
+// Q2_K's bit pairs (8 a row), then Q3_K's third bits (4 a row).
 constexpr int RepackedRunBytes(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ5_K:
       return 160;
     case GgmlType::kQ6_K:
       return 192;
+    case GgmlType::kQ2_K:
+      return 64;
+    case GgmlType::kQ3_K:
+      return 96;
     default:
       return 128;
   }
 }
+// Q2_K's min (dmin x m) of group g (16 weights) of row r in a record RepackQuant laid out: a row
+// read back takes its second half's offset from it (Chunk::bias2 holds it less the first's).
+float RepackedQ2KMin(const uint8_t* record, int r, int g);
 // As PortableMatmul, over weights that RepackQuant laid out.
 void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                             int64_t n_begin, int64_t n_end);

@@ -188,7 +188,8 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
       float d = Fp16ToFp32(Half(block));
       if (xs) {
         const uint16_t high = Half(block + 2);
-        const int scale = (((block[4 + c / 2] >> (4 * (c % 2))) & 0xF) | (((high >> (2 * c)) & 3) << 4));
+        const int scale =
+            (((block[4 + c / 2] >> (4 * (c % 2))) & 0xF) | (((high >> (2 * c)) & 3) << 4));
         d *= static_cast<float>(scale - 32);
       }
       out->scale[0] = out->scale[1] = d;
@@ -260,6 +261,49 @@ int RepackedSixBits(const uint8_t* record, int nibbles, int pairs, int r, int c)
   return low | (high << 4);
 }
 
+// Group g's (16 weights') 4-bit value in Q2_K's and Q3_K's records (the 64 bytes at `at`).
+int RepackedGroupNibble(const uint8_t* record, int at, int r, int g) {
+  return (record[at + 8 * (g % 8) + r] >> (4 * (g / 8))) & 0xF;
+}
+
+}  // namespace
+
+float RepackedQ2KMin(const uint8_t* record, int r, int g) {
+  return Fp16ToFp32(Half(record + 16 + 2 * r)) *
+         static_cast<float>(RepackedGroupNibble(record, 96, r, g));
+}
+
+namespace {
+
+// Row r's run c in a Q2_K or Q3_K record, as UnpackChunk gives it from the file's block.
+void UnpackRepackedLowK(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
+  const bool q3 = static_cast<GgmlType>(type) == GgmlType::kQ3_K;
+  const uint8_t* run = record + RepackedHeader(type) + RepackedRunBytes(type) * c;
+  const float d = Fp16ToFp32(Half(record + 2 * r));
+  out->bias = out->bias2 = 0;
+  for (int h = 0; h < 2; ++h) {
+    const int g = 2 * c + h;
+    if (q3) {
+      const int high = (record[80 + 8 * (g % 4) + r] >> (2 * (g / 4))) & 3;
+      out->scale[h] =
+          d * static_cast<float>((RepackedGroupNibble(record, 16, r, g) | (high << 4)) - 32);
+    } else {
+      out->scale[h] = d * static_cast<float>(RepackedGroupNibble(record, 32, r, g));
+    }
+  }
+  if (!q3) {
+    out->bias = -RepackedQ2KMin(record, r, 2 * c);
+    out->bias2 = -RepackedQ2KMin(record, r, 2 * c + 1) - out->bias;
+  }
+  for (int s = 0; s < 8; ++s) {
+    for (int b = 0; b < 4; ++b) {
+      int q = (run[32 * (s / 4) + 4 * r + b] >> (2 * (s % 4))) & 3;
+      if (q3) q |= ((run[64 + 4 * r + b] >> s) & 1) << 2;
+      out->q[4 * s + b] = static_cast<int8_t>(q3 ? q - 4 : q);
+    }
+  }
+}
+
 // Row r's run c in a K-quant record (one super-block of eight rows), as UnpackChunk gives it.
 void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
@@ -275,6 +319,8 @@ void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* 
     const float d = Fp16ToFp32(Half(record + 2 * r));
     out->scale[0] = out->scale[1] =
         d * static_cast<float>(RepackedSixBits(record, 16, 48, r, c) - 32);
+  } else if (kind == GgmlType::kQ2_K || kind == GgmlType::kQ3_K) {
+    return UnpackRepackedLowK(type, record, r, c, out);
   } else {
     const float d = Fp16ToFp32(Half(record + 2 * r)), dmin = Fp16ToFp32(Half(record + 16 + 2 * r));
     out->scale[0] = out->scale[1] = d * static_cast<float>(RepackedSixBits(record, 32, 96, r, c));
@@ -298,10 +344,7 @@ void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* 
 void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
   out->bias2 = 0;
-  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K ||
-      kind == GgmlType::kIQ4_XS) {
-    return UnpackRepackedK(type, record, r, c, out);
-  }
+  if (BlockElements(type) == 256) return UnpackRepackedK(type, record, r, c, out);
   if (kind == GgmlType::kQ5_0 || kind == GgmlType::kQ5_1) {  // Nibbles, then fifth bits.
     const uint8_t* run = record + RepackedHeader(type);
     out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
@@ -527,7 +570,6 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out) {
   }
 }
 
-
 void DequantizeRepackedRow(uint32_t ggml_type, const void* w, int64_t k, int64_t row, float* out) {
   const int64_t per_block = kernels::quant::BlockElements(ggml_type) / 32;
   const int64_t record = 8 * kernels::quant::BlockBytes(ggml_type);
@@ -538,8 +580,15 @@ void DequantizeRepackedRow(uint32_t ggml_type, const void* w, int64_t k, int64_t
     kernels::quant::UnpackRepacked(ggml_type, group + b / per_block * record,
                                    static_cast<int>(row % 8), static_cast<int>(b % per_block),
                                    &chunk);
+    // Q2_K's second half: its own min (chunk.bias2 holds it less the first's, rounded).
+    const float second_bias = ggml_type == static_cast<uint32_t>(GgmlType::kQ2_K)
+                                  ? -kernels::quant::RepackedQ2KMin(
+                                        group + b / per_block * record, static_cast<int>(row % 8),
+                                        static_cast<int>(2 * (b % per_block) + 1))
+                                  : chunk.bias;
     for (int l = 0; l < 32; ++l) {
-      out[c + l] = chunk.scale[l / 16] * static_cast<float>(chunk.q[l]) + chunk.bias;
+      out[c + l] = chunk.scale[l / 16] * static_cast<float>(chunk.q[l]) +
+                   (l < 16 ? chunk.bias : second_bias);
     }
   }
 }
@@ -670,6 +719,8 @@ bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
     case GgmlType::kIQ4_NL:
     case GgmlType::kIQ4_XS:
       return rows % 8 == 0;
@@ -691,6 +742,14 @@ namespace {
 //   Q6_K        d of row r at 2 r; the signed scale of run c's half h at 16 + 16 c + 8 h + r; from
 //               144, runs of 192 bytes: the low nibbles as Q4_K's, then two vectors of high bit
 //               pairs (vector u, byte 4 r + b, bits 2 (s % 4): weight 4 s + b, s = 4 u + s % 4).
+//   Q2_K        d of row r at 2 r, dmin at 16 + 2 r; the 4-bit scale of its group g (16 weights)
+//               at 32 + 8 (g % 8) + r, nibble g / 8, the min the same at 96; from 160, runs of
+//               64 bytes: two vectors of bit pairs (vector u, byte 4 r + b, bits 2 (s % 4):
+//               weight 4 s + b, s = 4 u + s % 4).
+//   Q3_K        d of row r at 2 r; group g's 6-bit scale (before less 32): its nibble at 16 +
+//               8 (g % 8) + r, nibble g / 8, its high pair at 80 + 8 (g % 4) + r, bits 2 (g / 4);
+//               from 112, runs of 96 bytes: Q2_K's bit pairs of q + 4 (0..7), then its third bits
+//               (byte 4 r + b, bit s: weight 4 s + b).
 //   IQ4_XS      d of row r at 2 r; the runs' 6-bit scales (before less 32) split as Q4_K's, the
 //               nibbles at 16 and the high pairs at 48; from 64, runs of 128 bytes holding the
 //               nibbles (indices into the 16 levels) as IQ4_NL's repacked record does.
@@ -703,13 +762,44 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
   std::memset(record, 0, static_cast<size_t>(header + 8 * run_bytes));
   for (int r = 0; r < 8; ++r) {
     const uint8_t* block = blocks[r];
+    if (kind == GgmlType::kQ2_K || kind == GgmlType::kQ3_K) {
+      const bool q3 = kind == GgmlType::kQ3_K;
+      std::memcpy(record + 2 * r, block + (q3 ? 108 : 80), 2);
+      if (!q3) std::memcpy(record + 16 + 2 * r, block + 82, 2);
+      for (int g = 0; g < 16; ++g) {
+        const int shift = 4 * (g / 8);
+        if (q3) {
+          const int low = g < 8 ? block[96 + g] & 0xF : block[96 + g - 8] >> 4;
+          const int high = (block[104 + g % 4] >> (2 * (g / 4))) & 3;
+          record[16 + 8 * (g % 8) + r] |= static_cast<uint8_t>(low << shift);
+          record[80 + 8 * (g % 4) + r] |= static_cast<uint8_t>(high << (2 * (g / 4)));
+        } else {
+          record[32 + 8 * (g % 8) + r] |= static_cast<uint8_t>((block[g] & 0xF) << shift);
+          record[96 + 8 * (g % 8) + r] |= static_cast<uint8_t>((block[g] >> 4) << shift);
+        }
+      }
+      for (int c = 0; c < 8; ++c) {
+        kernels::quant::Chunk chunk;
+        kernels::quant::UnpackChunk(type, block, c, &chunk);
+        uint8_t* run = record + header + run_bytes * c;
+        for (int s = 0; s < 8; ++s) {
+          for (int b = 0; b < 4; ++b) {
+            const int q = chunk.q[4 * s + b] + (q3 ? 4 : 0);  // Q3_K's q - 4 + 4: 0..7.
+            run[32 * (s / 4) + 4 * r + b] |= static_cast<uint8_t>((q & 3) << (2 * (s % 4)));
+            if (q3) run[64 + 4 * r + b] |= static_cast<uint8_t>((q >> 2) << s);
+          }
+        }
+      }
+      continue;
+    }
     if (kind == GgmlType::kIQ4_XS) {
       std::memcpy(record + 2 * r, block, 2);
       const int high = block[2] | (block[3] << 8);
       for (int c = 0; c < 8; ++c) {
         const int low = (block[4 + c / 2] >> (4 * (c % 2))) & 0xF;
         record[16 + 8 * (c % 4) + r] |= static_cast<uint8_t>(low << (4 * (c / 4)));
-        record[48 + 8 * (c % 2) + r] |= static_cast<uint8_t>(((high >> (2 * c)) & 3) << (2 * (c / 2)));
+        record[48 + 8 * (c % 2) + r] |=
+            static_cast<uint8_t>(((high >> (2 * c)) & 3) << (2 * (c / 2)));
         for (int v = 0; v < 4; ++v) {
           std::memcpy(record + header + run_bytes * c + 32 * v + 4 * r, block + 8 + 16 * c + 4 * v,
                       4);
@@ -796,8 +886,7 @@ void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* 
     }
     return;
   }
-  if (kind == GgmlType::kQ4_K || kind == GgmlType::kQ5_K || kind == GgmlType::kQ6_K ||
-      kind == GgmlType::kIQ4_XS) {
+  if (kernels::quant::BlockElements(ggml_type) == 256) {
     for (int64_t g = 0; g < n / 8; ++g) {
       for (int64_t c = 0; c < k / 256; ++c) {
         const uint8_t* blocks[8];

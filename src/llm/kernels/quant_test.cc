@@ -240,12 +240,12 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
     LimitQuantIsa(isa);
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-          GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_NL,
-          GgmlType::kIQ4_XS}) {
+          GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
+          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
       const auto type = static_cast<uint32_t>(type_enum);
       constexpr int64_t n = 40;
       // Two super-blocks for the K-quants (a record each), ten blocks for the others.
-      const int64_t k = type_enum >= GgmlType::kQ4_K ? 512 : 320;
+      const int64_t k = kernels::quant::BlockElements(type) == 256 ? 512 : 320;
       ASSERT_TRUE(CanRepackQuant(type, n));
       std::mt19937 rng(static_cast<unsigned>(type) + 11);
       const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
@@ -378,10 +378,11 @@ TEST(QuantAmxTest, TilesGiveTheVectorPathsBits) {
 TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
   for (GgmlType type_enum :
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
+        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
     const auto type = static_cast<uint32_t>(type_enum);
     constexpr int64_t n = 24;
-    const int64_t k = type_enum >= GgmlType::kQ4_K ? 768 : 96;
+    const int64_t k = kernels::quant::BlockElements(type) == 256 ? 768 : 96;
     std::mt19937 rng(static_cast<unsigned>(type) + 29);
     const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
     std::vector<uint8_t> repacked(w.size(), 0);
@@ -415,7 +416,9 @@ TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ4_NL), 576));
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ4_XS), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ4_XS), 20));
-  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ2_K), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 12));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kF16), 576));
 }
 
