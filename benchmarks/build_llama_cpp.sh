@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's llama-server and llama-bench, the peer the language-model benchmarks compare
 # against, from the llama.cpp tree vendored in llama-cpp-python's source distribution on PyPI
-# (the version requirements.txt pins), for this CPU (GGML_NATIVE), without CURL.
+# (the version requirements.txt pins), for this CPU (GGML_NATIVE), without CURL, and without its AMX
+# backend, which segfaults in ggml_backend_amx_mul_mat on Intel CPUs with AMX (llama.cpp issue
+# 20824; scripts/install-deps.sh builds llama-cpp-python's the same way).
 # Usage: benchmarks/build_llama_cpp.sh [DIR]   (default build/peers/llama.cpp; about 5 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,9 @@ tar -xzf "$dir/sdist/llama_cpp_python-$version.tar.gz" -C "$dir/sdist"
 src="$dir/sdist/llama_cpp_python-$version/vendor/llama.cpp"
 # The compiler's output goes to build.log (GCC 12 warns at length about AVX-512 intrinsics).
 log="$dir/build.log"
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 if ! { cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+         -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
          -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
          -DLLAMA_BUILD_EXAMPLES=OFF &&
        cmake --build "$dir/build" -j "$(nproc)" --target llama-server llama-bench; } >"$log" 2>&1; then

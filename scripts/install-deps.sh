@@ -111,8 +111,14 @@ fi
 # The venv is made with Debian's Python (not whatever python3 comes first on PATH), so a new
 # machine and CI get the same interpreter.
 VENV=.venv
+# llama-cpp-python's llama.cpp is built for this CPU without its AMX backend: on Intel CPUs with
+# AMX (Sapphire Rapids and later) that backend segfaults in ggml_backend_amx_mul_mat on the test
+# models (llama.cpp issue 20824), and the reference must be right, not fast. -mno-amx-* win over
+# GGML_NATIVE's -march=native whatever their order.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+LLAMA_CPP_CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX'"
 stamp="$VENV/.requirements.sha256"
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+want=$( (cat requirements.txt; echo "$LLAMA_CPP_CMAKE_ARGS") | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "install-deps: $VENV matches requirements.txt"
   exit 0
@@ -120,7 +126,19 @@ fi
 echo "install-deps: installing requirements.txt into $VENV (about 2.8 GB to download)"
 start=$(date +%s)
 [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  --no-deps -r requirements.txt
+CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" "$VENV/bin/python" -m pip install --quiet \
+  --disable-pip-version-check --no-input --no-deps -r requirements.txt
+# A venv made before the flags above holds a llama.cpp built with AMX: built again without it.
+if "$VENV/bin/python" - <<'PY'
+import sys
+import llama_cpp
+sys.exit(0 if b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info() else 1)
+PY
+then
+  echo "install-deps: rebuilding llama-cpp-python without llama.cpp's AMX backend"
+  CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" "$VENV/bin/python" -m pip install --quiet \
+    --disable-pip-version-check --no-input --no-deps --force-reinstall --no-cache-dir \
+    "$(grep '^llama-cpp-python==' requirements.txt)"
+fi
 echo "$want" >"$stamp"
 echo "install-deps: $VENV ready in $(( $(date +%s) - start )) s"
