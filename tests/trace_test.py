@@ -163,17 +163,23 @@ def test_serve_and_bench_over_http(sluice, models, tmp):
         check(match is not None, f"no server trace for client span {croot['args']}")
         sroot, sstages = match
         check(sroot["args"]["trace_id"] == croot["args"]["trace_id"], "one trace id both sides")
+        # Every request's stages, each once: none missing or counted twice, whatever its timing.
+        check([s["name"] for s in sstages] ==
+              ["read", "decode", "queue", "batch", "compute", "respond", "encode", "write"],
+              f"stages of a benchmarked request: {[s['name'] for s in sstages]}")
         ratios.append(sum(s["dur"] for s in sstages) / croot["dur"])
     within = sum(1 for r in ratios if abs(1 - r) <= 0.05) / len(ratios)
     print(f"serve vs bench: {len(ratios)} requests, median server/client "
           f"{statistics.median(ratios):.3f}, {within:.1%} within 5%")
     check(abs(1 - statistics.median(ratios)) <= 0.05, f"median ratio {statistics.median(ratios)}")
-    # Single requests stray when a thread is descheduled between the socket and its stamp (98-99%
-    # within 5% on a quiet machine; 93% and once 78% under ASan with other tests beside it on 2
-    # cores). A stage missing or counted twice moves the median (above); this bounds the strays.
+    # Single requests stray when a thread is descheduled between the socket and its stamp: 97-99%
+    # within 5% on a quiet machine, but 57% within 5% beside server_overload on a 2-core Zen 5,
+    # and 77% within 5% / 85% within 20% under ASan beside a compile on a 2-core Xeon. How many
+    # stray is the machine's load, not Sluice's: each request's stages are checked exactly and
+    # the median above moves with a stage missing or counted twice; this bound only says that
+    # most requests' stages account for their latency.
     within_20 = sum(1 for r in ratios if abs(1 - r) <= 0.2) / len(ratios)
-    check(within >= 0.6 and within_20 >= 0.9,
-          f"only {within:.1%} of requests within 5%, {within_20:.1%} within 20%")
+    check(within_20 >= 0.5, f"only {within:.1%} of requests within 5%, {within_20:.1%} within 20%")
 
 
 def test_in_process_bench(sluice, models, tmp):
