@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
@@ -86,6 +87,25 @@ struct Chunk {
   float bias;
   float bias2 = 0;
 };
+// The fp16 bits at p (a block's scale).
+inline uint16_t Half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return bits;
+}
+// IQ4's 16 levels (quant_lowbit.cc has its own copy: the tests check one against the other).
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+// Q4_K and Q5_K's run j scale and min, 6 bits each, packed in 12 bytes.
+inline void ScaleMin(const uint8_t* scales, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
 // Chunk c (32-weight run) of the block at `block` of a quantised type.
 void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out);
 // Weights a block of the type, and its bytes.
@@ -137,6 +157,9 @@ constexpr int RepackedRunBytes(uint32_t type) {
 // Q2_K's min (dmin x m) of group g (16 weights) of row r in a record RepackQuant laid out: a row
 // read back takes its second half's offset from it (Chunk::bias2 holds it less the first's).
 float RepackedQ2KMin(const uint8_t* record, int r, int g);
+// Row r's run c (32 weights) in a record RepackQuant laid out, as UnpackChunk gives it from the
+// file's block (quant_repack.cc).
+void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* out);
 // As PortableMatmul, over weights that RepackQuant laid out.
 void PortableRepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                             int64_t n_begin, int64_t n_end);
