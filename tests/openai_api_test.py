@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
 where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
-usage chunk, /tokenize and /detokenize, the error shapes, a disconnect mid-stream, the API key;
+usage chunk, /tokenize and /detokenize, vLLM's render routes, the error shapes, a disconnect mid-stream, the API key;
 two servers sharing one weights cache; a thinking template's reasoning_content.
 
 Usage: tests/openai_api_test.py SLUICE TEST_MODELS
@@ -240,6 +240,8 @@ def run(port):
         check(status in (400, 404) and error["param"] == param and error["message"],
               f"{path} {bad}: {status} {error}")
 
+    render(client, port, messages, chat, reply, tokenized["tokens"], completion)
+
     seeded = [client.completions.create(model="tiny_llm", prompt="hello", max_tokens=10,
                                         temperature=1.0, seed=42,
                                         extra_body={"ignore_eos": True}).choices[0].text
@@ -364,6 +366,47 @@ def run(port):
     # The other routes still serve beside the language model.
     status, _, _ = raw(port, "GET", "/v2/models/identity/ready")
     check(status == 200, f"identity ready: {status}")
+
+
+def render(client, port, messages, chat, reply, chat_ids, completion):
+    """vLLM's render routes: the prompt's token ids a router would hash, the same as /tokenize's and
+    as the generating routes' usage counts, and what generates the same text given back as ids."""
+    status, _, body = raw(port, "POST", "/v1/chat/completions/render", {
+        "model": "tiny_llm", "messages": messages, "max_tokens": 12, "temperature": 0,
+        "seed": 7, "stop": ["zz"]})
+    rendered = json.loads(body)
+    check(status == 200 and rendered["token_ids"] == chat_ids and
+          len(chat_ids) == chat.usage.prompt_tokens, f"chat render: {status} {body}")
+    params = rendered["sampling_params"]
+    check(rendered["request_id"].startswith("chatcmpl-") and rendered["model"] == "tiny_llm" and
+          rendered["stream"] is False and params["max_tokens"] == 12 and
+          params["temperature"] == 0 and params["seed"] == 7 and params["stop"] == ["zz"],
+          f"chat render: {rendered}")
+    # The rendered ids, given back as a prompt, generate the chat's greedy reply.
+    again = client.completions.create(model="tiny_llm", prompt=rendered["token_ids"], max_tokens=12,
+                                      temperature=0, extra_body={"ignore_eos": True})
+    check(again.choices[0].text == reply, f"{again.choices[0].text!r} != {reply!r}")
+    status, _, body = raw(port, "POST", "/v1/completions/render",
+                          {"model": "tiny_llm", "prompt": "the quick brown fox"})
+    rendered = json.loads(body)
+    check(status == 200 and isinstance(rendered, list) and len(rendered) == 1 and
+          len(rendered[0]["token_ids"]) == completion.usage.prompt_tokens and
+          rendered[0]["request_id"].startswith("cmpl-"), f"completion render: {status} {body}")
+    # No max_tokens: what the request would run with (the rest of the 256-token context, or
+    # the model's default where that is less).
+    check(0 < rendered[0]["sampling_params"]["max_tokens"] <= 256 - completion.usage.prompt_tokens,
+          f"completion render max_tokens: {rendered}")
+    # Refused as the generating routes refuse.
+    for path, bad, param, code in [
+            ("/v1/chat/completions/render", {"messages": messages, "max_tokens": 1000}, "messages",
+             400),
+            ("/v1/chat/completions/render", {"messages": messages, "best_of": 2}, "best_of", 400),
+            ("/v1/completions/render", {"model": "no_such_model", "prompt": "x"}, "model", 404),
+            ("/v1/completions/render", {"prompt": [1, 100000]}, "prompt", 400)]:
+        status, _, body = raw(port, "POST", path, bad)
+        error = json.loads(body)["error"]
+        check(status == code and error["param"] == param and error["message"],
+              f"{path} {bad}: {status} {error}")
 
 
 def choices_and_logprobs(client, messages):

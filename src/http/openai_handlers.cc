@@ -380,6 +380,8 @@ void OpenAiHandlers::AddRoutes(Router& router) {
   router.Get("/v1/models/{model}", bind(&OpenAiHandlers::Model));
   router.Post("/v1/chat/completions", bind(&OpenAiHandlers::ChatCompletions));
   router.Post("/v1/completions", bind(&OpenAiHandlers::Completions));
+  router.Post("/v1/chat/completions/render", bind(&OpenAiHandlers::RenderChatCompletion));
+  router.Post("/v1/completions/render", bind(&OpenAiHandlers::RenderCompletion));
   router.Post("/tokenize", bind(&OpenAiHandlers::Tokenize));
   router.Post("/detokenize", bind(&OpenAiHandlers::Detokenize));
   router.Post("/v1/embeddings", bind(&OpenAiHandlers::Embeddings));
@@ -680,6 +682,65 @@ void OpenAiHandlers::ChatCompletions(const HttpRequest& request, const PathParam
 
 void OpenAiHandlers::Completions(const HttpRequest& request, const PathParams&, Responder respond) {
   Generate(request, /*chat=*/false, std::move(respond));
+}
+
+void OpenAiHandlers::RenderChatCompletion(const HttpRequest& request, const PathParams&,
+                                          Responder respond) {
+  Render(request, /*chat=*/true, std::move(respond));
+}
+
+void OpenAiHandlers::RenderCompletion(const HttpRequest& request, const PathParams&,
+                                      Responder respond) {
+  Render(request, /*chat=*/false, std::move(respond));
+}
+
+// What a request would run, without running it, as vLLM's render endpoints give it to routers
+// that choose a replica by its prompt's tokens (llm-d, Dynamo): a GenerateRequest with the prompt's
+// token ids and the sampling Sluice applies (max_tokens resolved as the request would run). The
+// request is checked as the generating endpoint checks it: what that refuses, this refuses with
+// the same error. A chat gives one object, a completion a list (one per prompt).
+void OpenAiHandlers::Render(const HttpRequest& request, bool chat, Responder respond) {
+  CompletionRequest parsed;
+  if (auto error = openai::ParseCompletion(request.body, chat, parsed)) {
+    return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
+  }
+  auto found = service_.Find(parsed.model, &parsed.adapter);
+  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  std::string param;
+  auto prepared = llm::GenerationService::PreparePrompt(**found, parsed, &param);
+  if (!prepared.ok()) return respond(OpenAiError(prepared.status(), param));
+  JsonWriter json;
+  if (!chat) json.BeginArray();
+  json.BeginObject();
+  json.Field("request_id",
+             fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", g_next_id.fetch_add(1)));
+  json.Key("token_ids").BeginArray();
+  for (const int32_t id : prepared->tokens) json.Int(id);
+  json.EndArray().Key("features").Null();
+  const llm::SamplingParams& sampling = parsed.sampling;
+  json.Key("sampling_params").BeginObject().Field("n", parsed.n);
+  json.Field("temperature", sampling.temperature).Field("top_p", sampling.top_p);
+  json.Field("top_k", sampling.top_k).Key("seed");
+  if (sampling.seed.has_value()) {
+    json.Int(static_cast<int64_t>(*sampling.seed));
+  } else {
+    json.Null();
+  }
+  json.Field("repetition_penalty", sampling.repetition_penalty);
+  json.Field("frequency_penalty", sampling.frequency_penalty);
+  json.Field("presence_penalty", sampling.presence_penalty);
+  json.Field("max_tokens", prepared->max_tokens).Key("stop").BeginArray();
+  for (const std::string& stop : parsed.stop) json.String(stop);
+  json.EndArray().Field("ignore_eos", parsed.ignore_eos).Key("logprobs");
+  if (parsed.top_logprobs >= 0) {
+    json.Int(parsed.top_logprobs);
+  } else {
+    json.Null();
+  }
+  json.EndObject();
+  json.Field("model", parsed.model).Field("stream", parsed.stream).EndObject();
+  if (!chat) json.EndArray();
+  respond(HttpResponse::Json(200, json.str()));
 }
 
 void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder respond) {

@@ -33,6 +33,9 @@ class OpenAiHandlers {
                   const llm::LlmEngine& engine) const;
   void ChatCompletions(const HttpRequest& request, const PathParams&, Responder respond);
   void Completions(const HttpRequest& request, const PathParams&, Responder respond);
+  void RenderChatCompletion(const HttpRequest& request, const PathParams&, Responder respond);
+  void RenderCompletion(const HttpRequest& request, const PathParams&, Responder respond);
+  void Render(const HttpRequest& request, bool chat, Responder respond);
   void Tokenize(const HttpRequest& request, const PathParams&, Responder respond);
   void Detokenize(const HttpRequest& request, const PathParams&, Responder respond);
   void Embeddings(const HttpRequest& request, const PathParams&, Responder respond);

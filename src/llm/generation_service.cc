@@ -517,55 +517,72 @@ Result<std::string> GenerationService::RenderRequest(const LlmEngine& engine,
   return in_user.ok() ? in_user : rendered;
 }
 
-std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEngine>& engine,
-                                                     GenerateRequest request,
-                                                     std::shared_ptr<GenerationObserver> observer) {
-  auto run = std::make_shared<Run>(engine, observer, request.n);
-  auto refuse = [&](const Status& status, std::string_view param) {
-    observer->OnRejected(status, param, 0);
-    return run;
+Result<PreparedPrompt> GenerationService::PreparePrompt(const LlmEngine& engine,
+                                                        const GenerateRequest& request,
+                                                        std::string* param) {
+  auto refuse = [&](Status status, std::string_view at) {
+    *param = std::string(at);
+    return status;
   };
-  if (engine->config().pooling != Pooling::kNone) {
+  if (engine.config().pooling != Pooling::kNone) {
     return refuse(Status::InvalidArgument("this model is an embedding model: use /v1/embeddings"),
                   "model");
   }
-  ToolCallFormat format = ToolCallFormat::kUnknown;
-  if (auto refusal = CheckTools(*engine, request, format)) {
+  PreparedPrompt prepared;
+  if (auto refusal = CheckTools(engine, request, prepared.tool_format)) {
     return refuse(refusal->status, refusal->param);
   }
   std::string prompt = request.prompt;
   if (request.chat) {
-    auto rendered = RenderRequest(*engine, request);
+    auto rendered = RenderRequest(engine, request);
     if (!rendered.ok()) {
       return refuse(rendered.status(),
                     request.template_arguments.empty() ? "messages" : "chat_template_kwargs");
     }
     prompt = std::move(*rendered);
   }
-  GenerationRequest generation;
+  prepared.opens_thinking = request.chat && engine.chat_template()->thinks() &&
+                            PromptOpensThinking(prompt);
   if (!request.prompt_tokens.empty()) {
-    const int64_t vocab = engine->model().architecture().vocab_size;
+    const int64_t vocab = engine.model().architecture().vocab_size;
     for (const int64_t id : request.prompt_tokens) {
       if (id < 0 || id >= vocab) {
         return refuse(Status::InvalidArgument(
                           fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab)),
                       "prompt");
       }
-      generation.prompt.push_back(static_cast<int32_t>(id));
+      prepared.tokens.push_back(static_cast<int32_t>(id));
     }
   } else {
-    generation.prompt = engine->tokenizer().Encode(prompt, /*add_special_tokens=*/!request.chat);
+    prepared.tokens = engine.tokenizer().Encode(prompt, /*add_special_tokens=*/!request.chat);
   }
-  generation.max_tokens = request.max_tokens;
+  prepared.max_tokens = request.max_tokens;
+  if (Status length =
+          engine.CheckLength(static_cast<int>(prepared.tokens.size()), prepared.max_tokens);
+      !length.ok()) {
+    return refuse(length, request.chat ? "messages" : "prompt");
+  }
+  return prepared;
+}
+
+std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEngine>& engine,
+                                                     GenerateRequest request,
+                                                     std::shared_ptr<GenerationObserver> observer) {
+  auto run = std::make_shared<Run>(engine, observer, request.n);
+  std::string param;
+  Result<PreparedPrompt> prepared = PreparePrompt(*engine, request, &param);
+  if (!prepared.ok()) {
+    observer->OnRejected(prepared.status(), param, 0);
+    return run;
+  }
+  const ToolCallFormat format = prepared->tool_format;
+  GenerationRequest generation;
+  generation.prompt = std::move(prepared->tokens);
+  generation.max_tokens = prepared->max_tokens;
   generation.sampling = request.sampling;
   generation.ignore_eos = request.ignore_eos;
   generation.top_logprobs = request.top_logprobs;
   generation.adapter = request.adapter;
-  if (Status length =
-          engine->CheckLength(static_cast<int>(generation.prompt.size()), generation.max_tokens);
-      !length.ok()) {
-    return refuse(length, request.chat ? "messages" : "prompt");
-  }
 
   const ToolOptions::Choice choice = request.tools.choice;
   const bool has_tools = !request.tools.functions.empty();
@@ -576,7 +593,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   // for the parser to find.
   const bool skip_special = !parse_calls || format == ToolCallFormat::kHermes;
   const bool thinks = request.chat && engine->chat_template()->thinks();
-  const bool opened = thinks && PromptOpensThinking(prompt);
+  const bool opened = prepared->opens_thinking;
   run->choices.reserve(static_cast<size_t>(request.n));
   for (int i = 0; i < request.n; ++i) {
     ChoiceText& text = run->choices.emplace_back(engine->tokenizer(), skip_special, request.stop);

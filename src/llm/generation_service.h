@@ -67,6 +67,14 @@ struct GenerateRequest {
   std::shared_ptr<const LoraAdapter> adapter;  // The LoRA adapter `model` named (Find()).
 };
 
+// A request's prompt as the engine runs it (GenerationService::PreparePrompt).
+struct PreparedPrompt {
+  std::vector<int32_t> tokens;
+  int max_tokens = 0;  // The request's, or the model's default where it gave none.
+  ToolCallFormat tool_format = ToolCallFormat::kUnknown;  // How the model writes its tool calls.
+  bool opens_thinking = false;  // The rendered prompt ends inside a thinking block.
+};
+
 // An update on one choice. A choice's events come in order and its last has `finish` set.
 struct ChoiceEvent {
   size_t index = 0;
@@ -152,6 +160,13 @@ class GenerationService {
   // that renders no tools is given them, and the history's calls and results, in the
   // conversation's text (ToolsInConversation).
   static Result<std::string> RenderRequest(const LlmEngine& engine, const GenerateRequest& request);
+
+  // What Start runs of `request`: the model checked to generate and to take its tools, a chat
+  // rendered through the template, the prompt tokenized (or its ids checked against the
+  // vocabulary), max_tokens checked against the context. On failure `param` names the request's
+  // parameter at fault.
+  static Result<PreparedPrompt> PreparePrompt(const LlmEngine& engine,
+                                              const GenerateRequest& request, std::string* param);
 
   // Starts `request` on `engine` (from Find). With a seed, choice i samples with seed + i, so the
   // choices differ and the same seed gives the same n texts.
