@@ -427,6 +427,44 @@ TEST(GrpcServiceTest, ApiKeyIsMetadataAndHealthNeedsNone) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// KServe's model control messages (model_name alone, this proto's): the loads and unloads the
+// REST routes run; tritonclient's messages are checked in llm_repository_test.py.
+TEST(GrpcServiceTest, ModelControlWithKServesMessages) {
+  ServerProcess server({"--grpc-port", "0", "--model-control"});
+  ASSERT_GT(server.grpc_port(), 0) << server.output();
+  {
+    auto stub = Connect(server.grpc_port());
+    auto ready = [&] {
+      inference::ModelReadyRequest request;
+      request.set_name("identity");
+      inference::ModelReadyResponse response;
+      return stub->ModelReady(Context().get(), request, &response).ok() && response.ready();
+    };
+    ASSERT_TRUE(ready());
+    inference::RepositoryModelUnloadRequest unload;
+    unload.set_model_name("identity");
+    inference::RepositoryModelUnloadResponse unloaded;
+    grpc::Status status = stub->RepositoryModelUnload(Context().get(), unload, &unloaded);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_FALSE(ready());
+    EXPECT_EQ(stub->RepositoryModelUnload(Context().get(), unload, &unloaded).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+    inference::RepositoryModelLoadRequest load;
+    load.set_model_name("identity");
+    inference::RepositoryModelLoadResponse loaded;
+    status = stub->RepositoryModelLoad(Context().get(), load, &loaded);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(ready());
+    load.set_model_name("no_such_model");
+    EXPECT_EQ(stub->RepositoryModelLoad(Context().get(), load, &loaded).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+    load.set_model_name("../identity");
+    EXPECT_EQ(stub->RepositoryModelLoad(Context().get(), load, &loaded).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(server.Stop(), 0);
+}
+
 TEST(GrpcServiceTest, SigtermFinishesCallsInFlight) {
   ServerProcess server({"--grpc-port", "0"}, MakeGrpcRepository());
   ASSERT_GT(server.grpc_port(), 0) << server.output();

@@ -3,7 +3,10 @@
 --model-control): the index lists them with their state; unload stops serving one (404 for new
 requests, gone from /v1/models and /metrics) after the requests it accepted finish; load brings
 it back; a reload while a stream runs lets the stream finish on the old engine, whole, while new
-requests go to the new one; a language model not loaded at start loads on request.
+requests go to the new one; a language model not loaded at start loads on request. The same
+control over gRPC with tritonclient's load_model and unload_model (Triton's messages), for a
+language model and a tensor model, with its refusals; and a server without --model-control
+refuses both fronts.
 
 Usage: tests/llm_repository_test.py SLUICE TEST_MODELS
 """
@@ -13,6 +16,9 @@ import os
 import sys
 import tempfile
 import threading
+
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from openai_api_test import check, raw
 from sluice_server import serving
@@ -70,6 +76,44 @@ def across(port, action, tokens):
     return status, result
 
 
+def grpc_refusal(call):
+    """The gRPC status of a tritonclient call that must fail, and its message."""
+    try:
+        call()
+    except InferenceServerException as e:
+        return e.status(), e.message()
+    raise AssertionError("the call did not fail")
+
+
+def grpc_model_control(port, grpc_port):
+    """Triton's model control over gRPC: the same loads and unloads the HTTP routes run."""
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    check(client.is_model_ready("identity"), "identity not ready over gRPC")
+    client.unload_model("identity")
+    status, _ = grpc_refusal(lambda: client.is_model_ready("identity"))
+    check(status == "StatusCode.NOT_FOUND" and index(port)["identity"] == "UNAVAILABLE",
+          f"identity still served after its gRPC unload: {status}")
+    client.load_model("identity")
+    check(client.is_model_ready("identity") and index(port)["identity"] == "READY",
+          "identity not ready after its gRPC load")
+    # A language model: its requests 404 once unloaded, and answer once loaded again.
+    client.unload_model("b")
+    check(complete(port, "b")[0] == 404 and index(port)["b"] == "UNAVAILABLE",
+          "b answers after its gRPC unload")
+    client.load_model("b")
+    check(complete(port, "b")[0] == 200, "b does not answer after its gRPC load")
+    status, message = grpc_refusal(lambda: client.load_model("nope"))
+    check(status == "StatusCode.NOT_FOUND" and "nope" in message, f"unknown: {status} {message}")
+    status, message = grpc_refusal(lambda: client.load_model("b", config="{}"))
+    check(status == "StatusCode.INVALID_ARGUMENT" and "'config'" in message,
+          f"config: {status} {message}")
+    status, message = grpc_refusal(lambda: client.unload_model("b", unload_dependents=True) or
+                                   client.unload_model("b"))
+    check(status == "StatusCode.NOT_FOUND", f"b unloaded twice: {status} {message}")
+    client.load_model("b")
+    client.close()
+
+
 def main():
     sluice, test_models = sys.argv[1], os.path.abspath(sys.argv[2])
     with tempfile.TemporaryDirectory() as repository:
@@ -78,7 +122,7 @@ def main():
             os.symlink(os.path.join(test_models, source), os.path.join(repository, name))
         with serving(sluice, ["--model-repository", repository, "--model-control",
                               "--model", "a", "--model", "b", "--model", "identity",
-                              "--llm-threads", "1"]) as port:
+                              "--llm-threads", "1", "--grpc-port", "0"]) as (port, grpc_port):
             state = index(port)
             check(state == {"a": "READY", "b": "READY", "identity": "READY",
                             "later": "UNAVAILABLE"}, f"index: {state}")
@@ -106,6 +150,8 @@ def main():
             status, data = post(port, "/v2/repository/models/later/load")
             check(status == 200 and complete(port, "later")[0] == 200, f"later: {status}")
 
+            grpc_model_control(port, grpc_port)
+
             # Reload a while a long stream runs on it: the stream ends whole (the reload answers
             # once the old engine has finished it); the new engine answers after.
             status, result = across(port, "/v2/repository/models/a/load", 200)
@@ -123,6 +169,16 @@ def main():
             # Errors: an unknown model; one not loaded.
             check(post(port, "/v2/repository/models/nope/load")[0] == 404, "unknown model")
             check(post(port, "/v2/repository/models/a/unload")[0] == 404, "a unloaded twice")
+        # Without --model-control: 403 over HTTP, PERMISSION_DENIED over gRPC.
+        with serving(sluice, ["--model-repository", repository, "--model", "b",
+                              "--llm-threads", "1", "--grpc-port", "0"]) as (port, grpc_port):
+            check(post(port, "/v2/repository/models/b/unload")[0] == 403, "HTTP control allowed")
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            status, message = grpc_refusal(lambda: client.unload_model("b"))
+            check(status == "StatusCode.PERMISSION_DENIED" and "--model-control" in message,
+                  f"gRPC control allowed: {status} {message}")
+            client.close()
+            check(complete(port, "b")[0] == 200, "b stopped answering")
     print("llm_repository_test: all checks passed")
 
 

@@ -3,6 +3,8 @@
 #include "grpc/grpc_server.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -11,7 +13,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/constant_time.h"
@@ -31,10 +35,13 @@ enum Method {
   kModelReady,
   kServerMetadata,
   kModelMetadata,
-  kModelInfer
+  kModelInfer,
+  kRepositoryModelLoad,
+  kRepositoryModelUnload
 };
-constexpr std::array<std::string_view, 6> kMethodNames = {
-    "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer"};
+constexpr std::array<std::string_view, 8> kMethodNames = {
+    "ServerLive",    "ServerReady", "ModelReady",          "ServerMetadata",
+    "ModelMetadata", "ModelInfer",  "RepositoryModelLoad", "RepositoryModelUnload"};
 constexpr int kGrpcCodes = 17;  // OK .. UNAUTHENTICATED.
 constexpr std::array<std::string_view, kGrpcCodes> kCodeNames = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
@@ -66,6 +73,55 @@ grpc::StatusCode GrpcCodeFor(StatusCode code) {
 
 grpc::Status ToGrpc(const Status& status) {
   return grpc::Status(GrpcCodeFor(status.code()), status.message());
+}
+
+// A model control request as Triton's clients and KServe's send it: the same method names with
+// different fields. KServe's RepositoryModelLoadRequest and RepositoryModelUnloadRequest (this
+// proto's) hold model_name as field 1; Triton's hold repository_name (1), model_name (2) and
+// parameters (3: a map of names to ModelRepositoryParameter, a oneof of bool_param (1),
+// int64_param, string_param, bytes_param), which arrive here as unknown fields. A message with
+// field 2 or 3 is Triton's.
+struct ControlRequest {
+  std::string repository;
+  std::string model;
+  std::vector<std::pair<std::string, int>> parameters;  // Name, and the value's field number.
+};
+constexpr int kBoolParam = 1;
+
+ControlRequest ReadControlRequest(const google::protobuf::Message& message,
+                                  const std::string& first_field) {
+  using google::protobuf::UnknownField;
+  using google::protobuf::UnknownFieldSet;
+  ControlRequest request;
+  bool triton = false;
+  const UnknownFieldSet& unknown = message.GetReflection()->GetUnknownFields(message);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const UnknownField& field = unknown.field(i);
+    if (field.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    if (field.number() == 2) {
+      triton = true;
+      request.model = field.length_delimited();
+    } else if (field.number() == 3) {  // A map entry: key (1), value (2).
+      triton = true;
+      UnknownFieldSet entry, value;
+      std::string key;
+      int choice = 0;
+      if (entry.ParseFromString(field.length_delimited())) {
+        for (int e = 0; e < entry.field_count(); ++e) {
+          const UnknownField& part = entry.field(e);
+          if (part.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+          if (part.number() == 1) key = part.length_delimited();
+          if (part.number() == 2 && value.ParseFromString(part.length_delimited()) &&
+              value.field_count() > 0) {
+            choice = value.field(0).number();
+          }
+        }
+      }
+      request.parameters.emplace_back(key.empty() ? std::string("(unnamed)") : key, choice);
+    }
+  }
+  (triton ? request.repository : request.model) = first_field;
+  return request;
 }
 
 }  // namespace
@@ -247,6 +303,67 @@ class GrpcServer::Impl final : public ServiceBase {
     for (const TensorSpec& spec : config.inputs) add(spec, response->add_inputs());
     for (const TensorSpec& spec : config.outputs) add(spec, response->add_outputs());
     return Answer(context, kModelMetadata, start, grpc::Status::OK);
+  }
+
+  // Triton's model control, as its HTTP routes do it (RepositoryHandlers::Change): the call
+  // finishes when the load or unload has run. Triton's load `parameters` (a config to load with,
+  // files) and a repository name are not taken: refused by name. An unload's boolean
+  // `unload_dependents` (tritonclient always sends it) has no dependents to act on: Sluice serves
+  // no ensembles.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                const inference::RepositoryModelLoadRequest* request,
+                                                inference::RepositoryModelLoadResponse*) override {
+    const ControlRequest read = ReadControlRequest(*request, request->model_name());
+    std::string refused;
+    for (const auto& [key, choice] : read.parameters) refused = key;
+    return Control(context, kRepositoryModelLoad, read, refused);
+  }
+
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse*) override {
+    const ControlRequest read = ReadControlRequest(*request, request->model_name());
+    std::string refused;
+    for (const auto& [key, choice] : read.parameters) {
+      if (key != "unload_dependents" || choice != kBoolParam) refused = key;
+    }
+    return Control(context, kRepositoryModelUnload, read, refused);
+  }
+
+  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* context, Method method,
+                                    const ControlRequest& request, const std::string& parameter) {
+    const std::string& repository = request.repository;
+    const std::string& name = request.model;
+    const Clock::time_point start = Clock::Real().Now();
+    if (!Authorized(*context)) return Answer(context, method, start, Unauthenticated());
+    if (!options_.model_control) {
+      return Answer(context, method, start,
+                    grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "model control is disabled: start sluice serve with "
+                                 "--model-control"));
+    }
+    if (!repository.empty()) {
+      return Answer(context, method, start,
+                    grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 fmt::format("'repository_name' is not supported: Sluice serves "
+                                             "one repository (got '{}')",
+                                             repository)));
+    }
+    if (!parameter.empty()) {
+      return Answer(context, method, start,
+                    grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 fmt::format("parameter '{}' is not supported: a model loads from "
+                                             "its folder in the repository",
+                                             parameter)));
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    options_.model_control(name, method == kRepositoryModelLoad,
+                           [this, reactor, method, start](Status status) {
+                             grpc::Status answer = ToGrpc(status);
+                             Record(method, answer.error_code(), start);
+                             reactor->Finish(std::move(answer));
+                           });
+    return reactor;
   }
 
   // --- shared by the RPCs ---------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,12 @@ struct GrpcServerOptions {
   // Memory gRPC's transport may hold for all calls together (its resource quota); 0: gRPC's own
   // default.
   size_t memory_budget_bytes = 0;
+  // Triton's model control: RepositoryModelLoad and RepositoryModelUnload call it with the model's
+  // name and whether to load, and it calls `done` once with the outcome, from any thread, before
+  // the server shuts down (it waits for the calls). Unset: model control is off and both RPCs
+  // fail with PERMISSION_DENIED.
+  std::function<void(const std::string& name, bool load, std::function<void(Status)> done)>
+      model_control;
 };
 
 // Thread-safe. Start() once; Shutdown() once, from any thread.

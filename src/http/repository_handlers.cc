@@ -218,68 +218,63 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
 }
 
 void RepositoryHandlers::Load(const HttpRequest&, const PathParams& params, Responder respond) {
-  Control(
-      params, "LOADING", [this](const std::string& name) { return LoadModel(name); },
-      std::move(respond));
+  Control(params, /*load=*/true, std::move(respond));
 }
 
 void RepositoryHandlers::Unload(const HttpRequest&, const PathParams& params, Responder respond) {
-  Control(
-      params, "UNLOADING",
-      [this](const std::string& name) {
-        if (options_.llm_service != nullptr && !engine_.Find(name)) {
-          Status unloaded = UnloadLanguageModel(name);
-          if (unloaded.code() != StatusCode::kNotFound) return unloaded;
-        }
-        Status status = engine_.RemoveModel(name);
-        if (status.ok()) fmt::print("unloaded model '{}'\n", name);
-        return status.ok() || status.code() != StatusCode::kNotFound
-                   ? status
-                   : Status::NotFound(fmt::format("model '{}' is not loaded", name));
-      },
-      std::move(respond));
+  Control(params, /*load=*/false, std::move(respond));
 }
 
-void RepositoryHandlers::Control(const PathParams& params, const char* state,
-                                 std::function<Status(const std::string&)> work,
-                                 Responder respond) {
+Status RepositoryHandlers::UnloadModel(const std::string& name) {
+  if (options_.llm_service != nullptr && !engine_.Find(name)) {
+    Status unloaded = UnloadLanguageModel(name);
+    if (unloaded.code() != StatusCode::kNotFound) return unloaded;
+  }
+  Status status = engine_.RemoveModel(name);
+  if (status.ok()) fmt::print("unloaded model '{}'\n", name);
+  return status.ok() || status.code() != StatusCode::kNotFound
+             ? status
+             : Status::NotFound(fmt::format("model '{}' is not loaded", name));
+}
+
+void RepositoryHandlers::Control(const PathParams& params, bool load, Responder respond) {
   if (!options_.model_control) {
     respond(HttpResponse::Json(
         403, R"({"error":"model control is disabled: start sluice serve with --model-control"})"));
     return;
   }
-  std::string name(params.Get("model"));
+  Change(std::string(params.Get("model")), load,
+         [respond = std::move(respond)](Status status) {
+           respond(status.ok() ? HttpResponse::Json(200, "{}") : HttpResponse::Error(status));
+         });
+}
+
+void RepositoryHandlers::Change(const std::string& name, bool load,
+                                std::function<void(Status)> done) {
   if (!IsValidModelName(name)) {
-    respond(HttpResponse::Error(
-        Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name)))));
-    return;
+    return done(Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name))));
   }
-  // The responder is shared so that it stays here if the pool refuses the task.
-  auto shared_respond = std::make_shared<Responder>(std::move(respond));
   {
     MutexLock lock(mu_);
-    Change& change = changing_[name];
-    change.state = state;
-    ++change.pending;
+    Pending& pending = changing_[name];
+    pending.state = load ? "LOADING" : "UNLOADING";
+    ++pending.pending;
   }
-  auto done = [this, name] {
+  auto finished = [this, name] {
     MutexLock lock(mu_);
     auto it = changing_.find(name);
     if (it != changing_.end() && --it->second.pending == 0) changing_.erase(it);
   };
-  bool queued = control_pool_.TrySubmit([name, work = std::move(work), shared_respond, done] {
-    Status status = work(name);
-    done();
-    if (status.ok()) {
-      (*shared_respond)(HttpResponse::Json(200, "{}"));
-    } else {
-      (*shared_respond)(HttpResponse::Error(status));
-    }
+  // `done` is shared so that it stays here if the pool refuses the task.
+  auto shared_done = std::make_shared<std::function<void(Status)>>(std::move(done));
+  bool queued = control_pool_.TrySubmit([this, name, load, shared_done, finished] {
+    Status status = load ? LoadModel(name) : UnloadModel(name);
+    finished();
+    (*shared_done)(std::move(status));
   });
   if (!queued) {
-    done();
-    (*shared_respond)(HttpResponse::Error(
-        Status::Unavailable("too many model loads and unloads waiting; retry later")));
+    finished();
+    (*shared_done)(Status::Unavailable("too many model loads and unloads waiting; retry later"));
   }
 }
 

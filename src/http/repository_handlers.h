@@ -63,6 +63,15 @@ class RepositoryHandlers {
   // A language model's load, reload (the old engine finishes what it accepted) and unload.
   Status LoadLanguageModel(const std::string& name);
   Status UnloadLanguageModel(const std::string& name);
+  // Unloads `name`, a tensor or language model (kNotFound where it is not loaded).
+  Status UnloadModel(const std::string& name);
+
+  // Model control as every front asks for it (the HTTP routes, gRPC's RepositoryModelLoad and
+  // RepositoryModelUnload): loads (or reloads) or unloads `name` on the control pool and calls
+  // `done` with the outcome, from the pool's thread or, for a bad name or a full pool (503), this
+  // one. The index shows the model LOADING or UNLOADING until it has run. Whether model control
+  // is allowed is the front's to check.
+  void Change(const std::string& name, bool load, std::function<void(Status)> done);
 
   void AddRoutes(Router& router);
   void Index(const HttpRequest& request, const PathParams&, Responder respond);
@@ -70,12 +79,10 @@ class RepositoryHandlers {
   void Unload(const HttpRequest&, const PathParams& params, Responder respond);
 
  private:
-  // 403 when model control is off, 400 for a bad name; otherwise runs `work` on the pool and
-  // answers with its status. The index shows the model in `state` until the work has run.
-  void Control(const PathParams& params, const char* state,
-               std::function<Status(const std::string&)> work, Responder respond);
+  // 403 when model control is off; otherwise Change, answered with its status.
+  void Control(const PathParams& params, bool load, Responder respond);
 
-  struct Change {
+  struct Pending {
     std::string state;  // "LOADING" or "UNLOADING": the latest asked.
     int pending = 0;    // Loads and unloads of the model queued or running.
   };
@@ -86,7 +93,7 @@ class RepositoryHandlers {
   ThreadPool& control_pool_;
   const RepositoryOptions options_;
   mutable Mutex mu_;
-  std::map<std::string, Change> changing_ GUARDED_BY(mu_);
+  std::map<std::string, Pending> changing_ GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

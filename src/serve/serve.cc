@@ -227,6 +227,12 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     grpc_options.memory_budget_bytes = options.http.memory_budget_bytes > 0
                                            ? options.http.memory_budget_bytes
                                            : MemoryBudget::DefaultLimit();
+    if (options.model_control) {
+      grpc_options.model_control = [&repository_handlers](const std::string& name, bool load,
+                                                          std::function<void(Status)> done) {
+        repository_handlers.Change(name, load, std::move(done));
+      };
+    }
     grpc = std::make_unique<GrpcServer>(std::move(grpc_options), service);
     SLUICE_RETURN_IF_ERROR(grpc->Start());
     handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
