@@ -142,24 +142,9 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
 
 }  // namespace kernels::quant
 
+// Every block type the products read has a repacked record.
 bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
-  switch (static_cast<GgmlType>(ggml_type)) {
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-    case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K:
-    case GgmlType::kIQ4_NL:
-    case GgmlType::kIQ4_XS:
-      return rows % 8 == 0;
-    default:
-      return false;
-  }
+  return IsQuantType(ggml_type) && rows % 8 == 0;
 }
 
 namespace {
