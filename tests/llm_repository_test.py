@@ -18,6 +18,7 @@ import tempfile
 import threading
 
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from openai_api_test import check, raw
@@ -111,6 +112,18 @@ def grpc_model_control(port, grpc_port):
                                    client.unload_model("b"))
     check(status == "StatusCode.NOT_FOUND", f"b unloaded twice: {status} {message}")
     client.load_model("b")
+    client.close()
+    # tritonclient's HTTP model control sends Triton's bodies: the same rules.
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    client.unload_model("identity", unload_dependents=True)
+    check(index(port)["identity"] == "UNAVAILABLE", "identity served after its HTTP unload")
+    client.load_model("identity")
+    check(client.is_model_ready("identity"), "identity not ready after its HTTP load")
+    try:
+        client.load_model("identity", config="{}")
+        check(False, "a load with a config override was taken")
+    except InferenceServerException as e:
+        check("'config'" in e.message(), f"config over HTTP: {e.message()}")
     client.close()
 
 

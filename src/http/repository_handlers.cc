@@ -217,13 +217,47 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
   respond(HttpResponse::Json(200, json.str()));
 }
 
-void RepositoryHandlers::Load(const HttpRequest&, const PathParams& params, Responder respond) {
-  Control(params, /*load=*/true, std::move(respond));
+void RepositoryHandlers::Load(const HttpRequest& request, const PathParams& params,
+                              Responder respond) {
+  Control(request, params, /*load=*/true, std::move(respond));
 }
 
-void RepositoryHandlers::Unload(const HttpRequest&, const PathParams& params, Responder respond) {
-  Control(params, /*load=*/false, std::move(respond));
+void RepositoryHandlers::Unload(const HttpRequest& request, const PathParams& params,
+                                Responder respond) {
+  Control(request, params, /*load=*/false, std::move(respond));
 }
+
+namespace {
+
+// Triton's load and unload bodies, {"parameters": {...}}, as gRPC's messages carry them: an
+// unload's boolean unload_dependents is taken (Sluice serves no ensembles, so there are none to
+// unload); any other parameter (a load's config or files) is refused by name.
+Status CheckControlBody(std::string_view body, bool load) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return Status::Ok();
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::object root;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS) {
+    return Status::InvalidArgument("the body must be a JSON object, e.g. {\"parameters\": {}}");
+  }
+  for (auto [key, value] : root) {
+    if (key != "parameters") {
+      return Status::InvalidArgument(fmt::format("'{}' is not supported", key));
+    }
+    simdjson::dom::object parameters;
+    if (value.get(parameters) != simdjson::SUCCESS) {
+      return Status::InvalidArgument("'parameters' must be an object");
+    }
+    for (auto [name, parameter] : parameters) {
+      if (!load && name == "unload_dependents" && parameter.is_bool()) continue;
+      return Status::InvalidArgument(fmt::format(
+          "parameter '{}' is not supported: a model {} its folder in the repository", name,
+          load ? "loads from" : "unloads as"));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status RepositoryHandlers::UnloadModel(const std::string& name) {
   if (options_.llm_service != nullptr && !engine_.Find(name)) {
@@ -237,11 +271,15 @@ Status RepositoryHandlers::UnloadModel(const std::string& name) {
              : Status::NotFound(fmt::format("model '{}' is not loaded", name));
 }
 
-void RepositoryHandlers::Control(const PathParams& params, bool load, Responder respond) {
+void RepositoryHandlers::Control(const HttpRequest& request, const PathParams& params, bool load,
+                                 Responder respond) {
   if (!options_.model_control) {
     respond(HttpResponse::Json(
         403, R"({"error":"model control is disabled: start sluice serve with --model-control"})"));
     return;
+  }
+  if (Status body = CheckControlBody(request.body, load); !body.ok()) {
+    return respond(HttpResponse::Error(body));
   }
   Change(std::string(params.Get("model")), load,
          [respond = std::move(respond)](Status status) {

@@ -79,8 +79,10 @@ class RepositoryHandlers {
   void Unload(const HttpRequest&, const PathParams& params, Responder respond);
 
  private:
-  // 403 when model control is off; otherwise Change, answered with its status.
-  void Control(const PathParams& params, bool load, Responder respond);
+  // 403 when model control is off, 400 for a body's parameter not taken; otherwise Change,
+  // answered with its status.
+  void Control(const HttpRequest& request, const PathParams& params, bool load,
+               Responder respond);
 
   struct Pending {
     std::string state;  // "LOADING" or "UNLOADING": the latest asked.
