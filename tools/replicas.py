@@ -21,6 +21,7 @@ import csv
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -31,32 +32,33 @@ import threading
 import time
 import urllib.request
 
-HAPROXY_CONFIG = """\
-global
-    maxconn 4096
-    stats socket {socket} mode 600 level user
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    timeout queue 5s
-    # A request whose connection to a replica fails, or whose replica closes without answering
-    # (killed), is sent again, to another replica (redispatch), up to 3 times.
-    retries 3
-    option redispatch 1
-    retry-on conn-failure empty-response response-timeout
-    option http-buffer-request
-frontend sluice
-    bind 127.0.0.1:{port}
-    default_backend replicas
-backend replicas
-    balance leastconn
-    option httpchk GET /v2/health/ready
-    http-check expect status 200
-    default-server inter 500ms fastinter 250ms downinter 250ms fall 1 rise 2 check
-{servers}
-"""
+import yaml
+
+HAPROXY_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy",
+                              "haproxy", "haproxy.cfg")
+
+
+def start_haproxy(args, workdir, replicas, retry_503=True):
+    """HAProxy running deploy/haproxy/haproxy.cfg as shipped (its backend given one `server` line
+    a replica), or with 503 taken out of its retry-on list: its port and process."""
+    port = free_port()
+    with open(HAPROXY_CONFIG) as f:
+        config = f.read()
+    if not retry_503:
+        config, found = re.subn(r"^(\s*retry-on .*) 503$", r"\1", config, flags=re.M)
+        assert found == 1, "deploy/haproxy/haproxy.cfg's retry-on line names no 503"
+    config += "".join(f"    server r{r.index} 127.0.0.1:{r.port}\n" for r in replicas)
+    path = os.path.join(workdir, "haproxy.cfg")
+    with open(path, "w") as f:
+        f.write(config)
+    env = dict(os.environ, SLUICE_HAPROXY_BIND=f"127.0.0.1:{port}",
+               SLUICE_HAPROXY_STATS=os.path.join(workdir, "haproxy.sock"))
+    haproxy = subprocess.Popen([args.haproxy, "-db", "-f", path], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    if not wait_ready(port, timeout=10):
+        haproxy.kill()
+        sys.exit(f"HAProxy did not start: {haproxy.communicate()[1]}")
+    return port, haproxy
 
 
 def free_port():
@@ -79,9 +81,10 @@ def wait_ready(port, timeout=120):
 
 
 class Replica:
-    def __init__(self, args, index):
+    def __init__(self, args, index, repository=None):
         self.args = args
         self.index = index
+        self.repository = repository or args.model_repository
         self.port = free_port()
         self.process = None
         self.log = open(os.path.join(args.workdir, f"replica{index}.log"), "a")
@@ -89,7 +92,7 @@ class Replica:
     def start(self):
         a = self.args
         self.process = subprocess.Popen(
-            [a.sluice, "serve", "--model-repository", a.model_repository, "--model", a.model,
+            [a.sluice, "serve", "--model-repository", self.repository, "--model", a.model,
              "--port", str(self.port), "--drain-delay", str(a.drain_delay),
              "--shutdown-grace", "20"],
             stdout=self.log, stderr=subprocess.STDOUT)
@@ -153,6 +156,88 @@ def phases_table(samples, events, duration):
     return rows
 
 
+def refusing_repository(args, workdir):
+    """A copy of the model that refuses most of what it is sent: one request queued at most,
+    each held 200 ms for company (the model's files linked, its config.yaml changed)."""
+    source = os.path.join(args.model_repository, args.model)
+    target = os.path.join(workdir, "refusing", args.model)
+    os.makedirs(target)
+    for name in os.listdir(source):
+        if name != "config.yaml":
+            os.symlink(os.path.join(os.path.abspath(source), name), os.path.join(target, name))
+    with open(os.path.join(source, "config.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["dynamic_batching"] = {"policy": "fixed", "max_queue_delay_us": 200000,
+                                  "max_queue_size": 1}
+    config["instances"] = {"count": 1, "threads": 1}
+    with open(os.path.join(target, "config.yaml"), "w") as f:
+        yaml.safe_dump(config, f)
+    return os.path.dirname(target)
+
+
+def bench_through(args, port, results, duration):
+    """`sluice bench` through HAProxy: the outcomes of its measured requests (ok, or the error)."""
+    run = subprocess.run(
+        [args.sluice, "bench", "--url", f"http://127.0.0.1:{port}", "--model", args.model,
+         "--concurrency", str(args.connections), "--duration", str(duration), "--warmup", "0.5",
+         "--binary", "--results-dir", results],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=duration + 120)
+    if run.returncode != 0:
+        sys.exit(f"the bench failed ({run.returncode}): {run.stdout[-2000:]}")
+    files = glob.glob(os.path.join(results, "*", f"samples_c{args.connections}.csv"))
+    with open(files[0]) as f:
+        return [r["outcome"] for r in csv.DictReader(f) if r["warmup"] != "1"]
+
+
+def retry_503_check(args):
+    """Replica r0 overloaded (it refuses most requests with 503) beside healthy ones: through
+    HAProxy with 503 taken out of retry-on the client sees the 503s; through the shipped config,
+    none, each sent again to another replica."""
+    with tempfile.TemporaryDirectory() as workdir:
+        args.workdir = workdir
+        replicas = [Replica(args, i, refusing_repository(args, workdir) if i == 0 else None)
+                    for i in range(args.replicas)]
+        haproxy = None
+        outcome = {}
+        try:
+            for r in replicas:
+                r.start()
+            for r in replicas:
+                if not wait_ready(r.port):
+                    sys.exit(f"replica {r.index} did not become ready: "
+                             f"{open(r.log.name).read()}")
+            for retry_503 in (False, True):
+                port, haproxy = start_haproxy(args, workdir, replicas, retry_503)
+                outcomes = bench_through(args, port, os.path.join(workdir, f"results{retry_503}"),
+                                         args.duration)
+                stats = haproxy_stats(os.path.join(workdir, "haproxy.sock"))
+                haproxy.terminate()
+                haproxy.wait(timeout=10)
+                haproxy = None
+                failed = [o for o in outcomes if o != "ok"]
+                outcome[retry_503] = (len(outcomes), failed, stats)
+                print(f"retry-on {'with' if retry_503 else 'without'} 503: {len(outcomes)} "
+                      f"requests, {len(failed)} failed ({sorted(set(failed))}); r0: "
+                      f"{stats.get('r0')}")
+        finally:
+            if haproxy and haproxy.poll() is None:
+                haproxy.terminate()
+                haproxy.wait(timeout=10)
+            for r in replicas:
+                r.stop()
+    total, failed, _ = outcome[False]
+    if not failed:
+        sys.exit(f"FAIL: without retry-on 503 no request failed ({total}): r0 refused nothing, "
+                 "so the check shows nothing")
+    total, failed, stats = outcome[True]
+    redispatched = stats.get("r0", {}).get("redispatches", 0) + stats.get("r0", {}).get(
+        "retries", 0)
+    if failed or total == 0 or redispatched == 0:
+        sys.exit(f"FAIL: with the shipped config {len(failed)} of {total} requests failed, "
+                 f"{redispatched} sent again away from r0")
+    print(f"retry-on 503: all {total} requests answered, {redispatched} sent again away from r0")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,7 +256,12 @@ def main():
     parser.add_argument("--out", help="write the table as JSON here")
     parser.add_argument("--require-no-errors", action="store_true",
                         help="fail on any failed request, the crash's included")
+    parser.add_argument("--retry-503-check", action="store_true",
+                        help="instead: replica r0 overloaded (503s) beside healthy ones, without "
+                        "and with retry-on 503; fail unless the shipped config hides every 503")
     args = parser.parse_args()
+    if args.retry_503_check:
+        return retry_503_check(args)
 
     with tempfile.TemporaryDirectory() as workdir:
         args.workdir = workdir
@@ -184,17 +274,7 @@ def main():
                 if not wait_ready(r.port):
                     sys.exit(f"replica {r.index} did not become ready: "
                              f"{open(r.log.name).read()}")
-            port = free_port()
-            servers = "\n".join(f"    server r{r.index} 127.0.0.1:{r.port}" for r in replicas)
-            config = os.path.join(workdir, "haproxy.cfg")
-            with open(config, "w") as f:
-                f.write(HAPROXY_CONFIG.format(port=port, servers=servers,
-                                              socket=os.path.join(workdir, "haproxy.sock")))
-            haproxy = subprocess.Popen([args.haproxy, "-db", "-f", config],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True)
-            if not wait_ready(port, timeout=10):
-                sys.exit(f"HAProxy did not start: {haproxy.stderr.read() if haproxy.poll() else ''}")
+            port, haproxy = start_haproxy(args, workdir, replicas)
             results = os.path.join(workdir, "results")
             bench_started = time.monotonic()
             bench = subprocess.Popen(
