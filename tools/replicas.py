@@ -38,6 +38,15 @@ HAPROXY_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", 
                               "haproxy", "haproxy.cfg")
 
 
+def start_all(replicas):
+    """Starts every replica, then waits until each is ready."""
+    for r in replicas:
+        r.start()
+    for r in replicas:
+        if not wait_ready(r.port):
+            sys.exit(f"replica {r.index} did not become ready: {open(r.log.name).read()}")
+
+
 def start_haproxy(args, workdir, replicas, retry_503=True):
     """HAProxy running deploy/haproxy/haproxy.cfg as shipped (its backend given one `server` line
     a replica), or with 503 taken out of its retry-on list: its port and process."""
@@ -200,12 +209,7 @@ def retry_503_check(args):
         haproxy = None
         outcome = {}
         try:
-            for r in replicas:
-                r.start()
-            for r in replicas:
-                if not wait_ready(r.port):
-                    sys.exit(f"replica {r.index} did not become ready: "
-                             f"{open(r.log.name).read()}")
+            start_all(replicas)
             for retry_503 in (False, True):
                 port, haproxy = start_haproxy(args, workdir, replicas, retry_503)
                 outcomes = bench_through(args, port, os.path.join(workdir, f"results{retry_503}"),
@@ -268,12 +272,7 @@ def main():
         replicas = [Replica(args, i) for i in range(args.replicas)]
         haproxy = bench = None
         try:
-            for r in replicas:
-                r.start()
-            for r in replicas:
-                if not wait_ready(r.port):
-                    sys.exit(f"replica {r.index} did not become ready: "
-                             f"{open(r.log.name).read()}")
+            start_all(replicas)
             port, haproxy = start_haproxy(args, workdir, replicas)
             results = os.path.join(workdir, "results")
             bench_started = time.monotonic()
