@@ -135,7 +135,8 @@ def main():
             os.symlink(os.path.join(test_models, source), os.path.join(repository, name))
         with serving(sluice, ["--model-repository", repository, "--model-control",
                               "--model", "a", "--model", "b", "--model", "identity",
-                              "--llm-threads", "1", "--grpc-port", "0"]) as (port, grpc_port):
+                              "--llm-threads", "1", "--grpc-port", "0", "--no-autoload"]) as (
+                                  port, grpc_port):
             state = index(port)
             check(state == {"a": "READY", "b": "READY", "identity": "READY",
                             "later": "UNAVAILABLE"}, f"index: {state}")

@@ -115,6 +115,19 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
       ->transform(CLI::AsSizeValue(false));
   app->add_flag("--model-control", cmd.options.model_control,
                 "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
+  app->add_flag("--no-autoload{false}", cmd.options.autoload,
+                "Do not load a language model of the repository when a request names it (on: "
+                "the request gets 503 with Retry-After while it loads)");
+  app->add_option("--keep-alive", cmd.keep_alive_seconds,
+                  "Seconds a language model loaded by a request stays loaded when idle (0: "
+                  "until unloaded)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--max-loaded-models", cmd.options.max_loaded_models,
+                  "Language models loaded at once at most; the least recently used idle one is "
+                  "unloaded to load another (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app->add_flag("--no-console{false}", cmd.options.console,
                 "Do not serve the browser console at / (dashboard, try-out, chat, bench)");
   AddProfileOptions(*app, cmd.profile.on, cmd.profile.options, /*with_dir=*/true);
@@ -156,6 +169,7 @@ int RunServeCommand(ServeCommand& cmd) {
   options.http.body_timeout = Seconds(cmd.body_seconds);
   options.drain_delay = Seconds(cmd.drain_seconds);
   options.shutdown_grace = Seconds(cmd.grace_seconds);
+  options.keep_alive = Seconds(cmd.keep_alive_seconds);
   ProfileSwitch& profile = cmd.profile;
   BackendLoader loader = LoadSharedBackend;
   auto profile_log = std::make_shared<ProfileLog>();

@@ -19,6 +19,7 @@ struct ServeCommand {
   double body_seconds = ServeOptions{}.http.body_timeout.count();
   double drain_seconds = ServeOptions{}.drain_delay.count();
   double grace_seconds = ServeOptions{}.shutdown_grace.count();
+  double keep_alive_seconds = ServeOptions{}.keep_alive.count();
 };
 
 // Adds the `serve` subcommand to `parent`, its flags writing into `cmd`.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -269,7 +270,8 @@ HttpResponse AnthropicError(const Status& status, double retry_after_seconds) {
                                              ErrorBody(ErrorType(status.code()), status.message()));
   if (status.code() == StatusCode::kUnavailable) {
     response.headers.emplace_back(
-        "Retry-After", std::to_string(static_cast<int64_t>(std::ceil(retry_after_seconds))));
+        "Retry-After", std::to_string(static_cast<int64_t>(
+                           std::ceil(std::max(retry_after_seconds, status.retry_after_seconds())))));
   }
   return response;
 }

@@ -362,7 +362,8 @@ HttpResponse OpenAiError(const Status& status, std::string_view param, double re
   HttpResponse response = HttpResponse::Json(HttpStatusFor(status.code()), json.str());
   if (status.code() == StatusCode::kUnavailable) {
     response.headers.emplace_back(
-        "Retry-After", std::to_string(static_cast<int64_t>(std::ceil(retry_after_seconds))));
+        "Retry-After", std::to_string(static_cast<int64_t>(
+                           std::ceil(std::max(retry_after_seconds, status.retry_after_seconds())))));
   }
   return response;
 }

@@ -120,6 +120,7 @@ Status RepositoryHandlers::LoadLanguageModel(const std::string& name) {
   if (engine_.Find(name)) {
     return Status::InvalidArgument(fmt::format("'{}' is served as a tensor model", name));
   }
+  SLUICE_RETURN_IF_ERROR(MakeRoom(name));
   const std::filesystem::path dir = options_.models.DirOf(name);
   auto loaded = options_.llm_loader(dir.string());
   if (!loaded.ok()) {
@@ -141,10 +142,157 @@ Status RepositoryHandlers::UnloadLanguageModel(const std::string& name) {
   std::shared_ptr<llm::LlmEngine> engine =
       options_.llm_service != nullptr ? options_.llm_service->Remove(name) : nullptr;
   if (!engine) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
+  {
+    MutexLock lock(mu_);
+    use_.erase(name);
+  }
   engine->Stop();  // Its accepted requests run to their end first.
   fmt::print("unloaded language model '{}'\n", name);
   std::fflush(stdout);
   return Status::Ok();
+}
+
+RepositoryHandlers::~RepositoryHandlers() { Stop(); }
+
+void RepositoryHandlers::Start() {
+  if (options_.llm_service == nullptr) return;
+  if (options_.autoload) {
+    options_.llm_service->SetAutoloader(
+        [this](const std::string& name) { return Autoload(name); });
+  }
+  if (options_.autoload || options_.max_loaded_models > 0) {
+    watcher_ = std::thread([this] { Watch(); });
+  }
+}
+
+void RepositoryHandlers::Stop() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  wake_.SignalAll();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
+  if (!IsValidModelName(name) || engine_.Find(name)) return std::nullopt;
+  if (!options_.models.single_model_name.empty() && name != options_.models.single_model_name) {
+    return std::nullopt;
+  }
+  if (!llm::IsLanguageModelDir(options_.models.DirOf(name).string())) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  constexpr auto kRetryFailedAfter = std::chrono::seconds(30);
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return Status::Unavailable("the server is shutting down");
+    auto failed = failed_.find(name);
+    if (failed != failed_.end() && now - failed->second < kRetryFailedAfter) {
+      const double wait = std::chrono::duration<double>(kRetryFailedAfter - (now - failed->second))
+                              .count();
+      return Status::Unavailable(
+                 fmt::format("language model '{}' failed to load: {}", name, v2_.LoadError(name)))
+          .WithRetryAfter(wait);
+    }
+    // A load asked for already (by a request or the repository API) answers when it has run.
+    if (changing_.count(name) == 0) {
+      Pending& pending = changing_[name];  // Held until Change marks it, so no second load starts.
+      pending.state = "LOADING";
+      ++pending.pending;
+    } else {
+      return Status::Unavailable(fmt::format("language model '{}' is loading", name))
+          .WithRetryAfter(2);
+    }
+  }
+  Change(name, /*load=*/true, [this, name](Status status) {
+    MutexLock lock(mu_);
+    if (status.ok()) {
+      failed_.erase(name);
+      Use& use = use_[name];
+      use.on_demand = true;
+      use.since = std::chrono::steady_clock::now();
+    } else {
+      failed_[name] = std::chrono::steady_clock::now();
+    }
+  });
+  {
+    MutexLock lock(mu_);  // Change has marked the load; the mark made above goes.
+    auto it = changing_.find(name);
+    if (it != changing_.end() && --it->second.pending == 0) changing_.erase(it);
+  }
+  fmt::print("loading language model '{}' for a request\n", name);
+  std::fflush(stdout);
+  return Status::Unavailable(fmt::format("language model '{}' is loading", name))
+      .WithRetryAfter(2);
+}
+
+Status RepositoryHandlers::MakeRoom(const std::string& name) {
+  if (options_.max_loaded_models <= 0 || options_.llm_service == nullptr) return Status::Ok();
+  for (;;) {
+    const auto models = options_.llm_service->models();
+    if (models.count(name) > 0 || static_cast<int>(models.size()) < options_.max_loaded_models) {
+      return Status::Ok();
+    }
+    std::string victim;
+    std::chrono::steady_clock::time_point oldest = std::chrono::steady_clock::time_point::max();
+    for (const auto& [loaded, engine] : models) {
+      const llm::LlmStats stats = engine->stats();
+      if (stats.slots_busy + stats.waiting > 0) continue;
+      MutexLock lock(mu_);
+      auto use = use_.find(loaded);
+      const auto since = use != use_.end() ? use->second.since
+                                           : std::chrono::steady_clock::time_point::min();
+      if (victim.empty() || since < oldest) {
+        victim = loaded;
+        oldest = since;
+      }
+    }
+    if (victim.empty()) {
+      return Status::Unavailable(fmt::format(
+                                     "{} language models are loaded (--max-loaded-models) and "
+                                     "every one is busy; '{}' cannot load now",
+                                     models.size(), name))
+          .WithRetryAfter(5);
+    }
+    fmt::print("unloading language model '{}', the least recently used, to load '{}'\n", victim,
+               name);
+    std::fflush(stdout);
+    SLUICE_RETURN_IF_ERROR(UnloadLanguageModel(victim));
+  }
+}
+
+void RepositoryHandlers::Watch() {
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return;
+      wake_.WaitFor(lock, std::chrono::seconds(1));
+      if (stopping_) return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string> expired;
+    for (const auto& [name, engine] : options_.llm_service->models()) {
+      const llm::LlmStats stats = engine->stats();
+      const int64_t seen = stats.steps + stats.requests_finished;
+      const bool busy = stats.slots_busy + stats.waiting > 0;
+      MutexLock lock(mu_);
+      Use& use = use_[name];
+      if (use.seen != seen || busy || use.busy) use.since = now;
+      use.seen = seen;
+      use.busy = busy;
+      if (use.on_demand && options_.keep_alive.count() > 0 && !busy &&
+          now - use.since >= options_.keep_alive && changing_.count(name) == 0) {
+        expired.push_back(name);
+      }
+    }
+    for (const std::string& name : expired) {
+      fmt::print("unloading language model '{}': idle for its keep_alive ({} s)\n", name,
+                 std::chrono::duration<double>(options_.keep_alive).count());
+      std::fflush(stdout);
+      Change(name, /*load=*/false, [name](Status status) {
+        if (!status.ok()) spdlog::warn("idle model '{}' not unloaded: {}", name, status.message());
+      });
+    }
+  }
 }
 
 void RepositoryHandlers::AddRoutes(Router& router) {

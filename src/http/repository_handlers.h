@@ -9,11 +9,19 @@
 // (streams run to their end) before it stops.
 // With model control off, load and unload answer 403: a server exposed to clients cannot have its
 // models swapped by them unless its operator says so.
+// Language models on demand (as Ollama and llama.cpp's router serve them): a request for one in
+// the repository that is not loaded starts its load and is answered 503 with Retry-After (clients
+// that retry, the OpenAI SDK among them, get their answer once it has loaded); one loaded so and
+// idle for keep_alive is unloaded; past max_loaded_models, the least recently used idle language
+// model is unloaded before another loads.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
@@ -48,6 +56,13 @@ struct RepositoryOptions {
   // Language models: how a directory loads (null: none served), and where they are served.
   llm::LlmLoader llm_loader;
   llm::GenerationService* llm_service = nullptr;
+  // Language models on demand (needs llm_service): loaded by a request that names them.
+  bool autoload = false;
+  // An idle language model loaded by a request is unloaded after this long (zero: kept).
+  std::chrono::milliseconds keep_alive{0};
+  // Language models loaded at once at most (0: no limit): a load past it unloads the least
+  // recently used idle one first, or is refused (503) where every one is busy.
+  int max_loaded_models = 0;
 };
 
 // Thread-safe. Loads and unloads run on `control_pool` (they take seconds and block on draining),
@@ -73,6 +88,16 @@ class RepositoryHandlers {
   // is allowed is the front's to check.
   void Change(const std::string& name, bool load, std::function<void(Status)> done);
 
+  // The generation service's autoloader: nullopt where `name` is no language model of the
+  // repository (its 404 stands); else kUnavailable with the wait a retry should leave, the load
+  // started (or under way), or why the last load failed (for 30 s, then it is tried again).
+  std::optional<Status> Autoload(const std::string& name);
+  // Starts the thread that unloads idle language models (keep_alive) and counts their use (for
+  // max_loaded_models); Stop() ends it, and any later autoload, before the control pool goes.
+  void Start();
+  void Stop();
+  ~RepositoryHandlers();
+
   void AddRoutes(Router& router);
   void Index(const HttpRequest& request, const PathParams&, Responder respond);
   void Load(const HttpRequest&, const PathParams& params, Responder respond);
@@ -83,6 +108,20 @@ class RepositoryHandlers {
   // answered with its status.
   void Control(const HttpRequest& request, const PathParams& params, bool load,
                Responder respond);
+
+  // Once a second: a language model's use seen since the last look restarts its idle time; one
+  // loaded by a request and idle for keep_alive is unloaded.
+  void Watch();
+  // On the control pool, before an autoload: unloads the least recently used idle language model
+  // while max_loaded_models are loaded (kUnavailable where every one is busy).
+  Status MakeRoom(const std::string& name);
+
+  struct Use {
+    int64_t seen = -1;  // Steps plus requests finished, at the last look.
+    bool busy = false;  // Requests running or waiting, at the last look.
+    std::chrono::steady_clock::time_point since;  // Its last use seen.
+    bool on_demand = false;  // Loaded by a request: keep_alive applies.
+  };
 
   struct Pending {
     std::string state;  // "LOADING" or "UNLOADING": the latest asked.
@@ -96,6 +135,11 @@ class RepositoryHandlers {
   const RepositoryOptions options_;
   mutable Mutex mu_;
   std::map<std::string, Pending> changing_ GUARDED_BY(mu_);
+  std::map<std::string, Use> use_ GUARDED_BY(mu_);  // Loaded language models.
+  std::map<std::string, std::chrono::steady_clock::time_point> failed_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  CondVar wake_;
+  std::thread watcher_;
 };
 
 }  // namespace sluice

@@ -454,23 +454,35 @@ std::shared_ptr<LlmEngine> GenerationService::Remove(const std::string& name) {
 
 Result<std::shared_ptr<LlmEngine>> GenerationService::Find(
     std::string& model, std::shared_ptr<const LoraAdapter>* adapter) const {
-  MutexLock lock(mu_);
-  if (model.empty() && models_.size() == 1) model = models_.begin()->first;
-  if (model.empty()) {
-    return Status::InvalidArgument(
-        fmt::format("'model' is required: this server serves {} language models", models_.size()));
-  }
-  auto it = models_.find(model);
-  if (it != models_.end()) return it->second;
-  if (adapter != nullptr) {
-    for (const auto& [name, engine] : models_) {
-      if (auto found = engine->FindAdapter(model)) {
-        *adapter = std::move(found);
-        return engine;
+  Autoloader autoloader;
+  {
+    MutexLock lock(mu_);
+    if (model.empty() && models_.size() == 1) model = models_.begin()->first;
+    if (model.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "'model' is required: this server serves {} language models", models_.size()));
+    }
+    auto it = models_.find(model);
+    if (it != models_.end()) return it->second;
+    if (adapter != nullptr) {
+      for (const auto& [name, engine] : models_) {
+        if (auto found = engine->FindAdapter(model)) {
+          *adapter = std::move(found);
+          return engine;
+        }
       }
     }
+    autoloader = autoloader_;
+  }
+  if (autoloader) {
+    if (std::optional<Status> answer = autoloader(model)) return std::move(*answer);
   }
   return Status::NotFound(fmt::format("The model '{}' does not exist", model));
+}
+
+void GenerationService::SetAutoloader(Autoloader autoloader) {
+  MutexLock lock(mu_);
+  autoloader_ = std::move(autoloader);
 }
 
 Result<std::string> GenerationService::RenderChat(

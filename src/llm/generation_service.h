@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +152,12 @@ class GenerationService {
   Result<std::shared_ptr<LlmEngine>> Find(
       std::string& model, std::shared_ptr<const LoraAdapter>* adapter = nullptr) const;
 
+  // Asked by Find() for a model it does not serve: nullopt where the name is no model it could
+  // load (Find's kNotFound stands), else the answer (kUnavailable with a retry-after while the
+  // model loads, or why it could not load). Set once, before requests come.
+  using Autoloader = std::function<std::optional<Status>(const std::string& model)>;
+  void SetAutoloader(Autoloader autoloader);
+
   // The conversation through the model's chat template (kInvalidArgument where it has none).
   static Result<std::string> RenderChat(
       const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -183,6 +190,7 @@ class GenerationService {
  private:
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<LlmEngine>> models_ GUARDED_BY(mu_);
+  Autoloader autoloader_ GUARDED_BY(mu_);
   // Compiles response formats' grammars (last: its thread stops first, before the models go).
   ThreadPool grammar_pool_{1, 64};
 };

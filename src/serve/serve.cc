@@ -185,7 +185,13 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   auto control_pool = std::make_unique<ThreadPool>(1, 16);
   RepositoryHandlers repository_handlers(
       engine, service, predict, *control_pool,
-      {*locations, options.model_control, llm_loader, &openai.service()});
+      {.models = *locations,
+       .model_control = options.model_control,
+       .llm_loader = llm_loader,
+       .llm_service = &openai.service(),
+       .autoload = options.autoload && llm_loader != nullptr,
+       .keep_alive = std::chrono::duration_cast<std::chrono::milliseconds>(options.keep_alive),
+       .max_loaded_models = options.max_loaded_models});
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
@@ -193,6 +199,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       service.SetLoadError(name, status.message());
     }
   }
+
+  repository_handlers.Start();  // Language models on demand, from here on.
 
   Router router;
   handlers.AddRoutes(router);
@@ -290,7 +298,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   if (grpc) grpc_shutdown = std::thread([&grpc, grace] { grpc->Shutdown(grace); });
   server.Shutdown(grace);
   if (grpc_shutdown.joinable()) grpc_shutdown.join();
-  control_pool.reset();  // Finishes a load or unload under way.
+  repository_handlers.Stop();  // No autoload or idle unload after this.
+  control_pool.reset();        // Finishes a load or unload under way.
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
   for (auto& [name, llm_engine] : language_models) llm_engine->Stop();

@@ -40,6 +40,13 @@ struct ServeOptions {
   Seconds drain_delay{0};
   Seconds shutdown_grace{30};  // Then the longest wait for in-flight requests.
   bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
+  // Language models on demand: a request naming one in the repository that is not loaded loads
+  // it (503 with Retry-After meanwhile); one loaded so is unloaded after keep_alive idle (zero:
+  // kept); at most max_loaded_models language models at once (0: no limit), the least recently
+  // used idle one unloaded to make room.
+  bool autoload = true;
+  Seconds keep_alive{300};
+  int max_loaded_models = 0;
   bool console = true;         // The browser console at / (console/console.h).
   // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
   // (valid JSON) when the server stops.

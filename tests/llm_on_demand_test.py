@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Language models on demand in the real `sluice serve` (as Ollama and llama.cpp's router serve
+them): a request naming a language model of the repository that is not loaded starts its load and
+is answered 503 with Retry-After (the OpenAI SDK's own retries then get the answer); one loaded so
+is unloaded once idle for --keep-alive; past --max-loaded-models the least recently used idle one
+is unloaded first; a model whose load fails says why, and is not loaded again at every request;
+--no-autoload keeps the 404.
+
+Usage: tests/llm_on_demand_test.py SLUICE TEST_MODELS
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+import openai
+
+from openai_api_test import check, raw
+from sluice_server import serving
+
+
+def index(port):
+    status, _, data = raw(port, "POST", "/v2/repository/index", {}, key=None)
+    check(status == 200, f"index: {status} {data[:200]}")
+    return {m["name"]: m["state"] for m in json.loads(data)}
+
+
+def complete(port, model):
+    return raw(port, "POST", "/v1/completions", {"model": model, "prompt": "hello",
+                                                 "max_tokens": 4, "temperature": 0}, key=None)
+
+
+def wait_for(condition, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main():
+    sluice, test_models = sys.argv[1], os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory() as repository:
+        for name in ("a", "b", "c"):
+            os.symlink(os.path.join(test_models, "tiny_llm"), os.path.join(repository, name))
+        broken = os.path.join(repository, "broken")
+        os.makedirs(broken)
+        with open(os.path.join(broken, "config.json"), "w") as f:
+            f.write('{"model_type": "llama"}')
+        open(os.path.join(broken, "model.safetensors"), "wb").close()
+        keep_alive = 3
+        with serving(sluice, ["--model-repository", repository, "--model", "a",
+                              "--keep-alive", str(keep_alive), "--max-loaded-models", "2",
+                              "--llm-threads", "1"]) as port:
+            check(index(port) == {"a": "READY", "b": "UNAVAILABLE", "c": "UNAVAILABLE",
+                                  "broken": "UNAVAILABLE"}, f"index at start: {index(port)}")
+            # The first request for b starts its load: 503 with Retry-After, naming the model.
+            status, headers, data = complete(port, "b")
+            error = json.loads(data)["error"]
+            check(status == 503 and int(headers.get("Retry-After", "0")) >= 1 and
+                  "'b' is loading" in error["message"] and error["param"] == "model",
+                  f"first request for b: {status} {headers} {data[:300]}")
+            wait_for(lambda: index(port)["b"] == "READY", "b to load")
+            status, _, data = complete(port, "b")
+            check(status == 200, f"b once loaded: {status} {data[:200]}")
+            # The OpenAI SDK's own retries (it follows Retry-After) get c's answer whole. c makes a
+            # third language model: a (loaded at start, unused since) is the least recently used
+            # idle one and is unloaded for it; b, used last, stays.
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                                   max_retries=8)
+            reply = client.completions.create(model="c", prompt="hello", max_tokens=4,
+                                              temperature=0)
+            check(reply.choices[0].text and reply.usage.completion_tokens >= 1, f"c: {reply}")
+            state = index(port)
+            check(state["a"] == "UNAVAILABLE" and state["b"] == "READY" and
+                  state["c"] == "READY", f"after c (at most 2 loaded): {state}")
+            _, _, body = raw(port, "GET", "/v1/models", key=None)
+            check(sorted(m["id"] for m in json.loads(body)["data"]) == ["b", "c"],
+                  f"/v1/models after c: {body[:300]}")
+            # Idle past keep_alive: b and c (loaded by requests) are unloaded.
+            started = time.monotonic()
+            wait_for(lambda: index(port)["b"] == "UNAVAILABLE" and
+                     index(port)["c"] == "UNAVAILABLE", "b and c to be unloaded when idle",
+                     timeout=keep_alive + 20)
+            check(time.monotonic() - started >= keep_alive - 0.5,
+                  "unloaded before their keep_alive")
+            # A model that fails to load says why, and the next requests are told the same
+            # without a load each.
+            check(complete(port, "broken")[0] == 503, "broken's first request")
+            wait_for(lambda: "failed to load" in complete(port, "broken")[2].decode(),
+                     "broken's load to fail")
+            status, headers, data = complete(port, "broken")
+            check(status == 503 and int(headers.get("Retry-After", "0")) > 1 and
+                  "failed to load" in json.loads(data)["error"]["message"],
+                  f"broken: {status} {headers} {data[:300]}")
+            # An unknown model is still a 404.
+            check(complete(port, "nope")[0] == 404, "an unknown model")
+        # --no-autoload: a model not loaded is a 404.
+        with serving(sluice, ["--model-repository", repository, "--model", "a",
+                              "--no-autoload", "--llm-threads", "1"]) as port:
+            check(complete(port, "b")[0] == 404, "b loaded with --no-autoload")
+            check(index(port)["b"] == "UNAVAILABLE", "b in the index with --no-autoload")
+    print("llm_on_demand_test: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
