@@ -193,36 +193,28 @@ std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
                  fmt::format("language model '{}' failed to load: {}", name, v2_.LoadError(name)))
           .WithRetryAfter(wait);
     }
-    // A load asked for already (by a request or the repository API) answers when it has run.
-    if (changing_.count(name) == 0) {
-      Pending& pending = changing_[name];  // Held until Change marks it, so no second load starts.
-      pending.state = "LOADING";
-      ++pending.pending;
-    } else {
-      return Status::Unavailable(fmt::format("language model '{}' is loading", name))
-          .WithRetryAfter(2);
-    }
   }
-  Change(name, /*load=*/true, [this, name](Status status) {
-    MutexLock lock(mu_);
-    if (status.ok()) {
-      failed_.erase(name);
-      Use& use = use_[name];
-      use.on_demand = true;
-      use.since = std::chrono::steady_clock::now();
-    } else {
-      failed_[name] = std::chrono::steady_clock::now();
-    }
-  });
-  {
-    MutexLock lock(mu_);  // Change has marked the load; the mark made above goes.
-    auto it = changing_.find(name);
-    if (it != changing_.end() && --it->second.pending == 0) changing_.erase(it);
-  }
+  const Status loading =
+      Status::Unavailable(fmt::format("language model '{}' is loading", name)).WithRetryAfter(2);
+  // A load asked for already (by a request or the repository API) answers when it has run.
+  const bool started = Change(
+      name, /*load=*/true,
+      [this, name](Status status) {
+        MutexLock lock(mu_);
+        if (status.ok()) {
+          failed_.erase(name);
+          Use& use = use_[name];
+          use.on_demand = true;
+          use.since = std::chrono::steady_clock::now();
+        } else {
+          failed_[name] = std::chrono::steady_clock::now();
+        }
+      },
+      /*unless_pending=*/true);
+  if (!started) return loading;
   fmt::print("loading language model '{}' for a request\n", name);
   std::fflush(stdout);
-  return Status::Unavailable(fmt::format("language model '{}' is loading", name))
-      .WithRetryAfter(2);
+  return loading;
 }
 
 Status RepositoryHandlers::MakeRoom(const std::string& name) {
@@ -280,17 +272,24 @@ void RepositoryHandlers::Watch() {
       use.seen = seen;
       use.busy = busy;
       if (use.on_demand && options_.keep_alive.count() > 0 && !busy &&
-          now - use.since >= options_.keep_alive && changing_.count(name) == 0) {
+          now - use.since >= options_.keep_alive) {
         expired.push_back(name);
       }
     }
     for (const std::string& name : expired) {
-      fmt::print("unloading language model '{}': idle for its keep_alive ({} s)\n", name,
-                 std::chrono::duration<double>(options_.keep_alive).count());
-      std::fflush(stdout);
-      Change(name, /*load=*/false, [name](Status status) {
-        if (!status.ok()) spdlog::warn("idle model '{}' not unloaded: {}", name, status.message());
-      });
+      const bool started = Change(
+          name, /*load=*/false,
+          [name](Status status) {
+            if (!status.ok()) {
+              spdlog::warn("idle model '{}' not unloaded: {}", name, status.message());
+            }
+          },
+          /*unless_pending=*/true);
+      if (started) {
+        fmt::print("unloading language model '{}': idle for its keep_alive ({} s)\n", name,
+                   std::chrono::duration<double>(options_.keep_alive).count());
+        std::fflush(stdout);
+      }
     }
   }
 }
@@ -435,13 +434,15 @@ void RepositoryHandlers::Control(const HttpRequest& request, const PathParams& p
          });
 }
 
-void RepositoryHandlers::Change(const std::string& name, bool load,
-                                std::function<void(Status)> done) {
+bool RepositoryHandlers::Change(const std::string& name, bool load,
+                                std::function<void(Status)> done, bool unless_pending) {
   if (!IsValidModelName(name)) {
-    return done(Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name))));
+    done(Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name))));
+    return true;
   }
   {
     MutexLock lock(mu_);
+    if (unless_pending && changing_.count(name) > 0) return false;
     Pending& pending = changing_[name];
     pending.state = load ? "LOADING" : "UNLOADING";
     ++pending.pending;
@@ -462,6 +463,7 @@ void RepositoryHandlers::Change(const std::string& name, bool load,
     finished();
     (*shared_done)(Status::Unavailable("too many model loads and unloads waiting; retry later"));
   }
+  return true;
 }
 
 }  // namespace sluice

@@ -85,8 +85,10 @@ class RepositoryHandlers {
   // RepositoryModelUnload): loads (or reloads) or unloads `name` on the control pool and calls
   // `done` with the outcome, from the pool's thread or, for a bad name or a full pool (503), this
   // one. The index shows the model LOADING or UNLOADING until it has run. Whether model control
-  // is allowed is the front's to check.
-  void Change(const std::string& name, bool load, std::function<void(Status)> done);
+  // is allowed is the front's to check. With `unless_pending`, nothing is done (and false
+  // returned, `done` not called) where a load or unload of the model is queued or running.
+  bool Change(const std::string& name, bool load, std::function<void(Status)> done,
+              bool unless_pending = false);
 
   // The generation service's autoloader: nullopt where `name` is no language model of the
   // repository (its 404 stands); else kUnavailable with the wait a retry should leave, the load
