@@ -59,6 +59,9 @@ class OpenAiHandlers {
   const int64_t created_;  // Unix seconds at start, the `created` of every model.
 };
 
+// The number in a reply's id ("chatcmpl-N", "cmpl-N", "rerank-N"): unique in the process.
+uint64_t NextReplyId();
+
 // {"error": {"message", "type", "param", "code"}} with the status's HTTP code (503 adds
 // Retry-After: `retry_after_seconds`).
 HttpResponse OpenAiError(const Status& status, std::string_view param = {},
