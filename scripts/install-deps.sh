@@ -17,6 +17,8 @@ PACKAGES=(
   # Serving and codec libraries.
   libboost-dev libboost-system-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libfmt-dev libturbojpeg0-dev libspng-dev
+  # KV events for cache-aware routers: ZeroMQ sockets and msgpack payloads.
+  libzmq3-dev libmsgpack-cxx-dev
   # The tokenizer's pre-tokenizer regular expressions (Unicode classes, look-ahead).
   libpcre2-dev
   # WordPiece (BERT's tokenizer): Unicode character properties, NFD and lowercasing.

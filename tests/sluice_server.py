@@ -7,7 +7,8 @@ connections or requests still open, fails the test with its output (and its thre
         ...  # talk to http://127.0.0.1:<port>
 
 With "--grpc-port", "0" among the arguments it yields (http_port, grpc_port); with
-with_process=True, (port, the subprocess.Popen) instead of the port.
+with_process=True, (port, the subprocess.Popen) instead of the port. `startup`, a list, receives
+the lines the server printed up to its listening line.
 """
 import contextlib
 import json
@@ -22,7 +23,7 @@ import threading
 
 
 @contextlib.contextmanager
-def serving(sluice, args, env=None, exit_timeout=45, with_process=False):
+def serving(sluice, args, env=None, exit_timeout=45, with_process=False, startup=None):
     server = subprocess.Popen([sluice, "serve", "--port", "0", *args],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env)
@@ -30,6 +31,8 @@ def serving(sluice, args, env=None, exit_timeout=45, with_process=False):
     try:
         port = grpc_port = None
         for line in server.stdout:
+            if startup is not None:
+                startup.append(line)
             match = re.search(r"gRPC listening on 127\.0\.0\.1:(\d+)", line)
             if match:
                 grpc_port = int(match.group(1))

@@ -128,6 +128,20 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "unloaded to load another (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--kv-events", cmd.options.kv_events.endpoint,
+                  "Publish language models' KV cache events (vLLM's ZeroMQ format) on this "
+                  "address: bound where it has '*' (tcp://*:5557), else connected (off unless "
+                  "given)");
+  app->add_option("--kv-events-replay", cmd.options.kv_events.replay_endpoint,
+                  "--kv-events: answer replay requests for missed batches on this address "
+                  "(tcp://*:5558)");
+  app->add_option("--kv-events-topic", cmd.options.kv_events.topic,
+                  "--kv-events: the messages' topic; {model} stands for the model's name (use it "
+                  "where several language models are served)");
+  app->add_option("--kv-events-buffer", cmd.options.kv_events.buffer_steps,
+                  "--kv-events-replay: batches kept for replay")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000));
   app->add_flag("--no-console{false}", cmd.options.console,
                 "Do not serve the browser console at / (dashboard, try-out, chat, bench)");
   AddProfileOptions(*app, cmd.profile.on, cmd.profile.options, /*with_dir=*/true);

@@ -150,7 +150,8 @@ bool BlockPool::AllocateRun(int n, std::vector<int32_t>* out) {
   return true;
 }
 
-uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens) {
+uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens, bool first,
+                           uint64_t adapter) {
   const uint64_t hash = Hash(parent, tokens);
   const auto i = static_cast<size_t>(id);
   assert(refs_[i] > 0);
@@ -160,7 +161,30 @@ uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens) 
   parent_[i] = parent;
   tokens_[i].assign(tokens, tokens + block_size_);
   by_hash_.emplace(hash, id);
+  if (recording_) {
+    // The chain's previous block was the last one stored: one event holds both.
+    if (events_.empty() || events_.back().kind != KvEvent::Kind::kStored || first ||
+        events_.back().hashes.back() != parent || events_.back().adapter != adapter) {
+      KvEvent& event = events_.emplace_back();
+      event.kind = KvEvent::Kind::kStored;
+      if (!first) event.parent = parent;
+      event.adapter = adapter;
+    }
+    events_.back().hashes.push_back(hash);
+    events_.back().tokens.insert(events_.back().tokens.end(), tokens, tokens + block_size_);
+  }
   return hash;
+}
+
+void BlockPool::RecordEvents(bool on) {
+  recording_ = on;
+  if (!on) events_.clear();
+}
+
+std::vector<KvEvent> BlockPool::TakeEvents() {
+  std::vector<KvEvent> out;
+  out.swap(events_);
+  return out;
 }
 
 void BlockPool::Unpublish(int32_t id) {
@@ -169,6 +193,12 @@ void BlockPool::Unpublish(int32_t id) {
   by_hash_.erase(hash_[i]);
   published_[i] = false;
   tokens_[i].clear();
+  if (recording_) {
+    if (events_.empty() || events_.back().kind != KvEvent::Kind::kRemoved) {
+      events_.emplace_back().kind = KvEvent::Kind::kRemoved;
+    }
+    events_.back().hashes.push_back(hash_[i]);
+  }
 }
 
 void BlockPool::Release(const std::vector<int32_t>& ids) {

@@ -6,16 +6,31 @@
 // caching). A published block nobody holds stays cached until the pool needs it: blocks never
 // published are handed out first, then cached ones, least recently released first. Matches
 // compare the stored tokens too, so a hash collision cannot hand out the wrong keys and values.
+// With recording on, the pool also keeps what a cache-aware router needs to know (vLLM's KV
+// events): the blocks published, and the published blocks evicted, in order.
 // Thread-compatible (the scheduler's thread alone uses it); no model, no torch.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace sluice::llm {
+
+// A change to the published blocks: blocks published (`hashes` in order, each the next one's
+// parent; `tokens` theirs, block_size each), published blocks evicted, or every one dropped.
+struct KvEvent {
+  enum class Kind { kStored, kRemoved, kCleared };
+  Kind kind = Kind::kStored;
+  std::vector<uint64_t> hashes;
+  // kStored: the hash of the block before the first; none where the first starts its sequence.
+  std::optional<uint64_t> parent;
+  std::vector<int32_t> tokens;  // kStored.
+  uint64_t adapter = 0;         // kStored: the LoRA adapter's id of the sequence; 0: none.
+};
 
 class BlockPool {
  public:
@@ -54,11 +69,19 @@ class BlockPool {
   bool AllocateRun(int n, std::vector<int32_t>* out);
   // Block `id` (held) now holds the full block `tokens` (block_size of them) after the block
   // hashed `parent`: later Match() calls can take it. Returns its hash (the next block's parent).
-  // Where another block already holds the same hash, `id` stays unpublished.
-  uint64_t Publish(int32_t id, uint64_t parent, const int32_t* tokens);
+  // Where another block already holds the same hash, `id` stays unpublished. `first`: the block
+  // starts its sequence (`parent` is a root); `adapter`: the sequence's LoRA adapter (events).
+  uint64_t Publish(int32_t id, uint64_t parent, const int32_t* tokens, bool first = false,
+                   uint64_t adapter = 0);
   // Drops one reference on each of `ids`; a block no one holds becomes available (and stays
   // cached if it is published).
   void Release(const std::vector<int32_t>& ids);
+
+  // Records KvEvents from now on (off: none, and those recorded are dropped).
+  void RecordEvents(bool on);
+  // The events recorded since the last call, oldest first; consecutive blocks of one chain are
+  // one kStored event, consecutive evictions one kRemoved.
+  std::vector<KvEvent> TakeEvents();
 
   int refs(int32_t id) const { return refs_[static_cast<size_t>(id)]; }
   bool is_published(int32_t id) const { return published_[static_cast<size_t>(id)]; }
@@ -80,6 +103,8 @@ class BlockPool {
   std::vector<bool> in_evictable_;
   std::vector<uint64_t> released_;  // When each evictable block was last released (releases_).
   uint64_t releases_ = 0;
+  bool recording_ = false;
+  std::vector<KvEvent> events_;
 };
 
 }  // namespace sluice::llm

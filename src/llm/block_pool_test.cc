@@ -173,6 +173,10 @@ TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
   std::map<int32_t, std::vector<int32_t>> cache;  // Block -> the tokens written into it.
   std::map<int32_t, std::set<int>> holders;
   int next_id = 0, admitted = 0, refused = 0, matched_blocks = 0;
+  // A router that follows the pool's events only: the hashes it was told are cached.
+  pool.RecordEvents(true);
+  std::set<uint64_t> announced;
+  int64_t stored_events = 0, removed_blocks = 0;
   auto write = [&](Seq& s, int32_t token) {
     const size_t position = s.tokens.size();
     const int32_t block = s.ids[position / kB];
@@ -183,7 +187,7 @@ TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
     s.tokens.push_back(token);
     if (s.tokens.size() % kB == 0) {
       const size_t b = s.tokens.size() / kB - 1;
-      s.parent = pool.Publish(s.ids[b], s.parent, s.tokens.data() + b * kB);
+      s.parent = pool.Publish(s.ids[b], s.parent, s.tokens.data() + b * kB, b == 0);
       ++s.published;
     }
   };
@@ -241,6 +245,26 @@ TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
       std::advance(it, rng() % live.size());
       release(it->first);
     }
+    for (const KvEvent& event : pool.TakeEvents()) {
+      if (event.kind == KvEvent::Kind::kStored) {
+        ++stored_events;
+        ASSERT_EQ(event.tokens.size(), event.hashes.size() * kB);
+        // The router can check each hash from the tokens and the parent it was told.
+        uint64_t parent = event.parent.value_or(BlockPool::kRootHash);
+        for (size_t b = 0; b < event.hashes.size(); ++b) {
+          parent = pool.Hash(parent, event.tokens.data() + b * kB);
+          ASSERT_EQ(event.hashes[b], parent);
+          ASSERT_TRUE(announced.insert(parent).second) << "a block stored twice";
+        }
+      } else {
+        ASSERT_EQ(event.kind, KvEvent::Kind::kRemoved);
+        for (const uint64_t hash : event.hashes) {
+          ASSERT_EQ(announced.erase(hash), 1u) << "a block removed that was never stored";
+          ++removed_blocks;
+        }
+      }
+    }
+    ASSERT_EQ(static_cast<int>(announced.size()), pool.published());
     std::string why;
     ASSERT_TRUE(pool.Consistent(&why)) << why;
     int held = 0;
@@ -260,6 +284,58 @@ TEST(BlockPoolTest, ARandomisedRunNeverOvercommitsOrHandsOutWrongBlocks) {
   EXPECT_GT(admitted, 500);
   EXPECT_GT(refused, 10);  // The pool ran short, and evicted along the way.
   EXPECT_GT(matched_blocks, 100);
+  EXPECT_GT(stored_events, 100);
+  EXPECT_GT(removed_blocks, 20);
+}
+
+TEST(BlockPoolTest, EventsTellWhatWasStoredAndWhatWasEvicted) {
+  BlockPool pool(3, kB);
+  std::vector<int32_t> a;
+  ASSERT_TRUE(pool.Allocate(3, &a));
+  const auto tokens = Tokens({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  PublishAll(pool, a, tokens);
+  EXPECT_TRUE(pool.TakeEvents().empty());  // Not recording.
+
+  pool.RecordEvents(true);
+  pool.Release(a);
+  std::vector<int32_t> b;
+  ASSERT_TRUE(pool.Allocate(2, &b));  // Evicts the two least recently released: blocks 0, 1.
+  const uint64_t h0 = pool.Hash(BlockPool::kRootHash, tokens.data());
+  const uint64_t h1 = pool.Hash(h0, tokens.data() + kB);
+  const uint64_t h2 = pool.Hash(h1, tokens.data() + 2 * kB);
+  // A sequence whose first block is new, then one continuing block 2's chain.
+  const auto other = Tokens({20, 21, 22, 23, 24, 25, 26, 27});
+  const uint64_t g0 = pool.Publish(b[0], BlockPool::kRootHash, other.data(), true, 7);
+  const uint64_t g1 = pool.Publish(b[1], g0, other.data() + kB, false, 7);
+  auto events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, KvEvent::Kind::kRemoved);
+  EXPECT_EQ(events[0].hashes, (std::vector<uint64_t>{h0, h1}));
+  EXPECT_EQ(events[1].kind, KvEvent::Kind::kStored);
+  EXPECT_EQ(events[1].hashes, (std::vector<uint64_t>{g0, g1}));  // One event for the chain.
+  EXPECT_FALSE(events[1].parent.has_value());                      // It starts a sequence.
+  EXPECT_EQ(events[1].tokens, other);
+  EXPECT_EQ(events[1].adapter, 7u);
+  EXPECT_TRUE(pool.TakeEvents().empty());  // Taken once.
+
+  // A block after block 2 (still cached): its event names block 2 as its parent.
+  pool.Release(b);
+  std::vector<int32_t> c;
+  ASSERT_TRUE(pool.Allocate(1, &c));  // Evicts the oldest cached block: block 2.
+  events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].hashes, (std::vector<uint64_t>{h2}));
+  pool.Publish(c[0], g1, tokens.data(), false, 0);
+  events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].parent, g1);
+  EXPECT_EQ(events[0].adapter, 0u);
+
+  pool.RecordEvents(false);
+  pool.Release(c);
+  std::vector<int32_t> d;
+  ASSERT_TRUE(pool.Allocate(3, &d));  // Evicts every cached block, unrecorded.
+  EXPECT_TRUE(pool.TakeEvents().empty());
 }
 
 }  // namespace

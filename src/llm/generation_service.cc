@@ -440,6 +440,11 @@ std::shared_ptr<LlmEngine> GenerationService::Add(const std::string& name,
   std::shared_ptr<LlmEngine>& slot = models_[name];
   std::shared_ptr<LlmEngine> old = std::move(slot);
   slot = std::move(engine);
+  if (kv_events_ != nullptr) {
+    // The old engine's last events go out before the topic is cleared for the new one.
+    if (old != nullptr) old->SetKvEvents(nullptr, "");
+    if (slot != nullptr) slot->SetKvEvents(kv_events_, kv_events_->TopicOf(name));
+  }
   return old;
 }
 
@@ -449,7 +454,20 @@ std::shared_ptr<LlmEngine> GenerationService::Remove(const std::string& name) {
   if (it == models_.end()) return nullptr;
   std::shared_ptr<LlmEngine> engine = std::move(it->second);
   models_.erase(it);
+  if (kv_events_ != nullptr && engine != nullptr) {
+    engine->SetKvEvents(nullptr, "");
+    kv_events_->Publish(
+        ClearedKvEventBatch(kv_events_->TopicOf(name), engine->model().kv_block_size()));
+  }
   return engine;
+}
+
+void GenerationService::SetKvEvents(std::shared_ptr<KvEventPublisher> publisher) {
+  MutexLock lock(mu_);
+  kv_events_ = std::move(publisher);
+  for (const auto& [name, engine] : models_) {
+    engine->SetKvEvents(kv_events_, kv_events_ ? kv_events_->TopicOf(name) : "");
+  }
 }
 
 Result<std::shared_ptr<LlmEngine>> GenerationService::Find(

@@ -157,6 +157,10 @@ class GenerationService {
   // model loads, or why it could not load). Set once, before requests come.
   using Autoloader = std::function<std::optional<Status>(const std::string& model)>;
   void SetAutoloader(Autoloader autoloader);
+  // Publishes every served model's KV events (kv_events.h) from now on, each under its topic: the
+  // models served now and those added later; a model removed or replaced publishes no more, and
+  // its topic an AllBlocksCleared. Set once, at start.
+  void SetKvEvents(std::shared_ptr<KvEventPublisher> publisher);
 
   // The conversation through the model's chat template (kInvalidArgument where it has none).
   static Result<std::string> RenderChat(
@@ -190,6 +194,7 @@ class GenerationService {
  private:
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<LlmEngine>> models_ GUARDED_BY(mu_);
+  std::shared_ptr<KvEventPublisher> kv_events_ GUARDED_BY(mu_);
   Autoloader autoloader_ GUARDED_BY(mu_);
   // Compiles response formats' grammars (last: its thread stops first, before the models go).
   ThreadPool grammar_pool_{1, 64};

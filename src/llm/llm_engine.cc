@@ -301,6 +301,30 @@ void LlmEngine::GroupByAdapter(StepPlan& plan) const {
   plan.samples = std::move(sorted.samples);
 }
 
+void LlmEngine::SetKvEvents(std::shared_ptr<KvEventPublisher> publisher, std::string topic) {
+  MutexLock lock(mu_);
+  kv_events_ = std::move(publisher);
+  kv_topic_ = std::move(topic);
+  if (kv_events_ == nullptr) return;
+  kv_events_->Publish(ClearedKvEventBatch(kv_topic_, model_->kv_block_size()));
+}
+
+void LlmEngine::PublishKvEvents() {
+  std::vector<KvEvent> events = scheduler_.TakeKvEvents();
+  if (events.empty()) return;
+  MutexLock lock(mu_);
+  if (kv_events_ == nullptr) return;
+  KvEventBatch batch = NewKvEventBatch(kv_topic_, model_->kv_block_size());
+  for (const KvEvent& event : events) {
+    if (event.adapter == 0 || batch.adapter_names.count(event.adapter) != 0) continue;
+    for (const auto& [name, adapter] : adapters_) {
+      if (adapter->id == event.adapter) batch.adapter_names.emplace(adapter->id, name);
+    }
+  }
+  batch.events = std::move(events);
+  kv_events_->Publish(std::move(batch));
+}
+
 void LlmEngine::PublishCounts() {
   prefix_queries_.store(scheduler_.prefix_queries());
   prefix_hits_.store(scheduler_.prefix_hits());
@@ -481,6 +505,7 @@ void LlmEngine::Loop() {
   for (;;) {
     std::vector<std::pair<uint64_t, bool>> cancelled;
     std::deque<std::unique_ptr<Sequence>> arrived;
+    bool record_kv_events = false;
     {
       MutexLock lock(mu_);
       while (!stopping_ && incoming_.empty() && sequences_.empty() && cancelled_.empty()) {
@@ -489,7 +514,9 @@ void LlmEngine::Loop() {
       if (stopping_ && incoming_.empty() && sequences_.empty()) return;
       cancelled.swap(cancelled_);
       arrived.swap(incoming_);
+      record_kv_events = kv_events_ != nullptr;
     }
+    scheduler_.RecordKvEvents(record_kv_events);
     for (auto& seq : arrived) {
       // Cached blocks are shared by requests of the same adapter whose prompts the model computes
       // alike (LongRoPE's factors by the prompt's length).
@@ -499,7 +526,7 @@ void LlmEngine::Loop() {
                      0x9e3779b97f4a7c15ull);
       scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
                                       seq->request.ignore_eos, seq->request.shares_prompt_of,
-                                      salt});
+                                      salt, adapter});
       sequences_.emplace(seq->id, std::move(seq));
     }
     int64_t ended = 0;
@@ -555,6 +582,7 @@ void LlmEngine::Loop() {
     }
     // A finished request's slot is free (and counted) before its last event goes out.
     PublishCounts();
+    PublishKvEvents();
     finished_.fetch_add(static_cast<int64_t>(finished.size()));
     for (auto& [seq, event] : events) seq->on_event(event);
     for (auto& [seq, event] : finished) seq->on_event(event);

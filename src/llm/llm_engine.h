@@ -25,6 +25,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "llm/grammar.h"
+#include "llm/kv_events.h"
 #include "llm/lora.h"
 #include "llm/sampler.h"
 #include "llm/scheduler.h"
@@ -139,6 +140,11 @@ class LlmEngine {
   Status UnloadAdapter(const std::string& name);
   std::shared_ptr<const LoraAdapter> FindAdapter(const std::string& name) const;
   std::vector<std::string> AdapterNames() const;
+  // Publishes the events of this engine's prefix cache (kv_events.h) to `publisher` under
+  // `topic` from now on, first an AllBlocksCleared (a router forgets what the topic held before:
+  // another process's, or a reloaded model's, blocks); null: publishes no more.
+  void SetKvEvents(std::shared_ptr<KvEventPublisher> publisher, std::string topic);
+
   // Seconds a new request would wait for a slot, from the current load (for Retry-After).
   double EstimatedWaitSeconds() const;
 
@@ -164,6 +170,8 @@ class LlmEngine {
   // Turns `update`'s token into `seq`'s next event (finish set when it is done).
   GenerationEvent Advance(Sequence& seq, const TokenUpdate& update, Clock::time_point now);
   void PublishCounts();  // The scheduler's counts, for stats() and admission.
+  // Sends the KV events the last step recorded, where they are published.
+  void PublishKvEvents();
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
 
@@ -191,6 +199,8 @@ class LlmEngine {
   double step_seconds_ GUARDED_BY(mu_) = 0.05;  // Smoothed duration of a decode step.
   std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_ GUARDED_BY(mu_);
   std::vector<std::string> running_adapters_ GUARDED_BY(mu_), waiting_adapters_ GUARDED_BY(mu_);
+  std::shared_ptr<KvEventPublisher> kv_events_ GUARDED_BY(mu_);
+  std::string kv_topic_ GUARDED_BY(mu_);
 
   // Loop thread only.
   Scheduler scheduler_;

@@ -59,7 +59,8 @@ void Scheduler::Publish(Sequence& seq) {
   const int block = options_.block_size;
   while ((seq.published + 1) * block <= seq.cached()) {
     const size_t b = static_cast<size_t>(seq.published);
-    seq.parent = pool_.Publish(seq.blocks[b], seq.parent, seq.tokens.data() + b * block);
+    seq.parent = pool_.Publish(seq.blocks[b], seq.parent, seq.tokens.data() + b * block, b == 0,
+                               seq.request.adapter);
     ++seq.published;
   }
 }

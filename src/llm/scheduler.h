@@ -58,6 +58,7 @@ struct ScheduledRequest {
   // Nonzero where the same tokens give other keys and values (a LoRA adapter): cached blocks are
   // shared only among requests with the same salt.
   uint64_t cache_salt = 0;
+  uint64_t adapter = 0;  // Its LoRA adapter's id (0: none), for the KV events of its blocks.
 };
 
 // What one step runs: chunks[i] belongs to sequence ids[i].
@@ -119,6 +120,9 @@ class Scheduler {
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
   const SchedulerOptions& options() const { return options_; }
+  // KV events (block_pool.h): recorded from now on, or not; those since the last call.
+  void RecordKvEvents(bool on) { pool_.RecordEvents(on); }
+  std::vector<KvEvent> TakeKvEvents() { return pool_.TakeEvents(); }
 
   // Draft tokens for a sequence `tokens` (its prompt and output so far): what followed the most
   // recent earlier occurrence of its last n tokens, n from `ngram` down to 2 (to 1 only when

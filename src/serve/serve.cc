@@ -167,6 +167,17 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     language_models.emplace(name, std::move(*engine));
   }
   OpenAiHandlers openai(language_models);
+  std::shared_ptr<llm::KvEventPublisher> kv_events;
+  if (!options.kv_events.endpoint.empty()) {
+    auto started = llm::KvEventPublisher::Start(options.kv_events);
+    if (!started.ok()) return started.status();
+    kv_events = std::move(*started);
+    openai.service().SetKvEvents(kv_events);
+    fmt::print("KV events on {}{}\n", kv_events->endpoint(),
+               kv_events->replay_endpoint().empty()
+                   ? ""
+                   : fmt::format(", replay on {}", kv_events->replay_endpoint()));
+  }
   AnthropicHandlers anthropic(openai.service());
   ResponsesHandlers responses(openai.service(), options.responses_store);
 

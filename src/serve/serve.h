@@ -10,6 +10,7 @@
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
 #include "http/responses_handlers.h"
+#include "llm/kv_events.h"
 #include "llm/load_llm.h"
 
 namespace sluice {
@@ -47,6 +48,8 @@ struct ServeOptions {
   bool autoload = true;
   Seconds keep_alive{300};
   int max_loaded_models = 0;
+  // KV events for cache-aware routers (llm/kv_events.h): off while kv_events.endpoint is empty.
+  llm::KvEventsOptions kv_events;
   bool console = true;         // The browser console at / (console/console.h).
   // Chrome / Perfetto trace-event JSON of the HTTP requests' stages; off when empty. Finished
   // (valid JSON) when the server stops.
