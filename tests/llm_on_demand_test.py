@@ -2,14 +2,18 @@
 """Language models on demand in the real `sluice serve` (as Ollama and llama.cpp's router serve
 them): a request naming a language model of the repository that is not loaded starts its load and
 is answered 503 with Retry-After (the OpenAI SDK's own retries then get the answer); one loaded so
-is unloaded once idle for --keep-alive; past --max-loaded-models the least recently used idle one
-is unloaded first; a model whose load fails says why, and is not loaded again at every request;
+is unloaded once idle for --keep-alive; past --max-loaded-models, or past --max-model-memory by
+the models' estimated sizes, the least recently used idle one is unloaded first; a model larger
+than the budget, or than the machine's memory, is refused naming the sizes (at start, the server
+does not start); a model whose load fails says why, and is not loaded again at every request;
 --no-autoload keeps the 404.
 
 Usage: tests/llm_on_demand_test.py SLUICE TEST_MODELS
 """
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,6 +101,46 @@ def main():
                   f"broken: {status} {headers} {data[:300]}")
             # An unknown model is still a 404.
             check(complete(port, "nope")[0] == 404, "an unknown model")
+        # Memory: a model larger than --max-model-memory stops the start, naming its size.
+        started = subprocess.run([sluice, "serve", "--port", "0", "--model-repository",
+                                  repository, "--model", "a", "--max-model-memory", "1"],
+                                 capture_output=True, text=True, timeout=60)
+        said = started.stdout + started.stderr
+        size = re.search(r"'a' needs about ([0-9.]+) MiB \(weights [0-9.]+ MiB, KV cache "
+                         r"[0-9.]+ MiB\): more than --max-model-memory", said)
+        check(started.returncode != 0 and size, f"a over the budget at start: {said[-500:]}")
+        one = float(size.group(1)) * (1 << 20)
+        # Room for two: a third loaded unloads the least recently used idle one (a).
+        with serving(sluice, ["--model-repository", repository, "--model", "a",
+                              "--max-model-memory", str(int(one * 2.5)),
+                              "--llm-threads", "1"]) as port:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                                   max_retries=8)
+            for name in ("b", "c"):
+                client.completions.create(model=name, prompt="hello", max_tokens=2)
+            state = index(port)
+            check(state["a"] == "UNAVAILABLE" and state["b"] == "READY" and
+                  state["c"] == "READY", f"after c (memory for 2): {state}")
+        # A model whose KV cache the machine has not got is refused before its load.
+        huge = os.path.join(repository, "huge")
+        os.makedirs(huge)
+        for name in os.listdir(os.path.join(test_models, "tiny_llm")):
+            if name != "config.yaml":
+                os.symlink(os.path.join(test_models, "tiny_llm", name), os.path.join(huge, name))
+        with open(os.path.join(huge, "config.yaml"), "w") as f:
+            f.write("llm:\n  kv_cache_bytes: 1099511627776000\n")  # 1,000 TiB
+        with serving(sluice, ["--model-repository", repository, "--model", "a",
+                              "--llm-threads", "1"]) as port:
+            check(complete(port, "huge")[0] == 503, "huge's first request")
+            wait_for(lambda: "the machine has" in complete(port, "huge")[2].decode(),
+                     "huge's load to be refused")
+            status, _, data = complete(port, "huge")
+            message = json.loads(data)["error"]["message"]
+            check(status == 503 and re.search(r"'huge' needs about [0-9.]+ GiB \(weights "
+                                              r"[0-9.]+ MiB, KV cache 1024000\.00 GiB\); the "
+                                              r"machine has [0-9.]+ GiB left", message),
+                  f"huge: {status} {message}")
+            check(complete(port, "a")[0] == 200, "a still serves")
         # --no-autoload: a model not loaded is a 404.
         with serving(sluice, ["--model-repository", repository, "--model", "a",
                               "--no-autoload", "--llm-threads", "1"]) as port:

@@ -128,6 +128,13 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "unloaded to load another (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-model-memory", cmd.options.max_model_memory,
+                  "Memory the loaded language models may take together, by their estimates "
+                  "(weights and a full KV cache; with a unit, 8GiB); past it the least recently "
+                  "used idle ones are unloaded first, or the load is refused (0: the memory the "
+                  "machine or container has left)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   app->add_option("--kv-events", cmd.options.kv_events.endpoint,
                   "Publish language models' KV cache events (vLLM's ZeroMQ format) on this "
                   "address: bound where it has '*' (tcp://*:5557), else connected (off unless "
@@ -203,9 +210,10 @@ int RunServeCommand(ServeCommand& cmd) {
       return WithProfiler(*backend, config.name, options, profile_log);
     };
   }
-  Status status = RunServer(options, loader, [&](const std::string& dir) {
-    return llm::LoadLlmEngine(dir, cmd.llm_overrides);
-  });
+  Status status = RunServer(
+      options, loader,
+      [&](const std::string& dir) { return llm::LoadLlmEngine(dir, cmd.llm_overrides); },
+      [&](const std::string& dir) { return llm::EstimateLlmMemory(dir, cmd.llm_overrides); });
   for (const auto& file : profile_log->files()) fmt::print("profile: {}\n", file.string());
   if (!status.ok()) return Fail(status);
   return 0;

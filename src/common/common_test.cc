@@ -1,4 +1,5 @@
-// Tests for status, tensor, clock, JSON writing and the blocking queue.
+// Tests for status, tensor, clock, JSON writing, the blocking queue and the memory the machine
+// has left.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include "common/clock.h"
 #include "common/handoff_batch.h"
 #include "common/json_writer.h"
+#include "common/system_info.h"
 #include "common/thread_pool.h"
 #include "sluice/status.h"
 #include "sluice/tensor.h"
@@ -281,6 +283,22 @@ TEST(HandOffBatchTest, InPlaceHoldsOnlyWhileAnOuterBatchOpenedInPlaceIsOpen) {
     EXPECT_FALSE(elsewhere);
   }
   EXPECT_FALSE(HandOffBatch::InPlace());
+}
+
+TEST(SystemInfoTest, AvailableMemoryIsTheLesserOfTheKernelsAndTheCgroups) {
+  EXPECT_EQ(MemAvailableOf("MemTotal:       24000000 kB\nMemFree:  100 kB\n"
+                           "MemAvailable:   12345678 kB\nBuffers: 1 kB\n"),
+            int64_t{12345678} * 1024);
+  EXPECT_FALSE(MemAvailableOf("MemTotal: 1 kB\n").has_value());
+  EXPECT_EQ(CgroupRoomOf("1073741824\n", "268435456\n"), int64_t{805306368});
+  EXPECT_EQ(CgroupRoomOf("1000\n", "2000\n"), int64_t{0});  // Over its limit: no room.
+  EXPECT_FALSE(CgroupRoomOf("max\n", "268435456\n").has_value());
+  EXPECT_FALSE(CgroupRoomOf("", "").has_value());
+  // This machine: some memory, no more than it has.
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  ASSERT_TRUE(available.has_value());
+  EXPECT_GT(*available, 0);
+  EXPECT_LE(*available, *MemAvailableOf(R"(MemAvailable: 999999999999 kB)"));
 }
 
 }  // namespace

@@ -5,13 +5,57 @@
 #include <sched.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace sluice {
+
+namespace {
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::optional<int64_t> MemAvailableOf(const std::string& meminfo) {
+  const size_t at = meminfo.find("MemAvailable:");
+  if (at == std::string::npos) return std::nullopt;
+  long long kib = 0;
+  if (sscanf(meminfo.c_str() + at, "MemAvailable: %lld kB", &kib) != 1) return std::nullopt;
+  return static_cast<int64_t>(kib) * 1024;
+}
+
+std::optional<int64_t> CgroupRoomOf(const std::string& memory_max, const std::string& current) {
+  long long limit = 0, used = 0;
+  if (memory_max.starts_with("max") || sscanf(memory_max.c_str(), "%lld", &limit) != 1 ||
+      sscanf(current.c_str(), "%lld", &used) != 1) {
+    return std::nullopt;
+  }
+  return std::max<int64_t>(0, static_cast<int64_t>(limit) - static_cast<int64_t>(used));
+}
+
+std::optional<int64_t> AvailableMemoryBytes() {
+  std::optional<int64_t> available = MemAvailableOf(ReadWhole("/proc/meminfo"));
+  // The process's cgroup (v2: one line "0::/PATH") under the unified hierarchy's mount.
+  const std::string cgroup = ReadWhole("/proc/self/cgroup");
+  const size_t at = cgroup.find("0::");
+  if (at != std::string::npos) {
+    std::string path = cgroup.substr(at + 3);
+    path = path.substr(0, path.find('\n'));
+    const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+    const std::optional<int64_t> room =
+        CgroupRoomOf(ReadWhole(dir + "/memory.max"), ReadWhole(dir + "/memory.current"));
+    if (room && (!available || *room < *available)) available = room;
+  }
+  return available;
+}
 namespace {
 
 // First line of a shell command's output, or "" when it fails.

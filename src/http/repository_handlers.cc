@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/json_writer.h"
+#include "common/system_info.h"
 #include "llm/llm_config.h"
 
 namespace sluice {
@@ -120,8 +121,17 @@ Status RepositoryHandlers::LoadLanguageModel(const std::string& name) {
   if (engine_.Find(name)) {
     return Status::InvalidArgument(fmt::format("'{}' is served as a tensor model", name));
   }
-  SLUICE_RETURN_IF_ERROR(MakeRoom(name));
   const std::filesystem::path dir = options_.models.DirOf(name);
+  llm::LlmMemoryEstimate need;
+  if (options_.llm_sizer) {
+    // A directory that cannot be sized cannot be loaded either: the load says why.
+    auto sized = options_.llm_sizer(dir.string());
+    if (sized.ok()) need = *sized;
+  }
+  if (Status room = MakeRoom(name, need); !room.ok()) {
+    spdlog::error("language model '{}' not loaded: {}", name, room.message());
+    return room;
+  }
   auto loaded = options_.llm_loader(dir.string());
   if (!loaded.ok()) {
     spdlog::error("language model '{}' failed to load: {}", name, loaded.status().message());
@@ -130,6 +140,17 @@ Status RepositoryHandlers::LoadLanguageModel(const std::string& name) {
                   fmt::format("language model '{}': {}", name, loaded.status().message()));
   }
   v2_.ClearLoadError(name);
+  {
+    MutexLock lock(mu_);
+    model_bytes_[name] = need.total();
+  }
+  const llm::StepModel& model = (*loaded)->model();
+  const std::string cache = model.weights_cache();
+  fmt::print(
+      "language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}, KV cache {} "
+      "({} MiB){}{}\n",
+      name, model.slots(), model.context_length(), model.weight_formats(), model.kernel_paths(),
+      model.kv_cache_format(), model.kv_cache_bytes() >> 20, cache.empty() ? "" : ", ", cache);
   // New requests go to the new engine at once; the old one finishes those it accepted.
   std::shared_ptr<llm::LlmEngine> old = options_.llm_service->Add(name, std::move(*loaded));
   fmt::print("{} language model '{}'\n", old ? "reloaded" : "loaded", name);
@@ -145,6 +166,7 @@ Status RepositoryHandlers::UnloadLanguageModel(const std::string& name) {
   {
     MutexLock lock(mu_);
     use_.erase(name);
+    model_bytes_.erase(name);
   }
   engine->Stop();  // Its accepted requests run to their end first.
   fmt::print("unloaded language model '{}'\n", name);
@@ -186,11 +208,20 @@ std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
     MutexLock lock(mu_);
     if (stopping_) return Status::Unavailable("the server is shutting down");
     auto failed = failed_.find(name);
-    if (failed != failed_.end() && now - failed->second < kRetryFailedAfter) {
-      const double wait = std::chrono::duration<double>(kRetryFailedAfter - (now - failed->second))
-                              .count();
+    // A load refused for want of room where models are busy is tried again sooner.
+    const auto window =
+        failed == failed_.end() || failed->second.why.retry_after_seconds() <= 0
+            ? kRetryFailedAfter
+            : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(failed->second.why.retry_after_seconds()));
+    if (failed != failed_.end() && now - failed->second.at < window) {
+      const double wait =
+          std::chrono::duration<double>(window - (now - failed->second.at)).count();
+      std::string why = failed->second.why.message();
+      const std::string prefix = fmt::format("language model '{}': ", name);
+      if (why.starts_with(prefix)) why.erase(0, prefix.size());
       return Status::Unavailable(
-                 fmt::format("language model '{}' failed to load: {}", name, v2_.LoadError(name)))
+                 fmt::format("language model '{}' failed to load: {}", name, why))
           .WithRetryAfter(wait);
     }
   }
@@ -207,7 +238,7 @@ std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
           use.on_demand = true;
           use.since = std::chrono::steady_clock::now();
         } else {
-          failed_[name] = std::chrono::steady_clock::now();
+          failed_[name] = Failure{std::chrono::steady_clock::now(), status};
         }
       },
       /*unless_pending=*/true);
@@ -217,16 +248,58 @@ std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
   return loading;
 }
 
-Status RepositoryHandlers::MakeRoom(const std::string& name) {
-  if (options_.max_loaded_models <= 0 || options_.llm_service == nullptr) return Status::Ok();
+namespace {
+
+// "1.25 GiB", or "3.40 MiB" below a GiB.
+std::string Size(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= (1 << 30) ? fmt::format("{:.2f} GiB", b / (1 << 30))
+                        : fmt::format("{:.2f} MiB", b / (1 << 20));
+}
+
+}  // namespace
+
+Status RepositoryHandlers::MakeRoom(const std::string& name, const llm::LlmMemoryEstimate& need) {
+  if (options_.llm_service == nullptr) return Status::Ok();
+  const int64_t bytes = need.total();
+  const std::string sizes = fmt::format("'{}' needs about {} (weights {}, KV cache {})", name,
+                                        Size(bytes), Size(need.weights), Size(need.kv_cache));
+  if (options_.max_model_memory > 0 && bytes > options_.max_model_memory) {
+    return Status::Unavailable(fmt::format("{}: more than --max-model-memory {}", sizes,
+                                           Size(options_.max_model_memory)));
+  }
+  int64_t freed = 0;  // Estimates of the models unloaded here (the machine's figure may lag).
   for (;;) {
     const auto models = options_.llm_service->models();
-    if (models.count(name) > 0 || static_cast<int>(models.size()) < options_.max_loaded_models) {
-      return Status::Ok();
+    const bool reload = models.count(name) > 0;
+    const bool over_count = options_.max_loaded_models > 0 && !reload &&
+                            static_cast<int>(models.size()) >= options_.max_loaded_models;
+    int64_t held = 0;  // By the other loaded language models.
+    {
+      MutexLock lock(mu_);
+      for (const auto& [loaded, engine] : models) {
+        auto it = model_bytes_.find(loaded);
+        if (loaded != name && it != model_bytes_.end()) held += it->second;
+      }
     }
+    const bool over_budget =
+        options_.max_model_memory > 0 && bytes > 0 && held + bytes > options_.max_model_memory;
+    std::optional<int64_t> available;
+    if (bytes > 0) {
+      available = options_.available_memory ? options_.available_memory() : AvailableMemoryBytes();
+    }
+    const bool over_machine = available && bytes > *available + freed;
+    if (!over_count && !over_budget && !over_machine) return Status::Ok();
+    if (over_machine && bytes > *available + freed + held) {
+      // Not even with every other model unloaded: none is.
+      return Status::Unavailable(
+          fmt::format("{}; the machine has {} left", sizes, Size(*available + freed)));
+    }
+
     std::string victim;
     std::chrono::steady_clock::time_point oldest = std::chrono::steady_clock::time_point::max();
     for (const auto& [loaded, engine] : models) {
+      if (loaded == name) continue;
       const llm::LlmStats stats = engine->stats();
       if (stats.slots_busy + stats.waiting > 0) continue;
       MutexLock lock(mu_);
@@ -239,16 +312,37 @@ Status RepositoryHandlers::MakeRoom(const std::string& name) {
       }
     }
     if (victim.empty()) {
-      return Status::Unavailable(fmt::format(
-                                     "{} language models are loaded (--max-loaded-models) and "
-                                     "every one is busy; '{}' cannot load now",
-                                     models.size(), name))
+      if (over_count) {
+        return Status::Unavailable(fmt::format(
+                                       "{} language models are loaded (--max-loaded-models) and "
+                                       "every one is busy; '{}' cannot load now",
+                                       models.size(), name))
+            .WithRetryAfter(5);
+      }
+      if (over_budget) {
+        return Status::Unavailable(fmt::format("{}; the loaded language models hold {} of "
+                                               "--max-model-memory {} and every one is busy",
+                                               sizes, Size(held), Size(options_.max_model_memory)))
+            .WithRetryAfter(5);
+      }
+      return Status::Unavailable(fmt::format("{}; the machine has {} left and every loaded "
+                                             "language model is busy",
+                                             sizes, Size(*available + freed)))
           .WithRetryAfter(5);
     }
-    fmt::print("unloading language model '{}', the least recently used, to load '{}'\n", victim,
-               name);
+    const char* why = over_count ? "--max-loaded-models" : over_budget ? "--max-model-memory"
+                                                                       : "the machine's memory";
+    fmt::print("unloading language model '{}', the least recently used, to load '{}' ({})\n",
+               victim, name, why);
     std::fflush(stdout);
+    int64_t victim_bytes = 0;
+    {
+      MutexLock lock(mu_);
+      auto it = model_bytes_.find(victim);
+      if (it != model_bytes_.end()) victim_bytes = it->second;
+    }
     SLUICE_RETURN_IF_ERROR(UnloadLanguageModel(victim));
+    freed += victim_bytes;
   }
 }
 

@@ -63,6 +63,14 @@ struct RepositoryOptions {
   // Language models loaded at once at most (0: no limit): a load past it unloads the least
   // recently used idle one first, or is refused (503) where every one is busy.
   int max_loaded_models = 0;
+  // Sizes a language model before its load (null: no memory check). Loaded language models take
+  // max_model_memory bytes together at most (0: no limit), and a load never more than the machine
+  // has left: past either, least recently used idle ones are unloaded first, or the load is
+  // refused (503) naming the sizes.
+  llm::LlmSizer llm_sizer;
+  int64_t max_model_memory = 0;
+  // The memory the machine (or container) has left (null: AvailableMemoryBytes()).
+  std::function<std::optional<int64_t>()> available_memory;
 };
 
 // Thread-safe. Loads and unloads run on `control_pool` (they take seconds and block on draining),
@@ -114,9 +122,11 @@ class RepositoryHandlers {
   // Once a second: a language model's use seen since the last look restarts its idle time; one
   // loaded by a request and idle for keep_alive is unloaded.
   void Watch();
-  // On the control pool, before an autoload: unloads the least recently used idle language model
-  // while max_loaded_models are loaded (kUnavailable where every one is busy).
-  Status MakeRoom(const std::string& name);
+  // On the control pool, before a language model's load: unloads the least recently used idle
+  // language model while max_loaded_models are loaded, or while `need` bytes do not fit
+  // max_model_memory or the machine's memory (kUnavailable where every one is busy, or where the
+  // model cannot fit at all).
+  Status MakeRoom(const std::string& name, const llm::LlmMemoryEstimate& need);
 
   struct Use {
     int64_t seen = -1;  // Steps plus requests finished, at the last look.
@@ -138,7 +148,12 @@ class RepositoryHandlers {
   mutable Mutex mu_;
   std::map<std::string, Pending> changing_ GUARDED_BY(mu_);
   std::map<std::string, Use> use_ GUARDED_BY(mu_);  // Loaded language models.
-  std::map<std::string, std::chrono::steady_clock::time_point> failed_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> model_bytes_ GUARDED_BY(mu_);  // Their estimates.
+  struct Failure {
+    std::chrono::steady_clock::time_point at;
+    Status why;
+  };
+  std::map<std::string, Failure> failed_ GUARDED_BY(mu_);  // Language models' failed autoloads.
   bool stopping_ GUARDED_BY(mu_) = false;
   CondVar wake_;
   std::thread watcher_;

@@ -112,6 +112,47 @@ Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
   return LoadLlamaModel(ModelLoadOptions{dir, *serve});
 }
 
+Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
+                                            const LlmLoadOverrides& overrides) {
+  namespace fs = std::filesystem;
+  LlmMemoryEstimate estimate;
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  std::error_code ec;
+  if (!gguf->empty()) {
+    estimate.weights = static_cast<int64_t>(fs::file_size(*gguf, ec));
+  } else {
+    // model.safetensors, or a sharded checkpoint's model-00001-of-0000N.safetensors files.
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool shard = name.starts_with("model-") && name.find("-of-") != std::string::npos;
+      if (entry.path().extension() == ".safetensors" && (name == "model.safetensors" || shard)) {
+        estimate.weights += static_cast<int64_t>(entry.file_size(ec));
+      }
+    }
+  }
+  if (IsEncoderModel(dir)) return estimate;  // No KV cache.
+  auto arch = Architecture(dir);
+  if (!arch.ok()) return arch.status();
+  auto serve = ServeConfig(dir, *arch, overrides);
+  if (!serve.ok()) return serve.status();
+  if (serve->kv_cache_bytes > 0) {
+    estimate.kv_cache = serve->kv_cache_bytes;
+    return estimate;
+  }
+  // As LoadLlamaModel sizes it: slots x context, in blocks, at the cache's element size.
+  const KvCacheDtype dtype = serve->kv_cache_dtype != KvCacheDtype::kAuto ? serve->kv_cache_dtype
+                             : serve->precision == LlmPrecision::kFp32    ? KvCacheDtype::kFp32
+                                                                          : KvCacheDtype::kBf16;
+  const int64_t row = dtype == KvCacheDtype::kFp32   ? arch->head_dim * 4
+                      : dtype == KvCacheDtype::kQ8_0 ? arch->head_dim + arch->head_dim / 32 * 4
+                                                     : arch->head_dim * 2;
+  const int64_t block = serve->kv_block_size;
+  const int64_t blocks = serve->slots * ((serve->context_length + block - 1) / block);
+  estimate.kv_cache = blocks * int64_t{arch->layers} * 2 * arch->kv_heads * block * row;
+  return estimate;
+}
+
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
   namespace fs = std::filesystem;

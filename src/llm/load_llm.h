@@ -30,7 +30,21 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
                                                  const LlmLoadOverrides& overrides = {});
 
-// How `sluice serve` loads language models (injected, so the server builds without torch).
+// What loading a language-model directory would take, estimated before loading it: its weight
+// files (a GGUF file, kept quantised; a checkpoint's safetensors, whatever precision they load
+// at) and its KV cache in full use (its pages are committed as blocks are first used, so a
+// model's use grows to this under traffic).
+struct LlmMemoryEstimate {
+  int64_t weights = 0;
+  int64_t kv_cache = 0;
+  int64_t total() const { return weights + kv_cache; }
+};
+Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
+                                            const LlmLoadOverrides& overrides = {});
+
+// How `sluice serve` loads language models, and sizes them before loading (injected, so the
+// server builds without torch).
 using LlmLoader = std::function<Result<std::shared_ptr<LlmEngine>>(const std::string& dir)>;
+using LlmSizer = std::function<Result<LlmMemoryEstimate>(const std::string& dir)>;
 
 }  // namespace sluice::llm

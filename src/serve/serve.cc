@@ -119,7 +119,7 @@ Result<ModelLocations> ModelLocationsOf(const ServeOptions& options) {
 }  // namespace
 
 Status RunServer(const ServeOptions& options, const BackendLoader& loader,
-                 const llm::LlmLoader& llm_loader) {
+                 const llm::LlmLoader& llm_loader, const llm::LlmSizer& llm_sizer) {
   // Termination signals: a handler (async-signal-safe) writes the signal number to a pipe that
   // this thread reads. A handler, not a blocked mask, because libraries start threads before
   // main() (OpenBLAS's pool) and a process signal may be delivered to any of them.
@@ -135,7 +135,6 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   std::vector<std::string> names =
       options.models.empty() ? locations->TensorModels() : options.models;
   // Language models: every one in the repository (or those named), each its own engine.
-  std::map<std::string, std::shared_ptr<llm::LlmEngine>> language_models;
   std::vector<std::string> llm_names =
       options.models.empty() ? locations->LanguageModels() : std::vector<std::string>();
   for (const std::string& name : options.models) {
@@ -149,24 +148,11 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
         fmt::format("'{}' holds neither a config.yaml nor a language model",
                     options.source.empty() ? options.model_dir : locations->repository.string()));
   }
-  for (const std::string& name : llm_names) {
-    if (!llm_loader) return Status::InvalidArgument("this build cannot serve language models");
-    auto engine = llm_loader(locations->DirOf(name).string());
-    if (!engine.ok()) {
-      return Status(engine.status().code(),
-                    fmt::format("language model '{}': {}", name, engine.status().message()));
-    }
-    const std::string cache = (*engine)->model().weights_cache();
-    fmt::print(
-        "language model '{}' ready: {} slots x {} tokens, weights {}, kernels {}, KV cache {} "
-        "({} MiB){}{}\n",
-        name, (*engine)->model().slots(), (*engine)->model().context_length(),
-        (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(),
-        (*engine)->model().kv_cache_format(), (*engine)->model().kv_cache_bytes() >> 20,
-        cache.empty() ? "" : ", ", cache);
-    language_models.emplace(name, std::move(*engine));
+  if (!llm_names.empty() && !llm_loader) {
+    return Status::InvalidArgument("this build cannot serve language models");
   }
-  OpenAiHandlers openai(language_models);
+  // Language models are loaded through the repository below, as any later load is.
+  OpenAiHandlers openai({});
   std::shared_ptr<llm::KvEventPublisher> kv_events;
   if (!options.kv_events.endpoint.empty()) {
     auto started = llm::KvEventPublisher::Start(options.kv_events);
@@ -202,7 +188,13 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
        .llm_service = &openai.service(),
        .autoload = options.autoload && llm_loader != nullptr,
        .keep_alive = std::chrono::duration_cast<std::chrono::milliseconds>(options.keep_alive),
-       .max_loaded_models = options.max_loaded_models});
+       .max_loaded_models = options.max_loaded_models,
+       .llm_sizer = llm_sizer,
+       .max_model_memory = options.max_model_memory});
+  // Language models first, and each must load: one that cannot stops the start.
+  for (const std::string& name : llm_names) {
+    SLUICE_RETURN_IF_ERROR(repository_handlers.LoadLanguageModel(name));
+  }
   for (const std::string& name : names) {
     Status status = repository_handlers.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
@@ -313,7 +305,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   control_pool.reset();        // Finishes a load or unload under way.
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
-  for (auto& [name, llm_engine] : language_models) llm_engine->Stop();
+  for (auto& [name, llm_engine] : openai.service().models()) llm_engine->Stop();
   server_ptr.store(nullptr, std::memory_order_release);
   if (tracer) {
     SLUICE_RETURN_IF_ERROR(tracer->Close());

@@ -48,6 +48,11 @@ struct ServeOptions {
   bool autoload = true;
   Seconds keep_alive{300};
   int max_loaded_models = 0;
+  // Bytes the loaded language models may take together, by their estimates (weights and a full
+  // KV cache); a load past it unloads least recently used idle ones first, or is refused. 0: no
+  // limit but the machine's (a load that would not fit in the memory the machine, or the
+  // container, has left is refused the same way, never left to the OOM killer).
+  int64_t max_model_memory = 0;
   // KV events for cache-aware routers (llm/kv_events.h): off while kv_events.endpoint is empty.
   llm::KvEventsOptions kv_events;
   bool console = true;         // The browser console at / (console/console.h).
@@ -64,7 +69,9 @@ struct ServeOptions {
 // reported (not ready, with its error) while the others serve. Language models (config.json +
 // model.safetensors) load through `llm_loader` and serve on /v1/...; one that fails to load stops
 // the server from starting. Returns an error only when the server cannot start at all.
+// `llm_sizer` estimates a language model's memory before its load (null: no check).
 Status RunServer(const ServeOptions& options, const BackendLoader& loader,
-                 const llm::LlmLoader& llm_loader = nullptr);
+                 const llm::LlmLoader& llm_loader = nullptr,
+                 const llm::LlmSizer& llm_sizer = nullptr);
 
 }  // namespace sluice
