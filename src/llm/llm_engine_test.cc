@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -448,6 +449,48 @@ TEST(LlmEngineTest, AGrammarWithIgnoreEosIsRefused) {
   auto id = engine->Submit(std::move(r), c.Callback());
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+}
+
+// The size estimated before a load is what the load takes: the weight file's bytes and the KV
+// cache it allocates, at each cache element type and with an explicit cache size.
+TEST(LlmEngineTest, TheMemoryEstimateIsWhatTheLoadAllocates) {
+  namespace fs = std::filesystem;
+  const std::string gguf = std::string(SLUICE_TEST_MODELS) + "/gguf_llama_q4_k_m";
+  int loads = 0;
+  for (const std::string& dir : {Dir(), gguf}) {
+    for (const char* dtype : {"auto", "fp32", "bf16", "q8_0"}) {
+      for (const int64_t bytes : {int64_t{-1}, int64_t{1} << 20}) {
+        LlmLoadOverrides overrides;
+        overrides.threads = 1;
+        overrides.slots = 3;
+        overrides.kv_cache_dtype = dtype;
+        overrides.kv_cache_bytes = bytes;
+        auto estimate = EstimateLlmMemory(dir, overrides);
+        ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+        auto engine = LoadLlmEngine(dir, overrides);
+        if (!engine.ok()) continue;  // (q8_0 needs heads of 32: the tiny model's are 16.)
+        ++loads;
+        SCOPED_TRACE(dir + " " + dtype + " " + std::to_string(bytes));
+        // An explicit size is rounded down to whole blocks by the load.
+        const int64_t allocated = (*engine)->model().kv_cache_bytes();
+        if (bytes > 0) {
+          EXPECT_EQ(estimate->kv_cache, bytes);
+          EXPECT_LE(allocated, bytes);
+        } else {
+          EXPECT_EQ(estimate->kv_cache, allocated);
+        }
+        int64_t files = 0;
+        for (const auto& entry : fs::directory_iterator(dir)) {
+          const std::string ext = entry.path().extension().string();
+          const std::string name = entry.path().filename().string();
+          if (ext == ".gguf" || name == "model.safetensors") files += entry.file_size();
+        }
+        EXPECT_EQ(estimate->weights, files);
+        EXPECT_GT(estimate->weights, 0);
+      }
+    }
+  }
+  EXPECT_GE(loads, 12);
 }
 
 }  // namespace
