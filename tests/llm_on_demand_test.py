@@ -80,9 +80,16 @@ def main():
             state = index(port)
             check(state["a"] == "UNAVAILABLE" and state["b"] == "READY" and
                   state["c"] == "READY", f"after c (at most 2 loaded): {state}")
+            # /v1/models lists every model a request may name, each with its state (as
+            # llama.cpp's router lists them): b and c loaded, a unloaded, broken unloaded (not
+            # tried yet).
             _, _, body = raw(port, "GET", "/v1/models", key=None)
-            check(sorted(m["id"] for m in json.loads(body)["data"]) == ["b", "c"],
-                  f"/v1/models after c: {body[:300]}")
+            listed = {m["id"]: m["status"]["value"] for m in json.loads(body)["data"]}
+            check(listed == {"a": "unloaded", "b": "loaded", "c": "loaded",
+                             "broken": "unloaded"}, f"/v1/models after c: {body[:400]}")
+            # The OpenAI SDK reads the listing.
+            check(sorted(m.id for m in client.models.list()) == ["a", "b", "broken", "c"],
+                  "the SDK's listing")
             # Idle past keep_alive: b and c (loaded by requests) are unloaded.
             started = time.monotonic()
             wait_for(lambda: index(port)["b"] == "UNAVAILABLE" and
@@ -99,6 +106,8 @@ def main():
             check(status == 503 and int(headers.get("Retry-After", "0")) > 1 and
                   "failed to load" in json.loads(data)["error"]["message"],
                   f"broken: {status} {headers} {data[:300]}")
+            _, _, body = raw(port, "GET", "/v1/models/broken", key=None)
+            check(json.loads(body)["status"]["value"] == "error", f"broken listed: {body}")
             # An unknown model is still a 404.
             check(complete(port, "nope")[0] == 404, "an unknown model")
         # Memory: a model larger than --max-model-memory stops the start, naming its size.
@@ -145,6 +154,9 @@ def main():
         with serving(sluice, ["--model-repository", repository, "--model", "a",
                               "--no-autoload", "--llm-threads", "1"]) as port:
             check(complete(port, "b")[0] == 404, "b loaded with --no-autoload")
+            _, _, body = raw(port, "GET", "/v1/models", key=None)
+            check([m["id"] for m in json.loads(body)["data"]] == ["a"],
+                  f"--no-autoload lists only what is loaded: {body[:300]}")
             check(index(port)["b"] == "UNAVAILABLE", "b in the index with --no-autoload")
     print("llm_on_demand_test: all checks passed")
 

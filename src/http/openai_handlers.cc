@@ -598,6 +598,16 @@ void OpenAiHandlers::WriteModel(JsonWriter& json, const std::string& id, const s
   json.Field("owned_by", "sluice");
   if (!parent.empty()) json.Field("parent", parent);
   json.Field("max_model_len", int64_t{engine.model().context_length()});
+  // As llama.cpp's router lists its models: loaded, or (below) one it would load on demand.
+  json.Key("status").BeginObject().Field("value", "loaded").EndObject();
+  json.EndObject();
+}
+
+void OpenAiHandlers::WriteUnloadedModel(JsonWriter& json, const std::string& id,
+                                        const std::string& state) const {
+  json.BeginObject().Field("id", id).Field("object", "model").Field("created", created_);
+  json.Field("owned_by", "sluice");
+  json.Key("status").BeginObject().Field("value", state).EndObject();
   json.EndObject();
 }
 
@@ -611,6 +621,7 @@ void OpenAiHandlers::Models(const HttpRequest&, const PathParams&, Responder res
       WriteModel(json, adapter, name, *engine);
     }
   }
+  for (const auto& [name, state] : service_.Unloaded()) WriteUnloadedModel(json, name, state);
   json.EndArray().EndObject();
   respond(HttpResponse::Json(200, json.str()));
 }
@@ -626,6 +637,12 @@ void OpenAiHandlers::Model(const HttpRequest&, const PathParams& params, Respond
       if (std::find(adapters.begin(), adapters.end(), id) == adapters.end()) continue;
       WriteModel(json, id, name, *engine);
     }
+    return respond(HttpResponse::Json(200, json.str()));
+  }
+  for (const auto& [name, state] : service_.Unloaded()) {
+    if (name != id) continue;
+    JsonWriter json;
+    WriteUnloadedModel(json, name, state);
     return respond(HttpResponse::Json(200, json.str()));
   }
   respond(OpenAiError(Status::NotFound(fmt::format("The model '{}' does not exist", id)), "model"));

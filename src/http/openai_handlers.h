@@ -31,6 +31,8 @@ class OpenAiHandlers {
   void Model(const HttpRequest&, const PathParams& params, Responder respond);
   void WriteModel(JsonWriter& json, const std::string& id, const std::string& parent,
                   const llm::LlmEngine& engine) const;
+  // A language model of the repository not loaded: its id and its state ("unloaded", ...).
+  void WriteUnloadedModel(JsonWriter& json, const std::string& id, const std::string& state) const;
   void ChatCompletions(const HttpRequest& request, const PathParams&, Responder respond);
   void Completions(const HttpRequest& request, const PathParams&, Responder respond);
   void RenderChatCompletion(const HttpRequest& request, const PathParams&, Responder respond);

@@ -16,6 +16,9 @@ namespace sluice {
 
 namespace {
 
+// A failed autoload is answered with its error this long before a request tries it again.
+constexpr auto kRetryFailedAfter = std::chrono::seconds(30);
+
 bool IsTensorModelDir(const std::filesystem::path& dir) {
   std::error_code ec;
   return std::filesystem::exists(dir / "config.yaml", ec) && !llm::IsLanguageModelDir(dir.string());
@@ -159,6 +162,27 @@ Status RepositoryHandlers::LoadLanguageModel(const std::string& name) {
   return Status::Ok();
 }
 
+std::vector<std::pair<std::string, std::string>> RepositoryHandlers::Unloaded() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto served = options_.llm_service->models();
+  const std::vector<std::string> names = options_.models.LanguageModels();
+  const auto now = std::chrono::steady_clock::now();
+  MutexLock lock(mu_);
+  for (const std::string& name : names) {
+    if (served.count(name) > 0) continue;
+    auto changing = changing_.find(name);
+    auto failed = failed_.find(name);
+    if (changing != changing_.end() && changing->second.state == "LOADING") {
+      out.emplace_back(name, "loading");
+    } else if (failed != failed_.end() && now - failed->second.at < kRetryFailedAfter) {
+      out.emplace_back(name, "error");
+    } else {
+      out.emplace_back(name, "unloaded");
+    }
+  }
+  return out;
+}
+
 Status RepositoryHandlers::UnloadLanguageModel(const std::string& name) {
   std::shared_ptr<llm::LlmEngine> engine =
       options_.llm_service != nullptr ? options_.llm_service->Remove(name) : nullptr;
@@ -181,6 +205,7 @@ void RepositoryHandlers::Start() {
   if (options_.autoload) {
     options_.llm_service->SetAutoloader(
         [this](const std::string& name) { return Autoload(name); });
+    options_.llm_service->SetCatalog([this] { return Unloaded(); });
   }
   if (options_.autoload || options_.max_loaded_models > 0) {
     watcher_ = std::thread([this] { Watch(); });
@@ -203,7 +228,6 @@ std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
   }
   if (!llm::IsLanguageModelDir(options_.models.DirOf(name).string())) return std::nullopt;
   const auto now = std::chrono::steady_clock::now();
-  constexpr auto kRetryFailedAfter = std::chrono::seconds(30);
   {
     MutexLock lock(mu_);
     if (stopping_) return Status::Unavailable("the server is shutting down");

@@ -102,6 +102,9 @@ class RepositoryHandlers {
   // repository (its 404 stands); else kUnavailable with the wait a retry should leave, the load
   // started (or under way), or why the last load failed (for 30 s, then it is tried again).
   std::optional<Status> Autoload(const std::string& name);
+  // The generation service's catalog: the repository's language models not loaded, each
+  // "loading", "unloaded" or "error" (its last autoload failed, within its retry time).
+  std::vector<std::pair<std::string, std::string>> Unloaded() const;
   // Starts the thread that unloads idle language models (keep_alive) and counts their use (for
   // max_loaded_models); Stop() ends it, and any later autoload, before the control pool goes.
   void Start();

@@ -503,6 +503,21 @@ void GenerationService::SetAutoloader(Autoloader autoloader) {
   autoloader_ = std::move(autoloader);
 }
 
+void GenerationService::SetCatalog(Catalog catalog) {
+  MutexLock lock(mu_);
+  catalog_ = std::move(catalog);
+}
+
+std::vector<std::pair<std::string, std::string>> GenerationService::Unloaded() const {
+  Catalog catalog;
+  {
+    MutexLock lock(mu_);
+    catalog = catalog_;
+  }
+  // Called unlocked: the catalog asks the service which models it serves.
+  return catalog ? catalog() : std::vector<std::pair<std::string, std::string>>{};
+}
+
 Result<std::string> GenerationService::RenderChat(
     const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     const std::map<std::string, TemplateArgument>& arguments) {

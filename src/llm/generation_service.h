@@ -157,6 +157,13 @@ class GenerationService {
   // model loads, or why it could not load). Set once, before requests come.
   using Autoloader = std::function<std::optional<Status>(const std::string& model)>;
   void SetAutoloader(Autoloader autoloader);
+  // The language models it could load on demand and does not serve, each with its state
+  // ("loading", "unloaded", or "error": its last load failed), for listings. Set once, with the
+  // autoloader.
+  using Catalog = std::function<std::vector<std::pair<std::string, std::string>>()>;
+  void SetCatalog(Catalog catalog);
+  // The catalog's entries (none where no catalog is set).
+  std::vector<std::pair<std::string, std::string>> Unloaded() const;
   // Publishes every served model's KV events (kv_events.h) from now on, each under its topic: the
   // models served now and those added later; a model removed or replaced publishes no more, and
   // its topic an AllBlocksCleared. Set once, at start.
@@ -196,6 +203,7 @@ class GenerationService {
   std::map<std::string, std::shared_ptr<LlmEngine>> models_ GUARDED_BY(mu_);
   std::shared_ptr<KvEventPublisher> kv_events_ GUARDED_BY(mu_);
   Autoloader autoloader_ GUARDED_BY(mu_);
+  Catalog catalog_ GUARDED_BY(mu_);
   // Compiles response formats' grammars (last: its thread stops first, before the models go).
   ThreadPool grammar_pool_{1, 64};
 };
