@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 
+import grpc
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -101,6 +102,12 @@ def grpc_model_control(port, grpc_port):
     client.unload_model("b")
     check(complete(port, "b")[0] == 404 and index(port)["b"] == "UNAVAILABLE",
           "b answers after its gRPC unload")
+    # Triton's RepositoryIndex over gRPC answers as /v2/repository/index does.
+    listed = client.get_model_repository_index(as_json=True)["models"]
+    by_name = {m["name"]: m for m in listed}
+    check({m["name"]: m["state"] for m in listed} == index(port) and
+          by_name["b"].get("reason") == "not loaded" and by_name["b"].get("version") == "1",
+          f"gRPC index: {listed}, HTTP: {index(port)}")
     client.load_model("b")
     check(complete(port, "b")[0] == 200, "b does not answer after its gRPC load")
     status, message = grpc_refusal(lambda: client.load_model("nope"))
@@ -188,6 +195,17 @@ def main():
                               "--llm-threads", "1", "--grpc-port", "0"]) as (port, grpc_port):
             check(post(port, "/v2/repository/models/b/unload")[0] == 403, "HTTP control allowed")
             client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            # The index needs no model control; a repository name is refused by name.
+            ready = [m["name"] for m in
+                     client.get_model_repository_index(as_json=True)["models"]]
+            check("b" in ready, f"gRPC index without model control: {ready}")
+            try:
+                client._client_stub.RepositoryIndex(
+                    grpcclient.service_pb2.RepositoryIndexRequest(repository_name="other"))
+                check(False, "an index of another repository was answered")
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "'other'" in e.details(),
+                      f"a repository name: {e.code()} {e.details()}")
             status, message = grpc_refusal(lambda: client.unload_model("b"))
             check(status == "StatusCode.PERMISSION_DENIED" and "--model-control" in message,
                   f"gRPC control allowed: {status} {message}")

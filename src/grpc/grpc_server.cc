@@ -37,11 +37,13 @@ enum Method {
   kModelMetadata,
   kModelInfer,
   kRepositoryModelLoad,
-  kRepositoryModelUnload
+  kRepositoryModelUnload,
+  kRepositoryIndex
 };
-constexpr std::array<std::string_view, 8> kMethodNames = {
-    "ServerLive",    "ServerReady", "ModelReady",          "ServerMetadata",
-    "ModelMetadata", "ModelInfer",  "RepositoryModelLoad", "RepositoryModelUnload"};
+constexpr std::array<std::string_view, 9> kMethodNames = {
+    "ServerLive",          "ServerReady",           "ModelReady",
+    "ServerMetadata",      "ModelMetadata",         "ModelInfer",
+    "RepositoryModelLoad", "RepositoryModelUnload", "RepositoryIndex"};
 constexpr int kGrpcCodes = 17;  // OK .. UNAUTHENTICATED.
 constexpr std::array<std::string_view, kGrpcCodes> kCodeNames = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
@@ -136,7 +138,8 @@ using ServiceBase = Service::WithCallbackMethod_ServerLive<Service::WithCallback
     Service::WithCallbackMethod_ModelReady<Service::WithCallbackMethod_ServerMetadata<
         Service::WithCallbackMethod_ModelMetadata<Service::WithCallbackMethod_RepositoryModelLoad<
             Service::WithCallbackMethod_RepositoryModelUnload<
-                Service::WithAsyncMethod_ModelInfer<Service::Service>>>>>>>>;
+                Service::WithCallbackMethod_RepositoryIndex<
+                    Service::WithAsyncMethod_ModelInfer<Service::Service>>>>>>>>>;
 
 namespace {
 class InferCall;
@@ -328,6 +331,35 @@ class GrpcServer::Impl final : public ServiceBase {
       if (key != "unload_dependents" || choice != kBoolParam) refused = key;
     }
     return Control(context, kRepositoryModelUnload, read, refused);
+  }
+
+  // Triton's RepositoryIndex, as GET /v2/repository/index answers it. One repository: a
+  // repository_name is refused.
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override {
+    const Clock::time_point start = Clock::Real().Now();
+    if (!Authorized(*context)) return Answer(context, kRepositoryIndex, start, Unauthenticated());
+    if (!options_.repository_index) {
+      return Answer(context, kRepositoryIndex, start,
+                    grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                 "this server has no model repository"));
+    }
+    if (!request->repository_name().empty()) {
+      return Answer(context, kRepositoryIndex, start,
+                    grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 fmt::format("'repository_name' is not supported: Sluice serves "
+                                             "one repository (got '{}')",
+                                             request->repository_name())));
+    }
+    for (const GrpcServerOptions::IndexEntry& entry : options_.repository_index(request->ready())) {
+      auto* model = response->add_models();
+      model->set_name(entry.name);
+      model->set_version(entry.version);
+      model->set_state(entry.state);
+      model->set_reason(entry.reason);
+    }
+    return Answer(context, kRepositoryIndex, start, grpc::Status::OK);
   }
 
   grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* context, Method method,

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "service/v2_service.h"
@@ -43,6 +44,13 @@ struct GrpcServerOptions {
   // fail with PERMISSION_DENIED.
   std::function<void(const std::string& name, bool load, std::function<void(Status)> done)>
       model_control;
+  // Triton's RepositoryIndex: every model of the repository, with its state (READY, UNAVAILABLE,
+  // LOADING, UNLOADING) and the reason it is not ready; only the ready ones when asked. Unset:
+  // the RPC fails with UNIMPLEMENTED.
+  struct IndexEntry {
+    std::string name, version, state, reason;
+  };
+  std::function<std::vector<IndexEntry>(bool ready_only)> repository_index;
 };
 
 // Thread-safe. Start() once; Shutdown() once, from any thread.

@@ -427,22 +427,8 @@ void RepositoryHandlers::AddRoutes(Router& router) {
               });
 }
 
-void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Responder respond) {
-  bool ready_only = false;
-  if (!request.body.empty()) {
-    thread_local simdjson::dom::parser parser;
-    simdjson::dom::object body;
-    if (parser.parse(request.body.data(), request.body.size()).get(body)) {
-      respond(HttpResponse::Error(
-          Status::InvalidArgument("the body must be a JSON object, e.g. {\"ready\": true}")));
-      return;
-    }
-    simdjson::dom::element ready;
-    if (!body["ready"].get(ready) && ready.get_bool().get(ready_only)) {
-      respond(HttpResponse::Error(Status::InvalidArgument("\"ready\" must be true or false")));
-      return;
-    }
-  }
+std::vector<RepositoryHandlers::IndexEntry> RepositoryHandlers::IndexEntries(
+    bool ready_only) const {
   // Every model directory of the repository, and every loaded model (one may have been removed
   // from disk since it loaded).
   std::set<std::string> names;
@@ -461,21 +447,46 @@ void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Re
     MutexLock lock(mu_);
     for (const auto& [name, change] : changing_) changing.emplace(name, change.state);
   }
-  JsonWriter json;
-  json.BeginArray();
+  std::vector<IndexEntry> out;
   for (const std::string& name : names) {
     const bool ready = engine_.Find(name) != nullptr || language.count(name) > 0;
     if (ready_only && !ready) continue;
-    json.BeginObject().Field("name", name).Field("version", "1");
+    IndexEntry& entry = out.emplace_back();
+    entry.name = name;
+    entry.version = "1";
     // A load or unload under way (Triton's LOADING and UNLOADING) names it; else whether it serves.
     auto change = changing.find(name);
-    json.Field("state", change != changing.end() ? change->second
-                        : ready                  ? "READY"
-                                                 : "UNAVAILABLE");
+    entry.state = change != changing.end() ? change->second : ready ? "READY" : "UNAVAILABLE";
     if (!ready) {
       std::string error = v2_.LoadError(name);
-      json.Field("reason", error.empty() ? "not loaded" : error);
+      entry.reason = error.empty() ? "not loaded" : error;
     }
+  }
+  return out;
+}
+
+void RepositoryHandlers::Index(const HttpRequest& request, const PathParams&, Responder respond) {
+  bool ready_only = false;
+  if (!request.body.empty()) {
+    thread_local simdjson::dom::parser parser;
+    simdjson::dom::object body;
+    if (parser.parse(request.body.data(), request.body.size()).get(body)) {
+      respond(HttpResponse::Error(
+          Status::InvalidArgument("the body must be a JSON object, e.g. {\"ready\": true}")));
+      return;
+    }
+    simdjson::dom::element ready;
+    if (!body["ready"].get(ready) && ready.get_bool().get(ready_only)) {
+      respond(HttpResponse::Error(Status::InvalidArgument("\"ready\" must be true or false")));
+      return;
+    }
+  }
+  JsonWriter json;
+  json.BeginArray();
+  for (const IndexEntry& entry : IndexEntries(ready_only)) {
+    json.BeginObject().Field("name", entry.name).Field("version", entry.version);
+    json.Field("state", entry.state);
+    if (!entry.reason.empty()) json.Field("reason", entry.reason);
     json.EndObject();
   }
   json.EndArray();

@@ -111,6 +111,14 @@ class RepositoryHandlers {
   void Stop();
   ~RepositoryHandlers();
 
+  // Every model of the repository and every loaded one, with its state (READY, UNAVAILABLE,
+  // LOADING, UNLOADING) and, where not ready, why; only the ready ones with `ready_only`. What
+  // GET /v2/repository/index and gRPC's RepositoryIndex answer.
+  struct IndexEntry {
+    std::string name, version, state, reason;
+  };
+  std::vector<IndexEntry> IndexEntries(bool ready_only) const;
+
   void AddRoutes(Router& router);
   void Index(const HttpRequest& request, const PathParams&, Responder respond);
   void Load(const HttpRequest&, const PathParams& params, Responder respond);

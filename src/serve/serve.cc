@@ -244,6 +244,14 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
         repository_handlers.Change(name, load, std::move(done));
       };
     }
+    grpc_options.repository_index = [&repository_handlers](bool ready_only) {
+      std::vector<GrpcServerOptions::IndexEntry> out;
+      for (auto& entry : repository_handlers.IndexEntries(ready_only)) {
+        out.push_back({std::move(entry.name), std::move(entry.version), std::move(entry.state),
+                       std::move(entry.reason)});
+      }
+      return out;
+    };
     grpc = std::make_unique<GrpcServer>(std::move(grpc_options), service);
     SLUICE_RETURN_IF_ERROR(grpc->Start());
     handlers.AddExtraMetrics([&grpc] { return grpc->RenderMetrics(); });
