@@ -74,6 +74,15 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "Folder for GGUF models' repacked weights: later starts, and every server on "
                   "this machine serving the same file, map them instead of repacking")
       ->check(CLI::NonexistentPath | CLI::ExistingDirectory);
+  app->add_option("--llm-kv-cache-disk", cmd.llm_overrides.kv_cache_disk,
+                  "Folder for language models' prefix cache on disk: every full KV block is kept "
+                  "there too, and a prompt whose prefix memory no longer holds (evicted, or "
+                  "after a restart) reads it back instead of computing it")
+      ->check(CLI::NonexistentPath | CLI::ExistingDirectory);
+  app->add_option("--llm-kv-cache-disk-bytes", cmd.llm_overrides.kv_cache_disk_bytes,
+                  "--llm-kv-cache-disk: its bound (least recently used blocks out first; with a "
+                  "unit, 16GiB, the default)")
+      ->transform(CLI::AsSizeValue(false));
   app->add_option("--predict-model", cmd.options.predict_model,
                   "Model behind /predict (default: the first with preprocess.image)");
   app->add_option("--max-body-bytes", cmd.options.http.max_body_bytes,

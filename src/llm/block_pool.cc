@@ -161,6 +161,7 @@ uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens, 
   parent_[i] = parent;
   tokens_[i].assign(tokens, tokens + block_size_);
   by_hash_.emplace(hash, id);
+  if (recording_stored_) stored_.push_back({id, hash, parent, tokens_[i]});
   if (recording_) {
     // The chain's previous block was the last one stored: one event holds both.
     if (events_.empty() || events_.back().kind != KvEvent::Kind::kStored || first ||
@@ -179,6 +180,17 @@ uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens, 
 void BlockPool::RecordEvents(bool on) {
   recording_ = on;
   if (!on) events_.clear();
+}
+
+void BlockPool::RecordStored(bool on) {
+  recording_stored_ = on;
+  if (!on) stored_.clear();
+}
+
+std::vector<StoredBlock> BlockPool::TakeStored() {
+  std::vector<StoredBlock> out;
+  out.swap(stored_);
+  return out;
 }
 
 std::vector<KvEvent> BlockPool::TakeEvents() {

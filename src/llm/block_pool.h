@@ -32,6 +32,13 @@ struct KvEvent {
   uint64_t adapter = 0;         // kStored: the LoRA adapter's id of the sequence; 0: none.
 };
 
+// A block just published, for the disk tier: where it is, and what it holds.
+struct StoredBlock {
+  int32_t id = -1;
+  uint64_t hash = 0, parent = 0;
+  std::vector<int32_t> tokens;
+};
+
 class BlockPool {
  public:
   static constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ull;  // The parent of a first block.
@@ -83,6 +90,10 @@ class BlockPool {
   // one kStored event, consecutive evictions one kRemoved.
   std::vector<KvEvent> TakeEvents();
 
+  // Keeps the blocks published from now on (off: none, and those kept are dropped).
+  void RecordStored(bool on);
+  std::vector<StoredBlock> TakeStored();  // Those since the last call, oldest first.
+
   int refs(int32_t id) const { return refs_[static_cast<size_t>(id)]; }
   bool is_published(int32_t id) const { return published_[static_cast<size_t>(id)]; }
   // Every count and list agree (for tests); else `why` says what does not.
@@ -105,6 +116,8 @@ class BlockPool {
   uint64_t releases_ = 0;
   bool recording_ = false;
   std::vector<KvEvent> events_;
+  bool recording_stored_ = false;
+  std::vector<StoredBlock> stored_;
 };
 
 }  // namespace sluice::llm

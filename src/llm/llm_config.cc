@@ -305,7 +305,8 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "speculative_ngram",  "threads",        "max_waiting",
       "default_max_tokens", "model_file",     "prefix_caching",
       "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
-      "weights_cache",      "embedding",      "lora"};
+      "weights_cache",      "embedding",      "lora",
+      "kv_cache_disk",      "kv_cache_disk_bytes"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -328,6 +329,18 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       config.weights_cache = llm["weights_cache"].as<std::string>();
       if (config.weights_cache.empty()) {
         return Bad(path, "llm.weights_cache", "must name a folder");
+      }
+    }
+    if (llm["kv_cache_disk"]) {
+      config.kv_cache_disk = llm["kv_cache_disk"].as<std::string>();
+      if (config.kv_cache_disk.empty()) {
+        return Bad(path, "llm.kv_cache_disk", "must name a folder");
+      }
+    }
+    if (llm["kv_cache_disk_bytes"]) {
+      config.kv_cache_disk_bytes = llm["kv_cache_disk_bytes"].as<int64_t>();
+      if (config.kv_cache_disk_bytes <= 0) {
+        return Bad(path, "llm.kv_cache_disk_bytes", "must be > 0");
       }
     }
     if (llm["kv_cache_dtype"]) {

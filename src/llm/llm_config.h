@@ -133,6 +133,12 @@ struct LlmServeConfig {
   // process serving the same file, map them instead of repacking. Empty: each load repacks into
   // memory of its own.
   std::string weights_cache;
+  // A folder for the prefix cache's disk tier (kv_disk_store.h): every full block is also kept
+  // there, at most kv_cache_disk_bytes (least recently used out first), and a prompt whose prefix
+  // memory no longer holds (evicted, or the server restarted) reads it back instead of computing
+  // it. Empty: no disk tier.
+  std::string kv_cache_disk;
+  int64_t kv_cache_disk_bytes = int64_t{16} << 30;
   // `embedding: {pooling, normalize}`: an embedding model, served at /v1/embeddings only. Its
   // steps give each token's final hidden state (after the last norm) instead of logits.
   Pooling pooling = Pooling::kNone;

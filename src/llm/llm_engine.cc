@@ -309,6 +309,26 @@ void LlmEngine::SetKvEvents(std::shared_ptr<KvEventPublisher> publisher, std::st
   kv_events_->Publish(ClearedKvEventBatch(kv_topic_, model_->kv_block_size()));
 }
 
+void LlmEngine::SetKvDisk(std::shared_ptr<KvDiskStore> store) {
+  MutexLock lock(mu_);
+  kv_disk_ = std::move(store);
+}
+
+void LlmEngine::WriteThrough() {
+  if (disk_in_use_ == nullptr) return;
+  std::string data;
+  for (StoredBlock& block : scheduler_.TakeStoredBlocks()) {
+    if (disk_in_use_->Contains(block.hash)) continue;
+    // Read now: the block is intact until the next step's plan hands it out again.
+    if (Status read = model_->ReadKvBlock(block.id, &data); !read.ok()) {
+      spdlog::warn("kv_cache_disk: {}", read.message());
+      continue;
+    }
+    disk_in_use_->Put(block.hash, block.parent, std::move(block.tokens), std::move(data));
+    data = std::string();
+  }
+}
+
 void LlmEngine::PublishKvEvents() {
   std::vector<KvEvent> events = scheduler_.TakeKvEvents();
   if (events.empty()) return;
@@ -453,6 +473,10 @@ void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>
 Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
   logits_.clear();
   const Clock::time_point start = clock_.Now();
+  // Blocks from the disk tier first: a copy this step may read one.
+  for (const auto& [block, data] : plan.loads) {
+    SLUICE_RETURN_IF_ERROR(model_->WriteKvBlock(block, *data));
+  }
   if (!plan.copies.empty()) SLUICE_RETURN_IF_ERROR(model_->CopyBlocks(plan.copies));
   SLUICE_RETURN_IF_ERROR(model_->Run(plan.chunks, &logits_));
   {
@@ -506,6 +530,7 @@ void LlmEngine::Loop() {
     std::vector<std::pair<uint64_t, bool>> cancelled;
     std::deque<std::unique_ptr<Sequence>> arrived;
     bool record_kv_events = false;
+    std::shared_ptr<KvDiskStore> disk;
     {
       MutexLock lock(mu_);
       while (!stopping_ && incoming_.empty() && sequences_.empty() && cancelled_.empty()) {
@@ -515,8 +540,14 @@ void LlmEngine::Loop() {
       cancelled.swap(cancelled_);
       arrived.swap(incoming_);
       record_kv_events = kv_events_ != nullptr;
+      disk = kv_disk_;
     }
     scheduler_.RecordKvEvents(record_kv_events);
+    if (disk != disk_in_use_) {
+      disk_in_use_ = disk;
+      scheduler_.SetDiskTier(disk == nullptr ? Scheduler::DiskLookup()
+                                             : [disk](uint64_t hash) { return disk->Get(hash); });
+    }
     for (auto& seq : arrived) {
       // Cached blocks are shared by requests of the same adapter whose prompts the model computes
       // alike (LongRoPE's factors by the prompt's length).
@@ -583,6 +614,7 @@ void LlmEngine::Loop() {
     // A finished request's slot is free (and counted) before its last event goes out.
     PublishCounts();
     PublishKvEvents();
+    WriteThrough();
     finished_.fetch_add(static_cast<int64_t>(finished.size()));
     for (auto& [seq, event] : events) seq->on_event(event);
     for (auto& [seq, event] : finished) seq->on_event(event);

@@ -25,6 +25,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "llm/grammar.h"
+#include "llm/kv_disk_store.h"
 #include "llm/kv_events.h"
 #include "llm/lora.h"
 #include "llm/sampler.h"
@@ -144,6 +145,9 @@ class LlmEngine {
   // `topic` from now on, first an AllBlocksCleared (a router forgets what the topic held before:
   // another process's, or a reloaded model's, blocks); null: publishes no more.
   void SetKvEvents(std::shared_ptr<KvEventPublisher> publisher, std::string topic);
+  // The prefix cache's disk tier (kv_disk_store.h): prompt blocks found there are loaded instead
+  // of computed, and every block published is written there. Null: off.
+  void SetKvDisk(std::shared_ptr<KvDiskStore> store);
 
   // Seconds a new request would wait for a slot, from the current load (for Retry-After).
   double EstimatedWaitSeconds() const;
@@ -172,6 +176,8 @@ class LlmEngine {
   void PublishCounts();  // The scheduler's counts, for stats() and admission.
   // Sends the KV events the last step recorded, where they are published.
   void PublishKvEvents();
+  // Queues the blocks the last step published for the disk tier, where there is one.
+  void WriteThrough();
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
 
@@ -201,12 +207,14 @@ class LlmEngine {
   std::vector<std::string> running_adapters_ GUARDED_BY(mu_), waiting_adapters_ GUARDED_BY(mu_);
   std::shared_ptr<KvEventPublisher> kv_events_ GUARDED_BY(mu_);
   std::string kv_topic_ GUARDED_BY(mu_);
+  std::shared_ptr<KvDiskStore> kv_disk_ GUARDED_BY(mu_);
 
   // Loop thread only.
   Scheduler scheduler_;
   // Any thread (it is thread-safe); after scheduler_, whose end-of-sequence tokens end documents.
   const std::unique_ptr<GrammarCompiler> grammars_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
+  std::shared_ptr<KvDiskStore> disk_in_use_;  // kv_disk_ as the loop last took it.
   std::vector<float> logits_;
   std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.
 

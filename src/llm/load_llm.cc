@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "llm/encoder/bert_model.h"
@@ -55,6 +56,8 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
   if (overrides.speculative_tokens >= 0) serve->speculative_tokens = overrides.speculative_tokens;
   if (!overrides.prefix_caching.empty()) serve->prefix_caching = overrides.prefix_caching == "on";
   if (!overrides.weights_cache.empty()) serve->weights_cache = overrides.weights_cache;
+  if (!overrides.kv_cache_disk.empty()) serve->kv_cache_disk = overrides.kv_cache_disk;
+  if (overrides.kv_cache_disk_bytes > 0) serve->kv_cache_disk_bytes = overrides.kv_cache_disk_bytes;
   if (!overrides.kv_cache_dtype.empty() &&
       !ParseKvCacheDtype(overrides.kv_cache_dtype, &serve->kv_cache_dtype)) {
     return Status::InvalidArgument(fmt::format(
@@ -94,6 +97,26 @@ Result<LlmServeConfig> EncoderServeConfig(const std::string& dir, const EncoderC
   return serve;
 }
 
+// The directory's weight files: its GGUF file, or model.safetensors, or a sharded checkpoint's
+// model-00001-of-0000N.safetensors files (sorted).
+Result<std::vector<std::string>> WeightFiles(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto gguf = FindGgufFile(dir);
+  if (!gguf.ok()) return gguf.status();
+  if (!gguf->empty()) return std::vector<std::string>{*gguf};
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = name.starts_with("model-") && name.find("-of-") != std::string::npos;
+    if (entry.path().extension() == ".safetensors" && (name == "model.safetensors" || shard)) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
@@ -116,20 +139,11 @@ Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
                                             const LlmLoadOverrides& overrides) {
   namespace fs = std::filesystem;
   LlmMemoryEstimate estimate;
-  auto gguf = FindGgufFile(dir);
-  if (!gguf.ok()) return gguf.status();
+  auto files = WeightFiles(dir);
+  if (!files.ok()) return files.status();
   std::error_code ec;
-  if (!gguf->empty()) {
-    estimate.weights = static_cast<int64_t>(fs::file_size(*gguf, ec));
-  } else {
-    // model.safetensors, or a sharded checkpoint's model-00001-of-0000N.safetensors files.
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      const bool shard = name.starts_with("model-") && name.find("-of-") != std::string::npos;
-      if (entry.path().extension() == ".safetensors" && (name == "model.safetensors" || shard)) {
-        estimate.weights += static_cast<int64_t>(entry.file_size(ec));
-      }
-    }
+  for (const std::string& file : *files) {
+    estimate.weights += static_cast<int64_t>(fs::file_size(file, ec));
   }
   if (IsEncoderModel(dir)) return estimate;  // No KV cache.
   auto arch = Architecture(dir);
@@ -202,8 +216,21 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
     model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
   }
   if (!model.ok()) return model.status();
+  std::shared_ptr<KvDiskStore> disk;
+  if (!serve->kv_cache_disk.empty() && !(*model)->kv_layout().empty()) {
+    // The files' bytes hold for these weights, this precision and this cache layout only.
+    auto files = WeightFiles(dir);
+    if (!files.ok()) return files.status();
+    auto opened = KvDiskStore::Open(
+        serve->kv_cache_disk,
+        fmt::format("{} weights {}", (*model)->kv_layout(), KvDiskStore::FilesDigest(*files)),
+        serve->kv_cache_disk_bytes);
+    if (!opened.ok()) return opened.status();
+    disk = std::move(*opened);
+  }
   auto engine = std::make_shared<LlmEngine>(std::move(*model), std::move(*tokenizer),
                                             std::move(chat_template), *serve);
+  if (disk != nullptr) engine->SetKvDisk(std::move(disk));
   // The adapters config.yaml lists, their folders relative to the model's.
   for (const auto& [name, folder] : serve->lora_adapters) {
     const std::filesystem::path path = std::filesystem::path(dir) / folder;

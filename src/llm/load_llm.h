@@ -22,6 +22,8 @@ struct LlmLoadOverrides {
   std::string kv_cache_dtype;   // "auto" | "fp32" | "bf16" | "q8_0"; empty: config.yaml's.
   int context_length = 0;       // 0: config.yaml's.
   std::string weights_cache;    // A folder; empty: config.yaml's.
+  std::string kv_cache_disk;    // A folder; empty: config.yaml's.
+  int64_t kv_cache_disk_bytes = 0;  // 0: config.yaml's.
 };
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,

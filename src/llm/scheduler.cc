@@ -127,6 +127,33 @@ StepPlan Scheduler::Schedule() {
     const int tokens =
         std::min(seq.prompt_size() + seq.request.max_tokens, options_.context_length);
     const int need = (tokens + block - 1) / block;
+    if (need - matched > pool_.available()) {  // It waits: nothing more is looked up for it.
+      pool_.Release(blocks);
+      break;
+    }
+    // The disk tier: the prompt's next blocks (short of its last token), while found there with
+    // the same parent and tokens.
+    std::vector<DiskBlock> from_disk;
+    uint64_t after_memory = seq.parent;
+    for (int b = 0; b < matched; ++b) {
+      after_memory = pool_.Hash(after_memory, prompt.data() + static_cast<size_t>(b) * block);
+    }
+    if (options_.prefix_caching && disk_lookup_) {
+      uint64_t parent = after_memory;
+      for (int b = matched; b < (seq.prompt_size() - 1) / block; ++b) {
+        const int32_t* want = prompt.data() + static_cast<size_t>(b) * block;
+        const uint64_t hash = pool_.Hash(parent, want);
+        std::optional<DiskBlock> found = disk_lookup_(hash);
+        if (!found || found->parent != parent ||
+            found->tokens.size() != static_cast<size_t>(block) ||
+            !std::equal(found->tokens.begin(), found->tokens.end(), want)) {
+          break;
+        }
+        from_disk.push_back(std::move(*found));
+        parent = hash;
+      }
+    }
+    const int loaded = static_cast<int>(from_disk.size());
     // Consecutive blocks are read in place; others are gathered every step. So a newcomer takes
     // a consecutive run where there is one, its cached prefix copied in (once, before its first
     // chunk: far cheaper than computing it, or than gathering it at every step), and else
@@ -143,12 +170,19 @@ StepPlan Scheduler::Schedule() {
     slots_[slot] = std::move(waiting_[next_waiting++]);
     seq.slot = static_cast<int>(slot);
     seq.blocks = std::move(blocks);
-    seq.prefilled = matched * block;
+    seq.prefilled = (matched + loaded) * block;
     seq.prefix_hit = seq.prefilled;
-    for (int b = 0; b < matched; ++b) {
-      seq.parent = pool_.Hash(seq.parent, prompt.data() + static_cast<size_t>(b) * block);
-    }
+    seq.parent = after_memory;
     seq.published = matched;
+    // Blocks read from disk are set before the step runs, and published at once: cached in
+    // memory from now on, for others too.
+    for (int b = matched; b < matched + loaded; ++b) {
+      const auto at = static_cast<size_t>(b);
+      plan.loads.emplace_back(seq.blocks[at], std::move(from_disk[at - matched].data));
+      seq.parent = pool_.Publish(seq.blocks[at], seq.parent, prompt.data() + at * block, b == 0,
+                                 seq.request.adapter);
+      ++seq.published;
+    }
     prefix_queries_ += seq.prompt_size();
     prefix_hits_ += seq.prefilled;
   }

@@ -10,11 +10,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "llm/block_pool.h"
+#include "llm/kv_disk_store.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm {
@@ -72,9 +76,12 @@ struct StepPlan {
   // Blocks to copy (every layer's rows, first to second) before the chunks run: a newcomer's
   // cached prefix copied into a consecutive run of its own.
   std::vector<std::pair<int32_t, int32_t>> copies;
+  // Blocks to set from the disk tier's bytes before the copies and the chunks run: a newcomer's
+  // prefix found on disk past what memory held.
+  std::vector<std::pair<int32_t, std::shared_ptr<const std::string>>> loads;
   int decoding = 0;       // Chunks of decoding sequences (they come first).
   int prompt_tokens = 0;  // Prompt work in this step.
-  bool empty() const { return chunks.empty() && copies.empty(); }
+  bool empty() const { return chunks.empty() && copies.empty() && loads.empty(); }
 };
 
 // One token appended to a sequence by Update(), in order.
@@ -120,6 +127,15 @@ class Scheduler {
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
   const SchedulerOptions& options() const { return options_; }
+  // The prefix cache's disk tier: a newcomer's prompt blocks past those cached in memory are
+  // looked up with `lookup` (by hash; its parent and tokens are checked) and loaded instead of
+  // computed; blocks published are kept for TakeStoredBlocks(), to be written there. Null: off.
+  using DiskLookup = std::function<std::optional<DiskBlock>(uint64_t hash)>;
+  void SetDiskTier(DiskLookup lookup) {
+    disk_lookup_ = std::move(lookup);
+    pool_.RecordStored(disk_lookup_ != nullptr);
+  }
+  std::vector<StoredBlock> TakeStoredBlocks() { return pool_.TakeStored(); }
   // KV events (block_pool.h): recorded from now on, or not; those since the last call.
   void RecordKvEvents(bool on) { pool_.RecordEvents(on); }
   std::vector<KvEvent> TakeKvEvents() { return pool_.TakeEvents(); }
@@ -142,6 +158,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   BlockPool pool_;
+  DiskLookup disk_lookup_;
   std::vector<std::unique_ptr<Sequence>> waiting_;  // Oldest first.
   std::vector<std::unique_ptr<Sequence>> slots_;    // Indexed by slot; null when free.
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;

@@ -50,6 +50,16 @@ class StepModel {
 
   // Copies whole blocks (every layer's keys and values): from `copies[i].first` to `.second`.
   virtual Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) = 0;
+  // A block's keys and values as bytes, and a block set from such bytes, for the prefix cache's
+  // disk tier (llm/kv_disk_store.h); kv_layout() names what the bytes depend on besides the
+  // weights (precision, the cache's element type and shape). Empty kv_layout(): no disk tier.
+  virtual std::string kv_layout() const { return ""; }
+  virtual Status ReadKvBlock(int32_t block, std::string* out) const {
+    return Status::Internal("this model's KV cache cannot be read");
+  }
+  virtual Status WriteKvBlock(int32_t block, const std::string& data) {
+    return Status::Internal("this model's KV cache cannot be written");
+  }
   // Runs `chunks` (no block written by two) as one step and appends rows of vocab_size floats to
   // `logits`: for each chunk in order, its last token's (or every token's, with all_logits). An
   // embedding model (LlmServeConfig::pooling set) appends rows of hidden_size floats instead:

@@ -495,15 +495,10 @@ at::Tensor LlamaModel::Buffer(size_t i, int64_t rows, int64_t columns) {
   return buffer.narrow(0, 0, size).view({rows, columns});
 }
 
-Status LlamaModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) {
-  for (const auto& [from, to] : copies) {
-    if (from < 0 || from >= blocks_ || to < 0 || to >= blocks_ || from == to) {
-      return Status::Internal(fmt::format("cannot copy block {} to block {}", from, to));
-    }
-  }
+std::vector<std::pair<const at::Tensor*, int64_t>> LlamaModel::BlockSlices() const {
   // A block of one head: its values' bytes, and a q8_0 cache's scales' bytes.
   const int64_t values = int64_t{serve_.kv_block_size} * arch_.head_dim;
-  std::vector<std::pair<at::Tensor*, int64_t>> caches;
+  std::vector<std::pair<const at::Tensor*, int64_t>> caches;
   for (size_t layer = 0; layer < cache_k_.size(); ++layer) {
     caches.emplace_back(&cache_k_[layer], values * CacheElementBytes());
     caches.emplace_back(&cache_v_[layer], values * CacheElementBytes());
@@ -512,13 +507,62 @@ Status LlamaModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& co
       caches.emplace_back(&cache_v_scales_[layer], values / 32 * 4);
     }
   }
-  for (const auto& [cache, bytes] : caches) {
+  return caches;
+}
+
+Status LlamaModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) {
+  for (const auto& [from, to] : copies) {
+    if (from < 0 || from >= blocks_ || to < 0 || to >= blocks_ || from == to) {
+      return Status::Internal(fmt::format("cannot copy block {} to block {}", from, to));
+    }
+  }
+  for (const auto& [cache, bytes] : BlockSlices()) {
     char* base = static_cast<char*>(cache->data_ptr());
     for (int64_t h = 0; h < arch_.kv_heads; ++h) {
       for (const auto& [from, to] : copies) {
         std::memcpy(base + (h * blocks_ + to) * bytes, base + (h * blocks_ + from) * bytes,
                     static_cast<size_t>(bytes));
       }
+    }
+  }
+  return Status::Ok();
+}
+
+std::string LlamaModel::kv_layout() const {
+  return fmt::format("kv {} block {} layers {} kv_heads {} head_dim {} precision {} arch {}",
+                     kv_cache_format(), serve_.kv_block_size, arch_.layers, arch_.kv_heads,
+                     arch_.head_dim, static_cast<int>(serve_.precision), arch_.name);
+}
+
+Status LlamaModel::ReadKvBlock(int32_t block, std::string* out) const {
+  if (block < 0 || block >= blocks_) {
+    return Status::Internal(fmt::format("cannot read block {}", block));
+  }
+  out->clear();
+  for (const auto& [cache, bytes] : BlockSlices()) {
+    const char* base = static_cast<const char*>(cache->data_ptr());
+    for (int64_t h = 0; h < arch_.kv_heads; ++h) {
+      out->append(base + (h * blocks_ + block) * bytes, static_cast<size_t>(bytes));
+    }
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::WriteKvBlock(int32_t block, const std::string& data) {
+  const auto slices = BlockSlices();
+  int64_t total = 0;
+  for (const auto& [cache, bytes] : slices) total += bytes * arch_.kv_heads;
+  if (block < 0 || block >= blocks_ || static_cast<int64_t>(data.size()) != total) {
+    return Status::Internal(fmt::format("cannot write {} bytes into block {} (a block holds {})",
+                                        data.size(), block, total));
+  }
+  size_t at = 0;
+  for (const auto& [cache, bytes] : slices) {
+    char* base = static_cast<char*>(cache->data_ptr());
+    for (int64_t h = 0; h < arch_.kv_heads; ++h) {
+      std::memcpy(base + (h * blocks_ + block) * bytes, data.data() + at,
+                  static_cast<size_t>(bytes));
+      at += static_cast<size_t>(bytes);
     }
   }
   return Status::Ok();

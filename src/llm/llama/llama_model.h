@@ -38,6 +38,9 @@ class LlamaModel final : public StepModel {
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
   Status CanApplyLora() const override;
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
+  std::string kv_layout() const override;
+  Status ReadKvBlock(int32_t block, std::string* out) const override;
+  Status WriteKvBlock(int32_t block, const std::string& data) override;
   uint64_t CacheSalt(int prompt_length) const override {
     return long_rope_row_ > 0 && prompt_length > arch_.rope_original_max_positions ? 1 : 0;
   }
@@ -113,6 +116,9 @@ class LlamaModel final : public StepModel {
   // attention reads; transformers' bf16 model keeps a bf16 cache too), fp32 with fp32 weights;
   // llm.kv_cache_dtype chooses (never kAuto here).
   KvCacheDtype cache_dtype_ = KvCacheDtype::kFp32;
+  // The cache's tensors and the bytes of one head's block in each (CopyBlocks' and the disk
+  // tier's view of a block: those bytes at each head, in each tensor).
+  std::vector<std::pair<const at::Tensor*, int64_t>> BlockSlices() const;
   int64_t CacheElementBytes() const {
     return cache_dtype_ == KvCacheDtype::kFp32 ? 4 : cache_dtype_ == KvCacheDtype::kBf16 ? 2 : 1;
   }
