@@ -3,6 +3,7 @@
 // run checked against a model of what each block of the cache holds.
 #include "llm/scheduler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -187,6 +188,83 @@ TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   plan = scheduler.Schedule();
   ASSERT_EQ(plan.ids.back(), 6u);
   EXPECT_EQ(plan.chunks.back().start, 0);
+}
+
+// The disk tier: blocks published by one scheduler (written out), found by a new one (a restart)
+// past what its memory holds, loaded into the newcomer's own blocks and skipped; a block whose
+// parent does not match ends the prefix there.
+TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
+  SchedulerOptions options;
+  options.slots = 2;
+  options.block_size = 2;
+  auto request = [](uint64_t id, std::vector<int32_t> prompt) {
+    ScheduledRequest r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_tokens = 2;
+    r.ignore_eos = true;
+    return r;
+  };
+  std::map<uint64_t, DiskBlock> disk;
+  int lookups = 0;
+  auto lookup = [&](uint64_t hash) -> std::optional<DiskBlock> {
+    ++lookups;
+    auto it = disk.find(hash);
+    if (it == disk.end()) return std::nullopt;
+    return it->second;
+  };
+  auto write_out = [&](Scheduler& scheduler) {
+    for (StoredBlock& stored : scheduler.TakeStoredBlocks()) {
+      disk[stored.hash] = DiskBlock{stored.parent, stored.tokens,
+                                    std::make_shared<const std::string>(fmt::format(
+                                        "{},{}", stored.tokens[0], stored.tokens[1]))};
+    }
+  };
+  std::vector<uint64_t> chain;  // The hashes of 1 2 | 3 4 | 5 6.
+  {
+    Scheduler first(options);
+    first.SetDiskTier(lookup);
+    first.Add(request(1, {1, 2, 3, 4, 5, 6, 7}));
+    while (first.running() + first.waiting() > 0) {
+      const StepPlan plan = first.Schedule();
+      EXPECT_TRUE(plan.loads.empty());  // Nothing on disk yet.
+      first.Update(plan, Sample(plan, 40));
+      write_out(first);
+    }
+  }
+  ASSERT_EQ(disk.size(), 4u);  // 1 2 | 3 4 | 5 6 | 7 40.
+  Scheduler restarted(options);
+  restarted.SetDiskTier(lookup);
+  restarted.Add(request(2, {1, 2, 3, 4, 5, 6, 8}));
+  StepPlan plan = restarted.Schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start, 6);  // Three blocks from disk, the last token to run.
+  EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{8}));
+  ASSERT_EQ(plan.loads.size(), 3u);
+  for (size_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(plan.loads[b].first, plan.chunks[0].blocks[b]);
+    EXPECT_EQ(*plan.loads[b].second, fmt::format("{},{}", 2 * b + 1, 2 * b + 2));
+  }
+  EXPECT_EQ(restarted.prefix_hits(), 6);
+  restarted.Update(plan, Sample(plan, 41));
+  // Loaded blocks are published: the next prompt with that prefix finds them in memory.
+  const int before = lookups;
+  restarted.Add(request(3, {1, 2, 3, 4, 9}));
+  plan = restarted.Schedule();
+  EXPECT_EQ(plan.chunks.back().start, 4);
+  EXPECT_TRUE(plan.loads.empty());
+  EXPECT_EQ(lookups, before);  // (4 tokens, short of the last: both blocks in memory.)
+
+  // A block on disk whose parent is not the prompt's previous block is not taken.
+  Scheduler third(options);
+  third.SetDiskTier(lookup);
+  for (auto& [hash, block] : disk) {
+    if (block.tokens == std::vector<int32_t>{3, 4}) block.parent ^= 1;
+  }
+  third.Add(request(4, {1, 2, 3, 4, 5, 6, 8}));
+  plan = third.Schedule();
+  ASSERT_EQ(plan.loads.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start, 2);
 }
 
 // n choices of one prompt: the others wait for the first's prompt to be cached, then share its
