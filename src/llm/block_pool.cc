@@ -161,7 +161,7 @@ uint64_t BlockPool::Publish(int32_t id, uint64_t parent, const int32_t* tokens, 
   parent_[i] = parent;
   tokens_[i].assign(tokens, tokens + block_size_);
   by_hash_.emplace(hash, id);
-  if (recording_stored_) stored_.push_back({id, hash, parent, tokens_[i]});
+  if (recording_stored_) stored_.push_back({id, hash, parent, tokens_[i], adapter});
   if (recording_) {
     // The chain's previous block was the last one stored: one event holds both.
     if (events_.empty() || events_.back().kind != KvEvent::Kind::kStored || first ||

@@ -37,6 +37,7 @@ struct StoredBlock {
   int32_t id = -1;
   uint64_t hash = 0, parent = 0;
   std::vector<int32_t> tokens;
+  uint64_t adapter = 0;  // The sequence's LoRA adapter (0: none).
 };
 
 class BlockPool {

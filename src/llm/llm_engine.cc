@@ -318,7 +318,8 @@ void LlmEngine::WriteThrough() {
   if (disk_in_use_ == nullptr) return;
   std::string data;
   for (StoredBlock& block : scheduler_.TakeStoredBlocks()) {
-    if (disk_in_use_->Contains(block.hash)) continue;
+    // An adapter's blocks stay in memory: their hashes hold for this process only.
+    if (block.adapter != 0 || disk_in_use_->Contains(block.hash)) continue;
     // Read now: the block is intact until the next step's plan hands it out again.
     if (Status read = model_->ReadKvBlock(block.id, &data); !read.ok()) {
       spdlog::warn("kv_cache_disk: {}", read.message());

@@ -138,7 +138,9 @@ StepPlan Scheduler::Schedule() {
     for (int b = 0; b < matched; ++b) {
       after_memory = pool_.Hash(after_memory, prompt.data() + static_cast<size_t>(b) * block);
     }
-    if (options_.prefix_caching && disk_lookup_) {
+    // Not for a LoRA adapter's sequences: an adapter's id, which salts its blocks' hashes, is
+    // the process's own, and another adapter may take it after a restart.
+    if (options_.prefix_caching && disk_lookup_ && seq.request.adapter == 0) {
       uint64_t parent = after_memory;
       for (int b = matched; b < (seq.prompt_size() - 1) / block; ++b) {
         const int32_t* want = prompt.data() + static_cast<size_t>(b) * block;

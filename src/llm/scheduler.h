@@ -130,6 +130,7 @@ class Scheduler {
   // The prefix cache's disk tier: a newcomer's prompt blocks past those cached in memory are
   // looked up with `lookup` (by hash; its parent and tokens are checked) and loaded instead of
   // computed; blocks published are kept for TakeStoredBlocks(), to be written there. Null: off.
+  // Sequences of a LoRA adapter do not look up (their salt holds for this process only).
   using DiskLookup = std::function<std::optional<DiskBlock>(uint64_t hash)>;
   void SetDiskTier(DiskLookup lookup) {
     disk_lookup_ = std::move(lookup);

@@ -265,6 +265,19 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   plan = third.Schedule();
   ASSERT_EQ(plan.loads.size(), 1u);
   EXPECT_EQ(plan.chunks[0].start, 2);
+
+  // A LoRA adapter's sequence neither looks up nor keeps its blocks for the disk.
+  Scheduler fourth(options);
+  fourth.SetDiskTier(lookup);
+  ScheduledRequest adapted = request(5, {1, 2, 3, 4, 5, 6, 8});
+  adapted.adapter = 3;
+  const int looked = lookups;
+  fourth.Add(adapted);
+  plan = fourth.Schedule();
+  EXPECT_TRUE(plan.loads.empty());
+  EXPECT_EQ(lookups, looked);
+  fourth.Update(plan, Sample(plan, 40));
+  for (const StoredBlock& stored : fourth.TakeStoredBlocks()) EXPECT_EQ(stored.adapter, 3u);
 }
 
 // n choices of one prompt: the others wait for the first's prompt to be cached, then share its
