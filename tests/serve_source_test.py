@@ -29,7 +29,8 @@ def check(condition, message):
 def greedy(port, prompt="hello world", tokens=8):
     """The served model's id and its greedy completion of `prompt`."""
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
-    ids = [m.id for m in client.models.list().data]
+    # Loaded ones: a repository's other language models are listed too, as "unloaded".
+    ids = [m.id for m in client.models.list().data if m.status["value"] == "loaded"]
     check(len(ids) == 1, f"one model served, got {ids}")
     reply = client.completions.create(model=ids[0], prompt=prompt, max_tokens=tokens,
                                       temperature=0, extra_body={"ignore_eos": True})
