@@ -23,6 +23,16 @@ ScheduledRequest Request(uint64_t id, int prompt_tokens, int max_tokens) {
   return r;
 }
 
+// A request for `prompt` exactly (prefix-cache tests), 2 tokens, EOS ignored.
+ScheduledRequest PromptRequest(uint64_t id, std::vector<int32_t> prompt) {
+  ScheduledRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = 2;
+  r.ignore_eos = true;
+  return r;
+}
+
 // Each sampling chunk gives `token` (once; drafts are all rejected).
 std::vector<std::vector<int32_t>> Sample(const StepPlan& plan, int32_t token = 7) {
   std::vector<std::vector<int32_t>> tokens(plan.chunks.size());
@@ -142,25 +152,17 @@ TEST(SchedulerTest, PrefixCachingReusesTheLongestCachedRunOfFullBlocks) {
   options.slots = 3;
   options.block_size = 2;
   Scheduler scheduler(options);
-  auto request = [](uint64_t id, std::vector<int32_t> prompt) {
-    ScheduledRequest r;
-    r.id = id;
-    r.prompt = std::move(prompt);
-    r.max_tokens = 2;
-    r.ignore_eos = true;
-    return r;
-  };
-  scheduler.Add(request(1, {1, 2, 3}));
-  scheduler.Add(request(2, {5, 6, 7, 8, 9}));
+  scheduler.Add(PromptRequest(1, {1, 2, 3}));
+  scheduler.Add(PromptRequest(2, {5, 6, 7, 8, 9}));
   while (scheduler.running() + scheduler.waiting() > 0) {
     const StepPlan plan = scheduler.Schedule();
     scheduler.Update(plan, Sample(plan, 40));
   }
   // Cached: 1 2 | 3 40 from the first (its last 40 never ran), 5 6 | 7 8 | 9 40 from the second.
-  scheduler.Add(request(3, {5, 6, 7, 8, 9, 40, 41, 42}));
-  scheduler.Add(request(4, {1, 2, 3}));  // Short of its last token: the block 1 2 only.
-  scheduler.Add(request(5, {5, 6, 99}));
-  scheduler.Add(request(6, {7, 8, 9}));  // 7 8 follows 5 6 in the cache: not a prefix of this.
+  scheduler.Add(PromptRequest(3, {5, 6, 7, 8, 9, 40, 41, 42}));
+  scheduler.Add(PromptRequest(4, {1, 2, 3}));  // Short of its last token: the block 1 2 only.
+  scheduler.Add(PromptRequest(5, {5, 6, 99}));
+  scheduler.Add(PromptRequest(6, {7, 8, 9}));  // 7 8 follows 5 6 in the cache: not a prefix of this.
   StepPlan plan = scheduler.Schedule();
   ASSERT_EQ(plan.ids, (std::vector<uint64_t>{3, 4, 5}));
   EXPECT_EQ(plan.chunks[0].start, 6);
@@ -197,14 +199,6 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   SchedulerOptions options;
   options.slots = 2;
   options.block_size = 2;
-  auto request = [](uint64_t id, std::vector<int32_t> prompt) {
-    ScheduledRequest r;
-    r.id = id;
-    r.prompt = std::move(prompt);
-    r.max_tokens = 2;
-    r.ignore_eos = true;
-    return r;
-  };
   std::map<uint64_t, DiskBlock> disk;
   int lookups = 0;
   auto lookup = [&](uint64_t hash) -> std::optional<DiskBlock> {
@@ -224,7 +218,7 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   {
     Scheduler first(options);
     first.SetDiskTier(lookup);
-    first.Add(request(1, {1, 2, 3, 4, 5, 6, 7}));
+    first.Add(PromptRequest(1, {1, 2, 3, 4, 5, 6, 7}));
     while (first.running() + first.waiting() > 0) {
       const StepPlan plan = first.Schedule();
       EXPECT_TRUE(plan.loads.empty());  // Nothing on disk yet.
@@ -235,7 +229,7 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   ASSERT_EQ(disk.size(), 4u);  // 1 2 | 3 4 | 5 6 | 7 40.
   Scheduler restarted(options);
   restarted.SetDiskTier(lookup);
-  restarted.Add(request(2, {1, 2, 3, 4, 5, 6, 8}));
+  restarted.Add(PromptRequest(2, {1, 2, 3, 4, 5, 6, 8}));
   StepPlan plan = restarted.Schedule();
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].start, 6);  // Three blocks from disk, the last token to run.
@@ -249,7 +243,7 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   restarted.Update(plan, Sample(plan, 41));
   // Loaded blocks are published: the next prompt with that prefix finds them in memory.
   const int before = lookups;
-  restarted.Add(request(3, {1, 2, 3, 4, 9}));
+  restarted.Add(PromptRequest(3, {1, 2, 3, 4, 9}));
   plan = restarted.Schedule();
   EXPECT_EQ(plan.chunks.back().start, 4);
   EXPECT_TRUE(plan.loads.empty());
@@ -261,7 +255,7 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   for (auto& [hash, block] : disk) {
     if (block.tokens == std::vector<int32_t>{3, 4}) block.parent ^= 1;
   }
-  third.Add(request(4, {1, 2, 3, 4, 5, 6, 8}));
+  third.Add(PromptRequest(4, {1, 2, 3, 4, 5, 6, 8}));
   plan = third.Schedule();
   ASSERT_EQ(plan.loads.size(), 1u);
   EXPECT_EQ(plan.chunks[0].start, 2);
@@ -269,7 +263,7 @@ TEST(SchedulerTest, ADiskTierGivesBackPublishedBlocksAfterARestart) {
   // A LoRA adapter's sequence neither looks up nor keeps its blocks for the disk.
   Scheduler fourth(options);
   fourth.SetDiskTier(lookup);
-  ScheduledRequest adapted = request(5, {1, 2, 3, 4, 5, 6, 8});
+  ScheduledRequest adapted = PromptRequest(5, {1, 2, 3, 4, 5, 6, 8});
   adapted.adapter = 3;
   const int looked = lookups;
   fourth.Add(adapted);
