@@ -1,6 +1,7 @@
 // The OpenAI-style routes that stop at the prompt: vLLM's /tokenize and /detokenize, and its
 // render routes (the prompt's token ids and sampling as a generation would run them, not run).
-// openai_handlers.cc holds the generating routes, embeddings, reranking, models and adapters.
+// openai_handlers.cc holds the generating routes, embeddings, reranking and adapters;
+// openai_model_routes.cc the model listing.
 #include <fmt/format.h>
 
 #include "common/json_writer.h"

@@ -183,6 +183,20 @@ bool ParseKvCacheDtype(std::string_view name, KvCacheDtype* dtype) {
   return false;
 }
 
+KvCacheDtype ResolvedKvCacheDtype(const LlmServeConfig& serve) {
+  if (serve.kv_cache_dtype != KvCacheDtype::kAuto) return serve.kv_cache_dtype;
+  return serve.precision == LlmPrecision::kFp32 ? KvCacheDtype::kFp32 : KvCacheDtype::kBf16;
+}
+
+int64_t KvBlockBytes(const ModelArchitecture& arch, const LlmServeConfig& serve) {
+  const KvCacheDtype dtype = ResolvedKvCacheDtype(serve);
+  // A position's row of one head: its values, and a q8_0 cache's scale per 32 of them.
+  const int64_t row = dtype == KvCacheDtype::kFp32   ? arch.head_dim * 4
+                      : dtype == KvCacheDtype::kBf16 ? arch.head_dim * 2
+                                                     : arch.head_dim + arch.head_dim / 32 * 4;
+  return int64_t{arch.layers} * 2 * arch.kv_heads * serve.kv_block_size * row;
+}
+
 Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   simdjson::dom::parser parser;
   element document;

@@ -154,6 +154,12 @@ struct LlmServeConfig {
 };
 
 // Parses config.json. Errors name the file and key.
+// The KV cache's element type as `serve` has it, auto resolved (bf16, or fp32 with fp32
+// weights); and one block's bytes in it: every layer's keys and values of kv_block_size
+// positions, with a q8_0 cache's scales (one fp32 per 32 values).
+KvCacheDtype ResolvedKvCacheDtype(const LlmServeConfig& serve);
+int64_t KvBlockBytes(const ModelArchitecture& arch, const LlmServeConfig& serve);
+
 Result<ModelArchitecture> ParseArchitecture(const std::string& config_json_path);
 // Parses the `llm:` section of config.yaml; a missing file gives the defaults. The context
 // length is checked against `architecture`.

@@ -154,16 +154,10 @@ Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
     estimate.kv_cache = serve->kv_cache_bytes;
     return estimate;
   }
-  // As LoadLlamaModel sizes it: slots x context, in blocks, at the cache's element size.
-  const KvCacheDtype dtype = serve->kv_cache_dtype != KvCacheDtype::kAuto ? serve->kv_cache_dtype
-                             : serve->precision == LlmPrecision::kFp32    ? KvCacheDtype::kFp32
-                                                                          : KvCacheDtype::kBf16;
-  const int64_t row = dtype == KvCacheDtype::kFp32   ? arch->head_dim * 4
-                      : dtype == KvCacheDtype::kQ8_0 ? arch->head_dim + arch->head_dim / 32 * 4
-                                                     : arch->head_dim * 2;
+  // As LoadLlamaModel sizes it: slots x context, in blocks.
   const int64_t block = serve->kv_block_size;
   const int64_t blocks = serve->slots * ((serve->context_length + block - 1) / block);
-  estimate.kv_cache = blocks * int64_t{arch->layers} * 2 * arch->kv_heads * block * row;
+  estimate.kv_cache = blocks * KvBlockBytes(*arch, *serve);
   return estimate;
 }
 

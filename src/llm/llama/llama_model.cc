@@ -81,11 +81,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   }
   model->weights_.dtype =
       options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
-  model->cache_dtype_ = options.serve.kv_cache_dtype;
-  if (model->cache_dtype_ == KvCacheDtype::kAuto) {
-    model->cache_dtype_ =
-        options.serve.precision == LlmPrecision::kFp32 ? KvCacheDtype::kFp32 : KvCacheDtype::kBf16;
-  }
+  model->cache_dtype_ = ResolvedKvCacheDtype(options.serve);
   if (model->cache_dtype_ == KvCacheDtype::kQ8_0 && model->arch_.head_dim % 32 != 0) {
     return Status::InvalidArgument(fmt::format(
         "{}: kv_cache_dtype q8_0 needs a head size that is a multiple of 32; this model's is {}",
@@ -123,10 +119,7 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
     const int64_t block = serve.kv_block_size;
     const int64_t per_slot = (serve.context_length + block - 1) / block;
     const bool q8_0 = model->cache_dtype_ == KvCacheDtype::kQ8_0;
-    // A position's row of one head: its values, and a q8_0 cache's scale per 32 of them.
-    const int64_t row_bytes =
-        a.head_dim * model->CacheElementBytes() + (q8_0 ? a.head_dim / 32 * 4 : 0);
-    const int64_t block_bytes = int64_t{a.layers} * 2 * a.kv_heads * block * row_bytes;
+    const int64_t block_bytes = KvBlockBytes(a, serve);
     const int64_t blocks =
         serve.kv_cache_bytes > 0 ? serve.kv_cache_bytes / block_bytes : serve.slots * per_slot;
     if (blocks < per_slot) {
