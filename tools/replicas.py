@@ -8,8 +8,9 @@ at --connections for --duration seconds. Meanwhile:
     listener closes, in-flight work drains) and is started again once it exits: a rolling update;
   at --crash-at s: replica 2 gets SIGKILL and is started again --crash-restart-after s later.
 Prints a table of requests, errors and p50/p99 latency before, during and after each event, from
-the bench's per-request samples, and writes it as JSON (--out). Every process it starts it stops
-by its PID.
+the bench's per-request samples (a request that failed in flight at the SIGKILL counts as the
+crash's), each restarted replica's start-up under load (exec to ready), and writes it all as JSON
+(--out). Every process it starts it stops by its PID.
 
     .venv/bin/python tools/replicas.py --sluice build/sluice --model-repository models \\
         --model fashion_mnist --duration 30 --rolling-at 8 --crash-at 18
@@ -145,9 +146,18 @@ def phases_table(samples, events, duration):
     bounds.append(("after the rolling update", events["rolling_ready"], events["sigkill"]))
     bounds.append(("crash (SIGKILL -> back ready)", events["sigkill"], events["crash_ready"]))
     bounds.append(("after the crash", events["crash_ready"], duration + 1))
+    crash = events["sigkill"]
+
+    def phase_start(s):
+        # A request that failed while in flight at the SIGKILL is the crash's, whenever it began.
+        if s["outcome"] != "ok" and s["request_time_s"] < crash <= s["request_time_s"] + s[
+                "latency_s"]:
+            return crash
+        return s["request_time_s"]
+
     rows = []
     for name, start, end in bounds:
-        inside = [s for s in samples if start <= s["request_time_s"] < end]
+        inside = [s for s in samples if start <= phase_start(s) < end]
         latencies = sorted(s["latency_s"] * 1e3 for s in inside if s["outcome"] == "ok")
         errors = [s["outcome"] for s in inside if s["outcome"] != "ok"]
 
@@ -165,23 +175,55 @@ def phases_table(samples, events, duration):
     return rows
 
 
-def refusing_repository(args, workdir):
-    """A copy of the model that refuses most of what it is sent: one request queued at most,
-    each held 200 ms for company (the model's files linked, its config.yaml changed)."""
+def changed_repository(args, workdir, name, change):
+    """A repository holding a copy of the model (its files linked) whose config.yaml `change`
+    edits; the repository's path."""
     source = os.path.join(args.model_repository, args.model)
-    target = os.path.join(workdir, "refusing", args.model)
+    target = os.path.join(workdir, name, args.model)
     os.makedirs(target)
-    for name in os.listdir(source):
-        if name != "config.yaml":
-            os.symlink(os.path.join(os.path.abspath(source), name), os.path.join(target, name))
+    for entry in os.listdir(source):
+        if entry != "config.yaml":
+            os.symlink(os.path.join(os.path.abspath(source), entry), os.path.join(target, entry))
     with open(os.path.join(source, "config.yaml")) as f:
         config = yaml.safe_load(f)
-    config["dynamic_batching"] = {"policy": "fixed", "max_queue_delay_us": 200000,
-                                  "max_queue_size": 1}
-    config["instances"] = {"count": 1, "threads": 1}
+    change(config)
     with open(os.path.join(target, "config.yaml"), "w") as f:
         yaml.safe_dump(config, f)
     return os.path.dirname(target)
+
+
+def reshaped(args, config):
+    """--input-shape: the model's one input and output given that shape (for `identity`, whose
+    TorchScript returns its input whatever the shape: requests the size of a real model's)."""
+    if args.input_shape:
+        shape = [int(d) for d in args.input_shape.split(",")]
+        config["inputs"][0]["shape"] = shape
+        config["outputs"][0]["shape"] = shape
+
+
+def refusing_repository(args, workdir):
+    """A copy of the model that refuses most of what it is sent: one request queued at most,
+    each held 200 ms for company."""
+    def change(config):
+        reshaped(args, config)
+        config["dynamic_batching"] = {"policy": "fixed", "max_queue_delay_us": 200000,
+                                      "max_queue_size": 1}
+        config["instances"] = {"count": 1, "threads": 1}
+    return changed_repository(args, workdir, "refusing", change)
+
+
+def serving_repository(args, workdir):
+    """The repository the healthy replicas serve: the model as it is, or reshaped, or with other
+    warm-up batch sizes."""
+    if not args.input_shape and not args.warmup_batch_sizes:
+        return args.model_repository
+
+    def change(config):
+        reshaped(args, config)
+        if args.warmup_batch_sizes:
+            config.setdefault("warmup", {})["batch_sizes"] = [
+                int(b) for b in args.warmup_batch_sizes.split(",")]
+    return changed_repository(args, workdir, "serving", change)
 
 
 def bench_through(args, port, results, duration):
@@ -204,7 +246,8 @@ def retry_503_check(args):
     none, each sent again to another replica."""
     with tempfile.TemporaryDirectory() as workdir:
         args.workdir = workdir
-        replicas = [Replica(args, i, refusing_repository(args, workdir) if i == 0 else None)
+        serving = serving_repository(args, workdir)
+        replicas = [Replica(args, i, refusing_repository(args, workdir) if i == 0 else serving)
                     for i in range(args.replicas)]
         haproxy = None
         outcome = {}
@@ -257,6 +300,13 @@ def main():
     parser.add_argument("--crash-restart-after", type=float, default=1)
     parser.add_argument("--drain-delay", type=float, default=2)
     parser.add_argument("--haproxy", default="/usr/sbin/haproxy")
+    parser.add_argument("--input-shape",
+                        help="serve the model with this input and output shape (e.g. 3,224,224: "
+                        "requests the size of resnet18's, 602 KB in binary), through a copy of its "
+                        "config; for `identity`")
+    parser.add_argument("--warmup-batch-sizes",
+                        help="serve the model with these warm-up batch sizes (e.g. 1,2,4,8): "
+                        "what start-up under load costs with them")
     parser.add_argument("--out", help="write the table as JSON here")
     parser.add_argument("--require-no-errors", action="store_true",
                         help="fail on any failed request, the crash's included")
@@ -269,7 +319,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as workdir:
         args.workdir = workdir
-        replicas = [Replica(args, i) for i in range(args.replicas)]
+        serving = serving_repository(args, workdir)
+        replicas = [Replica(args, i, serving) for i in range(args.replicas)]
         haproxy = bench = None
         try:
             start_all(replicas)
@@ -297,6 +348,7 @@ def main():
             code = rolling.process.wait(timeout=60)
             events["rolling_exit"] = time.monotonic() - origin
             events["rolling_exit_code"] = code
+            events["rolling_started"] = time.monotonic() - origin
             rolling.start()
             wait_ready(rolling.port)
             events["rolling_ready"] = time.monotonic() - origin
@@ -306,6 +358,7 @@ def main():
             crashed.signal(signal.SIGKILL)
             crashed.process.wait()
             time.sleep(args.crash_restart_after)
+            events["crash_started"] = time.monotonic() - origin
             crashed.start()
             wait_ready(crashed.port)
             events["crash_ready"] = time.monotonic() - origin
@@ -338,6 +391,11 @@ def main():
           f"(exit {events['rolling_exit_code']} at {events['rolling_exit']:.1f} s, ready again at "
           f"{events['rolling_ready']:.1f} s); replica 2 SIGKILL at {events['sigkill']:.1f} s "
           f"(ready again at {events['crash_ready']:.1f} s)")
+    startup = {"rolling": events["rolling_ready"] - events["rolling_started"],
+               "crash": events["crash_ready"] - events["crash_started"]}
+    events["startup_s"] = startup
+    print(f"start-up under load (exec to ready): {startup['rolling']:.2f} s after the rolling "
+          f"update, {startup['crash']:.2f} s after the crash")
     print(f"| phase | from s | to s | requests | errors | p50 ms | p99 ms |")
     print(f"|---|---|---|---|---|---|---|")
     for row in rows:

@@ -19,8 +19,7 @@ namespace sluice {
 struct LoadReport {
   double load_seconds = 0;      // Reading and deserialising the model file.
   double optimize_seconds = 0;  // Freeze / optimise / precision and layout conversion.
-  double warmup_seconds = 0;    // Warm-up runs at the configured batch sizes (and, under the
-                                // adaptive policy, every power of two up to the limit).
+  double warmup_seconds = 0;    // Warm-up runs at the configured batch sizes.
   std::string runtime;          // e.g. "libtorch 1.13.0".
   // Per warm-up batch size, the seconds of its last warm-up run: the first costs the batcher's
   // cost model knows.

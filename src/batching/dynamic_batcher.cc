@@ -475,7 +475,7 @@ BatcherPoll DynamicBatcher::PollLocked(Clock::time_point now) {
   if (known < samples && 2 * known > samples) {
     // A size never run is cold: its first run builds the kernels' plans for a new shape (seen at
     // 2-3x a warm run's time). Send the largest prefix of a size already run, when that is more
-    // than half the batch (the warm-up runs every power of two); the rest goes in the next.
+    // than half the batch; the rest goes in the next.
     CutPrefixLocked(known, count, samples);
   }
   poll.batch.requests.reserve(count);

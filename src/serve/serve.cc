@@ -190,7 +190,8 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
        .keep_alive = std::chrono::duration_cast<std::chrono::milliseconds>(options.keep_alive),
        .max_loaded_models = options.max_loaded_models,
        .llm_sizer = llm_sizer,
-       .max_model_memory = options.max_model_memory});
+       .max_model_memory = options.max_model_memory,
+       .available_memory = nullptr});
   // Language models first, and each must load: one that cannot stops the start.
   for (const std::string& name : llm_names) {
     SLUICE_RETURN_IF_ERROR(repository_handlers.LoadLanguageModel(name));
