@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Language models on demand in the real `sluice serve` (as Ollama and llama.cpp's router serve
 them): a request naming a language model of the repository that is not loaded starts its load and
-is answered 503 with Retry-After (the OpenAI SDK's own retries then get the answer); one loaded so
+waits for it (requests at once share the one load; a client that leaves meanwhile harms nothing;
+with --load-wait 0 it is answered 503 with Retry-After, and the OpenAI SDK's own retries then get
+the answer); one loaded so
 is unloaded once idle for --keep-alive; past --max-loaded-models, or past --max-model-memory by
 the models' estimated sizes, the least recently used idle one is unloaded first; a model larger
 than the budget, or than the machine's memory, is refused naming the sizes (at start, the server
@@ -10,9 +12,11 @@ does not start); a model whose load fails says why, and is not loaded again at e
 
 Usage: tests/llm_on_demand_test.py SLUICE TEST_MODELS
 """
+import concurrent.futures
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -60,17 +64,20 @@ def main():
                               "--llm-threads", "1"]) as port:
             check(index(port) == {"a": "READY", "b": "UNAVAILABLE", "c": "UNAVAILABLE",
                                   "broken": "UNAVAILABLE"}, f"index at start: {index(port)}")
-            # The first request for b starts its load: 503 with Retry-After, naming the model.
-            status, headers, data = complete(port, "b")
-            error = json.loads(data)["error"]
-            check(status == 503 and int(headers.get("Retry-After", "0")) >= 1 and
-                  "'b' is loading" in error["message"] and error["param"] == "model",
-                  f"first request for b: {status} {headers} {data[:300]}")
-            wait_for(lambda: index(port)["b"] == "READY", "b to load")
-            status, _, data = complete(port, "b")
-            check(status == 200, f"b once loaded: {status} {data[:200]}")
-            # The OpenAI SDK's own retries (it follows Retry-After) get c's answer whole. c makes a
-            # third language model: a (loaded at start, unused since) is the least recently used
+            # A client that asks for b and leaves at once: b's load starts, the server goes on.
+            body = json.dumps({"model": "b", "prompt": "hello", "max_tokens": 4}).encode()
+            with socket.create_connection(("127.0.0.1", port)) as gone:
+                gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: " +
+                             str(len(body)).encode() + b"\r\n\r\n" + body)
+            # Four requests for b at once wait for its one load, and each gets its answer.
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                answers = list(pool.map(lambda _: complete(port, "b"), range(4)))
+            check([a[0] for a in answers] == [200] * 4,
+                  f"requests for b waiting for its load: {[(a[0], a[2][:200]) for a in answers]}")
+            check(index(port)["b"] == "READY", f"b after its load: {index(port)}")
+            # The OpenAI SDK gets c's answer whole, its first request waiting for the load. c makes
+            # a third language model: a (loaded at start, unused since) is the least recently used
             # idle one and is unloaded for it; b, used last, stays.
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                    max_retries=8)
@@ -97,11 +104,11 @@ def main():
                      timeout=keep_alive + 20)
             check(time.monotonic() - started >= keep_alive - 0.5,
                   "unloaded before their keep_alive")
-            # A model that fails to load says why, and the next requests are told the same
-            # without a load each.
-            check(complete(port, "broken")[0] == 503, "broken's first request")
-            wait_for(lambda: "failed to load" in complete(port, "broken")[2].decode(),
-                     "broken's load to fail")
+            # A model that fails to load says why (its first request waited for the load), and
+            # the next requests are told the same without a load each.
+            status, _, data = complete(port, "broken")
+            check(status == 503 and "failed to load" in data.decode(),
+                  f"broken's first request: {status} {data[:300]}")
             status, headers, data = complete(port, "broken")
             check(status == 503 and int(headers.get("Retry-After", "0")) > 1 and
                   "failed to load" in json.loads(data)["error"]["message"],
@@ -138,8 +145,20 @@ def main():
                 os.symlink(os.path.join(test_models, "tiny_llm", name), os.path.join(huge, name))
         with open(os.path.join(huge, "config.yaml"), "w") as f:
             f.write("llm:\n  kv_cache_bytes: 1099511627776000\n")  # 1,000 TiB
+        # --load-wait 0: the request that starts a load is answered at once, 503 with
+        # Retry-After naming the model; the OpenAI SDK's own retries (it follows Retry-After) get
+        # the answer whole.
         with serving(sluice, ["--model-repository", repository, "--model", "a",
-                              "--llm-threads", "1"]) as port:
+                              "--load-wait", "0", "--llm-threads", "1"]) as port:
+            status, headers, data = complete(port, "b")
+            error = json.loads(data)["error"]
+            check(status == 503 and int(headers.get("Retry-After", "0")) >= 1 and
+                  "'b' is loading" in error["message"] and error["param"] == "model",
+                  f"first request for b with --load-wait 0: {status} {headers} {data[:300]}")
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                                   max_retries=8)
+            reply = client.completions.create(model="c", prompt="hello", max_tokens=4)
+            check(reply.usage.completion_tokens >= 1, f"c through the SDK's retries: {reply}")
             check(complete(port, "huge")[0] == 503, "huge's first request")
             wait_for(lambda: "the machine has" in complete(port, "huge")[2].decode(),
                      "huge's load to be refused")

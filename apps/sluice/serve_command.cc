@@ -126,10 +126,15 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                 "Allow POST /v2/repository/models/{model}/load and /unload (off: 403)");
   app->add_flag("--no-autoload{false}", cmd.options.autoload,
                 "Do not load a language model of the repository when a request names it (on: "
-                "the request gets 503 with Retry-After while it loads)");
+                "the request waits for the load, --load-wait at most)");
   app->add_option("--keep-alive", cmd.keep_alive_seconds,
                   "Seconds a language model loaded by a request stays loaded when idle (0: "
                   "until unloaded)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--load-wait", cmd.load_wait_seconds,
+                  "Seconds a request waits for its language model's load at most; then, or "
+                  "with 0, it is answered 503 with Retry-After while the model loads")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--max-loaded-models", cmd.options.max_loaded_models,
@@ -200,6 +205,7 @@ int RunServeCommand(ServeCommand& cmd) {
   options.drain_delay = Seconds(cmd.drain_seconds);
   options.shutdown_grace = Seconds(cmd.grace_seconds);
   options.keep_alive = Seconds(cmd.keep_alive_seconds);
+  options.load_wait = Seconds(cmd.load_wait_seconds);
   ProfileSwitch& profile = cmd.profile;
   BackendLoader loader = LoadSharedBackend;
   auto profile_log = std::make_shared<ProfileLog>();

@@ -20,6 +20,7 @@ struct ServeCommand {
   double drain_seconds = ServeOptions{}.drain_delay.count();
   double grace_seconds = ServeOptions{}.shutdown_grace.count();
   double keep_alive_seconds = ServeOptions{}.keep_alive.count();
+  double load_wait_seconds = ServeOptions{}.load_wait.count();
 };
 
 // Adds the `serve` subcommand to `parent`, its flags writing into `cmd`.

@@ -293,7 +293,11 @@ void AnthropicHandlers::Messages(const HttpRequest& request, const PathParams&, 
     return respond(AnthropicError(Status::InvalidArgument(error->message)));
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
-  if (!found.ok()) return respond(AnthropicError(found.status()));
+  if (!found.ok()) {
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &AnthropicHandlers::Messages))) return;
+    return respond(AnthropicError(found.status()));
+  }
+
   std::shared_ptr<llm::LlmEngine> engine = *found;
   if (auto refusal = ApplyThinking(*engine, parsed)) return respond(AnthropicError(*refusal));
   auto writer = std::make_shared<MessageWriter>();
@@ -314,7 +318,11 @@ void AnthropicHandlers::CountTokens(const HttpRequest& request, const PathParams
     return respond(AnthropicError(Status::InvalidArgument(error->message)));
   }
   auto found = service_.Find(parsed.model);
-  if (!found.ok()) return respond(AnthropicError(found.status()));
+  if (!found.ok()) {
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &AnthropicHandlers::CountTokens))) return;
+    return respond(AnthropicError(found.status()));
+  }
+
   const llm::LlmEngine& engine = **found;
   if (auto refusal = ApplyThinking(engine, parsed)) return respond(AnthropicError(*refusal));
   // The prompt as a generation would run it: the template's, with tools and the reply's opening.

@@ -53,6 +53,9 @@ struct HttpRequest {
   // its encoding (SetEngineTimes, End(kRespond / kEncode)) before it responds; the server stamps
   // the rest. Touched by one thread at a time: the connection's, or the one its Poster ran on.
   std::shared_ptr<RequestTrace> trace;
+  // Set on a request handled again after waiting for its model's load (WaitForLoad): it waits
+  // no more.
+  bool waited_for_load = false;
 };
 
 // The query string's parameters in order, names and values percent-decoded ('+' as a space); a

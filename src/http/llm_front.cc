@@ -33,6 +33,79 @@ std::string RandomId(std::string_view prefix) {
 
 namespace {
 
+// A request waiting for its model's load: its answer, and its link to the client (whether the
+// client left; the cancel of what the second run started).
+struct ParkedRequest {
+  Mutex mu;
+  Responder respond GUARDED_BY(mu);
+  bool gone GUARDED_BY(mu) = false;
+  std::function<void()> cancel GUARDED_BY(mu);
+};
+
+}  // namespace
+
+bool WaitForLoad(const llm::GenerationService& service, const Status& status,
+                 const std::string& model, const HttpRequest& request, Responder& respond,
+                 LoadWaitHandler handle) {
+  if (status.code() != StatusCode::kUnavailable || request.waited_for_load || !request.post) {
+    return false;
+  }
+  auto parked = std::make_shared<ParkedRequest>();
+  // The copy holds the body, its memory reservation and its admission ticket while it waits.
+  auto again = std::make_shared<HttpRequest>(request);
+  again->waited_for_load = true;
+  again->on_disconnect = [parked](std::function<void()> cancel) {
+    {
+      MutexLock lock(parked->mu);
+      if (!parked->gone) {
+        parked->cancel = std::move(cancel);
+        return;
+      }
+    }
+    cancel();
+  };
+  {
+    MutexLock lock(parked->mu);
+    parked->respond = std::move(respond);
+  }
+  auto resume = [parked, again, handle = std::move(handle)] {
+    const Poster post = again->post;
+    post([parked, again, handle] {
+      Responder answer;
+      bool gone;
+      {
+        MutexLock lock(parked->mu);
+        answer = std::move(parked->respond);
+        gone = parked->gone;
+      }
+      if (gone) {
+        return answer(
+            HttpResponse::Error(Status::Cancelled("the client left while its model loaded")));
+      }
+      handle(*again, std::move(answer));
+    });
+  };
+  if (!service.WhenLoaded(model, std::move(resume))) {
+    MutexLock lock(parked->mu);
+    respond = std::move(parked->respond);
+    return false;
+  }
+  if (request.on_disconnect) {
+    request.on_disconnect([parked] {
+      std::function<void()> cancel;
+      {
+        MutexLock lock(parked->mu);
+        parked->gone = true;
+        cancel = std::move(parked->cancel);
+      }
+      if (cancel) cancel();
+    });
+  }
+  return true;
+}
+
+namespace {
+
 // The bytes an event's rendering is expected to take, counted against the stream's bound until
 // the connection takes it: its text, and the JSON around it.
 size_t RenderedSize(const llm::ChoiceEvent& event) {

@@ -71,6 +71,25 @@ inline std::function<void(HttpResponse)> AnswerOnce(Responder respond) {
   };
 }
 
+// A request whose model Find() answered kUnavailable (`status`) waits for the model's load where
+// the service lets it (GenerationService::WhenLoaded): true when it does, `respond` then taken and
+// `handle` run again with a copy of the request, on its connection's thread, once the load has
+// run or the wait has passed (the copy waits no more: Find's answer then stands). A client that
+// leaves meanwhile is answered kCancelled without a second run. False: answer `status` now.
+using LoadWaitHandler = std::function<void(const HttpRequest&, Responder)>;
+bool WaitForLoad(const llm::GenerationService& service, const Status& status,
+                 const std::string& model, const HttpRequest& request, Responder& respond,
+                 LoadWaitHandler handle);
+
+// A route of `front` (one whose path has no parameters) as WaitForLoad runs it again.
+template <typename Front>
+LoadWaitHandler RunAgain(Front* front,
+                         void (Front::*route)(const HttpRequest&, const PathParams&, Responder)) {
+  return [front, route](const HttpRequest& request, Responder respond) {
+    (front->*route)(request, PathParams{}, std::move(respond));
+  };
+}
+
 // One reply's writer: the generation service's events made into a front's JSON, off the engine's
 // loop. A streamed reply's events are rendered on the connection's I/O thread as it takes them
 // from the stream (StreamChoice, StreamFailure: one at a time, in the events' order); a whole

@@ -163,5 +163,115 @@ TEST(FrontReplyTest, AClientTooSlowToReadCancelsTheGeneration) {
   EXPECT_TRUE(writer->calls.empty());
 }
 
+// WaitForLoad's side of a request waiting for its model: a fake load waiter keeps the resumes, a
+// Poster runs work at once (on the thread that resumes), and a disconnect is fired by hand.
+class WaitForLoadTest : public ::testing::Test {
+ protected:
+  WaitForLoadTest() : service_({}) {
+    service_.SetLoadWaiter([this](const std::string& model, std::function<void()> resume) {
+      if (!accept_) return false;
+      waited_for_.push_back(model);
+      resumes_.push_back(std::move(resume));
+      return true;
+    });
+    request_.body = "the body";
+    request_.post = [](std::function<void()> work) { work(); };
+    request_.on_disconnect = [this](std::function<void()> cancel) {
+      ++disconnect_registrations_;
+      disconnect_ = std::move(cancel);
+    };
+  }
+
+  // A responder that counts its answers and keeps the last.
+  Responder Counting() {
+    return [this](HttpResponse response) {
+      ++answers_;
+      last_ = std::move(response);
+    };
+  }
+
+  llm::GenerationService service_;
+  bool accept_ = true;
+  std::vector<std::string> waited_for_;
+  std::vector<std::function<void()>> resumes_;
+  HttpRequest request_;
+  int disconnect_registrations_ = 0;
+  std::function<void()> disconnect_;
+  int answers_ = 0;
+  HttpResponse last_;
+  const Status loading_ = Status::Unavailable("language model 'm' is loading");
+};
+
+TEST_F(WaitForLoadTest, OnlyALoadingModelsRequestWaitsAndTheRespondStaysOtherwise) {
+  Responder respond = Counting();
+  int runs = 0;
+  auto again = [&](const HttpRequest&, Responder) { ++runs; };
+  EXPECT_FALSE(WaitForLoad(service_, Status::NotFound("no model 'm'"), "m", request_, respond,
+                           again));
+  accept_ = false;  // The model is not loading (or too many wait).
+  EXPECT_FALSE(WaitForLoad(service_, loading_, "m", request_, respond, again));
+  ASSERT_TRUE(respond);
+  respond(HttpResponse::Json(503, "{}"));
+  EXPECT_EQ(answers_, 1);
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(disconnect_registrations_, 0);
+  // A request run again after its wait waits no more: Find's answer then stands.
+  accept_ = true;
+  HttpRequest again_request = request_;
+  again_request.waited_for_load = true;
+  Responder second = Counting();
+  EXPECT_FALSE(WaitForLoad(service_, loading_, "m", again_request, second, again));
+  EXPECT_TRUE(waited_for_.empty());
+}
+
+TEST_F(WaitForLoadTest, TheRequestRunsAgainOnceWithItsBodyAndItsOneAnswer) {
+  Responder respond = Counting();
+  std::vector<std::string> bodies;
+  auto again = [&](const HttpRequest& r, Responder d) {
+    EXPECT_TRUE(r.waited_for_load);
+    bodies.push_back(r.body);
+    d(HttpResponse::Json(200, "{}"));
+  };
+  ASSERT_TRUE(WaitForLoad(service_, loading_, "m", request_, respond, again));
+  EXPECT_EQ(waited_for_, std::vector<std::string>{"m"});
+  EXPECT_EQ(disconnect_registrations_, 1);  // Watched while it waits.
+  EXPECT_EQ(answers_, 0);
+  ASSERT_EQ(resumes_.size(), 1u);
+  resumes_[0]();
+  EXPECT_EQ(bodies, std::vector<std::string>{"the body"});
+  EXPECT_EQ(answers_, 1);
+  EXPECT_EQ(last_.status, 200);
+}
+
+TEST_F(WaitForLoadTest, AClientThatLeavesWhileItWaitsIsNotRunAgain) {
+  Responder respond = Counting();
+  int runs = 0;
+  ASSERT_TRUE(WaitForLoad(service_, loading_, "m", request_, respond,
+                          [&](const HttpRequest&, Responder) { ++runs; }));
+  ASSERT_TRUE(disconnect_);
+  disconnect_();
+  resumes_[0]();
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(answers_, 1);  // Still one answer, for the connection's accounting.
+  EXPECT_EQ(last_.status, 499);  // Client closed request.
+}
+
+TEST_F(WaitForLoadTest, ALeaveAfterTheSecondRunCancelsWhatItStarted) {
+  Responder respond = Counting();
+  int cancels = 0;
+  Responder kept;
+  ASSERT_TRUE(WaitForLoad(service_, loading_, "m", request_, respond,
+                          [&](const HttpRequest& r, Responder d) {
+                            r.on_disconnect([&] { ++cancels; });
+                            kept = std::move(d);  // Still generating.
+                          }));
+  resumes_[0]();
+  EXPECT_EQ(cancels, 0);
+  disconnect_();
+  EXPECT_EQ(cancels, 1);
+  kept(HttpResponse::Json(200, "{}"));
+  EXPECT_EQ(answers_, 1);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -402,7 +402,10 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = service_.Find(parsed.model);
-  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  if (!found.ok()) {
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Embeddings))) return;
+    return respond(OpenAiError(found.status(), "model"));
+  }
   std::shared_ptr<llm::LlmEngine> engine = *found;
   if (engine->config().pooling == llm::Pooling::kNone) {
     return respond(
@@ -466,7 +469,11 @@ void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Respo
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = service_.Find(parsed.model);
-  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  if (!found.ok()) {
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Rerank))) return;
+    return respond(OpenAiError(found.status(), "model"));
+  }
+
   std::shared_ptr<llm::LlmEngine> engine = *found;
   if (!engine->model().classifies() || engine->model().row_width() != 1) {
     return respond(OpenAiError(
@@ -607,7 +614,11 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
-  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  if (!found.ok()) {
+    auto again = [this, chat](const HttpRequest& r, Responder d) { Generate(r, chat, std::move(d)); };
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, again)) return;
+    return respond(OpenAiError(found.status(), "model"));
+  }
   std::shared_ptr<llm::LlmEngine> engine = *found;
   auto writer = std::make_shared<Writer>(engine->shared_tokenizer(), parsed.n);
   writer->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", NextReplyId());

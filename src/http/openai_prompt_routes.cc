@@ -19,7 +19,11 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
   }
   std::shared_ptr<const llm::LoraAdapter> adapter;  // Its base model's tokenizer.
   auto engine = service_.Find(parsed.model, &adapter);
-  if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
+  if (!engine.ok()) {
+    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Tokenize))) return;
+    return respond(OpenAiError(engine.status(), "model"));
+  }
+
   if (parsed.chat) {
     auto rendered =
         llm::GenerationService::RenderChat(**engine, parsed.messages, parsed.add_generation_prompt);
@@ -43,7 +47,11 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto engine = service_.Find(parsed.model);
-  if (!engine.ok()) return respond(OpenAiError(engine.status(), "model"));
+  if (!engine.ok()) {
+    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Detokenize))) return;
+    return respond(OpenAiError(engine.status(), "model"));
+  }
+
   const int64_t vocab = (*engine)->model().architecture().vocab_size;
   std::vector<int32_t> ids;
   for (const int64_t id : parsed.tokens) {
@@ -81,7 +89,11 @@ void OpenAiHandlers::Render(const HttpRequest& request, bool chat, Responder res
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
-  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  if (!found.ok()) {
+    auto again = [this, chat](const HttpRequest& r, Responder d) { Render(r, chat, std::move(d)); };
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, again)) return;
+    return respond(OpenAiError(found.status(), "model"));
+  }
   std::string param;
   auto prepared = llm::GenerationService::PreparePrompt(**found, parsed, &param);
   if (!prepared.ok()) return respond(OpenAiError(prepared.status(), param));

@@ -206,6 +206,12 @@ void RepositoryHandlers::Start() {
     options_.llm_service->SetAutoloader(
         [this](const std::string& name) { return Autoload(name); });
     options_.llm_service->SetCatalog([this] { return Unloaded(); });
+    if (options_.load_wait.count() > 0) {
+      options_.llm_service->SetLoadWaiter([this](const std::string& name,
+                                                 std::function<void()> resume) {
+        return WhenLoaded(name, std::move(resume));
+      });
+    }
   }
   if (options_.autoload || options_.max_loaded_models > 0) {
     watcher_ = std::thread([this] { Watch(); });
@@ -219,6 +225,43 @@ void RepositoryHandlers::Stop() {
   }
   wake_.SignalAll();
   if (watcher_.joinable()) watcher_.join();
+  Resume("", /*expired_only=*/false);  // Each is answered that the server is shutting down.
+}
+
+bool RepositoryHandlers::WhenLoaded(const std::string& name, std::function<void()> resume) {
+  MutexLock lock(mu_);
+  auto pending = changing_.find(name);
+  if (stopping_ || pending == changing_.end() || pending->second.state != "LOADING" ||
+      waiting_ >= options_.max_load_waiters) {
+    return false;
+  }
+  waiters_[name].push_back(
+      Waiter{std::chrono::steady_clock::now() + options_.load_wait, std::move(resume)});
+  ++waiting_;
+  return true;
+}
+
+void RepositoryHandlers::Resume(const std::string& name, bool expired_only) {
+  std::vector<std::function<void()>> resumes;
+  {
+    MutexLock lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (!name.empty() && it->first != name) {
+        ++it;
+        continue;
+      }
+      auto& list = it->second;
+      auto keep = std::stable_partition(list.begin(), list.end(), [&](const Waiter& w) {
+        return expired_only && w.until > now;
+      });
+      for (auto w = keep; w != list.end(); ++w) resumes.push_back(std::move(w->resume));
+      waiting_ -= static_cast<size_t>(list.end() - keep);
+      list.erase(keep, list.end());
+      it = list.empty() ? waiters_.erase(it) : std::next(it);
+    }
+  }
+  for (auto& resume : resumes) resume();
 }
 
 std::optional<Status> RepositoryHandlers::Autoload(const std::string& name) {
@@ -378,6 +421,7 @@ void RepositoryHandlers::Watch() {
       wake_.WaitFor(lock, std::chrono::seconds(1));
       if (stopping_) return;
     }
+    Resume("", /*expired_only=*/true);  // Their wait passed: 503 with Retry-After.
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::string> expired;
     for (const auto& [name, engine] : options_.llm_service->models()) {
@@ -587,6 +631,13 @@ bool RepositoryHandlers::Change(const std::string& name, bool load,
     Status status = load ? LoadModel(name) : UnloadModel(name);
     finished();
     (*shared_done)(std::move(status));
+    // Requests waiting for the model find it loaded, or why it is not, once nothing is pending.
+    bool idle;
+    {
+      MutexLock lock(mu_);
+      idle = changing_.count(name) == 0;
+    }
+    if (idle) Resume(name, /*expired_only=*/false);
   });
   if (!queued) {
     finished();

@@ -10,10 +10,11 @@
 // With model control off, load and unload answer 403: a server exposed to clients cannot have its
 // models swapped by them unless its operator says so.
 // Language models on demand (as Ollama and llama.cpp's router serve them): a request for one in
-// the repository that is not loaded starts its load and is answered 503 with Retry-After (clients
-// that retry, the OpenAI SDK among them, get their answer once it has loaded); one loaded so and
-// idle for keep_alive is unloaded; past max_loaded_models, the least recently used idle language
-// model is unloaded before another loads.
+// the repository that is not loaded starts its load and waits for it (load_wait at most; then, or
+// where waits are off, 503 with Retry-After: clients that retry, the OpenAI SDK among them, get
+// their answer once it has loaded); one loaded so and idle for keep_alive is unloaded; past
+// max_loaded_models, the least recently used idle language model is unloaded before another
+// loads.
 #pragma once
 
 #include <chrono>
@@ -60,6 +61,11 @@ struct RepositoryOptions {
   bool autoload = false;
   // An idle language model loaded by a request is unloaded after this long (zero: kept).
   std::chrono::milliseconds keep_alive{0};
+  // A request for a language model that is loading waits this long at most for the load (zero:
+  // answered 503 with Retry-After at once); max_load_waiters wait at once at most, the others
+  // are answered at once.
+  std::chrono::milliseconds load_wait{0};
+  size_t max_load_waiters = 1024;
   // Language models loaded at once at most (0: no limit): a load past it unloads the least
   // recently used idle one first, or is refused (503) where every one is busy.
   int max_loaded_models = 0;
@@ -102,6 +108,10 @@ class RepositoryHandlers {
   // repository (its 404 stands); else kUnavailable with the wait a retry should leave, the load
   // started (or under way), or why the last load failed (for 30 s, then it is tried again).
   std::optional<Status> Autoload(const std::string& name);
+  // The generation service's load waiter: true where a load of `name` is queued or running and
+  // a request may wait (`resume` then runs once, on the control pool's thread when the load has
+  // run, on the watcher's when load_wait has passed, or in Stop()).
+  bool WhenLoaded(const std::string& name, std::function<void()> resume);
   // The generation service's catalog: the repository's language models not loaded, each
   // "loading", "unloaded" or "error" (its last autoload failed, within its retry time).
   std::vector<std::pair<std::string, std::string>> Unloaded() const;
@@ -146,6 +156,15 @@ class RepositoryHandlers {
     bool on_demand = false;  // Loaded by a request: keep_alive applies.
   };
 
+  // Runs the resumes of the requests waiting for `name` (all of them with an empty name, or
+  // those whose wait has passed with `expired_only`), unlocked.
+  void Resume(const std::string& name, bool expired_only);
+
+  struct Waiter {
+    std::chrono::steady_clock::time_point until;
+    std::function<void()> resume;
+  };
+
   struct Pending {
     std::string state;  // "LOADING" or "UNLOADING": the latest asked.
     int pending = 0;    // Loads and unloads of the model queued or running.
@@ -165,6 +184,8 @@ class RepositoryHandlers {
     Status why;
   };
   std::map<std::string, Failure> failed_ GUARDED_BY(mu_);  // Language models' failed autoloads.
+  std::map<std::string, std::vector<Waiter>> waiters_ GUARDED_BY(mu_);  // Requests, by model.
+  size_t waiting_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
   CondVar wake_;
   std::thread watcher_;

@@ -385,7 +385,11 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
     return respond(OpenAiError(Status::InvalidArgument(error->message), error->param));
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
-  if (!found.ok()) return respond(OpenAiError(found.status(), "model"));
+  if (!found.ok()) {
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &ResponsesHandlers::Create))) return;
+    return respond(OpenAiError(found.status(), "model"));
+  }
+
   std::shared_ptr<llm::LlmEngine> engine = *found;
   if (auto refusal = ApplyEffort(*engine, parsed)) {
     return respond(OpenAiError(*refusal, "reasoning"));

@@ -518,6 +518,20 @@ std::vector<std::pair<std::string, std::string>> GenerationService::Unloaded() c
   return catalog ? catalog() : std::vector<std::pair<std::string, std::string>>{};
 }
 
+void GenerationService::SetLoadWaiter(LoadWaiter waiter) {
+  MutexLock lock(mu_);
+  load_waiter_ = std::move(waiter);
+}
+
+bool GenerationService::WhenLoaded(const std::string& model, std::function<void()> resume) const {
+  LoadWaiter waiter;
+  {
+    MutexLock lock(mu_);
+    waiter = load_waiter_;
+  }
+  return waiter && waiter(model, std::move(resume));
+}
+
 Result<std::string> GenerationService::RenderChat(
     const LlmEngine& engine, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     const std::map<std::string, TemplateArgument>& arguments) {

@@ -164,6 +164,13 @@ class GenerationService {
   void SetCatalog(Catalog catalog);
   // The catalog's entries (none where no catalog is set).
   std::vector<std::pair<std::string, std::string>> Unloaded() const;
+  // Asked for a request whose model Find() answered kUnavailable: true where `model` is loading
+  // and the request may wait for it, `resume` then run once (from another thread) when the load
+  // has run or the wait has passed; false where it is answered now. Set once, with the
+  // autoloader.
+  using LoadWaiter = std::function<bool(const std::string& model, std::function<void()> resume)>;
+  void SetLoadWaiter(LoadWaiter waiter);
+  bool WhenLoaded(const std::string& model, std::function<void()> resume) const;
   // Publishes every served model's KV events (kv_events.h) from now on, each under its topic: the
   // models served now and those added later; a model removed or replaced publishes no more, and
   // its topic an AllBlocksCleared. Set once, at start.
@@ -204,6 +211,7 @@ class GenerationService {
   std::shared_ptr<KvEventPublisher> kv_events_ GUARDED_BY(mu_);
   Autoloader autoloader_ GUARDED_BY(mu_);
   Catalog catalog_ GUARDED_BY(mu_);
+  LoadWaiter load_waiter_ GUARDED_BY(mu_);
   // Compiles response formats' grammars (last: its thread stops first, before the models go).
   ThreadPool grammar_pool_{1, 64};
 };

@@ -42,11 +42,13 @@ struct ServeOptions {
   Seconds shutdown_grace{30};  // Then the longest wait for in-flight requests.
   bool model_control = false;  // Allows POST /v2/repository/models/{m}/load and /unload.
   // Language models on demand: a request naming one in the repository that is not loaded loads
-  // it (503 with Retry-After meanwhile); one loaded so is unloaded after keep_alive idle (zero:
-  // kept); at most max_loaded_models language models at once (0: no limit), the least recently
-  // used idle one unloaded to make room.
+  // it and waits for the load, load_wait at most (then, or with zero, 503 with Retry-After while
+  // it loads); one loaded so is unloaded after keep_alive idle (zero: kept); at most
+  // max_loaded_models language models at once (0: no limit), the least recently used idle one
+  // unloaded to make room.
   bool autoload = true;
   Seconds keep_alive{300};
+  Seconds load_wait{60};
   int max_loaded_models = 0;
   // Bytes the loaded language models may take together, by their estimates (weights and a full
   // KV cache); a load past it unloads least recently used idle ones first, or is refused. 0: no
