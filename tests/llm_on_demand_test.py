@@ -4,7 +4,8 @@ them): a request naming a language model of the repository that is not loaded st
 waits for it (requests at once share the one load; a client that leaves meanwhile harms nothing;
 with --load-wait 0 it is answered 503 with Retry-After, and the OpenAI SDK's own retries then get
 the answer); one loaded so
-is unloaded once idle for --keep-alive; past --max-loaded-models, or past --max-model-memory by
+is unloaded once idle for --keep-alive, or for its own keep_alive (a request's, as Ollama takes
+it, or its config's); past --max-loaded-models, or past --max-model-memory by
 the models' estimated sizes, the least recently used idle one is unloaded first; a model larger
 than the budget, or than the machine's memory, is refused naming the sizes (at start, the server
 does not start); a model whose load fails says why, and is not loaded again at every request;
@@ -16,6 +17,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +39,18 @@ def index(port):
 def complete(port, model):
     return raw(port, "POST", "/v1/completions", {"model": model, "prompt": "hello",
                                                  "max_tokens": 4, "temperature": 0}, key=None)
+
+
+def tiny_llm_with(test_models, repository, name, config):
+    """tiny_llm's files as model `name` of the repository, with this config.yaml; its folder."""
+    folder = os.path.join(repository, name)
+    os.makedirs(folder)
+    for entry in os.listdir(os.path.join(test_models, "tiny_llm")):
+        if entry != "config.yaml":
+            os.symlink(os.path.join(test_models, "tiny_llm", entry), os.path.join(folder, entry))
+    with open(os.path.join(folder, "config.yaml"), "w") as f:
+        f.write(config)
+    return folder
 
 
 def wait_for(condition, what, timeout=60):
@@ -117,6 +131,31 @@ def main():
             check(json.loads(body)["status"]["value"] == "error", f"broken listed: {body}")
             # An unknown model is still a 404.
             check(complete(port, "nope")[0] == 404, "an unknown model")
+        # keep_alive per request (Ollama's, through the OpenAI SDK's extra_body) and per model
+        # (config.yaml's llm.keep_alive), over the server's --keep-alive 5: a, loaded at start
+        # (never unloaded for idleness by itself), asked with "1s", and c, asked with 0, are
+        # unloaded before the server's 5 s; b asked with -1 and d configured with -1 stay past it.
+        kept = tiny_llm_with(test_models, repository, "d", "llm:\n  keep_alive: -1\n")
+        with serving(sluice, ["--model-repository", repository, "--model", "a",
+                              "--keep-alive", "5", "--llm-threads", "1"]) as port:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+            for name, keep in (("a", "1s"), ("b", -1), ("c", 0), ("d", None)):
+                extra = {} if keep is None else {"extra_body": {"keep_alive": keep}}
+                client.completions.create(model=name, prompt="hello", max_tokens=2, **extra)
+            asked = time.monotonic()
+            wait_for(lambda: index(port)["a"] == "UNAVAILABLE" and
+                     index(port)["c"] == "UNAVAILABLE",
+                     "a (keep_alive 1s) and c (0) to unload before the server's 5 s",
+                     timeout=asked + 4.5 - time.monotonic())
+            time.sleep(max(0.0, asked + 7 - time.monotonic()))
+            state = index(port)
+            check(state["b"] == "READY" and state["d"] == "READY",
+                  f"b (keep_alive -1) and d (config -1) past the server's 5 s: {state}")
+            status, _, data = raw(port, "POST", "/v1/completions",
+                                  {"model": "b", "prompt": "hi", "keep_alive": "soon"}, key=None)
+            check(status == 400 and json.loads(data)["error"]["param"] == "keep_alive",
+                  f"a bad keep_alive: {status} {data[:200]}")
+        shutil.rmtree(kept)
         # Memory: a model larger than --max-model-memory stops the start, naming its size.
         started = subprocess.run([sluice, "serve", "--port", "0", "--model-repository",
                                   repository, "--model", "a", "--max-model-memory", "1"],
@@ -138,13 +177,8 @@ def main():
             check(state["a"] == "UNAVAILABLE" and state["b"] == "READY" and
                   state["c"] == "READY", f"after c (memory for 2): {state}")
         # A model whose KV cache the machine has not got is refused before its load.
-        huge = os.path.join(repository, "huge")
-        os.makedirs(huge)
-        for name in os.listdir(os.path.join(test_models, "tiny_llm")):
-            if name != "config.yaml":
-                os.symlink(os.path.join(test_models, "tiny_llm", name), os.path.join(huge, name))
-        with open(os.path.join(huge, "config.yaml"), "w") as f:
-            f.write("llm:\n  kv_cache_bytes: 1099511627776000\n")  # 1,000 TiB
+        tiny_llm_with(test_models, repository, "huge",
+                      "llm:\n  kv_cache_bytes: 1099511627776000\n")  # 1,000 TiB
         # --load-wait 0: the request that starts a load is answered at once, 503 with
         # Retry-After naming the model; the OpenAI SDK's own retries (it follows Retry-After) get
         # the answer whole.

@@ -11,6 +11,7 @@
 
 #include "common/blocking_queue.h"
 #include "common/clock.h"
+#include "common/duration.h"
 #include "common/handoff_batch.h"
 #include "common/json_writer.h"
 #include "common/system_info.h"
@@ -302,4 +303,24 @@ TEST(SystemInfoTest, AvailableMemoryIsTheLesserOfTheKernelsAndTheCgroups) {
 }
 
 }  // namespace
+TEST(DurationTest, GoDurationsAndBareSecondsAsOllamaReadsKeepAlive) {
+  using std::chrono::milliseconds;
+  const std::pair<const char*, int64_t> good[] = {
+      {"300", 300000},  {"10m", 600000},    {"1h30m", 5400000}, {"45s", 45000},
+      {"500ms", 500},   {"1.5h", 5400000},  {"-1", -1000},      {"-1m", -60000},
+      {"0", 0},         {"0s", 0},          {"2.5", 2500},      {"1m30s", 90000},
+      {"1500us", 2},    {"+5s", 5000}};
+  for (const auto& [text, ms] : good) {
+    auto parsed = ParseDuration(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status().message();
+    EXPECT_EQ(*parsed, milliseconds(ms)) << text;
+  }
+  for (const char* text : {"", "-", "m", "10x", "1h30", "ten minutes", "5 m", "1e400s", "--1"}) {
+    auto parsed = ParseDuration(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("is not a duration"), std::string::npos);
+  }
+}
+
 }  // namespace sluice

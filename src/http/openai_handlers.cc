@@ -407,6 +407,7 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
     return respond(OpenAiError(found.status(), "model"));
   }
   std::shared_ptr<llm::LlmEngine> engine = *found;
+  if (parsed.keep_alive) engine->SetKeepAlive(*parsed.keep_alive);
   if (engine->config().pooling == llm::Pooling::kNone) {
     return respond(
         OpenAiError(Status::InvalidArgument(fmt::format(
@@ -620,6 +621,7 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
     return respond(OpenAiError(found.status(), "model"));
   }
   std::shared_ptr<llm::LlmEngine> engine = *found;
+  if (parsed.keep_alive) engine->SetKeepAlive(*parsed.keep_alive);
   auto writer = std::make_shared<Writer>(engine->shared_tokenizer(), parsed.n);
   writer->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", NextReplyId());
   writer->model = parsed.model;

@@ -12,6 +12,7 @@ namespace {
 using fields::OnlyKeys;
 using fields::ParseObject;
 using fields::ReadBool;
+using fields::ReadKeepAlive;
 using fields::ReadInt;
 using fields::ReadNumber;
 using fields::ReadString;
@@ -352,13 +353,16 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
                                  "chat_template_kwargs",
                                  "tools",
                                  "tool_choice",
-                                 "parallel_tool_calls"})
+                                 "parallel_tool_calls",
+                                 "keep_alive"})
                : OnlyKeys(root, {"model", "prompt", "stream", "stream_options", "max_tokens",
                                  "temperature", "top_p", "top_k", "seed", "stop",
                                  "frequency_penalty", "presence_penalty", "repetition_penalty",
-                                 "ignore_eos", "n", "logprobs", "response_format", "user"})) {
+                                 "ignore_eos", "n", "logprobs", "response_format", "user",
+                                 "keep_alive"})) {
     return error;
   }
+  if (auto e = ReadKeepAlive(root, "keep_alive", r.keep_alive)) return e;
   if (auto e = ReadBool(root, "stream", r.stream)) return e;
   element options;
   if (root["stream_options"].get(options) == simdjson::SUCCESS && !options.is_null()) {
@@ -543,9 +547,11 @@ std::optional<ParseError> ParseEmbeddings(std::string_view body, EmbeddingsReque
   simdjson::dom::parser parser;
   element root;
   if (auto error = ParseObject(parser, body, root)) return error;
-  if (auto e = OnlyKeys(root, {"model", "input", "encoding_format", "dimensions", "user"})) {
+  if (auto e = OnlyKeys(root, {"model", "input", "encoding_format", "dimensions", "user",
+                               "keep_alive"})) {
     return e;
   }
+  if (auto e = ReadKeepAlive(root, "keep_alive", r.keep_alive)) return e;
   if (auto e = ReadString(root, "model", r.model)) return e;
   std::string format = "float";
   if (auto e = ReadString(root, "encoding_format", format)) return e;

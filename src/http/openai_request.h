@@ -3,6 +3,7 @@
 // Sluice does not serve is refused by name, never ignored; every error names its parameter.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -25,6 +26,8 @@ struct CompletionRequest : llm::GenerateRequest {
   std::string model;  // "": the one model served.
   bool stream = false;
   bool include_usage = false;
+  // Ollama's keep_alive: how long the model stays loaded once idle, from this request on.
+  std::optional<std::chrono::milliseconds> keep_alive;
 };
 
 // POST /v1/chat/completions (`chat`) or /v1/completions.
@@ -33,6 +36,7 @@ std::optional<ParseError> ParseCompletion(std::string_view body, bool chat, Comp
 // POST /v1/embeddings: `input` as a string, a list of strings, token ids or a list of them.
 struct EmbeddingsRequest {
   std::string model;
+  std::optional<std::chrono::milliseconds> keep_alive;  // As CompletionRequest's.
   std::vector<llm::EmbeddingInput> inputs;
   bool base64 = false;     // encoding_format "base64": little-endian float32, base64-encoded.
   int64_t dimensions = 0;  // 0: not given.

@@ -93,6 +93,33 @@ TEST(OpenAiRequestTest, OneTokenLimit) {
   EXPECT_EQ(error->param, "max_completion_tokens");
 }
 
+// Ollama's keep_alive on chat, completions and embeddings: seconds or a duration string.
+TEST(OpenAiRequestTest, KeepAliveAsOllamaTakesIt) {
+  CompletionRequest none;
+  ASSERT_FALSE(Chat("", none));
+  EXPECT_FALSE(none.keep_alive.has_value());
+  for (const auto& [json, ms] : std::vector<std::pair<std::string, int64_t>>{
+           {R"("10m")", 600000}, {"300", 300000}, {"-1", -1000}, {"0", 0}, {"2.5", 2500}}) {
+    CompletionRequest r;
+    auto error = Chat(", \"keep_alive\": " + json, r);
+    ASSERT_FALSE(error) << json << ": " << error->message;
+    ASSERT_TRUE(r.keep_alive.has_value()) << json;
+    EXPECT_EQ(r.keep_alive->count(), ms) << json;
+  }
+  for (const char* json : {R"("soon")", "true", "[1]"}) {
+    CompletionRequest r;
+    auto error = Chat(std::string(", \"keep_alive\": ") + json, r);
+    ASSERT_TRUE(error) << json;
+    EXPECT_EQ(error->param, "keep_alive") << json;
+  }
+  CompletionRequest completion;
+  ASSERT_FALSE(ParseCompletion(R"({"prompt": "hi", "keep_alive": "5m"})", false, completion));
+  EXPECT_EQ(completion.keep_alive->count(), 300000);
+  EmbeddingsRequest embeddings;
+  ASSERT_FALSE(ParseEmbeddings(R"({"input": "hi", "keep_alive": 60})", embeddings));
+  EXPECT_EQ(embeddings.keep_alive->count(), 60000);
+}
+
 // A completion's prompt: a string or token ids, alone or as an array of one; several prompts, an
 // empty or mixed array are refused naming 'prompt'.
 TEST(OpenAiRequestTest, PromptAsTextOrTokenIds) {

@@ -213,9 +213,8 @@ void RepositoryHandlers::Start() {
       });
     }
   }
-  if (options_.autoload || options_.max_loaded_models > 0) {
-    watcher_ = std::thread([this] { Watch(); });
-  }
+  // Idle models' keep_alive (the server's, a model's config's or a request's), waits that pass.
+  watcher_ = std::thread([this] { Watch(); });
 }
 
 void RepositoryHandlers::Stop() {
@@ -423,7 +422,7 @@ void RepositoryHandlers::Watch() {
     }
     Resume("", /*expired_only=*/true);  // Their wait passed: 503 with Retry-After.
     const auto now = std::chrono::steady_clock::now();
-    std::vector<std::string> expired;
+    std::vector<std::pair<std::string, std::chrono::milliseconds>> expired;
     for (const auto& [name, engine] : options_.llm_service->models()) {
       const llm::LlmStats stats = engine->stats();
       const int64_t seen = stats.steps + stats.requests_finished;
@@ -433,12 +432,16 @@ void RepositoryHandlers::Watch() {
       if (use.seen != seen || busy || use.busy) use.since = now;
       use.seen = seen;
       use.busy = busy;
-      if (use.on_demand && options_.keep_alive.count() > 0 && !busy &&
-          now - use.since >= options_.keep_alive) {
-        expired.push_back(name);
+      // A request's keep_alive, else the model's config's (negative: kept), else the server's for
+      // a model loaded by a request.
+      std::optional<std::chrono::milliseconds> keep = engine->keep_alive();
+      if (!keep) keep = engine->config().keep_alive;
+      if (!keep && use.on_demand && options_.keep_alive.count() > 0) keep = options_.keep_alive;
+      if (keep && keep->count() >= 0 && !busy && now - use.since >= *keep) {
+        expired.emplace_back(name, *keep);
       }
     }
-    for (const std::string& name : expired) {
+    for (const auto& [name, keep] : expired) {
       const bool started = Change(
           name, /*load=*/false,
           [name](Status status) {
@@ -449,7 +452,7 @@ void RepositoryHandlers::Watch() {
           /*unless_pending=*/true);
       if (started) {
         fmt::print("unloading language model '{}': idle for its keep_alive ({} s)\n", name,
-                   std::chrono::duration<double>(options_.keep_alive).count());
+                   std::chrono::duration<double>(keep).count());
         std::fflush(stdout);
       }
     }

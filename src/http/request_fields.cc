@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/duration.h"
+
 namespace sluice::fields {
 
 std::optional<ParseError> ReadNumber(const element& root, const char* key, double low, double high,
@@ -73,6 +75,31 @@ std::optional<ParseError> ReadBool(const element& root, const char* key, bool& o
   if (value.get(out) != simdjson::SUCCESS) {
     return ParseError{fmt::format("'{}' must be true or false", key), key};
   }
+  return std::nullopt;
+}
+
+std::optional<ParseError> ReadKeepAlive(const element& root, const char* key,
+                                        std::optional<std::chrono::milliseconds>& out) {
+  element value;
+  if (root[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
+  std::string text;
+  double seconds = 0;
+  int64_t integer = 0;
+  std::string_view string;
+  if (value.get(string) == simdjson::SUCCESS) {
+    text = std::string(string);
+  } else if (value.get(integer) == simdjson::SUCCESS) {
+    text = std::to_string(integer);
+  } else if (value.get(seconds) == simdjson::SUCCESS) {
+    text = fmt::format("{}", seconds);
+  } else {
+    return ParseError{fmt::format("'{}' must be a number of seconds or a duration such as \"10m\"",
+                                  key),
+                      key};
+  }
+  auto parsed = ParseDuration(text);
+  if (!parsed.ok()) return ParseError{fmt::format("'{}': {}", key, parsed.status().message()), key};
+  out = *parsed;
   return std::nullopt;
 }
 

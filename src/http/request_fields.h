@@ -5,6 +5,7 @@
 
 #include <simdjson.h>
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -31,6 +32,10 @@ std::optional<ParseError> ReadInt(const element& root, const char* key, int64_t 
                                   int64_t& out);
 std::optional<ParseError> ReadString(const element& root, const char* key, std::string& out);
 std::optional<ParseError> ReadBool(const element& root, const char* key, bool& out);
+// Ollama's keep_alive: a number of seconds or a duration string ("10m", "1h30m"; negative keeps
+// the model loaded, 0 unloads it once idle).
+std::optional<ParseError> ReadKeepAlive(const element& root, const char* key,
+                                        std::optional<std::chrono::milliseconds>& out);
 // `body` as a JSON object, parsed into `parser`'s memory.
 std::optional<ParseError> ParseObject(simdjson::dom::parser& parser, std::string_view body,
                                       element& root);

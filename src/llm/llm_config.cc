@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "common/duration.h"
 #include "llm/files/gguf.h"
 #include "llm/models/config_json.h"
 #include "llm/models/family.h"
@@ -320,7 +321,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       "default_max_tokens", "model_file",     "prefix_caching",
       "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
       "weights_cache",      "embedding",      "lora",
-      "kv_cache_disk",      "kv_cache_disk_bytes"};
+      "kv_cache_disk",      "kv_cache_disk_bytes", "keep_alive"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -356,6 +357,11 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
       if (config.kv_cache_disk_bytes <= 0) {
         return Bad(path, "llm.kv_cache_disk_bytes", "must be > 0");
       }
+    }
+    if (llm["keep_alive"]) {
+      auto keep_alive = ParseDuration(llm["keep_alive"].as<std::string>());
+      if (!keep_alive.ok()) return Bad(path, "llm.keep_alive", keep_alive.status().message());
+      config.keep_alive = *keep_alive;
     }
     if (llm["kv_cache_dtype"]) {
       const std::string value = llm["kv_cache_dtype"].as<std::string>();

@@ -2,8 +2,10 @@
 // weights) and how Sluice serves it (the `llm:` section of the model's config.yaml).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +141,10 @@ struct LlmServeConfig {
   // it. Empty: no disk tier.
   std::string kv_cache_disk;
   int64_t kv_cache_disk_bytes = int64_t{16} << 30;
+  // How long the model stays loaded when idle, over the server's --keep-alive (and for a model
+  // loaded at start too): a duration ("10m") or seconds; 0 unloads it once idle, negative keeps
+  // it. Unset: the server's. A request's keep_alive overrides it until the model unloads.
+  std::optional<std::chrono::milliseconds> keep_alive;
   // `embedding: {pooling, normalize}`: an embedding model, served at /v1/embeddings only. Its
   // steps give each token's final hidden state (after the last norm) instead of logits.
   Pooling pooling = Pooling::kNone;

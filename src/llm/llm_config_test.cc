@@ -50,6 +50,24 @@ TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
   EXPECT_FALSE(off->prefix_caching);
 }
 
+// keep_alive as Ollama writes it: a duration or seconds; unset, the server's applies.
+TEST_F(ServeConfigTest, KeepAlive) {
+  auto unset = Parse("llm:\n  slots: 2\n");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->keep_alive.has_value());
+  for (const auto& [text, ms] : std::vector<std::pair<std::string, int64_t>>{
+           {"10m", 600000}, {"90", 90000}, {"-1", -1000}, {"0", 0}, {"1h30m", 5400000}}) {
+    auto config = Parse("llm:\n  keep_alive: " + text + "\n");
+    ASSERT_TRUE(config.ok()) << text << ": " << config.status().ToString();
+    ASSERT_TRUE(config->keep_alive.has_value()) << text;
+    EXPECT_EQ(config->keep_alive->count(), ms) << text;
+  }
+  auto bad = Parse("llm:\n  keep_alive: ten minutes\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("llm.keep_alive"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST_F(ServeConfigTest, EmbeddingModels) {
   auto defaults = Parse("llm:\n  slots: 2\n");
   ASSERT_TRUE(defaults.ok());

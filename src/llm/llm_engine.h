@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -158,6 +159,16 @@ class LlmEngine {
   const ChatTemplate* chat_template() const { return chat_template_.get(); }
   const StepModel& model() const { return *model_; }
   const LlmServeConfig& config() const { return config_; }
+  // A request's keep_alive (Ollama's): how long this engine's model stays loaded once idle, over
+  // its config's and the server's; nullopt until a request gives one.
+  void SetKeepAlive(std::chrono::milliseconds keep_alive) {
+    keep_alive_ms_.store(keep_alive.count(), std::memory_order_relaxed);
+  }
+  std::optional<std::chrono::milliseconds> keep_alive() const {
+    const int64_t ms = keep_alive_ms_.load(std::memory_order_relaxed);
+    if (ms == kNoKeepAlive) return std::nullopt;
+    return std::chrono::milliseconds(ms);
+  }
   // Compiles response formats against this model's vocabulary (thread-safe, cached).
   GrammarCompiler& grammars() const { return *grammars_; }
 
@@ -218,6 +229,8 @@ class LlmEngine {
   std::vector<float> logits_;
   std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.
 
+  static constexpr int64_t kNoKeepAlive = INT64_MIN;
+  std::atomic<int64_t> keep_alive_ms_{kNoKeepAlive};
   std::atomic<int64_t> finished_{0}, prompt_tokens_{0}, generated_tokens_{0}, steps_{0};
   std::atomic<int64_t> draft_tokens_{0}, accepted_draft_tokens_{0};
   std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
