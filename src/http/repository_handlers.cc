@@ -441,7 +441,8 @@ void RepositoryHandlers::Watch() {
         expired.emplace_back(name, *keep);
       }
     }
-    for (const auto& [name, keep] : expired) {
+    for (const auto& [idle, keep] : expired) {
+      const std::string name = idle;  // A lambda takes a copy, not a structured binding.
       const bool started = Change(
           name, /*load=*/false,
           [name](Status status) {
