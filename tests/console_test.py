@@ -435,6 +435,29 @@ def bench_runs(driver, server):
     check(points == [2, 2], f"bench plots: {points}")
 
 
+def models_come_and_go(driver, sluice, repository):
+    """Language models on demand, as the dashboard shows them without a reload: tiny_llm, not
+    loaded at start, listed as a language model its first request loads; READY once a request
+    has loaded it; UNAVAILABLE again after its keep_alive."""
+    server = Server(sluice, repository, ["--model", "identity", "--keep-alive", "3"])
+    try:
+        driver.get(server.url + "/")
+        wait(driver, lambda d: model_state(d, "tiny_llm") == "UNAVAILABLE" and
+             model_row(d, "tiny_llm")[3] == "language model", "tiny_llm listed, not loaded")
+        row = " | ".join(model_row(driver, "tiny_llm"))
+        check("first request loads it" in row, f"tiny_llm's row before its load: {row!r}")
+        status, body = server.request("POST", "/v1/completions", json.dumps(
+            {"model": "tiny_llm", "prompt": "hello", "max_tokens": 2}),
+            {"Content-Type": "application/json"})
+        check(status == 200, f"tiny_llm's first request: {status} {body[:200]}")
+        wait(driver, lambda d: model_state(d, "tiny_llm") == "READY" and
+             "slots" in model_row(d, "tiny_llm")[4], "tiny_llm READY on the page", 10)
+        wait(driver, lambda d: model_state(d, "tiny_llm") == "UNAVAILABLE",
+             "tiny_llm unloaded after its keep_alive", 20)
+    finally:
+        server.stop()
+
+
 def api_key_prompt_only(driver, sluice, repository):
     server = Server(sluice, repository, ["--api-key", API_KEY])
     try:
@@ -556,13 +579,14 @@ def main():
         if args.screenshots and not failures:
             screenshots(driver, args.sluice, args.screenshot_models or repository,
                         args.screenshots)
-        started = time.time()
-        try:
-            api_key_prompt_only(driver, args.sluice, repository)
-            print(f"ok   api_key_prompt_only ({time.time() - started:.1f} s)")
-        except AssertionError as e:
-            failures.append("api_key_prompt_only")
-            print(f"FAIL api_key_prompt_only: {e}")
+        for test in (models_come_and_go, api_key_prompt_only):
+            started = time.time()
+            try:
+                test(driver, args.sluice, repository)
+                print(f"ok   {test.__name__} ({time.time() - started:.1f} s)")
+            except AssertionError as e:
+                failures.append(test.__name__)
+                print(f"FAIL {test.__name__}: {e}")
     finally:
         if driver:
             driver.quit()

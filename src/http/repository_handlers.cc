@@ -485,15 +485,24 @@ std::vector<RepositoryHandlers::IndexEntry> RepositoryHandlers::IndexEntries(
   }
   for (const std::string& name : engine_.ModelNames()) names.insert(name);
   std::set<std::string> language;
+  std::set<std::string> on_demand;  // The repository's language models, where requests load them.
   if (options_.llm_service != nullptr) {
-    for (const std::string& name : options_.models.LanguageModels()) names.insert(name);
+    for (const std::string& name : options_.models.LanguageModels()) {
+      names.insert(name);
+      if (options_.autoload) on_demand.insert(name);
+    }
     for (const auto& [name, engine] : options_.llm_service->models()) language.insert(name);
     names.insert(language.begin(), language.end());
   }
   std::map<std::string, std::string> changing;
+  std::map<std::string, std::string> failed;  // Autoloads refused or failed, within their wait.
   {
     MutexLock lock(mu_);
     for (const auto& [name, change] : changing_) changing.emplace(name, change.state);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [name, failure] : failed_) {
+      if (now - failure.at < kRetryFailedAfter) failed.emplace(name, failure.why.message());
+    }
   }
   std::vector<IndexEntry> out;
   for (const std::string& name : names) {
@@ -507,7 +516,10 @@ std::vector<RepositoryHandlers::IndexEntry> RepositoryHandlers::IndexEntries(
     entry.state = change != changing.end() ? change->second : ready ? "READY" : "UNAVAILABLE";
     if (!ready) {
       std::string error = v2_.LoadError(name);
-      entry.reason = error.empty() ? "not loaded" : error;
+      if (auto refused = failed.find(name); refused != failed.end()) error = refused->second;
+      entry.reason = !error.empty()          ? error
+                     : on_demand.count(name) ? "not loaded; its first request loads it"
+                                             : "not loaded";
     }
   }
   return out;

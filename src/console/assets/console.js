@@ -17,6 +17,9 @@ let latestSample = null;
 let initialised = false;
 const modelMeta = new Map();  // name -> v2 metadata, for tensor models that are ready.
 let modelIndex = [];          // The repository index, last read.
+// Language models by name (loaded or not), from /v1/models: name -> its status there (loaded,
+// loading, unloaded, error).
+let languageStates = new Map();
 
 function el(tag, props = {}, children = []) {
   const node = document.createElement(tag);

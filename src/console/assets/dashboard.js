@@ -112,7 +112,9 @@ async function watchEvents() {
         } else if (event === 'sample') {
           const first = latestSample === null;
           addSample(JSON.parse(data), true);
-          if (first) refreshModels();
+          // Models load and unload by themselves too (a request loads a language model, an
+          // idle one unloads after its keep_alive): the index is read again every 2 s.
+          if (first || Date.now() - indexReadAt >= 2000) refreshModels();
           else renderModels();
         }
       });
@@ -123,7 +125,17 @@ async function watchEvents() {
   }
 }
 
-async function refreshModels() {
+let indexReadAt = 0;
+let indexReading = null;
+
+// One read of the index at a time; a call while one runs waits for it.
+function refreshModels() {
+  if (!indexReading) indexReading = readModels().finally(() => { indexReading = null; });
+  return indexReading;
+}
+
+async function readModels() {
+  indexReadAt = Date.now();
   try {
     modelIndex = await apiJson('/v2/repository/index', {method: 'POST', body: '{}'});
   } catch (e) {
@@ -131,6 +143,10 @@ async function refreshModels() {
     $('model-action-error').textContent = 'repository index: ' + e.message;
     return;
   }
+  try {
+    const listed = await apiJson('/v1/models');
+    languageStates = new Map(listed.data.map((m) => [m.id, m.status ? m.status.value : 'loaded']));
+  } catch (e) { /* no language models served */ }
   // Tensor models' metadata, once each is in the event stream's samples (language models have
   // none under /v2/models).
   const tensorModels = new Set((latestSample ? latestSample.models : []).map((m) => m.name));
@@ -163,6 +179,9 @@ function renderModels() {
       precision = llm.weights;
       kernels = llm.kernels;
       load = `${fmt(llm.tokens_per_second)} tok/s`;
+    } else if (languageStates.has(model.name)) {
+      kind = 'language model';  // Not loaded: its first request loads it.
+      load = languageStates.get(model.name);
     } else if (meta) {
       kind = p.image_input ? 'image classifier' : 'tensors';
       instances = String(live ? live.instances : p.instances);
