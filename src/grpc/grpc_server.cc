@@ -308,7 +308,7 @@ class GrpcServer::Impl final : public ServiceBase {
     return Answer(context, kModelMetadata, start, grpc::Status::OK);
   }
 
-  // Triton's model control, as its HTTP routes do it (RepositoryHandlers::Change): the call
+  // Triton's model control, as its HTTP routes do it (ModelRepository::Change): the call
   // finishes when the load or unload has run. Triton's load `parameters` (a config to load with,
   // files) and a repository name are not taken: refused by name. An unload's boolean
   // `unload_dependents` (tritonclient always sends it) has no dependents to act on: Sluice serves

@@ -24,6 +24,7 @@
 #include "llm/files/model_source.h"
 #include "llm/llm_config.h"
 #include "metrics/prometheus.h"
+#include "service/model_repository.h"
 #include "service/v2_service.h"
 
 namespace sluice {
@@ -180,8 +181,9 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   PredictHandlers predict(engine, *decode_pool, options.predict_model);
   // One thread: loads and unloads run one at a time, in the order asked.
   auto control_pool = std::make_unique<ThreadPool>(1, 16);
-  RepositoryHandlers repository_handlers(
-      engine, service, predict, *control_pool,
+  // The one model repository every front (HTTP, gRPC, the console) loads and unloads through.
+  ModelRepository repository(
+      engine, service, *control_pool,
       {.models = *locations,
        .model_control = options.model_control,
        .llm_loader = llm_loader,
@@ -192,20 +194,24 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
        .max_loaded_models = options.max_loaded_models,
        .llm_sizer = llm_sizer,
        .max_model_memory = options.max_model_memory,
-       .available_memory = nullptr});
+       .available_memory = nullptr,
+       .on_tensor_model_loaded =
+           [&predict](const std::string& name, const std::filesystem::path& dir) {
+             predict.SetLabels(name, LoadLabels((dir / "labels.txt").string()));
+           }});
   // Language models first, and each must load: one that cannot stops the start.
   for (const std::string& name : llm_names) {
-    SLUICE_RETURN_IF_ERROR(repository_handlers.LoadLanguageModel(name));
+    SLUICE_RETURN_IF_ERROR(repository.LoadLanguageModel(name));
   }
   for (const std::string& name : names) {
-    Status status = repository_handlers.LoadModel(name);
+    Status status = repository.LoadModel(name);
     if (!status.ok() && status.code() == StatusCode::kNotFound) {
       spdlog::error("model '{}' not loaded: {}", name, status.message());
       service.SetLoadError(name, status.message());
     }
   }
 
-  repository_handlers.Start();  // Language models on demand, from here on.
+  repository.Start();  // Language models on demand, from here on.
 
   Router router;
   handlers.AddRoutes(router);
@@ -223,6 +229,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
     return w.text();
   });
   predict.AddRoutes(router);
+  RepositoryHandlers repository_handlers(repository);
   repository_handlers.AddRoutes(router);
   std::unique_ptr<Console> console;
   if (options.console) {
@@ -241,14 +248,14 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
                                            ? options.http.memory_budget_bytes
                                            : MemoryBudget::DefaultLimit();
     if (options.model_control) {
-      grpc_options.model_control = [&repository_handlers](const std::string& name, bool load,
-                                                          std::function<void(Status)> done) {
-        repository_handlers.Change(name, load, std::move(done));
+      grpc_options.model_control = [&repository](const std::string& name, bool load,
+                                                 std::function<void(Status)> done) {
+        repository.Change(name, load, std::move(done));
       };
     }
-    grpc_options.repository_index = [&repository_handlers](bool ready_only) {
+    grpc_options.repository_index = [&repository](bool ready_only) {
       std::vector<GrpcServerOptions::IndexEntry> out;
-      for (auto& entry : repository_handlers.IndexEntries(ready_only)) {
+      for (auto& entry : repository.IndexEntries(ready_only)) {
         out.push_back({std::move(entry.name), std::move(entry.version), std::move(entry.state),
                        std::move(entry.reason)});
       }
@@ -311,7 +318,7 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   if (grpc) grpc_shutdown = std::thread([&grpc, grace] { grpc->Shutdown(grace); });
   server.Shutdown(grace);
   if (grpc_shutdown.joinable()) grpc_shutdown.join();
-  repository_handlers.Stop();  // No autoload or idle unload after this.
+  repository.Stop();  // No autoload or idle unload after this.
   control_pool.reset();        // Finishes a load or unload under way.
   decode_pool.reset();   // Joins decode tasks (they refer to the handlers) before they go.
   engine.Stop(StopMode::kDrain);
