@@ -366,8 +366,8 @@ HttpResponse OpenAiError(const Status& status, std::string_view param, double re
   return response;
 }
 
-OpenAiHandlers::OpenAiHandlers(std::map<std::string, std::shared_ptr<llm::LlmEngine>> models)
-    : service_(std::move(models)), created_(UnixSeconds()) {}
+OpenAiHandlers::OpenAiHandlers(llm::GenerationService& service)
+    : service_(service), created_(UnixSeconds()) {}
 
 uint64_t NextReplyId() {
   static std::atomic<uint64_t> next{1};

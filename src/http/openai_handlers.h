@@ -20,10 +20,11 @@
 
 namespace sluice {
 
-// Thread-safe: the model table is fixed at construction.
+// Thread-safe. The language models it serves are the generation service's, which the model
+// repository owns (service/model_repository.h).
 class OpenAiHandlers {
  public:
-  explicit OpenAiHandlers(std::map<std::string, std::shared_ptr<llm::LlmEngine>> models);
+  explicit OpenAiHandlers(llm::GenerationService& service);
 
   void AddRoutes(Router& router);
   void Models(const HttpRequest&, const PathParams&, Responder respond);
@@ -51,13 +52,12 @@ class OpenAiHandlers {
   // Prometheus series of every language model (tokens, TTFT, inter-token latency, slots).
   std::string RenderMetrics() const;
   bool empty() const { return service_.models().empty(); }
-  // Where the repository API adds and removes language models.
   llm::GenerationService& service() { return service_; }
 
  private:
   void Generate(const HttpRequest& request, bool chat, Responder respond);
 
-  llm::GenerationService service_;
+  llm::GenerationService& service_;
   const int64_t created_;  // Unix seconds at start, the `created` of every model.
 };
 

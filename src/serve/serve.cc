@@ -152,22 +152,6 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
   if (!llm_names.empty() && !llm_loader) {
     return Status::InvalidArgument("this build cannot serve language models");
   }
-  // Language models are loaded through the repository below, as any later load is.
-  OpenAiHandlers openai({});
-  std::shared_ptr<llm::KvEventPublisher> kv_events;
-  if (!options.kv_events.endpoint.empty()) {
-    auto started = llm::KvEventPublisher::Start(options.kv_events);
-    if (!started.ok()) return started.status();
-    kv_events = std::move(*started);
-    openai.service().SetKvEvents(kv_events);
-    fmt::print("KV events on {}{}\n", kv_events->endpoint(),
-               kv_events->replay_endpoint().empty()
-                   ? ""
-                   : fmt::format(", replay on {}", kv_events->replay_endpoint()));
-  }
-  AnthropicHandlers anthropic(openai.service());
-  ResponsesHandlers responses(openai.service(), options.responses_store);
-
   Engine engine(loader);
   // Set once the HTTP server exists; read by /metrics and by the console's sampling thread.
   std::atomic<HttpServer*> server_ptr{nullptr};
@@ -187,7 +171,6 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
       {.models = *locations,
        .model_control = options.model_control,
        .llm_loader = llm_loader,
-       .llm_service = &openai.service(),
        .autoload = options.autoload && llm_loader != nullptr,
        .keep_alive = std::chrono::duration_cast<std::chrono::milliseconds>(options.keep_alive),
        .load_wait = std::chrono::duration_cast<std::chrono::milliseconds>(options.load_wait),
@@ -199,6 +182,22 @@ Status RunServer(const ServeOptions& options, const BackendLoader& loader,
            [&predict](const std::string& name, const std::filesystem::path& dir) {
              predict.SetLabels(name, LoadLabels((dir / "labels.txt").string()));
            }});
+  // The LLM fronts serve the repository's language models, loaded through it as any later load.
+  OpenAiHandlers openai(repository.generation_service());
+  std::shared_ptr<llm::KvEventPublisher> kv_events;
+  if (!options.kv_events.endpoint.empty()) {
+    auto started = llm::KvEventPublisher::Start(options.kv_events);
+    if (!started.ok()) return started.status();
+    kv_events = std::move(*started);
+    openai.service().SetKvEvents(kv_events);
+    fmt::print("KV events on {}{}\n", kv_events->endpoint(),
+               kv_events->replay_endpoint().empty()
+                   ? ""
+                   : fmt::format(", replay on {}", kv_events->replay_endpoint()));
+  }
+  AnthropicHandlers anthropic(openai.service());
+  ResponsesHandlers responses(openai.service(), options.responses_store);
+
   // Language models first, and each must load: one that cannot stops the start.
   for (const std::string& name : llm_names) {
     SLUICE_RETURN_IF_ERROR(repository.LoadLanguageModel(name));

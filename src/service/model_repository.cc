@@ -113,7 +113,7 @@ Status ModelRepository::LoadModel(const std::string& name) {
 }
 
 Status ModelRepository::LoadLanguageModel(const std::string& name) {
-  if (!options_.llm_loader || options_.llm_service == nullptr) {
+  if (!options_.llm_loader) {
     return Status::InvalidArgument("this server cannot serve language models");
   }
   if (engine_.Find(name)) {
@@ -150,7 +150,7 @@ Status ModelRepository::LoadLanguageModel(const std::string& name) {
       name, model.slots(), model.context_length(), model.weight_formats(), model.kernel_paths(),
       model.kv_cache_format(), model.kv_cache_bytes() >> 20, cache.empty() ? "" : ", ", cache);
   // New requests go to the new engine at once; the old one finishes those it accepted.
-  std::shared_ptr<llm::LlmEngine> old = options_.llm_service->Add(name, std::move(*loaded));
+  std::shared_ptr<llm::LlmEngine> old = llm_service_.Add(name, std::move(*loaded));
   fmt::print("{} language model '{}'\n", old ? "reloaded" : "loaded", name);
   std::fflush(stdout);
   if (old) old->Stop();
@@ -159,7 +159,7 @@ Status ModelRepository::LoadLanguageModel(const std::string& name) {
 
 std::vector<std::pair<std::string, std::string>> ModelRepository::Unloaded() const {
   std::vector<std::pair<std::string, std::string>> out;
-  const auto served = options_.llm_service->models();
+  const auto served = llm_service_.models();
   const std::vector<std::string> names = options_.models.LanguageModels();
   const auto now = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
@@ -180,7 +180,7 @@ std::vector<std::pair<std::string, std::string>> ModelRepository::Unloaded() con
 
 Status ModelRepository::UnloadLanguageModel(const std::string& name) {
   std::shared_ptr<llm::LlmEngine> engine =
-      options_.llm_service != nullptr ? options_.llm_service->Remove(name) : nullptr;
+      llm_service_.Remove(name);
   if (!engine) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
   {
     MutexLock lock(mu_);
@@ -196,14 +196,11 @@ Status ModelRepository::UnloadLanguageModel(const std::string& name) {
 ModelRepository::~ModelRepository() { Stop(); }
 
 void ModelRepository::Start() {
-  if (options_.llm_service == nullptr) return;
   if (options_.autoload) {
-    options_.llm_service->SetAutoloader(
-        [this](const std::string& name) { return Autoload(name); });
-    options_.llm_service->SetCatalog([this] { return Unloaded(); });
+    llm_service_.SetAutoloader([this](const std::string& name) { return Autoload(name); });
+    llm_service_.SetCatalog([this] { return Unloaded(); });
     if (options_.load_wait.count() > 0) {
-      options_.llm_service->SetLoadWaiter([this](const std::string& name,
-                                                 std::function<void()> resume) {
+      llm_service_.SetLoadWaiter([this](const std::string& name, std::function<void()> resume) {
         return WhenLoaded(name, std::move(resume));
       });
     }
@@ -327,7 +324,6 @@ std::string Size(int64_t bytes) {
 }  // namespace
 
 Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEstimate& need) {
-  if (options_.llm_service == nullptr) return Status::Ok();
   const int64_t bytes = need.total();
   const std::string sizes = fmt::format("'{}' needs about {} (weights {}, KV cache {})", name,
                                         Size(bytes), Size(need.weights), Size(need.kv_cache));
@@ -337,7 +333,7 @@ Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEs
   }
   int64_t freed = 0;  // Estimates of the models unloaded here (the machine's figure may lag).
   for (;;) {
-    const auto models = options_.llm_service->models();
+    const auto models = llm_service_.models();
     const bool reload = models.count(name) > 0;
     const bool over_count = options_.max_loaded_models > 0 && !reload &&
                             static_cast<int>(models.size()) >= options_.max_loaded_models;
@@ -424,7 +420,7 @@ void ModelRepository::Watch() {
     Resume("", /*expired_only=*/true);  // Their wait passed: 503 with Retry-After.
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, std::chrono::milliseconds>> expired;
-    for (const auto& [name, engine] : options_.llm_service->models()) {
+    for (const auto& [name, engine] : llm_service_.models()) {
       const llm::LlmStats stats = engine->stats();
       const int64_t seen = stats.steps + stats.requests_finished;
       const bool busy = stats.slots_busy + stats.waiting > 0;
@@ -472,12 +468,12 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
   for (const std::string& name : engine_.ModelNames()) names.insert(name);
   std::set<std::string> language;
   std::set<std::string> on_demand;  // The repository's language models, where requests load them.
-  if (options_.llm_service != nullptr) {
+  {
     for (const std::string& name : options_.models.LanguageModels()) {
       names.insert(name);
       if (options_.autoload) on_demand.insert(name);
     }
-    for (const auto& [name, engine] : options_.llm_service->models()) language.insert(name);
+    for (const auto& [name, engine] : llm_service_.models()) language.insert(name);
     names.insert(language.begin(), language.end());
   }
   std::map<std::string, std::string> changing;
@@ -512,7 +508,7 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
 }
 
 Status ModelRepository::UnloadModel(const std::string& name) {
-  if (options_.llm_service != nullptr && !engine_.Find(name)) {
+  if (!engine_.Find(name)) {
     Status unloaded = UnloadLanguageModel(name);
     if (unloaded.code() != StatusCode::kNotFound) return unloaded;
   }

@@ -49,10 +49,9 @@ struct ModelLocations {
 struct RepositoryOptions {
   ModelLocations models;
   bool model_control = false;  // Load and unload routes allowed; off: 403.
-  // Language models: how a directory loads (null: none served), and where they are served.
+  // How a language model's directory loads (null: none served).
   llm::LlmLoader llm_loader;
-  llm::GenerationService* llm_service = nullptr;
-  // Language models on demand (needs llm_service): loaded by a request that names them.
+  // Language models on demand (needs llm_loader): loaded by a request that names them.
   bool autoload = false;
   // An idle language model loaded by a request is unloaded after this long (zero: kept).
   std::chrono::milliseconds keep_alive{0};
@@ -130,6 +129,9 @@ class ModelRepository {
 
   // Whether the fronts may load and unload models (model control); each front checks it.
   bool model_control() const { return options_.model_control; }
+  // The language models served, which the LLM fronts (OpenAI, Anthropic, Responses) find their
+  // models in; the repository adds and removes them.
+  llm::GenerationService& generation_service() { return llm_service_; }
 
  private:
   // Once a second: a language model's use seen since the last look restarts its idle time; one
@@ -164,6 +166,8 @@ class ModelRepository {
 
   Engine& engine_;
   V2Service& v2_;
+  // Declared first of what the repository holds: it goes last (its engines after the watcher).
+  llm::GenerationService llm_service_{{}};
   ThreadPool& control_pool_;
   const RepositoryOptions options_;
   mutable Mutex mu_;

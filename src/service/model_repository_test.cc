@@ -44,11 +44,11 @@ class ModelRepositoryTest : public ::testing::Test {
                                 released_cv_.wait(lock, [this] { return released_; });
                                 return Status::InvalidArgument("no weights in this test");
                               },
-                          .llm_service = &service_,
                           .autoload = true,
                           .load_wait = load_wait});
     repository_->Start();
   }
+  llm::GenerationService& service() { return repository_->generation_service(); }
   void Release() {
     {
       std::lock_guard lock(mu_);
@@ -71,7 +71,6 @@ class ModelRepositoryTest : public ::testing::Test {
     return Status::Internal("no tensor models in this test");
   }};
   V2Service v2_{engine_};
-  llm::GenerationService service_{{}};
   std::unique_ptr<ThreadPool> control_pool_ = std::make_unique<ThreadPool>(1, 16);
   std::unique_ptr<ModelRepository> repository_;
   std::atomic<int> loads_{0};
@@ -83,21 +82,21 @@ class ModelRepositoryTest : public ::testing::Test {
 TEST_F(ModelRepositoryTest, AWaitEndsWhenTheLoadHasRun) {
   Make(std::chrono::seconds(60));
   std::string model = "m";
-  auto found = service_.Find(model);  // Starts the load.
+  auto found = service().Find(model);  // Starts the load.
   ASSERT_EQ(found.status().code(), StatusCode::kUnavailable) << found.status().message();
   std::atomic<int> resumed{0};
-  ASSERT_TRUE(service_.WhenLoaded("m", [&] { ++resumed; }));
-  ASSERT_TRUE(service_.WhenLoaded("m", [&] { ++resumed; }));
+  ASSERT_TRUE(service().WhenLoaded("m", [&] { ++resumed; }));
+  ASSERT_TRUE(service().WhenLoaded("m", [&] { ++resumed; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(resumed.load(), 0) << "resumed while the load still ran";
   Release();
   EXPECT_TRUE(ResumedWithin(resumed, 2, 10));
   // The load failed: Find now says why, and a request asking to wait resumes at once.
-  found = service_.Find(model);
+  found = service().Find(model);
   EXPECT_NE(found.status().message().find("failed to load"), std::string::npos)
       << found.status().message();
   std::atomic<int> again{0};
-  EXPECT_TRUE(service_.WhenLoaded("m", [&] { ++again; }));
+  EXPECT_TRUE(service().WhenLoaded("m", [&] { ++again; }));
   EXPECT_EQ(again.load(), 1);
   EXPECT_EQ(loads_.load(), 1);
 }
@@ -105,18 +104,18 @@ TEST_F(ModelRepositoryTest, AWaitEndsWhenTheLoadHasRun) {
 TEST_F(ModelRepositoryTest, AWaitEndsWhenItsTimeHasPassedAndStopEndsTheRest) {
   Make(std::chrono::milliseconds(200));
   std::string model = "m";
-  ASSERT_EQ(service_.Find(model).status().code(), StatusCode::kUnavailable);
+  ASSERT_EQ(service().Find(model).status().code(), StatusCode::kUnavailable);
   std::atomic<int> resumed{0};
   const auto asked = std::chrono::steady_clock::now();
-  ASSERT_TRUE(service_.WhenLoaded("m", [&] { ++resumed; }));
+  ASSERT_TRUE(service().WhenLoaded("m", [&] { ++resumed; }));
   // The watcher looks once a second: the wait ends within about a second of load_wait.
   EXPECT_TRUE(ResumedWithin(resumed, 1, 5));
   EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(200));
   // Still loading: the request is answered that it is.
-  EXPECT_NE(service_.Find(model).status().message().find("is loading"), std::string::npos);
+  EXPECT_NE(service().Find(model).status().message().find("is loading"), std::string::npos);
   // One waiting when the repository stops is resumed by Stop().
   std::atomic<int> stopped{0};
-  ASSERT_TRUE(service_.WhenLoaded("m", [&] { ++stopped; }));
+  ASSERT_TRUE(service().WhenLoaded("m", [&] { ++stopped; }));
   Release();  // Let the load end, so Stop() does not wait on it.
   repository_->Stop();
   EXPECT_TRUE(ResumedWithin(stopped, 1, 10));
