@@ -33,7 +33,8 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
     }
     rest.remove_prefix(static_cast<size_t>(end - rest.data()));
     size_t unit_length = 0;
-    while (unit_length < rest.size() && std::isalpha(static_cast<unsigned char>(rest[unit_length]))) {
+    while (unit_length < rest.size() &&
+           std::isalpha(static_cast<unsigned char>(rest[unit_length]))) {
       ++unit_length;
     }
     const std::string_view unit = rest.substr(0, unit_length);

@@ -294,7 +294,10 @@ void AnthropicHandlers::Messages(const HttpRequest& request, const PathParams&, 
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) {
-    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &AnthropicHandlers::Messages))) return;
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond,
+                    RunAgain(this, &AnthropicHandlers::Messages))) {
+      return;
+    }
     return respond(AnthropicError(found.status()));
   }
 
@@ -319,7 +322,10 @@ void AnthropicHandlers::CountTokens(const HttpRequest& request, const PathParams
   }
   auto found = service_.Find(parsed.model);
   if (!found.ok()) {
-    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &AnthropicHandlers::CountTokens))) return;
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond,
+                    RunAgain(this, &AnthropicHandlers::CountTokens))) {
+      return;
+    }
     return respond(AnthropicError(found.status()));
   }
 

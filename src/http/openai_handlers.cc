@@ -403,7 +403,10 @@ void OpenAiHandlers::Embeddings(const HttpRequest& request, const PathParams&, R
   }
   auto found = service_.Find(parsed.model);
   if (!found.ok()) {
-    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Embeddings))) return;
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond,
+                    RunAgain(this, &OpenAiHandlers::Embeddings))) {
+      return;
+    }
     return respond(OpenAiError(found.status(), "model"));
   }
   std::shared_ptr<llm::LlmEngine> engine = *found;
@@ -471,7 +474,10 @@ void OpenAiHandlers::Rerank(const HttpRequest& request, const PathParams&, Respo
   }
   auto found = service_.Find(parsed.model);
   if (!found.ok()) {
-    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Rerank))) return;
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond,
+                    RunAgain(this, &OpenAiHandlers::Rerank))) {
+      return;
+    }
     return respond(OpenAiError(found.status(), "model"));
   }
 
@@ -616,7 +622,9 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) {
-    auto again = [this, chat](const HttpRequest& r, Responder d) { Generate(r, chat, std::move(d)); };
+    auto again = [this, chat](const HttpRequest& r, Responder d) {
+      Generate(r, chat, std::move(d));
+    };
     if (WaitForLoad(service_, found.status(), parsed.model, request, respond, again)) return;
     return respond(OpenAiError(found.status(), "model"));
   }

@@ -20,7 +20,10 @@ void OpenAiHandlers::Tokenize(const HttpRequest& request, const PathParams&, Res
   std::shared_ptr<const llm::LoraAdapter> adapter;  // Its base model's tokenizer.
   auto engine = service_.Find(parsed.model, &adapter);
   if (!engine.ok()) {
-    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Tokenize))) return;
+    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond,
+                    RunAgain(this, &OpenAiHandlers::Tokenize))) {
+      return;
+    }
     return respond(OpenAiError(engine.status(), "model"));
   }
 
@@ -48,7 +51,10 @@ void OpenAiHandlers::Detokenize(const HttpRequest& request, const PathParams&, R
   }
   auto engine = service_.Find(parsed.model);
   if (!engine.ok()) {
-    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond, RunAgain(this, &OpenAiHandlers::Detokenize))) return;
+    if (WaitForLoad(service_, engine.status(), parsed.model, request, respond,
+                    RunAgain(this, &OpenAiHandlers::Detokenize))) {
+      return;
+    }
     return respond(OpenAiError(engine.status(), "model"));
   }
 
@@ -90,7 +96,9 @@ void OpenAiHandlers::Render(const HttpRequest& request, bool chat, Responder res
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) {
-    auto again = [this, chat](const HttpRequest& r, Responder d) { Render(r, chat, std::move(d)); };
+    auto again = [this, chat](const HttpRequest& r, Responder d) {
+      Render(r, chat, std::move(d));
+    };
     if (WaitForLoad(service_, found.status(), parsed.model, request, respond, again)) return;
     return respond(OpenAiError(found.status(), "model"));
   }

@@ -386,7 +386,10 @@ void ResponsesHandlers::Create(const HttpRequest& request, const PathParams&, Re
   }
   auto found = service_.Find(parsed.model, &parsed.adapter);
   if (!found.ok()) {
-    if (WaitForLoad(service_, found.status(), parsed.model, request, respond, RunAgain(this, &ResponsesHandlers::Create))) return;
+    if (WaitForLoad(service_, found.status(), parsed.model, request, respond,
+                    RunAgain(this, &ResponsesHandlers::Create))) {
+      return;
+    }
     return respond(OpenAiError(found.status(), "model"));
   }
 

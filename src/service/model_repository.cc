@@ -179,8 +179,7 @@ std::vector<std::pair<std::string, std::string>> ModelRepository::Unloaded() con
 }
 
 Status ModelRepository::UnloadLanguageModel(const std::string& name) {
-  std::shared_ptr<llm::LlmEngine> engine =
-      llm_service_.Remove(name);
+  std::shared_ptr<llm::LlmEngine> engine = llm_service_.Remove(name);
   if (!engine) return Status::NotFound(fmt::format("model '{}' is not loaded", name));
   {
     MutexLock lock(mu_);
@@ -466,16 +465,14 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
     if (IsValidModelName(name)) names.insert(name);
   }
   for (const std::string& name : engine_.ModelNames()) names.insert(name);
-  std::set<std::string> language;
   std::set<std::string> on_demand;  // The repository's language models, where requests load them.
-  {
-    for (const std::string& name : options_.models.LanguageModels()) {
-      names.insert(name);
-      if (options_.autoload) on_demand.insert(name);
-    }
-    for (const auto& [name, engine] : llm_service_.models()) language.insert(name);
-    names.insert(language.begin(), language.end());
+  for (const std::string& name : options_.models.LanguageModels()) {
+    names.insert(name);
+    if (options_.autoload) on_demand.insert(name);
   }
+  std::set<std::string> language;  // Served now.
+  for (const auto& [name, engine] : llm_service_.models()) language.insert(name);
+  names.insert(language.begin(), language.end());
   std::map<std::string, std::string> changing;
   std::map<std::string, std::string> failed;  // Autoloads refused or failed, within their wait.
   {

@@ -34,16 +34,16 @@ class ModelRepositoryTest : public ::testing::Test {
 
   // A repository whose language-model loads block until Release(), then fail.
   void Make(std::chrono::milliseconds load_wait) {
+    auto blocking = [this](const std::string&) -> Result<std::shared_ptr<llm::LlmEngine>> {
+      ++loads_;
+      std::unique_lock lock(mu_);
+      released_cv_.wait(lock, [this] { return released_; });
+      return Status::InvalidArgument("no weights in this test");
+    };
     repository_ = std::make_unique<ModelRepository>(
         engine_, v2_, *control_pool_,
         RepositoryOptions{.models = {.repository = dir_},
-                          .llm_loader =
-                              [this](const std::string&) -> Result<std::shared_ptr<llm::LlmEngine>> {
-                                ++loads_;
-                                std::unique_lock lock(mu_);
-                                released_cv_.wait(lock, [this] { return released_; });
-                                return Status::InvalidArgument("no weights in this test");
-                              },
+                          .llm_loader = blocking,
                           .autoload = true,
                           .load_wait = load_wait});
     repository_->Start();
