@@ -4,12 +4,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "bench/http_load.h"
 #include "bench/in_process.h"
@@ -229,6 +234,102 @@ TEST(HttpLoadTest, ParsesUrlsAndScrapesHistograms) {
       "sluice_batch_size_sum{model=\"b\"} 99\n";
   EXPECT_EQ(ScrapeHistogram(metrics, "sluice_batch_size", "a"), std::make_pair(10.0, 4.0));
   EXPECT_EQ(ScrapeHistogram(metrics, "sluice_batch_size", "c"), std::make_pair(0.0, 0.0));
+}
+
+// A keep-alive HTTP server on a loopback port that answers every request at once: one thread
+// accepts, one thread a connection. Stops when destroyed.
+class InstantHttpServer {
+ public:
+  InstantHttpServer() : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    accepter_ = std::thread([this] { Accept(); });
+  }
+  ~InstantHttpServer() {
+    stopping_ = true;
+    boost::asio::ip::tcp::socket wake(ioc_);
+    boost::system::error_code ignored;
+    wake.connect(acceptor_.local_endpoint(), ignored);
+    accepter_.join();
+    for (auto& t : connections_) t.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void Accept() {
+    while (true) {
+      boost::asio::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (stopping_) return;
+      if (ec) continue;
+      connections_.emplace_back([s = std::move(socket)]() mutable { Serve(s); });
+    }
+  }
+  static void Serve(boost::asio::ip::tcp::socket& socket) {
+    namespace http = boost::beast::http;
+    boost::beast::flat_buffer buffer;
+    while (true) {
+      http::request<http::string_body> request;
+      boost::system::error_code ec;
+      http::read(socket, buffer, request, ec);
+      if (ec) return;
+      http::response<http::string_body> response(http::status::ok, 11);
+      response.body() = "{}";
+      response.keep_alive(true);
+      response.prepare_payload();
+      http::write(socket, response, ec);
+      if (ec) return;
+    }
+  }
+
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accepter_;
+  std::vector<std::thread> connections_;  // Joined when their client closes.
+};
+
+// The generator's thread runs late while the CPU is taken (here by spinning threads): a Poisson
+// arrival due before the end is handled after it, when a connection's answer has come in. That
+// arrival is still sent, on a connection still open, and nothing counts as lost (a connection
+// closed at the end was once handed such an arrival: "write: Bad file descriptor").
+TEST(HttpLoadTest, OpenLoopSendsEveryArrivalWhenItsThreadRunsLate) {
+  InstantHttpServer server;
+  std::atomic<bool> spin{true};
+  std::vector<std::thread> hogs;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < 4 * cores; ++i) {
+    hogs.emplace_back([&spin] {
+      volatile uint64_t x = 0;
+      while (spin.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  }
+  int64_t sent = 0;
+  for (int level = 0; level < 30; ++level) {
+    HttpLoadOptions o;
+    o.target.port = server.port();
+    o.payload.path = "/v2/models/m/infer";
+    o.payload.body = "{}";
+    o.concurrency = 2;
+    o.max_connections = 16;
+    o.rate = 4000;
+    o.warmup = Seconds(0);
+    o.duration = Seconds(0.1);
+    o.seed = static_cast<uint64_t>(level) + 1;
+    auto run = RunHttpLoad(o);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    EXPECT_EQ(run->transport_errors, 0)
+        << "level " << level << ": "
+        << fmt::format("{}", fmt::join(run->first_transport_errors, "; "));
+    EXPECT_EQ(run->unsent, 0) << "level " << level;
+    EXPECT_EQ(run->answered, run->sent) << "level " << level;
+    EXPECT_EQ(static_cast<int64_t>(run->records.size()), run->sent) << "level " << level;
+    sent += run->sent;
+  }
+  spin = false;
+  for (auto& t : hogs) t.join();
+  EXPECT_GT(sent, 30 * 100);  // About 400 arrivals a level.
 }
 
 TEST(CeilingTest, RunsTheSameNumberOfRequestsWithoutAQueue) {

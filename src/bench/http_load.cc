@@ -106,6 +106,7 @@ class LoadRunner {
     Clock::time_point sent;       // When the request went out.
     Clock::time_point scheduled;  // Open loop: when it was due.
     bool connected = false;
+    bool closed = false;  // By the generator, at the end: never reopened.
     bool busy = false;
     // The request in flight, when traced: its ids, its own bytes and when they were written.
     uint64_t trace_span = 0;  // 0: not traced.
@@ -115,7 +116,12 @@ class LoadRunner {
   };
 
   bool open_loop() const { return options_.rate > 0; }
-  bool sending_time_over(Clock::time_point now) const { return now >= end_; }
+  // Closed loop: the measured period is over. Open loop: every arrival scheduled before the end
+  // has been handed to a connection. (A late timer may hand one over after the end: connections
+  // stay open for it.)
+  bool done_sending(Clock::time_point now) const {
+    return open_loop() ? arrivals_over_ && pending_.empty() : now >= end_;
+  }
 
   void OpenConnection() {
     auto conn = std::make_shared<Conn>(ioc_);
@@ -127,9 +133,12 @@ class LoadRunner {
     ++connecting_;
     conn->socket.async_connect(endpoint_, [this, conn](beast::error_code ec) {
       --connecting_;
+      if (conn->closed) return;  // Closed by the generator while connecting: nothing lost.
       if (ec) {
         AddTransportError(run_, fmt::format("connect: {}", ec.message()));
-        if (sending_time_over(Clock::Real().Now())) return;
+        // No retries past the end, even for arrivals still pending (they count as unsent): a
+        // server that is gone would keep the generator retrying forever.
+        if (Clock::Real().Now() >= end_) return;
         conn->socket = tcp::socket(ioc_);
         return Connect(conn);
       }
@@ -145,13 +154,13 @@ class LoadRunner {
     if (open_loop()) {
       if (pending_.empty()) {
         conn->busy = false;
-        if (sending_time_over(now)) Close(conn);
+        if (done_sending(now)) Close(conn);
         return;
       }
       conn->scheduled = pending_.front();
       pending_.pop_front();
     } else {
-      if (sending_time_over(now)) return Close(conn);
+      if (done_sending(now)) return Close(conn);
       conn->scheduled = now;
     }
     conn->busy = true;
@@ -243,7 +252,7 @@ class LoadRunner {
     conn->buffer.clear();
     conn->connected = false;
     conn->busy = false;
-    if (sending_time_over(Clock::Real().Now()) && (!open_loop() || pending_.empty())) return;
+    if (done_sending(Clock::Real().Now())) return;
     conn->socket = tcp::socket(ioc_);
     Connect(conn);
   }
@@ -252,6 +261,8 @@ class LoadRunner {
     beast::error_code ignored;
     conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
     conn->socket.close(ignored);
+    conn->connected = false;
+    conn->closed = true;
     conn->busy = false;
   }
 
@@ -261,8 +272,10 @@ class LoadRunner {
     next_arrival_ += std::chrono::duration_cast<Clock::duration>(Seconds(gap(rng_)));
     if (next_arrival_ >= end_) {
       // No more arrivals: idle connections close; busy ones close after their answer.
+      arrivals_over_ = true;
+      if (!pending_.empty()) return;
       for (auto& conn : conns_) {
-        if (!conn->busy && pending_.empty()) Close(conn);
+        if (!conn->busy) Close(conn);
       }
       return;
     }
@@ -292,7 +305,8 @@ class LoadRunner {
   std::mt19937_64 rng_;
   std::vector<std::shared_ptr<Conn>> conns_;
   std::deque<Clock::time_point> pending_;
-  int connecting_ = 0;  // Connections whose connect has not completed.
+  int connecting_ = 0;          // Connections whose connect has not completed.
+  bool arrivals_over_ = false;  // Open loop: the last arrival before the end is scheduled.
   Clock::time_point start_, measure_from_, end_, next_arrival_;
   HttpLoadRun run_;  // Counts and records as they come; summarised at the end.
 };
