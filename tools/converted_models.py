@@ -48,6 +48,15 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     llama.cpp's KV cache in f32 for all of them; and
                                     tokenizer_cases.jsonl, llama.cpp's ids for the strings under a
                                     Phi-3's name (whitespace after special tokens dropped)
+  hf_<moe>/, gguf_<moe>_f32/, gguf_<moe>_q4_k_m/
+                                    mixtures of experts: a tiny random Qwen3-MoE
+                                    (Qwen3MoeForCausalLM: 8 experts of width 256, 2 used a token,
+                                    norm_topk_prob, as Qwen3-30B-A3B routes) and Mixtral
+                                    (MixtralForCausalLM: 4 experts, 2 used), with tiny_llm's
+                                    byte-level BPE vocabulary, converted by llama.cpp's converter
+                                    (its pre-tokenizer check answered "qwen2" and "smollm") and
+                                    quantised to Q4_K_M by its quantiser, with llama.cpp's logits
+                                    (its KV cache in f32)
   hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
@@ -310,6 +319,60 @@ def write_family(models, out_dir, arch, seed):
         save_file(reference, os.path.join(folder, "reference.safetensors"))
 
 
+MOE_FAMILIES = ["qwen3moe", "mixtral"]
+
+
+def write_moe(models, out_dir, family, seed):
+    """hf_<family>/ and its GGUF files (F32, Q4_K_M) with llama.cpp's logits; returns the largest
+    relative logit difference between transformers and llama.cpp on the F32 file."""
+    import shutil
+    import transformers
+    from transformers import AutoTokenizer
+    from gguf_models import PROMPTS as GGUF_PROMPTS, llama_cpp_reference, quantize
+    import encoder_models
+    hf = os.path.join(out_dir, f"hf_{family}")
+    if os.path.exists(hf):
+        shutil.rmtree(hf)
+    copy_tokenizer(os.path.join(models, "tiny_llm"), hf)
+    common = dict(vocab_size=len(AutoTokenizer.from_pretrained(hf)), hidden_size=256,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2, num_experts_per_tok=2)
+    if family == "qwen3moe":
+        config = transformers.Qwen3MoeConfig(
+            **common, intermediate_size=768, moe_intermediate_size=256, num_experts=8,
+            norm_topk_prob=True, head_dim=64, rope_theta=1000000.0)
+        model_class, pre_tokenizer = transformers.Qwen3MoeForCausalLM, "qwen2"
+    else:
+        config = transformers.MixtralConfig(**common, intermediate_size=256, num_local_experts=4,
+                                            rope_theta=1000000.0, sliding_window=None)
+        model_class, pre_tokenizer = transformers.MixtralForCausalLM, "smollm"
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():  # The experts' 3-D weights too; norms away from 1.
+        for name, parameter in model.named_parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0, 0.08)
+            elif "norm" in name:
+                parameter.uniform_(0.5, 1.5)
+    model.save_pretrained(hf)
+    rng = random.Random(seed)
+    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
+             "sequence while the batch grows").split()
+    prompts = GGUF_PROMPTS + [" ".join(rng.choice(words) for _ in range(40))]
+    f32 = os.path.join(out_dir, f"gguf_{family}_f32", "model.gguf")
+    encoder_models.convert_with_pre_tokenizer(hf, f32, pre_tokenizer)
+    llama_cpp_reference(f32, os.path.join(os.path.dirname(f32), "reference.safetensors"),
+                        prompts, kv_f32=True)
+    q4 = os.path.join(out_dir, f"gguf_{family}_q4_k_m", "model.gguf")
+    os.makedirs(os.path.dirname(q4), exist_ok=True)
+    quantize(f32, q4, "q4_k_m")
+    llama_cpp_reference(q4, os.path.join(os.path.dirname(q4), "reference.safetensors"), prompts,
+                        kv_f32=True)
+    return transformers_agreement(model, os.path.join(os.path.dirname(f32),
+                                                      "reference.safetensors"))
+
+
 def write_sharded(src, out):
     """A Hugging Face folder saved as a sharded checkpoint (model-0000N-of-0000M.safetensors and
     model.safetensors.index.json), as every checkpoint of 7B parameters and more is."""
@@ -531,6 +594,10 @@ def main():
         else:
             print(f"{name}: transformers against llama.cpp, max |logit difference| / max |logit|: "
                   f"{transformers_agreement(model, os.path.join(gguf_dir, 'reference.safetensors')):.1e}")
+    for i, family in enumerate(MOE_FAMILIES):
+        moe = write_moe(args.out, out, family, seed=64 + i)
+        print(f"{family}: transformers against llama.cpp, max |logit difference| / max |logit|: "
+              f"{moe:.1e}")
     write_low_bit(args.out, out)
     write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(out, "tiny_llm_sharded"))
     for i, arch in enumerate(FAMILIES):

@@ -260,9 +260,16 @@ def llama_cpp_embeddings(path, tokenizer, texts):
 
 def convert(hf_dir, gguf_path, outtype="f32"):
     """llama.cpp's converter on `hf_dir`, its pre-tokenizer check answered (RUN_CONVERTER)."""
+    convert_with_pre_tokenizer(hf_dir, gguf_path, "default", outtype)
+
+
+def convert_with_pre_tokenizer(hf_dir, gguf_path, pre_tokenizer, outtype="f32"):
+    """llama.cpp's converter on `hf_dir`, its check of the vocabulary's pre-tokenizer answered
+    `pre_tokenizer` (the test vocabularies are not among those it knows by their hashes)."""
     import converted_models
+    run = RUN_CONVERTER.replace('"default"', repr(pre_tokenizer))
     converted_models.convert(hf_dir, gguf_path, outtype, launcher=(
-        sys.executable, "-c", RUN_CONVERTER, os.path.dirname(CONVERTER)))
+        sys.executable, "-c", run, os.path.dirname(CONVERTER)))
 
 
 def write_cases(path, texts, encode):

@@ -32,8 +32,14 @@ namespace {
 std::vector<std::string> GgufModelDirs() {
   // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
   // whole and split in three parts.
-  std::vector<std::string> dirs = {"gguf_smollm2_q4_1", "converted/gguf_spm_llama_f32",
-                                   "converted/gguf_spm_llama_split"};
+  // Mixtures of experts (qwen3moe, Mixtral's llama) from llama.cpp's converter, F32 and Q4_K_M.
+  std::vector<std::string> dirs = {"gguf_smollm2_q4_1",
+                                   "converted/gguf_spm_llama_f32",
+                                   "converted/gguf_spm_llama_split",
+                                   "converted/gguf_qwen3moe_f32",
+                                   "converted/gguf_qwen3moe_q4_k_m",
+                                   "converted/gguf_mixtral_f32",
+                                   "converted/gguf_mixtral_q4_k_m"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
@@ -96,10 +102,16 @@ std::vector<Reference> ReadReference(const std::string& dir,
 // difference: llama.cpp's CPU GELU reads a table of fp16 values at the gate rounded to fp16 (2^-11
 // relative, each), where Sluice computes it in fp32 (measured: 3.5e-3 and 5.0e-3 on the float
 // files, 0.13-0.15 on the K-quants, with every float continuation equal).
+// A mixture of experts' quantised file: a position whose router's top experts are near a tie
+// may pick another expert here than in llama.cpp (their activations differ by the quantisation of
+// x), and its logits then differ by far more than the products' rounding (0.15-0.44 of the
+// largest at 9 of 169 positions of qwen3moe's Q4_K_M file, with 0.05 or less next to them); the
+// bound holds for 90% of the positions instead of all (the F32 file, 2e-6, routes alike).
 struct Tolerance {
   double relative;
   double top1;
   double greedy;
+  double within = 1.0;  // The share of positions whose difference `relative` bounds.
 };
 // Logits llama.cpp puts this close (a share of its largest) are a tie for the top-1 count: on an
 // AMD EPYC with AVX-512, gemma3's f16 file had two of 182 positions whose top two llama.cpp logits
@@ -118,6 +130,9 @@ Tolerance ToleranceFor(const std::string& path) {
                        dir.find("_q3_k") != std::string::npos ||
                        dir.find("_iq4") != std::string::npos;
   if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
+  if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral")) {
+    return {0.1, 0.9, 0.0, 0.9};
+  }
   return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.
 }
 
@@ -136,7 +151,9 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   const int vocab = (*model)->architecture().vocab_size;
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);
+  const Tolerance tolerance = ToleranceFor(GetParam());
   double worst_relative = 0;
+  size_t within = 0;  // Positions within tolerance.relative.
   size_t positions = 0, top1_same = 0, top1_ties = 0, greedy_same = 0, greedy_total = 0;
   size_t prompts_equal = 0;
   for (const Reference& r : references) {
@@ -152,6 +169,7 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
         difference = std::max(difference, static_cast<double>(std::abs(ours[v] - theirs[v])));
       }
       worst_relative = std::max(worst_relative, difference / std::max(largest, 1e-6));
+      within += difference / std::max(largest, 1e-6) <= tolerance.relative;
       ++positions;
       // Our top token is llama.cpp's, or llama.cpp itself has the two tied: within kTie of its
       // largest logit of each other (a tie its products, which round activations to the
@@ -178,7 +196,6 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
     }
     prompts_equal += same == r.greedy.size();
   }
-  const Tolerance tolerance = ToleranceFor(GetParam());
   const double top1 = static_cast<double>(top1_same) / static_cast<double>(positions);
   std::printf(
       "gguf agreement %s: max |logit difference| / max |logit| %.2e, top-1 %.1f%% of %zu "
@@ -186,7 +203,12 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
       "equal\n",
       GetParam().c_str(), worst_relative, 100 * top1, positions, top1_ties, greedy_same,
       greedy_total, prompts_equal, references.size());
-  EXPECT_LE(worst_relative, tolerance.relative);
+  if (tolerance.within < 1.0) {
+    EXPECT_GE(static_cast<double>(within), tolerance.within * static_cast<double>(positions))
+        << "worst " << worst_relative;
+  } else {
+    EXPECT_LE(worst_relative, tolerance.relative);
+  }
   EXPECT_GE(top1, tolerance.top1);
   EXPECT_GE(static_cast<double>(prompts_equal),
             tolerance.greedy * static_cast<double>(references.size()));
@@ -453,8 +475,9 @@ TEST_P(WeightsCacheTest, AFolderThatCannotBeWrittenLeavesTheWeightsInMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Files, WeightsCacheTest,
                          ::testing::Values("gguf_smollm2_q4_1", "gguf_qwen2_q4_k_m",
-                                           "gguf_llama_q6_k", "gguf_gemma3_q5_k_m"),
-                         [](const auto& info) { return info.param; });
+                                           "gguf_llama_q6_k", "gguf_gemma3_q5_k_m",
+                                           "converted/gguf_qwen3moe_q4_k_m"),
+                         [](const auto& info) { return TestName(info.param); });
 
 TEST(WeightsCacheFloatTest, AFileWithNothingToRepackWritesNone) {
   char pattern[] = "/tmp/sluice-weights-cache-XXXXXX";

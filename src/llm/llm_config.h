@@ -27,7 +27,7 @@ enum class GateActivation { kSilu, kGeluTanh };
 // differ in small ways, each a field here: one decoder serves them all.
 struct ModelArchitecture {
   // llama (Llama 2/3, SmolLM, TinyLlama, and Mistral, which llama.cpp stores as llama), qwen2,
-  // qwen3, phi3, gemma3.
+  // qwen3, qwen3moe, phi3, gemma3.
   std::string name = "llama";
   int vocab_size = 0;
   int hidden_size = 0;
@@ -78,6 +78,15 @@ struct ModelArchitecture {
   double attention_scale = 0;      // Queries' scale before the softmax; 0: 1 / sqrt(head_dim).
   double final_logit_softcap = 0;  // > 0: logits = cap * tanh(logits / cap).
   bool tie_word_embeddings = false;
+  // A mixture of experts (qwen3moe): every layer's feed-forward is `experts` SwiGLU experts of
+  // expert_intermediate_size, and a router (a linear layer to one logit per expert) that picks
+  // experts_used of them per token: the softmax of the logits, its top experts_used, their
+  // probabilities renormalised to sum to 1 (expert_weights_norm) as the weights of the experts'
+  // outputs. 0 experts: a dense feed-forward of intermediate_size.
+  int experts = 0;
+  int experts_used = 0;
+  int expert_intermediate_size = 0;
+  bool expert_weights_norm = true;
   int bos_token_id = -1;  // -1: none.
   std::vector<int> eos_token_ids;
 };

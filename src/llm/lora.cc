@@ -399,6 +399,18 @@ Result<std::shared_ptr<const LoraAdapter>> LoadLoraAdapter(const std::string& na
   Status read = gguf_path.empty() ? ReadPeft(path, arch, max_rank, &parsed)
                                   : ReadGguf(gguf_path, arch, max_rank, &parsed);
   if (read.ok()) read = CheckPairs(parsed);
+  if (read.ok() && arch.experts > 0) {
+    // A mixture of experts has no dense feed-forward for gate_proj, up_proj or down_proj.
+    for (const auto& layer : parsed.modules) {
+      for (const LoraModule m : {LoraModule::kGate, LoraModule::kUp, LoraModule::kDown}) {
+        if (layer[static_cast<size_t>(m)].a.empty()) continue;
+        read = Status::InvalidArgument(fmt::format(
+            "adapts {}, but '{}' is a mixture of experts: adapters of its experts are not "
+            "supported (attention's q_proj, k_proj, v_proj and o_proj are)",
+            LoraModuleName(m), arch.name));
+      }
+    }
+  }
   if (!read.ok()) {
     return Status(read.code(), fmt::format("LoRA adapter '{}': {}", name, read.message()));
   }

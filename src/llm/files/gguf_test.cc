@@ -259,6 +259,54 @@ TEST_F(GgufTest, Gemma3SlidingWindowLayers) {
   EXPECT_NE(refused.status().message().find("sliding_window_pattern"), std::string::npos);
 }
 
+// qwen3moe's experts as llama.cpp's converter writes them; missing or inconsistent counts and
+// shared experts are refused by their keys.
+TEST_F(GgufTest, MixtureOfExpertsMetadata) {
+  auto read = [](Writer w, const std::string& name) {
+    auto file = GgufFile::Open(WriteFile(w.Bytes(), name));
+    EXPECT_TRUE(file.ok()) << file.status().ToString();
+    return file.ok() ? ArchitectureFromGguf(**file) : Result<ModelArchitecture>(file.status());
+  };
+  Writer moe = Llama("qwen3moe");
+  moe.U32("qwen3moe.expert_count", 8);
+  moe.U32("qwen3moe.expert_used_count", 2);
+  moe.U32("qwen3moe.expert_feed_forward_length", 32);
+  auto arch = read(moe, "moe.gguf");
+  ASSERT_TRUE(arch.ok()) << arch.status().ToString();
+  EXPECT_EQ(arch->experts, 8);
+  EXPECT_EQ(arch->experts_used, 2);
+  EXPECT_EQ(arch->expert_intermediate_size, 32);
+  EXPECT_TRUE(arch->expert_weights_norm && arch->qk_norm);
+
+  Writer old = Llama("qwen3moe");  // No width of its own: feed_forward_length / used, as llama.cpp.
+  old.U32("qwen3moe.expert_count", 8);
+  old.U32("qwen3moe.expert_used_count", 2);
+  auto derived = read(old, "moe_old.gguf");
+  ASSERT_TRUE(derived.ok()) << derived.status().ToString();
+  EXPECT_EQ(derived->expert_intermediate_size, 64);
+
+  Writer dense = Llama("llama");
+  auto none = read(dense, "dense.gguf");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->experts, 0);
+
+  auto refused = [&](Writer w, const std::string& name, const std::string& key) {
+    auto result = read(std::move(w), name);
+    ASSERT_FALSE(result.ok()) << name;
+    EXPECT_NE(result.status().message().find(key), std::string::npos) << result.status().message();
+  };
+  Writer missing = Llama("qwen3moe");
+  missing.U32("qwen3moe.expert_count", 8);
+  refused(missing, "moe_missing.gguf", "qwen3moe.expert_used_count");
+  Writer too_many = Llama("qwen3moe");
+  too_many.U32("qwen3moe.expert_count", 8);
+  too_many.U32("qwen3moe.expert_used_count", 9);
+  refused(too_many, "moe_many.gguf", "qwen3moe.expert_used_count");
+  Writer shared = moe;
+  shared.U32("qwen3moe.expert_shared_count", 1);
+  refused(shared, "moe_shared.gguf", "qwen3moe.expert_shared_count");
+}
+
 TEST_F(GgufTest, UnknownArchitectureAndInconsistentShapesAreRefused) {
   auto gemma = GgufFile::Open(WriteFile(Llama("gemma2").Bytes(), "gemma.gguf"));
   ASSERT_TRUE(gemma.ok());

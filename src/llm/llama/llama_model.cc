@@ -480,6 +480,69 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
   }
 }
 
+void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, at::Tensor& out) {
+  const ModelArchitecture& a = arch_;
+  const int64_t rows = normed.size(0), hidden = a.hidden_size, width = a.expert_intermediate_size;
+  const int experts = a.experts, used = a.experts_used;
+  at::Tensor logits = Buffer(8, rows, experts);
+  at::mm_out(logits, normed, layer.router.t());
+  // Each expert's rows and their weights: a row's softmax over the experts, its top `used`
+  // (the lower index first among equals), renormalised to sum to 1.
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));
+  std::vector<float> probability(static_cast<size_t>(experts));
+  std::vector<int> order(static_cast<size_t>(experts));
+  const float* lp = logits.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = lp + r * experts;
+    const float top = *std::max_element(row, row + experts);
+    float sum = 0;
+    for (int e = 0; e < experts; ++e) sum += probability[e] = std::exp(row[e] - top);
+    for (float& p : probability) p /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int i, int j) {
+      return probability[i] > probability[j] || (probability[i] == probability[j] && i < j);
+    });
+    float chosen = 0;
+    for (int k = 0; k < used; ++k) chosen += probability[order[k]];
+    const float scale = a.expert_weights_norm ? 1.0f / chosen : 1.0f;
+    for (int k = 0; k < used; ++k) {
+      routed[order[k]].emplace_back(r, probability[order[k]] * scale);
+    }
+  }
+  out.zero_();
+  float* op = out.data_ptr<float>();
+  const float* np = normed.data_ptr<float>();
+  for (int e = 0; e < experts; ++e) {
+    const auto& mine = routed[static_cast<size_t>(e)];
+    if (mine.empty()) continue;
+    const auto count = static_cast<int64_t>(mine.size());
+    const Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+    at::Tensor x = Buffer(9, count, hidden);
+    float* xp = x.data_ptr<float>();
+    for (int64_t i = 0; i < count; ++i) {
+      std::copy_n(np + mine[i].first * hidden, hidden, xp + i * hidden);
+    }
+    at::Tensor gate_up = Buffer(10, count, 2 * width);
+    expert.gate_up.Into(x, gate_up.data_ptr<float>());
+    at::Tensor act = Buffer(11, count, width);
+    if (a.activation == GateActivation::kGeluTanh) {
+      GeGlu(gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
+    } else {
+      SwiGlu(gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
+    }
+    at::Tensor y = Buffer(12, count, hidden);
+    expert.down.Into(act, y.data_ptr<float>());
+    const float* yp = y.data_ptr<float>();
+    ForRows(count, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float* target = op + mine[i].first * hidden;
+        const float weight = mine[i].second;
+        for (int64_t c = 0; c < hidden; ++c) target[c] += weight * yp[i * hidden + c];
+      }
+    });
+  }
+}
+
 at::Tensor LlamaModel::Buffer(size_t i, int64_t rows, int64_t columns) {
   if (buffers_.size() <= i) buffers_.resize(i + 1);
   at::Tensor& buffer = buffers_[i];
@@ -676,8 +739,9 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
     at::Tensor qkv = Buffer(2, total, weights_.layers.front().qkv.out);
     at::Tensor heads = Buffer(3, total, int64_t{a.heads} * a.head_dim);
     at::Tensor attn = Buffer(4, total, hidden);
-    at::Tensor gate_up = Buffer(5, total, 2 * inter);
-    at::Tensor act = Buffer(6, total, inter);
+    const bool moe = a.experts > 0;  // Then the experts' own buffers (MixtureOfExperts).
+    at::Tensor gate_up = Buffer(5, total, moe ? 0 : 2 * inter);
+    at::Tensor act = Buffer(6, total, moe ? 0 : inter);
     at::Tensor down = Buffer(7, total, hidden);  // The last layer's MLP output ...
     const float* xp = x.data_ptr<float>();
     const float* pending = nullptr;  // ... once there is one, not yet added to x.
@@ -694,6 +758,12 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kO, heads, attn);
       if (a.post_norms) RmsNorm(attn, layer.post_attn_norm, attn);  // In place.
       RmsNorm(x, layer.ffn_norm, normed, attn.data_ptr<float>());
+      if (moe) {
+        MixtureOfExperts(layer, normed, down);
+        if (a.post_norms) RmsNorm(down, layer.post_ffn_norm, down);
+        pending = down.data_ptr<float>();
+        continue;
+      }
       layer.gate_up.Into(normed, gate_up.data_ptr<float>());
       if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kGateUp, normed, gate_up);
       const float* gu = gate_up.data_ptr<float>();
@@ -784,7 +854,7 @@ std::string LlamaModel::weight_formats() const {
     }
   };
   for (const Layer& layer : weights_.layers) {
-    for (const Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) add(*linear);
+    for (const Linear* linear : layer.Linears()) add(*linear);
   }
   add(weights_.lm_head);
   return fmt::format("{}", fmt::join(formats, "+"));
@@ -793,7 +863,7 @@ std::string LlamaModel::weight_formats() const {
 std::string LlamaModel::kernel_paths() const {
   bool blocks = false, vectors = false;
   for (const Layer& layer : weights_.layers) {
-    for (const Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) {
+    for (const Linear* linear : layer.Linears()) {
       for (const Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());

@@ -66,6 +66,10 @@ class LlamaModel final : public StepModel {
                       int64_t begin, int64_t end);
   void RmsNorm(at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
                const float* residual = nullptr) const;
+  // A mixture of experts' feed-forward (arch_.experts > 0) of `normed` into `out` (both [rows,
+  // hidden]): each row's experts picked by the router, then each expert's rows gathered into one
+  // product of its gate/up and down, its outputs added into their rows times their weights.
+  void MixtureOfExperts(const Layer& layer, const at::Tensor& normed, at::Tensor& out);
   // A step's rows of each LoRA adapter its chunks name: [begin, begin + count) where they are
   // consecutive (the engine orders a step's chunks by adapter), else `rows`.
   struct LoraGroup {

@@ -27,7 +27,7 @@ void ForEachRepackedPart(Weights* weights, const Fn& fn) {
     }
   };
   for (Layer& layer : weights->layers) {
-    for (Linear* linear : {&layer.qkv, &layer.out, &layer.gate_up, &layer.down}) visit(*linear);
+    for (Linear* linear : layer.Linears()) visit(*linear);
   }
   visit(weights->lm_head);
 }
@@ -71,6 +71,21 @@ void UseWeightsCache(const std::string& file_path, WeightsCache* cache, Weights*
 }
 
 }  // namespace
+
+namespace {
+
+template <class L, class Self>
+std::vector<L*> LinearsOf(Self& layer) {
+  std::vector<L*> all = {&layer.qkv, &layer.out};
+  if (layer.experts.empty()) all.insert(all.end(), {&layer.gate_up, &layer.down});
+  for (auto& expert : layer.experts) all.insert(all.end(), {&expert.gate_up, &expert.down});
+  return all;
+}
+
+}  // namespace
+
+std::vector<Linear*> Layer::Linears() { return LinearsOf<Linear>(*this); }
+std::vector<const Linear*> Layer::Linears() const { return LinearsOf<const Linear>(*this); }
 
 Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitecture& arch,
                               LlmPrecision precision, Weights* out) {
@@ -239,6 +254,21 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     DequantizeRow(tensor.type, tensor.data, tensor.elements(), values.data_ptr<float>());
     return values;
   };
+  // A part of quantised blocks, `source` its name in the weights cache: the cache's repacked copy
+  // where it has one, else the file's blocks (repacked unless RepacksBlocks() is off).
+  auto add_blocks = [&](Linear* result, const void* data, uint32_t type, int64_t rows,
+                        int64_t columns, const std::string& source) {
+    const uint8_t* cached =
+        cache == nullptr ? nullptr
+                         : cache->Find(source, type, rows, rows * QuantRowBytes(type, columns));
+    if (cached != nullptr) {
+      result->AddBlocks(nullptr, type, rows, columns, /*repack=*/false);
+      Linear::UseRepacked(&result->parts.back(), cached, cache->owner(), columns);
+    } else {
+      result->AddBlocks(data, type, rows, columns);
+    }
+    result->parts.back().source = source;
+  };
   // Consecutive float tensors become one part (stacked); each quantised tensor a part of its own.
   auto linear = [&](const std::vector<const GgufTensor*>& tensors) {
     Linear result;
@@ -251,18 +281,8 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     for (const GgufTensor* tensor : tensors) {
       if (IsQuantType(tensor->type)) {
         flush();
-        const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
-        const uint8_t* cached = cache == nullptr
-                                    ? nullptr
-                                    : cache->Find(tensor->name, tensor->type, rows,
-                                                  rows * QuantRowBytes(tensor->type, columns));
-        if (cached != nullptr) {
-          result.AddBlocks(nullptr, tensor->type, rows, columns, /*repack=*/false);
-          Linear::UseRepacked(&result.parts.back(), cached, cache->owner(), columns);
-        } else {
-          result.AddBlocks(tensor->data, tensor->type, rows, columns);
-        }
-        result.parts.back().source = tensor->name;
+        add_blocks(&result, tensor->data, tensor->type, tensor->shape[0], tensor->shape[1],
+                   tensor->name);
       } else {
         pending.push_back(floats(*tensor));
       }
@@ -285,6 +305,42 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
   auto name_of = [](const std::string& pattern, int layer) {
     return fmt::format(fmt::runtime(pattern), layer);
   };
+  // A mixture of experts' layer: the router in fp32, and each expert a Linear of its slices of
+  // the 3-D tensors (gate and up as two parts), quantised slices read where the file is mapped
+  // or repacked (and cached under "<tensor>/<expert>"), float ones converted.
+  auto experts = [&](int layer_index, Layer* layer) -> Status {
+    const int64_t count = a.experts, width = a.expert_intermediate_size;
+    auto router = find(name_of(names.router, layer_index), {count, hidden});
+    auto gate = find(name_of(names.expert_gate, layer_index), {count, width, hidden});
+    auto up = find(name_of(names.expert_up, layer_index), {count, width, hidden});
+    auto down = find(name_of(names.expert_down, layer_index), {count, hidden, width});
+    for (const auto* t : {&router, &gate, &up, &down}) {
+      if (!t->ok()) return t->status();
+    }
+    layer->router = floats(**router).contiguous();
+    out->bytes += layer->router.nbytes();
+    auto add = [&](Linear* result, const GgufTensor& tensor, int64_t e) {
+      const int64_t rows = tensor.shape[1], columns = tensor.shape[2];
+      const size_t stride = tensor.bytes / static_cast<size_t>(count);
+      const auto* data = static_cast<const uint8_t*>(tensor.data) + stride * e;
+      if (!IsQuantType(tensor.type)) {
+        at::Tensor values = at::empty({rows, columns}, at::kFloat);
+        DequantizeRow(tensor.type, data, rows * columns, values.data_ptr<float>());
+        result->Add(values, precision);
+        return;
+      }
+      add_blocks(result, data, tensor.type, rows, columns, fmt::format("{}/{}", tensor.name, e));
+    };
+    layer->experts.resize(static_cast<size_t>(count));
+    for (int64_t e = 0; e < count; ++e) {
+      Layer::Expert& expert = layer->experts[static_cast<size_t>(e)];
+      add(&expert.gate_up, **gate, e);
+      add(&expert.gate_up, **up, e);
+      add(&expert.down, **down, e);
+      out->bytes += expert.gate_up.bytes() + expert.down.bytes();
+    }
+    return Status::Ok();
+  };
   auto embedding = find(names.embedding, {a.vocab_size, hidden});
   if (!embedding.ok()) return embedding.status();
   if (IsQuantType((*embedding)->type)) {
@@ -294,7 +350,8 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     out->embedding = floats(**embedding).to(out->dtype).contiguous();
   }
   for (int i = 0; i < a.layers; ++i) {
-    std::vector<Result<const GgufTensor*>> qkv, gate_up;
+    // gate_up and down: the dense feed-forward's (a mixture of experts has its own, below).
+    std::vector<Result<const GgufTensor*>> qkv, gate_up, down;
     if (!names.qkv.empty()) {
       qkv.push_back(find(name_of(names.qkv, i), {q_rows + 2 * kv_rows, hidden}));
     } else {
@@ -302,31 +359,40 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       qkv.push_back(find(name_of(names.k, i), {kv_rows, hidden}));
       qkv.push_back(find(name_of(names.v, i), {kv_rows, hidden}));
     }
-    if (!names.gate_up.empty()) {
+    const bool moe = a.experts > 0;
+    if (moe) {
+      // The experts' 3-D tensors, [experts, rows, columns]: one Linear an expert (below).
+    } else if (!names.gate_up.empty()) {
       gate_up.push_back(find(name_of(names.gate_up, i), {2 * inter, hidden}));
     } else {
       gate_up.push_back(find(name_of(names.gate, i), {inter, hidden}));
       gate_up.push_back(find(name_of(names.up, i), {inter, hidden}));
     }
+    if (!moe) down.push_back(find(name_of(names.down, i), {hidden, inter}));
     auto o = find(name_of(names.o, i), {hidden, q_rows});
-    auto down = find(name_of(names.down, i), {hidden, inter});
     auto attn_norm = find(name_of(names.attn_norm, i), {hidden});
     auto ffn_norm = find(name_of(names.ffn_norm, i), {hidden});
-    std::vector<const GgufTensor*> qkv_tensors, gate_up_tensors;
-    for (auto* list : {&qkv, &gate_up}) {
+    std::vector<const GgufTensor*> qkv_tensors, gate_up_tensors, down_tensors;
+    for (auto [list, tensors] :
+         {std::pair{&qkv, &qkv_tensors}, std::pair{&gate_up, &gate_up_tensors},
+          std::pair{&down, &down_tensors}}) {
       for (const auto& t : *list) {
         if (!t.ok()) return t.status();
-        (list == &qkv ? qkv_tensors : gate_up_tensors).push_back(*t);
+        tensors->push_back(*t);
       }
     }
-    for (const auto* t : {&o, &down, &attn_norm, &ffn_norm}) {
+    for (const auto* t : {&o, &attn_norm, &ffn_norm}) {
       if (!t->ok()) return t->status();
     }
     Layer layer;
     layer.qkv = linear(qkv_tensors);
     layer.out = linear({*o});
-    layer.gate_up = linear(gate_up_tensors);
-    layer.down = linear({*down});
+    if (moe) {
+      if (Status status = experts(i, &layer); !status.ok()) return status;
+    } else {
+      layer.gate_up = linear(gate_up_tensors);
+      layer.down = linear(down_tensors);
+    }
     layer.attn_norm = norm(**attn_norm);
     layer.ffn_norm = norm(**ffn_norm);
     if (a.attention_bias) {

@@ -28,6 +28,16 @@ struct Layer {
   Linear out;                                // [hidden, H D].
   Linear gate_up;                            // gate and up stacked: [2 I, hidden].
   Linear down;                               // [hidden, I].
+  // A mixture of experts (arch.experts > 0) in place of gate_up and down: the router's fp32
+  // [experts, hidden], and each expert's gate and up stacked ([2 I_e, hidden]) and down.
+  at::Tensor router;
+  struct Expert {
+    Linear gate_up, down;
+  };
+  std::vector<Expert> experts;
+  // Every linear layer of the block, experts' included.
+  std::vector<Linear*> Linears();
+  std::vector<const Linear*> Linears() const;
 };
 
 struct Weights {

@@ -3,13 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "llm/files/gguf.h"
 #include "llm/models/config_json.h"
 
 namespace sluice::llm {
 
 const std::vector<const Family*>& Families() {
-  static const std::vector<const Family*> families = {
-      &LlamaFamily(), &Qwen2Family(), &Qwen3Family(), &Phi3Family(), &Gemma3Family()};
+  static const std::vector<const Family*> families = {&LlamaFamily(), &Qwen2Family(),
+                                                      &Qwen3Family(), &Qwen3MoeFamily(),
+                                                      &Phi3Family(),  &Gemma3Family()};
   return families;
 }
 
@@ -65,6 +67,33 @@ void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch) {
   arch->sliding_window = window;
   arch->local_layers.assign(static_cast<size_t>(arch->layers), true);
   arch->rope_theta_local = 0;  // The global rotation.
+}
+
+Status ReadGgufExperts(const GgufFile& file, const std::string& prefix, int default_width,
+                       bool required, ModelArchitecture* arch) {
+  auto bad = [&](const std::string& key, std::string_view why) {
+    return Status::InvalidArgument(fmt::format("{}: {}{} {}", file.path(), prefix, key, why));
+  };
+  if (!required && !file.Integer(prefix + "expert_count").ok()) return Status::Ok();  // Dense.
+  auto experts = file.Integer(prefix + "expert_count");
+  if (!experts.ok()) return experts.status();
+  auto used = file.Integer(prefix + "expert_used_count");
+  if (!used.ok()) return used.status();
+  auto width = file.Integer(prefix + "expert_feed_forward_length", default_width);
+  if (!width.ok()) return width.status();
+  auto shared = file.Integer(prefix + "expert_shared_count", 0);
+  if (!shared.ok()) return shared.status();
+  if (*experts < 1 || *experts > 1024) return bad("expert_count", "must be 1 to 1024");
+  if (*used < 1 || *used > *experts) return bad("expert_used_count", "must be 1 to expert_count");
+  if (*width < 1 || *width > (1 << 20)) {
+    return bad("expert_feed_forward_length", "must be positive");
+  }
+  if (*shared != 0) return bad("expert_shared_count", "is not 0: shared experts are not supported");
+  arch->experts = static_cast<int>(*experts);
+  arch->experts_used = static_cast<int>(*used);
+  arch->expert_intermediate_size = static_cast<int>(*width);
+  arch->expert_weights_norm = true;
+  return Status::Ok();
 }
 
 }  // namespace sluice::llm

@@ -1,10 +1,10 @@
-// One file a model family (models/llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc), as
-// llama.cpp keeps src/models/<arch>.cpp and vLLM model_executor/models/<arch>.py: what the family
-// is called in each format, its own hyper-parameters from config.json and from GGUF metadata (the
-// common ones are read before, by llm_config.cc and files/gguf_architecture.cc), and where its
-// tensors are in each format. The block's variations land in ModelArchitecture as data; the step
-// (llama/llama_model.cc) and the kernels are shared. A new family is one file and one test.
-// No torch here.
+// One file a model family (models/llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc, phi3.cc,
+// gemma3.cc), as llama.cpp keeps src/models/<arch>.cpp and vLLM model_executor/models/<arch>.py:
+// what the family is called in each format, its own hyper-parameters from config.json and from
+// GGUF metadata (the common ones are read before, by llm_config.cc and
+// files/gguf_architecture.cc), and where its tensors are in each format. The block's variations
+// land in ModelArchitecture as data; the step (llama/llama_model.cc) and the kernels are shared. A
+// new family is one file and one test. No torch here.
 #pragma once
 
 #include <string>
@@ -31,6 +31,10 @@ struct TensorNames {
   std::string q_norm, k_norm;                 // Per head, before the rotation (qwen3, gemma3).
   std::string post_attn_norm, post_ffn_norm;  // On each block's output (gemma3).
   std::string gate, up, gate_up, down;
+  // A mixture of experts: the router ([experts, hidden]) and the experts' projections, in GGUF
+  // one 3-D tensor each ([experts, rows, columns]), in Hugging Face folders one tensor an expert
+  // (a second "{}" for the expert's index).
+  std::string router, expert_gate, expert_up, expert_down;
 };
 
 struct Family {
@@ -62,6 +66,7 @@ std::string ModelTypeNames();
 const Family& LlamaFamily();
 const Family& Qwen2Family();
 const Family& Qwen3Family();
+const Family& Qwen3MoeFamily();
 const Family& Phi3Family();
 const Family& Gemma3Family();
 
@@ -69,6 +74,12 @@ const Family& Gemma3Family();
 Status RequireSilu(const JsonConfig& config, const char* key = "hidden_act");
 // Qwen's use_sliding_window (windows on its upper layers) is off, else an error naming `family`.
 Status RequireNoQwenWindows(const JsonConfig& config, std::string_view family);
+// A GGUF file's mixture of experts under `prefix`: expert_count, expert_used_count and
+// expert_feed_forward_length (absent: `default_width`); renormalised top-k weights, as llama.cpp
+// routes llama and qwen3moe files. Without expert_count the model is dense, or, with `required`,
+// an error. Shared experts are refused by their key.
+Status ReadGgufExperts(const GgufFile& file, const std::string& prefix, int default_width,
+                       bool required, ModelArchitecture* arch);
 // A sliding window over every layer (Mistral's, Phi-3's), the same rotation as the other layers;
 // none when the window covers `max_positions`.
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);

@@ -1,5 +1,6 @@
 // Llama 2/3, SmolLM, TinyLlama, and Mistral 7B (which llama.cpp's converter stores as llama):
-// the family the others vary. Mistral's sliding window covers every layer.
+// the family the others vary. Mistral's sliding window covers every layer. Mixtral's GGUF files
+// are llama files with experts (expert_count; feed_forward_length their width).
 #include "llm/models/config_json.h"
 #include "llm/models/family.h"
 
@@ -19,6 +20,10 @@ Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   return Status::Ok();
 }
 
+Status FromGguf(const GgufFile& file, const std::string& prefix, ModelArchitecture* arch) {
+  return ReadGgufExperts(file, prefix, arch->intermediate_size, /*required=*/false, arch);
+}
+
 }  // namespace
 
 const Family& LlamaFamily() {
@@ -36,7 +41,11 @@ const Family& LlamaFamily() {
                .o = "blk.{}.attn_output.weight",
                .gate = "blk.{}.ffn_gate.weight",
                .up = "blk.{}.ffn_up.weight",
-               .down = "blk.{}.ffn_down.weight"},
+               .down = "blk.{}.ffn_down.weight",
+               .router = "blk.{}.ffn_gate_inp.weight",
+               .expert_gate = "blk.{}.ffn_gate_exps.weight",
+               .expert_up = "blk.{}.ffn_up_exps.weight",
+               .expert_down = "blk.{}.ffn_down_exps.weight"},
       .hf = {.embedding = "model.embed_tokens.weight",
              .final_norm = "model.norm.weight",
              .output = "lm_head.weight",
@@ -51,6 +60,7 @@ const Family& LlamaFamily() {
              .down = "model.layers.{}.mlp.down_proj.weight"},
       .gguf_rope_interleaved = true,
       .from_config = FromConfig,
+      .from_gguf = FromGguf,
   };
   return family;
 }
