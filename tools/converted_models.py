@@ -56,7 +56,7 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     byte-level BPE vocabulary, converted by llama.cpp's converter
                                     (its pre-tokenizer check answered "qwen2" and "smollm") and
                                     quantised to Q4_K_M by its quantiser, with llama.cpp's logits
-                                    (its KV cache in f32)
+                                    (its KV cache in f32); the folders with transformers' logits
   hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
@@ -293,21 +293,7 @@ def write_family(models, out_dir, arch, seed):
     tokenizer_dir = os.path.join(models, "tiny_llm")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     model = hf_model(arch, len(tokenizer), seed)
-    rng = random.Random(seed)
-    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
-             "sequence while the batch grows").split()
-    prompts = ["hello world", "the quick brown fox jumps over the lazy dog 12345",
-               "<|im_start|>user\nserving models<|im_end|>\n<|im_start|>assistant\n",
-               " ".join(rng.choice(words) for _ in range(60))]
-    reference = {}
-    with torch.no_grad():
-        for i, prompt in enumerate(prompts):
-            ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.int64)
-            reference[f"input_ids_{i}"] = ids[0].contiguous()
-            reference[f"logits_{i}"] = model(ids).logits[0].float().contiguous()
-            reference[f"greedy_{i}"] = model.generate(
-                ids, max_new_tokens=24, min_new_tokens=24, do_sample=False,
-                pad_token_id=tokenizer.pad_token_id)[0][ids.shape[1]:].contiguous()
+    reference = transformers_reference(model, tokenizer, seed)
     for name, shard in ((f"hf_{arch}", None), (f"hf_{arch}_sharded", "200KB")):
         folder = os.path.join(out_dir, name)
         if os.path.exists(folder):
@@ -323,8 +309,9 @@ MOE_FAMILIES = ["qwen3moe", "mixtral"]
 
 
 def write_moe(models, out_dir, family, seed):
-    """hf_<family>/ and its GGUF files (F32, Q4_K_M) with llama.cpp's logits; returns the largest
-    relative logit difference between transformers and llama.cpp on the F32 file."""
+    """hf_<family>/ with transformers' logits (reference.safetensors), and its GGUF files (F32,
+    Q4_K_M) with llama.cpp's; returns the largest relative logit difference between transformers
+    and llama.cpp on the F32 file."""
     import shutil
     import transformers
     from transformers import AutoTokenizer
@@ -356,6 +343,9 @@ def write_moe(models, out_dir, family, seed):
             elif "norm" in name:
                 parameter.uniform_(0.5, 1.5)
     model.save_pretrained(hf)
+    from safetensors.torch import save_file
+    save_file(transformers_reference(model, AutoTokenizer.from_pretrained(hf), seed),
+              os.path.join(hf, "reference.safetensors"))
     rng = random.Random(seed)
     words = ("the model serves tokens quickly and the cache keeps every key and value of each "
              "sequence while the batch grows").split()
@@ -371,6 +361,31 @@ def write_moe(models, out_dir, family, seed):
                         kv_f32=True)
     return transformers_agreement(model, os.path.join(os.path.dirname(f32),
                                                       "reference.safetensors"))
+
+
+def transformers_reference(model, tokenizer, seed):
+    """transformers' fp32 logits and greedy continuations (24 argmax tokens) of four prompts, as
+    reference.safetensors holds them (tools/llm_export.py's layout)."""
+    rng = random.Random(seed)
+    words = ("the model serves tokens quickly and the cache keeps every key and value of each "
+             "sequence while the batch grows").split()
+    prompts = ["hello world", "the quick brown fox jumps over the lazy dog 12345",
+               "<|im_start|>user\nserving models<|im_end|>\n<|im_start|>assistant\n",
+               " ".join(rng.choice(words) for _ in range(60))]
+    reference = {}
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.int64)
+            reference[f"input_ids_{i}"] = ids[0].contiguous()
+            reference[f"logits_{i}"] = model(ids).logits[0].float().contiguous()
+            # The argmax at each step, the end-of-sequence token included (generate's
+            # min_new_tokens would suppress it).
+            tokens = ids
+            for _ in range(24):
+                next_token = model(tokens).logits[0, -1].argmax()
+                tokens = torch.cat([tokens, next_token.view(1, 1)], dim=1)
+            reference[f"greedy_{i}"] = tokens[0, ids.shape[1]:].contiguous()
+    return reference
 
 
 def write_sharded(src, out):

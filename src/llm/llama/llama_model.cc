@@ -484,8 +484,26 @@ void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, 
   const ModelArchitecture& a = arch_;
   const int64_t rows = normed.size(0), hidden = a.hidden_size, width = a.expert_intermediate_size;
   const int experts = a.experts, used = a.experts_used;
+  // The router's logits row by row (a few dot products a row, against the experts' products),
+  // so that a row's routing has the same bits whatever rows share its step: ATen's fp32
+  // products differ in the last bits by the number of rows.
   at::Tensor logits = Buffer(8, rows, experts);
-  at::mm_out(logits, normed, layer.router.t());
+  {
+    const float* rp = layer.router.data_ptr<float>();
+    const float* xp = normed.data_ptr<float>();
+    float* out_logits = logits.data_ptr<float>();
+    ForRows(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int e = 0; e < experts; ++e) {
+          const float* w = rp + int64_t{e} * hidden;
+          const float* x = xp + r * hidden;
+          float sum = 0;
+          for (int64_t c = 0; c < hidden; ++c) sum += w[c] * x[c];
+          out_logits[r * experts + e] = sum;
+        }
+      }
+    });
+  }
   // Each expert's rows and their weights: a row's softmax over the experts, its top `used`
   // (the lower index first among equals), renormalised to sum to 1.
   std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));

@@ -316,7 +316,7 @@ TEST(LlamaModelLoadTest, Q8CacheNeedsWholeBlocksOfAHead) {
 
 // tiny_llm_sharded: tiny_llm saved as a sharded checkpoint (model.safetensors.index.json);
 // hf_<family>[_sharded]: a random model of each family from transformers' own class, whole and
-// sharded (tools/converted_models.py).
+// sharded, and of two mixtures of experts (tools/converted_models.py).
 // Under the sanitizers the families' sharded copies are left out: they load through the same
 // shard reader as tiny_llm_sharded, into the same steps as the whole ones.
 std::vector<std::string> TinyModelDirs() {
@@ -326,6 +326,10 @@ std::vector<std::string> TinyModelDirs() {
 #if !defined(__SANITIZE_ADDRESS__)
     dirs.push_back(std::string("converted/hf_") + family + "_sharded");
 #endif
+  }
+  // Mixtures of experts (model_type qwen3_moe and mixtral), whole.
+  for (const char* family : {"qwen3moe", "mixtral"}) {
+    dirs.push_back(std::string("converted/hf_") + family);
   }
   return dirs;
 }

@@ -161,31 +161,61 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
       qkv.push_back(get(name_of(names.k, i), {kv_rows, hidden}));
       qkv.push_back(get(name_of(names.v, i), {kv_rows, hidden}));
     }
-    if (!names.gate_up.empty()) {
+    // gate_up and down: the dense feed-forward's (a mixture of experts has its own, below).
+    std::vector<Result<at::Tensor>> down;
+    const bool moe = a.experts > 0;
+    if (moe) {
+      // One tensor an expert: below.
+    } else if (!names.gate_up.empty()) {
       gate_up.push_back(get(name_of(names.gate_up, i), {2 * inter, hidden}));
     } else {
       gate_up.push_back(get(name_of(names.gate, i), {inter, hidden}));
       gate_up.push_back(get(name_of(names.up, i), {inter, hidden}));
     }
+    if (!moe) down.push_back(get(name_of(names.down, i), {hidden, inter}));
     auto o = get(name_of(names.o, i), {hidden, q_rows});
-    auto down = get(name_of(names.down, i), {hidden, inter});
     auto attn_norm = norm(names.attn_norm, i, hidden);
     auto ffn_norm = norm(names.ffn_norm, i, hidden);
-    std::vector<at::Tensor> qkv_parts, gate_up_parts;
-    for (auto* list : {&qkv, &gate_up}) {
+    std::vector<at::Tensor> qkv_parts, gate_up_parts, down_parts;
+    for (auto [list, parts] : {std::pair{&qkv, &qkv_parts}, std::pair{&gate_up, &gate_up_parts},
+                               std::pair{&down, &down_parts}}) {
       for (auto& t : *list) {
         if (!t.ok()) return t.status();
-        (list == &qkv ? qkv_parts : gate_up_parts).push_back(*t);
+        parts->push_back(*t);
       }
     }
-    for (const auto* t : {&o, &down, &attn_norm, &ffn_norm}) {
+    for (const auto* t : {&o, &attn_norm, &ffn_norm}) {
       if (!t->ok()) return t->status();
     }
     Layer layer;
     layer.qkv = linear(qkv_parts);
     layer.out = linear({*o});
-    layer.gate_up = linear(gate_up_parts);
-    layer.down = linear({*down});
+    if (moe) {
+      // The router in fp32; each expert's gate and up stacked, and its down.
+      const int64_t width = a.expert_intermediate_size;
+      auto router = get(name_of(names.router, i), {a.experts, hidden});
+      if (!router.ok()) return router.status();
+      layer.router = router->to(at::kFloat).contiguous();
+      out->bytes += layer.router.nbytes();
+      layer.experts.resize(static_cast<size_t>(a.experts));
+      for (int e = 0; e < a.experts; ++e) {
+        auto expert_name = [&](const std::string& pattern) {
+          return fmt::format(fmt::runtime(pattern), i, e);
+        };
+        auto gate = get(expert_name(names.expert_gate), {width, hidden});
+        auto up = get(expert_name(names.expert_up), {width, hidden});
+        auto expert_down = get(expert_name(names.expert_down), {hidden, width});
+        for (const auto* t : {&gate, &up, &expert_down}) {
+          if (!t->ok()) return t->status();
+        }
+        Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+        expert.gate_up = linear({*gate, *up});
+        expert.down = linear({*expert_down});
+      }
+    } else {
+      layer.gate_up = linear(gate_up_parts);
+      layer.down = linear(down_parts);
+    }
     layer.attn_norm = *attn_norm;
     layer.ffn_norm = *ffn_norm;
     if (a.attention_bias) {

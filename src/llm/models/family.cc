@@ -96,4 +96,26 @@ Status ReadGgufExperts(const GgufFile& file, const std::string& prefix, int defa
   return Status::Ok();
 }
 
+Status ReadConfigExperts(const JsonConfig& config, const char* count_key, const char* width_key,
+                         const char* norm_key, ModelArchitecture* arch) {
+  auto experts = config.Int(count_key, std::nullopt);
+  if (!experts.ok()) return experts.status();
+  auto used = config.Int("num_experts_per_tok", std::nullopt);
+  if (!used.ok()) return used.status();
+  auto width = config.Int(width_key, std::nullopt);
+  if (!width.ok()) return width.status();
+  if (*experts < 1 || *experts > 1024) return config.Bad(count_key, "must be 1 to 1024");
+  if (*used < 1 || *used > *experts) {
+    return config.Bad("num_experts_per_tok", fmt::format("must be 1 to {}", count_key));
+  }
+  if (*width < 1) return config.Bad(width_key, "must be positive");
+  auto norm = norm_key == nullptr ? Result<bool>(true) : config.Bool(norm_key, false);
+  if (!norm.ok()) return norm.status();
+  arch->experts = *experts;
+  arch->experts_used = *used;
+  arch->expert_intermediate_size = *width;
+  arch->expert_weights_norm = *norm;
+  return Status::Ok();
+}
+
 }  // namespace sluice::llm

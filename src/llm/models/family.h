@@ -33,7 +33,7 @@ struct TensorNames {
   std::string gate, up, gate_up, down;
   // A mixture of experts: the router ([experts, hidden]) and the experts' projections, in GGUF
   // one 3-D tensor each ([experts, rows, columns]), in Hugging Face folders one tensor an expert
-  // (a second "{}" for the expert's index).
+  // (a second "{}" for the expert's index, after the layer's).
   std::string router, expert_gate, expert_up, expert_down;
 };
 
@@ -80,6 +80,13 @@ Status RequireNoQwenWindows(const JsonConfig& config, std::string_view family);
 // an error. Shared experts are refused by their key.
 Status ReadGgufExperts(const GgufFile& file, const std::string& prefix, int default_width,
                        bool required, ModelArchitecture* arch);
+// A config.json's mixture of experts: `count_key` experts of `width_key`'s width,
+// num_experts_per_tok used a token, their weights renormalised where `norm_key` (nullptr: always,
+// as Mixtral) is true.
+Status ReadConfigExperts(const JsonConfig& config, const char* count_key, const char* width_key,
+                         const char* norm_key, ModelArchitecture* arch);
+// Qwen3's own config.json settings (q/k norms; no biases, no windows), Qwen3-MoE's too.
+Status Qwen3FromConfig(const JsonConfig& config, ModelArchitecture* arch);
 // A sliding window over every layer (Mistral's, Phi-3's), the same rotation as the other layers;
 // none when the window covers `max_positions`.
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);

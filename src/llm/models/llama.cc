@@ -1,6 +1,7 @@
 // Llama 2/3, SmolLM, TinyLlama, and Mistral 7B (which llama.cpp's converter stores as llama):
 // the family the others vary. Mistral's sliding window covers every layer. Mixtral's GGUF files
-// are llama files with experts (expert_count; feed_forward_length their width).
+// are llama files with experts (expert_count; feed_forward_length their width); its Hugging Face
+// folders (model_type mixtral) name them block_sparse_moe.
 #include "llm/models/config_json.h"
 #include "llm/models/family.h"
 
@@ -17,6 +18,9 @@ Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   auto window = config.Int("sliding_window", 0);  // Mistral's; null or absent: none.
   if (!window.ok()) return window.status();
   SetSlidingWindowEverywhere(*window, arch);
+  if (config.Has("num_local_experts")) {  // Mixtral's.
+    return ReadConfigExperts(config, "num_local_experts", "intermediate_size", nullptr, arch);
+  }
   return Status::Ok();
 }
 
@@ -29,7 +33,7 @@ Status FromGguf(const GgufFile& file, const std::string& prefix, ModelArchitectu
 const Family& LlamaFamily() {
   static const Family family = {
       .name = "llama",
-      .model_types = {"llama", "mistral"},
+      .model_types = {"llama", "mistral", "mixtral"},
       .gguf = {.embedding = "token_embd.weight",
                .final_norm = "output_norm.weight",
                .output = "output.weight",
@@ -57,7 +61,11 @@ const Family& LlamaFamily() {
              .o = "model.layers.{}.self_attn.o_proj.weight",
              .gate = "model.layers.{}.mlp.gate_proj.weight",
              .up = "model.layers.{}.mlp.up_proj.weight",
-             .down = "model.layers.{}.mlp.down_proj.weight"},
+             .down = "model.layers.{}.mlp.down_proj.weight",
+             .router = "model.layers.{}.block_sparse_moe.gate.weight",
+             .expert_gate = "model.layers.{}.block_sparse_moe.experts.{}.w1.weight",
+             .expert_up = "model.layers.{}.block_sparse_moe.experts.{}.w3.weight",
+             .expert_down = "model.layers.{}.block_sparse_moe.experts.{}.w2.weight"},
       .gguf_rope_interleaved = true,
       .from_config = FromConfig,
       .from_gguf = FromGguf,

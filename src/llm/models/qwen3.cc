@@ -3,9 +3,8 @@
 #include "llm/models/family.h"
 
 namespace sluice::llm {
-namespace {
 
-Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
+Status Qwen3FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   SLUICE_RETURN_IF_ERROR(RequireSilu(config));
   auto bias = config.Bool("attention_bias", false);
   if (!bias.ok()) return bias.status();
@@ -14,6 +13,8 @@ Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   arch->qk_norm = true;
   return Status::Ok();
 }
+
+namespace {
 
 Status FromGguf(const GgufFile&, const std::string&, ModelArchitecture* arch) {
   arch->qk_norm = true;
@@ -32,7 +33,7 @@ const Family& Qwen3Family() {
     f.gguf.k_norm = "blk.{}.attn_k_norm.weight";
     f.hf.q_norm = "model.layers.{}.self_attn.q_norm.weight";
     f.hf.k_norm = "model.layers.{}.self_attn.k_norm.weight";
-    f.from_config = FromConfig;
+    f.from_config = Qwen3FromConfig;
     f.from_gguf = FromGguf;
     return f;
   }();
