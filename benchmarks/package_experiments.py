@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The three measurements behind choices in tools/sluice_export.py and docs/PERFORMANCE.md, on
+"""The three measurements behind choices in tools/sluice_export.py and docs/performance-log.md, on
 the default models (make models), 2 threads, alternated in one process:
 
   dynamic-vs-static  fashion_mnist at batch 64: one package with a dynamic batch dimension

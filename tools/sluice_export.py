@@ -123,7 +123,7 @@ def quantize_int8(model, example_inputs, calibration, max_batch_size):
 
 def _winograd_pays():
     """Whether the fp32 package gets sluice::conv3x3: measured faster than oneDNN's direct
-    convolutions on AVX2 CPUs (docs/PERFORMANCE.md), not measured against oneDNN's AVX-512
+    convolutions on AVX2 CPUs (docs/performance-log.md), not measured against oneDNN's AVX-512
     kernels, so packages compiled for AVX-512 keep those. SLUICE_WINOGRAD=on|off decides instead."""
     choice = os.environ.get("SLUICE_WINOGRAD", "auto")
     if choice in ("on", "off"):

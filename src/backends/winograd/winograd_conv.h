@@ -68,7 +68,7 @@ struct Blocking {
   // multiply-adds; reading the point's weights, in_channels x out_channels floats): about the
   // ratio of the cores' fp32 multiply-add rate to the rate they stream floats from memory (on
   // two Zen 3 cores, 93 G multiply-adds/s against 4-5 G floats/s, 18-21 GB/s; 24 favours the
-  // smaller weights a little, as measured per layer in docs/PERFORMANCE.md).
+  // smaller weights a little, as measured per layer in docs/performance-log.md).
   int64_t weight_point_cost = 24;
 };
 
