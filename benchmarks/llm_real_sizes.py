@@ -7,8 +7,9 @@ on 127.0.0.1 (time to ready, RSS once ready and after the runs), measures its TP
 `sluice bench --llm` at 1 stream (streamed /v1/completions, ignore_eos, fixed prompt and output
 lengths), and llama.cpp's with `llama-bench -n OUTPUT -p 0` on the same file and thread count, in
 interleaved rounds (llama.cpp, Sluice, Sluice, llama.cpp, ...). The roofline: the bytes one
-token reads (every weight matrix; the embedding only where the output head is tied to it, else
-one row; the KV cache at the mean depth of the output, bf16) times tokens/s, over the machine's
+token reads (every weight matrix, a mixture of experts' experts in the share a token uses; the
+embedding only where the output head is tied to it, else one row; the KV cache at the mean depth
+of the output, bf16) times tokens/s, over the machine's
 bandwidth, measured in every round beside the runs (the machine's speed drifts, its bandwidth
 from 31 to 62 GB/s within minutes on a 2-core cloud EPYC): the best of
 build/llm_kernels_benchmark's STREAM triad and read-only sum on all threads, in 1e9 bytes/s, the
@@ -44,7 +45,12 @@ def token_bytes(path, depth):
     def number(key):
         return int(reader.fields[f"{arch}.{key}"].parts[-1][0])
 
-    weights = sum(n for name, n in tensors.items() if name != "token_embd.weight")
+    # A mixture of experts reads expert_used_count of each layer's expert_count experts a token
+    # (their tensors are the same size: the share of the stacked tensor).
+    experts = number("expert_count") if f"{arch}.expert_count" in reader.fields else 0
+    used = number("expert_used_count") if experts else 0
+    weights = sum(n * used // experts if experts and name.endswith("_exps.weight") else n
+                  for name, n in tensors.items() if name != "token_embd.weight")
     embedding = tensors["token_embd.weight"]
     vocab_rows = len(reader.fields["tokenizer.ggml.tokens"].data)
     weights += embedding if "output.weight" not in tensors else embedding // vocab_rows

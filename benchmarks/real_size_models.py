@@ -15,6 +15,11 @@ output lengths (ignore_eos).
                  vocab 128256, tied; 1.24 B
   llama-3.2-3b   Llama-3.2-3B: hidden 3072, 28 layers, 24 / 8 heads of 128, FFN 8192,
                  vocab 128256, tied; 3.21 B
+  qwen3-30b-a3b-x8
+                 8 of Qwen3-30B-A3B's 48 layers (a mixture of experts): hidden 2048, 32 / 4
+                 heads of 128, 128 experts of 768 a layer, 8 used a token, vocab 151936,
+                 untied; 5.6 B parameters, 0.76 B of them read a token (the output head 0.31 B,
+                 the chosen experts 0.30 B); made only when --shapes names it (11 GB of F16)
 
 Files: OUT/<shape>_<type>/model.gguf (a directory `sluice serve --model-dir` takes), the F16
 source at OUT/<shape>_f16/model.gguf. Existing files are kept. Several GB each (the 3B shape's
@@ -46,6 +51,12 @@ SHAPES = {
     "llama-3.2-3b": ("llama", dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24,
                                    num_key_value_heads=8, intermediate_size=8192, head_dim=128,
                                    tie_word_embeddings=True), 128256),
+    "qwen3-30b-a3b-x8": ("qwen3moe", dict(hidden_size=2048, num_hidden_layers=8,
+                                          num_attention_heads=32, num_key_value_heads=4,
+                                          head_dim=128, intermediate_size=6144,
+                                          moe_intermediate_size=768, num_experts=128,
+                                          num_experts_per_tok=8, norm_topk_prob=True,
+                                          tie_word_embeddings=False), 151936),
 }
 TYPES = ["q4_k_m", "q5_k_m", "q6_k", "q8_0", "q4_0"]
 CONTEXT = 32768  # The files' context length: the long-context benchmarks go to 32k tokens.
@@ -88,7 +99,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="models/real-sizes")
-    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--shapes", default="qwen2.5-0.5b,llama-3.2-1b,llama-3.2-3b")
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--tokenizer", default="build/test-models/smollm2_tokenizer",
                         help="the directory of SmolLM2's tokenizer.json and tokenizer_config.json")

@@ -41,7 +41,7 @@ ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"]
 TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"]
 # llama.cpp's pre-tokenizer type each test file declares (the tiny vocab serves them all).
 PRE_TOKENIZER = {"llama": "smollm", "mistral": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2",
-                 "phi3": "gpt-2", "gemma3": "gpt-2"}
+                 "qwen3moe": "qwen2", "phi3": "gpt-2", "gemma3": "gpt-2"}
 GEMMA3_WINDOW, GEMMA3_PATTERN = 8, 2  # Layers 0, 2, ... local over 8 positions; 1, 3, ... global.
 PROMPTS = [
     "hello world",
@@ -77,6 +77,9 @@ def hf_model(arch, vocab, seed, **shape):
     elif arch == "phi3":
         config = transformers.Phi3Config(**common, rope_theta=10000.0, pad_token_id=0)
         model = transformers.Phi3ForCausalLM(config)
+    elif arch == "qwen3moe":  # A mixture of experts (benchmarks' shapes give its sizes).
+        config = transformers.Qwen3MoeConfig(**common, rope_theta=1000000.0)
+        model = transformers.Qwen3MoeForCausalLM(config)
     else:  # gemma3 (its text model); the weights are what matter, the GGUF metadata says the rest.
         layers = common["num_hidden_layers"]
         config = transformers.Gemma3TextConfig(
@@ -120,7 +123,15 @@ def tensors(arch, model):
         else:
             out[b + "ffn_norm.weight"] = state[p + "post_attention_layernorm.weight"]
         out[b + "attn_output.weight"] = state[p + "self_attn.o_proj.weight"]
-        out[b + "ffn_down.weight"] = state[p + "mlp.down_proj.weight"]
+        if arch == "qwen3moe":  # The experts stacked ([experts, rows, columns]), as llama.cpp's.
+            gate_up = state[p + "mlp.experts.gate_up_proj"]
+            width = gate_up.shape[1] // 2
+            out[b + "ffn_gate_inp.weight"] = state[p + "mlp.gate.weight"]
+            out[b + "ffn_gate_exps.weight"] = gate_up[:, :width]
+            out[b + "ffn_up_exps.weight"] = gate_up[:, width:]
+            out[b + "ffn_down_exps.weight"] = state[p + "mlp.experts.down_proj"]
+        else:
+            out[b + "ffn_down.weight"] = state[p + "mlp.down_proj.weight"]
         if arch == "phi3":
             out[b + "attn_qkv.weight"] = state[p + "self_attn.qkv_proj.weight"]
             out[b + "ffn_up.weight"] = state[p + "mlp.gate_up_proj.weight"]
@@ -131,12 +142,13 @@ def tensors(arch, model):
             k = permute(k, config.num_key_value_heads)
         out[b + "attn_q.weight"], out[b + "attn_k.weight"] = q, k
         out[b + "attn_v.weight"] = state[p + "self_attn.v_proj.weight"]
-        out[b + "ffn_gate.weight"] = state[p + "mlp.gate_proj.weight"]
-        out[b + "ffn_up.weight"] = state[p + "mlp.up_proj.weight"]
+        if arch != "qwen3moe":
+            out[b + "ffn_gate.weight"] = state[p + "mlp.gate_proj.weight"]
+            out[b + "ffn_up.weight"] = state[p + "mlp.up_proj.weight"]
         if arch == "qwen2":
             for name in ("q", "k", "v"):
                 out[b + f"attn_{name}.bias"] = state[p + f"self_attn.{name}_proj.bias"]
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             out[b + "attn_q_norm.weight"] = state[p + "self_attn.q_norm.weight"]
             out[b + "attn_k_norm.weight"] = state[p + "self_attn.k_norm.weight"]
     if arch == "gemma3":  # Gemma's RMSNorm scales by 1 + w; llama.cpp's files hold 1 + w.
@@ -167,6 +179,10 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    if arch == "qwen3moe":
+        writer.add_expert_count(config.num_experts)
+        writer.add_expert_used_count(config.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(config.moe_intermediate_size)
     rope = getattr(config, "rope_parameters", None) or {}
     if arch == "gemma3":
         writer.add_rope_freq_base(float(rope["full_attention"]["rope_theta"]))
@@ -201,7 +217,7 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None
     writer.add_add_bos_token(False)
     writer.add_chat_template(chat_template)
     for tensor_name, values in tensors(arch, model).items():
-        dtype = torch.float16 if values.ndim == 2 and matrix_dtype == np.float16 else torch.float32
+        dtype = torch.float16 if values.ndim >= 2 and matrix_dtype == np.float16 else torch.float32
         writer.add_tensor(tensor_name, values.to(dtype).contiguous().numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
