@@ -35,28 +35,10 @@
 #include <thread>
 
 #include "llm/kernels/kernels.h"
+#include "llm/llama/step_rows.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm::llama {
-namespace {
-
-// fn(begin, end) over the rows [0, rows), split evenly among the intra-op threads; inline for a
-// single row. For the per-row work between the matrix products (norms, rotary embeddings and
-// cache writes, SwiGLU): one thread doing it for 16 decoding sequences took a tenth of the step.
-template <class Fn>
-void ForRows(int64_t rows, const Fn& fn) {
-  const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), rows));
-  if (threads <= 1) return fn(int64_t{0}, rows);
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t per = (rows + threads - 1) / threads;
-    const int64_t begin = std::min(rows, omp_get_thread_num() * per);
-    const int64_t end = std::min(rows, begin + per);
-    if (begin < end) fn(begin, end);
-  }
-}
-
-}  // namespace
 
 Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
   namespace fs = std::filesystem;
@@ -480,87 +462,6 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
   }
 }
 
-void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, at::Tensor& out) {
-  const ModelArchitecture& a = arch_;
-  const int64_t rows = normed.size(0), hidden = a.hidden_size, width = a.expert_intermediate_size;
-  const int experts = a.experts, used = a.experts_used;
-  // The router's logits row by row (a few dot products a row, against the experts' products),
-  // so that a row's routing has the same bits whatever rows share its step: ATen's fp32
-  // products differ in the last bits by the number of rows.
-  at::Tensor logits = Buffer(8, rows, experts);
-  {
-    const float* rp = layer.router.data_ptr<float>();
-    const float* xp = normed.data_ptr<float>();
-    float* out_logits = logits.data_ptr<float>();
-    ForRows(rows, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        for (int e = 0; e < experts; ++e) {
-          const float* w = rp + int64_t{e} * hidden;
-          const float* x = xp + r * hidden;
-          float sum = 0;
-          for (int64_t c = 0; c < hidden; ++c) sum += w[c] * x[c];
-          out_logits[r * experts + e] = sum;
-        }
-      }
-    });
-  }
-  // Each expert's rows and their weights: a row's softmax over the experts, its top `used`
-  // (the lower index first among equals), renormalised to sum to 1.
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));
-  std::vector<float> probability(static_cast<size_t>(experts));
-  std::vector<int> order(static_cast<size_t>(experts));
-  const float* lp = logits.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = lp + r * experts;
-    const float top = *std::max_element(row, row + experts);
-    float sum = 0;
-    for (int e = 0; e < experts; ++e) sum += probability[e] = std::exp(row[e] - top);
-    for (float& p : probability) p /= sum;
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int i, int j) {
-      return probability[i] > probability[j] || (probability[i] == probability[j] && i < j);
-    });
-    float chosen = 0;
-    for (int k = 0; k < used; ++k) chosen += probability[order[k]];
-    const float scale = a.expert_weights_norm ? 1.0f / chosen : 1.0f;
-    for (int k = 0; k < used; ++k) {
-      routed[order[k]].emplace_back(r, probability[order[k]] * scale);
-    }
-  }
-  out.zero_();
-  float* op = out.data_ptr<float>();
-  const float* np = normed.data_ptr<float>();
-  for (int e = 0; e < experts; ++e) {
-    const auto& mine = routed[static_cast<size_t>(e)];
-    if (mine.empty()) continue;
-    const auto count = static_cast<int64_t>(mine.size());
-    const Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-    at::Tensor x = Buffer(9, count, hidden);
-    float* xp = x.data_ptr<float>();
-    for (int64_t i = 0; i < count; ++i) {
-      std::copy_n(np + mine[i].first * hidden, hidden, xp + i * hidden);
-    }
-    at::Tensor gate_up = Buffer(10, count, 2 * width);
-    expert.gate_up.Into(x, gate_up.data_ptr<float>());
-    at::Tensor act = Buffer(11, count, width);
-    if (a.activation == GateActivation::kGeluTanh) {
-      GeGlu(gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
-    } else {
-      SwiGlu(gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
-    }
-    at::Tensor y = Buffer(12, count, hidden);
-    expert.down.Into(act, y.data_ptr<float>());
-    const float* yp = y.data_ptr<float>();
-    ForRows(count, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        float* target = op + mine[i].first * hidden;
-        const float weight = mine[i].second;
-        for (int64_t c = 0; c < hidden; ++c) target[c] += weight * yp[i * hidden + c];
-      }
-    });
-  }
-}
-
 at::Tensor LlamaModel::Buffer(size_t i, int64_t rows, int64_t columns) {
   if (buffers_.size() <= i) buffers_.resize(i + 1);
   at::Tensor& buffer = buffers_[i];
@@ -693,11 +594,9 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       tokens.push_back(token);
       positions.push_back(chunk.start + j);
       if (long_rope_row_ > 0) {
-        const int64_t prompt =
-            chunk.prompt_length > 0 ? chunk.prompt_length : chunk.start + len;
+        const int64_t prompt = chunk.prompt_length > 0 ? chunk.prompt_length : chunk.start + len;
         const int64_t position = chunk.start + j;
-        const bool long_factors =
-            std::max(prompt, position + 1) > a.rope_original_max_positions;
+        const bool long_factors = std::max(prompt, position + 1) > a.rope_original_max_positions;
         long_rows.push_back(position + (long_factors ? long_rope_row_ : 0));
       }
       chunk_of.push_back(static_cast<int32_t>(i));
@@ -787,11 +686,8 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
-        if (a.activation == GateActivation::kGeluTanh) {
-          GeGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
-        } else {
-          SwiGlu(gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
-        }
+        GatedActivation(a.activation, gu + begin * 2 * inter, end - begin, inter,
+                        actp + begin * inter);
       });
       layer.down.Into(act, down.data_ptr<float>());
       if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kDown, act, down);
