@@ -1,5 +1,6 @@
 #include "batching/cost_model.h"
 
+#include <cmath>
 #include <iterator>
 
 namespace sluice {
@@ -12,7 +13,12 @@ void BatchCostModel::Observe(int samples, double seconds) {
   Measured& m = it->second;
   // The first run at a size is cold (a new shape builds its kernels' plans): the second replaces
   // it; later runs are averaged in.
-  m.seconds = m.warm ? m.seconds + kWeight * (seconds - m.seconds) : seconds;
+  if (m.warm) {
+    m.spread += kWeight * (std::abs(seconds - m.seconds) - m.spread);
+    m.seconds += kWeight * (seconds - m.seconds);
+  } else {
+    m.seconds = seconds;
+  }
   m.warm = true;
   any_warm_ = true;
   ++m.runs;
@@ -30,6 +36,11 @@ double BatchCostModel::Estimate(int samples) const {
   return EstimateLocked(samples);
 }
 
+double BatchCostModel::EstimateSlow(int samples) const {
+  MutexLock lock(mu_);
+  return EstimateLocked(samples, /*slow=*/true);
+}
+
 double BatchCostModel::PerSample(int samples) const {
   if (samples <= 0) return 0;
   return Estimate(samples) / samples;
@@ -40,13 +51,16 @@ bool BatchCostModel::TrustedLocked(const Measured& m) const {
   return m.warm || !any_warm_;
 }
 
-double BatchCostModel::EstimateLocked(int samples) const {
+double BatchCostModel::EstimateLocked(int samples, bool slow) const {
   if (samples <= 0) return 0;
+  auto time = [slow](const Measured& m) {
+    return slow ? m.seconds + kSlowSpreads * m.spread : m.seconds;
+  };
   const std::pair<const int, Measured>* below = nullptr;
   const std::pair<const int, Measured>* above = nullptr;
   for (const auto& entry : sizes_) {
     if (!TrustedLocked(entry.second)) continue;
-    if (entry.first == samples) return entry.second.seconds;
+    if (entry.first == samples) return time(entry.second);
     if (entry.first < samples) {
       below = &entry;
     } else {
@@ -55,10 +69,10 @@ double BatchCostModel::EstimateLocked(int samples) const {
     }
   }
   if (!below && !above) return 0;
-  if (!below) return above->second.seconds;  // Below the smallest known: its time.
-  if (!above) return below->second.seconds * samples / below->first;  // Above: time per sample.
+  if (!below) return time(above->second);  // Below the smallest known: its time.
+  if (!above) return time(below->second) * samples / below->first;  // Above: time per sample.
   const double t = static_cast<double>(samples - below->first) / (above->first - below->first);
-  return below->second.seconds + t * (above->second.seconds - below->second.seconds);
+  return time(below->second) + t * (time(above->second) - time(below->second));
 }
 
 int BatchCostModel::BestSize(int limit) const {
@@ -132,7 +146,9 @@ std::vector<BatchCostModel::Entry> BatchCostModel::Snapshot() const {
   MutexLock lock(mu_);
   std::vector<Entry> entries;
   entries.reserve(sizes_.size());
-  for (const auto& [samples, m] : sizes_) entries.push_back({samples, m.seconds, m.runs});
+  for (const auto& [samples, m] : sizes_) {
+    entries.push_back({samples, m.seconds, m.spread, m.runs});
+  }
   return entries;
 }
 

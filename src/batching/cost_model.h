@@ -1,12 +1,17 @@
 // What a batch costs on one instance of a model, learned from the batches it runs.
 //
 // Per batch size, an exponentially weighted mean of the measured seconds (each new run weighs
-// kWeight), seeded by the warm-up runs. The first run at a size is cold (a new shape builds its
-// kernels' plans, and may take many times longer): the second run replaces it, and while a size
-// has only that cold run, it counts for nothing once any warm figure is known. Sizes not known
-// are estimated from their neighbours: linearly between two known sizes, the smallest known
-// size's time below it, and the largest's time per sample above it. The batcher uses it to choose
-// the batch size with the lowest cost per sample and to judge whether waiting for company pays.
+// kWeight), seeded by the warm-up runs, and likewise the mean distance of a run from that mean
+// (its spread): a slow run is the mean plus kSlowSpreads spreads, about the 95th percentile of
+// the runs' times (2 mean deviations are 1.6 standard deviations of a normal distribution), so
+// that a batch that must end by a deadline is judged on how long it may take, not on its average
+// (under a CPU shared with other tenants, batches of one size took 50-120 ms, 54 on average). The
+// first run at a size is cold (a new shape builds its kernels' plans, and may take many times
+// longer): the second run replaces it, and while a size has only that cold run, it counts for
+// nothing once any warm figure is known. Sizes not known are estimated from their neighbours:
+// linearly between two known sizes, the smallest known size's time below it, and the largest's time
+// per sample above it. The batcher uses it to choose the batch size with the lowest cost per sample
+// and to judge whether waiting for company pays.
 #pragma once
 
 #include <map>
@@ -21,6 +26,7 @@ namespace sluice {
 class BatchCostModel {
  public:
   static constexpr double kWeight = 0.2;
+  static constexpr double kSlowSpreads = 2.0;
 
   // Records a batch of `samples` that ran in `seconds` (ignored unless both are positive).
   void Observe(int samples, double seconds);
@@ -29,6 +35,9 @@ class BatchCostModel {
 
   // Expected seconds of a batch of `samples`; 0 while nothing has been observed.
   double Estimate(int samples) const;
+  // Seconds a slow batch of `samples` takes (the estimate plus kSlowSpreads spreads); 0 while
+  // nothing has been observed.
+  double EstimateSlow(int samples) const;
 
   // Expected seconds per sample at `samples`; 0 while nothing has been observed.
   double PerSample(int samples) const;
@@ -52,10 +61,12 @@ class BatchCostModel {
   // (a batch of 64 may be slower per sample than one of 32).
   int SizeToExplore(int below) const;
 
-  // (batch size, smoothed seconds, batches observed) for every size observed, ascending.
+  // (batch size, smoothed seconds, their spread, batches observed) for every size observed,
+  // ascending.
   struct Entry {
     int samples;
     double seconds;
+    double spread;
     int64_t batches;
   };
   std::vector<Entry> Snapshot() const;
@@ -64,9 +75,11 @@ class BatchCostModel {
   struct Measured {
     double seconds;
     int64_t runs;
-    bool warm;  // Seeded, or run more than once.
+    bool warm;          // Seeded, or run more than once.
+    double spread = 0;  // Smoothed |run - seconds|, from the third run on.
   };
-  double EstimateLocked(int samples) const REQUIRES(mu_);
+  // `slow`: the slow run's seconds instead of the mean.
+  double EstimateLocked(int samples, bool slow = false) const REQUIRES(mu_);
   bool TrustedLocked(const Measured& m) const REQUIRES(mu_);
 
   mutable Mutex mu_;

@@ -301,8 +301,9 @@ Status DynamicBatcher::AdmitLocked(Clock::time_point now, int64_t samples,
                                            queued_samples_, options_.max_queue_size));
   }
   const double wait = PredictedWaitLocked(now) + intake;
-  // The batch the request will run in (0 while no cost is known).
-  const double own_batch = cost_model_.Estimate(static_cast<int>(TargetSizeLocked()));
+  // The batch the request will run in, as slow as such batches have lately run (0 while no cost
+  // is known): Poll() runs it only if it would end by the deadline even then.
+  const double own_batch = cost_model_.EstimateSlow(static_cast<int>(TargetSizeLocked()));
   if (deadline) {
     // A request is answered only if its batch can end by its deadline (see Poll()): one predicted
     // to wait past that is refused now, when the client can still go elsewhere, instead of
@@ -513,7 +514,9 @@ void DynamicBatcher::ExpireUnfinishableLocked(Clock::time_point now,
                                               std::vector<std::unique_ptr<InferRequest>>& expired) {
   if (deadlines_.empty() || queue_.empty()) return;
   const int64_t next_batch = std::min(queued_samples_, TargetSizeLocked());
-  const double run = cost_model_.Estimate(static_cast<int>(next_batch));
+  // A batch whose run varies (a CPU shared with other tenants) is judged on a slow run: run on
+  // its average, half of the batches started near the deadline would end after it.
+  const double run = cost_model_.EstimateSlow(static_cast<int>(next_batch));
   if (run <= 0) return;
   const Clock::time_point ends =
       now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run));

@@ -180,8 +180,8 @@ class DynamicBatcher {
   void ExpireLocked(Clock::time_point now, std::vector<std::unique_ptr<InferRequest>>& expired)
       REQUIRES(mu_);
   // Moves to `expired` the requests the next batch would take whose deadline comes before that
-  // batch is expected to end (the cost model's cost of it from `now`) and that had time for a run
-  // when queued: run, they would be answered late, for their wait. Nothing while the cost model
+  // batch is expected to end (the cost model's slow run of it from `now`) and that had time for a
+  // run when queued: run, they would be answered late, for their wait. Nothing while the cost model
   // knows no cost.
   void ExpireUnfinishableLocked(Clock::time_point now,
                                 std::vector<std::unique_ptr<InferRequest>>& expired) REQUIRES(mu_);

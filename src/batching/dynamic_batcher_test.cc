@@ -213,6 +213,45 @@ TEST_F(BatcherTest, RequestThatWouldFinishPastItsDeadlineExpiresWithoutRunning) 
   EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{3}));
 }
 
+// A batch whose runs vary (a CPU shared with other tenants) must end by the deadline even when
+// it runs slow: run on its average, half the batches started near the deadline would end after it.
+TEST_F(BatcherTest, RequestThatASlowRunWouldFinishPastItsDeadlineExpires) {
+  Make(Options(1, Micros(0)));
+  BatchCostModel& costs = batcher_->cost_model();
+  costs.Seed(1, 0.100);
+  for (double seconds : {0.150, 0.060, 0.140, 0.050}) costs.Observe(1, seconds);
+  const double mean = costs.Estimate(1), slow = costs.EstimateSlow(1);
+  ASSERT_GT(slow, mean + 0.020);
+  auto late = MakeRequest(1);
+  late->deadline = clock_.Now() + milliseconds(300);
+  ASSERT_TRUE(batcher_->Enqueue(late).ok());
+  auto in_time = MakeRequest(2);
+  in_time->deadline = clock_.Now() + milliseconds(400);
+  ASSERT_TRUE(batcher_->Enqueue(in_time).ok());
+  // Request 1 has time for an average run, not for a slow one.
+  clock_.Advance(milliseconds(300) - std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>((mean + slow) / 2)));
+  BatcherPoll poll = Poll();
+  EXPECT_EQ(Ids(poll.expired), (std::vector<RequestId>{1}));
+  EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{2}));
+
+  // Admission judges the request's own batch the same way: behind one queued request (a wait of
+  // an average run), one with time for that and an average run of its own, not a slow one, is
+  // refused at once.
+  Make(Options(1, Micros(0)));
+  batcher_->cost_model().Seed(1, 0.100);
+  for (double seconds : {0.150, 0.060, 0.140, 0.050}) batcher_->cost_model().Observe(1, seconds);
+  Add(3);
+  auto refused = MakeRequest(4);
+  refused->deadline = clock_.Now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(mean + (mean + slow) / 2));
+  EXPECT_EQ(batcher_->Enqueue(refused).code(), StatusCode::kUnavailable);
+  auto admitted = MakeRequest(5);
+  admitted->deadline = clock_.Now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(mean + slow + 0.010));
+  EXPECT_TRUE(batcher_->Enqueue(admitted).ok());
+}
+
 TEST_F(BatcherTest, RequestWhoseDeadlineHasPassedIsRefused) {
   Make(Options(8, Micros(0)));
   auto request = MakeRequest(1);
@@ -879,6 +918,26 @@ TEST(BatchCostModelTest, SmoothsEachSizeAndEstimatesTheOthers) {
   ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].samples, 4);
   EXPECT_EQ(entries[0].batches, 3);
+}
+
+TEST(BatchCostModelTest, ASlowRunIsTheMeanPlusTwiceTheRunsSpread) {
+  BatchCostModel costs;
+  costs.Observe(1, 0.500);  // Cold.
+  costs.Observe(1, 0.050);  // Replaces it; no spread yet.
+  EXPECT_DOUBLE_EQ(costs.EstimateSlow(1), 0.050);
+  costs.Observe(1, 0.100);  // Spread 0.2 x 0.050; mean 0.060.
+  EXPECT_DOUBLE_EQ(costs.Estimate(1), 0.060);
+  EXPECT_DOUBLE_EQ(costs.EstimateSlow(1), 0.060 + 2 * 0.010);
+  EXPECT_DOUBLE_EQ(costs.Snapshot()[0].spread, 0.010);
+  // Sizes not known are estimated from their neighbours' slow runs: above the largest, its
+  // slow time per sample.
+  EXPECT_DOUBLE_EQ(costs.EstimateSlow(4), 4 * 0.080);
+  // Steady runs bring the slow run back to the mean.
+  for (int i = 0; i < 200; ++i) costs.Observe(1, 0.060);
+  EXPECT_NEAR(costs.EstimateSlow(1), costs.Estimate(1), 1e-9);
+  // A seed (a warm-up) says nothing of the spread.
+  costs.Seed(2, 0.070);
+  EXPECT_DOUBLE_EQ(costs.EstimateSlow(2), 0.070);
 }
 
 // A cold first run at a new size (seen serving resnet18: 55 ms a sample at 18, against 16 ms at
