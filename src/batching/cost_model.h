@@ -76,7 +76,7 @@ class BatchCostModel {
     double seconds;
     int64_t runs;
     bool warm;          // Seeded, or run more than once.
-    double spread = 0;  // Smoothed |run - seconds|, from the third run on.
+    double spread = 0;  // Smoothed |run - seconds|, over the runs after the first warm one.
   };
   // `slow`: the slow run's seconds instead of the mean.
   double EstimateLocked(int samples, bool slow = false) const REQUIRES(mu_);

@@ -216,11 +216,18 @@ TEST_F(BatcherTest, RequestThatWouldFinishPastItsDeadlineExpiresWithoutRunning) 
 // A batch whose runs vary (a CPU shared with other tenants) must end by the deadline even when
 // it runs slow: run on its average, half the batches started near the deadline would end after it.
 TEST_F(BatcherTest, RequestThatASlowRunWouldFinishPastItsDeadlineExpires) {
+  // Runs of one sample that vary between 50 and 150 ms.
+  auto learn = [](BatchCostModel& costs) {
+    costs.Seed(1, 0.100);
+    for (double seconds : {0.150, 0.060, 0.140, 0.050}) costs.Observe(1, seconds);
+  };
+  auto span = [](double seconds) {
+    return std::chrono::duration_cast<Clock::duration>(Seconds(seconds));
+  };
   Make(Options(1, Micros(0)));
-  BatchCostModel& costs = batcher_->cost_model();
-  costs.Seed(1, 0.100);
-  for (double seconds : {0.150, 0.060, 0.140, 0.050}) costs.Observe(1, seconds);
-  const double mean = costs.Estimate(1), slow = costs.EstimateSlow(1);
+  learn(batcher_->cost_model());
+  const double mean = batcher_->cost_model().Estimate(1);
+  const double slow = batcher_->cost_model().EstimateSlow(1);
   ASSERT_GT(slow, mean + 0.020);
   auto late = MakeRequest(1);
   late->deadline = clock_.Now() + milliseconds(300);
@@ -229,8 +236,7 @@ TEST_F(BatcherTest, RequestThatASlowRunWouldFinishPastItsDeadlineExpires) {
   in_time->deadline = clock_.Now() + milliseconds(400);
   ASSERT_TRUE(batcher_->Enqueue(in_time).ok());
   // Request 1 has time for an average run, not for a slow one.
-  clock_.Advance(milliseconds(300) - std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>((mean + slow) / 2)));
+  clock_.Advance(milliseconds(300) - span((mean + slow) / 2));
   BatcherPoll poll = Poll();
   EXPECT_EQ(Ids(poll.expired), (std::vector<RequestId>{1}));
   EXPECT_EQ(Ids(poll.batch.requests), (std::vector<RequestId>{2}));
@@ -239,16 +245,13 @@ TEST_F(BatcherTest, RequestThatASlowRunWouldFinishPastItsDeadlineExpires) {
   // an average run), one with time for that and an average run of its own, not a slow one, is
   // refused at once.
   Make(Options(1, Micros(0)));
-  batcher_->cost_model().Seed(1, 0.100);
-  for (double seconds : {0.150, 0.060, 0.140, 0.050}) batcher_->cost_model().Observe(1, seconds);
+  learn(batcher_->cost_model());
   Add(3);
   auto refused = MakeRequest(4);
-  refused->deadline = clock_.Now() + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(mean + (mean + slow) / 2));
+  refused->deadline = clock_.Now() + span(mean + (mean + slow) / 2);
   EXPECT_EQ(batcher_->Enqueue(refused).code(), StatusCode::kUnavailable);
   auto admitted = MakeRequest(5);
-  admitted->deadline = clock_.Now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(mean + slow + 0.010));
+  admitted->deadline = clock_.Now() + span(mean + slow + 0.010);
   EXPECT_TRUE(batcher_->Enqueue(admitted).ok());
 }
 
