@@ -14,6 +14,9 @@ Everything goes to encoders/ (the test model folder is also a model repository s
                        those folders through llama.cpp's converter, F32
   hf_xlmr_mean/, hf_xlmr_rerank/, gguf_xlmr_*_f32/
                        XLM-RoBERTa's (a SentencePiece Unigram vocabulary), the same way
+  hf_xlmr_model_only/  hf_xlmr_mean without tokenizer.json (sentencepiece.bpe.model alone, the
+                       tokenizer_config.json of xlm-roberta-base's repository), its references
+                       from sentence-transformers and transformers, which convert that file
   hf_nomic_mean/, hf_nomic_hub/, gguf_nomic_mean_f32/
                        a nomic-bert (rotary, SwiGLU) from transformers' NomicBertModel, as
                        transformers saves it and with the config.json of nomic's repositories,
@@ -104,6 +107,43 @@ def train_unigram(strings, folder):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return tokenizer
+
+
+def write_xlmr_model_only(src, folder, texts):
+    """`src`, an XLM-RoBERTa embedder's folder, without tokenizer.json: its
+    sentencepiece.bpe.model alone with the tokenizer_config.json of xlm-roberta-base's repository
+    (transformers 4's form: added_tokens_decoder, <mask> stripping the space before it), as
+    folders saved with the slow tokenizer carry it; sentence-transformers' embeddings and
+    transformers' ids from it (both convert the SentencePiece file)."""
+    import shutil
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(src, folder)
+    os.remove(os.path.join(folder, "tokenizer.json"))
+    mask_id = len(AutoTokenizer.from_pretrained(src)) - 1
+
+    def token(content, lstrip=False):
+        return {"content": content, "lstrip": lstrip, "normalized": False, "rstrip": False,
+                "single_word": False, "special": True}
+    config = {
+        "added_tokens_decoder": {"0": token("<s>"), "1": token("<pad>"), "2": token("</s>"),
+                                 "3": token("<unk>"), str(mask_id): token("<mask>", True)},
+        "bos_token": "<s>", "clean_up_tokenization_spaces": True, "cls_token": "<s>",
+        "eos_token": "</s>", "mask_token": "<mask>", "model_max_length": 128,
+        "pad_token": "<pad>", "sep_token": "</s>", "tokenizer_class": "XLMRobertaTokenizer",
+        "unk_token": "<unk>"}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert not os.path.exists(os.path.join(folder, "tokenizer.json"))
+    write_cases(os.path.join(folder, "tokenizer_cases.jsonl"),
+                texts + ["fill the <mask> here", "<s>two</s> <unk> <pad>"],
+                lambda t: tokenizer(t).input_ids)
+    model = SentenceTransformer(folder, device="cpu")
+    vectors = model.encode(TEXTS, convert_to_numpy=True, batch_size=4)
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump({"texts": TEXTS, "embeddings": vectors.tolist()}, f)
 
 
 def xlmr_config(vocab, **extra):
@@ -332,6 +372,7 @@ def main():
     tokenizer = train_unigram(strings, folder)
     embedder("xlmr_mean", tokenizer,
              write_embedder(tokenizer, folder, "mean", True, seed=92, xlmr=True))
+    write_xlmr_model_only(folder, os.path.join(out, "hf_xlmr_model_only"), texts)
     folder = os.path.join(out, "hf_xlmr_rerank")
     tokenizer = train_unigram(strings, folder)
     reranker("xlmr_rerank", write_reranker(tokenizer, folder, seed=93, xlmr=True))

@@ -121,6 +121,7 @@ INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderTest,
                                            EmbedderCase{"gguf_bert_cls_f32", true, false},
                                            EmbedderCase{"hf_xlmr_mean", true, true},
                                            EmbedderCase{"gguf_xlmr_mean_f32", true, true},
+                                           EmbedderCase{"hf_xlmr_model_only", true, true},
                                            EmbedderCase{"hf_nomic_mean", true, true},
                                            EmbedderCase{"hf_nomic_hub", true, true},
                                            EmbedderCase{"gguf_nomic_mean_f32", true, true}));

@@ -183,9 +183,14 @@ Status Tokenizer::Impl::Load(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path path = fs::path(dir) / "tokenizer.json";
   std::error_code exists_error;
-  if (!fs::exists(path, exists_error) &&
-      fs::exists(fs::path(dir) / "tokenizer.model", exists_error)) {
-    return LoadSentencePieceModel(dir);
+  if (!fs::exists(path, exists_error)) {
+    // SentencePiece's own file: tokenizer.model, or XLM-RoBERTa's sentencepiece.bpe.model.
+    for (const char* name : {"tokenizer.model", "sentencepiece.bpe.model"}) {
+      const fs::path model_path = fs::path(dir) / name;
+      if (fs::exists(model_path, exists_error)) {
+        return LoadSentencePieceModel(dir, model_path.string());
+      }
+    }
   }
   simdjson::dom::parser parser;
   simdjson::dom::element root;
@@ -396,17 +401,6 @@ Status Tokenizer::Impl::LoadPostProcessor(simdjson::simdjson_result<simdjson::do
   return Status::Ok();
 }
 
-namespace {
-
-// tokenizer_config.json, read once: bos/eos tokens (strings or {"content": ...}), the chat
-// template (or chat_template.jinja beside it), and what a folder with tokenizer.model alone needs:
-// the tokenizer class, legacy, add_bos_token / add_eos_token and added_tokens_decoder.
-struct HfTokenizerConfig {
-  std::string bos, eos, chat_template, tokenizer_class;
-  bool legacy = false, add_bos = true, add_eos = false;
-  std::vector<std::pair<AddedToken, bool>> added;  // With whether each is special.
-};
-
 Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
   namespace fs = std::filesystem;
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
@@ -431,7 +425,12 @@ Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
       std::string_view key, text_value;
       if (field.unescaped_key().get(key) != simdjson::SUCCESS) continue;
       simdjson::ondemand::value value = field.value();
-      if (key == "bos_token" || key == "eos_token") {
+      if (std::string* token = key == "bos_token"    ? &out->bos
+                               : key == "eos_token"  ? &out->eos
+                               : key == "unk_token"  ? &out->unk
+                               : key == "pad_token"  ? &out->pad
+                               : key == "mask_token" ? &out->mask
+                                                     : nullptr) {
         simdjson::ondemand::object object;
         if (value.get_string().get(text_value) != simdjson::SUCCESS &&
             (value.get_object().get(object) != simdjson::SUCCESS ||
@@ -439,7 +438,7 @@ Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
                  simdjson::SUCCESS)) {
           continue;
         }
-        (key == "bos_token" ? out->bos : out->eos) = std::string(text_value);
+        *token = std::string(text_value);
       } else if (key == "chat_template" || key == "tokenizer_class") {
         if (value.get_string().get(text_value) == simdjson::SUCCESS) {
           (key == "chat_template" ? out->chat_template : out->tokenizer_class) =
@@ -451,6 +450,8 @@ Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
         read_bool(value, out->add_bos);
       } else if (key == "add_eos_token") {
         read_bool(value, out->add_eos);
+      } else if (key == "add_prefix_space") {
+        read_bool(value, out->add_prefix_space);
       } else if (key == "added_tokens_decoder") {
         simdjson::ondemand::object tokens;
         if (value.get_object().get(tokens) != simdjson::SUCCESS) continue;
@@ -495,8 +496,6 @@ Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out) {
   return Status::Ok();
 }
 
-}  // namespace
-
 Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
   HfTokenizerConfig config;
   SLUICE_RETURN_IF_ERROR(ReadHfTokenizerConfig(dir, &config));
@@ -506,20 +505,21 @@ Status Tokenizer::Impl::LoadTokenizerConfig(const std::string& dir) {
   return Status::Ok();
 }
 
-// A folder with tokenizer.model and no tokenizer.json (Llama 2 and Mistral-era checkpoints, and
-// folders saved without the fast tokenizer) is read as transformers reads it: converted to the
+// A folder with tokenizer.model (or sentencepiece.bpe.model) and no tokenizer.json (Llama 2 and
+// Mistral-era checkpoints, and folders saved without the fast tokenizer) is read as transformers
+// reads it. A BPE model with Llama's classes (or none) is converted to the
 // tokenizer.json it would write (LlamaConverter): the pieces as the vocabulary, merges of every
 // piece that splits into two pieces, ranked by the merged piece's id, then the split's lengths;
 // byte fallback as the model file says, the unknown token fused; Metaspace's "▁" in front of each
 // segment between added tokens (tokenizer_config.json's "legacy": true) or of the input's first
 // only (false or absent, as transformers 5 takes it), whatever the file's add_dummy_prefix; the
 // added tokens of tokenizer_config.json's "added_tokens_decoder" and added_tokens.json, and its
-// add_bos_token (true unless false) and add_eos_token. Other tokenizer classes (Gemma's, T5's)
+// add_bos_token (true unless false) and add_eos_token. A Unigram model with XLM-RoBERTa's classes:
+// LoadXlmRobertaSentencePiece (tokenizer_encoders.cc). Other tokenizer classes (Gemma's, T5's)
 // convert differently and are refused by name.
-Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
+Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir, const std::string& path) {
   namespace fs = std::filesystem;
   constexpr std::string_view kSpace = "\xE2\x96\x81";
-  const std::string path = (fs::path(dir) / "tokenizer.model").string();
   sentencepiece::ModelProto proto;
   {
     std::ifstream in(path, std::ios::binary);
@@ -528,12 +528,24 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
           fmt::format("{}: cannot read it as a SentencePiece model", path));
     }
   }
+  // tokenizer_config.json's settings and added tokens (ids past the pieces as well).
+  HfTokenizerConfig config;
+  SLUICE_RETURN_IF_ERROR(ReadHfTokenizerConfig(dir, &config));
+  // transformers converts the file by the tokenizer class: Llama's conversion for Llama's classes
+  // (Llama 2, Mistral, Phi-3, TinyLlama folders), XLM-RoBERTa's for a Unigram model (its
+  // encoders: multilingual-e5, bge-m3); Gemma's and T5's differ.
+  const std::string& name = config.tokenizer_class;
   const sentencepiece::TrainerSpec& trainer = proto.trainer_spec();
-  if (trainer.model_type() != sentencepiece::TrainerSpec::BPE) {
+  const bool xlm_roberta = name == "XLMRobertaTokenizer" || name == "XLMRobertaTokenizerFast";
+  if (trainer.model_type() == sentencepiece::TrainerSpec::UNIGRAM && xlm_roberta) {
+    return LoadXlmRobertaSentencePiece(proto, config, path);
+  }
+  if (trainer.model_type() != sentencepiece::TrainerSpec::BPE || xlm_roberta) {
     return Status::InvalidArgument(fmt::format(
-        "{}: a SentencePiece {} model; Sluice reads BPE ones (Llama 2, Mistral, Phi-3, Gemma) "
-        "from tokenizer.model, other kinds from a tokenizer.json",
-        path, sentencepiece::TrainerSpec::ModelType_Name(trainer.model_type())));
+        "{}: a SentencePiece {} model with tokenizer_class '{}'; Sluice reads BPE ones with "
+        "Llama's classes (Llama 2, Mistral, Phi-3) and UNIGRAM ones with XLM-RoBERTa's, other "
+        "kinds from a tokenizer.json",
+        path, sentencepiece::TrainerSpec::ModelType_Name(trainer.model_type()), name));
   }
   const sentencepiece::NormalizerSpec& normalizer = proto.normalizer_spec();
   if ((!normalizer.name().empty() && normalizer.name() != "identity") ||
@@ -545,19 +557,12 @@ Status Tokenizer::Impl::LoadSentencePieceModel(const std::string& dir) {
     return Status::InvalidArgument(
         fmt::format("{}: spaces not escaped as '▁' in front of pieces are not supported", path));
   }
-  // tokenizer_config.json's settings and added tokens (ids past the pieces as well).
-  HfTokenizerConfig config;
-  SLUICE_RETURN_IF_ERROR(ReadHfTokenizerConfig(dir, &config));
-  // transformers converts tokenizer.model by the class: Llama's conversion for Llama's classes
-  // (Llama 2, Mistral, Phi-3, TinyLlama folders); Gemma's and T5's differ.
-  const std::string& name = config.tokenizer_class;
   if (!name.empty() && name != "LlamaTokenizer" && name != "LlamaTokenizerFast" &&
       name != "CodeLlamaTokenizer" && name != "CodeLlamaTokenizerFast") {
     return Status::InvalidArgument(fmt::format(
-        "{}/tokenizer_config.json: tokenizer_class '{}' with tokenizer.model alone is not "
-        "supported (Sluice converts Llama's classes' tokenizer.model; give the folder's "
-        "tokenizer.json)",
-        dir, name));
+        "{}/tokenizer_config.json: tokenizer_class '{}' with {} alone is not supported (Sluice "
+        "converts Llama's classes' BPE models; give the folder's tokenizer.json)",
+        dir, name, fs::path(path).filename().string()));
   }
   std::vector<std::pair<AddedToken, bool>>& config_added = config.added;
   std::error_code ec;

@@ -1,11 +1,16 @@
 // The encoders' vocabularies (Tokenizer::Impl's loaders of them): WordPiece (BERT's) and
-// SentencePiece Unigram (XLM-RoBERTa's), from tokenizer.json and from GGUF files.
+// SentencePiece Unigram (XLM-RoBERTa's), from tokenizer.json, GGUF files and SentencePiece's own
+// model file.
 #include <fmt/format.h>
 #include <simdjson.h>
+
+#include <algorithm>
+#include <filesystem>
 
 #include "codec/base64.h"
 #include "llm/files/gguf.h"
 #include "llm/text/tokenizer_impl.h"
+#include "sentencepiece_model.pb.h"
 
 namespace sluice::llm {
 
@@ -121,12 +126,7 @@ Status Tokenizer::Impl::LoadUnigram(simdjson::dom::element root, const std::stri
         "before every word), as XLM-RoBERTa's and T5's are",
         path));
   }
-  id_bytes.assign(pieces.size(), "");
-  special.assign(pieces.size(), false);
-  for (size_t id = 0; id < pieces.size(); ++id) {
-    vocab.emplace(pieces[id].text, static_cast<int32_t>(id));
-    id_bytes[id] = MetaspaceBytes(pieces[id].text);
-  }
+  std::vector<std::pair<AddedToken, bool>> added_tokens;
   simdjson::dom::array added_json;
   if (root["added_tokens"].get(added_json) == simdjson::SUCCESS) {
     for (auto item : added_json) {
@@ -138,24 +138,126 @@ Status Tokenizer::Impl::LoadUnigram(simdjson::dom::element root, const std::stri
         return Status::InvalidArgument(fmt::format("{}: bad added token", path));
       }
       ReadOptional(item["special"], is_special);
-      if (static_cast<size_t>(id) >= id_bytes.size()) {
-        id_bytes.resize(static_cast<size_t>(id) + 1);
-        special.resize(static_cast<size_t>(id) + 1);
-      }
       AddedToken token{std::string(content), static_cast<int32_t>(id)};
       ReadOptional(item["lstrip"], token.lstrip);
       ReadOptional(item["rstrip"], token.rstrip);
-      added.push_back(std::move(token));
-      id_bytes[static_cast<size_t>(id)] = std::string(content);
-      special[static_cast<size_t>(id)] = is_special;
-      vocab[std::string(content)] = static_cast<int32_t>(id);
+      added_tokens.emplace_back(std::move(token), is_special);
     }
+  }
+  SetUnigram(std::move(pieces), static_cast<int32_t>(unknown), std::move(charsmap), fallback,
+             std::move(added_tokens));
+  return LoadPostProcessor(root["post_processor"], path);
+}
+
+void Tokenizer::Impl::SetUnigram(std::vector<UnigramPiece> pieces, int32_t unknown,
+                                 PrecompiledCharsmap charsmap, bool byte_fallback,
+                                 std::vector<std::pair<AddedToken, bool>> added_tokens) {
+  id_bytes.assign(pieces.size(), "");
+  special.assign(pieces.size(), false);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    vocab.emplace(pieces[id].text, static_cast<int32_t>(id));
+    id_bytes[id] = MetaspaceBytes(pieces[id].text);
+  }
+  for (auto& [token, is_special] : added_tokens) {
+    const auto id = static_cast<size_t>(token.id);
+    if (id >= id_bytes.size()) {
+      id_bytes.resize(id + 1);
+      special.resize(id + 1);
+    }
+    id_bytes[id] = token.text;
+    special[id] = is_special;
+    vocab[token.text] = token.id;
+    added.push_back(std::move(token));
   }
   Finish();
   strip_decoded_space = true;
-  unigram = std::make_unique<Unigram>(std::move(pieces), static_cast<int32_t>(unknown),
-                                      std::move(charsmap), /*fuse_unknown=*/true, fallback);
-  return LoadPostProcessor(root["post_processor"], path);
+  unigram = std::make_unique<Unigram>(std::move(pieces), unknown, std::move(charsmap),
+                                      /*fuse_unknown=*/true, byte_fallback);
+}
+
+// transformers' XLM-RoBERTa conversion (XLMRobertaConverter): the file's first three pieces
+// (<unk>, <s>, </s>) give way to <s> <pad> </s> <unk> (fairseq's order: every other piece one id
+// later), <mask> after the last; the unknown is id 3, no byte fallback; the file's character map
+// as the normalizer; WhitespaceSplit and Metaspace ("▁" before every word); <s> A </s> and
+// <s> A </s></s> B </s> around the texts. The special tokens' strings are tokenizer_config.json's.
+Status Tokenizer::Impl::LoadXlmRobertaSentencePiece(const sentencepiece::ModelProto& proto,
+                                                    const HfTokenizerConfig& config,
+                                                    const std::string& path) {
+  if (!config.add_prefix_space) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: add_prefix_space false is not supported (Sluice puts \"▁\" before every word)", path));
+  }
+  if (proto.pieces_size() < 3) {
+    return Status::InvalidArgument(fmt::format("{}: fewer than three pieces", path));
+  }
+  auto named = [](const std::string& token, const char* fallback) {
+    return token.empty() ? std::string(fallback) : token;
+  };
+  const std::string bos_token = named(config.bos, "<s>"), eos_token = named(config.eos, "</s>");
+  const std::string specials[] = {bos_token, named(config.pad, "<pad>"), eos_token,
+                                  named(config.unk, "<unk>")};
+  std::vector<UnigramPiece> pieces;
+  std::vector<std::pair<AddedToken, bool>> added_tokens;
+  for (const std::string& token : specials) {
+    added_tokens.emplace_back(AddedToken{token, static_cast<int32_t>(pieces.size())}, true);
+    pieces.push_back({token, 0.0});
+  }
+  for (int i = 3; i < proto.pieces_size(); ++i) {
+    const sentencepiece::ModelProto::SentencePiece& piece = proto.pieces(i);
+    if (!IsValidUtf8(piece.piece())) {
+      return Status::InvalidArgument(fmt::format("{}: piece {} is not UTF-8", path, i));
+    }
+    // The file's control and user-defined pieces are matched in text as themselves.
+    if (piece.type() == sentencepiece::ModelProto::SentencePiece::CONTROL ||
+        piece.type() == sentencepiece::ModelProto::SentencePiece::USER_DEFINED) {
+      added_tokens.emplace_back(AddedToken{piece.piece(), static_cast<int32_t>(pieces.size())},
+                                piece.type() == sentencepiece::ModelProto::SentencePiece::CONTROL);
+    }
+    pieces.push_back({piece.piece(), piece.score()});
+  }
+  const std::string mask_token = named(config.mask, "<mask>");
+  added_tokens.emplace_back(AddedToken{mask_token, static_cast<int32_t>(pieces.size())}, true);
+  pieces.push_back({mask_token, 0.0});
+  // tokenizer_config.json's added_tokens_decoder: a token of the vocabulary keeps its id.
+  for (const auto& [token, is_special] : config.added) {
+    auto known = std::find_if(pieces.begin(), pieces.end(),
+                              [&](const UnigramPiece& p) { return p.text == token.text; });
+    AddedToken listed = token;
+    if (known != pieces.end()) {
+      listed.id = static_cast<int32_t>(known - pieces.begin());
+      auto already = std::find_if(added_tokens.begin(), added_tokens.end(),
+                                  [&](const auto& a) { return a.first.id == listed.id; });
+      if (already != added_tokens.end()) {  // The config's attributes (<mask>'s lstrip).
+        already->first = std::move(listed);
+        already->second = is_special;
+        continue;
+      }
+    } else if (static_cast<size_t>(token.id) < pieces.size()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}/tokenizer_config.json: added token '{}' has id {}, which is the piece '{}'",
+          std::filesystem::path(path).parent_path().string(), token.text, token.id,
+          pieces[static_cast<size_t>(token.id)].text));
+    }
+    added_tokens.emplace_back(std::move(listed), is_special);
+  }
+  PrecompiledCharsmap charsmap;
+  if (!proto.normalizer_spec().precompiled_charsmap().empty()) {
+    auto parsed = PrecompiledCharsmap::Parse(proto.normalizer_spec().precompiled_charsmap());
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(fmt::format("{}: {}", path, parsed.status().message()));
+    }
+    charsmap = std::move(*parsed);
+  }
+  SetUnigram(std::move(pieces), /*unknown=*/3, std::move(charsmap), /*byte_fallback=*/false,
+             std::move(added_tokens));
+  const int32_t bos_id = 0, eos_id = 2;
+  prefix = {bos_id};
+  suffix = {eos_id};
+  pair_template = {{bos_id}, {eos_id, eos_id}, {eos_id}};
+  bos = bos_token;
+  eos = eos_token;
+  chat_template = config.chat_template;
+  return Status::Ok();
 }
 
 Status Tokenizer::Impl::LoadWordPiece(simdjson::dom::element root,

@@ -11,12 +11,17 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "llm/text/tokenizer.h"
 #include "llm/text/unigram.h"
 #include "llm/text/wordpiece.h"
 #include "sluice/status.h"
+
+namespace sentencepiece {
+class ModelProto;
+}
 
 namespace sluice::llm {
 
@@ -46,6 +51,19 @@ struct AddedToken {
   bool lstrip = false;
   bool rstrip = false;
 };
+
+// tokenizer_config.json, read once: the special tokens (strings or {"content": ...}), the chat
+// template (or chat_template.jinja beside it), and what a folder with a SentencePiece model alone
+// needs: the tokenizer class, legacy, add_bos_token / add_eos_token, add_prefix_space and
+// added_tokens_decoder. Tokens the file does not name are empty.
+struct HfTokenizerConfig {
+  std::string bos, eos, unk, pad, mask, chat_template, tokenizer_class;
+  bool legacy = false, add_bos = true, add_eos = false, add_prefix_space = true;
+  std::vector<std::pair<AddedToken, bool>> added;  // With whether each is special.
+};
+
+// `dir`'s tokenizer_config.json (none: the defaults) and chat_template.jinja.
+Status ReadHfTokenizerConfig(const std::string& dir, HfTokenizerConfig* out);
 
 // GGUF's token types (tokenizer.ggml.token_type), as llama.cpp's converter writes them.
 enum GgufTokenType : int64_t {
@@ -79,9 +97,12 @@ class Tokenizer::Impl {
   Status LoadSentencePieceVocabulary(const std::string& path,
                                      const std::vector<std::string>& tokens,
                                      const std::vector<int64_t>& types);
-  // A Hugging Face folder's tokenizer.model (SentencePiece's own file, where there is no
-  // tokenizer.json) with tokenizer_config.json's added tokens and settings.
-  Status LoadSentencePieceModel(const std::string& dir);
+  // A Hugging Face folder's tokenizer.model or sentencepiece.bpe.model (SentencePiece's own file,
+  // where there is no tokenizer.json) with tokenizer_config.json's added tokens and settings.
+  Status LoadSentencePieceModel(const std::string& dir, const std::string& path);
+  // A SentencePiece Unigram model file as transformers' XLM-RoBERTa class converts it.
+  Status LoadXlmRobertaSentencePiece(const sentencepiece::ModelProto& proto,
+                                     const HfTokenizerConfig& config, const std::string& path);
   // tokenizer_config.json: bos/eos tokens and the chat template (and chat_template.jinja).
   Status LoadTokenizerConfig(const std::string& dir);
   // SentencePiece's BPE as llama.cpp runs it on one piece of text: spaces become "▁" (one more
@@ -105,6 +126,10 @@ class Tokenizer::Impl {
   // tokenizer.json's Unigram model with its Precompiled normalizer and WhitespaceSplit +
   // Metaspace pre-tokenizer, its added tokens and post-processor.
   Status LoadUnigram(simdjson::dom::element root, const std::string& path);
+  // The Unigram vocabulary either source gives: the pieces (by id), then the added tokens (ids
+  // past the pieces' allowed) with whether each is special; decoded as Metaspace decodes.
+  void SetUnigram(std::vector<UnigramPiece> pieces, int32_t unknown, PrecompiledCharsmap charsmap,
+                  bool byte_fallback, std::vector<std::pair<AddedToken, bool>> added_tokens);
   // tokenizer.ggml.model "t5": a Unigram vocabulary (XLM-RoBERTa's, T5's) with scores and the
   // precompiled character map.
   Status LoadGgufUnigram(const GgufFile& file, const std::vector<std::string>& tokens,

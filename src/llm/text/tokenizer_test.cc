@@ -172,8 +172,10 @@ INSTANTIATE_TEST_SUITE_P(
         EncoderVocabulary{"encoders/gguf_bert_cls_f32", "encoders/hf_bert_cls", "[CLS]", "[SEP]",
                           1},
         EncoderVocabulary{"encoders/hf_xlmr_mean", "encoders/hf_xlmr_mean", "<s>", "</s>", 2},
-        EncoderVocabulary{"encoders/gguf_xlmr_mean_f32", "encoders/hf_xlmr_mean", "<s>", "</s>",
-                          2}));
+        EncoderVocabulary{"encoders/gguf_xlmr_mean_f32", "encoders/hf_xlmr_mean", "<s>", "</s>", 2},
+        // sentencepiece.bpe.model without tokenizer.json: transformers' ids from that folder.
+        EncoderVocabulary{"encoders/hf_xlmr_model_only", "encoders/hf_xlmr_model_only", "<s>",
+                          "</s>", 2}));
 
 TEST(TokenizerTest, WordPieceDecodesWordsWithSpaces) {
   auto tokenizer = Tokenizer::Load(Dir("encoders/hf_bert_mean"));
@@ -244,8 +246,30 @@ TEST(TokenizerTest, SentencePieceModelsNotReadAreRefusedByName) {
   };
   sentencepiece::ModelProto unigram = proto;
   unigram.mutable_trainer_spec()->set_model_type(sentencepiece::TrainerSpec::UNIGRAM);
-  EXPECT_NE(refused(unigram).find("a SentencePiece UNIGRAM model"), std::string::npos)
+  EXPECT_NE(refused(unigram).find("a SentencePiece UNIGRAM model with tokenizer_class ''"),
+            std::string::npos)
       << refused(unigram);
+  // A Unigram model is read with XLM-RoBERTa's classes (hf_xlmr_model_only's cases), not others'.
+  {
+    const std::string dir = ::testing::TempDir() + "/spm_unigram";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(Dir("encoders/hf_xlmr_model_only/sentencepiece.bpe.model"),
+                               dir + "/sentencepiece.bpe.model",
+                               std::filesystem::copy_options::overwrite_existing);
+    auto load = [&](const std::string& config) {
+      std::ofstream(dir + "/tokenizer_config.json") << config;
+      auto tokenizer = Tokenizer::Load(dir);
+      return tokenizer.ok() ? std::string("loaded") : tokenizer.status().message();
+    };
+    EXPECT_EQ(load(R"({"tokenizer_class": "XLMRobertaTokenizerFast"})"), "loaded");
+    EXPECT_NE(load(R"({"tokenizer_class": "T5Tokenizer"})")
+                  .find("UNIGRAM model with tokenizer_class 'T5Tokenizer'"),
+              std::string::npos);
+    EXPECT_NE(load(R"({"tokenizer_class": "XLMRobertaTokenizer", "add_prefix_space": false})")
+                  .find("add_prefix_space false is not supported"),
+              std::string::npos);
+    std::filesystem::remove_all(dir);
+  }
   sentencepiece::ModelProto nfkc = proto;
   nfkc.mutable_normalizer_spec()->set_name("nmt_nfkc");
   EXPECT_NE(refused(nfkc).find("normalizer 'nmt_nfkc' is not supported"), std::string::npos)
