@@ -33,8 +33,9 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     phi3, gemma3) from transformers' own class, saved whole and
                                     sharded, with tiny_llm's tokenizer and transformers' logits
   gguf_<arch>_<type>/                llama, qwen2, qwen3, phi3 and gemma3 quantised by llama.cpp's
-                                    quantiser to Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS and IQ4_NL
-                                    (from tools/gguf_models.py's F32 files), with llama.cpp's logits
+                                    quantiser to Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS, IQ4_NL and
+                                    IQ3_S (from tools/gguf_models.py's F32 files), with llama.cpp's
+                                    logits
   hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -238,9 +239,10 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
 
 
 # The quantisations people download for larger models, made by llama.cpp's own quantiser from
-# tools/gguf_models.py's F32 files (no importance matrix): Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS and
-# IQ4_NL, with the K-quants' and Q5/Q6 rows llama.cpp mixes into each.
-LOW_BIT_TYPES = ["q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"]
+# tools/gguf_models.py's F32 files (no importance matrix): Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS,
+# IQ4_NL and IQ3_S, with the K-quants' and Q5/Q6 rows llama.cpp mixes into each. (IQ2_XS and the
+# other 2-bit IQ types need an importance matrix, which the quantiser refuses to go without.)
+LOW_BIT_TYPES = ["q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl", "iq3_s"]
 LOW_BIT_ARCHITECTURES = ["llama", "qwen2", "qwen3", "phi3", "gemma3"]
 
 
@@ -265,11 +267,11 @@ def write_low_bit(models, out_dir):
     from gguf.quants import dequantize
     from safetensors.torch import save_file
     tensors, where = {}, {}
-    for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl"):
+    for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl", "gguf_qwen3_iq3_s"):
         path = os.path.join(out_dir, folder, "model.gguf")
         for tensor in GGUFReader(path).tensors:
             kind = tensor.tensor_type.name
-            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL") and kind not in tensors:
+            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "IQ3_S") and kind not in tensors:
                 tensors[kind] = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
                 where[kind] = f"{folder}/model.gguf:{tensor.name}"
     save_file(tensors, os.path.join(out_dir, "dequantized.safetensors"), where)

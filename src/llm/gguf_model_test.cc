@@ -54,7 +54,7 @@ std::vector<std::string> GgufModelDirs() {
 #else
   for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "gemma3"}) {
 #endif
-    for (const char* type : {"q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl"}) {
+    for (const char* type : {"q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl", "iq3_s"}) {
       dirs.push_back(std::string("converted/gguf_") + arch + "_" + type);
     }
   }
@@ -126,9 +126,9 @@ Tolerance ToleranceFor(const std::string& path) {
   // For the 2-4-bit types x is quantised per 32 where llama.cpp quantises it per 256 (Q8_K):
   // gemma3's tiny random model, whose logits are the nearest to ties, agreed at the top on 91-96%
   // of positions on an AMD EPYC Zen 4 (89-97% when these types were requantised to Q8_0).
-  const bool low_bit = dir.find("_q2_k") != std::string::npos ||
-                       dir.find("_q3_k") != std::string::npos ||
-                       dir.find("_iq4") != std::string::npos;
+  const bool low_bit =
+      dir.find("_q2_k") != std::string::npos || dir.find("_q3_k") != std::string::npos ||
+      dir.find("_iq4") != std::string::npos || dir.find("_iq3") != std::string::npos;
   if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
   if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral")) {
     return {0.1, 0.9, 0.0, 0.9};
@@ -500,10 +500,10 @@ TEST(WeightsCacheFloatTest, AFileWithNothingToRepackWritesNone) {
 // (where, as transformers chooses, each prompt takes the short factors up to the original
 // context and the long ones past it: the short prompts are held to llama.cpp's logits at a short
 // context, the prompt past the original positions to its logits with the long factors), and YaRN
-// (Qwen2.5's long-context configs). transformers agrees with the same references at about 4e-5. The models' attention is
-// sharp, so the rotation shows in the logits: the same weights with plain RoPE (llama.cpp's logits
-// for them) are checked to lie far outside the bound, so the test cannot pass with the scaling
-// ignored.
+// (Qwen2.5's long-context configs). transformers agrees with the same references at about 4e-5. The
+// models' attention is sharp, so the rotation shows in the logits: the same weights with plain RoPE
+// (llama.cpp's logits for them) are checked to lie far outside the bound, so the test cannot pass
+// with the scaling ignored.
 struct RopeCase {
   const char* dir;
   const char* reference;
@@ -551,8 +551,7 @@ TEST_P(RopeScalingTest, LogitsAgreeWithLlamaCppAndNotWithPlainRope) {
   if (c.long_reference != nullptr) {
     // The prompts past the original context from the long factors' reference.
     const size_t original = 256;
-    std::erase_if(references,
-                  [&](const Reference& r) { return r.input_ids.size() > original; });
+    std::erase_if(references, [&](const Reference& r) { return r.input_ids.size() > original; });
     bool any_long = false;
     for (Reference& r : ReadReference(dir, c.long_reference)) {
       if (r.input_ids.size() <= original) continue;
@@ -616,8 +615,8 @@ TEST(RopeScalingTest, AChunkedLongRopePromptTakesTheFactorsOfItsWholeLength) {
   std::vector<float> logits;
   for (int start = 0; start < length; start += 64) {
     const int end = std::min(length, start + 64);
-    SequenceChunk chunk{0, start, {whole->input_ids.begin() + start, whole->input_ids.begin() + end},
-                        false, {}};
+    SequenceChunk chunk{
+        0, start, {whole->input_ids.begin() + start, whole->input_ids.begin() + end}, false, {}};
     chunk.prompt_length = length;
     logits.clear();
     ASSERT_TRUE((*model)->Run({chunk}, &logits).ok());
@@ -646,7 +645,7 @@ TEST(LowBitTypesTest, DequantiseAsTheGgufPackageDoes) {
   const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted";
   auto reference = SafetensorsFile::Open(dir + "/dequantized.safetensors");
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-  ASSERT_EQ((*reference)->entries().size(), 4u);
+  ASSERT_EQ((*reference)->entries().size(), 5u);
   for (const auto& [type, where] : (*reference)->metadata()) {
     const size_t colon = where.find(':');
     auto file = GgufFile::Open(dir + "/" + where.substr(0, colon));

@@ -91,6 +91,10 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
     case GgmlType::kIQ4_NL:  // d, 16 bytes of 4-bit indices into a non-linear table.
       *elements = 32, *bytes = 18;
       return true;
+    case GgmlType::kIQ3_S:  // d, 64 bytes of grid indices' low bits, 8 of their ninth, 32 of
+                            // signs, 4 of 4-bit run scales.
+      *elements = 256, *bytes = 110;
+      return true;
     case GgmlType::kIQ4_XS:  // d, 8 6-bit sub-block scales (2 + 4 bytes), 128 bytes of indices.
       *elements = 256, *bytes = 136;
       return true;

@@ -22,6 +22,7 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kIQ4_NL = 20,
+  kIQ3_S = 21,
   kIQ4_XS = 23,
   kBF16 = 30,
 };

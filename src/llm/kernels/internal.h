@@ -28,7 +28,7 @@
 #endif
 
 namespace sluice::llm {
-// Q2_K, Q3_K, IQ4_NL and IQ4_XS: their rows to fp32 from ggml's layouts, written apart from the
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS and IQ3_S: their rows to fp32 from ggml's layouts, written apart from the
 // products' unpacking (quant_lowbit.cc), which the tests check the products against.
 bool IsLowBitType(uint32_t ggml_type);
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);

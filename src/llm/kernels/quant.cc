@@ -28,6 +28,12 @@
 //         w = d level[q].
 //   IQ4_XS 256 weights, 136 bytes: d; the runs' 6-bit scales' high bit pairs (2 bytes) and low
 //         nibbles (4 bytes); run c's 16 bytes of nibbles as IQ4_NL's; w = d (sc - 32) level[q].
+//   IQ3_S  256 weights, 110 bytes: d; 64 bytes of grid indices' low 8 bits (run c: 8 c .. 8 c + 7,
+//         one a 4 weights); 8 bytes of their ninth bits (run c's in byte 66 + c, bit i for its
+//         index i); 32 bytes of signs (run c's at 74 + 4 c, bit l of those 4 bytes for weight
+//         l); 4 bytes of 4-bit run scales (run c: byte 106 + c / 2, nibble c % 2);
+//         w = d (1 + 2 sc) grid[index][l % 4] (-1 where the sign bit is set), the grid ggml's
+//         512 entries of four magnitudes 1, 3, ..., 15 (kIq3sGrid, from the gguf package).
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -36,6 +42,7 @@
 
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
+#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace kernels::quant {
@@ -173,6 +180,20 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
         d *= static_cast<float>(scale - 32);
       }
       out->scale[0] = out->scale[1] = d;
+      return;
+    }
+    case GgmlType::kIQ3_S: {
+      const uint8_t *qs = block + 2 + 8 * c, *signs = block + 74 + 4 * c;
+      const int high = block[66 + c];
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t entry = kIq3sGrid[qs[i] | (((high >> i) & 1) << 8)];
+        for (int j = 0; j < 4; ++j) {
+          const int l = 4 * i + j, magnitude = static_cast<int>((entry >> (8 * j)) & 0xFF);
+          out->q[l] = static_cast<int8_t>((signs[l / 8] >> (l % 8)) & 1 ? -magnitude : magnitude);
+        }
+      }
+      const int scale = (block[106 + c / 2] >> (4 * (c % 2))) & 0xF;
+      out->scale[0] = out->scale[1] = Fp16ToFp32(Half(block)) * static_cast<float>(1 + 2 * scale);
       return;
     }
     default:
@@ -377,6 +398,7 @@ bool IsQuantType(uint32_t ggml_type) {
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_NL:
     case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ3_S:
       return true;
     default:
       return false;

@@ -1,9 +1,10 @@
-// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS) to fp32, from the block layouts ggml
-// defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk and the
+// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S) to fp32, from the block layouts
+// ggml defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk and the
 // vector paths' Unpack), so that the tests check those against this.
 #include <cstring>
 
 #include "llm/kernels/internal.h"
+#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace {
@@ -98,6 +99,28 @@ void Iq4Xs(const uint8_t* block, float* y) {
   }
 }
 
+// IQ3_S: 256 values in 8 groups of 32, each pair of groups' 4-bit scales in one byte (low nibble
+// first), d (1 + 2 scale); a group's eight grid indices (a byte of qs and a bit of its qh byte
+// each) name four magnitudes each, the sign bits of the group's four bytes negate them.
+void Iq3S(const uint8_t* block, float* y) {
+  const float d = Half(block);
+  const uint8_t *qs = block + 2, *qh = block + 66, *signs = block + 74, *scales = block + 106;
+  for (int group = 0; group < 8; ++group, y += 32) {
+    const float dl =
+        d * static_cast<float>(1 + 2 * ((scales[group / 2] >> (4 * (group % 2))) & 0xF));
+    for (int index = 0; index < 8; ++index) {
+      const int i = qs[8 * group + index] | (((qh[group] >> index) & 1) << 8);
+      const uint32_t magnitudes = kernels::quant::kIq3sGrid[i];
+      for (int j = 0; j < 4; ++j) {
+        const int weight = 4 * index + j;
+        const bool negative = (signs[4 * group + weight / 8] >> (weight % 8)) & 1;
+        const auto magnitude = static_cast<float>((magnitudes >> (8 * j)) & 0xFF);
+        y[weight] = dl * magnitude * (negative ? -1.0f : 1.0f);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool IsLowBitType(uint32_t ggml_type) {
@@ -106,6 +129,7 @@ bool IsLowBitType(uint32_t ggml_type) {
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_NL:
     case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ3_S:
       return true;
     default:
       return false;
@@ -130,6 +154,9 @@ void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, floa
         break;
       case GgmlType::kIQ4_XS:
         Iq4Xs(block, y);
+        break;
+      case GgmlType::kIQ3_S:
+        Iq3S(block, y);
         break;
       default:
         std::fill(y, y + elements, 0.0f);

@@ -76,6 +76,7 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
         break;
       case GgmlType::kIQ4_NL:
       case GgmlType::kIQ4_XS:
+      case GgmlType::kIQ3_S:
         PutHalf(b, scale());
         break;
       default:
@@ -87,10 +88,10 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
 
 // The low-bit types' expected products come from quant_lowbit.cc's dequantisation, written apart
 // from the products' unpacking (and checked against the gguf package in gguf_model_test).
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0,  GgmlType::kQ4_0,  GgmlType::kQ4_1,
-                               GgmlType::kQ5_0,  GgmlType::kQ5_1,  GgmlType::kQ4_K,
-                               GgmlType::kQ5_K,  GgmlType::kQ6_K,  GgmlType::kQ2_K,
-                               GgmlType::kQ3_K,  GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+constexpr GgmlType kTypes[] = {
+    GgmlType::kQ8_0,   GgmlType::kQ4_0,   GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+    GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
+    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S};
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 
@@ -214,6 +215,40 @@ TEST(QuantLayout, Q4_KAndQ6_KScalesAndRuns) {
   DequantizeRow(static_cast<uint32_t>(GgmlType::kQ6_K), q6k, 256, out);
   EXPECT_EQ(out[32], 0.5f * -3 * -5);
   EXPECT_EQ(out[144], 0.5f * 5 * (3 - 32));
+}
+
+// IQ3_S: entries 1 and 261 of ggml's codebook (iq3s_grid: 0x01010103, 0x05090f0b), a ninth
+// index bit, signs and two runs' scales.
+TEST(QuantLayout, Iq3SGridIndicesSignsAndScales) {
+  uint8_t block[110] = {};
+  PutHalf(block, 0.5f);
+  block[106] = 0x30;  // Run 0: d (1 + 2 * 0); run 1: d (1 + 2 * 3).
+  block[2 + 1] = 1;   // Run 0, weights 4 .. 7: entry 1, magnitudes 3, 1, 1, 1.
+  block[74] = 0x01;   // Run 0, weight 0 (entry 0, magnitude 1): negative.
+  block[2 + 10] = 5;  // Run 1, weights 40 .. 43: entry 5 ...
+  block[66 + 1] = 4;  // ... with its ninth bit (index 2 of run 1): 261, magnitudes 11, 15, 9, 5.
+  block[74 + 5] = 2;  // Run 1, weight 41 (its ninth): negative.
+  float out[256];
+  for (const bool repeat : {false, true}) {  // Through DequantizeRow and a product's unpacking.
+    if (repeat) {
+      kernels::quant::Chunk chunk;
+      for (int c = 0; c < 8; ++c) {
+        kernels::quant::UnpackChunk(static_cast<uint32_t>(GgmlType::kIQ3_S), block, c, &chunk);
+        for (int l = 0; l < 32; ++l) out[32 * c + l] = chunk.scale[0] * chunk.q[l];
+      }
+    } else {
+      DequantizeRow(static_cast<uint32_t>(GgmlType::kIQ3_S), block, 256, out);
+    }
+    EXPECT_EQ(out[0], -0.5f);
+    EXPECT_EQ(out[1], 0.5f);
+    EXPECT_EQ(out[4], 1.5f);
+    EXPECT_EQ(out[5], 0.5f);
+    EXPECT_EQ(out[40], 3.5f * 11);
+    EXPECT_EQ(out[41], -3.5f * 15);
+    EXPECT_EQ(out[42], 3.5f * 9);
+    EXPECT_EQ(out[43], 3.5f * 5);
+    EXPECT_EQ(out[44], 3.5f);  // Entry 0.
+  }
 }
 
 TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
@@ -420,6 +455,8 @@ TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 12));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kF16), 576));
+  // IQ3_S's codebook indices do not fit a record of the file's bytes: read in its layout.
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ3_S), 576));
 }
 
 }  // namespace
