@@ -142,7 +142,8 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
 
 }  // namespace kernels::quant
 
-// Every block type the products read has a repacked record but IQ3_S, read in the file's layout.
+// Every block type the products read has a repacked record but IQ3_S (none built for it yet),
+// read in the file's layout.
 bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
   return IsQuantType(ggml_type) && ggml_type != static_cast<uint32_t>(GgmlType::kIQ3_S) &&
          rows % 8 == 0;

@@ -455,7 +455,7 @@ TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 12));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kF16), 576));
-  // IQ3_S's codebook indices do not fit a record of the file's bytes: read in its layout.
+  // IQ3_S has no repacked record: read in the file's layout.
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ3_S), 576));
 }
 
