@@ -246,7 +246,7 @@ BENCHMARK(Quant)
                    {1, std::max(1u, std::thread::hardware_concurrency())},
                    {2 /* Q4_0 */, 3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 13 /* Q5_K */,
                     14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */,
-                    23 /* IQ4_XS */},
+                    23 /* IQ4_XS */, 21 /* IQ3_S */},
                    {0, 1},
                    {0, 1}})
     ->ArgNames({"rows", "threads", "type", "repacked", "model"})

@@ -28,8 +28,8 @@
 #endif
 
 namespace sluice::llm {
-// Q2_K, Q3_K, IQ4_NL, IQ4_XS and IQ3_S: their rows to fp32 from ggml's layouts, written apart from the
-// products' unpacking (quant_lowbit.cc), which the tests check the products against.
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS and IQ3_S: their rows to fp32 from ggml's layouts, written apart from
+// the products' unpacking (quant_lowbit.cc), which the tests check the products against.
 bool IsLowBitType(uint32_t ggml_type);
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);
 }  // namespace sluice::llm
@@ -129,6 +129,8 @@ constexpr int RepackedHeader(uint32_t type) {
       return 144;
     case GgmlType::kIQ4_XS:
       return 64;
+    case GgmlType::kIQ3_S:
+      return 48;
     case GgmlType::kQ3_K:
       return 112;
     case GgmlType::kQ2_K:
@@ -139,7 +141,8 @@ constexpr int RepackedHeader(uint32_t type) {
 }
 // Bytes of one run of 32 columns of eight rows in a K-quant record (after its header): the
 // nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row);
-// Q2_K's bit pairs (8 a row), then Q3_K's third bits (4 a row).
+// Q2_K's bit pairs (8 a row), then Q3_K's third bits (4 a row); IQ3_S's grid indices' low bytes
+// (8 a row), ninth bits (1) and signs (4).
 constexpr int RepackedRunBytes(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ5_K:
@@ -150,6 +153,8 @@ constexpr int RepackedRunBytes(uint32_t type) {
       return 64;
     case GgmlType::kQ3_K:
       return 96;
+    case GgmlType::kIQ3_S:
+      return 104;
     default:
       return 128;
   }

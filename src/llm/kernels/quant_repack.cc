@@ -6,6 +6,7 @@
 
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
+#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace kernels::quant {
@@ -63,11 +64,31 @@ void UnpackRepackedLowK(uint32_t type, const uint8_t* record, int r, int c, Chun
   }
 }
 
+// Row r's run c in an IQ3_S record, as UnpackChunk gives it from the file's block.
+void UnpackRepackedIq3S(const uint8_t* record, int r, int c, Chunk* out) {
+  const uint8_t* run = record + RepackedHeader(static_cast<uint32_t>(GgmlType::kIQ3_S)) +
+                       RepackedRunBytes(static_cast<uint32_t>(GgmlType::kIQ3_S)) * c;
+  const int scale = (record[16 + 8 * (c % 4) + r] >> (4 * (c / 4))) & 0xF;
+  out->scale[0] = out->scale[1] =
+      Fp16ToFp32(Half(record + 2 * r)) * static_cast<float>(1 + 2 * scale);
+  out->bias = 0;
+  uint32_t signs;
+  std::memcpy(&signs, run + 72 + 4 * r, 4);
+  for (int s = 0; s < 8; ++s) {
+    const uint32_t entry = kIq3sGrid[run[8 * s + r] | (((run[64 + r] >> s) & 1) << 8)];
+    for (int b = 0; b < 4; ++b) {
+      const int l = 4 * s + b, magnitude = static_cast<int>((entry >> (8 * b)) & 0xFF);
+      out->q[l] = static_cast<int8_t>((signs >> l) & 1 ? -magnitude : magnitude);
+    }
+  }
+}
+
 // Row r's run c in a K-quant record (one super-block of eight rows), as UnpackChunk gives it.
 void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
   const uint8_t* run = record + RepackedHeader(type) + RepackedRunBytes(type) * c;
   out->bias = 0;
+  if (kind == GgmlType::kIQ3_S) return UnpackRepackedIq3S(record, r, c, out);
   if (kind == GgmlType::kQ6_K) {
     const float d = Fp16ToFp32(Half(record + 2 * r));
     for (int h = 0; h < 2; ++h) {
@@ -142,11 +163,9 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
 
 }  // namespace kernels::quant
 
-// Every block type the products read has a repacked record but IQ3_S (none built for it yet),
-// read in the file's layout.
+// Every block type the products read has a repacked record.
 bool CanRepackQuant(uint32_t ggml_type, int64_t rows) {
-  return IsQuantType(ggml_type) && ggml_type != static_cast<uint32_t>(GgmlType::kIQ3_S) &&
-         rows % 8 == 0;
+  return IsQuantType(ggml_type) && rows % 8 == 0;
 }
 
 namespace {
@@ -173,6 +192,10 @@ namespace {
 //   IQ4_XS      d of row r at 2 r; the runs' 6-bit scales (before less 32) split as Q4_K's, the
 //               nibbles at 16 and the high pairs at 48; from 64, runs of 128 bytes holding the
 //               nibbles (indices into the 16 levels) as IQ4_NL's repacked record does.
+//   IQ3_S       d of row r at 2 r; run c's 4-bit scale at 16 + 8 (c % 4) + r, nibble c / 4; from
+//               48, runs of 104 bytes: the low byte of step s's grid index (weights 4 s .. 4 s +
+//               3) at 8 s + r, so that one gather of eight entries makes a step's vector; the
+//               run's ninth bits at 64 + r (bit s for step s); its 32 sign bits at 72 + 4 r.
 // A run's weights then come from one place four bytes a row at a time, in the order of x's steps,
 // and a super-block's 64 scales and mins unpack with a few vector operations.
 void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
@@ -209,6 +232,18 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
             if (q3) run[64 + 4 * r + b] |= static_cast<uint8_t>((q >> 2) << s);
           }
         }
+      }
+      continue;
+    }
+    if (kind == GgmlType::kIQ3_S) {
+      std::memcpy(record + 2 * r, block, 2);
+      for (int c = 0; c < 8; ++c) {
+        const int scale = (block[106 + c / 2] >> (4 * (c % 2))) & 0xF;
+        record[16 + 8 * (c % 4) + r] |= static_cast<uint8_t>(scale << (4 * (c / 4)));
+        uint8_t* run = record + header + run_bytes * c;
+        for (int s = 0; s < 8; ++s) run[8 * s + r] = block[2 + 8 * c + s];
+        run[64 + r] = block[66 + c];
+        std::memcpy(run + 72 + 4 * r, block + 74 + 4 * c, 4);
       }
       continue;
     }

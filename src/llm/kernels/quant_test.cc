@@ -276,7 +276,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S}) {
       const auto type = static_cast<uint32_t>(type_enum);
       constexpr int64_t n = 40;
       // Two super-blocks for the K-quants (a record each), ten blocks for the others.
@@ -414,7 +414,7 @@ TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
   for (GgmlType type_enum :
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
         GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S}) {
     const auto type = static_cast<uint32_t>(type_enum);
     constexpr int64_t n = 24;
     const int64_t k = kernels::quant::BlockElements(type) == 256 ? 768 : 96;
@@ -455,8 +455,8 @@ TEST(QuantRepackTest, OnlyWholeGroupsOfEightRows) {
   EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 576));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kQ3_K), 12));
   EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kF16), 576));
-  // IQ3_S has no repacked record: read in the file's layout.
-  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ3_S), 576));
+  EXPECT_TRUE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ3_S), 576));
+  EXPECT_FALSE(CanRepackQuant(static_cast<uint32_t>(GgmlType::kIQ3_S), 20));
 }
 
 }  // namespace
