@@ -219,7 +219,9 @@ Status Tokenizer::Impl::LoadXlmRobertaSentencePiece(const sentencepiece::ModelPr
   added_tokens.emplace_back(AddedToken{mask_token, static_cast<int32_t>(pieces.size())}, true);
   pieces.push_back({mask_token, 0.0});
   // tokenizer_config.json's added_tokens_decoder: a token of the vocabulary keeps its id.
-  for (const auto& [token, is_special] : config.added) {
+  for (const auto& entry : config.added) {
+    const AddedToken& token = entry.first;  // Named: lambdas capture no structured binding.
+    const bool is_special = entry.second;
     auto known = std::find_if(pieces.begin(), pieces.end(),
                               [&](const UnigramPiece& p) { return p.text == token.text; });
     AddedToken listed = token;
