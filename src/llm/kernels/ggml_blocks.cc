@@ -38,6 +38,8 @@ std::string GgmlTypeName(uint32_t type) {
       return "IQ4_NL";
     case GgmlType::kIQ4_XS:
       return "IQ4_XS";
+    case GgmlType::kIQ3_S:
+      return "IQ3_S";
   }
   // The others, by the names llama.cpp gives them, so an error says which one a file holds.
   static const char* const kOthers[] = {nullptr,   nullptr, nullptr,  nullptr, "Q4_2",    "Q4_3",
