@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Encoder models through the real `sluice serve`: BERT, XLM-RoBERTa and nomic-bert embedding models as
-sentence-transformers saves them and as llama.cpp's converter writes them, at /v1/embeddings
-through the OpenAI Python SDK, checked against sentence-transformers' own vectors
-(tools/encoder_models.py); cross-encoders (BERT's, and XLM-RoBERTa's as bge-reranker is) at
+"""Encoder models through the real `sluice serve`: BERT, RoBERTa, DistilBERT, XLM-RoBERTa and
+nomic-bert embedding models as sentence-transformers saves them and as llama.cpp's converter writes
+them, at /v1/embeddings through the OpenAI Python SDK, checked against sentence-transformers' own
+vectors (tools/encoder_models.py); cross-encoders (BERT's, RoBERTa's, DistilBERT's, and
+XLM-RoBERTa's as bge-reranker is) at
 /v1/rerank (and /rerank, /v2/rerank: the Jina/Cohere shape llama.cpp and vLLM serve), its
 relevance scores checked against sentence-transformers' CrossEncoder.predict; batching; the
 refusals, each naming its parameter.
@@ -46,11 +47,14 @@ def steps(port, model):
 def embeddings(port, client, encoders):
     for name, normalized in [("minilm", True), ("bge_gguf", True), ("cls_fp32", False),
                              ("e5", True), ("e5_gguf", True), ("nomic", True),
-                             ("nomic_gguf", True)]:
+                             ("nomic_gguf", True), ("distilroberta", True),
+                             ("distilroberta_gguf", True), ("msmarco_distilbert", True)]:
         source = {"minilm": "hf_bert_mean", "bge_gguf": "gguf_bert_cls_f32",
                   "cls_fp32": "hf_bert_cls", "e5": "hf_xlmr_mean",
                   "e5_gguf": "gguf_xlmr_mean_f32", "nomic": "hf_nomic_hub",
-                  "nomic_gguf": "gguf_nomic_mean_f32"}[name]
+                  "nomic_gguf": "gguf_nomic_mean_f32", "distilroberta": "hf_roberta_mean",
+                  "distilroberta_gguf": "gguf_roberta_mean_f32",
+                  "msmarco_distilbert": "hf_distilbert_mean"}[name]
         reference = json.load(open(os.path.join(encoders, source, "reference.json")))
         reply = client.embeddings.create(model=name, input=reference["texts"])
         check(len(reply.data) == len(reference["texts"]), f"{name}: {len(reply.data)} vectors")
@@ -91,6 +95,13 @@ def rerank(port, encoders):
     xlmr = json.load(open(os.path.join(encoders, "hf_xlmr_rerank", "reference.json")))
     rerank_matches(port, "bge_reranker", xlmr)
     rerank_matches(port, "bge_reranker_gguf", xlmr)
+    # RoBERTa's (stsb-roberta's class) from its folder and GGUF file; DistilBERT's from its folder.
+    roberta = json.load(open(os.path.join(encoders, "hf_roberta_rerank", "reference.json")))
+    rerank_matches(port, "roberta_reranker", roberta)
+    rerank_matches(port, "roberta_reranker_gguf", roberta)
+    rerank_matches(port, "distilbert_reranker",
+                   json.load(open(os.path.join(encoders, "hf_distilbert_rerank",
+                                               "reference.json"))))
     reference = json.load(open(os.path.join(encoders, "hf_bert_rerank", "reference.json")))
     body = {"model": "reranker", "query": reference["query"], "documents": reference["documents"]}
     status, _, data = raw(port, "POST", "/v1/rerank", body, key=None)
@@ -157,6 +168,13 @@ def main():
         served_copy(os.path.join(encoders, "hf_xlmr_rerank"), repository, "bge_reranker", fp32)
         served_copy(os.path.join(encoders, "gguf_xlmr_rerank_f32"), repository,
                     "bge_reranker_gguf", fp32)
+        for source, name in [("hf_roberta_mean", "distilroberta"),
+                             ("gguf_roberta_mean_f32", "distilroberta_gguf"),
+                             ("hf_distilbert_mean", "msmarco_distilbert"),
+                             ("hf_roberta_rerank", "roberta_reranker"),
+                             ("gguf_roberta_rerank_f32", "roberta_reranker_gguf"),
+                             ("hf_distilbert_rerank", "distilbert_reranker")]:
+            served_copy(os.path.join(encoders, source), repository, name, fp32)
         with serving(sluice, ["--model-repository", repository, "--llm-threads", "1"]) as port:
             with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused") as client:
                 embeddings(port, client, encoders)

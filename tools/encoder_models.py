@@ -14,6 +14,13 @@ Everything goes to encoders/ (the test model folder is also a model repository s
                        those folders through llama.cpp's converter, F32
   hf_xlmr_mean/, hf_xlmr_rerank/, gguf_xlmr_*_f32/
                        XLM-RoBERTa's (a SentencePiece Unigram vocabulary), the same way
+  hf_roberta_mean/, hf_roberta_rerank/, gguf_roberta_*_f32/
+                       RoBERTa's (all-distilroberta's, stsb-roberta's shape): a byte-level BPE
+                       vocabulary trained here, RobertaProcessing's <s> A </s></s> B </s>
+  hf_distilbert_mean/, gguf_distilbert_mean_f32/, hf_distilbert_rerank/
+                       DistilBERT's (msmarco-distilbert's shape; its own tensor names, no token
+                       types); the reranker's head is pre_classifier + ReLU, which llama.cpp runs
+                       with tanh, so it has no GGUF file here
   hf_xlmr_model_only/  hf_xlmr_mean without tokenizer.json (sentencepiece.bpe.model alone, the
                        tokenizer_config.json of xlm-roberta-base's repository), its references
                        from sentence-transformers and transformers, which convert that file
@@ -68,11 +75,12 @@ def case_strings(out_dir):
         return [json.loads(line)["text"] for line in f]
 
 
-def train_wordpiece(strings, lowercase, folder):
+def train_wordpiece(strings, lowercase, folder, distilbert=False):
     """A WordPiece vocabulary as BERT's (BertNormalizer, BertPreTokenizer, '##' continuations,
-    [CLS] ... [SEP] added), saved by transformers' BertTokenizerFast."""
+    [CLS] ... [SEP] added), saved by transformers' BertTokenizerFast (DistilBertTokenizerFast: the
+    same without token types)."""
     from tokenizers import BertWordPieceTokenizer
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizerFast, DistilBertTokenizerFast
     tokenizer = BertWordPieceTokenizer(lowercase=lowercase, strip_accents=None,
                                        clean_text=True, handle_chinese_chars=True)
     tokenizer.train_from_iterator(strings, vocab_size=1500, min_frequency=2,
@@ -80,7 +88,8 @@ def train_wordpiece(strings, lowercase, folder):
     os.makedirs(folder, exist_ok=True)
     raw = os.path.join(folder, "tokenizer.json")
     tokenizer.save(raw)
-    fast = BertTokenizerFast(tokenizer_file=raw, do_lower_case=lowercase, model_max_length=128)
+    cls = DistilBertTokenizerFast if distilbert else BertTokenizerFast
+    fast = cls(tokenizer_file=raw, do_lower_case=lowercase, model_max_length=128)
     fast.save_pretrained(folder)
     return fast
 
@@ -146,13 +155,42 @@ def write_xlmr_model_only(src, folder, texts):
         json.dump({"texts": TEXTS, "embeddings": vectors.tolist()}, f)
 
 
+def train_bytelevel_bpe(strings, folder):
+    """A byte-level BPE vocabulary as RoBERTa's (GPT-2's bytes, no prefix space, <s> A </s> and
+    <s> A </s></s> B </s> from RobertaProcessing), saved by transformers' RobertaTokenizer."""
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+    from transformers import AutoTokenizer, RobertaTokenizerFast
+    tokenizer = ByteLevelBPETokenizer()
+    tokenizer.train_from_iterator(strings, vocab_size=2000, min_frequency=2,
+                                  special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer.post_processor = RobertaProcessing(("</s>", tokenizer.token_to_id("</s>")),
+                                                 ("<s>", tokenizer.token_to_id("<s>")))
+    os.makedirs(folder, exist_ok=True)
+    raw = os.path.join(folder, "tokenizer.json")
+    tokenizer.save(raw)
+    RobertaTokenizerFast(tokenizer_file=raw, model_max_length=128).save_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def roberta_config(vocab, xlmr=False, **extra):
+    """RoBERTa's (or XLM-RoBERTa's) config: positions start after the padding index (1), so 128
+    positions take 130 rows; one token type, as roberta-base's and xlm-roberta-base's."""
+    from transformers import RobertaConfig, XLMRobertaConfig
+    return (XLMRobertaConfig if xlmr else RobertaConfig)(
+        vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, initializer_range=0.2, **extra)
+
+
+def distilbert_config(vocab, **extra):
+    from transformers import DistilBertConfig
+    return DistilBertConfig(vocab_size=vocab, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                            max_position_embeddings=128, initializer_range=0.2, **extra)
+
+
 def xlmr_config(vocab, **extra):
-    from transformers import XLMRobertaConfig
-    # RoBERTa's positions start after the padding index (1): 128 positions take 130 rows.
-    return XLMRobertaConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2,
-                            num_attention_heads=4, intermediate_size=128,
-                            max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
-                            bos_token_id=0, eos_token_id=2, initializer_range=0.2, **extra)
+    return roberta_config(vocab, xlmr=True, **extra)
 
 
 def bert_config(vocab, **extra):
@@ -163,19 +201,39 @@ def bert_config(vocab, **extra):
                       initializer_range=0.2, **extra)
 
 
-def write_embedder(tokenizer, folder, pooling, normalize, seed, xlmr=False):
-    """A random BertModel (or XLMRobertaModel) behind sentence-transformers' modules, saved by
-    SentenceTransformer."""
+def base_model(family, vocab):
+    """A random base model of `family` (bert, xlmr, roberta, distilbert), without a pooler."""
+    import transformers
+    if family == "distilbert":
+        return transformers.DistilBertModel(distilbert_config(vocab)).eval()
+    classes = {"bert": (transformers.BertModel, bert_config),
+               "xlmr": (transformers.XLMRobertaModel, xlmr_config),
+               "roberta": (transformers.RobertaModel, roberta_config)}
+    cls, config = classes[family]
+    return cls(config(vocab), add_pooling_layer=False).eval()
+
+
+def classifier_model(family, vocab):
+    """A random ...ForSequenceClassification of `family` with one label (a cross-encoder)."""
+    import transformers
+    classes = {"bert": (transformers.BertForSequenceClassification, bert_config),
+               "xlmr": (transformers.XLMRobertaForSequenceClassification, xlmr_config),
+               "roberta": (transformers.RobertaForSequenceClassification, roberta_config),
+               "distilbert": (transformers.DistilBertForSequenceClassification,
+                              distilbert_config)}
+    cls, config = classes[family]
+    return cls(config(vocab, num_labels=1)).eval()
+
+
+def write_embedder(tokenizer, folder, pooling, normalize, seed, family="bert"):
+    """A random BertModel (or XLMRobertaModel, RobertaModel, DistilBertModel) behind
+    sentence-transformers' modules, saved by SentenceTransformer."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.normalize import Normalize
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
-    from transformers import BertModel, XLMRobertaModel
     torch.manual_seed(seed)
-    if xlmr:
-        bert = XLMRobertaModel(xlmr_config(len(tokenizer)), add_pooling_layer=False).eval()
-    else:
-        bert = BertModel(bert_config(len(tokenizer)), add_pooling_layer=False).eval()
+    bert = base_model(family, len(tokenizer))
     bert.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = Transformer(folder, max_seq_length=128)
@@ -189,18 +247,13 @@ def write_embedder(tokenizer, folder, pooling, normalize, seed, xlmr=False):
     return {"texts": TEXTS, "embeddings": vectors.tolist()}
 
 
-def write_reranker(tokenizer, folder, seed, xlmr=False):
+def write_reranker(tokenizer, folder, seed, family="bert"):
     """A random BertForSequenceClassification (or XLMRobertaForSequenceClassification, bge-reranker's
-    class) with one label (a cross-encoder), as save_pretrained writes it, scored by
-    sentence-transformers' CrossEncoder."""
+    class; RobertaFor..., DistilBertFor...) with one label (a cross-encoder), as save_pretrained
+    writes it, scored by sentence-transformers' CrossEncoder."""
     from sentence_transformers import CrossEncoder
-    from transformers import BertForSequenceClassification, XLMRobertaForSequenceClassification
     torch.manual_seed(seed)
-    if xlmr:
-        model = XLMRobertaForSequenceClassification(
-            xlmr_config(len(tokenizer), num_labels=1)).eval()
-    else:
-        model = BertForSequenceClassification(bert_config(len(tokenizer), num_labels=1)).eval()
+    model = classifier_model(family, len(tokenizer))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     encoder = CrossEncoder(folder, device="cpu")
@@ -211,7 +264,7 @@ def write_reranker(tokenizer, folder, seed, xlmr=False):
         logits = model(**batch).logits[:, 0]
         reference = {"query": QUERY, "documents": DOCUMENTS, "scores": scores.tolist(),
                      "logits": logits.tolist()}
-        if not xlmr:
+        if family == "bert":
             # llama.cpp's converter leaves BERT's pooler (dense + tanh) out of the GGUF file: what
             # the classifier gives on the first token's state without it.
             states = model.bert(**batch).last_hidden_state[:, 0]
@@ -332,13 +385,13 @@ def main():
     texts = rng.sample(strings, 1500) + TEXTS
     out = os.path.join(args.out, "encoders")
 
-    def embedder(name, tokenizer, reference):
+    def embedder(name, tokenizer, reference, pre_tokenizer="default"):
         """hf_<name>/ and gguf_<name>_f32/: the reference and tokenizer cases beside each (the
         tokenizers package's and llama.cpp's ids)."""
         folder = os.path.join(out, f"hf_{name}")
         gguf_dir = os.path.join(out, f"gguf_{name}_f32")
         path = os.path.join(gguf_dir, "model.gguf")
-        convert(folder, path)
+        convert_with_pre_tokenizer(folder, path, pre_tokenizer)
         for where in (folder, gguf_dir):
             with open(os.path.join(where, "reference.json"), "w") as f:
                 json.dump(reference, f)
@@ -349,10 +402,11 @@ def main():
                     lambda t: llm.tokenize(t.encode(), add_bos=True, special=False))
         del llm
 
-    def reranker(name, reference):
+    def reranker(name, reference, gguf=True, pre_tokenizer="default"):
         folder, gguf_dir = os.path.join(out, f"hf_{name}"), os.path.join(out, f"gguf_{name}_f32")
-        convert(folder, os.path.join(gguf_dir, "model.gguf"))
-        for where in (folder, gguf_dir):
+        if gguf:
+            convert_with_pre_tokenizer(folder, os.path.join(gguf_dir, "model.gguf"), pre_tokenizer)
+        for where in (folder, gguf_dir) if gguf else (folder,):
             with open(os.path.join(where, "reference.json"), "w") as f:
                 json.dump(reference, f)
 
@@ -371,11 +425,34 @@ def main():
     folder = os.path.join(out, "hf_xlmr_mean")
     tokenizer = train_unigram(strings, folder)
     embedder("xlmr_mean", tokenizer,
-             write_embedder(tokenizer, folder, "mean", True, seed=92, xlmr=True))
+             write_embedder(tokenizer, folder, "mean", True, seed=92, family="xlmr"))
     write_xlmr_model_only(folder, os.path.join(out, "hf_xlmr_model_only"), texts)
     folder = os.path.join(out, "hf_xlmr_rerank")
     tokenizer = train_unigram(strings, folder)
-    reranker("xlmr_rerank", write_reranker(tokenizer, folder, seed=93, xlmr=True))
+    reranker("xlmr_rerank", write_reranker(tokenizer, folder, seed=93, family="xlmr"))
+
+    # RoBERTa (all-distilroberta's and stsb-roberta's shape), a byte-level BPE vocabulary; the
+    # converter names real RoBERTa vocabularies' pre-tokenizer roberta-bpe (GPT-2's pattern).
+    folder = os.path.join(out, "hf_roberta_mean")
+    tokenizer = train_bytelevel_bpe(strings[:3000], folder)
+    embedder("roberta_mean", tokenizer,
+             write_embedder(tokenizer, folder, "mean", True, seed=95, family="roberta"),
+             pre_tokenizer="roberta-bpe")
+    folder = os.path.join(out, "hf_roberta_rerank")
+    tokenizer = train_bytelevel_bpe(strings[:3000], folder)
+    reranker("roberta_rerank", write_reranker(tokenizer, folder, seed=96, family="roberta"),
+             pre_tokenizer="roberta-bpe")
+
+    # DistilBERT (msmarco-distilbert's shape), a WordPiece vocabulary. Its reranker's head runs
+    # ReLU where llama.cpp runs tanh: that one is not converted.
+    folder = os.path.join(out, "hf_distilbert_mean")
+    tokenizer = train_wordpiece(strings[:3000], True, folder, distilbert=True)
+    embedder("distilbert_mean", tokenizer,
+             write_embedder(tokenizer, folder, "mean", True, seed=97, family="distilbert"))
+    folder = os.path.join(out, "hf_distilbert_rerank")
+    tokenizer = train_wordpiece(strings[:3000], True, folder, distilbert=True)
+    reranker("distilbert_rerank", write_reranker(tokenizer, folder, seed=98, family="distilbert"),
+             gguf=False)
 
     # nomic-bert (nomic-embed-text's block): as transformers 5 saves it and with the hub's
     # config.json, that one through llama.cpp's converter; llama.cpp's own embeddings of the

@@ -38,8 +38,8 @@ std::string Renamed(const std::string& bert, const std::string& layers, const Re
 }
 
 // The error for a tensor of another shape than the model's.
-Status WrongShape(const std::string& path, const std::string& name,
-                  const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
+Status WrongShape(const std::string& path, const std::string& name, const std::vector<int64_t>& got,
+                  const std::vector<int64_t>& want) {
   return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path,
                                              name, fmt::join(got, ", "), fmt::join(want, ", ")));
 }
@@ -59,19 +59,43 @@ std::string NomicName(const std::string& bert) {
   return Renamed(bert, "encoder.layers.", kNames);
 }
 
-TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
+// DistilBERT's names (transformers' DistilBertModel) for the BERT names asked for.
+std::string DistilBertName(const std::string& bert) {
+  static const Renames kNames = {
+      {"attention.self.query.", "attention.q_lin."},
+      {"attention.self.key.", "attention.k_lin."},
+      {"attention.self.value.", "attention.v_lin."},
+      {"attention.output.dense.", "attention.out_lin."},
+      {"attention.output.LayerNorm.", "sa_layer_norm."},
+      {"intermediate.dense.", "ffn.lin1."},
+      {"output.dense.", "ffn.lin2."},
+      {"output.LayerNorm.", "output_layer_norm."},
+  };
+  return Renamed(bert, "transformer.layer.", kNames);
+}
+
+// The heads' tensors, which ...ForSequenceClassification keeps outside the base model's prefix.
+bool IsHeadTensor(const std::string& name) {
+  return name.starts_with("classifier.") || name.starts_with("pre_classifier.");
+}
+
+TensorSource FromSafetensors(const SafetensorsFile& file, const EncoderConfig& config) {
   // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....",
-  // XLMRobertaForSequenceClassification "roberta.embeddings....".
+  // (XLM)RobertaForSequenceClassification "roberta.embeddings....", DistilBERT's
+  // "distilbert.embeddings....".
   std::string prefix;
-  for (const char* candidate : {"bert.", "roberta."}) {
+  for (const char* candidate : {"bert.", "roberta.", "distilbert."}) {
     if (file.Find(std::string(candidate) + "embeddings.word_embeddings.weight") != nullptr) {
       prefix = candidate;
     }
   }
-  return [&file, prefix, nomic](const std::string& name,
-                                std::vector<int64_t> shape) -> Result<at::Tensor> {
-    const std::string full =
-        nomic ? NomicName(name) : name.starts_with("classifier.") ? name : prefix + name;
+  const bool nomic = config.nomic, distilbert = config.distilbert;
+  return [&file, prefix, nomic, distilbert](const std::string& name,
+                                            std::vector<int64_t> shape) -> Result<at::Tensor> {
+    const std::string full = nomic                ? NomicName(name)
+                             : IsHeadTensor(name) ? name
+                             : distilbert         ? prefix + DistilBertName(name)
+                                                  : prefix + name;
     const SafetensorsEntry* entry = file.Find(full);
     if (entry == nullptr && full.ends_with("LayerNorm.weight")) {  // Older checkpoints.
       entry = file.Find(full.substr(0, full.size() - 6) + "gamma");
@@ -88,9 +112,9 @@ TensorSource FromSafetensors(const SafetensorsFile& file, bool nomic) {
     } else if (entry->dtype == "F16") {
       type = at::kHalf;
     } else if (entry->dtype != "F32") {
-      return Status::InvalidArgument(fmt::format(
-          "{}: tensor '{}' has dtype {}; F32, BF16 or F16 expected", file.path(), full,
-          entry->dtype));
+      return Status::InvalidArgument(
+          fmt::format("{}: tensor '{}' has dtype {}; F32, BF16 or F16 expected", file.path(), full,
+                      entry->dtype));
     }
     at::Tensor view =
         at::from_blob(const_cast<void*>(entry->data), shape, at::TensorOptions().dtype(type));
@@ -139,7 +163,8 @@ TensorSource FromGguf(const GgufFile& file) {
 bool Has(const SafetensorsFile* safetensors, const GgufFile* gguf, const std::string& name) {
   if (gguf != nullptr) return gguf->FindTensor(GgufName(name)) != nullptr;
   return safetensors->Find(name) != nullptr || safetensors->Find("bert." + name) != nullptr ||
-         safetensors->Find("roberta." + name) != nullptr;
+         safetensors->Find("roberta." + name) != nullptr ||
+         safetensors->Find("distilbert." + name) != nullptr;
 }
 
 }  // namespace
@@ -152,9 +177,9 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
   model->precision_ = options.serve.precision;
   const ModelArchitecture& a = config.arch;
   if (model->serve_.context_length > a.max_position_embeddings) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: context_length {} exceeds the model's max_position_embeddings {}", options.dir,
-        model->serve_.context_length, a.max_position_embeddings));
+    return Status::InvalidArgument(
+        fmt::format("{}: context_length {} exceeds the model's max_position_embeddings {}",
+                    options.dir, model->serve_.context_length, a.max_position_embeddings));
   }
   auto gguf_path = FindGgufFile(options.dir);
   if (!gguf_path.ok()) return gguf_path.status();
@@ -170,7 +195,7 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
     safetensors = std::move(*opened);
   }
   const TensorSource get =
-      gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors, config.nomic);
+      gguf != nullptr ? FromGguf(*gguf) : FromSafetensors(*safetensors, config);
   const bool biases = !config.nomic;
   const int64_t h = a.hidden_size, inter = a.intermediate_size;
   const llama::OneOmpThread one_thread;  // Loading runs on one thread (linear.h says why).
@@ -224,28 +249,32 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
         SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.qkv"}, 3 * h, h, &layer.qkv));
         SLUICE_RETURN_IF_ERROR(linear({p + "intermediate.gate"}, inter, h, &layer.gate));
       } else {
-        SLUICE_RETURN_IF_ERROR(linear({p + "attention.self.query", p + "attention.self.key",
-                                       p + "attention.self.value"},
-                                      h, h, &layer.qkv));
+        SLUICE_RETURN_IF_ERROR(linear(
+            {p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, h,
+            h, &layer.qkv));
       }
       SLUICE_RETURN_IF_ERROR(linear({p + "attention.output.dense"}, h, h, &layer.out));
       SLUICE_RETURN_IF_ERROR(linear({p + "intermediate.dense"}, inter, h, &layer.up));
       SLUICE_RETURN_IF_ERROR(linear({p + "output.dense"}, h, inter, &layer.down));
       SLUICE_RETURN_IF_ERROR(
           tensor(p + "attention.output.LayerNorm.weight", {h}, &layer.attn_norm_w));
-      SLUICE_RETURN_IF_ERROR(tensor(p + "attention.output.LayerNorm.bias", {h}, &layer.attn_norm_b));
+      SLUICE_RETURN_IF_ERROR(
+          tensor(p + "attention.output.LayerNorm.bias", {h}, &layer.attn_norm_b));
       SLUICE_RETURN_IF_ERROR(tensor(p + "output.LayerNorm.weight", {h}, &layer.out_norm_w));
       SLUICE_RETURN_IF_ERROR(tensor(p + "output.LayerNorm.bias", {h}, &layer.out_norm_b));
     }
     if (config.num_labels > 0) {
       // BERT's head: its pooler (dense + tanh), then the classifier; RoBERTa's: classifier.dense
-      // + tanh, then classifier.out_proj. llama.cpp's converter writes RoBERTa's dense layer as
-      // cls and leaves BERT's pooler out of its files: the classifier then reads the first
-      // token's state directly, as llama.cpp runs it.
+      // + tanh, then classifier.out_proj; DistilBERT's: pre_classifier + ReLU, then classifier.
+      // llama.cpp's converter writes RoBERTa's and DistilBERT's dense layer as cls and leaves
+      // BERT's pooler out of its files: the classifier then reads the first token's state
+      // directly, as llama.cpp runs it.
       std::string dense = "pooler.dense", output = "classifier";
       if (safetensors != nullptr && safetensors->Find("classifier.out_proj.weight") != nullptr) {
         dense = "classifier.dense";
         output = "classifier.out_proj";
+      } else if (safetensors != nullptr && config.distilbert) {
+        dense = "pre_classifier";
       }
       if (Has(safetensors.get(), gguf.get(), dense + ".weight")) {
         SLUICE_RETURN_IF_ERROR(linear({dense}, h, h, &model->pooler_));
@@ -258,17 +287,15 @@ Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& optio
   return std::unique_ptr<StepModel>(std::move(model));
 }
 
-std::string BertModel::weight_formats() const {
-  return std::string(LlmPrecisionName(precision_));
-}
+std::string BertModel::weight_formats() const { return std::string(LlmPrecisionName(precision_)); }
 
 void BertModel::BuildRotary() {
   const ModelArchitecture& a = config_.arch;
   const int64_t half = a.head_dim / 2;
   at::Tensor inverse = at::empty({half}, at::kDouble);
   for (int64_t i = 0; i < half; ++i) {
-    inverse[i] = std::pow(config_.rope_theta, -2.0 * static_cast<double>(i) /
-                                                  static_cast<double>(a.head_dim));
+    inverse[i] = std::pow(config_.rope_theta,
+                          -2.0 * static_cast<double>(i) / static_cast<double>(a.head_dim));
   }
   const at::Tensor positions = at::arange(a.max_position_embeddings, at::kDouble).unsqueeze(1);
   const at::Tensor angles = positions * inverse.unsqueeze(0);
@@ -279,7 +306,8 @@ void BertModel::BuildRotary() {
 std::string BertModel::kernel_paths() const {
   bool blocks = false, vectors = false, fp32 = false;
   for (const Layer& layer : layers_) {
-    for (const llama::Linear* linear : {&layer.qkv, &layer.out, &layer.up, &layer.down, &layer.gate}) {
+    for (const llama::Linear* linear :
+         {&layer.qkv, &layer.out, &layer.up, &layer.down, &layer.gate}) {
       for (const llama::Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());
@@ -341,8 +369,8 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
     at::Tensor attended = at::empty({total, h}, at::kFloat);
     at::Tensor projected = at::empty({total, h}, at::kFloat);
     at::Tensor up = at::empty({total, a.intermediate_size}, at::kFloat);
-    at::Tensor gate = config_.nomic ? at::empty({total, a.intermediate_size}, at::kFloat)
-                                    : at::Tensor();
+    at::Tensor gate =
+        config_.nomic ? at::empty({total, a.intermediate_size}, at::kFloat) : at::Tensor();
     for (const Layer& layer : layers_) {
       layer.qkv.Into(x, qkv.data_ptr<float>());
       if (cos.defined()) {
@@ -384,7 +412,7 @@ Status BertModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<floa
       // Every token's scores (the engine keeps the first token's: BERT's [CLS]).
       if (!pooler_.parts.empty()) {
         pooler_.Into(x, projected.data_ptr<float>());
-        x = at::tanh(projected);
+        x = config_.distilbert ? at::relu(projected) : at::tanh(projected);
       }
       at::Tensor scores = at::empty({total, config_.num_labels}, at::kFloat);
       classifier_.Into(x.contiguous(), scores.data_ptr<float>());

@@ -53,7 +53,7 @@ class BertModel final : public StepModel {
   EncoderConfig config_;
   LlmServeConfig serve_;
   at::Tensor word_, position_, token_type_;  // [vocab | positions | types, hidden], fp32.
-  at::Tensor rotary_cos_, rotary_sin_;        // [positions, head_dim / 2]: nomic-bert's.
+  at::Tensor rotary_cos_, rotary_sin_;       // [positions, head_dim / 2]: nomic-bert's.
   at::Tensor embed_norm_w_, embed_norm_b_;
   std::vector<Layer> layers_;
   llama::Linear pooler_;      // A cross-encoder's dense + tanh before the classifier (optional).

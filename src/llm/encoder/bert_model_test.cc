@@ -1,9 +1,10 @@
-// BERT, XLM-RoBERTa and nomic-bert encoders against sentence-transformers (tools/encoder_models.py
-// wrote the models and its vectors and scores; llama.cpp's embeddings of the nomic-bert file agree
-// with them to cosine 1.0000000): embedding models with mean pooling + Normalize and with CLS
-// pooling, as sentence-transformers saves them and as llama.cpp's converter writes them;
-// cross-encoders' scores as transformers computes them (BERT's GGUF file without the pooler its
-// converter drops; XLM-RoBERTa's head, bge-reranker's, whole in both).
+// BERT, RoBERTa, DistilBERT, XLM-RoBERTa and nomic-bert encoders against sentence-transformers
+// (tools/encoder_models.py wrote the models and its vectors and scores; llama.cpp's embeddings of
+// the nomic-bert file agree with them to cosine 1.0000000): embedding models with mean pooling +
+// Normalize and with CLS pooling, as sentence-transformers saves them and as llama.cpp's
+// converter writes them; cross-encoders' scores as transformers computes them (BERT's GGUF file
+// without the pooler its converter drops; RoBERTa's and XLM-RoBERTa's head, bge-reranker's, whole
+// in both; DistilBERT's, ReLU after pre_classifier, from its folder).
 // Inputs go through the generation service, batched together as a client's list is.
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -39,9 +40,8 @@ Result<Embeddings> Embed(const std::shared_ptr<LlmEngine>& engine,
                          const std::vector<EmbeddingInput>& inputs) {
   GenerationService service({{"m", engine}});
   std::promise<Result<Embeddings>> promise;
-  auto run = service.Embed(engine, inputs, [&](Result<Embeddings> result) {
-    promise.set_value(std::move(result));
-  });
+  auto run = service.Embed(
+      engine, inputs, [&](Result<Embeddings> result) { promise.set_value(std::move(result)); });
   return promise.get_future().get();
 }
 
@@ -122,6 +122,10 @@ INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderTest,
                                            EmbedderCase{"hf_xlmr_mean", true, true},
                                            EmbedderCase{"gguf_xlmr_mean_f32", true, true},
                                            EmbedderCase{"hf_xlmr_model_only", true, true},
+                                           EmbedderCase{"hf_roberta_mean", true, true},
+                                           EmbedderCase{"gguf_roberta_mean_f32", true, true},
+                                           EmbedderCase{"hf_distilbert_mean", true, true},
+                                           EmbedderCase{"gguf_distilbert_mean_f32", true, true},
                                            EmbedderCase{"hf_nomic_mean", true, true},
                                            EmbedderCase{"hf_nomic_hub", true, true},
                                            EmbedderCase{"gguf_nomic_mean_f32", true, true}));
@@ -204,12 +208,45 @@ TEST_P(RerankerTest, ScoresEqualTransformers) {
   EXPECT_EQ(i, inputs.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Encoders, RerankerTest,
-    ::testing::Values(std::make_pair("hf_bert_rerank", "logits"),
-                      std::make_pair("gguf_bert_rerank_f32", "logits_without_pooler"),
-                      std::make_pair("hf_xlmr_rerank", "logits"),
-                      std::make_pair("gguf_xlmr_rerank_f32", "logits")));
+INSTANTIATE_TEST_SUITE_P(Encoders, RerankerTest,
+                         ::testing::Values(std::make_pair("hf_bert_rerank", "logits"),
+                                           std::make_pair("gguf_bert_rerank_f32",
+                                                          "logits_without_pooler"),
+                                           std::make_pair("hf_xlmr_rerank", "logits"),
+                                           std::make_pair("gguf_xlmr_rerank_f32", "logits"),
+                                           std::make_pair("hf_roberta_rerank", "logits"),
+                                           std::make_pair("gguf_roberta_rerank_f32", "logits"),
+                                           // DistilBERT's head: pre_classifier, ReLU, classifier.
+                                           std::make_pair("hf_distilbert_rerank", "logits")));
+
+// A DistilBERT whose feed-forward is not GELU, and a class Sluice has no head for, are refused
+// naming the key and the class.
+TEST(EncoderTest, DistilBertVariantsNotServedAreRefusedByName) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "distilbert_variant";
+  std::string config;
+  {
+    std::ifstream in(Dir("hf_distilbert_mean") + "/config.json");
+    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto refusal = [&](const std::string& from, const std::string& to) -> std::string {
+    const size_t at = config.find(from);
+    if (at == std::string::npos) return "config.json has no " + from;
+    std::string changed = config;
+    changed.replace(at, from.size(), to);
+    fs::remove_all(dir);
+    fs::copy(Dir("hf_distilbert_mean"), dir, fs::copy_options::recursive);
+    std::ofstream(dir / "config.json") << changed;
+    auto engine = LoadLlmEngine(dir.string());
+    fs::remove_all(dir);
+    return engine.ok() ? "loaded" : engine.status().message();
+  };
+  EXPECT_EQ(refusal("\"DistilBertModel\"", "\"DistilBertModel\""), "loaded");
+  const std::string relu = refusal("\"activation\": \"gelu\"", "\"activation\": \"relu\"");
+  EXPECT_NE(relu.find("'activation' is 'relu'"), std::string::npos) << relu;
+  const std::string qa = refusal("\"DistilBertModel\"", "\"DistilBertForQuestionAnswering\"");
+  EXPECT_NE(qa.find("names 'DistilBertForQuestionAnswering'"), std::string::npos) << qa;
+}
 
 // What Sluice does not read is refused at load, naming it.
 TEST(EncoderTest, UnsupportedPoolingIsRefusedByName) {

@@ -1,8 +1,10 @@
 #include "llm/encoder/encoder_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
@@ -76,28 +78,28 @@ Status ReadSentenceTransformers(const std::string& dir, EncoderConfig* config) {
     SLUICE_RETURN_IF_ERROR(SetPoolingMode(mode, pooling_path, config));
   } else {
     std::vector<std::string_view> modes;
-    for (const auto& [key, name] : {std::pair<const char*, const char*>{"pooling_mode_cls_token",
-                                                                        "cls"},
-                                    {"pooling_mode_mean_tokens", "mean"},
-                                    {"pooling_mode_max_tokens", "max"},
-                                    {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"},
-                                    {"pooling_mode_weightedmean_tokens", "weightedmean"},
-                                    {"pooling_mode_lasttoken", "lasttoken"}}) {
+    for (const auto& [key, name] :
+         {std::pair<const char*, const char*>{"pooling_mode_cls_token", "cls"},
+          {"pooling_mode_mean_tokens", "mean"},
+          {"pooling_mode_max_tokens", "max"},
+          {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"},
+          {"pooling_mode_weightedmean_tokens", "weightedmean"},
+          {"pooling_mode_lasttoken", "lasttoken"}}) {
       bool on = false;
       if (pooling[key].get(on) == simdjson::SUCCESS && on) modes.push_back(name);
     }
     if (modes.size() != 1) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: {} pooling modes are set; Sluice pools by one (mean, cls or lasttoken)",
-          pooling_path, modes.size()));
+      return Status::InvalidArgument(
+          fmt::format("{}: {} pooling modes are set; Sluice pools by one (mean, cls or lasttoken)",
+                      pooling_path, modes.size()));
     }
     SLUICE_RETURN_IF_ERROR(SetPoolingMode(modes[0], pooling_path, config));
   }
   bool include_prompt = true;
   if (pooling["include_prompt"].get(include_prompt) == simdjson::SUCCESS && !include_prompt) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: include_prompt false (prompts left out of the pooling) is not supported",
-        pooling_path));
+    return Status::InvalidArgument(
+        fmt::format("{}: include_prompt false (prompts left out of the pooling) is not supported",
+                    pooling_path));
   }
   return Status::Ok();
 }
@@ -120,7 +122,8 @@ bool IsEncoderModel(const std::string& dir) {
   std::string_view type;
   return parser.load(config.string()).get(root) == simdjson::SUCCESS &&
          root["model_type"].get(type) == simdjson::SUCCESS &&
-         (type == "bert" || type == "xlm-roberta" || type == "nomic_bert");
+         (type == "bert" || type == "xlm-roberta" || type == "roberta" || type == "distilbert" ||
+          type == "nomic_bert");
 }
 
 namespace {
@@ -206,6 +209,81 @@ Result<EncoderConfig> ParseNomicConfig(const JsonConfig& json, const std::string
   return config;
 }
 
+// config.json's integer `key` into `out` (`fallback` when absent; an error naming it without one).
+Status ReadInt(const JsonConfig& json, const char* key, std::optional<int> fallback, int* out) {
+  auto value = json.Int(key, fallback);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return Status::Ok();
+}
+
+// The head config.json's architectures name: a ...ForSequenceClassification (a cross-encoder: its
+// labels) or one of `bare` (embeddings); any other class is refused by name.
+Status ReadHead(const simdjson::dom::element& document, const JsonConfig& json,
+                std::initializer_list<std::string_view> bare, EncoderConfig* config) {
+  simdjson::dom::array architectures;
+  if (document["architectures"].get(architectures) != simdjson::SUCCESS) return Status::Ok();
+  for (auto item : architectures) {
+    std::string_view name;
+    if (item.get(name) != simdjson::SUCCESS) continue;
+    if (name.ends_with("ForSequenceClassification") &&
+        std::find(bare.begin(), bare.end(),
+                  std::string(name.substr(0, name.size() - 25)) + "Model") != bare.end()) {
+      simdjson::dom::object labels;
+      config->num_labels = document["id2label"].get(labels) == simdjson::SUCCESS
+                               ? static_cast<int>(labels.size())
+                               : 2;
+      auto num_labels = json.Int("num_labels", config->num_labels);
+      if (!num_labels.ok()) return num_labels.status();
+      config->num_labels = *num_labels;
+    } else if (std::find(bare.begin(), bare.end(), name) == bare.end()) {
+      return json.Bad("architectures",
+                      fmt::format("names '{}'; Sluice serves {} (embeddings) and the "
+                                  "ForSequenceClassification heads of their models (rerankers)",
+                                  name, fmt::join(bare, ", ")));
+    }
+  }
+  return Status::Ok();
+}
+
+// DistilBERT's config.json (dim, n_layers, n_heads, hidden_dim, activation): BERT's block without
+// token types, its LayerNorms' eps fixed at 1e-12 as transformers' DistilBertModel has it.
+Result<EncoderConfig> ParseDistilBertConfig(const simdjson::dom::element& document,
+                                            const JsonConfig& json, const std::string& dir) {
+  EncoderConfig config;
+  ModelArchitecture& arch = config.arch;
+  arch.name = "bert";  // llama.cpp's converter writes DistilBERT's as BERT's.
+  config.distilbert = true;
+  config.type_vocab_size = 0;
+  config.position_offset = 0;
+  auto integer = [&](const char* key, std::optional<int> fallback, int* out) {
+    return ReadInt(json, key, fallback, out);
+  };
+  SLUICE_RETURN_IF_ERROR(integer("vocab_size", std::nullopt, &arch.vocab_size));
+  SLUICE_RETURN_IF_ERROR(integer("dim", std::nullopt, &arch.hidden_size));
+  SLUICE_RETURN_IF_ERROR(integer("hidden_dim", std::nullopt, &arch.intermediate_size));
+  SLUICE_RETURN_IF_ERROR(integer("n_layers", std::nullopt, &arch.layers));
+  SLUICE_RETURN_IF_ERROR(integer("n_heads", std::nullopt, &arch.heads));
+  SLUICE_RETURN_IF_ERROR(integer("max_position_embeddings", 512, &arch.max_position_embeddings));
+  if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
+    return json.Bad("n_heads", "does not divide dim");
+  }
+  arch.kv_heads = arch.heads;
+  arch.head_dim = arch.hidden_size / arch.heads;
+  arch.rms_norm_eps = 1e-12;
+  // sinusoidal_pos_embds: the position table's rows are fixed sinusoids, stored in the checkpoint
+  // as any table's, so it is read the same way.
+  auto act = json.String("activation", "gelu");
+  if (!act.ok()) return act.status();
+  if (*act != "gelu") {
+    return json.Bad("activation", fmt::format("is '{}'; Sluice serves DistilBERT with gelu", *act));
+  }
+  SLUICE_RETURN_IF_ERROR(
+      ReadHead(document, json, {"DistilBertModel", "DistilBertForMaskedLM"}, &config));
+  SLUICE_RETURN_IF_ERROR(ReadSentenceTransformers(dir, &config));
+  return config;
+}
+
 }  // namespace
 
 Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
@@ -220,14 +298,12 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
   if (document["model_type"].get(type_name) == simdjson::SUCCESS && type_name == "nomic_bert") {
     return ParseNomicConfig(json, dir);
   }
+  if (type_name == "distilbert") return ParseDistilBertConfig(document, json, dir);
   EncoderConfig config;
   ModelArchitecture& arch = config.arch;
   arch.name = "bert";  // As llama.cpp names XLM-RoBERTa's too: the same block.
-  auto integer = [&](const char* key, std::optional<int> fallback, int* out) -> Status {
-    auto value = json.Int(key, fallback);
-    if (!value.ok()) return value.status();
-    *out = *value;
-    return Status::Ok();
+  auto integer = [&](const char* key, std::optional<int> fallback, int* out) {
+    return ReadInt(json, key, fallback, out);
   };
   SLUICE_RETURN_IF_ERROR(integer("vocab_size", std::nullopt, &arch.vocab_size));
   SLUICE_RETURN_IF_ERROR(integer("hidden_size", std::nullopt, &arch.hidden_size));
@@ -238,7 +314,8 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
   SLUICE_RETURN_IF_ERROR(integer("type_vocab_size", 2, &config.type_vocab_size));
   auto model_type = json.String("model_type", "bert");
   if (!model_type.ok()) return model_type.status();
-  const bool roberta = *model_type == "xlm-roberta";
+  // RoBERTa's and XLM-RoBERTa's positions start after the padding index.
+  const bool roberta = *model_type == "xlm-roberta" || *model_type == "roberta";
   if (roberta) {
     int pad = 1;
     SLUICE_RETURN_IF_ERROR(integer("pad_token_id", 1, &pad));
@@ -271,31 +348,11 @@ Result<EncoderConfig> ParseEncoderConfig(const std::string& dir) {
                     fmt::format("is '{}'; Sluice reads absolute positions", *position_type));
   }
   // The head: config.json's architectures name it (BertModel: none).
-  simdjson::dom::array architectures;
-  if (document["architectures"].get(architectures) == simdjson::SUCCESS) {
-    for (auto item : architectures) {
-      std::string_view name;
-      if (item.get(name) != simdjson::SUCCESS) continue;
-      if (name == "BertForSequenceClassification" ||
-          name == "XLMRobertaForSequenceClassification") {
-        simdjson::dom::object labels;
-        config.num_labels = document["id2label"].get(labels) == simdjson::SUCCESS
-                                ? static_cast<int>(labels.size())
-                                : 2;
-        auto num_labels = json.Int("num_labels", config.num_labels);
-        if (!num_labels.ok()) return num_labels.status();
-        config.num_labels = *num_labels;
-      } else if (name != "BertModel" && name != "BertForMaskedLM" &&
-                 name != "BertForPreTraining" && name != "XLMRobertaModel" &&
-                 name != "XLMRobertaForMaskedLM") {
-        return json.Bad("architectures",
-                        fmt::format("names '{}'; Sluice serves BertModel and XLMRobertaModel "
-                                    "(embeddings) and their ForSequenceClassification heads "
-                                    "(rerankers)",
-                                    name));
-      }
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(
+      ReadHead(document, json,
+               {"BertModel", "BertForMaskedLM", "BertForPreTraining", "XLMRobertaModel",
+                "XLMRobertaForMaskedLM", "RobertaModel", "RobertaForMaskedLM"},
+               &config));
   SLUICE_RETURN_IF_ERROR(ReadSentenceTransformers(dir, &config));
   return config;
 }
@@ -325,9 +382,9 @@ Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
   SLUICE_RETURN_IF_ERROR(integer("feed_forward_length", &arch.intermediate_size));
   SLUICE_RETURN_IF_ERROR(integer("attention.head_count", &arch.heads));
   if (arch.heads <= 0 || arch.hidden_size % arch.heads != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: {}attention.head_count {} does not divide the embedding length {}", file.path(),
-        prefix, arch.heads, arch.hidden_size));
+    return Status::InvalidArgument(
+        fmt::format("{}: {}attention.head_count {} does not divide the embedding length {}",
+                    file.path(), prefix, arch.heads, arch.hidden_size));
   }
   arch.kv_heads = arch.heads;
   arch.head_dim = arch.hidden_size / arch.heads;
@@ -365,9 +422,9 @@ Result<EncoderConfig> EncoderConfigFromGguf(const GgufFile& file) {
       config.pooling = Pooling::kLast;
       break;
     default:
-      return Status::InvalidArgument(fmt::format(
-          "{}: {}pooling_type {} is not supported (1 mean, 2 cls, 3 last, 4 rank)", file.path(),
-          prefix, *pooling));
+      return Status::InvalidArgument(
+          fmt::format("{}: {}pooling_type {} is not supported (1 mean, 2 cls, 3 last, 4 rank)",
+                      file.path(), prefix, *pooling));
   }
   if (classifier != nullptr) {
     config.num_labels = static_cast<int>(classifier->shape[0]);

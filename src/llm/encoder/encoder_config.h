@@ -1,10 +1,11 @@
-// An encoder-only model (BERT's family: bert, all-MiniLM, bge, e5; XLM-RoBERTa: multilingual-e5,
-// bge-m3; nomic-bert: nomic-embed-text; and cross-encoder rerankers of BERT's and XLM-RoBERTa's
-// shape, bge-reranker's) as its files describe it: a Hugging Face folder (config.json with
-// model_type "bert", "xlm-roberta" or "nomic_bert"; sentence-transformers' modules.json and its
-// pooling module's config.json, Normalize) or a
-// GGUF file from llama.cpp's converter (general.architecture "bert", bert.pooling_type). Served at
-// /v1/embeddings (embedding models) or /v1/rerank (cross-encoders). No torch here.
+// An encoder-only model (BERT's family: bert, all-MiniLM, bge, e5; RoBERTa: all-distilroberta,
+// all-roberta-large; DistilBERT: msmarco-distilbert, multi-qa-distilbert; XLM-RoBERTa:
+// multilingual-e5, bge-m3; nomic-bert: nomic-embed-text; and cross-encoder rerankers of those
+// shapes, bge-reranker's) as its files describe it: a Hugging Face folder (config.json with
+// model_type "bert", "roberta", "xlm-roberta", "distilbert" or "nomic_bert"; sentence-transformers'
+// modules.json and its pooling module's config.json, Normalize) or a GGUF file from llama.cpp's
+// converter (general.architecture "bert", bert.pooling_type). Served at /v1/embeddings (embedding
+// models) or /v1/rerank (cross-encoders). No torch here.
 #pragma once
 
 #include <string>
@@ -27,12 +28,15 @@ struct EncoderConfig {
   // nomic-bert's block (nomic-embed-text): rotary positions (NeoX's halves, base rope_theta) in
   // place of a position table, q/k/v fused, SwiGLU feed-forward (silu(gate) * up), no biases.
   bool nomic = false;
+  // DistilBERT's tensor names (transformer.layer.N.attention.q_lin, ffn.lin1, sa_layer_norm, ...)
+  // and its classifier's head: pre_classifier, then ReLU (not tanh), then classifier.
+  bool distilbert = false;
   double rope_theta = 10000.0;
-  bool gelu_tanh = false;   // hidden_act gelu_new / gelu_pytorch_tanh; else GELU's erf form.
-  // A cross-encoder (BertForSequenceClassification, XLMRobertaForSequenceClassification): scores
+  bool gelu_tanh = false;  // hidden_act gelu_new / gelu_pytorch_tanh; else GELU's erf form.
+  // A cross-encoder (Bert-, Roberta-, XLMRoberta-, DistilBertForSequenceClassification): scores
   // of num_labels classes from the first token's final state, through a dense layer and tanh
-  // (BERT's pooler, RoBERTa's classifier.dense) where the file has it, then the output
-  // projection. 0: an embedding model.
+  // (BERT's pooler, RoBERTa's classifier.dense; DistilBERT's pre_classifier and ReLU) where the
+  // file has it, then the output projection. 0: an embedding model.
   int num_labels = 0;
   // An embedding model's pooling and normalisation: sentence-transformers' modules (a folder),
   // bert.pooling_type (a GGUF file, normalised as llama.cpp's server does), or the defaults
@@ -46,8 +50,9 @@ struct EncoderConfig {
 };
 
 // Whether `dir` (a folder or a GGUF file) holds an encoder Sluice serves this way: config.json's
-// model_type "bert", "xlm-roberta" or "nomic_bert", or a GGUF file of architecture "bert" (llama.cpp's
-// converter writes XLM-RoBERTa's so too) or "nomic-bert". Never fails: anything unreadable is
+// model_type "bert", "roberta", "xlm-roberta", "distilbert" or "nomic_bert", or a GGUF file of
+// architecture "bert" (llama.cpp's converter writes RoBERTa's, XLM-RoBERTa's and DistilBERT's so
+// too) or "nomic-bert". Never fails: anything unreadable is
 // left to the decoder's loader to report.
 bool IsEncoderModel(const std::string& dir);
 

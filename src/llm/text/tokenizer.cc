@@ -851,7 +851,7 @@ struct GgufPreTokenizer {
 
 const std::vector<GgufPreTokenizer>& GgufPreTokenizers() {
   static const auto* table = new std::vector<GgufPreTokenizer>{
-      {{"default", "gpt-2", "phi-2", nullptr}, {kByteLevelPattern}, false, false},
+      {{"default", "gpt-2", "phi-2", "roberta-bpe"}, {kByteLevelPattern}, false, false},
       {{"smollm", "starcoder", "refact", nullptr}, {R"(\p{N})", kByteLevelPattern}, false, false},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2", nullptr},
        {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
@@ -913,7 +913,8 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
     }
     if (pre_tokenizer == nullptr) {
       return Status::InvalidArgument(fmt::format(
-          "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, smollm, qwen2, llama-bpe)",
+          "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, roberta-bpe, smollm, "
+          "qwen2, llama-bpe)",
           path, *pre));
     }
     for (const char* pattern : pre_tokenizer->patterns) {
@@ -976,10 +977,14 @@ Status Tokenizer::Impl::LoadGguf(const GgufFile& file) {
   auto add_eos = file.Bool("tokenizer.ggml.add_eos_token", false);
   if (!add_eos.ok()) return add_eos.status();
   if (*add_eos && !eos.empty()) suffix.push_back(vocab.at(eos));
-  if ((wordpiece || unigram) && !bos.empty() && !eos.empty()) {
+  auto architecture = file.String("general.architecture", "");
+  if (!architecture.ok()) return architecture.status();
+  const bool encoder = *architecture == "bert" || *architecture == "nomic-bert";
+  if ((wordpiece || unigram || encoder) && !bos.empty() && !eos.empty()) {
     // An encoder's pair, as llama.cpp joins a query and a document: bos A eos [sep] B eos, the
     // separator where tokenizer.ggml.add_sep_token says (BERT's [CLS] A [SEP] B [SEP], its eos
-    // being [SEP]; RoBERTa's <s> A </s></s> B </s>).
+    // being [SEP]; RoBERTa's and XLM-RoBERTa's <s> A </s></s> B </s>, a byte-level BPE
+    // vocabulary's or a Unigram one's).
     std::vector<int32_t> middle = {vocab.at(eos)};
     std::string separator;
     SLUICE_RETURN_IF_ERROR(token_of("tokenizer.ggml.seperator_token_id", &separator));

@@ -116,9 +116,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("converted/hf_spm_model_only_legacy", size_t{2300}),
                       std::make_pair("tiny_llm", size_t{2000})));
 
-// Encoder vocabularies, trained here (tools/encoder_models.py): WordPiece (BERT's, by the
-// tokenizers package, lowercased and accents stripped, and cased) and SentencePiece Unigram
-// (XLM-RoBERTa's, by the sentencepiece package, converted to tokenizer.json by transformers).
+// Encoder vocabularies, trained here (tools/encoder_models.py): WordPiece (BERT's and
+// DistilBERT's, by the tokenizers package, lowercased and accents stripped, and cased), byte-level
+// BPE (RoBERTa's, by the tokenizers package) and SentencePiece Unigram (XLM-RoBERTa's, by the
+// sentencepiece package, converted to tokenizer.json by transformers).
 // The ids the tokenizers package gives each string with the special tokens, from the folder's
 // tokenizer.json and from the GGUF file llama.cpp's converter made of it. llama.cpp's own ids
 // (its tokenizer_cases.jsonl) differ from the package's on some strings (accents, symbols);
@@ -173,6 +174,14 @@ INSTANTIATE_TEST_SUITE_P(
                           1},
         EncoderVocabulary{"encoders/hf_xlmr_mean", "encoders/hf_xlmr_mean", "<s>", "</s>", 2},
         EncoderVocabulary{"encoders/gguf_xlmr_mean_f32", "encoders/hf_xlmr_mean", "<s>", "</s>", 2},
+        // RoBERTa's byte-level BPE (RobertaProcessing) and DistilBERT's WordPiece.
+        EncoderVocabulary{"encoders/hf_roberta_mean", "encoders/hf_roberta_mean", "<s>", "</s>", 2},
+        EncoderVocabulary{"encoders/gguf_roberta_mean_f32", "encoders/hf_roberta_mean", "<s>",
+                          "</s>", 2},
+        EncoderVocabulary{"encoders/hf_distilbert_mean", "encoders/hf_distilbert_mean", "[CLS]",
+                          "[SEP]", 1},
+        EncoderVocabulary{"encoders/gguf_distilbert_mean_f32", "encoders/hf_distilbert_mean",
+                          "[CLS]", "[SEP]", 1},
         // sentencepiece.bpe.model without tokenizer.json: transformers' ids from that folder.
         EncoderVocabulary{"encoders/hf_xlmr_model_only", "encoders/hf_xlmr_model_only", "<s>",
                           "</s>", 2}));
