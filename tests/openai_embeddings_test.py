@@ -118,18 +118,18 @@ def checks(port, client, test_models):
 
 
 def encoder_only(sluice):
-    """An encoder-only model of a type not served (BERT's are: encoder_serving_test.py) is refused
-    at load, by name."""
-    with tempfile.TemporaryDirectory() as roberta:
-        with open(os.path.join(roberta, "config.json"), "w") as f:
-            json.dump({"architectures": ["RobertaModel"], "model_type": "roberta",
+    """An encoder-only model of a type not served (BERT's, RoBERTa's, DistilBERT's are:
+    encoder_serving_test.py) is refused at load, by name."""
+    with tempfile.TemporaryDirectory() as modernbert:
+        with open(os.path.join(modernbert, "config.json"), "w") as f:
+            json.dump({"architectures": ["ModernBertModel"], "model_type": "modernbert",
                        "hidden_size": 8}, f)
-        open(os.path.join(roberta, "model.safetensors"), "wb").close()
-        result = subprocess.run([sluice, "serve", "--port", "0", "--model-dir", roberta],
+        open(os.path.join(modernbert, "model.safetensors"), "wb").close()
+        result = subprocess.run([sluice, "serve", "--port", "0", "--model-dir", modernbert],
                                 capture_output=True, text=True, timeout=60)
         output = result.stdout + result.stderr
-        check(result.returncode != 0 and "encoder-only" in output and "'roberta'" in output,
-              f"roberta: {output}")
+        check(result.returncode != 0 and "encoder-only" in output and "'modernbert'" in output,
+              f"modernbert: {output}")
 
 
 def main():

@@ -213,8 +213,8 @@ Result<ModelArchitecture> ParseArchitecture(const std::string& path) {
   if (std::find(std::begin(kEncoders), std::end(kEncoders), *model_type) != std::end(kEncoders)) {
     return Bad(path, "model_type",
                fmt::format("is '{}', an encoder-only model of a type Sluice does not serve "
-                           "(of encoders it serves 'bert', 'xlm-roberta' and 'nomic_bert': "
-                           "embedding models and rerankers)",
+                           "(of encoders it serves 'bert', 'roberta', 'xlm-roberta', "
+                           "'distilbert' and 'nomic_bert': embedding models and rerankers)",
                            *model_type));
   }
   const Family* family = FamilyByModelType(*model_type);
