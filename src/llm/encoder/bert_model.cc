@@ -79,12 +79,14 @@ bool IsHeadTensor(const std::string& name) {
   return name.starts_with("classifier.") || name.starts_with("pre_classifier.");
 }
 
+// BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....",
+// (XLM)RobertaForSequenceClassification "roberta.embeddings....", DistilBERT's
+// "distilbert.embeddings....".
+constexpr const char* kBasePrefixes[] = {"bert.", "roberta.", "distilbert."};
+
 TensorSource FromSafetensors(const SafetensorsFile& file, const EncoderConfig& config) {
-  // BertModel saves "embeddings...."; BertForSequenceClassification "bert.embeddings....",
-  // (XLM)RobertaForSequenceClassification "roberta.embeddings....", DistilBERT's
-  // "distilbert.embeddings....".
   std::string prefix;
-  for (const char* candidate : {"bert.", "roberta.", "distilbert."}) {
+  for (const char* candidate : kBasePrefixes) {
     if (file.Find(std::string(candidate) + "embeddings.word_embeddings.weight") != nullptr) {
       prefix = candidate;
     }
@@ -162,9 +164,11 @@ TensorSource FromGguf(const GgufFile& file) {
 
 bool Has(const SafetensorsFile* safetensors, const GgufFile* gguf, const std::string& name) {
   if (gguf != nullptr) return gguf->FindTensor(GgufName(name)) != nullptr;
-  return safetensors->Find(name) != nullptr || safetensors->Find("bert." + name) != nullptr ||
-         safetensors->Find("roberta." + name) != nullptr ||
-         safetensors->Find("distilbert." + name) != nullptr;
+  if (safetensors->Find(name) != nullptr) return true;
+  for (const char* prefix : kBasePrefixes) {
+    if (safetensors->Find(prefix + name) != nullptr) return true;
+  }
+  return false;
 }
 
 }  // namespace

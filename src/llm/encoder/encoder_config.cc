@@ -221,14 +221,16 @@ Status ReadInt(const JsonConfig& json, const char* key, std::optional<int> fallb
 // labels) or one of `bare` (embeddings); any other class is refused by name.
 Status ReadHead(const simdjson::dom::element& document, const JsonConfig& json,
                 std::initializer_list<std::string_view> bare, EncoderConfig* config) {
+  constexpr std::string_view kClassifier = "ForSequenceClassification";
   simdjson::dom::array architectures;
   if (document["architectures"].get(architectures) != simdjson::SUCCESS) return Status::Ok();
   for (auto item : architectures) {
     std::string_view name;
     if (item.get(name) != simdjson::SUCCESS) continue;
-    if (name.ends_with("ForSequenceClassification") &&
+    if (name.ends_with(kClassifier) &&
         std::find(bare.begin(), bare.end(),
-                  std::string(name.substr(0, name.size() - 25)) + "Model") != bare.end()) {
+                  std::string(name.substr(0, name.size() - kClassifier.size())) + "Model") !=
+            bare.end()) {
       simdjson::dom::object labels;
       config->num_labels = document["id2label"].get(labels) == simdjson::SUCCESS
                                ? static_cast<int>(labels.size())
