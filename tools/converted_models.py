@@ -34,8 +34,9 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     sharded, with tiny_llm's tokenizer and transformers' logits
   gguf_<arch>_<type>/                llama, qwen2, qwen3, phi3 and gemma3 quantised by llama.cpp's
                                     quantiser to Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS, IQ4_NL and
-                                    IQ3_S (from tools/gguf_models.py's F32 files), with llama.cpp's
-                                    logits
+                                    IQ3_S (from tools/gguf_models.py's F32 files), and to IQ2_XS
+                                    with an importance matrix from llama-imatrix (the model run
+                                    over text), with llama.cpp's logits
   hf_phi3_longrope/, gguf_phi3_longrope_f32/
                                     a tiny Phi-3 with LongRoPE (Phi-3.5-mini's config shape: short
                                     and long factors, an original context of 256 against 8,192,
@@ -82,6 +83,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERTER = os.path.join(ROOT, ".deps", "llama.cpp", "convert_hf_to_gguf.py")
+LLAMA_CPP_TOOLS = os.path.join(ROOT, ".deps", "llama.cpp-tools")  # llama-imatrix, llama-quantize.
 SPECIAL_TOKENS = ["<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"]
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
                  "<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
@@ -240,10 +242,36 @@ def transformers_agreement(model, reference_path, min_tokens=0, max_tokens=1 << 
 
 # The quantisations people download for larger models, made by llama.cpp's own quantiser from
 # tools/gguf_models.py's F32 files (no importance matrix): Q3_K_M, Q3_K_S, Q3_K_L, Q2_K, IQ4_XS,
-# IQ4_NL and IQ3_S, with the K-quants' and Q5/Q6 rows llama.cpp mixes into each. (IQ2_XS and the
-# other 2-bit IQ types need an importance matrix, which the quantiser refuses to go without.)
+# IQ4_NL and IQ3_S, with the K-quants' and Q5/Q6 rows llama.cpp mixes into each; and IQ2_XS, which
+# the quantiser makes only with an importance matrix (IMATRIX_TYPES).
 LOW_BIT_TYPES = ["q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl", "iq3_s"]
+IMATRIX_TYPES = ["iq2_xs"]
 LOW_BIT_ARCHITECTURES = ["llama", "qwen2", "qwen3", "phi3", "gemma3"]
+
+
+def quantize_with_imatrix(source, target, kind, text):
+    """As users make the 2-bit IQ types: llama.cpp's llama-imatrix runs the model over `text`
+    (chunks of 128 tokens) and keeps each weight's input activations' mean square, its importance
+    matrix; llama-quantize then weighs each block's rounding error by it."""
+    tools = {name: os.path.join(LLAMA_CPP_TOOLS, name) for name in ("llama-imatrix",
+                                                                   "llama-quantize")}
+    for path in tools.values():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{path} is missing: run scripts/install-deps.sh")
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        calibration, imatrix = (os.path.join(work, name) for name in ("calibration.txt",
+                                                                      "imatrix.gguf"))
+        with open(calibration, "w") as f:
+            f.write(text)
+        threads = str(os.cpu_count() or 1)
+        for command in ([tools["llama-imatrix"], "-m", source, "-f", calibration, "-o", imatrix,
+                         "-c", "128", "--chunks", "8", "-t", threads, "--no-ppl"],
+                        [tools["llama-quantize"], "--imatrix", imatrix, source, target,
+                         kind.upper(), threads]):
+            run = subprocess.run(command, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"{' '.join(command)} failed ({run.returncode}):\n{run.stderr[-3000:]}")
 
 
 def write_low_bit(models, out_dir):
@@ -262,16 +290,27 @@ def write_low_bit(models, out_dir):
             quantize(source, os.path.join(folder, "model.gguf"), kind)
             llama_cpp_reference(os.path.join(folder, "model.gguf"),
                                 os.path.join(folder, "reference.safetensors"), prompts)
+        # The calibration text: the prompts' words in a random order, about 2,500 of them.
+        calibration = "\n".join(" ".join(rng.choice(words + prompts[0].split()) for _ in range(50))
+                                for _ in range(50))
+        for kind in IMATRIX_TYPES:
+            folder = os.path.join(out_dir, f"gguf_{arch}_{kind}")
+            os.makedirs(folder, exist_ok=True)
+            quantize_with_imatrix(source, os.path.join(folder, "model.gguf"), kind, calibration)
+            llama_cpp_reference(os.path.join(folder, "model.gguf"),
+                                os.path.join(folder, "reference.safetensors"), prompts)
     # The gguf package's dequantisation of one tensor of each type, for the C++ dequantisers.
     from gguf import GGUFReader
     from gguf.quants import dequantize
     from safetensors.torch import save_file
     tensors, where = {}, {}
-    for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl", "gguf_qwen3_iq3_s"):
+    for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl", "gguf_qwen3_iq3_s",
+                   "gguf_phi3_iq2_xs"):
         path = os.path.join(out_dir, folder, "model.gguf")
         for tensor in GGUFReader(path).tensors:
             kind = tensor.tensor_type.name
-            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "IQ3_S") and kind not in tensors:
+            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "IQ3_S", "IQ2_XS") and \
+                    kind not in tensors:
                 tensors[kind] = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
                 where[kind] = f"{folder}/model.gguf:{tensor.name}"
     save_file(tensors, os.path.join(out_dir, "dequantized.safetensors"), where)

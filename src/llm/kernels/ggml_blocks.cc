@@ -40,6 +40,8 @@ std::string GgmlTypeName(uint32_t type) {
       return "IQ4_XS";
     case GgmlType::kIQ3_S:
       return "IQ3_S";
+    case GgmlType::kIQ2_XS:
+      return "IQ2_XS";
   }
   // The others, by the names llama.cpp gives them, so an error says which one a file holds.
   static const char* const kOthers[] = {nullptr,   nullptr, nullptr,  nullptr, "Q4_2",    "Q4_3",
@@ -96,6 +98,10 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
     case GgmlType::kIQ3_S:  // d, 64 bytes of grid indices' low bits, 8 of their ninth, 32 of
                             // signs, 4 of 4-bit run scales.
       *elements = 256, *bytes = 110;
+      return true;
+    case GgmlType::kIQ2_XS:  // d, 32 16-bit words (a 9-bit grid index, 7 sign bits), 8 bytes of
+                             // 4-bit half-run scales.
+      *elements = 256, *bytes = 74;
       return true;
     case GgmlType::kIQ4_XS:  // d, 8 6-bit sub-block scales (2 + 4 bytes), 128 bytes of indices.
       *elements = 256, *bytes = 136;

@@ -21,6 +21,7 @@ enum class GgmlType : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ2_XS = 17,
   kIQ4_NL = 20,
   kIQ3_S = 21,
   kIQ4_XS = 23,

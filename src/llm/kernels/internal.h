@@ -28,8 +28,8 @@
 #endif
 
 namespace sluice::llm {
-// Q2_K, Q3_K, IQ4_NL, IQ4_XS and IQ3_S: their rows to fp32 from ggml's layouts, written apart from
-// the products' unpacking (quant_lowbit.cc), which the tests check the products against.
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S and IQ2_XS: their rows to fp32 from ggml's layouts, written
+// apart from the products' unpacking (quant_lowbit.cc), which the tests check the products against.
 bool IsLowBitType(uint32_t ggml_type);
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);
 }  // namespace sluice::llm
@@ -93,6 +93,9 @@ inline uint16_t Half(const uint8_t* p) {
   std::memcpy(&bits, p, 2);
   return bits;
 }
+// IQ2_XS's eight sign bits of a grid entry from the 7 its word holds: the eighth makes the count of
+// set bits even (ggml's ksigns_iq2xs).
+inline int Iq2Signs(int seven) { return seven | ((__builtin_popcount(seven) & 1) << 7); }
 // IQ4's 16 levels (quant_lowbit.cc has its own copy: the tests check one against the other).
 inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};
@@ -131,6 +134,8 @@ constexpr int RepackedHeader(uint32_t type) {
       return 64;
     case GgmlType::kIQ3_S:
       return 48;
+    case GgmlType::kIQ2_XS:
+      return 80;
     case GgmlType::kQ3_K:
       return 112;
     case GgmlType::kQ2_K:
@@ -142,7 +147,7 @@ constexpr int RepackedHeader(uint32_t type) {
 // Bytes of one run of 32 columns of eight rows in a K-quant record (after its header): the
 // nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row);
 // Q2_K's bit pairs (8 a row), then Q3_K's third bits (4 a row); IQ3_S's grid indices' low bytes
-// (8 a row), ninth bits (1) and signs (4).
+// (8 a row), ninth bits (1) and signs (4); IQ2_XS's words (8 a row).
 constexpr int RepackedRunBytes(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ5_K:
@@ -155,6 +160,8 @@ constexpr int RepackedRunBytes(uint32_t type) {
       return 96;
     case GgmlType::kIQ3_S:
       return 104;
+    case GgmlType::kIQ2_XS:
+      return 64;
     default:
       return 128;
   }

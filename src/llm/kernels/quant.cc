@@ -34,6 +34,12 @@
 //         l); 4 bytes of 4-bit run scales (run c: byte 106 + c / 2, nibble c % 2);
 //         w = d (1 + 2 sc) grid[index][l % 4] (-1 where the sign bit is set), the grid ggml's
 //         512 entries of four magnitudes 1, 3, ..., 15 (kIq3sGrid, from the gguf package).
+//   IQ2_XS 256 weights, 74 bytes: d; 32 16-bit words, one a 8 weights (run c's at 2 + 8 c): the low
+//         9 bits a grid index, the high 7 the first 7 of its weights' sign bits (the eighth makes
+//         their count even: Iq2Signs); 8 bytes of 4-bit scales (run c's byte 66 + c, its first
+//         16 weights' in the low nibble); w = d (1 + 2 sc) / 8 grid[index][l % 8] (-1 where the
+//         sign bit is set), the grid ggml's 512 entries of eight magnitudes 8, 25, 43
+//         (kIq2xsGrid, from the gguf package).
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -41,8 +47,8 @@
 #include <cstring>
 
 #include "llm/kernels/ggml_blocks.h"
+#include "llm/kernels/ggml_grids.h"
 #include "llm/kernels/internal.h"
-#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace kernels::quant {
@@ -194,6 +200,22 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
       }
       const int scale = (block[106 + c / 2] >> (4 * (c % 2))) & 0xF;
       out->scale[0] = out->scale[1] = Fp16ToFp32(Half(block)) * static_cast<float>(1 + 2 * scale);
+      return;
+    }
+    case GgmlType::kIQ2_XS: {
+      for (int i = 0; i < 4; ++i) {
+        const uint16_t word = Half(block + 2 + 8 * c + 2 * i);
+        const uint64_t entry = kIq2xsGrid[word & 511];
+        const int signs = Iq2Signs(word >> 9);
+        for (int j = 0; j < 8; ++j) {
+          const auto magnitude = static_cast<int>((entry >> (8 * j)) & 0xFF);
+          out->q[8 * i + j] = static_cast<int8_t>((signs >> j) & 1 ? -magnitude : magnitude);
+        }
+      }
+      const float d = Fp16ToFp32(Half(block)) * 0.125f;
+      for (int h = 0; h < 2; ++h) {
+        out->scale[h] = d * static_cast<float>(1 + 2 * ((block[66 + c] >> (4 * h)) & 0xF));
+      }
       return;
     }
     default:
@@ -399,6 +421,7 @@ bool IsQuantType(uint32_t ggml_type) {
     case GgmlType::kIQ4_NL:
     case GgmlType::kIQ4_XS:
     case GgmlType::kIQ3_S:
+    case GgmlType::kIQ2_XS:
       return true;
     default:
       return false;

@@ -1,10 +1,10 @@
-// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S) to fp32, from the block layouts
-// ggml defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk and the
-// vector paths' Unpack), so that the tests check those against this.
+// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S, IQ2_XS) to fp32, from the block
+// layouts ggml defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk
+// and the vector paths' Unpack), so that the tests check those against this.
 #include <cstring>
 
+#include "llm/kernels/ggml_grids.h"
 #include "llm/kernels/internal.h"
-#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace {
@@ -121,6 +121,28 @@ void Iq3S(const uint8_t* block, float* y) {
   }
 }
 
+// IQ2_XS: 256 values in 32 groups of 8, each a 16-bit word: a 9-bit index into the grid of eight
+// magnitudes, and 7 sign bits whose eighth (for the group's last value) makes an even count of
+// them; 16 scales of 4 bits (two groups of 8 each, low nibble first), d (0.5 + scale) / 4.
+void Iq2Xs(const uint8_t* block, float* y) {
+  const float d = Half(block);
+  const uint8_t *qs = block + 2, *scales = block + 66;
+  for (int group = 0; group < 32; ++group, y += 8) {
+    const int word = qs[2 * group] | (qs[2 * group + 1] << 8);
+    const float dl =
+        d * (0.5f + static_cast<float>((scales[group / 4] >> (4 * ((group / 2) % 2))) & 0xF)) *
+        0.25f;
+    int signs = word >> 9, parity = 0;
+    for (int bit = 0; bit < 7; ++bit) parity ^= (signs >> bit) & 1;
+    signs |= parity << 7;
+    const uint64_t magnitudes = kernels::quant::kIq2xsGrid[word & 511];
+    for (int j = 0; j < 8; ++j) {
+      const auto magnitude = static_cast<float>((magnitudes >> (8 * j)) & 0xFF);
+      y[j] = dl * magnitude * ((signs >> j) & 1 ? -1.0f : 1.0f);
+    }
+  }
+}
+
 }  // namespace
 
 bool IsLowBitType(uint32_t ggml_type) {
@@ -130,6 +152,7 @@ bool IsLowBitType(uint32_t ggml_type) {
     case GgmlType::kIQ4_NL:
     case GgmlType::kIQ4_XS:
     case GgmlType::kIQ3_S:
+    case GgmlType::kIQ2_XS:
       return true;
     default:
       return false;
@@ -157,6 +180,9 @@ void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, floa
         break;
       case GgmlType::kIQ3_S:
         Iq3S(block, y);
+        break;
+      case GgmlType::kIQ2_XS:
+        Iq2Xs(block, y);
         break;
       default:
         std::fill(y, y + elements, 0.0f);

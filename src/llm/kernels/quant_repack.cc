@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "llm/kernels/ggml_blocks.h"
+#include "llm/kernels/ggml_grids.h"
 #include "llm/kernels/internal.h"
-#include "llm/kernels/iq3s_grid.h"
 
 namespace sluice::llm {
 namespace kernels::quant {
@@ -83,12 +83,33 @@ void UnpackRepackedIq3S(const uint8_t* record, int r, int c, Chunk* out) {
   }
 }
 
+// Row r's run c in an IQ2_XS record, as UnpackChunk gives it from the file's block.
+void UnpackRepackedIq2Xs(const uint8_t* record, int r, int c, Chunk* out) {
+  const uint8_t* run = record + RepackedHeader(static_cast<uint32_t>(GgmlType::kIQ2_XS)) +
+                       RepackedRunBytes(static_cast<uint32_t>(GgmlType::kIQ2_XS)) * c;
+  const float d = Fp16ToFp32(Half(record + 2 * r)) * 0.125f;
+  for (int h = 0; h < 2; ++h) {
+    out->scale[h] = d * static_cast<float>(1 + 2 * ((record[16 + 8 * c + r] >> (4 * h)) & 0xF));
+  }
+  out->bias = 0;
+  for (int t = 0; t < 4; ++t) {
+    const uint16_t word = Half(run + 16 * t + 2 * r);
+    const uint64_t entry = kIq2xsGrid[word & 511];
+    const int signs = Iq2Signs(word >> 9);
+    for (int b = 0; b < 8; ++b) {
+      const auto magnitude = static_cast<int>((entry >> (8 * b)) & 0xFF);
+      out->q[8 * t + b] = static_cast<int8_t>((signs >> b) & 1 ? -magnitude : magnitude);
+    }
+  }
+}
+
 // Row r's run c in a K-quant record (one super-block of eight rows), as UnpackChunk gives it.
 void UnpackRepackedK(uint32_t type, const uint8_t* record, int r, int c, Chunk* out) {
   const auto kind = static_cast<GgmlType>(type);
   const uint8_t* run = record + RepackedHeader(type) + RepackedRunBytes(type) * c;
   out->bias = 0;
   if (kind == GgmlType::kIQ3_S) return UnpackRepackedIq3S(record, r, c, out);
+  if (kind == GgmlType::kIQ2_XS) return UnpackRepackedIq2Xs(record, r, c, out);
   if (kind == GgmlType::kQ6_K) {
     const float d = Fp16ToFp32(Half(record + 2 * r));
     for (int h = 0; h < 2; ++h) {
@@ -196,6 +217,9 @@ namespace {
 //               48, runs of 104 bytes: the low byte of step s's grid index (weights 4 s .. 4 s +
 //               3) at 8 s + r, so that one gather of eight entries makes a step's vector; the
 //               run's ninth bits at 64 + r (bit s for step s); its 32 sign bits at 72 + 4 r.
+//   IQ2_XS      d of row r at 2 r; run c's scale byte (two 4-bit scales) at 16 + 8 c + r; from 80,
+//               runs of 64 bytes: the run's word t (weights 8 t .. 8 t + 7: grid index and signs)
+//               at 16 t + 2 r, so that one load makes eight rows' indices for steps 2 t, 2 t + 1.
 // A run's weights then come from one place four bytes a row at a time, in the order of x's steps,
 // and a super-block's 64 scales and mins unpack with a few vector operations.
 void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
@@ -244,6 +268,17 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
         for (int s = 0; s < 8; ++s) run[8 * s + r] = block[2 + 8 * c + s];
         run[64 + r] = block[66 + c];
         std::memcpy(run + 72 + 4 * r, block + 74 + 4 * c, 4);
+      }
+      continue;
+    }
+    if (kind == GgmlType::kIQ2_XS) {
+      std::memcpy(record + 2 * r, block, 2);
+      for (int c = 0; c < 8; ++c) {
+        record[16 + 8 * c + r] = block[66 + c];
+        for (int t = 0; t < 4; ++t) {
+          std::memcpy(record + header + run_bytes * c + 16 * t + 2 * r, block + 2 + 8 * c + 2 * t,
+                      2);
+        }
       }
       continue;
     }

@@ -77,6 +77,7 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
       case GgmlType::kIQ4_NL:
       case GgmlType::kIQ4_XS:
       case GgmlType::kIQ3_S:
+      case GgmlType::kIQ2_XS:
         PutHalf(b, scale());
         break;
       default:
@@ -89,9 +90,9 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
 // The low-bit types' expected products come from quant_lowbit.cc's dequantisation, written apart
 // from the products' unpacking (and checked against the gguf package in gguf_model_test).
 constexpr GgmlType kTypes[] = {
-    GgmlType::kQ8_0,   GgmlType::kQ4_0,   GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-    GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S};
+    GgmlType::kQ8_0,   GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,  GgmlType::kQ5_1,
+    GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kQ2_K,  GgmlType::kQ3_K,
+    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS};
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 
@@ -251,6 +252,43 @@ TEST(QuantLayout, Iq3SGridIndicesSignsAndScales) {
   }
 }
 
+// IQ2_XS: entries 1 and 511 of ggml's codebook (iq2xs_grid: 0x080808080808082b, eight 0x2b), the
+// eighth sign bit that makes a word's count even, and a run's two 4-bit scales.
+TEST(QuantLayout, Iq2XsGridIndicesSignsAndScales) {
+  uint8_t block[74] = {};
+  PutHalf(block, 0.5f);
+  block[66] = 0x30;  // Run 0: weights 0 .. 15 d (0.5 + 0) / 4, weights 16 .. 31 d (0.5 + 3) / 4.
+  const uint16_t words[4] = {
+      1 | (1 << 9),    // Weights 0 .. 7: entry 1 (43, 8, ...), weight 0 negative, so weight 7 too.
+      0,               // Weights 8 .. 15: entry 0 (all 8).
+      511,             // Weights 16 .. 23: entry 511 (all 43).
+      511 | (3 << 9),  // Weights 24 .. 31: two signs set, an even count: weight 31 positive.
+  };
+  std::memcpy(block + 2, words, sizeof words);
+  float out[256];
+  for (const bool repeat : {false, true}) {  // Through DequantizeRow and a product's unpacking.
+    if (repeat) {
+      kernels::quant::Chunk chunk;
+      for (int c = 0; c < 8; ++c) {
+        kernels::quant::UnpackChunk(static_cast<uint32_t>(GgmlType::kIQ2_XS), block, c, &chunk);
+        for (int l = 0; l < 32; ++l) out[32 * c + l] = chunk.scale[l / 16] * chunk.q[l];
+      }
+    } else {
+      DequantizeRow(static_cast<uint32_t>(GgmlType::kIQ2_XS), block, 256, out);
+    }
+    EXPECT_EQ(out[0], -0.0625f * 43);
+    EXPECT_EQ(out[1], 0.0625f * 8);
+    EXPECT_EQ(out[6], 0.0625f * 8);
+    EXPECT_EQ(out[7], -0.0625f * 8);
+    EXPECT_EQ(out[8], 0.0625f * 8);
+    EXPECT_EQ(out[16], 0.4375f * 43);
+    EXPECT_EQ(out[24], -0.4375f * 43);
+    EXPECT_EQ(out[25], -0.4375f * 43);
+    EXPECT_EQ(out[31], 0.4375f * 43);
+    EXPECT_EQ(out[32], 0.0625f * 8);  // Run 1: entry 0, scale 0.
+  }
+}
+
 TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 20) / 8;
@@ -276,7 +314,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S}) {
+          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS}) {
       const auto type = static_cast<uint32_t>(type_enum);
       constexpr int64_t n = 40;
       // Two super-blocks for the K-quants (a record each), ten blocks for the others.
@@ -414,7 +452,7 @@ TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
   for (GgmlType type_enum :
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
         GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S}) {
+        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS}) {
     const auto type = static_cast<uint32_t>(type_enum);
     constexpr int64_t n = 24;
     const int64_t k = kernels::quant::BlockElements(type) == 256 ? 768 : 96;
