@@ -6,8 +6,10 @@ Each shape is a transformers model of the real one's class and sizes (tools/gguf
 hf_model: Qwen2ForCausalLM, LlamaForCausalLM), its weights random, its embedding as many rows as
 the real vocabulary (SmolLM2's tokenizer, the token list padded with unused tokens to that size),
 written as an F16 GGUF and quantised by llama.cpp's own quantiser (llama-cpp-python's
-llama_model_quantize) to each type asked for. Random weights decode noise: measure with fixed
-output lengths (ignore_eos).
+llama_model_quantize) to each type asked for; IQ2_XS, which that quantiser makes only with an
+importance matrix, by llama.cpp's llama-imatrix (the F16 model run over 1,024 tokens of text) and
+llama-quantize --imatrix, as tools/converted_models.py makes its test files. Random weights decode
+noise: measure with fixed output lengths (ignore_eos).
 
   qwen2.5-0.5b   Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads / 2 KV heads of 64, FFN 4864,
                  vocab 151936, tied; 0.49 B parameters
@@ -39,6 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import converted_models  # noqa: E402
 import gguf_models  # noqa: E402
 
 SHAPES = {
@@ -120,7 +123,14 @@ def main():
                 continue
             start = time.time()
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            gguf_models.quantize(source, path + ".partial", kind)
+            if kind in converted_models.IMATRIX_TYPES:
+                rng = np.random.default_rng(7)
+                words = ("the model serves tokens quickly and the cache keeps every key and value "
+                         "of each sequence while the batch grows").split()
+                text = "\n".join(" ".join(rng.choice(words, 64)) for _ in range(40))
+                converted_models.quantize_with_imatrix(source, path + ".partial", kind, text)
+            else:
+                gguf_models.quantize(source, path + ".partial", kind)
             os.replace(path + ".partial", path)
             print(f"{path}: {os.path.getsize(path) / 1e9:.2f} GB, {time.time() - start:.0f} s",
                   flush=True)
