@@ -245,8 +245,8 @@ BENCHMARK(Quant)
     ->ArgsProduct({{1, 2, 3, 4, 5, 16, 128},
                    {1, std::max(1u, std::thread::hardware_concurrency())},
                    {2 /* Q4_0 */, 3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 13 /* Q5_K */,
-                    14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */,
-                    23 /* IQ4_XS */, 21 /* IQ3_S */},
+                    14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */, 23 /* IQ4_XS */,
+                    21 /* IQ3_S */, 17 /* IQ2_XS */, 39 /* MXFP4 */},
                    {0, 1},
                    {0, 1}})
     ->ArgNames({"rows", "threads", "type", "repacked", "model"})

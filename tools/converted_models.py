@@ -50,15 +50,17 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     llama.cpp's KV cache in f32 for all of them; and
                                     tokenizer_cases.jsonl, llama.cpp's ids for the strings under a
                                     Phi-3's name (whitespace after special tokens dropped)
-  hf_<moe>/, gguf_<moe>_f32/, gguf_<moe>_q4_k_m/
+  hf_<moe>/, gguf_<moe>_f32/, gguf_<moe>_q4_k_m/, gguf_<moe>_mxfp4_moe/
                                     mixtures of experts: a tiny random Qwen3-MoE
                                     (Qwen3MoeForCausalLM: 8 experts of width 256, 2 used a token,
                                     norm_topk_prob, as Qwen3-30B-A3B routes) and Mixtral
                                     (MixtralForCausalLM: 4 experts, 2 used), with tiny_llm's
                                     byte-level BPE vocabulary, converted by llama.cpp's converter
                                     (its pre-tokenizer check answered "qwen2" and "smollm") and
-                                    quantised to Q4_K_M by its quantiser, with llama.cpp's logits
-                                    (its KV cache in f32); the folders with transformers' logits
+                                    quantised to Q4_K_M and MXFP4_MOE (the experts MXFP4, as
+                                    gpt-oss's are; the rest Q8_0) by its quantiser, with
+                                    llama.cpp's logits (its KV cache in f32); the folders with
+                                    transformers' logits
   hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
@@ -305,11 +307,11 @@ def write_low_bit(models, out_dir):
     from safetensors.torch import save_file
     tensors, where = {}, {}
     for folder in ("gguf_llama_q2_k", "gguf_qwen2_iq4_xs", "gguf_qwen2_iq4_nl", "gguf_qwen3_iq3_s",
-                   "gguf_phi3_iq2_xs"):
+                   "gguf_phi3_iq2_xs", "gguf_qwen3moe_mxfp4_moe"):
         path = os.path.join(out_dir, folder, "model.gguf")
         for tensor in GGUFReader(path).tensors:
             kind = tensor.tensor_type.name
-            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "IQ3_S", "IQ2_XS") and \
+            if kind in ("Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL", "IQ3_S", "IQ2_XS", "MXFP4") and \
                     kind not in tensors:
                 tensors[kind] = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
                 where[kind] = f"{folder}/model.gguf:{tensor.name}"
@@ -395,11 +397,13 @@ def write_moe(models, out_dir, family, seed):
     encoder_models.convert_with_pre_tokenizer(hf, f32, pre_tokenizer)
     llama_cpp_reference(f32, os.path.join(os.path.dirname(f32), "reference.safetensors"),
                         prompts, kv_f32=True)
-    q4 = os.path.join(out_dir, f"gguf_{family}_q4_k_m", "model.gguf")
-    os.makedirs(os.path.dirname(q4), exist_ok=True)
-    quantize(f32, q4, "q4_k_m")
-    llama_cpp_reference(q4, os.path.join(os.path.dirname(q4), "reference.safetensors"), prompts,
-                        kv_f32=True)
+    for kind in ("q4_k_m", "mxfp4_moe"):  # MXFP4_MOE: the experts MXFP4, the rest Q8_0.
+        quantized = os.path.join(out_dir, f"gguf_{family}_{kind}", "model.gguf")
+        os.makedirs(os.path.dirname(quantized), exist_ok=True)
+        quantize(f32, quantized, kind)
+        llama_cpp_reference(quantized,
+                            os.path.join(os.path.dirname(quantized), "reference.safetensors"),
+                            prompts, kv_f32=True)
     return transformers_agreement(model, os.path.join(os.path.dirname(f32),
                                                       "reference.safetensors"))
 

@@ -32,14 +32,17 @@ namespace {
 std::vector<std::string> GgufModelDirs() {
   // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
   // whole and split in three parts.
-  // Mixtures of experts (qwen3moe, Mixtral's llama) from llama.cpp's converter, F32 and Q4_K_M.
+  // Mixtures of experts (qwen3moe, Mixtral's llama) from llama.cpp's converter, F32, Q4_K_M and
+  // MXFP4_MOE (the experts in MXFP4, gpt-oss's type; the rest Q8_0).
   std::vector<std::string> dirs = {"gguf_smollm2_q4_1",
                                    "converted/gguf_spm_llama_f32",
                                    "converted/gguf_spm_llama_split",
                                    "converted/gguf_qwen3moe_f32",
                                    "converted/gguf_qwen3moe_q4_k_m",
+                                   "converted/gguf_qwen3moe_mxfp4_moe",
                                    "converted/gguf_mixtral_f32",
-                                   "converted/gguf_mixtral_q4_k_m"};
+                                   "converted/gguf_mixtral_q4_k_m",
+                                   "converted/gguf_mixtral_mxfp4_moe"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
@@ -640,14 +643,14 @@ TEST(RopeScalingTest, AChunkedLongRopePromptTakesTheFactorsOfItsWholeLength) {
   EXPECT_EQ((*short_context)->CacheSalt(256), 0u);
 }
 
-// The low-bit types, dequantised as the gguf package (llama.cpp's own Python reader) dequantises
-// them: one tensor of each from llama.cpp's quantiser (tools/converted_models.py). The products
-// are checked against this dequantisation (quant_test).
+// The low-bit types and MXFP4, dequantised as the gguf package (llama.cpp's own Python reader)
+// dequantises them: one tensor of each from llama.cpp's quantiser (tools/converted_models.py). The
+// products are checked against this dequantisation (quant_test).
 TEST(LowBitTypesTest, DequantiseAsTheGgufPackageDoes) {
   const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted";
   auto reference = SafetensorsFile::Open(dir + "/dequantized.safetensors");
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-  ASSERT_EQ((*reference)->entries().size(), 6u);
+  ASSERT_EQ((*reference)->entries().size(), 7u);
   for (const auto& [type, where] : (*reference)->metadata()) {
     const size_t colon = where.find(':');
     auto file = GgufFile::Open(dir + "/" + where.substr(0, colon));
@@ -657,7 +660,10 @@ TEST(LowBitTypesTest, DequantiseAsTheGgufPackageDoes) {
     EXPECT_EQ(GgmlTypeName(tensor->type), type);
     const SafetensorsEntry* expected = (*reference)->Find(type);
     ASSERT_NE(expected, nullptr);
-    const int64_t rows = tensor->shape[0], columns = tensor->shape[1];
+    // A mixture's experts are one 3-D tensor: its rows are every expert's.
+    const int64_t columns = tensor->shape.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < tensor->shape.size(); ++d) rows *= tensor->shape[d];
     ASSERT_EQ(expected->bytes, static_cast<size_t>(rows * columns * 4));
     const auto* want = static_cast<const float*>(expected->data);
     std::vector<float> row(static_cast<size_t>(columns));

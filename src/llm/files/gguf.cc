@@ -397,7 +397,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::OpenOne(const std::string& path) {
       return Status::InvalidArgument(fmt::format(
           "{}: tensor '{}' has type {}, which Sluice does not read (F32, F16, BF16, Q8_0, Q4_0, "
           "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_S, "
-          "IQ2_XS)",
+          "IQ2_XS, MXFP4)",
           path, tensor.name, GgmlTypeName(tensor.type)));
     }
     if (ne[0] % block != 0) {

@@ -42,6 +42,8 @@ std::string GgmlTypeName(uint32_t type) {
       return "IQ3_S";
     case GgmlType::kIQ2_XS:
       return "IQ2_XS";
+    case GgmlType::kMXFP4:
+      return "MXFP4";
   }
   // The others, by the names llama.cpp gives them, so an error says which one a file holds.
   static const char* const kOthers[] = {nullptr,   nullptr, nullptr,  nullptr, "Q4_2",    "Q4_3",
@@ -91,6 +93,9 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
       return true;
     case GgmlType::kQ3_K:  // 32 bytes of high bits, 64 of low 2 bits, 12 of 6-bit scales, d.
       *elements = 256, *bytes = 110;
+      return true;
+    case GgmlType::kMXFP4:  // An 8-bit power-of-two scale, 16 bytes of 4-bit FP4 (E2M1) codes.
+      *elements = 32, *bytes = 17;
       return true;
     case GgmlType::kIQ4_NL:  // d, 16 bytes of 4-bit indices into a non-linear table.
       *elements = 32, *bytes = 18;

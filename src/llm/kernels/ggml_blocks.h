@@ -26,6 +26,7 @@ enum class GgmlType : uint32_t {
   kIQ3_S = 21,
   kIQ4_XS = 23,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 // "Q4_K", "F16", ...; for a number outside the list, "type <n>".

@@ -28,8 +28,9 @@
 #endif
 
 namespace sluice::llm {
-// Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S and IQ2_XS: their rows to fp32 from ggml's layouts, written
-// apart from the products' unpacking (quant_lowbit.cc), which the tests check the products against.
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S, IQ2_XS and MXFP4: their rows to fp32 from ggml's layouts,
+// written apart from the products' unpacking (quant_lowbit.cc), which the tests check the products
+// against.
 bool IsLowBitType(uint32_t ggml_type);
 void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, float* out);
 }  // namespace sluice::llm
@@ -93,6 +94,18 @@ inline uint16_t Half(const uint8_t* p) {
   std::memcpy(&bits, p, 2);
   return bits;
 }
+// MXFP4's 16 codes (E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), doubled, as ggml keeps
+// them; E8m0Half is half the block's scale, so that w = E8m0Half(e) level.
+inline constexpr int8_t kMxfp4Levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128) from an E8M0 byte, as ggml's ggml_e8m0_to_fp32_half: the float's exponent field e -
+// 1, or for e < 2 the subnormal 2^-128 or 2^-127.
+inline float E8m0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
 // IQ2_XS's eight sign bits of a grid entry from the 7 its word holds: the eighth makes the count of
 // set bits even (ggml's ksigns_iq2xs).
 inline int Iq2Signs(int seven) { return seven | ((__builtin_popcount(seven) & 1) << 7); }
@@ -117,7 +130,8 @@ int64_t BlockBytes(uint32_t type);
 void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n, float* y,
                     int64_t n_begin, int64_t n_end);
 // Bytes before the weights in a record of weights RepackQuant laid out: the eight rows' fp16
-// scales, and Q4_1's and Q5_1's eight offsets after them; for the K-quants and IQ4_XS (a record
+// scales (MXFP4: its eight E8M0 bytes), and Q4_1's and Q5_1's eight offsets after them; for the
+// K-quants and IQ4_XS (a record
 // a super-block), the rows' d (and dmin) and their runs' scales (and mins), as quant.cc lays them
 // out.
 constexpr int RepackedHeader(uint32_t type) {
@@ -125,6 +139,8 @@ constexpr int RepackedHeader(uint32_t type) {
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1:
       return 32;
+    case GgmlType::kMXFP4:
+      return 8;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
       return 128;

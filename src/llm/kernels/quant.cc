@@ -34,6 +34,9 @@
 //         l); 4 bytes of 4-bit run scales (run c: byte 106 + c / 2, nibble c % 2);
 //         w = d (1 + 2 sc) grid[index][l % 4] (-1 where the sign bit is set), the grid ggml's
 //         512 entries of four magnitudes 1, 3, ..., 15 (kIq3sGrid, from the gguf package).
+//   MXFP4  32 weights, 17 bytes: e (E8M0: 2^(e - 127)); nibbles as Q4_0's, each an FP4 (E2M1)
+//         code: w = 2^(e - 128) level[q] with the codes' values doubled, 0, 1, 2, 3, 4, 6, 8, 12
+//         and their negatives (kMxfp4Levels; E8m0Half).
 //   IQ2_XS 256 weights, 74 bytes: d; 32 16-bit words, one a 8 weights (run c's at 2 + 8 c): the low
 //         9 bits a grid index, the high 7 the first 7 of its weights' sign bits (the eighth makes
 //         their count even: Iq2Signs); 8 bytes of 4-bit scales (run c's byte 66 + c, its first
@@ -168,6 +171,14 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
         out->bias = -dmin * static_cast<float>(block[2 * c] >> 4);
         out->bias2 = -dmin * static_cast<float>(block[2 * c + 1] >> 4) - out->bias;
       }
+      return;
+    }
+    case GgmlType::kMXFP4: {
+      for (int l = 0; l < 16; ++l) {
+        out->q[l] = kMxfp4Levels[block[1 + l] & 0xF];
+        out->q[l + 16] = kMxfp4Levels[block[1 + l] >> 4];
+      }
+      out->scale[0] = out->scale[1] = E8m0Half(block[0]);
       return;
     }
     case GgmlType::kIQ4_NL:
@@ -422,6 +433,7 @@ bool IsQuantType(uint32_t ggml_type) {
     case GgmlType::kIQ4_XS:
     case GgmlType::kIQ3_S:
     case GgmlType::kIQ2_XS:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;

@@ -1,6 +1,7 @@
-// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S, IQ2_XS) to fp32, from the block
-// layouts ggml defines for them, written apart from the products' unpacking (quant.cc's UnpackChunk
-// and the vector paths' Unpack), so that the tests check those against this.
+// The low-bit GGUF block types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_S, IQ2_XS, MXFP4) to fp32, from the
+// block layouts ggml defines for them, written apart from the products' unpacking (quant.cc's
+// UnpackChunk and the vector paths' Unpack), so that the tests check those against this.
+#include <cmath>
 #include <cstring>
 
 #include "llm/kernels/ggml_grids.h"
@@ -143,6 +144,20 @@ void Iq2Xs(const uint8_t* block, float* y) {
   }
 }
 
+// MXFP4: 32 values, each a 4-bit E2M1 code (sign, 2 exponent bits, a mantissa bit: 0, 0.5, 1,
+// 1.5, 2, 3, 4, 6), times the block's power of two 2^(e - 127) (E8M0); low nibbles first.
+void Mxfp4(const uint8_t* block, float* y) {
+  const float scale = std::ldexp(1.0f, block[0] - 127);
+  for (int j = 0; j < 32; ++j) {
+    const int code = j < 16 ? block[1 + j] & 0xF : block[1 + j - 16] >> 4;
+    const int exponent = (code >> 1) & 3, mantissa = code & 1;
+    const float magnitude =
+        exponent == 0 ? 0.5f * static_cast<float>(mantissa)
+                      : std::ldexp(1.0f + 0.5f * static_cast<float>(mantissa), exponent - 1);
+    y[j] = scale * (code & 8 ? -magnitude : magnitude);
+  }
+}
+
 }  // namespace
 
 bool IsLowBitType(uint32_t ggml_type) {
@@ -153,6 +168,7 @@ bool IsLowBitType(uint32_t ggml_type) {
     case GgmlType::kIQ4_XS:
     case GgmlType::kIQ3_S:
     case GgmlType::kIQ2_XS:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;
@@ -183,6 +199,9 @@ void DequantizeLowBitRow(uint32_t ggml_type, const uint8_t* row, int64_t k, floa
         break;
       case GgmlType::kIQ2_XS:
         Iq2Xs(block, y);
+        break;
+      case GgmlType::kMXFP4:
+        Mxfp4(block, y);
         break;
       default:
         std::fill(y, y + elements, 0.0f);

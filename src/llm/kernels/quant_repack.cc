@@ -161,17 +161,19 @@ void UnpackRepacked(uint32_t type, const uint8_t* record, int r, int c, Chunk* o
     return;
   }
   const uint8_t* bytes = record + RepackedHeader(type);
-  out->scale[0] = out->scale[1] = Fp16ToFp32(Half(record + 2 * r));
+  out->scale[0] = out->scale[1] =
+      kind == GgmlType::kMXFP4 ? E8m0Half(record[r]) : Fp16ToFp32(Half(record + 2 * r));
   out->bias = kind == GgmlType::kQ4_1 ? Fp16ToFp32(Half(record + 16 + 2 * r)) : 0.0f;
   for (int s = 0; s < 4; ++s) {
     for (int b = 0; b < 4; ++b) {
       if (kind == GgmlType::kQ8_0) {
         out->q[4 * s + b] = static_cast<int8_t>(bytes[32 * s + 4 * r + b]);
         out->q[16 + 4 * s + b] = static_cast<int8_t>(bytes[32 * (s + 4) + 4 * r + b]);
-      } else if (kind == GgmlType::kIQ4_NL) {
+      } else if (kind == GgmlType::kIQ4_NL || kind == GgmlType::kMXFP4) {
+        const int8_t* levels = kind == GgmlType::kMXFP4 ? kMxfp4Levels : kIq4Levels;
         const uint8_t byte = bytes[32 * s + 4 * r + b];
-        out->q[4 * s + b] = kIq4Levels[byte & 0xF];
-        out->q[16 + 4 * s + b] = kIq4Levels[byte >> 4];
+        out->q[4 * s + b] = levels[byte & 0xF];
+        out->q[16 + 4 * s + b] = levels[byte >> 4];
       } else {
         const int offset = kind == GgmlType::kQ4_0 ? 8 : 0;
         const uint8_t byte = bytes[32 * s + 4 * r + b];
@@ -337,17 +339,19 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
 
 }  // namespace
 
-// Record (g, c), eight rows' run c, 8 blocks' bytes: the rows' d (fp16) at 2 r; Q4_1's m at 16 +
-// 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1, IQ4_NL: byte 4 r + b of vector p is row r's byte
-// 4 p + b of its 16, whose low nibble is weight 4 p + b and high nibble weight 16 + 4 p + b) or 8
-// (Q8_0: byte 4 r + b of vector s is row r's weight 4 s + b).
+// Record (g, c), eight rows' run c, 8 blocks' bytes: the rows' d (fp16) at 2 r (MXFP4's E8M0 byte
+// at r); Q4_1's m at 16 + 2 r; then 4 vectors of 32 bytes (Q4_0, Q4_1, IQ4_NL: byte 4 r + b of
+// vector p is row r's byte 4 p + b of its 16, whose low nibble is weight 4 p + b and high nibble
+// weight 16 + 4 p + b; MXFP4's the same) or 8 (Q8_0: byte 4 r + b of vector s is row r's weight 4 s
+// + b).
 void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* out) {
   const auto kind = static_cast<GgmlType>(ggml_type);
   const int64_t block_bytes = kernels::quant::BlockBytes(ggml_type);
   const int64_t row_bytes = QuantRowBytes(ggml_type, k), record_bytes = 8 * block_bytes;
   const int header = kernels::quant::RepackedHeader(ggml_type);
   const int vectors = kind == GgmlType::kQ8_0 ? 8 : 4;
-  const int quants = kind == GgmlType::kQ4_1 ? 4 : 2;  // Where a block's weights start.
+  // Where a block's weights start.
+  const int quants = kind == GgmlType::kQ4_1 ? 4 : kind == GgmlType::kMXFP4 ? 1 : 2;
   const auto* from = static_cast<const uint8_t*>(w);
   auto* to = static_cast<uint8_t*>(out);
   if (kind == GgmlType::kQ5_0 || kind == GgmlType::kQ5_1) {
@@ -391,7 +395,11 @@ void RepackQuant(uint32_t ggml_type, const void* w, int64_t n, int64_t k, void* 
       uint8_t* record = to + g * 8 * row_bytes + c * record_bytes;
       for (int r = 0; r < 8; ++r) {
         const uint8_t* block = from + (8 * g + r) * row_bytes + c * block_bytes;
-        std::memcpy(record + 2 * r, block, 2);
+        if (kind == GgmlType::kMXFP4) {
+          record[r] = block[0];
+        } else {
+          std::memcpy(record + 2 * r, block, 2);
+        }
         if (kind == GgmlType::kQ4_1) std::memcpy(record + 16 + 2 * r, block + 2, 2);
         for (int v = 0; v < vectors; ++v) {
           std::memcpy(record + header + 32 * v + 4 * r, block + quants + 4 * v, 4);

@@ -80,6 +80,9 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
       case GgmlType::kIQ2_XS:
         PutHalf(b, scale());
         break;
+      case GgmlType::kMXFP4:  // An E8M0 power of two, 2^(e - 127).
+        b[0] = static_cast<uint8_t>(127 + power(rng));
+        break;
       default:
         break;
     }
@@ -90,9 +93,9 @@ std::vector<uint8_t> RandomRows(uint32_t type, int64_t n, int64_t k, std::mt1993
 // The low-bit types' expected products come from quant_lowbit.cc's dequantisation, written apart
 // from the products' unpacking (and checked against the gguf package in gguf_model_test).
 constexpr GgmlType kTypes[] = {
-    GgmlType::kQ8_0,   GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,  GgmlType::kQ5_1,
-    GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kQ2_K,  GgmlType::kQ3_K,
-    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS};
+    GgmlType::kQ8_0,   GgmlType::kQ4_0,   GgmlType::kQ4_1,  GgmlType::kQ5_0,   GgmlType::kQ5_1,
+    GgmlType::kQ4_K,   GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kQ2_K,   GgmlType::kQ3_K,
+    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS, GgmlType::kMXFP4};
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 
@@ -289,6 +292,36 @@ TEST(QuantLayout, Iq2XsGridIndicesSignsAndScales) {
   }
 }
 
+// MXFP4: E2M1 codes (doubled, as ggml keeps them) times 2^(e - 128), E8M0's subnormal corner
+// included: e = 0 and 1 are 2^-128 and 2^-127 halved from 2^-127 and 2^-126, not zero.
+TEST(QuantLayout, Mxfp4CodesAndPowersOfTwo) {
+  EXPECT_EQ(kernels::quant::E8m0Half(0), std::ldexp(1.0f, -128));
+  EXPECT_EQ(kernels::quant::E8m0Half(1), std::ldexp(1.0f, -127));
+  EXPECT_EQ(kernels::quant::E8m0Half(127), 0.5f);
+  EXPECT_EQ(kernels::quant::E8m0Half(254), std::ldexp(1.0f, 126));
+  uint8_t block[17] = {};
+  block[0] = 129;    // 2^2 = 4 a unit of E2M1 (w = 2^(e - 127) x the code's value).
+  block[1] = 0x9F;   // Weight 0: code 15 (-6); weight 16: code 9 (-0.5).
+  block[2] = 0x53;   // Weight 1: code 3 (1.5); weight 17: code 5 (3).
+  block[16] = 0x08;  // Weight 15: code 8 (-0).
+  float out[32];
+  for (const bool repeat : {false, true}) {  // Through DequantizeRow and a product's unpacking.
+    if (repeat) {
+      kernels::quant::Chunk chunk;
+      kernels::quant::UnpackChunk(static_cast<uint32_t>(GgmlType::kMXFP4), block, 0, &chunk);
+      for (int l = 0; l < 32; ++l) out[l] = chunk.scale[0] * chunk.q[l];
+    } else {
+      DequantizeRow(static_cast<uint32_t>(GgmlType::kMXFP4), block, 32, out);
+    }
+    EXPECT_EQ(out[0], -24.0f);
+    EXPECT_EQ(out[16], -2.0f);
+    EXPECT_EQ(out[1], 6.0f);
+    EXPECT_EQ(out[17], 12.0f);
+    EXPECT_EQ(out[15], 0.0f);
+    EXPECT_EQ(out[2], 0.0f);
+  }
+}
+
 TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 20) / 8;
@@ -314,7 +347,8 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS}) {
+          GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS,
+          GgmlType::kMXFP4}) {
       const auto type = static_cast<uint32_t>(type_enum);
       constexpr int64_t n = 40;
       // Two super-blocks for the K-quants (a record each), ten blocks for the others.
@@ -449,10 +483,10 @@ TEST(QuantAmxTest, TilesGiveTheVectorPathsBits) {
 // A row read back from the repacked layout has DequantizeRow's values for the file's row, bit
 // for bit: a tied embedding's lookups read the output head's repacked copy.
 TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
-  for (GgmlType type_enum :
-       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
-        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kIQ3_S, GgmlType::kIQ2_XS}) {
+  for (GgmlType type_enum : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                             GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                             GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                             GgmlType::kIQ3_S, GgmlType::kIQ2_XS, GgmlType::kMXFP4}) {
     const auto type = static_cast<uint32_t>(type_enum);
     constexpr int64_t n = 24;
     const int64_t k = kernels::quant::BlockElements(type) == 256 ? 768 : 96;
