@@ -18,12 +18,15 @@ mkdir -p "$stage/sluice-gpu/lib" .gpu-bundle
 # strip keeps .dynsym: the binary still exports what the CUDA library resolves against it.
 strip -o "$stage/sluice-gpu/sluice" "$BUILD/sluice"
 strip -o "$stage/sluice-gpu/libsluice_cuda.so" "$BUILD/libsluice_cuda.so"
-venv_site=$(cd .venv/lib/python3*/site-packages && pwd)
+# The venv's site-packages and each library compared as physical paths: where .venv is a symbolic
+# link (a second checkout sharing one venv), ldd may print either spelling, and a logical prefix
+# missed every library under the physical one (libtorch_cuda, NCCL, cuSPARSE: 718 MiB).
+venv_site=$(cd .venv/lib/python3*/site-packages && pwd -P)
 count=0
 while read -r name path; do
   case "$name" in
     libgomp.so.*) ;;  # The wheel's OpenMP runtime: some wheels name theirs differently.
-    *) case "$path" in
+    *) case "$(realpath "$path")" in
          "$venv_site"/* | /usr/local/cuda*) continue ;;  # libtorch and CUDA: the GPU machine's.
        esac ;;
   esac
