@@ -109,6 +109,10 @@ inline float E8m0Half(uint8_t e) {
 // IQ2_XS's eight sign bits of a grid entry from the 7 its word holds: the eighth makes the count of
 // set bits even (ggml's ksigns_iq2xs).
 inline int Iq2Signs(int seven) { return seven | ((__builtin_popcount(seven) & 1) << 7); }
+// IQ2_XS: the 8 weights of one 16-bit word (grid index and signs) as signed bytes, and a run's two
+// half scales from its block's d and scale byte (quant.cc; the file's and the repacked layouts').
+void UnpackIq2XsWord(uint16_t word, int8_t* q);
+void Iq2XsHalfScales(uint16_t d, uint8_t scales, float* out);
 // IQ4's 16 levels (quant_lowbit.cc has its own copy: the tests check one against the other).
 inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};
@@ -131,9 +135,8 @@ void PortableMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n
                     int64_t n_begin, int64_t n_end);
 // Bytes before the weights in a record of weights RepackQuant laid out: the eight rows' fp16
 // scales (MXFP4: its eight E8M0 bytes), and Q4_1's and Q5_1's eight offsets after them; for the
-// K-quants and IQ4_XS (a record
-// a super-block), the rows' d (and dmin) and their runs' scales (and mins), as quant.cc lays them
-// out.
+// K-quants and IQ4_XS (a record a super-block), the rows' d (and dmin) and their runs' scales (and
+// mins), as quant.cc lays them out.
 constexpr int RepackedHeader(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ4_1:

@@ -66,6 +66,21 @@ int Q3KScale(const uint8_t* packed, int i) {
 
 }  // namespace
 
+void UnpackIq2XsWord(uint16_t word, int8_t* q) {
+  const uint64_t entry = kIq2xsGrid[word & 511];
+  const int signs = Iq2Signs(word >> 9);
+  for (int j = 0; j < 8; ++j) {
+    const auto magnitude = static_cast<int>((entry >> (8 * j)) & 0xFF);
+    q[j] = static_cast<int8_t>((signs >> j) & 1 ? -magnitude : magnitude);
+  }
+}
+
+void Iq2XsHalfScales(uint16_t d, uint8_t scales, float* out) {
+  const float eighth = Fp16ToFp32(d) * 0.125f;  // d (0.5 + s) / 4 = d / 8 (1 + 2 s).
+  for (int h = 0; h < 2; ++h)
+    out[h] = eighth * static_cast<float>(1 + 2 * ((scales >> (4 * h)) & 0xF));
+}
+
 int64_t BlockElements(uint32_t type) {
   int64_t elements = 0, bytes = 0;
   GgmlBlockLayout(type, &elements, &bytes);
@@ -213,22 +228,10 @@ void UnpackChunk(uint32_t type, const uint8_t* block, int c, Chunk* out) {
       out->scale[0] = out->scale[1] = Fp16ToFp32(Half(block)) * static_cast<float>(1 + 2 * scale);
       return;
     }
-    case GgmlType::kIQ2_XS: {
-      for (int i = 0; i < 4; ++i) {
-        const uint16_t word = Half(block + 2 + 8 * c + 2 * i);
-        const uint64_t entry = kIq2xsGrid[word & 511];
-        const int signs = Iq2Signs(word >> 9);
-        for (int j = 0; j < 8; ++j) {
-          const auto magnitude = static_cast<int>((entry >> (8 * j)) & 0xFF);
-          out->q[8 * i + j] = static_cast<int8_t>((signs >> j) & 1 ? -magnitude : magnitude);
-        }
-      }
-      const float d = Fp16ToFp32(Half(block)) * 0.125f;
-      for (int h = 0; h < 2; ++h) {
-        out->scale[h] = d * static_cast<float>(1 + 2 * ((block[66 + c] >> (4 * h)) & 0xF));
-      }
+    case GgmlType::kIQ2_XS:
+      for (int i = 0; i < 4; ++i) UnpackIq2XsWord(Half(block + 2 + 8 * c + 2 * i), out->q + 8 * i);
+      Iq2XsHalfScales(Half(block), block[66 + c], out->scale);
       return;
-    }
     default:
       break;
   }

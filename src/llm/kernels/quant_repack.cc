@@ -87,20 +87,9 @@ void UnpackRepackedIq3S(const uint8_t* record, int r, int c, Chunk* out) {
 void UnpackRepackedIq2Xs(const uint8_t* record, int r, int c, Chunk* out) {
   const uint8_t* run = record + RepackedHeader(static_cast<uint32_t>(GgmlType::kIQ2_XS)) +
                        RepackedRunBytes(static_cast<uint32_t>(GgmlType::kIQ2_XS)) * c;
-  const float d = Fp16ToFp32(Half(record + 2 * r)) * 0.125f;
-  for (int h = 0; h < 2; ++h) {
-    out->scale[h] = d * static_cast<float>(1 + 2 * ((record[16 + 8 * c + r] >> (4 * h)) & 0xF));
-  }
+  Iq2XsHalfScales(Half(record + 2 * r), record[16 + 8 * c + r], out->scale);
   out->bias = 0;
-  for (int t = 0; t < 4; ++t) {
-    const uint16_t word = Half(run + 16 * t + 2 * r);
-    const uint64_t entry = kIq2xsGrid[word & 511];
-    const int signs = Iq2Signs(word >> 9);
-    for (int b = 0; b < 8; ++b) {
-      const auto magnitude = static_cast<int>((entry >> (8 * b)) & 0xFF);
-      out->q[8 * t + b] = static_cast<int8_t>((signs >> b) & 1 ? -magnitude : magnitude);
-    }
-  }
+  for (int t = 0; t < 4; ++t) UnpackIq2XsWord(Half(run + 16 * t + 2 * r), out->q + 8 * t);
 }
 
 // Row r's run c in a K-quant record (one super-block of eight rows), as UnpackChunk gives it.
