@@ -7,9 +7,9 @@ hf_model: Qwen2ForCausalLM, LlamaForCausalLM), its weights random, its embedding
 the real vocabulary (SmolLM2's tokenizer, the token list padded with unused tokens to that size),
 written as an F16 GGUF and quantised by llama.cpp's own quantiser (llama-cpp-python's
 llama_model_quantize) to each type asked for; IQ2_XS, which that quantiser makes only with an
-importance matrix, by llama.cpp's llama-imatrix (the F16 model run over 1,024 tokens of text) and
-llama-quantize --imatrix, as tools/converted_models.py makes its test files. Random weights decode
-noise: measure with fixed output lengths (ignore_eos).
+importance matrix, with llama-imatrix's statistics of the F16 model run over 1,024 tokens of text
+(from llama.cpp's own forward pass), as tools/converted_models.py makes its test files. Random
+weights decode noise: measure with fixed output lengths (ignore_eos).
 
   qwen2.5-0.5b   Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads / 2 KV heads of 64, FFN 4864,
                  vocab 151936, tied; 0.49 B parameters

@@ -109,32 +109,6 @@ if [ ! -f .deps/llama.cpp/convert_hf_to_gguf.py ] || [ "$LLAMA_CPP_SDIST" -nt .d
     llama_cpp_python-0.3.36/vendor/llama.cpp/conversion \
     llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
 fi
-# llama.cpp's llama-imatrix and llama-quantize from the same tree, linked statically, for this CPU
-# without its AMX backend (as llama-cpp-python's below): IQ2_XS and the other 2-bit IQ types are
-# quantised only with an importance matrix, which llama-imatrix computes on a model running text,
-# and the tests make such files as users do. About 3.5 minutes on 2 cores, once.
-LLAMA_CPP_TOOLS=.deps/llama.cpp-tools
-if [ ! -x "$LLAMA_CPP_TOOLS/llama-imatrix" ] || [ ! -x "$LLAMA_CPP_TOOLS/llama-quantize" ] ||
-   [ "$LLAMA_CPP_SDIST" -nt "$LLAMA_CPP_TOOLS/llama-quantize" ]; then
-  echo "install-deps: building llama.cpp's llama-imatrix and llama-quantize"
-  tools_tmp=$(mktemp -d)
-  tar -xzf "$LLAMA_CPP_SDIST" -C "$tools_tmp" llama_cpp_python-0.3.36/vendor/llama.cpp
-  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  if ! { cmake -S "$tools_tmp/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$tools_tmp/build" \
-           -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
-           -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" -DLLAMA_CURL=OFF \
-           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF &&
-         cmake --build "$tools_tmp/build" -j "$(nproc)" --target llama-imatrix llama-quantize
-       } >"$tools_tmp/build.log" 2>&1; then
-    tail -n 30 "$tools_tmp/build.log" >&2
-    echo "install-deps: building llama.cpp's tools failed (log above)" >&2
-    rm -rf "$tools_tmp"
-    exit 1
-  fi
-  mkdir -p "$LLAMA_CPP_TOOLS"
-  cp "$tools_tmp/build/bin/llama-imatrix" "$tools_tmp/build/bin/llama-quantize" "$LLAMA_CPP_TOOLS/"
-  rm -rf "$tools_tmp"
-fi
 
 # The venv is made with Debian's Python (not whatever python3 comes first on PATH), so a new
 # machine and CI get the same interpreter.

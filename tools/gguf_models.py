@@ -225,14 +225,119 @@ def write_gguf(path, arch, model, tokenizer_json, chat_template, vocab_size=None
     writer.close()
 
 
-def quantize(source, target, kind):
+def quantize(source, target, kind, imatrix=None):
+    """llama.cpp's quantiser (llama_model_quantize) to `kind`; imatrix: each weight's importance
+    matrix by tensor name (importance_matrix's), which the 2-bit IQ types need."""
+    import ctypes
     import llama_cpp
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + kind.upper())
     params.nthread = os.cpu_count() or 1
+    if imatrix:
+        arrays = {name: np.ascontiguousarray(values, dtype=np.float32)
+                  for name, values in imatrix.items()}
+        entries = (llama_cpp.llama_model_imatrix_data * (len(arrays) + 1))()  # Ends with no name.
+        for entry, (name, values) in zip(entries, arrays.items()):
+            entry.name = name.encode()
+            entry.data = values.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            entry.size = values.size
+        params.imatrix = entries
     rc = llama_cpp.llama_model_quantize(source.encode(), target.encode(), params)
     if rc != 0:
         sys.exit(f"llama_model_quantize {kind} of {source} failed: {rc}")
+
+
+def importance_matrix(model_path, text, n_ctx=128, chunks=8):
+    """What llama.cpp's llama-imatrix computes (`-c n_ctx --chunks chunks`), gathered from
+    llama.cpp's own forward pass: the text's first `chunks` runs of n_ctx tokens (each starting
+    with BOS where the vocabulary adds one) evaluated as one batch of sequences, and for every
+    matrix product of a `blk.` weight with at least 16 rows of f32 activations, the mean square of
+    each input column over those rows, by weight name. Expert products (MUL_MAT_ID) are not
+    gathered: no test quantises a mixture of experts with an importance matrix."""
+    import ctypes
+    import llama_cpp
+    ggml = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+    for function, result, argument in (("ggml_get_name", ctypes.c_char_p, ctypes.c_void_p),
+                                       ("ggml_get_data", ctypes.c_void_p, ctypes.c_void_p),
+                                       ("ggml_nelements", ctypes.c_int64, ctypes.c_void_p),
+                                       ("ggml_op_name", ctypes.c_char_p, ctypes.c_int)):
+        getattr(ggml, function).restype = result
+        getattr(ggml, function).argtypes = [argument]
+
+    class Tensor(ctypes.Structure):  # struct ggml_tensor (ggml.h), checked below on every use.
+        _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
+                    ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int),
+                    ("op_params", ctypes.c_int32 * 16), ("flags", ctypes.c_int32),
+                    ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+                    ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p),
+                    ("name", ctypes.c_char * 64), ("extra", ctypes.c_void_p),
+                    ("padding", ctypes.c_char * 8)]
+
+    def tensor(address):
+        t = Tensor.from_address(address)
+        if (t.name != ggml.ggml_get_name(address) or t.data != ggml.ggml_get_data(address) or
+                int(np.prod(t.ne)) != ggml.ggml_nelements(address)):
+            raise RuntimeError("struct ggml_tensor's layout differs from this tool's")
+        return t
+
+    sums, counts = {}, {}
+
+    def collect(address, ask, _):
+        t = tensor(address)
+        op = ggml.ggml_op_name(t.op)
+        if op != b"MUL_MAT":
+            return not ask
+        weight, activations = tensor(t.src[0]), tensor(t.src[1])
+        name = weight.name.decode()
+        name = name.split("#")[1] if "#" in name else name  # As llama-imatrix's filter names.
+        if ask:
+            return (activations.ne[1] >= 16 and activations.type == 0 and  # GGML_TYPE_F32
+                    name.startswith("blk."))
+        columns = activations.ne[0]
+        total = sums.setdefault(name, np.zeros(columns, dtype=np.float64))
+        for i3 in range(activations.ne[3]):
+            for i2 in range(activations.ne[2]):
+                rows, stride = activations.ne[1], activations.nb[1]
+                start = activations.data + i2 * activations.nb[2] + i3 * activations.nb[3]
+                span = (ctypes.c_char * ((rows - 1) * stride + 4 * columns)).from_address(start)
+                block = np.ndarray((rows, columns), np.float32, span, strides=(stride, 4))
+                total += (block.astype(np.float64) ** 2).sum(axis=0)
+        counts[name] = counts.get(name, 0) + int(np.prod(activations.ne[1:]))
+        return True
+
+    callback = llama_cpp.ggml_backend_sched_eval_callback(collect)
+    llama_cpp.llama_backend_init()
+    model = llama_cpp.llama_model_load_from_file(model_path.encode(),
+                                                 llama_cpp.llama_model_default_params())
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    encoded = text.encode()
+    ids = (llama_cpp.llama_token * (len(encoded) + 2))()
+    n = llama_cpp.llama_tokenize(vocab, encoded, len(encoded), ids, len(ids), True, False)
+    if n < 2 * n_ctx:
+        sys.exit(f"the importance matrix's text has {n} tokens, fewer than {2 * n_ctx}")
+    chunks = min(chunks, n // n_ctx)
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = params.n_batch = chunks * n_ctx
+    params.n_seq_max = chunks
+    params.n_threads = params.n_threads_batch = os.cpu_count() or 1
+    params.cb_eval = callback
+    context = llama_cpp.llama_init_from_model(model, params)
+    batch = llama_cpp.llama_batch_init(chunks * n_ctx, 0, 1)
+    add_bos = llama_cpp.llama_vocab_get_add_bos(vocab)
+    for chunk in range(chunks):
+        for k in range(n_ctx):
+            i = chunk * n_ctx + k
+            batch.token[i] = llama_cpp.llama_vocab_bos(vocab) if add_bos and k == 0 else ids[i]
+            batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = k, 1, chunk, 1
+    batch.n_tokens = chunks * n_ctx
+    try:
+        if llama_cpp.llama_decode(context, batch) != 0:
+            sys.exit(f"llama.cpp could not evaluate {model_path} for its importance matrix")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(context)
+        llama_cpp.llama_model_free(model)
+    return {name: (sums[name] / counts[name]).astype(np.float32) for name in sums}
 
 
 def llama_cpp_reference(model_path, out_path, prompts, greedy_tokens=16, n_ctx=256,
