@@ -59,7 +59,7 @@ SLUICE_AVX2 inline float HorizontalAdd(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len) {
+SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len, const float* sinks) {
   const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int g = 0; g < groups; ++g) {
     float* row = scores + g * len;
@@ -69,7 +69,9 @@ SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len) {
       top = _mm256_max_ps(
           top, _mm256_blendv_ps(lowest, _mm256_maskload_ps(row + j, in), _mm256_castsi256_ps(in)));
     }
-    const __m256 max = _mm256_set1_ps(HorizontalMax(top));
+    const float largest =
+        sinks != nullptr ? std::max(HorizontalMax(top), sinks[g]) : HorizontalMax(top);
+    const __m256 max = _mm256_set1_ps(largest);
     __m256 total = _mm256_setzero_ps();
     for (int64_t j = 0; j < len; j += 8) {
       const __m256i in = FirstLanes8(len - j);
@@ -78,7 +80,8 @@ SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len) {
       _mm256_maskstore_ps(row + j, in, e);
       total = _mm256_add_ps(total, e);
     }
-    const __m256 inverse = _mm256_set1_ps(1.0f / HorizontalAdd(total));
+    const float sink = sinks != nullptr ? std::exp(sinks[g] - largest) : 0.0f;
+    const __m256 inverse = _mm256_set1_ps(1.0f / (HorizontalAdd(total) + sink));
     for (int64_t j = 0; j < len; j += 8) {
       const __m256i in = FirstLanes8(len - j);
       _mm256_maskstore_ps(row + j, in, _mm256_mul_ps(_mm256_maskload_ps(row + j, in), inverse));
@@ -257,7 +260,8 @@ constexpr int kPvVectors[4] = {4, 4, 3, 2};
 // ran at 2.8 GB/s of bf16 cache on one thread.)
 template <class T>
 SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                 int64_t d, float scale, float* out, float* scratch) {
+                                 int64_t d, float scale, float* out, float* scratch,
+                                 const float* sinks) {
   for (int64_t j0 = 0; j0 < len; j0 += 8) {
     const int64_t count = std::min<int64_t>(8, len - j0);
     for (int g0 = 0; g0 < groups; g0 += 4) {
@@ -265,7 +269,7 @@ SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T
       kScores8<T>[gs - 1](q + g0 * d, k + j0 * d, count, d, scale, scratch + g0 * len + j0, len);
     }
   }
-  SoftmaxRows(scratch, groups, len);
+  SoftmaxRows(scratch, groups, len, sinks);
   for (int g0 = 0; g0 < groups; g0 += 4) {
     const int gs = std::min(4, groups - g0);
     for (int64_t c0 = 0; c0 < d; c0 += 8 * kPvVectors[gs - 1]) {
@@ -375,9 +379,9 @@ template SLUICE_AVX2 void Matmul(const float*, int64_t, int64_t, const uint16_t*
 template SLUICE_AVX2 void Matmul(const float*, int64_t, int64_t, const int8_t*, const float*,
                                  int64_t, float*, int64_t, int64_t);
 template SLUICE_AVX2 void DecodeAttention(const float*, int, const float*, const float*, int64_t,
-                                          int64_t, float, float*, float*);
+                                          int64_t, float, float*, float*, const float*);
 template SLUICE_AVX2 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
-                                          int64_t, int64_t, float, float*, float*);
+                                          int64_t, int64_t, float, float*, float*, const float*);
 
 }  // namespace sluice::llm::kernels::avx2
 #endif  // SLUICE_X86

@@ -414,7 +414,8 @@ template <class T>
 SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
                                       const T* k, const T* v, int64_t first_len, int64_t d,
                                       float scale, float* out, int64_t out_stride, float* scratch,
-                                      const float* k_scales, const float* v_scales) {
+                                      const float* k_scales, const float* v_scales,
+                                      const float* sinks) {
   // scratch: the tile's scores ([rows][groups][kTile]), then the sums ([rows][groups][d]), the
   // tile's p.V sums ([groups][d]), the maxima and the totals ([rows][groups] each), a row's
   // rescaling factors ([groups]): the callers' rows x groups x len floats hold them, len being
@@ -428,6 +429,12 @@ SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows
   std::fill(sums, sums + pairs * d, 0.0f);
   std::fill(maxima, maxima + pairs, -std::numeric_limits<float>::infinity());
   std::fill(totals, totals + pairs, 0.0f);
+  if (sinks != nullptr) {  // Each row starts with its sink's term: e^(sink - sink), no value.
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+      maxima[pair] = sinks[pair % groups];
+      totals[pair] = 1.0f;
+    }
+  }
   const int64_t len = first_len + rows - 1;
   for (int64_t t0 = 0; t0 < len; t0 += kTile) {
     const int64_t t1 = std::min(len, t0 + kTile);
@@ -483,16 +490,17 @@ template <class T>
 SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
                                        const T* k, const T* v, int64_t len, int64_t d, float scale,
                                        float* out, int64_t out_stride, float* scratch,
-                                       const float* k_scales, const float* v_scales) {
+                                       const float* k_scales, const float* v_scales,
+                                       const float* sinks) {
   const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   if (first_len > kTiledFrom) {
     return TiledAttentionRows(q, q_stride, rows, groups, k, v, first_len, d, scale, out, out_stride,
-                              scratch, k_scales, v_scales);
+                              scratch, k_scales, v_scales, sinks);
   }
   if (len > kTiledFrom) {  // The rows on either side of the bound, each alone.
     for (int r = 0; r < rows; ++r) {
       DecodeAttentionRows(q + r * q_stride, 0, 1, groups, k, v, first_len + r, d, scale,
-                          out + r * out_stride, 0, scratch, k_scales, v_scales);
+                          out + r * out_stride, 0, scratch, k_scales, v_scales, sinks);
     }
     return;
   }
@@ -502,14 +510,16 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
          });
   for (int r = 0; r < rows; ++r) {
     SoftmaxPv(groups, v, first_len + r, d, out + r * out_stride, scratch + r * groups * len,
-              v_scales);
+              v_scales, sinks);
   }
 }
 
 template <class T>
 SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                   int64_t d, float scale, float* out, float* scratch) {
-  DecodeAttentionRows(q, 0, 1, groups, k, v, len, d, scale, out, 0, scratch);
+                                   int64_t d, float scale, float* out, float* scratch,
+                                   const float* sinks) {
+  DecodeAttentionRows(q, 0, 1, groups, k, v, len, d, scale, out, 0, scratch, nullptr, nullptr,
+                      sinks);
 }
 
 // The rest of an attention once its scores are in scratch (`groups` rows of len): each row's
@@ -517,10 +527,15 @@ SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const
 // pass over v.
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch, const float* v_scales) {
+                             float* scratch, const float* v_scales, const float* sinks) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
-    const __m512 inverse = _mm512_set1_ps(1.0f / ExpLessMax(row, len, RowMax(row, len)));
+    float max = RowMax(row, len), sink = 0;
+    if (sinks != nullptr) {
+      max = std::max(max, sinks[g]);
+      sink = std::exp(sinks[g] - max);
+    }
+    const __m512 inverse = _mm512_set1_ps(1.0f / (ExpLessMax(row, len, max) + sink));
     for (int64_t j = 0; j < len; j += 16) {
       const __mmask16 lanes = FirstLanes(len - j);
       _mm512_mask_storeu_ps(row + j, lanes,
@@ -535,20 +550,23 @@ template SLUICE_AVX512 void Matmul(const MatmulInput&, const uint16_t*, const fl
 template SLUICE_AVX512 void Matmul(const MatmulInput&, const int8_t*, const float*, int64_t, float*,
                                    int64_t, int64_t);
 template SLUICE_AVX512 void DecodeAttention(const float*, int, const float*, const float*, int64_t,
-                                            int64_t, float, float*, float*);
+                                            int64_t, float, float*, float*, const float*);
 template SLUICE_AVX512 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
-                                            int64_t, int64_t, float, float*, float*);
+                                            int64_t, int64_t, float, float*, float*, const float*);
 template SLUICE_AVX512 void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*,
-                                      const float*);
+                                      const float*, const float*);
 template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const float*,
                                                 const float*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*);
+                                                int64_t, float*, const float*, const float*,
+                                                const float*);
 template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const uint16_t*,
                                                 const uint16_t*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*);
+                                                int64_t, float*, const float*, const float*,
+                                                const float*);
 template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const int8_t*,
                                                 const int8_t*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*);
+                                                int64_t, float*, const float*, const float*,
+                                                const float*);
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -224,10 +224,11 @@ namespace {
 
 template <class T>
 void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
-                       float scale, float* out, float* scratch) {
+                       float scale, float* out, float* scratch, const float* sinks) {
 #ifdef SLUICE_X86
   if constexpr (std::is_same_v<T, uint16_t>) {
-    if (Active() >= KernelIsa::kAmx && d % 32 == 0 && d <= 128 && groups <= 16) {
+    if (Active() >= KernelIsa::kAmx && d % 32 == 0 && d <= 128 && groups <= 16 &&
+        sinks == nullptr) {
       if (groups <= 4 && d <= 64) {
         return amx::FusedDecodeAttention(q, groups, k, v, len, d, scale, out);
       }
@@ -235,28 +236,28 @@ void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64
     }
   }
   if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
-    return avx512::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+    return avx512::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch, sinks);
   }
   if (Active() >= KernelIsa::kAvx2 && d % 8 == 0) {
-    return avx2::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+    return avx2::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch, sinks);
   }
 #endif
-  portable::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
+  portable::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch, sinks);
 }
 
 template <class T>
 void DecodeAttentionRowsOn(const float* q, int64_t q_stride, int rows, int groups, const T* k,
                            const T* v, int64_t len, int64_t d, float scale, float* out,
-                           int64_t out_stride, float* scratch) {
+                           int64_t out_stride, float* scratch, const float* sinks) {
 #ifdef SLUICE_X86
   if (Active() == KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
     return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
-                                       out_stride, scratch);
+                                       out_stride, scratch, nullptr, nullptr, sinks);
   }
 #endif
   for (int r = 0; r < rows; ++r) {
     DecodeAttentionOn(q + r * q_stride, groups, k, v, len - (rows - 1) + r, d, scale,
-                      out + r * out_stride, scratch);
+                      out + r * out_stride, scratch, sinks);
   }
 }
 
@@ -264,14 +265,16 @@ void DecodeAttentionRowsOn(const float* q, int64_t q_stride, int rows, int group
 
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const float* k,
                          const float* v, int64_t len, int64_t d, float scale, float* out,
-                         int64_t out_stride, float* scratch) {
-  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch);
+                         int64_t out_stride, float* scratch, const float* sinks) {
+  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch,
+                        sinks);
 }
 
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const uint16_t* k,
                          const uint16_t* v, int64_t len, int64_t d, float scale, float* out,
-                         int64_t out_stride, float* scratch) {
-  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch);
+                         int64_t out_stride, float* scratch, const float* sinks) {
+  DecodeAttentionRowsOn(q, q_stride, rows, groups, k, v, len, d, scale, out, out_stride, scratch,
+                        sinks);
 }
 
 void QuantizeKvRow(const float* x, int64_t n, int8_t* q, float* scales) {
@@ -283,11 +286,12 @@ void QuantizeKvRow(const float* x, int64_t n, int8_t* q, float* scales) {
 
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const int8_t* k,
                          const float* k_scales, const int8_t* v, const float* v_scales, int64_t len,
-                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch) {
+                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch,
+                         const float* sinks) {
 #ifdef SLUICE_X86
   if (Active() >= KernelIsa::kAvx512Bf16 && d % 32 == 0 && d <= 256) {
     return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
-                                       out_stride, scratch, k_scales, v_scales);
+                                       out_stride, scratch, k_scales, v_scales, sinks);
   }
 #endif
   // Widened into fp32 rows, then the fp32 path.
@@ -299,17 +303,17 @@ void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
     values[static_cast<size_t>(e)] = static_cast<float>(v[e]) * v_scales[e / 32];
   }
   DecodeAttentionRowsOn(q, q_stride, rows, groups, keys.data(), values.data(), len, d, scale, out,
-                        out_stride, scratch);
+                        out_stride, scratch, sinks);
 }
 
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
-                     int64_t d, float scale, float* out, float* scratch) {
-  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch);
+                     int64_t d, float scale, float* out, float* scratch, const float* sinks) {
+  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch, sinks);
 }
 
 void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
-                     int64_t d, float scale, float* out, float* scratch) {
-  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch);
+                     int64_t d, float scale, float* out, float* scratch, const float* sinks) {
+  DecodeAttentionOn(q, groups, k, v, len, d, scale, out, scratch, sinks);
 }
 
 void ToBf16(const float* x, int64_t n, uint16_t* out) {

@@ -65,12 +65,13 @@ namespace portable {
 template <class T>
 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scales, int64_t n,
             float* y, int64_t n_begin, int64_t n_end);
-// T: float or uint16_t (bf16 bits).
+// T: float or uint16_t (bf16 bits). sinks: as kernels.h's DecodeAttention.
 template <class T>
 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
-                     float scale, float* out, float* scratch);
-// Softmax of each of `groups` rows of `len` scores, in place.
-void SoftmaxRows(float* scores, int groups, int64_t len);
+                     float scale, float* out, float* scratch, const float* sinks = nullptr);
+// Softmax of each of `groups` rows of `len` scores, in place; with sinks, row g's denominator
+// has e^(sinks[g]) too.
+void SoftmaxRows(float* scores, int groups, int64_t len, const float* sinks = nullptr);
 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight, float eps,
              float* out);
 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
@@ -303,9 +304,10 @@ SLUICE_AVX2 void Matmul(const float* x, int64_t m, int64_t k, const T* w, const 
                         int64_t n, float* y, int64_t n_begin, int64_t n_end);
 template <class T>
 SLUICE_AVX2 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                 int64_t d, float scale, float* out, float* scratch);
+                                 int64_t d, float scale, float* out, float* scratch,
+                                 const float* sinks = nullptr);
 // As portable's, eight lanes at a time (e^x by a polynomial, as avx512's).
-SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len);
+SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len, const float* sinks = nullptr);
 SLUICE_AVX2 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
                          float eps, float* out);
 SLUICE_AVX2 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, float* out);
@@ -320,7 +322,8 @@ SLUICE_AVX512 void Matmul(const MatmulInput& x, const T* w, const float* scales,
 SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out);
 template <class T>
 SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                   int64_t d, float scale, float* out, float* scratch);
+                                   int64_t d, float scale, float* out, float* scratch,
+                                   const float* sinks = nullptr);
 // T int8_t: a q8_0 cache, each 32 values of k (v) times their scale in k_scales (v_scales),
 // indexed by the element's offset / 32.
 template <class T>
@@ -328,11 +331,14 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
                                        const T* k, const T* v, int64_t len, int64_t d, float scale,
                                        float* out, int64_t out_stride, float* scratch,
                                        const float* k_scales = nullptr,
-                                       const float* v_scales = nullptr);
-// softmax of the scores in `scratch`, then out[g] = sum_j p[g, j] v[j].
+                                       const float* v_scales = nullptr,
+                                       const float* sinks = nullptr);
+// softmax of the scores in `scratch` (with sinks: portable's SoftmaxRows'), then out[g] =
+// sum_j p[g, j] v[j].
 template <class T>
 SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch, const float* v_scales = nullptr);
+                             float* scratch, const float* v_scales = nullptr,
+                             const float* sinks = nullptr);
 SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n);
 SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
                            float eps, float* out);

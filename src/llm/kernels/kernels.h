@@ -114,14 +114,19 @@ void MatmulInt8(const MatmulInput& x, const int8_t* w, const float* scales, int6
 
 // Attention of `groups` queries (one KV head's query group, one new token each) over `len` cached
 // positions: out[g] = softmax(q[g] . k[j] * scale over j) . v. q: [groups, d]; k, v: [len, d] rows
-// of the cache; out: [groups, d]; scratch: at least groups * len floats.
+// of the cache; out: [groups, d]; scratch: at least groups * len floats. sinks: null, or one
+// logit per group that joins its softmax's denominator and adds no value (gpt-oss's attention
+// sinks: out[g] = sum_j e^(s_j) v[j] / (e^(sinks[g]) + sum_j e^(s_j))); the AMX paths take none,
+// so a call with sinks goes the AVX-512 path there.
 void DecodeAttention(const float* q, int groups, const float* k, const float* v, int64_t len,
-                     int64_t d, float scale, float* out, float* scratch);
+                     int64_t d, float scale, float* out, float* scratch,
+                     const float* sinks = nullptr);
 // As above over a cache held in bf16 (bits): half the bytes to read. On the AMX path (d a
 // multiple of 32 up to 128, up to 16 groups) the scores are tile products of the cached keys and
 // the queries rounded to bf16.
 void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16_t* v, int64_t len,
-                     int64_t d, float scale, float* out, float* scratch);
+                     int64_t d, float scale, float* out, float* scratch,
+                     const float* sinks = nullptr);
 // As DecodeAttention for `rows` consecutive tokens of one sequence: row r's queries at q + r
 // q_stride attend the first len - rows + 1 + r positions (the last row all len), its result at
 // out + r out_stride; scratch: at least rows * groups * len floats. Each row gets the bits
@@ -130,10 +135,10 @@ void DecodeAttention(const float* q, int groups, const uint16_t* k, const uint16
 // tiles (avx512.cc's TiledAttentionRows).
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const float* k,
                          const float* v, int64_t len, int64_t d, float scale, float* out,
-                         int64_t out_stride, float* scratch);
+                         int64_t out_stride, float* scratch, const float* sinks = nullptr);
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const uint16_t* k,
                          const uint16_t* v, int64_t len, int64_t d, float scale, float* out,
-                         int64_t out_stride, float* scratch);
+                         int64_t out_stride, float* scratch, const float* sinks = nullptr);
 // A KV cache in q8_0 (half a bf16 cache's bytes, as llama.cpp's -ctk q8_0 -ctv q8_0): each 32
 // values of a cached row as int8 with one fp32 scale, d = max |x| / 127 and q = round(x / d)
 // (llama.cpp keeps d in fp16). QuantizeKvRow writes n values (a multiple of 32) of one row:
@@ -145,7 +150,8 @@ void QuantizeKvRow(const float* x, int64_t n, int8_t* q, float* scales);
 // elsewhere the rows are widened into a buffer first.
 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups, const int8_t* k,
                          const float* k_scales, const int8_t* v, const float* v_scales, int64_t len,
-                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch);
+                         int64_t d, float scale, float* out, int64_t out_stride, float* scratch,
+                         const float* sinks = nullptr);
 // x rounded to bf16 bits, to nearest even (AVX-512 BF16's instruction where the path has it,
 // which also flushes denormals to zero).
 void ToBf16(const float* x, int64_t n, uint16_t* out);

@@ -386,6 +386,104 @@ TEST(DecodeAttention, RowsTogetherEqualEachRowAlone) {
   LimitKernelIsa(KernelIsa::kAmx);
 }
 
+// Attention sinks (gpt-oss's): one logit a query head that joins its softmax's denominator and
+// adds no value. On every path, over fp32, bf16 and q8_0 caches, rows together and alone (the AMX
+// paths take no sinks: their calls go AVX-512's), spans a tile at a time past 8,192 positions:
+// each result within 1e-5 of the double-precision formula, and a sink far below every score
+// changes nothing, one far above scales the result towards zero.
+TEST(DecodeAttention, SinksJoinTheSoftmaxOnEveryPath) {
+  for (KernelIsa isa : kEveryIsa) {
+    if (isa > BestKernelIsa()) continue;
+    LimitKernelIsa(isa);
+    for (int cache = 0; cache < 3; ++cache) {  // fp32, bf16, q8_0.
+      for (auto [rows, groups, len, d] :
+           {std::tuple{1, 4, 37, 64}, std::tuple{5, 2, 70, 64}, std::tuple{3, 3, 20, 32},
+            std::tuple{2, 8, 33, 128}, std::tuple{4, 2, 8300, 64}}) {
+        SCOPED_TRACE(::testing::Message() << KernelIsaName(isa) << " cache " << cache << " rows "
+                                          << rows << " groups " << groups << " len " << len);
+        std::mt19937 rng(static_cast<unsigned>(rows * 31 + groups * 7 + len));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        const int64_t q_stride = groups * d + 8, out_stride = groups * d;
+        std::vector<float> q(static_cast<size_t>(rows * q_stride)), k(static_cast<size_t>(len * d)),
+            v(k.size()), out(static_cast<size_t>(rows * out_stride)),
+            scratch(static_cast<size_t>(rows * groups * len));
+        for (auto* t : {&q, &k, &v}) {
+          for (float& x : *t) x = normal(rng);
+        }
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        std::vector<int8_t> kq(k.size()), vq(v.size());
+        std::vector<float> ks(k.size() / 32), vs(v.size() / 32);
+        // The values the kernel reads: k and v as the cache holds them.
+        if (cache == 1) {
+          ToBf16(k.data(), static_cast<int64_t>(k.size()), k16.data());
+          ToBf16(v.data(), static_cast<int64_t>(v.size()), v16.data());
+          for (size_t i = 0; i < k.size(); ++i) {
+            k[i] = Bf16ToFp32(k16[i]);
+            v[i] = Bf16ToFp32(v16[i]);
+          }
+        } else if (cache == 2) {
+          for (int64_t j = 0; j < len; ++j) {
+            QuantizeKvRow(k.data() + j * d, d, kq.data() + j * d, ks.data() + j * d / 32);
+            QuantizeKvRow(v.data() + j * d, d, vq.data() + j * d, vs.data() + j * d / 32);
+          }
+          for (size_t e = 0; e < k.size(); ++e) {
+            k[e] = static_cast<float>(kq[e]) * ks[e / 32];
+            v[e] = static_cast<float>(vq[e]) * vs[e / 32];
+          }
+        }
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        auto run = [&](const float* sinks, float* result) {
+          if (cache == 0) {
+            DecodeAttentionRows(q.data(), q_stride, rows, groups, k.data(), v.data(), len, d, scale,
+                                result, out_stride, scratch.data(), sinks);
+          } else if (cache == 1) {
+            DecodeAttentionRows(q.data(), q_stride, rows, groups, k16.data(), v16.data(), len, d,
+                                scale, result, out_stride, scratch.data(), sinks);
+          } else {
+            DecodeAttentionRows(q.data(), q_stride, rows, groups, kq.data(), ks.data(), vq.data(),
+                                vs.data(), len, d, scale, result, out_stride, scratch.data(),
+                                sinks);
+          }
+        };
+        std::vector<float> sinks(static_cast<size_t>(groups));
+        for (float& x : sinks) x = 2.0f * normal(rng);
+        run(sinks.data(), out.data());
+        for (int r = 0; r < rows; ++r) {
+          const int64_t row_len = len - (rows - 1) + r;
+          for (int g = 0; g < groups; ++g) {
+            std::vector<double> p(static_cast<size_t>(row_len));
+            double max = sinks[g];
+            for (int64_t j = 0; j < row_len; ++j) {
+              double dot = 0;
+              for (int c = 0; c < d; ++c) dot += double{q[r * q_stride + g * d + c]} * k[j * d + c];
+              max = std::max(max, p[j] = dot * scale);
+            }
+            double total = std::exp(sinks[g] - max);
+            for (double& x : p) total += x = std::exp(x - max);
+            for (int c = 0; c < d; ++c) {
+              double want = 0;
+              for (int64_t j = 0; j < row_len; ++j) want += p[j] / total * v[j * d + c];
+              ASSERT_NEAR(out[r * out_stride + g * d + c], want, 1e-5)
+                  << "row " << r << " group " << g;
+            }
+          }
+        }
+        if (cache == 0 && isa == KernelIsa::kPortable) {
+          // A sink far below the scores is no sink; one far above leaves almost nothing.
+          std::vector<float> none(out.size()), low(out.size()), high(out.size());
+          run(nullptr, none.data());
+          std::vector<float> lowest(sinks.size(), -1e4f), highest(sinks.size(), 60.0f);
+          run(lowest.data(), low.data());
+          run(highest.data(), high.data());
+          EXPECT_EQ(low, none);
+          for (float x : high) ASSERT_LT(std::abs(x), 1e-12f);
+        }
+      }
+    }
+  }
+  LimitKernelIsa(KernelIsa::kAmx);
+}
+
 // QuantizeKvRow: per 32 values, scale max |x| / 127 and q = round(x / scale), so each value
 // comes back within half a scale; a block of zeros has scale 0.
 TEST(Q8KvCache, RowsRoundTripWithinHalfAStep) {

@@ -39,12 +39,15 @@ void Matmul(const float* x, int64_t m, int64_t k, const T* w, const float* scale
   }
 }
 
-// Softmax of each of `groups` rows of `len` scores, in place.
-void SoftmaxRows(float* scores, int groups, int64_t len) {
+void SoftmaxRows(float* scores, int groups, int64_t len, const float* sinks) {
   for (int g = 0; g < groups; ++g) {
     float* row = scores + g * len;
-    const float max = *std::max_element(row, row + len);
+    float max = *std::max_element(row, row + len);
     float total = 0;
+    if (sinks != nullptr) {
+      max = std::max(max, sinks[g]);
+      total = std::exp(sinks[g] - max);
+    }
     for (int64_t j = 0; j < len; ++j) total += row[j] = std::exp(row[j] - max);
     const float inverse = 1.0f / total;
     for (int64_t j = 0; j < len; ++j) row[j] *= inverse;
@@ -53,7 +56,7 @@ void SoftmaxRows(float* scores, int groups, int64_t len) {
 
 template <class T>
 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len, int64_t d,
-                     float scale, float* out, float* scratch) {
+                     float scale, float* out, float* scratch, const float* sinks) {
   for (int64_t j = 0; j < len; ++j) {
     for (int g = 0; g < groups; ++g) {
       float dot = 0;
@@ -61,7 +64,7 @@ void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t
       scratch[g * len + j] = dot * scale;
     }
   }
-  SoftmaxRows(scratch, groups, len);
+  SoftmaxRows(scratch, groups, len, sinks);
   std::fill(out, out + groups * d, 0.0f);
   for (int64_t j = 0; j < len; ++j) {
     for (int g = 0; g < groups; ++g) {
@@ -111,8 +114,8 @@ template void Matmul(const float*, int64_t, int64_t, const uint16_t*, const floa
 template void Matmul(const float*, int64_t, int64_t, const int8_t*, const float*, int64_t, float*,
                      int64_t, int64_t);
 template void DecodeAttention(const float*, int, const float*, const float*, int64_t, int64_t,
-                              float, float*, float*);
+                              float, float*, float*, const float*);
 template void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*, int64_t, int64_t,
-                              float, float*, float*);
+                              float, float*, float*, const float*);
 
 }  // namespace sluice::llm::kernels::portable
