@@ -53,14 +53,18 @@ Everything goes to converted/ (apart from the model repository the server tests 
   hf_<moe>/, gguf_<moe>_f32/, gguf_<moe>_q4_k_m/, gguf_<moe>_mxfp4_moe/
                                     mixtures of experts: a tiny random Qwen3-MoE
                                     (Qwen3MoeForCausalLM: 8 experts of width 256, 2 used a token,
-                                    norm_topk_prob, as Qwen3-30B-A3B routes) and Mixtral
-                                    (MixtralForCausalLM: 4 experts, 2 used), with tiny_llm's
-                                    byte-level BPE vocabulary, converted by llama.cpp's converter
-                                    (its pre-tokenizer check answered "qwen2" and "smollm") and
-                                    quantised to Q4_K_M and MXFP4_MOE (the experts MXFP4, as
-                                    gpt-oss's are; the rest Q8_0) by its quantiser, with
-                                    llama.cpp's logits (its KV cache in f32); the folders with
-                                    transformers' logits
+                                    norm_topk_prob, as Qwen3-30B-A3B routes), Mixtral
+                                    (MixtralForCausalLM: 4 experts, 2 used) and gpt-oss
+                                    (GptOssForCausalLM: 4 experts, 2 used, gpt-oss-20b's YaRN,
+                                    sinks, biases and clamped SwiGLU, windows of 8 on the even
+                                    layers), with tiny_llm's byte-level BPE vocabulary, converted
+                                    by llama.cpp's converter (its pre-tokenizer check answered
+                                    "qwen2", "smollm" and "gpt-4o") and quantised to Q4_K_M (not
+                                    gpt-oss) and MXFP4_MOE (the experts MXFP4, as gpt-oss's are;
+                                    the rest Q8_0) by its quantiser, with llama.cpp's logits (its
+                                    KV cache in f32) and, for gpt-oss's F32 file,
+                                    tokenizer_cases.jsonl (llama.cpp's ids for the tokenizer test
+                                    strings); the folders with transformers' logits
   hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
@@ -332,7 +336,7 @@ def write_family(models, out_dir, arch, seed):
         save_file(reference, os.path.join(folder, "reference.safetensors"))
 
 
-MOE_FAMILIES = ["qwen3moe", "mixtral"]
+MOE_FAMILIES = ["qwen3moe", "mixtral", "gpt_oss"]
 
 
 def write_moe(models, out_dir, family, seed):
@@ -357,6 +361,14 @@ def write_moe(models, out_dir, family, seed):
             **common, intermediate_size=768, moe_intermediate_size=256, num_experts=8,
             norm_topk_prob=True, head_dim=64, rope_theta=1000000.0)
         model_class, pre_tokenizer = transformers.Qwen3MoeForCausalLM, "qwen2"
+    elif family == "gpt_oss":
+        # gpt-oss-20b's block in small: its YaRN (factor 32 over 4,096, truncate false), sinks,
+        # biases, clamped SwiGLU and alternating windows (8 positions here, so that the prompts
+        # pass them); its vocabulary's pre-tokenizer (GPT-4o's) over tiny_llm's vocabulary.
+        common["max_position_embeddings"] = 131072
+        config = transformers.GptOssConfig(**common, intermediate_size=256, num_local_experts=4,
+                                           head_dim=64, sliding_window=8)
+        model_class, pre_tokenizer = transformers.GptOssForCausalLM, "gpt-4o"
     else:
         config = transformers.MixtralConfig(**common, intermediate_size=256, num_local_experts=4,
                                             rope_theta=1000000.0, sliding_window=None)
@@ -366,9 +378,14 @@ def write_moe(models, out_dir, family, seed):
     with torch.no_grad():  # The experts' 3-D weights too; norms away from 1.
         for name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
-                parameter.normal_(0, 0.08)
+                # gpt-oss's gates and ups large enough that its SwiGLU's clamp (7) bites.
+                parameter.normal_(0, 0.4 if name.endswith("gate_up_proj") else 0.08)
             elif "norm" in name:
                 parameter.uniform_(0.5, 1.5)
+            elif name.endswith("sinks"):  # gpt-oss's: near a window's total weight.
+                parameter.normal_(2.0, 1.0)
+            else:  # gpt-oss's biases.
+                parameter.normal_(0, 0.5)
     model.save_pretrained(hf)
     from safetensors.torch import save_file
     save_file(transformers_reference(model, AutoTokenizer.from_pretrained(hf), seed),
@@ -381,7 +398,8 @@ def write_moe(models, out_dir, family, seed):
     encoder_models.convert_with_pre_tokenizer(hf, f32, pre_tokenizer)
     llama_cpp_reference(f32, os.path.join(os.path.dirname(f32), "reference.safetensors"),
                         prompts, kv_f32=True)
-    for kind in ("q4_k_m", "mxfp4_moe"):  # MXFP4_MOE: the experts MXFP4, the rest Q8_0.
+    # MXFP4_MOE: the experts MXFP4, the rest Q8_0 (gpt-oss's released files' types).
+    for kind in ("mxfp4_moe",) if family == "gpt_oss" else ("q4_k_m", "mxfp4_moe"):
         quantized = os.path.join(out_dir, f"gguf_{family}_{kind}", "model.gguf")
         os.makedirs(os.path.dirname(quantized), exist_ok=True)
         quantize(f32, quantized, kind)
@@ -642,6 +660,10 @@ def main():
         moe = write_moe(args.out, out, family, seed=64 + i)
         print(f"{family}: transformers against llama.cpp, max |logit difference| / max |logit|: "
               f"{moe:.1e}")
+    # GPT-4o's pre-tokenizer (gpt-oss's files): llama.cpp's ids for the test strings.
+    gpt_oss = os.path.join(out, "gguf_gpt_oss_f32")
+    llama_cpp_cases(os.path.join(gpt_oss, "model.gguf"), strings[:2300],
+                    os.path.join(gpt_oss, "tokenizer_cases.jsonl"))
     write_low_bit(args.out, out)
     write_sharded(os.path.join(args.out, "tiny_llm"), os.path.join(out, "tiny_llm_sharded"))
     for i, arch in enumerate(FAMILIES):

@@ -32,8 +32,8 @@ namespace {
 std::vector<std::string> GgufModelDirs() {
   // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
   // whole and split in three parts.
-  // Mixtures of experts (qwen3moe, Mixtral's llama) from llama.cpp's converter, F32, Q4_K_M and
-  // MXFP4_MOE (the experts in MXFP4, gpt-oss's type; the rest Q8_0).
+  // Mixtures of experts (qwen3moe, Mixtral's llama, gpt-oss) from llama.cpp's converter, F32,
+  // Q4_K_M (not gpt-oss) and MXFP4_MOE (the experts in MXFP4, gpt-oss's type; the rest Q8_0).
   std::vector<std::string> dirs = {"gguf_smollm2_q4_1",
                                    "converted/gguf_spm_llama_f32",
                                    "converted/gguf_spm_llama_split",
@@ -42,7 +42,9 @@ std::vector<std::string> GgufModelDirs() {
                                    "converted/gguf_qwen3moe_mxfp4_moe",
                                    "converted/gguf_mixtral_f32",
                                    "converted/gguf_mixtral_q4_k_m",
-                                   "converted/gguf_mixtral_mxfp4_moe"};
+                                   "converted/gguf_mixtral_mxfp4_moe",
+                                   "converted/gguf_gpt_oss_f32",
+                                   "converted/gguf_gpt_oss_mxfp4_moe"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
@@ -135,7 +137,8 @@ Tolerance ToleranceFor(const std::string& path) {
       dir.find("_iq4") != std::string::npos || dir.find("_iq3") != std::string::npos ||
       dir.find("_iq2") != std::string::npos;
   if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
-  if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral")) {
+  if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral") ||
+      dir.starts_with("gguf_gpt_oss")) {
     return {0.1, 0.9, 0.0, 0.9};
   }
   return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.

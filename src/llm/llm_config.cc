@@ -28,7 +28,7 @@ Status Bad(const std::string& path, std::string_view key, std::string_view why) 
 // per layer type: its full_attention entry) or older checkpoints' rope_scaling; linear, llama3,
 // LongRoPE (longrope / su: Phi-3's short and long factors, the attention factor given or
 // sqrt(1 + ln(factor) / ln(original)) with factor = max_position_embeddings / original) or YaRN
-// (factor, original context, beta_fast / beta_slow, the attention factor given or
+// (factor, original context, beta_fast / beta_slow, truncate, the attention factor given or
 // 0.1 ln(factor) + 1).
 Status ParseRope(const JsonConfig& root, ModelArchitecture& arch) {
   auto theta = root.Number("rope_theta", 10000.0);
@@ -117,6 +117,9 @@ Status ParseRope(const JsonConfig& root, ModelArchitecture& arch) {
     }
     arch.rope_yarn_beta_fast = *fast;
     arch.rope_yarn_beta_slow = *slow;
+    auto truncate = scaling->Bool("truncate", true);
+    if (!truncate.ok()) return truncate.status();
+    arch.rope_yarn_truncate = *truncate;
     auto attention = scaling->Number(
         "attention_factor", arch.rope_factor > 1 ? 0.1 * std::log(arch.rope_factor) + 1 : 1.0);
     if (!attention.ok()) return attention.status();
@@ -314,14 +317,17 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   const YAML::Node llm = root["llm"];
   if (!llm) return config;
   if (!llm.IsMap()) return Bad(path, "llm", "must be a map");
-  static const std::set<std::string> kKeys = {
-      "precision",          "slots",          "context_length",
-      "max_step_tokens",    "prefill_chunk",  "speculative_tokens",
-      "speculative_ngram",  "threads",        "max_waiting",
-      "default_max_tokens", "model_file",     "prefix_caching",
-      "kv_block_size",      "kv_cache_bytes", "kv_cache_dtype",
-      "weights_cache",      "embedding",      "lora",
-      "kv_cache_disk",      "kv_cache_disk_bytes", "keep_alive"};
+  static const std::set<std::string> kKeys = {"precision",         "slots",
+                                              "context_length",    "max_step_tokens",
+                                              "prefill_chunk",     "speculative_tokens",
+                                              "speculative_ngram", "threads",
+                                              "max_waiting",       "default_max_tokens",
+                                              "model_file",        "prefix_caching",
+                                              "kv_block_size",     "kv_cache_bytes",
+                                              "kv_cache_dtype",    "weights_cache",
+                                              "embedding",         "lora",
+                                              "kv_cache_disk",     "kv_cache_disk_bytes",
+                                              "keep_alive"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();

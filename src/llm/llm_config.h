@@ -19,15 +19,16 @@ namespace sluice::llm {
 // and long ones beyond, and an attention factor), YaRN (Qwen2.5, DeepSeek: the low frequencies
 // interpolated, the high extrapolated, a linear ramp between, and an attention factor).
 enum class RopeScaling { kNone, kLinear, kLlama3, kLongRope, kYarn };
-// The feed-forward's gate: silu(gate) * up (SwiGLU), or gelu(gate) * up with GELU's tanh form
-// (GeGLU, gemma's).
-enum class GateActivation { kSilu, kGeluTanh };
+// The feed-forward's gate: silu(gate) * up (SwiGLU), gelu(gate) * up with GELU's tanh form
+// (GeGLU, gemma's), or gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
+// limit), out = (u + 1) g sigmoid(alpha g) (swiglu_alpha, swiglu_limit).
+enum class GateActivation { kSilu, kGeluTanh, kSwigluClamped };
 
 // A Llama-family decoder, as config.json or a GGUF file's metadata describes it. The families
 // differ in small ways, each a field here: one decoder serves them all.
 struct ModelArchitecture {
   // llama (Llama 2/3, SmolLM, TinyLlama, and Mistral, which llama.cpp stores as llama), qwen2,
-  // qwen3, qwen3moe, phi3, gemma3.
+  // qwen3, qwen3moe, phi3, gemma3, gpt-oss.
   std::string name = "llama";
   int vocab_size = 0;
   int hidden_size = 0;
@@ -50,9 +51,12 @@ struct ModelArchitecture {
   // sequence's cached keys and its new queries are rotated alike.
   std::vector<float> rope_short_factors, rope_long_factors;
   // kYarn: the rotations per original context at which the ramp from extrapolated (fast) to
-  // interpolated (slow) frequencies starts and ends.
+  // interpolated (slow) frequencies starts and ends, rounded out to whole dimension pairs
+  // (truncate: llama.cpp always, transformers unless rope_parameters.truncate is false, as
+  // gpt-oss's is).
   double rope_yarn_beta_fast = 32.0;
   double rope_yarn_beta_slow = 1.0;
+  bool rope_yarn_truncate = true;
   // kLongRope, kYarn: cos and sin are scaled by this (both queries and keys).
   double rope_attention_factor = 1.0;
   // Rotary pairs: (i, i + D/2) as transformers rotates (false), or (2i, 2i + 1) as llama.cpp
@@ -62,7 +66,11 @@ struct ModelArchitecture {
   // as llama.cpp stores it); empty: none.
   std::vector<float> rope_freq_factors;
   bool attention_bias = false;  // qwen2: biases on the q, k and v projections.
-  bool qk_norm = false;         // qwen3: RMSNorm of each query and key head before the rotation.
+  // gpt-oss: a bias on the attention's output projection, and each query head's sink: a learned
+  // logit that joins the head's softmax denominator and adds no value.
+  bool attention_out_bias = false;
+  bool attention_sinks = false;
+  bool qk_norm = false;  // qwen3: RMSNorm of each query and key head before the rotation.
   // gemma3: the embedding times sqrt(hidden_size); the attention's and the feed-forward's outputs
   // RMS-normed (post_attention_norm, post_ffw_norm) before each residual add; GeGLU.
   bool scale_embedding = false;
@@ -87,7 +95,10 @@ struct ModelArchitecture {
   int experts_used = 0;
   int expert_intermediate_size = 0;
   bool expert_weights_norm = true;
-  int bos_token_id = -1;  // -1: none.
+  // gpt-oss: biases on the router's logits and on each expert's gate, up and down projections.
+  bool expert_biases = false;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // GateActivation::kSwigluClamped.
+  int bos_token_id = -1;                            // -1: none.
   std::vector<int> eos_token_ids;
 };
 

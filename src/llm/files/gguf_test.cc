@@ -307,6 +307,36 @@ TEST_F(GgufTest, MixtureOfExpertsMetadata) {
   refused(shared, "moe_shared.gguf", "qwen3moe.expert_shared_count");
 }
 
+// gpt-oss: its file says the window, not the pattern (even layers windowed, as llama.cpp's graph
+// has it), nor its block's constants (sinks, biases, the clamped SwiGLU).
+TEST_F(GgufTest, GptOssBlock) {
+  Writer w = Llama("gpt-oss", 4);
+  w.U32("gpt-oss.expert_count", 4);
+  w.U32("gpt-oss.expert_used_count", 2);
+  w.U32("gpt-oss.attention.sliding_window", 128);
+  auto file = GgufFile::Open(WriteFile(w.Bytes(), "gpt_oss.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto arch = ArchitectureFromGguf(**file);
+  ASSERT_TRUE(arch.ok()) << arch.status().ToString();
+  EXPECT_EQ(arch->local_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(arch->sliding_window, 128);
+  EXPECT_EQ(arch->rope_theta_local, 0);
+  EXPECT_TRUE(arch->attention_sinks && arch->attention_bias && arch->attention_out_bias &&
+              arch->expert_biases && arch->expert_weights_norm);
+  EXPECT_EQ(arch->activation, GateActivation::kSwigluClamped);
+  EXPECT_DOUBLE_EQ(arch->swiglu_alpha, 1.702);
+  EXPECT_DOUBLE_EQ(arch->swiglu_limit, 7.0);
+  EXPECT_FALSE(arch->rope_interleaved);
+
+  Writer dense = Llama("gpt-oss", 2);  // No experts: not a gpt-oss file.
+  auto dense_file = GgufFile::Open(WriteFile(dense.Bytes(), "gpt_oss_dense.gguf"));
+  ASSERT_TRUE(dense_file.ok());
+  auto refused = ArchitectureFromGguf(**dense_file);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("gpt-oss.expert_count"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST_F(GgufTest, UnknownArchitectureAndInconsistentShapesAreRefused) {
   auto gemma = GgufFile::Open(WriteFile(Llama("gemma2").Bytes(), "gemma.gguf"));
   ASSERT_TRUE(gemma.ok());

@@ -163,15 +163,20 @@ void LlamaModel::BuildRope() {
   if (a.rope_scaling == RopeScaling::kYarn) {
     // Dimension pairs whose wavelength fits in the original context fewer than beta_slow times
     // are interpolated (divided by the factor), those fitting more than beta_fast times kept,
-    // with a linear ramp between (the correction range in whole pairs, as llama.cpp and
-    // transformers round it).
+    // with a linear ramp between (the correction range rounded out to whole pairs, as llama.cpp
+    // and transformers round it unless the config says truncate: false).
     const double d = a.head_dim, original = a.rope_original_max_positions;
     auto pair_of = [&](double rotations) {
       return d * std::log(original / (rotations * 2 * std::numbers::pi)) /
              (2 * std::log(a.rope_theta));
     };
-    const double low = std::max(0.0, std::floor(pair_of(a.rope_yarn_beta_fast)));
-    const double high = std::min(d - 1, std::ceil(pair_of(a.rope_yarn_beta_slow)));
+    double low = pair_of(a.rope_yarn_beta_fast), high = pair_of(a.rope_yarn_beta_slow);
+    if (a.rope_yarn_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(0.0, low);
+    high = std::min(d - 1, high);
     at::Tensor ramp = ((at::arange(half, at::kFloat) - low) / std::max(0.001, high - low))
                           .clamp(0, 1);  // 0: extrapolated, 1: interpolated.
     inv_freq = inv_freq / a.rope_factor * ramp + inv_freq * (1 - ramp);
@@ -420,6 +425,9 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
                                             : 1.0f / std::sqrt(static_cast<float>(d));
   const float* rows_in = qkv.data_ptr<float>();
   float* o = out.data_ptr<float>();
+  // gpt-oss's sinks: each KV head's query heads' logits, beside its queries.
+  const at::Tensor& sinks = weights_.layers[static_cast<size_t>(layer)].sinks;
+  const float* sink_logits = sinks.defined() ? sinks.data_ptr<float>() : nullptr;
   const auto task_count = static_cast<int64_t>(tasks.size());
   const int threads = static_cast<int>(std::min<int64_t>(threads_wanted, task_count));
   std::atomic<int64_t> next{0};
@@ -440,23 +448,24 @@ void LlamaModel::Attention(int layer, const at::Tensor& qkv,
       const float* q = rows_in + row * width + task.h * groups * d;
       float* result = o + row * a.heads * d + task.h * groups * d;
       const int rows = static_cast<int>(task.rows);
+      const float* task_sinks = sink_logits == nullptr ? nullptr : sink_logits + task.h * groups;
       if (cache_dtype_ == KvCacheDtype::kQ8_0) {
         // Element e's scale at e / 32 from the span's start; cache_row is a multiple of D.
         DecodeAttentionRows(
             q, width, rows, static_cast<int>(groups),
             reinterpret_cast<const int8_t*>(span.k) + cache_row, span.k_scales + cache_row / 32,
             reinterpret_cast<const int8_t*>(span.v) + cache_row, span.v_scales + cache_row / 32,
-            len, d, scale, result, a.heads * d, scratch.data());
+            len, d, scale, result, a.heads * d, scratch.data(), task_sinks);
       } else if (cache_dtype_ == KvCacheDtype::kBf16) {
         DecodeAttentionRows(q, width, rows, static_cast<int>(groups),
                             reinterpret_cast<const uint16_t*>(span.k) + cache_row,
                             reinterpret_cast<const uint16_t*>(span.v) + cache_row, len, d, scale,
-                            result, a.heads * d, scratch.data());
+                            result, a.heads * d, scratch.data(), task_sinks);
       } else {
         DecodeAttentionRows(q, width, rows, static_cast<int>(groups),
                             reinterpret_cast<const float*>(span.k) + cache_row,
                             reinterpret_cast<const float*>(span.v) + cache_row, len, d, scale,
-                            result, a.heads * d, scratch.data());
+                            result, a.heads * d, scratch.data(), task_sinks);
       }
     }
   }
@@ -686,8 +695,7 @@ Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<flo
       const float* gu = gate_up.data_ptr<float>();
       float* actp = act.data_ptr<float>();
       ForRows(total, [&](int64_t begin, int64_t end) {
-        GatedActivation(a.activation, gu + begin * 2 * inter, end - begin, inter,
-                        actp + begin * inter);
+        GatedActivation(a, gu + begin * 2 * inter, end - begin, inter, actp + begin * inter);
       });
       layer.down.Into(act, down.data_ptr<float>());
       if (!lora.empty()) ApplyLora(lora, l, LoraProduct::kDown, act, down);

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 
 #include "llm/files/safetensors.h"
+#include "llm/llm_config.h"
 #include "llm/precision_agreement.h"
 #include "llm/step_model.h"
 #include "llm/step_model_testing.h"
@@ -327,8 +330,8 @@ std::vector<std::string> TinyModelDirs() {
     dirs.push_back(std::string("converted/hf_") + family + "_sharded");
 #endif
   }
-  // Mixtures of experts (model_type qwen3_moe and mixtral), whole.
-  for (const char* family : {"qwen3moe", "mixtral"}) {
+  // Mixtures of experts (model_type qwen3_moe, mixtral and gpt_oss), whole.
+  for (const char* family : {"qwen3moe", "mixtral", "gpt_oss"}) {
     dirs.push_back(std::string("converted/hf_") + family);
   }
   return dirs;
@@ -356,6 +359,40 @@ TEST(LlamaModelLoadTest, AShardedCheckpointsMissingPartIsNamed) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("model-00003-of-00011.safetensors"), std::string::npos)
       << missing.status().ToString();
+  fs::remove_all(dir);
+}
+
+// The released gpt-oss checkpoints keep their experts as MXFP4 blocks in safetensors
+// (quantization_config mxfp4): refused naming the key and the way to serve them (the GGUF file
+// llama.cpp's converter writes); and transformers' YaRN without truncation is read as such (the
+// folder's logits against transformers' are LlamaModelTest's).
+TEST(LlamaModelLoadTest, GptOssQuantizedCheckpointsAreNamed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sluice_gpt_oss_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(ModelDir("converted/hf_gpt_oss"), dir);
+  auto arch = ParseArchitecture((dir / "config.json").string());
+  ASSERT_TRUE(arch.ok()) << arch.status().ToString();
+  EXPECT_FALSE(arch->rope_yarn_truncate);
+  EXPECT_EQ(arch->rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(arch->local_layers, (std::vector<bool>{true, false}));
+  std::string config;
+  {
+    std::ifstream in(dir / "config.json");
+    config.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t brace = config.rfind('}');
+  ASSERT_NE(brace, std::string::npos);
+  config.insert(brace, R"(, "quantization_config": {"quant_method": "mxfp4"})");
+  std::ofstream(dir / "config.json") << config;
+  ModelLoadOptions options;
+  options.dir = dir.string();
+  options.serve.context_length = 256;
+  auto model = LoadLlamaModel(options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("'quantization_config' is 'mxfp4'"), std::string::npos)
+      << model.status().ToString();
+  EXPECT_NE(model.status().message().find("convert_hf_to_gguf.py"), std::string::npos);
   fs::remove_all(dir);
 }
 

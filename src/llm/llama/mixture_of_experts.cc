@@ -23,6 +23,7 @@ void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, 
   at::Tensor logits = Buffer(8, rows, experts);
   {
     const float* rp = layer.router.data_ptr<float>();
+    const float* bias = layer.router_bias.defined() ? layer.router_bias.data_ptr<float>() : nullptr;
     const float* xp = normed.data_ptr<float>();
     float* out_logits = logits.data_ptr<float>();
     ForRows(rows, [&](int64_t begin, int64_t end) {
@@ -32,7 +33,7 @@ void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, 
           const float* x = xp + r * hidden;
           float sum = 0;
           for (int64_t c = 0; c < hidden; ++c) sum += w[c] * x[c];
-          out_logits[r * experts + e] = sum;
+          out_logits[r * experts + e] = bias != nullptr ? sum + bias[e] : sum;
         }
       }
     });
@@ -76,7 +77,7 @@ void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, 
     at::Tensor gate_up = Buffer(10, count, 2 * width);
     expert.gate_up.Into(x, gate_up.data_ptr<float>());
     at::Tensor act = Buffer(11, count, width);
-    GatedActivation(a.activation, gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
+    GatedActivation(a, gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
     at::Tensor y = Buffer(12, count, hidden);
     expert.down.Into(act, y.data_ptr<float>());
     const float* yp = y.data_ptr<float>();

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "llm/kernels/kernels.h"
@@ -28,15 +29,36 @@ void ForRows(int64_t rows, const Fn& fn) {
   }
 }
 
-// The gate of a gated feed-forward: GeGLU (gemma's) or SwiGLU, over `rows` rows of gate_up
-// ([rows, 2 inter]) into out ([rows, inter]).
-inline void GatedActivation(GateActivation activation, const float* gate_up, int64_t rows,
-                            int64_t inter, float* out) {
-  if (activation == GateActivation::kGeluTanh) {
-    GeGlu(gate_up, rows, inter, out);
-  } else {
-    SwiGlu(gate_up, rows, inter, out);
+// gpt-oss's clamped SwiGLU (GateActivation::kSwigluClamped) in fp32, as transformers computes
+// it: g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) g sigmoid(alpha g).
+inline void ClampedSwiGlu(const float* gate_up, int64_t rows, int64_t inter, float alpha,
+                          float limit, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * inter;
+    const float* up = gate + inter;
+    for (int64_t c = 0; c < inter; ++c) {
+      const float g = std::min(gate[c], limit);
+      const float u = std::clamp(up[c], -limit, limit);
+      out[r * inter + c] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+    }
   }
+}
+
+// The gate of a gated feed-forward (arch.activation): GeGLU (gemma's), SwiGLU, or gpt-oss's
+// clamped SwiGLU, over `rows` rows of gate_up ([rows, 2 inter]: the gate, then up) into out
+// ([rows, inter]).
+inline void GatedActivation(const ModelArchitecture& arch, const float* gate_up, int64_t rows,
+                            int64_t inter, float* out) {
+  switch (arch.activation) {
+    case GateActivation::kGeluTanh:
+      return GeGlu(gate_up, rows, inter, out);
+    case GateActivation::kSwigluClamped:
+      return ClampedSwiGlu(gate_up, rows, inter, static_cast<float>(arch.swiglu_alpha),
+                           static_cast<float>(arch.swiglu_limit), out);
+    case GateActivation::kSilu:
+      break;
+  }
+  SwiGlu(gate_up, rows, inter, out);
 }
 
 }  // namespace sluice::llm::llama

@@ -198,7 +198,41 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
       layer.router = router->to(at::kFloat).contiguous();
       out->bytes += layer.router.nbytes();
       layer.experts.resize(static_cast<size_t>(a.experts));
-      for (int e = 0; e < a.experts; ++e) {
+      if (a.expert_biases) {
+        auto bias = get(name_of(names.router_bias, i), {a.experts});
+        if (!bias.ok()) return bias.status();
+        layer.router_bias = bias->contiguous();
+        out->bytes += layer.router_bias.nbytes();
+      }
+      if (!names.expert_gate_up.empty()) {
+        // All experts in two tensors as x W multiplies them (gpt-oss's): [experts, hidden, 2 I]
+        // with the gate's and up's columns interleaved, and [experts, I, hidden].
+        auto gate_up_all = get(name_of(names.expert_gate_up, i), {a.experts, hidden, 2 * width});
+        auto down_all = get(name_of(names.expert_down, i), {a.experts, width, hidden});
+        if (!gate_up_all.ok()) return gate_up_all.status();
+        if (!down_all.ok()) return down_all.status();
+        Result<at::Tensor> gate_up_bias = at::Tensor(), down_bias = at::Tensor();
+        if (a.expert_biases) {
+          gate_up_bias = get(name_of(names.expert_gate_up_bias, i), {a.experts, 2 * width});
+          down_bias = get(name_of(names.expert_down_bias, i), {a.experts, hidden});
+          if (!gate_up_bias.ok()) return gate_up_bias.status();
+          if (!down_bias.ok()) return down_bias.status();
+        }
+        for (int e = 0; e < a.experts; ++e) {
+          const at::Tensor w = (*gate_up_all)[e].t();  // [2 I, hidden], gate and up interleaved.
+          Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+          expert.gate_up = linear({w.slice(0, 0, 2 * width, 2), w.slice(0, 1, 2 * width, 2)});
+          expert.down = linear({(*down_all)[e].t().contiguous()});
+          if (a.expert_biases) {
+            const at::Tensor b = (*gate_up_bias)[e];
+            expert.gate_up.bias =
+                at::cat({b.slice(0, 0, 2 * width, 2), b.slice(0, 1, 2 * width, 2)});
+            expert.down.bias = (*down_bias)[e].contiguous();
+            out->bytes += expert.gate_up.bias.nbytes() + expert.down.bias.nbytes();
+          }
+        }
+      }
+      for (int e = 0; e < a.experts && names.expert_gate_up.empty(); ++e) {
         auto expert_name = [&](const std::string& pattern) {
           return fmt::format(fmt::runtime(pattern), i, e);
         };
@@ -227,6 +261,18 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
       }
       layer.qkv.bias = at::cat({*qb, *kb, *vb}, 0);
       out->bytes += layer.qkv.bias.nbytes();
+    }
+    if (a.attention_out_bias) {
+      auto ob = get(name_of(names.o_bias, i), {hidden});
+      if (!ob.ok()) return ob.status();
+      layer.out.bias = ob->contiguous();
+      out->bytes += layer.out.bias.nbytes();
+    }
+    if (a.attention_sinks) {
+      auto sinks = get(name_of(names.sinks, i), {a.heads});
+      if (!sinks.ok()) return sinks.status();
+      layer.sinks = sinks->contiguous();
+      out->bytes += layer.sinks.nbytes();
     }
     if (a.qk_norm) {
       auto qn = norm(names.q_norm, i, d);
@@ -349,6 +395,21 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
     }
     layer->router = floats(**router).contiguous();
     out->bytes += layer->router.nbytes();
+    // gpt-oss's biases: the router's, and each expert's rows of [experts, rows] tensors.
+    std::vector<at::Tensor> biases;
+    if (a.expert_biases) {
+      auto router_bias = find(name_of(names.router_bias, layer_index), {count});
+      if (!router_bias.ok()) return router_bias.status();
+      layer->router_bias = floats(**router_bias);
+      out->bytes += layer->router_bias.nbytes();
+      for (auto [pattern, rows] :
+           {std::pair{&names.expert_gate_bias, width}, std::pair{&names.expert_up_bias, width},
+            std::pair{&names.expert_down_bias, hidden}}) {
+        auto bias = find(name_of(*pattern, layer_index), {count, rows});
+        if (!bias.ok()) return bias.status();
+        biases.push_back(floats(**bias));
+      }
+    }
     auto add = [&](Linear* result, const GgufTensor& tensor, int64_t e) {
       const int64_t rows = tensor.shape[1], columns = tensor.shape[2];
       const size_t stride = tensor.bytes / static_cast<size_t>(count);
@@ -367,6 +428,10 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       add(&expert.gate_up, **gate, e);
       add(&expert.gate_up, **up, e);
       add(&expert.down, **down, e);
+      if (!biases.empty()) {
+        expert.gate_up.bias = at::cat({biases[0][e], biases[1][e]});
+        expert.down.bias = biases[2][e].contiguous();
+      }
       out->bytes += expert.gate_up.bytes() + expert.down.bytes();
     }
     return Status::Ok();
@@ -434,6 +499,17 @@ Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmP
       }
       layer.qkv.bias = at::cat({floats(**qb), floats(**kb), floats(**vb)}, 0);
       out->bytes += layer.qkv.bias.nbytes();
+    }
+    if (a.attention_out_bias) {
+      auto ob = find(name_of(names.o_bias, i), {hidden});
+      if (!ob.ok()) return ob.status();
+      layer.out.bias = floats(**ob);
+      out->bytes += layer.out.bias.nbytes();
+    }
+    if (a.attention_sinks) {
+      auto sinks = find(name_of(names.sinks, i), {a.heads});
+      if (!sinks.ok()) return sinks.status();
+      layer.sinks = norm(**sinks);
     }
     if (a.qk_norm) {
       auto qn = find(name_of(names.q_norm, i), {d});

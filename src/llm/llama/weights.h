@@ -25,12 +25,14 @@ struct Layer {
   at::Tensor q_norm, k_norm;                 // [D], fp32: qwen3 and gemma3.
   at::Tensor post_attn_norm, post_ffn_norm;  // [hidden], fp32: gemma3 (post_norms).
   Linear qkv;                                // q, k, v projections stacked: [(H + 2 KV) D, hidden].
-  Linear out;                                // [hidden, H D].
+  Linear out;                                // [hidden, H D] (+ gpt-oss's bias).
+  at::Tensor sinks;                          // [H], fp32: gpt-oss's attention sinks.
   Linear gate_up;                            // gate and up stacked: [2 I, hidden].
   Linear down;                               // [hidden, I].
   // A mixture of experts (arch.experts > 0) in place of gate_up and down: the router's fp32
-  // [experts, hidden], and each expert's gate and up stacked ([2 I_e, hidden]) and down.
-  at::Tensor router;
+  // [experts, hidden] (and gpt-oss's bias, [experts]), and each expert's gate and up stacked
+  // ([2 I_e, hidden]) and down, with their biases (gpt-oss's) as the Linears' own.
+  at::Tensor router, router_bias;
   struct Expert {
     Linear gate_up, down;
   };

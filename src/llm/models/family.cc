@@ -9,9 +9,9 @@
 namespace sluice::llm {
 
 const std::vector<const Family*>& Families() {
-  static const std::vector<const Family*> families = {&LlamaFamily(), &Qwen2Family(),
-                                                      &Qwen3Family(), &Qwen3MoeFamily(),
-                                                      &Phi3Family(),  &Gemma3Family()};
+  static const std::vector<const Family*> families = {
+      &LlamaFamily(), &Qwen2Family(),  &Qwen3Family(), &Qwen3MoeFamily(),
+      &Phi3Family(),  &Gemma3Family(), &GptOssFamily()};
   return families;
 }
 
@@ -67,6 +67,26 @@ void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch) {
   arch->sliding_window = window;
   arch->local_layers.assign(static_cast<size_t>(arch->layers), true);
   arch->rope_theta_local = 0;  // The global rotation.
+}
+
+Status ReadLayerTypes(const JsonConfig& config, ModelArchitecture* arch, bool* found) {
+  simdjson::dom::array types;
+  *found = config.object()["layer_types"].get(types) == simdjson::SUCCESS;
+  if (!*found) return Status::Ok();
+  if (types.size() != static_cast<size_t>(arch->layers)) {
+    return config.Bad("layer_types", fmt::format("must name {} layers", arch->layers));
+  }
+  arch->local_layers.assign(static_cast<size_t>(arch->layers), false);
+  size_t l = 0;
+  for (auto type : types) {
+    std::string_view name;
+    if (type.get(name) != simdjson::SUCCESS ||
+        (name != "sliding_attention" && name != "full_attention")) {
+      return config.Bad("layer_types", "holds sliding_attention or full_attention");
+    }
+    arch->local_layers[l++] = name == "sliding_attention";
+  }
+  return Status::Ok();
 }
 
 Status ReadGgufExperts(const GgufFile& file, const std::string& prefix, int default_width,

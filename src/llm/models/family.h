@@ -1,10 +1,10 @@
 // One file a model family (models/llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc, phi3.cc,
-// gemma3.cc), as llama.cpp keeps src/models/<arch>.cpp and vLLM model_executor/models/<arch>.py:
-// what the family is called in each format, its own hyper-parameters from config.json and from
-// GGUF metadata (the common ones are read before, by llm_config.cc and
-// files/gguf_architecture.cc), and where its tensors are in each format. The block's variations
-// land in ModelArchitecture as data; the step (llama/llama_model.cc) and the kernels are shared. A
-// new family is one file and one test. No torch here.
+// gemma3.cc, gpt_oss.cc), as llama.cpp keeps src/models/<arch>.cpp and vLLM
+// model_executor/models/<arch>.py: what the family is called in each format, its own
+// hyper-parameters from config.json and from GGUF metadata (the common ones are read before, by
+// llm_config.cc and files/gguf_architecture.cc), and where its tensors are in each format. The
+// block's variations land in ModelArchitecture as data; the step (llama/llama_model.cc) and the
+// kernels are shared. A new family is one file and one test. No torch here.
 #pragma once
 
 #include <string>
@@ -33,8 +33,16 @@ struct TensorNames {
   std::string gate, up, gate_up, down;
   // A mixture of experts: the router ([experts, hidden]) and the experts' projections, in GGUF
   // one 3-D tensor each ([experts, rows, columns]), in Hugging Face folders one tensor an expert
-  // (a second "{}" for the expert's index, after the layer's).
-  std::string router, expert_gate, expert_up, expert_down;
+  // (a second "{}" for the expert's index, after the layer's) or, where expert_gate_up is named
+  // (gpt-oss's), all experts in two 3-D tensors as x W multiplies them: expert_gate_up
+  // [experts, hidden, 2 I] with the gate's and up's columns interleaved (gate even, up odd) and
+  // expert_down [experts, I, hidden].
+  std::string router, expert_gate, expert_up, expert_down, expert_gate_up;
+  // gpt-oss's: the output projection's bias, the attention sinks ([heads]), the router's bias
+  // ([experts]) and the experts' biases (GGUF: [experts, rows] each; Hugging Face:
+  // expert_gate_up_bias [experts, 2 I] interleaved as its weight, expert_down_bias).
+  std::string o_bias, sinks, router_bias;
+  std::string expert_gate_bias, expert_up_bias, expert_gate_up_bias, expert_down_bias;
 };
 
 struct Family {
@@ -69,6 +77,7 @@ const Family& Qwen3Family();
 const Family& Qwen3MoeFamily();
 const Family& Phi3Family();
 const Family& Gemma3Family();
+const Family& GptOssFamily();
 
 // Shared by the families' readers: config.json's hidden_act (or `key`) is silu, else an error.
 Status RequireSilu(const JsonConfig& config, const char* key = "hidden_act");
@@ -90,5 +99,8 @@ Status Qwen3FromConfig(const JsonConfig& config, ModelArchitecture* arch);
 // A sliding window over every layer (Mistral's, Phi-3's), the same rotation as the other layers;
 // none when the window covers `max_positions`.
 void SetSlidingWindowEverywhere(int window, ModelArchitecture* arch);
+// config.json's layer_types ("sliding_attention" / "full_attention", one a layer) into
+// arch->local_layers; `*found` false when the key is absent (local_layers untouched).
+Status ReadLayerTypes(const JsonConfig& config, ModelArchitecture* arch, bool* found);
 
 }  // namespace sluice::llm

@@ -63,22 +63,9 @@ Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   if (*window == 0) return Status::Ok();
   arch->sliding_window = *window;
   arch->local_layers.assign(static_cast<size_t>(arch->layers), false);
-  simdjson::dom::array types;
-  if (config.object()["layer_types"].get(types) == simdjson::SUCCESS) {
-    if (types.size() != static_cast<size_t>(arch->layers)) {
-      return config.Bad("layer_types", fmt::format("must name {} layers", arch->layers));
-    }
-    size_t l = 0;
-    for (auto type : types) {
-      std::string_view name;
-      if (type.get(name) != simdjson::SUCCESS ||
-          (name != "sliding_attention" && name != "full_attention")) {
-        return config.Bad("layer_types", "holds sliding_attention or full_attention");
-      }
-      arch->local_layers[l++] = name == "sliding_attention";
-    }
-    return Status::Ok();
-  }
+  bool listed = false;
+  SLUICE_RETURN_IF_ERROR(ReadLayerTypes(config, arch, &listed));
+  if (listed) return Status::Ok();
   auto period = config.Int("sliding_window_pattern", 6);  // Layers 5, 11, ... global.
   if (!period.ok()) return period.status();
   for (int l = 0; l < arch->layers; ++l) {

@@ -109,6 +109,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("gguf_phi3_f32", size_t{2000}),
                       std::make_pair("converted/gguf_spm_llama_f32", size_t{2300}),
                       std::make_pair("converted/gguf_phi3_longrope_f32", size_t{2300}),
+                      // GPT-4o's pre-tokenizer (gpt-oss's files) over tiny_llm's vocabulary.
+                      std::make_pair("converted/gguf_gpt_oss_f32", size_t{2300}),
                       std::make_pair("converted/hf_spm_llama", size_t{2300}),
                       std::make_pair("converted/hf_spm_always", size_t{2300}),
                       std::make_pair("converted/hf_spm_legacy", size_t{2300}),
