@@ -57,7 +57,8 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     (MixtralForCausalLM: 4 experts, 2 used) and gpt-oss
                                     (GptOssForCausalLM: 4 experts, 2 used, gpt-oss-20b's YaRN,
                                     sinks, biases and clamped SwiGLU, windows of 8 on the even
-                                    layers), with tiny_llm's byte-level BPE vocabulary, converted
+                                    layers; harmony's markers added to its vocabulary as special
+                                    tokens), with tiny_llm's byte-level BPE vocabulary, converted
                                     by llama.cpp's converter (its pre-tokenizer check answered
                                     "qwen2", "smollm" and "gpt-4o") and quantised to Q4_K_M (not
                                     gpt-oss) and MXFP4_MOE (the experts MXFP4, as gpt-oss's are;
@@ -337,6 +338,8 @@ def write_family(models, out_dir, arch, seed):
 
 
 MOE_FAMILIES = ["qwen3moe", "mixtral", "gpt_oss"]
+HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                  "<|return|>", "<|call|>"]
 
 
 def write_moe(models, out_dir, family, seed):
@@ -352,6 +355,10 @@ def write_moe(models, out_dir, family, seed):
     if os.path.exists(hf):
         shutil.rmtree(hf)
     copy_tokenizer(os.path.join(models, "tiny_llm"), hf)
+    if family == "gpt_oss":  # Harmony's markers, special tokens as in gpt-oss's vocabulary.
+        tokenizer = AutoTokenizer.from_pretrained(hf)
+        tokenizer.add_special_tokens({"additional_special_tokens": HARMONY_TOKENS})
+        tokenizer.save_pretrained(hf)
     common = dict(vocab_size=len(AutoTokenizer.from_pretrained(hf)), hidden_size=256,
                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,

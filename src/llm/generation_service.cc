@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/json_writer.h"
+#include "llm/text/harmony.h"
 #include "llm/text/reasoning.h"
 #include "llm/text/stop_strings.h"
 #include "llm/text/tool_prompt.h"
@@ -29,6 +30,7 @@ struct ChoiceText {
   StopStringMatcher stops;
   std::optional<ReasoningSplitter> reasoning;  // A thinking template.
   std::optional<ToolCallParser> tool_parser;   // tool_choice auto.
+  std::optional<HarmonyParser> harmony;        // gpt-oss's format: reasoning and calls both.
   bool constrained_calls = false;              // required / a named function.
   std::string call_text;                       // Of a constrained reply: a JSON array of calls.
   int calls = 0;                               // Tool calls given so far.
@@ -38,6 +40,18 @@ struct ChoiceText {
 
   // `text` (the reply's next piece; `end`: its last) to content, reasoning and calls.
   void Feed(std::string text, bool end, ChoiceEvent& out) {
+    if (harmony) {
+      HarmonyParser::Pieces pieces = harmony->Add(text);
+      if (end) {
+        HarmonyParser::Pieces rest = harmony->Finish();
+        pieces.reasoning += rest.reasoning;
+        pieces.content += rest.content;
+        for (ToolCall& call : rest.calls) pieces.calls.push_back(std::move(call));
+      }
+      out.reasoning = std::move(pieces.reasoning);
+      text = std::move(pieces.content);
+      out.tool_calls = std::move(pieces.calls);
+    }
     if (reasoning) {
       ReasoningSplitter::Pieces pieces = reasoning->Add(text);
       if (end) {
@@ -155,7 +169,13 @@ class Run final : public Generation {
     if (event.logprobs) out.logprobs.push_back(*event.logprobs);
     FinishReason finish = event.finish;
     std::string text;
-    if (finish != FinishReason::kStop) text = choice.decoder.Push(event.token);  // Not EOS.
+    if (finish != FinishReason::kStop) {
+      text = choice.decoder.Push(event.token);  // Not EOS.
+    } else if (choice.harmony) {
+      // gpt-oss's end tokens close its last message: <|call|> makes it a call.
+      const std::string end = engine_->tokenizer().TokenBytes(event.token);
+      if (end == "<|call|>" || end == "<|return|>") text = choice.decoder.Push(event.token);
+    }
     if (finish != FinishReason::kNone) text += choice.decoder.Flush();
     StopStringMatcher::Released released = choice.stops.Add(text);
     if (released.stopped) {
@@ -333,6 +353,18 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
                    "tools"};
   }
   if (tools.choice == ToolOptions::Choice::kNone) return std::nullopt;
+  const bool harmony = IsHarmonyTemplate(chat_template->source());
+  if (harmony && tools.choice != ToolOptions::Choice::kAuto) {
+    return Refusal{Status::InvalidArgument(
+                       "'tool_choice' \"required\" or a named function is not supported for this "
+                       "model's chat format (harmony, gpt-oss's): use \"auto\""),
+                   "tool_choice"};
+  }
+  if (harmony && AnyStrict(tools)) {
+    return Refusal{Status::InvalidArgument("strict functions are not supported for this model's "
+                                           "chat format (harmony, gpt-oss's)"),
+                   "tools"};
+  }
   if (request.response_format.type != ResponseFormat::Type::kText) {
     return Refusal{Status::InvalidArgument("'response_format' cannot be combined with 'tools' "
                                            "unless 'tool_choice' is \"none\""),
@@ -546,14 +578,14 @@ Result<std::string> GenerationService::RenderChat(
 }
 
 Result<std::string> GenerationService::RenderRequest(const LlmEngine& engine,
-                                                    const GenerateRequest& request) {
+                                                     const GenerateRequest& request) {
   std::map<std::string, TemplateArgument> arguments = request.template_arguments;
   const ToolOptions& tools = request.tools;
   const ChatTemplate* chat_template = engine.chat_template();
   const bool tools_in_text = chat_template != nullptr && !chat_template->renders_tools();
-  const bool has_history = std::any_of(
-      request.messages.begin(), request.messages.end(),
-      [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+  const bool has_history =
+      std::any_of(request.messages.begin(), request.messages.end(),
+                  [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
   if (!tools_in_text || (tools.functions.empty() && !has_history)) {
     if (!tools.functions.empty()) arguments["tools"] = TemplateJson{tools.definitions};
     return RenderChat(engine, request.messages, /*add_generation_prompt=*/true, arguments);
@@ -563,10 +595,10 @@ Result<std::string> GenerationService::RenderRequest(const LlmEngine& engine,
   const std::string definitions =
       tools.functions.empty() || tools.choice == ToolOptions::Choice::kNone ? std::string()
                                                                             : tools.definitions;
-  auto rendered = RenderChat(
-      engine,
-      ToolsInConversation(request.messages, definitions, tools.parallel, ToolPreamblePlace::kSystem),
-      /*add_generation_prompt=*/true, arguments);
+  auto rendered = RenderChat(engine,
+                             ToolsInConversation(request.messages, definitions, tools.parallel,
+                                                 ToolPreamblePlace::kSystem),
+                             /*add_generation_prompt=*/true, arguments);
   if (rendered.ok()) return rendered;
   // A template that refuses a system role: the first user turn carries them.
   auto in_user = RenderChat(engine,
@@ -591,6 +623,15 @@ Result<PreparedPrompt> GenerationService::PreparePrompt(const LlmEngine& engine,
   if (auto refusal = CheckTools(engine, request, prepared.tool_format)) {
     return refuse(refusal->status, refusal->param);
   }
+  // gpt-oss's replies hold their answer in a channel after the reasoning: a grammar over the
+  // whole reply would refuse the format itself.
+  if (request.chat && engine.chat_template() != nullptr &&
+      IsHarmonyTemplate(engine.chat_template()->source()) &&
+      request.response_format.type != ResponseFormat::Type::kText) {
+    return refuse(Status::InvalidArgument("'response_format' other than text is not supported "
+                                          "for this model's chat format (harmony, gpt-oss's)"),
+                  "response_format");
+  }
   std::string prompt = request.prompt;
   if (request.chat) {
     auto rendered = RenderRequest(engine, request);
@@ -600,8 +641,8 @@ Result<PreparedPrompt> GenerationService::PreparePrompt(const LlmEngine& engine,
     }
     prompt = std::move(*rendered);
   }
-  prepared.opens_thinking = request.chat && engine.chat_template()->thinks() &&
-                            PromptOpensThinking(prompt);
+  prepared.opens_thinking =
+      request.chat && engine.chat_template()->thinks() && PromptOpensThinking(prompt);
   if (!request.prompt_tokens.empty()) {
     const int64_t vocab = engine.model().architecture().vocab_size;
     for (const int64_t id : request.prompt_tokens) {
@@ -649,16 +690,18 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   const bool constrained_calls = has_tools && (choice == ToolOptions::Choice::kRequired ||
                                                choice == ToolOptions::Choice::kFunction);
   // Llama 3's <|python_tag|> and Mistral's [TOOL_CALLS] are special tokens: kept in the text
-  // for the parser to find.
-  const bool skip_special = !parse_calls || format == ToolCallFormat::kHermes;
-  const bool thinks = request.chat && engine->chat_template()->thinks();
+  // for the parser to find; so are harmony's markers, which tell its reasoning from its answer.
+  const bool harmony = request.chat && IsHarmonyTemplate(engine->chat_template()->source());
+  const bool skip_special = !harmony && (!parse_calls || format == ToolCallFormat::kHermes);
+  const bool thinks = request.chat && engine->chat_template()->thinks() && !harmony;
   const bool opened = prepared->opens_thinking;
   run->choices.reserve(static_cast<size_t>(request.n));
   for (int i = 0; i < request.n; ++i) {
     ChoiceText& text = run->choices.emplace_back(engine->tokenizer(), skip_special, request.stop);
     // Each choice's reasoning apart from its answer, inside the block the prompt may have opened.
+    if (harmony) text.harmony.emplace(parse_calls);
     if (thinks) text.reasoning.emplace(opened);
-    if (parse_calls) text.tool_parser.emplace(format);
+    if (parse_calls && !harmony) text.tool_parser.emplace(format);
     text.constrained_calls = constrained_calls;
     if (has_tools && !request.tools.parallel) text.max_calls = 1;
     if (has_tools) text.id_format = ToolCallFormatOf(engine->chat_template()->source());

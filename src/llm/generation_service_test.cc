@@ -76,11 +76,12 @@ LlmLoadOverrides Overrides() {
   return overrides;
 }
 
-// An engine whose replies are `reply`, under `chat_template`.
-std::shared_ptr<LlmEngine> Scripted(const std::string& reply, const std::string& chat_template) {
-  auto shape = LoadStepModel(Dir(), Overrides());
+// An engine whose replies are `reply`, under `chat_template` (`dir`'s shapes and tokenizer).
+std::shared_ptr<LlmEngine> Scripted(const std::string& reply, const std::string& chat_template,
+                                    const std::string& dir = Dir()) {
+  auto shape = LoadStepModel(dir, Overrides());
   EXPECT_TRUE(shape.ok()) << shape.status().ToString();
-  auto tokenizer = Tokenizer::Load(Dir());
+  auto tokenizer = Tokenizer::Load(dir);
   EXPECT_TRUE(tokenizer.ok());
   auto parsed = ChatTemplate::Parse(chat_template);
   EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
@@ -472,6 +473,94 @@ TEST(GenerationServiceTest, AThinkingReplysJsonFollowsItsReasoning) {
   auto rendered = GenerationService::RenderChat(**service.Find(name), next.messages, true);
   ASSERT_TRUE(rendered.ok());
   EXPECT_NE(rendered->find("<think>It is winter.</think>Cold."), std::string::npos) << *rendered;
+}
+
+// gpt-oss's chat format (harmony; a template of its form, whose prompt leaves the tiny model's
+// 512 positions room: gpt-oss's own is harmony_test's): the analysis channel is
+// reasoning_content, a message to functions.NAME a tool call, the final channel the answer; what
+// harmony cannot take (a grammar over the whole reply) is refused naming the parameter.
+constexpr const char* kHarmonyTemplate =
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}<|start|>assistant to=functions."
+    "{{ message.tool_calls[0].function.name }}<|channel|>commentary json<|message|>"
+    "{{ message.tool_calls[0].function.arguments | tojson }}<|call|>"
+    "{%- else %}<|start|>{{ message.role }}<|message|>{{ message.content }}<|end|>{%- endif %}"
+    "{%- endfor %}{%- if tools %}<|start|>developer<|message|>{{ tools | tojson }}<|end|>"
+    "{%- endif %}{%- if add_generation_prompt %}<|start|>assistant{%- endif %}";
+
+TEST(GenerationServiceTest, HarmonyRepliesGiveReasoningCallsAndAnswer) {
+  GenerateRequest request = Chat("weather?");
+  request.max_tokens = 0;
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  {
+    GenerationService service(
+        {{"m", Scripted("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+                        "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                        "<|message|>{\"unit\": \"c\"}<|call|>",
+                        kHarmonyTemplate)}});
+    auto recorder = Generate(service, request);
+    ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+    const ChoiceEvent choice = recorder->Joined(0);
+    EXPECT_EQ(choice.reasoning, "Need the weather.");
+    EXPECT_EQ(choice.content, "");
+    ASSERT_EQ(choice.tool_calls.size(), 1u);
+    EXPECT_EQ(choice.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(choice.tool_calls[0].arguments, R"({"unit":"c"})");
+    EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+  }
+  GenerationService service(
+      {{"m", Scripted("<|channel|>analysis<|message|>Mild.<|end|><|start|>assistant"
+                      "<|channel|>final<|message|>It is 18 C.<|return|>",
+                      kHarmonyTemplate)}});
+  request.tools = {};
+  auto recorder = Generate(service, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  const ChoiceEvent answer = recorder->Joined(0);
+  EXPECT_EQ(answer.reasoning, "Mild.");
+  EXPECT_EQ(answer.content, "It is 18 C.");
+  EXPECT_TRUE(answer.tool_calls.empty());
+
+  request.tools = WeatherTool(ToolOptions::Choice::kRequired);
+  EXPECT_EQ(Generate(service, request)->rejected_param, "tool_choice");
+  request.tools = {};
+  request.response_format.type = ResponseFormat::Type::kJsonObject;
+  EXPECT_EQ(Generate(service, request)->rejected_param, "response_format");
+}
+
+// A harmony vocabulary (the tiny gpt-oss's, with harmony's markers as special tokens): the reply
+// ends at <|call|> or <|return|>, not at the <|end|> of its reasoning, though its file names
+// neither as its end of sequence; the text the script holds after them is never generated.
+TEST(GenerationServiceTest, HarmonyRepliesEndAtCallOrReturn) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted/hf_gpt_oss";
+  GenerateRequest request = Chat("weather?");
+  request.max_tokens = 100;
+  request.tools = WeatherTool(ToolOptions::Choice::kAuto);
+  const std::string call =
+      "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"unit\": \"f\"}<|call|>";
+  GenerationService calls({{"m", Scripted(call + "after the call", kHarmonyTemplate, dir)}});
+  auto recorder = Generate(calls, request);
+  ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+  const ChoiceEvent choice = recorder->Joined(0);
+  EXPECT_EQ(choice.reasoning, "Need it.");
+  ASSERT_EQ(choice.tool_calls.size(), 1u);
+  EXPECT_EQ(choice.tool_calls[0].arguments, R"({"unit":"f"})");
+  EXPECT_EQ(choice.content, "");
+  EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ(choice.completion_tokens,
+            static_cast<int>((*tokenizer)->Encode(call, /*add_special_tokens=*/false).size()));
+
+  request.tools = {};
+  GenerationService answers(
+      {{"m", Scripted("<|channel|>analysis<|message|>Mild.<|end|><|start|>assistant<|channel|>"
+                      "final<|message|>18 C.<|return|>after the answer",
+                      kHarmonyTemplate, dir)}});
+  const ChoiceEvent answer = Generate(answers, request)->Joined(0);
+  EXPECT_EQ(answer.reasoning, "Mild.");
+  EXPECT_EQ(answer.content, "18 C.");
+  EXPECT_EQ(answer.finish, FinishReason::kStop);
 }
 
 // A required call cut by the token limit (a small model repeating its call) gives the calls it

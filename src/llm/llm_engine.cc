@@ -47,10 +47,21 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
                             const LlmServeConfig& config) {
   SchedulerOptions options;
   options.eos_ids = model.architecture().eos_token_ids;
-  const int32_t eos = tokenizer.TokenId(tokenizer.eos_token());
-  if (eos >= 0 &&
-      std::find(options.eos_ids.begin(), options.eos_ids.end(), eos) == options.eos_ids.end()) {
-    options.eos_ids.push_back(eos);
+  auto add = [&](int32_t id) {
+    if (id >= 0 &&
+        std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) {
+      options.eos_ids.push_back(id);
+    }
+  };
+  add(tokenizer.TokenId(tokenizer.eos_token()));
+  // A harmony vocabulary (gpt-oss's): a reply ends at <|return|> (its answer) or <|call|> (a
+  // tool call), never at <|end|>, which ends its reasoning's message (as llama.cpp and vLLM
+  // treat these files; the GGUF converter names <|return|> alone).
+  const int32_t call = tokenizer.TokenId("<|call|>"), ret = tokenizer.TokenId("<|return|>");
+  if (call >= 0 && ret >= 0 && tokenizer.TokenId("<|channel|>") >= 0) {
+    add(call);
+    add(ret);
+    std::erase(options.eos_ids, tokenizer.TokenId("<|end|>"));
   }
   options.slots = model.slots();
   options.context_length = model.context_length();
@@ -554,11 +565,11 @@ void LlmEngine::Loop() {
       // alike (LongRoPE's factors by the prompt's length).
       const uint64_t adapter = seq->request.adapter != nullptr ? seq->request.adapter->id : 0;
       const uint64_t salt =
-          adapter ^ (model_->CacheSalt(static_cast<int>(seq->request.prompt.size())) *
-                     0x9e3779b97f4a7c15ull);
+          adapter ^
+          (model_->CacheSalt(static_cast<int>(seq->request.prompt.size())) * 0x9e3779b97f4a7c15ull);
       scheduler_.Add(ScheduledRequest{seq->id, seq->request.prompt, seq->request.max_tokens,
-                                      seq->request.ignore_eos, seq->request.shares_prompt_of,
-                                      salt, adapter});
+                                      seq->request.ignore_eos, seq->request.shares_prompt_of, salt,
+                                      adapter});
       sequences_.emplace(seq->id, std::move(seq));
     }
     int64_t ended = 0;

@@ -841,6 +841,7 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
     result->content_none_ = result->content_none_ || source.find(test) != std::string::npos;
   }
   result->renders_tools_ = source.find("tools") != std::string::npos;
+  result->reads_thinking_ = source.find("message.thinking") != std::string::npos;
   result->source_ = source;
   return result;
 }
@@ -861,6 +862,8 @@ Result<std::string> ChatTemplate::Render(
     if (!m.tool_call_id.empty()) message.emplace("tool_call_id", Value(m.tool_call_id));
     if (!m.reasoning_content.empty()) {
       message.emplace("reasoning_content", Value(m.reasoning_content));
+      // gpt-oss's template reads an assistant turn's analysis as message.thinking.
+      if (reads_thinking_) message.emplace("thinking", Value(m.reasoning_content));
     }
     if (!m.tool_calls.empty()) {
       // As transformers' templates expect them: arguments as an object where they parse as one.

@@ -31,7 +31,8 @@ struct ChatMessage {
   std::string tool_call_id;  // Role "tool": the call this message answers.
   std::vector<ToolCallRecord> tool_calls;  // Role "assistant": the calls it made.
   // Role "assistant": its reasoning, as a reply gave it back; the template sees
-  // message.reasoning_content when set and keeps or drops it as it was written to.
+  // message.reasoning_content (and message.thinking, where it reads that: gpt-oss's) when set and
+  // keeps or drops it as it was written to.
   std::string reasoning_content;
 };
 
@@ -70,7 +71,8 @@ class ChatTemplate {
   std::vector<std::unique_ptr<Node>> body_;
   bool thinks_ = false;
   bool renders_tools_ = false;
-  bool content_none_ = false;  // It tests a message's content against none.
+  bool content_none_ = false;    // It tests a message's content against none.
+  bool reads_thinking_ = false;  // It reads message.thinking (gpt-oss's): reasoning_content.
   std::string source_;
 };
 

@@ -336,6 +336,8 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
       return "deepseek";
     case ToolCallFormat::kJson:
       return "json";
+    case ToolCallFormat::kHarmony:
+      return "harmony";
     case ToolCallFormat::kUnknown:
       break;
   }
@@ -343,6 +345,10 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
 }
 
 ToolCallFormat ToolCallFormatOf(std::string_view source) {
+  if (source.find("<|channel|>") != std::string_view::npos &&
+      source.find("<|call|>") != std::string_view::npos) {
+    return ToolCallFormat::kHarmony;
+  }
   if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find(kMistralOpen) != std::string_view::npos) return ToolCallFormat::kMistral;
   if (source.find(kDeepSeekOpen) != std::string_view::npos) return ToolCallFormat::kDeepSeek;

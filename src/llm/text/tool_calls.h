@@ -32,7 +32,8 @@
 
 namespace sluice::llm {
 
-enum class ToolCallFormat { kUnknown, kHermes, kLlama3Json, kMistral, kDeepSeek, kJson };
+// kHarmony: gpt-oss's (text/harmony.h reads its replies, reasoning and calls together).
+enum class ToolCallFormat { kUnknown, kHermes, kLlama3Json, kMistral, kDeepSeek, kJson, kHarmony };
 std::string_view ToolCallFormatName(ToolCallFormat format);  // "hermes", "llama3_json", ...
 // The format `template_source` writes an assistant's tool calls in; kUnknown if none known.
 ToolCallFormat ToolCallFormatOf(std::string_view template_source);
