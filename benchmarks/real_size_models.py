@@ -22,6 +22,14 @@ weights decode noise: measure with fixed output lengths (ignore_eos).
                  heads of 128, 128 experts of 768 a layer, 8 used a token, vocab 151936,
                  untied; 5.6 B parameters, 0.76 B of them read a token (the output head 0.31 B,
                  the chosen experts 0.30 B); made only when --shapes names it (11 GB of F16)
+  gpt-oss-20b-x4 4 of gpt-oss-20b's 24 layers: hidden 2880, 64 / 8 heads of 64 with sinks, 32
+                 experts of 2880 a layer, 4 used a token, windows of 128 on every other layer,
+                 YaRN, vocab 201088, untied; 4.5 B parameters, 0.98 B of them read a token (the
+                 output head 0.58 B, the chosen experts 0.40 B). Written as gpt-oss's own files
+                 are made: a transformers GptOssForCausalLM (bf16) saved by save_pretrained and
+                 converted by llama.cpp's convert_hf_to_gguf.py (F16), for the mxfp4_moe type
+                 (its released files' types: the experts MXFP4, the rest Q8_0); only when
+                 --shapes names it (9 GB of F16)
 
 Files: OUT/<shape>_<type>/model.gguf (a directory `sluice serve --model-dir` takes), the F16
 source at OUT/<shape>_f16/model.gguf. Existing files are kept. Several GB each (the 3B shape's
@@ -54,6 +62,12 @@ SHAPES = {
     "llama-3.2-3b": ("llama", dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24,
                                    num_key_value_heads=8, intermediate_size=8192, head_dim=128,
                                    tie_word_embeddings=True), 128256),
+    "gpt-oss-20b-x4": ("gpt_oss", dict(hidden_size=2880, num_hidden_layers=4,
+                                       num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                                       intermediate_size=2880, num_local_experts=32,
+                                       num_experts_per_tok=4, sliding_window=128,
+                                       max_position_embeddings=131072,
+                                       tie_word_embeddings=False), 201088),
     "qwen3-30b-a3b-x8": ("qwen3moe", dict(hidden_size=2048, num_hidden_layers=8,
                                           num_attention_heads=32, num_key_value_heads=4,
                                           head_dim=128, intermediate_size=6144,
@@ -74,13 +88,15 @@ def tokenizer(tokenizer_dir):
     return json.load(open(path)), config.get("chat_template", "")
 
 
-def write_source(out_dir, shape, tokenizer_json, chat_template):
+def write_source(out_dir, shape, tokenizer_json, chat_template, tokenizer_dir):
     """The shape's F16 file: a random model of the real class, bf16 in memory."""
     path = os.path.join(out_dir, f"{shape}_f16", "model.gguf")
     if os.path.exists(path):
         return path
     arch, sizes, vocab = SHAPES[shape]
     start = time.time()
+    if arch == "gpt_oss":
+        return write_converted_source(path, sizes, vocab, tokenizer_dir, start)
     torch.set_default_dtype(torch.bfloat16)  # A 3B model's fp32 weights and copies would not fit.
     try:
         model = gguf_models.hf_model(arch, vocab, seed=7, max_position_embeddings=CONTEXT,
@@ -95,6 +111,43 @@ def write_source(out_dir, shape, tokenizer_json, chat_template):
     params = sum(p.numel() for p in model.parameters())
     print(f"{path}: {params / 1e9:.2f} B parameters, {os.path.getsize(path) / 1e9:.2f} GB, "
           f"{time.time() - start:.0f} s", flush=True)
+    return path
+
+
+def write_converted_source(path, sizes, vocab, tokenizer_dir, start):
+    """A gpt-oss shape as its files are made: transformers' class, save_pretrained (bf16), then
+    llama.cpp's converter to F16 (the vocabulary: SmolLM2's, which the converter pads to the
+    shape's with unused tokens; its pre-tokenizer answered as gpt-oss's, GPT-4o's)."""
+    import shutil
+    import transformers
+    import encoder_models
+    hf = os.path.join(os.path.dirname(path), "hf")
+    if not os.path.exists(os.path.join(hf, "config.json")):
+        converted_models.copy_tokenizer(tokenizer_dir, hf)
+        config = transformers.GptOssConfig(vocab_size=vocab, **sizes)
+        torch.manual_seed(7)
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            model = transformers.GptOssForCausalLM(config)
+            with torch.no_grad():
+                for name, parameter in model.named_parameters():
+                    if parameter.dim() >= 2:
+                        parameter.normal_(0, 0.02)
+                    elif "norm" in name:
+                        parameter.fill_(1.0)
+                    else:
+                        parameter.normal_(0, 0.1)
+            model.save_pretrained(hf)
+            params = sum(p.numel() for p in model.parameters())
+            del model
+        finally:
+            torch.set_default_dtype(torch.float32)
+        print(f"{hf}: {params / 1e9:.2f} B parameters, {time.time() - start:.0f} s", flush=True)
+    partial = path + ".partial"
+    encoder_models.convert_with_pre_tokenizer(hf, partial, "gpt-4o", outtype="f16")
+    os.replace(partial, path)
+    shutil.rmtree(hf)
+    print(f"{path}: {os.path.getsize(path) / 1e9:.2f} GB, {time.time() - start:.0f} s", flush=True)
     return path
 
 
@@ -116,7 +169,7 @@ def main():
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     tokenizer_json, chat_template = tokenizer(args.tokenizer)
     for shape in shapes:
-        source = write_source(args.out, shape, tokenizer_json, chat_template)
+        source = write_source(args.out, shape, tokenizer_json, chat_template, args.tokenizer)
         for kind in types:
             path = os.path.join(args.out, f"{shape}_{kind}", "model.gguf")
             if os.path.exists(path):

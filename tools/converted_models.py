@@ -382,16 +382,17 @@ def write_moe(models, out_dir, family, seed):
         model_class, pre_tokenizer = transformers.MixtralForCausalLM, "smollm"
     torch.manual_seed(seed)
     model = model_class(config).eval()
+    gpt_oss = family == "gpt_oss"
     with torch.no_grad():  # The experts' 3-D weights too; norms away from 1.
         for name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
                 # gpt-oss's gates and ups large enough that its SwiGLU's clamp (7) bites.
-                parameter.normal_(0, 0.4 if name.endswith("gate_up_proj") else 0.08)
+                parameter.normal_(0, 0.4 if gpt_oss and name.endswith("gate_up_proj") else 0.08)
             elif "norm" in name:
                 parameter.uniform_(0.5, 1.5)
-            elif name.endswith("sinks"):  # gpt-oss's: near a window's total weight.
+            elif gpt_oss and name.endswith("sinks"):  # Near a window's total weight.
                 parameter.normal_(2.0, 1.0)
-            else:  # gpt-oss's biases.
+            elif gpt_oss:  # Its biases.
                 parameter.normal_(0, 0.5)
     model.save_pretrained(hf)
     from safetensors.torch import save_file
