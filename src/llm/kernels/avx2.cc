@@ -69,8 +69,8 @@ SLUICE_AVX2 void SoftmaxRows(float* scores, int groups, int64_t len, const float
       top = _mm256_max_ps(
           top, _mm256_blendv_ps(lowest, _mm256_maskload_ps(row + j, in), _mm256_castsi256_ps(in)));
     }
-    const float largest =
-        sinks != nullptr ? std::max(HorizontalMax(top), sinks[g]) : HorizontalMax(top);
+    float largest = HorizontalMax(top);
+    if (sinks != nullptr) largest = std::max(largest, sinks[g]);
     const __m256 max = _mm256_set1_ps(largest);
     __m256 total = _mm256_setzero_ps();
     for (int64_t j = 0; j < len; j += 8) {

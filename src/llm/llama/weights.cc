@@ -206,7 +206,12 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
       }
       if (!names.expert_gate_up.empty()) {
         // All experts in two tensors as x W multiplies them (gpt-oss's): [experts, hidden, 2 I]
-        // with the gate's and up's columns interleaved, and [experts, I, hidden].
+        // with the gate's and up's columns interleaved, and [experts, I, hidden]. Rows [2 I, ...]
+        // as gate then up:
+        auto split_gate_up = [&](const at::Tensor& rows) {
+          return std::vector<at::Tensor>{rows.slice(0, 0, 2 * width, 2),
+                                         rows.slice(0, 1, 2 * width, 2)};
+        };
         auto gate_up_all = get(name_of(names.expert_gate_up, i), {a.experts, hidden, 2 * width});
         auto down_all = get(name_of(names.expert_down, i), {a.experts, width, hidden});
         if (!gate_up_all.ok()) return gate_up_all.status();
@@ -219,32 +224,30 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
           if (!down_bias.ok()) return down_bias.status();
         }
         for (int e = 0; e < a.experts; ++e) {
-          const at::Tensor w = (*gate_up_all)[e].t();  // [2 I, hidden], gate and up interleaved.
           Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-          expert.gate_up = linear({w.slice(0, 0, 2 * width, 2), w.slice(0, 1, 2 * width, 2)});
+          expert.gate_up = linear(split_gate_up((*gate_up_all)[e].t()));
           expert.down = linear({(*down_all)[e].t().contiguous()});
           if (a.expert_biases) {
-            const at::Tensor b = (*gate_up_bias)[e];
-            expert.gate_up.bias =
-                at::cat({b.slice(0, 0, 2 * width, 2), b.slice(0, 1, 2 * width, 2)});
+            expert.gate_up.bias = at::cat(split_gate_up((*gate_up_bias)[e]));
             expert.down.bias = (*down_bias)[e].contiguous();
             out->bytes += expert.gate_up.bias.nbytes() + expert.down.bias.nbytes();
           }
         }
-      }
-      for (int e = 0; e < a.experts && names.expert_gate_up.empty(); ++e) {
-        auto expert_name = [&](const std::string& pattern) {
-          return fmt::format(fmt::runtime(pattern), i, e);
-        };
-        auto gate = get(expert_name(names.expert_gate), {width, hidden});
-        auto up = get(expert_name(names.expert_up), {width, hidden});
-        auto expert_down = get(expert_name(names.expert_down), {hidden, width});
-        for (const auto* t : {&gate, &up, &expert_down}) {
-          if (!t->ok()) return t->status();
+      } else {
+        for (int e = 0; e < a.experts; ++e) {
+          auto expert_name = [&](const std::string& pattern) {
+            return fmt::format(fmt::runtime(pattern), i, e);
+          };
+          auto gate = get(expert_name(names.expert_gate), {width, hidden});
+          auto up = get(expert_name(names.expert_up), {width, hidden});
+          auto expert_down = get(expert_name(names.expert_down), {hidden, width});
+          for (const auto* t : {&gate, &up, &expert_down}) {
+            if (!t->ok()) return t->status();
+          }
+          Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+          expert.gate_up = linear({*gate, *up});
+          expert.down = linear({*expert_down});
         }
-        Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-        expert.gate_up = linear({*gate, *up});
-        expert.down = linear({*expert_down});
       }
     } else {
       layer.gate_up = linear(gate_up_parts);

@@ -81,54 +81,40 @@ Status FromGguf(const GgufFile& file, const std::string& prefix, ModelArchitectu
 }  // namespace
 
 const Family& GptOssFamily() {
-  static const Family family = {
-      .name = "gpt-oss",
-      .model_types = {"gpt_oss"},
-      .gguf = {.embedding = "token_embd.weight",
-               .final_norm = "output_norm.weight",
-               .output = "output.weight",
-               .attn_norm = "blk.{}.attn_norm.weight",
-               .ffn_norm = "blk.{}.post_attention_norm.weight",
-               .q = "blk.{}.attn_q.weight",
-               .k = "blk.{}.attn_k.weight",
-               .v = "blk.{}.attn_v.weight",
-               .o = "blk.{}.attn_output.weight",
-               .q_bias = "blk.{}.attn_q.bias",
-               .k_bias = "blk.{}.attn_k.bias",
-               .v_bias = "blk.{}.attn_v.bias",
-               .router = "blk.{}.ffn_gate_inp.weight",
-               .expert_gate = "blk.{}.ffn_gate_exps.weight",
-               .expert_up = "blk.{}.ffn_up_exps.weight",
-               .expert_down = "blk.{}.ffn_down_exps.weight",
-               .o_bias = "blk.{}.attn_output.bias",
-               .sinks = "blk.{}.attn_sinks.weight",
-               .router_bias = "blk.{}.ffn_gate_inp.bias",
-               .expert_gate_bias = "blk.{}.ffn_gate_exps.bias",
-               .expert_up_bias = "blk.{}.ffn_up_exps.bias",
-               .expert_down_bias = "blk.{}.ffn_down_exps.bias"},
-      .hf = {.embedding = "model.embed_tokens.weight",
-             .final_norm = "model.norm.weight",
-             .output = "lm_head.weight",
-             .attn_norm = "model.layers.{}.input_layernorm.weight",
-             .ffn_norm = "model.layers.{}.post_attention_layernorm.weight",
-             .q = "model.layers.{}.self_attn.q_proj.weight",
-             .k = "model.layers.{}.self_attn.k_proj.weight",
-             .v = "model.layers.{}.self_attn.v_proj.weight",
-             .o = "model.layers.{}.self_attn.o_proj.weight",
-             .q_bias = "model.layers.{}.self_attn.q_proj.bias",
-             .k_bias = "model.layers.{}.self_attn.k_proj.bias",
-             .v_bias = "model.layers.{}.self_attn.v_proj.bias",
-             .router = "model.layers.{}.mlp.router.weight",
-             .expert_down = "model.layers.{}.mlp.experts.down_proj",
-             .expert_gate_up = "model.layers.{}.mlp.experts.gate_up_proj",
-             .o_bias = "model.layers.{}.self_attn.o_proj.bias",
-             .sinks = "model.layers.{}.self_attn.sinks",
-             .router_bias = "model.layers.{}.mlp.router.bias",
-             .expert_gate_up_bias = "model.layers.{}.mlp.experts.gate_up_proj_bias",
-             .expert_down_bias = "model.layers.{}.mlp.experts.down_proj_bias"},
-      .from_config = FromConfig,
-      .from_gguf = FromGguf,
-  };
+  // Llama's names, less the dense feed-forward's, and gpt-oss's own.
+  static const Family family = [] {
+    Family f = LlamaFamily();
+    f.name = "gpt-oss";
+    f.model_types = {"gpt_oss"};
+    f.gguf_rope_interleaved = false;  // llama.cpp rotates gpt-oss's halves (NeoX's form).
+    f.gguf.gate = f.gguf.up = f.gguf.down = "";
+    f.hf.gate = f.hf.up = f.hf.down = "";
+    f.gguf.ffn_norm = "blk.{}.post_attention_norm.weight";
+    f.gguf.q_bias = "blk.{}.attn_q.bias";
+    f.gguf.k_bias = "blk.{}.attn_k.bias";
+    f.gguf.v_bias = "blk.{}.attn_v.bias";
+    f.gguf.o_bias = "blk.{}.attn_output.bias";
+    f.gguf.sinks = "blk.{}.attn_sinks.weight";
+    f.gguf.router_bias = "blk.{}.ffn_gate_inp.bias";
+    f.gguf.expert_gate_bias = "blk.{}.ffn_gate_exps.bias";
+    f.gguf.expert_up_bias = "blk.{}.ffn_up_exps.bias";
+    f.gguf.expert_down_bias = "blk.{}.ffn_down_exps.bias";
+    f.hf.q_bias = "model.layers.{}.self_attn.q_proj.bias";
+    f.hf.k_bias = "model.layers.{}.self_attn.k_proj.bias";
+    f.hf.v_bias = "model.layers.{}.self_attn.v_proj.bias";
+    f.hf.o_bias = "model.layers.{}.self_attn.o_proj.bias";
+    f.hf.sinks = "model.layers.{}.self_attn.sinks";
+    f.hf.router = "model.layers.{}.mlp.router.weight";
+    f.hf.router_bias = "model.layers.{}.mlp.router.bias";
+    f.hf.expert_gate = f.hf.expert_up = "";
+    f.hf.expert_gate_up = "model.layers.{}.mlp.experts.gate_up_proj";
+    f.hf.expert_down = "model.layers.{}.mlp.experts.down_proj";
+    f.hf.expert_gate_up_bias = "model.layers.{}.mlp.experts.gate_up_proj_bias";
+    f.hf.expert_down_bias = "model.layers.{}.mlp.experts.down_proj_bias";
+    f.from_config = FromConfig;
+    f.from_gguf = FromGguf;
+    return f;
+  }();
   return family;
 }
 
