@@ -140,7 +140,8 @@ BENCHMARK(Bf16)->Apply(Shapes);
 BENCHMARK(Int8)->Apply(Shapes);
 
 // Random bytes are blocks of random weights, but for their fp16 scales and offsets (which could
-// be NaNs or denormals): those are set to 1/128.
+// be NaNs or denormals): those are set to 1/128; MXFP4's E8M0 byte likewise (random bytes are
+// scales from 2^-127 to 2^127, and the denormal products cost the fp32 steps microcode assists).
 void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
   using sluice::llm::GgmlType;
   int64_t elements = 0, block_bytes = 0;
@@ -155,6 +156,12 @@ void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
     halves = {80, 82};
   } else if (type == static_cast<uint32_t>(GgmlType::kQ3_K)) {
     halves = {108};
+  }
+  if (type == static_cast<uint32_t>(GgmlType::kMXFP4)) {
+    for (size_t block = 0; block < blocks->size(); block += static_cast<size_t>(block_bytes)) {
+      (*blocks)[block] = 127 - 7;  // 2^-7.
+    }
+    return;
   }
   for (size_t block = 0; block < blocks->size(); block += static_cast<size_t>(block_bytes)) {
     for (int64_t offset : halves) {
