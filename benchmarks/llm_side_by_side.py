@@ -3,8 +3,9 @@
 
 Starts each server on 127.0.0.1 (Sluice: one `sluice serve` per model directory given, so that each
 one's memory is its own; llama.cpp: `llama-server -m FILE -np 16` (--slots) with as many threads as
-cores, its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt; Sluice with
---llm-prefix-caching off: the client's seeded prompts repeat from round to round, and either
+cores, its context 16 x (prompt + output + 64) tokens, and --no-cache-prompt; Sluice with as many
+slots (--llm-slots 16: both decode up to that many sequences together) and --llm-prefix-caching
+off: the client's seeded prompts repeat from round to round, and either
 server's slots would answer them from the KV cache of the round before), then drives them with the
 same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts of the server's
 own token count), at 1, 4 and 16 streams, in interleaved rounds (A B B A ...), so that drift in the
@@ -131,7 +132,7 @@ def main():
     parser.add_argument("--slots", type=int, default=16,
                         help="sequences each server holds at once (llama-server's -np, its "
                              "context that many times prompt + output + 64; Sluice's "
-                             "--llm-slots where not 16): 1 for prompts of many thousand tokens")
+                             "--llm-slots): 1 for prompts of many thousand tokens")
     parser.add_argument("--context-length", type=int,
                         help="Sluice's tokens per sequence (--llm-context-length), for prompts "
                              "past its config's")
@@ -155,8 +156,7 @@ def main():
                 command += ["--llm-precision", precision]
             if args.context_length:
                 command += ["--llm-context-length", str(args.context_length)]
-            if args.slots != 16:
-                command += ["--llm-slots", str(args.slots)]
+            command += ["--llm-slots", str(args.slots)]
             servers.append(Server(f"sluice {name}", command, "/v2/health/ready", port, log))
         llama_port = free_port()
         servers.append(Server("llama.cpp", [args.llama_server, "-m", gguf, "--host", "127.0.0.1",
