@@ -1,5 +1,6 @@
 // GGUF block-format products on AVX-512 VNNI: VPDPBUSD on 256-bit vectors (AVX-512 VL), four byte
-// products summed into each int32 lane by one instruction.
+// products summed into each int32 lane by one instruction, and on 512-bit vectors over sixteen
+// repacked rows at once (quant_x86_repacked.inc's RepackedRowsWide).
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
 
@@ -8,6 +9,7 @@
 #define SLUICE_QUANT_TARGET SLUICE_AVX512VNNI
 #define SLUICE_QUANT_DPBUSD(a, u, s) _mm256_dpbusd_epi32(a, u, s)
 #define SLUICE_QUANT_ISA QuantIsa::kAvx512Vnni
+#define SLUICE_QUANT_WIDE 1  // 512-bit products over sixteen repacked rows at once as well.
 #include "llm/kernels/quant_x86.inc"
 #endif
 

@@ -339,7 +339,8 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 
 // Repacked weights give every product the bits the file's layout gives it, on every path, for
 // every count of x's rows (the vector paths take them four or eight at a time) and for column
-// ranges that start and end inside a group of eight rows.
+// ranges that start and end inside a group of eight rows, or take whole groups (AVX-512's path
+// takes two whole groups, sixteen rows, at once).
 TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   for (QuantIsa isa : kPaths) {
     if (!PathOnThisCpu(isa)) continue;
@@ -359,21 +360,25 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
       std::vector<uint8_t> repacked(w.size(), 0);
       RepackQuant(type, w.data(), n, k, repacked.data());
       ASSERT_NE(w, repacked);
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 14, 17}) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> x(static_cast<size_t>(m * k));
         for (float& v : x) v = normal(rng);
         QuantInput input;
         input.Prepare(x.data(), m, k);
-        std::vector<float> file(static_cast<size_t>(m * n), -1.0f), packed(file.size(), -2.0f);
+        std::vector<float> file(static_cast<size_t>(m * n), -1.0f);
         MatmulQuant(input, type, w.data(), n, file.data(), 0, n);
-        for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 13}, {13, 19}, {19, n}}) {
-          MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), begin, end);
-        }
-        for (int64_t i = 0; i < m * n; ++i) {
-          ASSERT_EQ(packed[static_cast<size_t>(i)], file[static_cast<size_t>(i)])
-              << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", " << m << " rows, row "
-              << i / n << ", column " << i % n;
+        using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+        for (const Ranges& ranges : {Ranges{{0, 13}, {13, 19}, {19, n}}, Ranges{{0, n}}}) {
+          std::vector<float> packed(file.size(), -2.0f);
+          for (auto [begin, end] : ranges) {
+            MatmulQuantRepacked(input, type, repacked.data(), n, packed.data(), begin, end);
+          }
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_EQ(packed[static_cast<size_t>(i)], file[static_cast<size_t>(i)])
+                << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", " << m << " rows, row "
+                << i / n << ", column " << i % n << ", " << ranges.size() << " ranges";
+          }
         }
       }
     }
