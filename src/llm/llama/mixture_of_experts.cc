@@ -3,15 +3,23 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <utility>
 #include <vector>
 
+#include "llm/llama/linear.h"
 #include "llm/llama/llama_model.h"
 #include "llm/llama/step_rows.h"
 
 namespace sluice::llm::llama {
+namespace {
+
+// Experts with at most this many rows each go one to a thread (LlamaModel::MixtureOfExperts).
+constexpr size_t kExpertsApartRows = 16;
+
+}  // namespace
 
 void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, at::Tensor& out) {
   const ModelArchitecture& a = arch_;
@@ -61,34 +69,82 @@ void LlamaModel::MixtureOfExperts(const Layer& layer, const at::Tensor& normed, 
       routed[order[k]].emplace_back(r, probability[order[k]] * scale);
     }
   }
-  out.zero_();
-  float* op = out.data_ptr<float>();
+  // Expert e's rows, gathered, at [first[e], first[e + 1]) of the step's picked rows (rows x
+  // used), each expert's product, activation and output in its own rows of the buffers.
+  std::vector<int64_t> first(static_cast<size_t>(experts) + 1, 0);
+  std::vector<int> active;  // The experts with rows, most rows first.
+  for (int e = 0; e < experts; ++e) {
+    const auto count = static_cast<int64_t>(routed[static_cast<size_t>(e)].size());
+    first[static_cast<size_t>(e) + 1] = first[static_cast<size_t>(e)] + count;
+    if (count > 0) active.push_back(e);
+  }
+  std::stable_sort(active.begin(), active.end(), [&](int i, int j) {
+    return routed[static_cast<size_t>(i)].size() > routed[static_cast<size_t>(j)].size();
+  });
+  const int64_t picked = first.back();
+  at::Tensor gathered = Buffer(9, picked, hidden), gate_up = Buffer(10, picked, 2 * width);
+  at::Tensor act = Buffer(11, picked, width), y = Buffer(12, picked, hidden);
   const float* np = normed.data_ptr<float>();
+  const auto run_expert = [&](int e) {
+    const auto& mine = routed[static_cast<size_t>(e)];
+    const auto count = static_cast<int64_t>(mine.size());
+    const int64_t at = first[static_cast<size_t>(e)];
+    const Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+    float* xp = gathered.data_ptr<float>() + at * hidden;
+    for (int64_t i = 0; i < count; ++i) {
+      std::copy_n(np + mine[static_cast<size_t>(i)].first * hidden, hidden, xp + i * hidden);
+    }
+    float* gp = gate_up.data_ptr<float>() + at * 2 * width;
+    expert.gate_up.Into(gathered.narrow(0, at, count), gp);
+    GatedActivation(a, gp, count, width, act.data_ptr<float>() + at * width);
+    expert.down.Into(act.narrow(0, at, count), y.data_ptr<float>() + at * hidden);
+  };
+  // Where every expert has few rows (decoding), the experts are shared out among the threads,
+  // each expert's products on one thread, from a shared counter (most rows first): no barrier
+  // between an expert's products, and none between experts. With many rows (a prompt), each
+  // expert's products are split among the threads, as every other product is.
+  const int threads = static_cast<int>(
+      std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(active.size())));
+  const bool apart = threads > 1 && !active.empty() &&
+                     routed[static_cast<size_t>(active.front())].size() <= kExpertsApartRows;
+  if (apart) {
+    std::atomic<size_t> next{0};
+#pragma omp parallel num_threads(threads)
+    {
+      OneOmpThread alone;  // This thread's products on this thread only.
+      for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < active.size();
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        run_expert(active[i]);
+      }
+    }
+  } else {
+    for (int e : active) run_expert(e);
+  }
+  // Each row's experts' outputs times their weights, added in the experts' order whichever
+  // thread made them.
+  std::vector<std::pair<int64_t, float>> terms(static_cast<size_t>(rows * used));
+  std::vector<int> filled(static_cast<size_t>(rows), 0);
   for (int e = 0; e < experts; ++e) {
     const auto& mine = routed[static_cast<size_t>(e)];
-    if (mine.empty()) continue;
-    const auto count = static_cast<int64_t>(mine.size());
-    const Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-    at::Tensor x = Buffer(9, count, hidden);
-    float* xp = x.data_ptr<float>();
-    for (int64_t i = 0; i < count; ++i) {
-      std::copy_n(np + mine[i].first * hidden, hidden, xp + i * hidden);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const int64_t r = mine[i].first;
+      terms[static_cast<size_t>(r * used + filled[static_cast<size_t>(r)]++)] = {
+          first[static_cast<size_t>(e)] + static_cast<int64_t>(i), mine[i].second};
     }
-    at::Tensor gate_up = Buffer(10, count, 2 * width);
-    expert.gate_up.Into(x, gate_up.data_ptr<float>());
-    at::Tensor act = Buffer(11, count, width);
-    GatedActivation(a, gate_up.data_ptr<float>(), count, width, act.data_ptr<float>());
-    at::Tensor y = Buffer(12, count, hidden);
-    expert.down.Into(act, y.data_ptr<float>());
-    const float* yp = y.data_ptr<float>();
-    ForRows(count, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        float* target = op + mine[i].first * hidden;
-        const float weight = mine[i].second;
-        for (int64_t c = 0; c < hidden; ++c) target[c] += weight * yp[i * hidden + c];
-      }
-    });
   }
+  float* op = out.data_ptr<float>();
+  const float* yp = y.data_ptr<float>();
+  ForRows(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* target = op + r * hidden;
+      std::fill_n(target, hidden, 0.0f);
+      for (int k = 0; k < used; ++k) {
+        const auto [index, weight] = terms[static_cast<size_t>(r * used + k)];
+        const float* from = yp + index * hidden;
+        for (int64_t c = 0; c < hidden; ++c) target[c] += weight * from[c];
+      }
+    }
+  });
 }
 
 }  // namespace sluice::llm::llama
