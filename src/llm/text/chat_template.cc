@@ -256,11 +256,35 @@ class ExprParser {
     }
     return left;
   }
+  // Tokens [begin, end) as the template wrote them (near enough to find them there).
+  std::string Source(size_t begin, size_t end) const {
+    std::string text;
+    for (size_t i = begin; i < end && i < tokens_.size(); ++i) {
+      const Token& t = tokens_[i];
+      text += t.kind == Token::kString ? "'" + t.text + "'" : t.text;
+    }
+    return text;
+  }
+  static const char* KindOf(const Value& v) {
+    if (v.undefined()) return "an undefined value";
+    if (v.none()) return "none";
+    if (std::holds_alternative<bool>(v.v)) return "a boolean";
+    if (v.integer()) return "an integer";
+    if (v.real()) return "a number";
+    if (v.str()) return "a string";
+    if (v.list()) return "a list";
+    return "a mapping";
+  }
   Expr Add() {
+    const size_t start = pos_;
     Expr left = Mul();
     for (;;) {
       if (AcceptOp("+")) {
+        const size_t right_start = pos_;
         Expr right = Mul();
+        // Named in the error: which operand was what (a tool without a description, say).
+        const std::string left_text = Source(start, right_start - 1);
+        const std::string right_text = Source(right_start, pos_);
         left = [=](Context& c) {
           Value a = left(c), b = right(c);
           if (a.integer() && b.integer()) return Value(*a.integer() + *b.integer());
@@ -270,7 +294,8 @@ class ExprParser {
             joined.insert(joined.end(), b.list()->begin(), b.list()->end());
             return Value(joined);
           }
-          throw TemplateError("'+' on values of different types");
+          throw TemplateError(std::string("'+' on ") + KindOf(a) + " (" + left_text + ") and " +
+                              KindOf(b) + " (" + right_text + ")");
         };
       } else if (AcceptOp("-")) {
         Expr right = Mul();

@@ -84,6 +84,26 @@ TEST(ChatTemplateTest, ExpressionsAndVariables) {
   EXPECT_EQ(*text, "<s>13a12-3TrueTruevd");
 }
 
+// '+' on values Jinja cannot add names both operands and what they were: gpt-oss's template adds
+// a tool's description to a string, and a tool sent without one fails there.
+TEST(ChatTemplateTest, AddingUnlikeValuesNamesTheOperands) {
+  auto t = ChatTemplate::Parse(
+      "{%- for tool in tools %}{{ '// ' + tool.description }}{{ tool.name }}{%- endfor %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto text = (*t)->Render({{"user", "u"}}, false, {},
+                           {{"tools", TemplateJson{R"([{"name": "get_weather"}])"}}});
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find(
+                "'+' on a string ('// ') and an undefined value (tool.description)"),
+            std::string::npos)
+      << text.status().message();
+  auto described =
+      (*t)->Render({{"user", "u"}}, false, {},
+                   {{"tools", TemplateJson{R"([{"name": "f", "description": "d"}])"}}});
+  ASSERT_TRUE(described.ok()) << described.status().ToString();
+  EXPECT_EQ(*described, "// df");
+}
+
 // What the real published templates use beyond the basics (Qwen3's messages[::-1], Mistral's
 // selectattr and namespace(index=0), Hermes 3's macros, Mistral Nemo's "}}" in a string), each
 // as Jinja computes it.
