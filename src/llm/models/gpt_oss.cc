@@ -81,27 +81,21 @@ Status FromGguf(const GgufFile& file, const std::string& prefix, ModelArchitectu
 }  // namespace
 
 const Family& GptOssFamily() {
-  // Llama's names, less the dense feed-forward's, and gpt-oss's own.
+  // Qwen2's names (Llama's, q, k and v with biases, halves rotated as llama.cpp rotates gpt-oss's),
+  // less the dense feed-forward's, and gpt-oss's own.
   static const Family family = [] {
-    Family f = LlamaFamily();
+    Family f = Qwen2Family();
     f.name = "gpt-oss";
     f.model_types = {"gpt_oss"};
-    f.gguf_rope_interleaved = false;  // llama.cpp rotates gpt-oss's halves (NeoX's form).
     f.gguf.gate = f.gguf.up = f.gguf.down = "";
     f.hf.gate = f.hf.up = f.hf.down = "";
     f.gguf.ffn_norm = "blk.{}.post_attention_norm.weight";
-    f.gguf.q_bias = "blk.{}.attn_q.bias";
-    f.gguf.k_bias = "blk.{}.attn_k.bias";
-    f.gguf.v_bias = "blk.{}.attn_v.bias";
     f.gguf.o_bias = "blk.{}.attn_output.bias";
     f.gguf.sinks = "blk.{}.attn_sinks.weight";
     f.gguf.router_bias = "blk.{}.ffn_gate_inp.bias";
     f.gguf.expert_gate_bias = "blk.{}.ffn_gate_exps.bias";
     f.gguf.expert_up_bias = "blk.{}.ffn_up_exps.bias";
     f.gguf.expert_down_bias = "blk.{}.ffn_down_exps.bias";
-    f.hf.q_bias = "model.layers.{}.self_attn.q_proj.bias";
-    f.hf.k_bias = "model.layers.{}.self_attn.k_proj.bias";
-    f.hf.v_bias = "model.layers.{}.self_attn.v_proj.bias";
     f.hf.o_bias = "model.layers.{}.self_attn.o_proj.bias";
     f.hf.sinks = "model.layers.{}.self_attn.sinks";
     f.hf.router = "model.layers.{}.mlp.router.weight";
