@@ -66,6 +66,13 @@ Everything goes to converted/ (apart from the model repository the server tests 
                                     KV cache in f32) and, for gpt-oss's F32 file,
                                     tokenizer_cases.jsonl (llama.cpp's ids for the tokenizer test
                                     strings); the folders with transformers' logits
+  hf_gpt_oss_mxfp4/, gguf_gpt_oss_mxfp4_hf/
+                                    hf_gpt_oss as openai/gpt-oss-20b is released: its experts as
+                                    MXFP4 blocks and scales (OCP MX), the rest BF16,
+                                    quantization_config mxfp4, with transformers' logits (its MXFP4
+                                    reader); and the GGUF file llama.cpp's converter writes from it
+                                    (the experts' blocks moved into MXFP4 tensors), with llama.cpp's
+                                    logits
   hf_qwen2_yarn/, gguf_qwen2_yarn_f32/
                                     a tiny Qwen2 with YaRN (factor 4 over an original 64 positions,
                                     as Qwen2.5's long-context configs), its GGUF and llama.cpp's
@@ -418,6 +425,81 @@ def write_moe(models, out_dir, family, seed):
                                                       "reference.safetensors"))
 
 
+FP4_LEVELS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # E2M1's magnitudes, codes 0-7.
+
+
+def mxfp4_blocks(w):
+    """w [..., rows, columns] as the released gpt-oss checkpoints store their experts (OCP MX):
+    blocks [..., rows, columns / 32, 16] of 4-bit codes (sign bit 3, then E2M1's magnitude
+    index; element 2 i in byte i's low nibble, 2 i + 1 in its high one) and scales
+    [..., rows, columns / 32] of E8M0 exponents (biased by 127): each block of 32 scaled by
+    2^(floor(log2 max |w|) - 2), so its largest lies in [4, 8) and 6 is the largest code."""
+    *lead, rows, columns = w.shape
+    groups = w.reshape(*lead, rows, columns // 32, 32).float()
+    largest = groups.abs().amax(dim=-1)
+    exponent = torch.where(largest > 0, torch.floor(torch.log2(largest.clamp_min(2.0 ** -100))) - 2,
+                           torch.full_like(largest, -127.0)).clamp(-127, 127)
+    scaled = groups / torch.pow(2.0, exponent).unsqueeze(-1)
+    levels = torch.tensor(FP4_LEVELS)
+    index = (scaled.abs().unsqueeze(-1) - levels).abs().argmin(dim=-1)  # Nearest, ties down.
+    codes = (index | ((scaled < 0).to(torch.int64) << 3)).to(torch.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.contiguous(), (exponent + 127).to(torch.uint8).contiguous()
+
+
+def write_gpt_oss_mxfp4(out_dir):
+    """hf_gpt_oss_mxfp4/: hf_gpt_oss as openai/gpt-oss-20b is released: the experts' weights MXFP4
+    blocks and scales (gate_up_proj_blocks [experts, 2 I, hidden / 32, 16], ...), the rest BF16,
+    quantization_config mxfp4; with transformers' logits (its MXFP4 reader, dequantising on the
+    CPU) and gguf_gpt_oss_mxfp4_hf/, the file llama.cpp's converter writes from it (the experts'
+    blocks moved, not requantised) with llama.cpp's logits."""
+    import json
+    import shutil
+    import transformers
+    from transformers import AutoTokenizer
+    from safetensors.torch import load_file, save_file
+    from gguf_models import PROMPTS as GGUF_PROMPTS, llama_cpp_reference
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    source = os.path.join(out_dir, "hf_gpt_oss")
+    hf = os.path.join(out_dir, "hf_gpt_oss_mxfp4")
+    if os.path.exists(hf):
+        shutil.rmtree(hf)
+    os.makedirs(hf)
+    for name in os.listdir(source):
+        if name not in ("model.safetensors", "reference.safetensors", "config.json"):
+            shutil.copy(os.path.join(source, name), os.path.join(hf, name))
+    tensors = {}
+    for name, tensor in load_file(os.path.join(source, "model.safetensors")).items():
+        if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+            # [experts, in, out] as x W multiplies them; the blocks run along `in`.
+            blocks, scales = mxfp4_blocks(tensor.transpose(1, 2))
+            dequantized = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+            if dequantized.shape != tensor.shape:
+                sys.exit(f"{name}: MXFP4 blocks read back as {tuple(dequantized.shape)}")
+            tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+        else:
+            tensors[name] = tensor.to(torch.bfloat16).contiguous()
+    save_file(tensors, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(source, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    model = transformers.GptOssForCausalLM.from_pretrained(
+        hf, dtype=torch.float32,
+        quantization_config=transformers.Mxfp4Config(dequantize=True)).eval()
+    save_file(transformers_reference(model, AutoTokenizer.from_pretrained(hf), seed=66),
+              os.path.join(hf, "reference.safetensors"))
+    gguf = os.path.join(out_dir, "gguf_gpt_oss_mxfp4_hf", "model.gguf")
+    import encoder_models
+    encoder_models.convert_with_pre_tokenizer(hf, gguf, "gpt-4o")
+    llama_cpp_reference(gguf, os.path.join(os.path.dirname(gguf), "reference.safetensors"),
+                        GGUF_PROMPTS, kv_f32=True)
+
+
 def transformers_reference(model, tokenizer, seed):
     """transformers' fp32 logits and greedy continuations (24 argmax tokens) of four prompts, as
     reference.safetensors holds them (tools/llm_export.py's layout)."""
@@ -668,6 +750,7 @@ def main():
         moe = write_moe(args.out, out, family, seed=64 + i)
         print(f"{family}: transformers against llama.cpp, max |logit difference| / max |logit|: "
               f"{moe:.1e}")
+    write_gpt_oss_mxfp4(out)
     # GPT-4o's pre-tokenizer (gpt-oss's files): llama.cpp's ids for the test strings.
     gpt_oss = os.path.join(out, "gguf_gpt_oss_f32")
     llama_cpp_cases(os.path.join(gpt_oss, "model.gguf"), strings[:2300],

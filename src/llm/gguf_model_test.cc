@@ -33,7 +33,9 @@ std::vector<std::string> GgufModelDirs() {
   // A SentencePiece vocabulary, the file from llama.cpp's converter (tools/converted_models.py),
   // whole and split in three parts.
   // Mixtures of experts (qwen3moe, Mixtral's llama, gpt-oss) from llama.cpp's converter, F32,
-  // Q4_K_M (not gpt-oss) and MXFP4_MOE (the experts in MXFP4, gpt-oss's type; the rest Q8_0).
+  // Q4_K_M (not gpt-oss) and MXFP4_MOE (the experts in MXFP4, gpt-oss's type; the rest Q8_0);
+  // gpt-oss as released (MXFP4 experts in safetensors), against transformers, and the converter's
+  // GGUF file of it, against llama.cpp.
   std::vector<std::string> dirs = {"gguf_smollm2_q4_1",
                                    "converted/gguf_spm_llama_f32",
                                    "converted/gguf_spm_llama_split",
@@ -44,7 +46,9 @@ std::vector<std::string> GgufModelDirs() {
                                    "converted/gguf_mixtral_q4_k_m",
                                    "converted/gguf_mixtral_mxfp4_moe",
                                    "converted/gguf_gpt_oss_f32",
-                                   "converted/gguf_gpt_oss_mxfp4_moe"};
+                                   "converted/gguf_gpt_oss_mxfp4_moe",
+                                   "converted/gguf_gpt_oss_mxfp4_hf",
+                                   "converted/hf_gpt_oss_mxfp4"};
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
     for (const char* type :
          {"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k"}) {
@@ -138,7 +142,7 @@ Tolerance ToleranceFor(const std::string& path) {
       dir.find("_iq2") != std::string::npos;
   if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
   if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral") ||
-      dir.starts_with("gguf_gpt_oss")) {
+      dir.starts_with("gguf_gpt_oss") || dir.starts_with("hf_gpt_oss")) {
     return {0.1, 0.9, 0.0, 0.9};
   }
   return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.

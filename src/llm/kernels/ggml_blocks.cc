@@ -115,4 +115,12 @@ bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes) {
   return false;
 }
 
+void Mxfp4FromOcpBlocks(const uint8_t* codes, const uint8_t* scales, int64_t count, uint8_t* out) {
+  for (int64_t b = 0; b < count; ++b, codes += 16, out += 17) {
+    const auto code = [&](int i) { return (codes[i / 2] >> (4 * (i % 2))) & 0xF; };
+    out[0] = scales[b];
+    for (int i = 0; i < 16; ++i) out[1 + i] = static_cast<uint8_t>(code(i) | code(i + 16) << 4);
+  }
+}
+
 }  // namespace sluice::llm

@@ -34,4 +34,11 @@ std::string GgmlTypeName(uint32_t type);
 // Elements a block and bytes a block of a type Sluice reads; false for any other type.
 bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes);
 
+// `count` blocks of 32 MXFP4 values as OCP MX checkpoints in safetensors hold them (the released
+// gpt-oss's `*_blocks` and `*_scales`: `codes` 16 bytes a block, value 2 i in byte i's low nibble
+// and 2 i + 1 in its high one; `scales` an E8M0 byte a block) into ggml's MXFP4 blocks at `out`
+// (17 bytes a block: the scale, then value i in byte i's low nibble and i + 16 in its high one).
+// The same values: bytes moved, nothing rounded.
+void Mxfp4FromOcpBlocks(const uint8_t* codes, const uint8_t* scales, int64_t count, uint8_t* out);
+
 }  // namespace sluice::llm

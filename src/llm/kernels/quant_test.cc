@@ -322,6 +322,29 @@ TEST(QuantLayout, Mxfp4CodesAndPowersOfTwo) {
   }
 }
 
+// OCP MX blocks as the released gpt-oss checkpoints store them (two blocks, value 2 i in byte i's
+// low nibble), moved into ggml's MXFP4 blocks: every value, read back by DequantizeRow, is its
+// E2M1 code's value times 2^(scale - 127) as the OCP format defines it (0, 0.5, 1, 1.5, 2, 3, 4,
+// 6; bit 3 the sign).
+TEST(QuantLayout, Mxfp4FromOcpBlocksKeepsEveryValue) {
+  constexpr float kE2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  uint8_t codes[32], scales[2] = {127 + 3, 127 - 5};
+  for (int i = 0; i < 32; ++i) codes[i] = static_cast<uint8_t>((7 * i + 3) % 256);
+  uint8_t ggml[34];
+  Mxfp4FromOcpBlocks(codes, scales, 2, ggml);
+  EXPECT_EQ(ggml[0], scales[0]);
+  EXPECT_EQ(ggml[17], scales[1]);
+  float out[64];
+  DequantizeRow(static_cast<uint32_t>(GgmlType::kMXFP4), ggml, 64, out);
+  for (int b = 0; b < 2; ++b) {
+    for (int v = 0; v < 32; ++v) {
+      const int code = (codes[16 * b + v / 2] >> (4 * (v % 2))) & 0xF;
+      const float value = (code & 8 ? -1.0f : 1.0f) * kE2m1[code & 7];
+      EXPECT_EQ(out[32 * b + v], std::ldexp(value, scales[b] - 127)) << "block " << b << " " << v;
+    }
+  }
+}
+
 TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 20) / 8;

@@ -6,13 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <numeric>
 #include <string>
 
+#include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
+#include "llm/kernels/ggml_blocks.h"
+#include "llm/kernels/kernels.h"
+#include "llm/llama/weights.h"
 #include "llm/llm_config.h"
 #include "llm/precision_agreement.h"
 #include "llm/step_model.h"
@@ -362,11 +367,62 @@ TEST(LlamaModelLoadTest, AShardedCheckpointsMissingPartIsNamed) {
   fs::remove_all(dir);
 }
 
-// The released gpt-oss checkpoints keep their experts as MXFP4 blocks in safetensors
-// (quantization_config mxfp4): refused naming the key and the way to serve them (the GGUF file
-// llama.cpp's converter writes); and transformers' YaRN without truncation is read as such (the
-// folder's logits against transformers' are LlamaModelTest's).
-TEST(LlamaModelLoadTest, GptOssQuantizedCheckpointsAreNamed) {
+// gpt-oss as released (converted/hf_gpt_oss_mxfp4: MXFP4 experts as OCP MX blocks and scales in
+// safetensors) and the GGUF file llama.cpp's converter writes from it: every expert's gate, up and
+// down parts are MXFP4 with the same bytes (repacked alike) and the same biases. (Their logits
+// are not compared to each other: llama.cpp truncates YaRN's correction range and transformers'
+// gpt-oss does not, so each is checked against its own engine, by GgufModelTest.)
+TEST(LlamaModelLoadTest, ReleasedGptOssExpertsAreTheConvertedFilesBlocks) {
+  const std::string folder = ModelDir("converted/hf_gpt_oss_mxfp4");
+  auto checkpoint = SafetensorsFile::OpenCheckpoint(folder);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  auto hf_arch = ParseArchitecture(folder + "/config.json");
+  ASSERT_TRUE(hf_arch.ok()) << hf_arch.status().ToString();
+  llama::Weights hf;
+  Status loaded = llama::LoadSafetensorsWeights(**checkpoint, *hf_arch, LlmPrecision::kFp32, &hf);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  auto file = GgufFile::Open(ModelDir("converted/gguf_gpt_oss_mxfp4_hf") + "/model.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto gguf_arch = ArchitectureFromGguf(**file);
+  ASSERT_TRUE(gguf_arch.ok()) << gguf_arch.status().ToString();
+  llama::Weights gguf;
+  loaded = llama::LoadGgufWeights(**file, *gguf_arch, LlmPrecision::kFp32, nullptr, &gguf);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  ASSERT_EQ(hf.layers.size(), gguf.layers.size());
+  int parts = 0;
+  for (size_t l = 0; l < hf.layers.size(); ++l) {
+    ASSERT_EQ(hf.layers[l].experts.size(), gguf.layers[l].experts.size());
+    for (size_t e = 0; e < hf.layers[l].experts.size(); ++e) {
+      const auto& ours = hf.layers[l].experts[e];
+      const auto& theirs = gguf.layers[l].experts[e];
+      for (auto [a, b] :
+           {std::pair{&ours.gate_up, &theirs.gate_up}, std::pair{&ours.down, &theirs.down}}) {
+        ASSERT_EQ(a->parts.size(), b->parts.size());
+        ASSERT_EQ(a->in, b->in);
+        for (size_t p = 0; p < a->parts.size(); ++p) {
+          const llama::Linear::Part& x = a->parts[p];
+          const llama::Linear::Part& y = b->parts[p];
+          ASSERT_EQ(x.type, static_cast<uint32_t>(GgmlType::kMXFP4));
+          ASSERT_EQ(x.type, y.type);
+          ASSERT_EQ(x.rows, y.rows);
+          ASSERT_EQ(x.repacked, y.repacked);
+          const auto bytes = static_cast<size_t>(x.rows * QuantRowBytes(x.type, a->in));
+          EXPECT_EQ(std::memcmp(x.blocks, y.blocks, bytes), 0)
+              << "layer " << l << " expert " << e << " part " << p;
+          ++parts;
+        }
+        EXPECT_TRUE(at::equal(a->bias, b->bias)) << "layer " << l << " expert " << e;
+      }
+    }
+  }
+  EXPECT_EQ(parts, 2 * 4 * 3);  // 2 layers, 4 experts: gate, up, down.
+}
+
+// A gpt-oss folder quantised otherwise than the released checkpoints (MXFP4 experts, which
+// gguf_model_test's ReleasedGptOssTest loads) is refused naming the key and what it holds; and
+// transformers' YaRN without truncation is read as such (the folder's logits against
+// transformers' are LlamaModelTest's).
+TEST(LlamaModelLoadTest, GptOssOtherQuantizationsAreNamed) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("sluice_gpt_oss_" + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -383,16 +439,16 @@ TEST(LlamaModelLoadTest, GptOssQuantizedCheckpointsAreNamed) {
   }
   const size_t brace = config.rfind('}');
   ASSERT_NE(brace, std::string::npos);
-  config.insert(brace, R"(, "quantization_config": {"quant_method": "mxfp4"})");
+  config.insert(brace, R"(, "quantization_config": {"quant_method": "fp8"})");
   std::ofstream(dir / "config.json") << config;
   ModelLoadOptions options;
   options.dir = dir.string();
   options.serve.context_length = 256;
   auto model = LoadLlamaModel(options);
   ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.status().message().find("'quantization_config' is 'mxfp4'"), std::string::npos)
+  EXPECT_NE(model.status().message().find("'quantization_config' is 'fp8'"), std::string::npos)
       << model.status().ToString();
-  EXPECT_NE(model.status().message().find("convert_hf_to_gguf.py"), std::string::npos);
+  EXPECT_NE(model.status().message().find("MXFP4 experts"), std::string::npos);
   fs::remove_all(dir);
 }
 

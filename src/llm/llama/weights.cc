@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 #include "llm/models/family.h"
 
@@ -70,9 +71,69 @@ void UseWeightsCache(const std::string& file_path, WeightsCache* cache, Weights*
                                    all ? "" : " (some kept in memory)");
 }
 
-}  // namespace
+// One part of `rows` MXFP4 rows of `columns` from OCP MX blocks and scales (Mxfp4FromOcpBlocks),
+// rows `step` apart from `first` of the tensors' rows: in ggml's layout, repacked, or (where the
+// products read the file's layout) kept in the part's own buffer.
+void AddMxfp4Rows(const uint8_t* codes, const uint8_t* scales, int64_t first, int64_t step,
+                  int64_t rows, int64_t columns, Linear* result) {
+  constexpr auto kType = static_cast<uint32_t>(GgmlType::kMXFP4);
+  const int64_t blocks = columns / 32;
+  at::Tensor ggml = at::empty({rows * QuantRowBytes(kType, columns)}, at::kByte);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = first + r * step;
+    Mxfp4FromOcpBlocks(codes + row * blocks * 16, scales + row * blocks, blocks,
+                       ggml.data_ptr<uint8_t>() + r * blocks * 17);
+  }
+  result->AddBlocks(ggml.data_ptr<uint8_t>(), kType, rows, columns);
+  Linear::Part& part = result->parts.back();
+  if (!part.repacked) part.weight = std::move(ggml);
+}
 
-namespace {
+// The released gpt-oss checkpoints' experts (quantization_config mxfp4): `gate_up`_blocks and
+// _scales and `down`'s, OCP MX blocks along each row's inputs, as MXFP4 parts of each expert's
+// Linears (gate's rows, then up's, as the GGUF files hold them).
+Status Mxfp4Experts(const SafetensorsFile& file, const std::string& gate_up,
+                    const std::string& down, const ModelArchitecture& a, Layer* layer) {
+  const int64_t experts = a.experts, width = a.expert_intermediate_size, hidden = a.hidden_size;
+  if (hidden % 32 != 0 || width % 32 != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: MXFP4 experts need hidden_size ({}) and intermediate_size ({}) in blocks of 32",
+        file.path(), hidden, width));
+  }
+  // gate_up: [experts, 2 I rows (gate's and up's interleaved), hidden / 32 blocks]; down:
+  // [experts, hidden rows, I / 32 blocks].
+  const uint8_t* data[2][2];  // [gate_up, down][codes, scales]
+  for (int t = 0; t < 2; ++t) {
+    const int64_t rows = t == 0 ? 2 * width : hidden, columns = t == 0 ? hidden : width;
+    for (int s = 0; s < 2; ++s) {
+      const std::string name = (t == 0 ? gate_up : down) + (s == 0 ? "_blocks" : "_scales");
+      std::vector<int64_t> shape = {experts, rows, columns / 32};
+      if (s == 0) shape.push_back(16);
+      const SafetensorsEntry* entry = file.Find(name);
+      if (entry == nullptr) {
+        return Status::InvalidArgument(
+            fmt::format("{}: tensor '{}' is missing", file.path(), name));
+      }
+      if (entry->dtype != "U8" || entry->shape != shape) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: tensor '{}' is {} [{}]; MXFP4 {} are U8 [{}]", file.path(), name, entry->dtype,
+            fmt::join(entry->shape, ", "), s == 0 ? "blocks" : "scales", fmt::join(shape, ", ")));
+      }
+      data[t][s] = static_cast<const uint8_t*>(entry->data);
+    }
+  }
+  layer->experts.resize(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    Layer::Expert& expert = layer->experts[static_cast<size_t>(e)];
+    const int64_t gate_up_rows = e * 2 * width, down_rows = e * hidden;
+    expert.gate_up = Linear();
+    AddMxfp4Rows(data[0][0], data[0][1], gate_up_rows, 2, width, hidden, &expert.gate_up);
+    AddMxfp4Rows(data[0][0], data[0][1], gate_up_rows + 1, 2, width, hidden, &expert.gate_up);
+    expert.down = Linear();
+    AddMxfp4Rows(data[1][0], data[1][1], down_rows, 1, hidden, width, &expert.down);
+  }
+  return Status::Ok();
+}
 
 template <class L, class Self>
 std::vector<L*> LinearsOf(Self& layer) {
@@ -212,8 +273,14 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
           return std::vector<at::Tensor>{rows.slice(0, 0, 2 * width, 2),
                                          rows.slice(0, 1, 2 * width, 2)};
         };
-        auto gate_up_all = get(name_of(names.expert_gate_up, i), {a.experts, hidden, 2 * width});
-        auto down_all = get(name_of(names.expert_down, i), {a.experts, width, hidden});
+        // The released checkpoints' experts are MXFP4 (quantization_config mxfp4): blocks and
+        // scales, read as MXFP4 parts (mxfp4_experts, below).
+        const bool mxfp4 = file.Find(name_of(names.expert_gate_up, i) + "_blocks") != nullptr;
+        Result<at::Tensor> gate_up_all = at::Tensor(), down_all = at::Tensor();
+        if (!mxfp4) {
+          gate_up_all = get(name_of(names.expert_gate_up, i), {a.experts, hidden, 2 * width});
+          down_all = get(name_of(names.expert_down, i), {a.experts, width, hidden});
+        }
         if (!gate_up_all.ok()) return gate_up_all.status();
         if (!down_all.ok()) return down_all.status();
         Result<at::Tensor> gate_up_bias = at::Tensor(), down_bias = at::Tensor();
@@ -223,10 +290,19 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
           if (!gate_up_bias.ok()) return gate_up_bias.status();
           if (!down_bias.ok()) return down_bias.status();
         }
+        if (mxfp4) {
+          SLUICE_RETURN_IF_ERROR(Mxfp4Experts(file, name_of(names.expert_gate_up, i),
+                                              name_of(names.expert_down, i), a, &layer));
+          for (const Layer::Expert& expert : layer.experts) {
+            out->bytes += expert.gate_up.bytes() + expert.down.bytes();
+          }
+        }
         for (int e = 0; e < a.experts; ++e) {
           Layer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-          expert.gate_up = linear(split_gate_up((*gate_up_all)[e].t()));
-          expert.down = linear({(*down_all)[e].t().contiguous()});
+          if (!mxfp4) {
+            expert.gate_up = linear(split_gate_up((*gate_up_all)[e].t()));
+            expert.down = linear({(*down_all)[e].t().contiguous()});
+          }
           if (a.expert_biases) {
             expert.gate_up.bias = at::cat(split_gate_up((*gate_up_bias)[e]));
             expert.down.bias = (*down_bias)[e].contiguous();

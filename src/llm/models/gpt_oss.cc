@@ -31,15 +31,17 @@ void AlternateWindows(int window, ModelArchitecture* arch) {
 
 Status FromConfig(const JsonConfig& config, ModelArchitecture* arch) {
   SLUICE_RETURN_IF_ERROR(RequireSilu(config));
+  // The released checkpoints keep their experts as MXFP4 blocks (weights.cc reads them as MXFP4
+  // parts, the GGUF files' type); the rest is BF16.
   if (auto quantization = config.Object("quantization_config")) {
     auto method = quantization->String("quant_method", "");
     if (!method.ok()) return method.status();
-    return config.Bad(
-        "quantization_config",
-        fmt::format("is '{}': Sluice reads gpt-oss folders of BF16/F16/F32 weights; for the "
-                    "released MXFP4 checkpoints use the GGUF file llama.cpp's "
-                    "convert_hf_to_gguf.py writes from them (the experts stay MXFP4)",
-                    *method));
+    if (*method != "mxfp4") {
+      return config.Bad("quantization_config",
+                        fmt::format("is '{}': Sluice reads gpt-oss folders of MXFP4 experts (the "
+                                    "released checkpoints') or BF16/F16/F32 weights",
+                                    *method));
+    }
   }
   SetGptOssBlock(arch);
   auto bias = config.Bool("attention_bias", true);
