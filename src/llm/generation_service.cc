@@ -38,12 +38,13 @@ struct ChoiceText {
   ToolCallFormat id_format = ToolCallFormat::kUnknown;  // Ids in the form the template accepts.
   bool done = false;
 
-  // `text` (the reply's next piece; `end`: its last) to content, reasoning and calls.
-  void Feed(std::string text, bool end, ChoiceEvent& out) {
+  // `text` (the reply's next piece; `end`: its last; `closed`: the model ended it with an end
+  // token) to content, reasoning and calls.
+  void Feed(std::string text, bool end, bool closed, ChoiceEvent& out) {
     if (harmony) {
       HarmonyParser::Pieces pieces = harmony->Add(text);
       if (end) {
-        HarmonyParser::Pieces rest = harmony->Finish();
+        HarmonyParser::Pieces rest = harmony->Finish(closed);
         pieces.reasoning += rest.reasoning;
         pieces.content += rest.content;
         for (ToolCall& call : rest.calls) pieces.calls.push_back(std::move(call));
@@ -186,7 +187,8 @@ class Run final : public Generation {
       released.text += choice.stops.Flush();
     }
     bool end = finish != FinishReason::kNone;
-    choice.Feed(std::move(released.text), end, out);
+    choice.Feed(std::move(released.text), end,
+                event.finish == FinishReason::kStop && !released.stopped, out);
     if (!end && choice.max_calls > 0 && choice.calls >= choice.max_calls) {
       // parallel_tool_calls false: the reply ends with its one call.
       finish = FinishReason::kStop;
@@ -342,6 +344,53 @@ bool AnyStrict(const ToolOptions& tools) {
                      [](const ToolFunction& f) { return f.strict; });
 }
 
+// A harmony reply's grammar (HarmonyReplyTag): a forced call of the functions (the named one),
+// their arguments under their schemas; under auto with a strict function, the final message
+// free or a call (strict functions' arguments under their schemas, the others' any object); a
+// response format's document as the final message. Empty where the reply takes no grammar; an
+// error where the vocabulary lacks one of harmony's markers as a token.
+Result<std::string> HarmonyTag(const LlmEngine& engine, const GenerateRequest& request,
+                               bool forced_calls, bool parse_calls) {
+  const ToolOptions& tools = request.tools;
+  std::optional<std::string> answer;
+  std::vector<HarmonyCallSchema> calls;
+  if (forced_calls || (parse_calls && AnyStrict(tools))) {
+    for (const ToolFunction& f : tools.functions) {
+      if (tools.choice == ToolOptions::Choice::kFunction && f.name != tools.function) continue;
+      JsonWriter arguments;
+      if (forced_calls && !f.parameters.empty()) {
+        arguments.Raw(f.parameters);
+      } else {
+        WriteArguments(arguments, f);
+      }
+      calls.push_back({f.name, arguments.str()});
+    }
+    if (!forced_calls) answer = "";
+  } else if (request.response_format.type == ResponseFormat::Type::kJsonObject) {
+    answer = R"({"type":"object"})";
+  } else if (request.response_format.type == ResponseFormat::Type::kJsonSchema) {
+    answer = request.response_format.schema;
+  } else {
+    return std::string();
+  }
+  const Tokenizer& tokenizer = engine.tokenizer();
+  std::array<int32_t, kHarmonyMarkers.size()> ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = tokenizer.TokenId(kHarmonyMarkers[i]);
+    if (ids[i] < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "this model's chat format is harmony (gpt-oss's), but its vocabulary has no token {}: "
+          "its replies cannot be constrained",
+          kHarmonyMarkers[i]));
+    }
+  }
+  std::vector<int32_t> special;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsSpecial(id)) special.push_back(id);
+  }
+  return HarmonyReplyTag(ids, special, answer, calls);
+}
+
 // What tool calling asks of the model's template, checked before anything runs.
 std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest& request,
                                   ToolCallFormat& format) {
@@ -353,18 +402,6 @@ std::optional<Refusal> CheckTools(const LlmEngine& engine, const GenerateRequest
                    "tools"};
   }
   if (tools.choice == ToolOptions::Choice::kNone) return std::nullopt;
-  const bool harmony = IsHarmonyTemplate(chat_template->source());
-  if (harmony && tools.choice != ToolOptions::Choice::kAuto) {
-    return Refusal{Status::InvalidArgument(
-                       "'tool_choice' \"required\" or a named function is not supported for this "
-                       "model's chat format (harmony, gpt-oss's): use \"auto\""),
-                   "tool_choice"};
-  }
-  if (harmony && AnyStrict(tools)) {
-    return Refusal{Status::InvalidArgument("strict functions are not supported for this model's "
-                                           "chat format (harmony, gpt-oss's)"),
-                   "tools"};
-  }
   if (request.response_format.type != ResponseFormat::Type::kText) {
     return Refusal{Status::InvalidArgument("'response_format' cannot be combined with 'tools' "
                                            "unless 'tool_choice' is \"none\""),
@@ -623,15 +660,6 @@ Result<PreparedPrompt> GenerationService::PreparePrompt(const LlmEngine& engine,
   if (auto refusal = CheckTools(engine, request, prepared.tool_format)) {
     return refuse(refusal->status, refusal->param);
   }
-  // gpt-oss's replies hold their answer in a channel after the reasoning: a grammar over the
-  // whole reply would refuse the format itself.
-  if (request.chat && engine.chat_template() != nullptr &&
-      IsHarmonyTemplate(engine.chat_template()->source()) &&
-      request.response_format.type != ResponseFormat::Type::kText) {
-    return refuse(Status::InvalidArgument("'response_format' other than text is not supported "
-                                          "for this model's chat format (harmony, gpt-oss's)"),
-                  "response_format");
-  }
   std::string prompt = request.prompt;
   if (request.chat) {
     auto rendered = RenderRequest(engine, request);
@@ -687,11 +715,13 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   const ToolOptions::Choice choice = request.tools.choice;
   const bool has_tools = !request.tools.functions.empty();
   const bool parse_calls = has_tools && choice == ToolOptions::Choice::kAuto;
-  const bool constrained_calls = has_tools && (choice == ToolOptions::Choice::kRequired ||
-                                               choice == ToolOptions::Choice::kFunction);
+  const bool forced_calls = has_tools && (choice == ToolOptions::Choice::kRequired ||
+                                          choice == ToolOptions::Choice::kFunction);
   // Llama 3's <|python_tag|> and Mistral's [TOOL_CALLS] are special tokens: kept in the text
   // for the parser to find; so are harmony's markers, which tell its reasoning from its answer.
   const bool harmony = request.chat && IsHarmonyTemplate(engine->chat_template()->source());
+  // A forced call's reply is a JSON array of calls, but harmony's is a harmony message.
+  const bool constrained_calls = forced_calls && !harmony;
   const bool skip_special = !harmony && (!parse_calls || format == ToolCallFormat::kHermes);
   const bool thinks = request.chat && engine->chat_template()->thinks() && !harmony;
   const bool opened = prepared->opens_thinking;
@@ -699,7 +729,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   for (int i = 0; i < request.n; ++i) {
     ChoiceText& text = run->choices.emplace_back(engine->tokenizer(), skip_special, request.stop);
     // Each choice's reasoning apart from its answer, inside the block the prompt may have opened.
-    if (harmony) text.harmony.emplace(parse_calls);
+    if (harmony) text.harmony.emplace(parse_calls || forced_calls);
     if (thinks) text.reasoning.emplace(opened);
     if (parse_calls && !harmony) text.tool_parser.emplace(format);
     text.constrained_calls = constrained_calls;
@@ -708,7 +738,23 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   }
 
   std::string schema, tag;
-  if (constrained_calls) {
+  if (harmony) {
+    Result<std::string> harmony_tag = HarmonyTag(*engine, request, forced_calls, parse_calls);
+    if (!harmony_tag.ok()) {
+      observer->OnRejected(harmony_tag.status(),
+                           request.response_format.type != ResponseFormat::Type::kText
+                               ? "response_format"
+                           : forced_calls ? "tool_choice"
+                                          : "tools",
+                           0);
+      return run;
+    }
+    tag = std::move(*harmony_tag);
+    if (tag.empty()) {
+      run->Launch(run, generation);
+      return run;
+    }
+  } else if (constrained_calls) {
     schema = ToolCallSchema(request.tools);
   } else if (parse_calls && AnyStrict(request.tools)) {
     tag = StrictCallsTag(request.tools, format, engine->chat_template()->source());
@@ -727,8 +773,12 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
   // A schema's first compilation takes milliseconds to seconds: off the caller's thread. Later
   // requests with the same schema find it cached.
   // Holds the engine (on the compiler's thread, not the engine's) until the choices are queued.
+  // What a schema that cannot compile is refused as: the response format, or the tools.
+  const char* grammar_param =
+      request.response_format.type != ResponseFormat::Type::kText ? "response_format" : "tools";
   auto compile = [run, engine, generation = std::move(generation), schema = std::move(schema),
-                  tag = std::move(tag), format = std::move(request.response_format)]() mutable {
+                  tag = std::move(tag), format = std::move(request.response_format),
+                  grammar_param]() mutable {
     if (run->cancelled()) return run->Launch(run, generation);  // Tells of the cancel.
     Result<std::shared_ptr<const Grammar>> grammar =
         !tag.empty()      ? engine->grammars().StructuralTag(tag)
@@ -736,10 +786,7 @@ std::shared_ptr<Generation> GenerationService::Start(const std::shared_ptr<LlmEn
         : format.type == ResponseFormat::Type::kJsonObject
             ? engine->grammars().JsonObject()
             : engine->grammars().JsonSchema(format.schema);
-    if (!grammar.ok()) {
-      return run->observer().OnRejected(
-          grammar.status(), schema.empty() && tag.empty() ? "response_format" : "tools", 0);
-    }
+    if (!grammar.ok()) return run->observer().OnRejected(grammar.status(), grammar_param, 0);
     generation.grammar = std::move(*grammar);
     run->Launch(run, generation);
   };

@@ -477,8 +477,10 @@ TEST(GenerationServiceTest, AThinkingReplysJsonFollowsItsReasoning) {
 
 // gpt-oss's chat format (harmony; a template of its form, whose prompt leaves the tiny model's
 // 512 positions room: gpt-oss's own is harmony_test's): the analysis channel is
-// reasoning_content, a message to functions.NAME a tool call, the final channel the answer; what
-// harmony cannot take (a grammar over the whole reply) is refused naming the parameter.
+// reasoning_content, a message to functions.NAME a tool call, the final channel the answer; a
+// grammar (a forced call, a response format) over a vocabulary without harmony's markers as
+// tokens (tiny_llm's) is refused naming the parameter (HarmonyRepliesFollowTheirGrammars: with
+// them).
 constexpr const char* kHarmonyTemplate =
     "{%- for message in messages %}"
     "{%- if message.role == 'assistant' and message.tool_calls %}<|start|>assistant to=functions."
@@ -525,6 +527,66 @@ TEST(GenerationServiceTest, HarmonyRepliesGiveReasoningCallsAndAnswer) {
   request.tools = {};
   request.response_format.type = ResponseFormat::Type::kJsonObject;
   EXPECT_EQ(Generate(service, request)->rejected_param, "response_format");
+}
+
+// On a harmony vocabulary (the tiny gpt-oss's), a grammar leaves the analysis message free and
+// constrains what follows it: a response format's document as the final message, a forced call
+// (required, a named function) or, under auto, a strict function's call, each in harmony's form;
+// the scripted model's "kelvin" becomes a unit the schema allows, its reasoning is kept, and a
+// reply that skips the analysis is taken as it is.
+TEST(GenerationServiceTest, HarmonyRepliesFollowTheirGrammars) {
+  const std::string dir = std::string(SLUICE_TEST_MODELS) + "/converted/hf_gpt_oss";
+  const std::string analysis = "<|channel|>analysis<|message|>Cold.<|end|><|start|>assistant";
+  const std::string call =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "{\"unit\": \"kelvin\"}<|call|>";
+  const auto celsius_or_fahrenheit = [](const std::string& json) {
+    return json.find("\"unit\": \"c\"") != std::string::npos ||
+           json.find("\"unit\": \"f\"") != std::string::npos || json == R"({"unit":"c"})" ||
+           json == R"({"unit":"f"})";
+  };
+  GenerateRequest request = Chat("weather?");
+  request.max_tokens = 0;
+  request.response_format.type = ResponseFormat::Type::kJsonSchema;
+  request.response_format.schema =
+      R"({"type":"object","properties":{"unit":{"enum":["c","f"]}},"required":["unit"]})";
+  for (const std::string& before : {analysis, std::string()}) {
+    GenerationService service(
+        {{"m", Scripted(before + "<|channel|>final<|message|>{\"unit\": \"kelvin\"}<|return|>",
+                        kHarmonyTemplate, dir)}});
+    auto recorder = Generate(service, request);
+    ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+    const ChoiceEvent choice = recorder->Joined(0);
+    EXPECT_EQ(choice.reasoning, before.empty() ? "" : "Cold.");
+    EXPECT_TRUE(celsius_or_fahrenheit(choice.content)) << choice.content;
+    EXPECT_EQ(choice.finish, FinishReason::kStop);
+  }
+  request.response_format = {};
+  for (const auto choice_kind : {ToolOptions::Choice::kRequired, ToolOptions::Choice::kFunction,
+                                 ToolOptions::Choice::kAuto}) {
+    request.tools = WeatherTool(choice_kind);
+    if (choice_kind == ToolOptions::Choice::kFunction) request.tools.function = "get_weather";
+    if (choice_kind == ToolOptions::Choice::kAuto) request.tools.functions[0].strict = true;
+    GenerationService service({{"m", Scripted(analysis + call, kHarmonyTemplate, dir)}});
+    auto recorder = Generate(service, request);
+    ASSERT_TRUE(recorder->rejected.ok()) << recorder->rejected.ToString();
+    const ChoiceEvent choice = recorder->Joined(0);
+    EXPECT_EQ(choice.reasoning, "Cold.");
+    EXPECT_EQ(choice.content, "");
+    ASSERT_EQ(choice.tool_calls.size(), 1u) << static_cast<int>(choice_kind) << choice.content;
+    EXPECT_EQ(choice.tool_calls[0].name, "get_weather");
+    EXPECT_TRUE(celsius_or_fahrenheit(choice.tool_calls[0].arguments))
+        << choice.tool_calls[0].arguments;
+    EXPECT_EQ(choice.finish, FinishReason::kToolCalls);
+  }
+  // Under auto with a strict function, an answer instead of a call stays free.
+  GenerationService answers(
+      {{"m", Scripted(analysis + "<|channel|>final<|message|>It is 18 C.<|return|>",
+                      kHarmonyTemplate, dir)}});
+  const ChoiceEvent answer = Generate(answers, request)->Joined(0);
+  EXPECT_EQ(answer.reasoning, "Cold.");
+  EXPECT_EQ(answer.content, "It is 18 C.");
+  EXPECT_TRUE(answer.tool_calls.empty());
 }
 
 // A harmony vocabulary (the tiny gpt-oss's, with harmony's markers as special tokens): the reply

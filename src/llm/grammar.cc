@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "llm/text/harmony.h"
 #include "llm/text/tokenizer.h"
 
 namespace sluice::llm {
@@ -50,6 +51,8 @@ int Utf8Next(int state, uint8_t byte) {
 // XGrammar matches characters as code points and lets a byte-level vocabulary spell some that
 // UTF-8 forbids (surrogates, U+D800-U+DFFF, inside strings), so the matcher also keeps the text
 // valid UTF-8: per decoder state, the state each token leaves it in (-1: the token is invalid).
+// A special token (a stop token, harmony's markers) only at a character boundary: text cut
+// inside a character before it would stay invalid.
 struct Utf8Table {
   Utf8Table(const Tokenizer& tokenizer, int vocab_size)
       : vocab(vocab_size), next(static_cast<size_t>(kUtf8States) * vocab_size, 0) {
@@ -57,7 +60,9 @@ struct Utf8Table {
     for (int state = 0; state < kUtf8States; ++state) {
       for (int id = 0; id < vocab_size; ++id) {
         int at = state;
-        if (id < known && !tokenizer.IsSpecial(id)) {
+        if (id < known && tokenizer.IsSpecial(id)) {
+          at = state == 0 ? 0 : -1;
+        } else if (id < known) {
           for (const char c : tokenizer.TokenBytes(id)) {
             at = Utf8Next(at, static_cast<uint8_t>(c));
             if (at < 0) break;
@@ -90,11 +95,19 @@ constexpr int kMaxWhitespace = 8;
 xgrammar::TokenizerInfo VocabularyOf(const Tokenizer& tokenizer, int vocab_size,
                                      std::vector<int32_t> stop_ids) {
   // Each token as the bytes it decodes to (xgrammar's RAW vocabulary); special tokens as "",
-  // which xgrammar never allows inside a document. Ids past the tokenizer's are padding.
+  // which xgrammar never allows inside a document, but for harmony's markers in a harmony
+  // vocabulary (gpt-oss's), which its replies' grammars name as tokens (HarmonyReplyTag) and
+  // xgrammar accepts only with their text. Ids past the tokenizer's are padding.
   const int known = std::min(tokenizer.vocab_size(), vocab_size);
   std::vector<std::string> vocab(static_cast<size_t>(known));
   for (int id = 0; id < known; ++id) {
     if (!tokenizer.IsSpecial(id)) vocab[static_cast<size_t>(id)] = tokenizer.TokenBytes(id);
+  }
+  if (tokenizer.TokenId("<|channel|>") >= 0 && tokenizer.TokenId("<|message|>") >= 0) {
+    for (const std::string_view marker : kHarmonyMarkers) {
+      const int32_t id = tokenizer.TokenId(marker);
+      if (id >= 0 && id < known) vocab[static_cast<size_t>(id)] = std::string(marker);
+    }
   }
   return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, std::move(stop_ids));
 }

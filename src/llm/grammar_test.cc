@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <set>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "llm/sampler.h"
+#include "llm/text/harmony.h"
 #include "llm/text/tokenizer.h"
 
 namespace sluice::llm {
@@ -226,6 +228,107 @@ TEST(GrammarTest, ASchemaThatCannotCompileIsAnInvalidArgument) {
     EXPECT_EQ(grammar.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(grammar.status().message().find("JSON schema"), std::string::npos);
   }
+}
+
+// gpt-oss's replies under a grammar (HarmonyReplyTag) on the tiny gpt-oss's vocabulary, whose
+// harmony markers are special tokens: a reply that reasons, then answers with a document of the
+// schema, is accepted token by token and ends at <|return|>; one without its final message
+// cannot end; a document outside the schema, or a marker spelled in text tokens instead of the
+// special token, is refused where it departs. And noise masked by the grammar (the analysis'
+// end favoured, so that replies end within the budget) always gives a reply whose final message
+// is a document of the schema, parsed as harmony's parser parses it.
+TEST(GrammarTest, HarmonyRepliesAreItsMessagesAndTheirDocuments) {
+  auto tokenizer = Tokenizer::Load(std::string(SLUICE_TEST_MODELS) + "/converted/hf_gpt_oss");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const Tokenizer& vocabulary = **tokenizer;
+  std::array<int32_t, kHarmonyMarkers.size()> ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = vocabulary.TokenId(kHarmonyMarkers[i]);
+    ASSERT_GE(ids[i], 0) << kHarmonyMarkers[i];
+  }
+  // The engine's end tokens for a harmony vocabulary: <|return|> and <|call|>.
+  const int32_t ret = vocabulary.TokenId("<|return|>"), call = vocabulary.TokenId("<|call|>"),
+                end = vocabulary.TokenId("<|end|>");
+  GrammarCompiler compiler(vocabulary, vocabulary.vocab_size(), {ret, call});
+  const std::string schema =
+      R"({"type":"object","properties":{"unit":{"enum":["c","f"]}},"required":["unit"],)"
+      R"("additionalProperties":false})";
+  std::vector<int32_t> special;
+  for (int32_t id = 0; id < vocabulary.vocab_size(); ++id) {
+    if (vocabulary.IsSpecial(id)) special.push_back(id);
+  }
+  auto grammar = compiler.StructuralTag(HarmonyReplyTag(ids, special, schema, {}));
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  const auto encode = [&](std::string_view text) {
+    return vocabulary.Encode(text, /*add_special_tokens=*/false);
+  };
+  // The tokens of `text` until one is refused: how many were accepted; whether it terminated.
+  const auto follow = [&](const std::vector<int32_t>& tokens, bool* terminated) {
+    GrammarMatcher matcher(*grammar);
+    size_t accepted = 0;
+    while (accepted < tokens.size() && matcher.Accept(tokens[accepted])) ++accepted;
+    *terminated = matcher.Terminated();
+    return accepted;
+  };
+  bool terminated = false;
+  const std::vector<int32_t> reply = encode(
+      "<|channel|>analysis<|message|>Cold.<|end|><|start|>assistant<|channel|>final<|message|>"
+      "{\"unit\": \"c\"}<|return|>");
+  EXPECT_EQ(follow(reply, &terminated), reply.size());
+  EXPECT_TRUE(terminated);
+  const std::vector<int32_t> direct =
+      encode("<|channel|>final<|message|>{\"unit\":\"f\"}<|return|>");
+  EXPECT_EQ(follow(direct, &terminated), direct.size());
+  EXPECT_TRUE(terminated);
+  const std::vector<int32_t> no_answer =
+      encode("<|channel|>analysis<|message|>Cold.<|end|><|return|>");
+  EXPECT_EQ(follow(no_answer, &terminated), no_answer.size() - 1);  // <|return|> refused.
+  EXPECT_FALSE(terminated);
+  const std::vector<int32_t> kelvin = encode("<|channel|>final<|message|>{\"unit\": \"k\"}");
+  const std::vector<int32_t> before_k = encode("<|channel|>final<|message|>{\"unit\": \"");
+  EXPECT_EQ(follow(kelvin, &terminated), before_k.size());
+  std::vector<int32_t> spelled = encode("<|chan");
+  for (const int32_t id : encode("nel|>final<|message|>{}")) spelled.push_back(id);
+  EXPECT_EQ(follow(spelled, &terminated), 0u);
+  EXPECT_EQ(vocabulary.TokenId("<|channel|>"), ids[3]);
+
+  // Noise under the grammar.
+  int answered = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    GrammarMatcher matcher(*grammar);
+    SamplingParams params;
+    params.temperature = 1;
+    params.seed = seed;
+    Sampler sampler(params, {});
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> noise(0, 2);
+    const int vocab = vocabulary.vocab_size();
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 400 && !matcher.Terminated(); ++i) {
+      for (float& x : logits) x = noise(rng);
+      logits[static_cast<size_t>(end)] += 6;
+      matcher.Mask(logits.data(), vocab);
+      const int32_t token = sampler.Next(logits.data(), vocab);
+      ASSERT_TRUE(matcher.Accept(token)) << token << " after " << vocabulary.Decode(tokens);
+      tokens.push_back(token);
+    }
+    if (!matcher.Terminated()) continue;
+    EXPECT_TRUE(tokens.back() == ret || tokens.back() == call) << tokens.back();
+    ++answered;
+    HarmonyParser parser(/*calls=*/false);
+    HarmonyParser::Pieces pieces = parser.Add(vocabulary.Decode(tokens, /*skip_special=*/false));
+    HarmonyParser::Pieces rest = parser.Finish();
+    const std::string content = pieces.content + rest.content;
+    simdjson::dom::parser json;
+    simdjson::dom::element document;
+    ASSERT_EQ(json.parse(content).get(document), simdjson::SUCCESS) << content;
+    std::string_view unit;
+    ASSERT_EQ(document["unit"].get(unit), simdjson::SUCCESS) << content;
+    EXPECT_TRUE(unit == "c" || unit == "f") << content;
+  }
+  std::printf("harmony noise: %d of 20 replies answered within 400 tokens\n", answered);
+  EXPECT_GE(answered, 15);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 
+#include "common/json_writer.h"
+
 namespace sluice::llm {
 namespace {
 
@@ -140,10 +142,85 @@ HarmonyParser::Pieces HarmonyParser::Add(std::string_view text) {
   return out;
 }
 
-HarmonyParser::Pieces HarmonyParser::Finish() {
+HarmonyParser::Pieces HarmonyParser::Finish(bool closed) {
   Pieces out;
+  if (closed && in_body_) buffer_ += kEnds[1];
   Run(out, /*end=*/true);
   return out;
+}
+
+std::string HarmonyReplyTag(const std::array<int32_t, kHarmonyMarkers.size()>& ids,
+                            const std::vector<int32_t>& special,
+                            const std::optional<std::string>& answer,
+                            const std::vector<HarmonyCallSchema>& calls) {
+  const int32_t start = ids[0], end = ids[1], message = ids[2], channel = ids[3],
+                constrain = ids[4];
+  JsonWriter json;
+  const auto token = [&](int32_t id) {
+    json.BeginObject().Field("type", "token").Field("token", int64_t{id}).EndObject();
+  };
+  const auto text = [&](std::string_view value) {
+    json.BeginObject().Field("type", "const_string").Field("value", value).EndObject();
+  };
+  const auto free_text = [&] {  // Any tokens but the markers and the other special tokens.
+    json.BeginObject().Field("type", "any_tokens").Key("exclude_tokens").BeginArray();
+    for (const int32_t id : ids) json.Int(id);
+    for (const int32_t id : special) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) json.Int(id);
+    }
+    json.EndArray().EndObject();
+  };
+  const auto document = [&](const std::string& schema) {
+    json.BeginObject().Field("type", "json_schema").Key("json_schema").Raw(schema).EndObject();
+  };
+  const auto sequence = [&] {
+    json.BeginObject().Field("type", "sequence").Key("elements").BeginArray();
+  };
+  const auto close = [&] { json.EndArray().EndObject(); };
+  json.BeginObject().Field("type", "structural_tag").Key("format");
+  sequence();
+  // <|channel|>analysis<|message|>...<|end|><|start|>assistant, or nothing.
+  json.BeginObject().Field("type", "optional").Key("content");
+  sequence();
+  token(channel);
+  text("analysis");
+  token(message);
+  free_text();
+  token(end);
+  token(start);
+  text("assistant");
+  close();
+  json.EndObject();
+  json.BeginObject().Field("type", "or").Key("elements").BeginArray();
+  if (answer) {  // <|channel|>final<|message|> and the answer.
+    sequence();
+    token(channel);
+    text("final");
+    token(message);
+    if (answer->empty()) {
+      free_text();
+    } else {
+      document(*answer);
+    }
+    close();
+  }
+  for (const HarmonyCallSchema& call : calls) {
+    sequence();
+    token(channel);
+    text("commentary to=functions." + call.name);
+    json.BeginObject().Field("type", "optional").Key("content");
+    text(" ");
+    json.EndObject();
+    token(constrain);
+    text("json");
+    token(message);
+    document(call.schema);
+    close();
+  }
+  json.EndArray().EndObject();
+  close();
+  json.EndObject();
+  return json.str();
 }
 
 }  // namespace sluice::llm

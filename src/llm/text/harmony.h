@@ -13,6 +13,9 @@
 // (tool_calls). The markers are special tokens: the reply's text must keep them.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +27,31 @@ namespace sluice::llm {
 // Whether a chat template writes harmony (gpt-oss's): its messages open with <|channel|> and
 // their bodies with <|message|>.
 bool IsHarmonyTemplate(std::string_view source);
+
+// Harmony's markers inside a reply (the ends that stop it, <|return|> and <|call|>, apart): a
+// grammar over harmony's replies names them (HarmonyReplyTag), so a grammar's vocabulary gives
+// them their text (grammar.cc), where it gives other special tokens none.
+constexpr std::array<std::string_view, 5> kHarmonyMarkers = {"<|start|>", "<|end|>", "<|message|>",
+                                                             "<|channel|>", "<|constrain|>"};
+
+// A call a harmony reply may make under a grammar: the function and its arguments' JSON Schema.
+struct HarmonyCallSchema {
+  std::string name, schema;
+};
+
+// XGrammar's structural tag for a harmony reply under a grammar: at most one analysis message
+// (its text free), then the final message or a call of one of `calls` (in the header form
+// gpt-oss writes: "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>"). The
+// final message is not allowed without `answer`, free where it is empty, else a document of
+// that JSON Schema. `ids`: the token ids of kHarmonyMarkers, in its order; the markers are
+// token-level elements, so that the reply's framing is the special tokens, never text that spells
+// them. Free text is any tokens but the markers and `special` (the vocabulary's other special
+// tokens, which XGrammar's matcher refuses where its mask would let them through). The reply's
+// end token (<|return|>, <|call|>) follows the grammar's end.
+std::string HarmonyReplyTag(const std::array<int32_t, kHarmonyMarkers.size()>& ids,
+                            const std::vector<int32_t>& special,
+                            const std::optional<std::string>& answer,
+                            const std::vector<HarmonyCallSchema>& calls);
 
 // Fed a reply's text as it is generated, gives back its reasoning, content and the calls
 // completed so far; text that may be a marker's start is held until the next piece (or Finish)
@@ -39,7 +67,10 @@ class HarmonyParser {
     std::vector<ToolCall> calls;
   };
   Pieces Add(std::string_view text);
-  Pieces Finish();
+  // The reply is over. `closed`: it ended at an end token of the model's own that is not one of
+  // harmony's (an <|endoftext|>), which closes its last message as <|return|> would (a call's
+  // body is then a call, where a body cut short is its text).
+  Pieces Finish(bool closed = false);
 
  private:
   enum class Target { kReasoning, kContent, kCall };

@@ -92,6 +92,32 @@ TEST(HarmonyTest, WithoutToolsCutShortOrOutsideTheFormatItIsText) {
   EXPECT_EQ(two.calls[1].arguments, R"({"x":1})");
 }
 
+// A reply the model ends with an end token of its own that is not harmony's (an <|endoftext|>,
+// its text not given): the open message is closed, so a call's body is a call; without that
+// close (a cut) it is its text.
+TEST(HarmonyTest, AnEndTokenOfTheModelsOwnClosesTheLastMessage) {
+  const std::string_view body = kCallReply.substr(0, kCallReply.size() - 8);  // No <|call|>.
+  for (const bool closed : {true, false}) {
+    HarmonyParser parser(/*calls=*/true);
+    HarmonyParser::Pieces pieces = parser.Add(body);
+    const HarmonyParser::Pieces rest = parser.Finish(closed);
+    pieces.content += rest.content;
+    for (const ToolCall& call : rest.calls) pieces.calls.push_back(call);
+    if (closed) {
+      ASSERT_EQ(pieces.calls.size(), 1u);
+      EXPECT_EQ(pieces.calls[0].name, "get_weather");
+      EXPECT_EQ(pieces.calls[0].arguments, R"({"city":"Paris","unit":"c"})");
+      EXPECT_EQ(pieces.content, "");
+    } else {
+      EXPECT_TRUE(pieces.calls.empty());
+      EXPECT_EQ(pieces.content, R"({"city": "Paris", "unit": "c"})");
+    }
+  }
+  HarmonyParser answer(/*calls=*/true);
+  HarmonyParser::Pieces pieces = answer.Add("<|channel|>final<|message|>Done.");
+  EXPECT_EQ(pieces.content + answer.Finish(/*closed=*/true).content, "Done.");
+}
+
 // gpt-oss's template (llama.cpp's models/templates copy) writes an agent's earlier turn back: its
 // reasoning (reasoning_content, which the template reads as message.thinking) in the analysis
 // channel and its call to functions.get_weather. That call, read by the parser, is the same call.
