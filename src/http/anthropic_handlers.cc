@@ -249,15 +249,22 @@ class MessageReply final : public FrontReply {
   }
 };
 
-// The thinking switch against the model's template: refused where it cannot think; else the
-// template's enable_thinking (Qwen3's) follows it.
+// The thinking switch against the model's template: refused where it cannot think, or where its
+// model always reasons (gpt-oss's harmony) and thinking is disabled; else the template's
+// enable_thinking (Qwen3's) follows it.
 std::optional<Status> ApplyThinking(const llm::LlmEngine& engine,
                                     anthropic::MessagesRequest& request) {
   if (!request.thinking) return std::nullopt;
-  const bool thinks = engine.chat_template() != nullptr && engine.chat_template()->thinks();
-  if (*request.thinking && !thinks) {
+  const llm::ChatTemplate* chat_template = engine.chat_template();
+  const bool thinks = chat_template != nullptr && chat_template->thinks();
+  if (*request.thinking && (chat_template == nullptr || !chat_template->reasons())) {
     return Status::InvalidArgument(fmt::format(
         "'thinking' is enabled, but model '{}' has no thinking chat template", request.model));
+  }
+  if (!*request.thinking && !thinks && chat_template != nullptr && chat_template->reasons()) {
+    return Status::InvalidArgument(fmt::format(
+        "'thinking' is disabled, but model '{}' (harmony, gpt-oss's format) always reasons",
+        request.model));
   }
   if (thinks) request.template_arguments["enable_thinking"] = *request.thinking;
   return std::nullopt;
@@ -270,8 +277,8 @@ HttpResponse AnthropicError(const Status& status, double retry_after_seconds) {
                                              ErrorBody(ErrorType(status.code()), status.message()));
   if (status.code() == StatusCode::kUnavailable) {
     response.headers.emplace_back(
-        "Retry-After", std::to_string(static_cast<int64_t>(
-                           std::ceil(std::max(retry_after_seconds, status.retry_after_seconds())))));
+        "Retry-After", std::to_string(static_cast<int64_t>(std::ceil(
+                           std::max(retry_after_seconds, status.retry_after_seconds())))));
   }
   return response;
 }

@@ -163,7 +163,7 @@ class Writer final : public EventWriter {
   std::string id, model;
   std::string fingerprint;  // system_fingerprint: the server's version and the model's formats.
   bool chat = false;
-  bool thinks = false;  // The template knows thinking blocks: messages carry reasoning_content.
+  bool thinks = false;  // The template's replies reason: messages carry reasoning_content.
   bool include_usage = false;
   int top_logprobs = -1;  // -1: no log-probabilities.
   int64_t created = 0;
@@ -360,8 +360,8 @@ HttpResponse OpenAiError(const Status& status, std::string_view param, double re
   HttpResponse response = HttpResponse::Json(HttpStatusFor(status.code()), json.str());
   if (status.code() == StatusCode::kUnavailable) {
     response.headers.emplace_back(
-        "Retry-After", std::to_string(static_cast<int64_t>(
-                           std::ceil(std::max(retry_after_seconds, status.retry_after_seconds())))));
+        "Retry-After", std::to_string(static_cast<int64_t>(std::ceil(
+                           std::max(retry_after_seconds, status.retry_after_seconds())))));
   }
   return response;
 }
@@ -634,7 +634,7 @@ void OpenAiHandlers::Generate(const HttpRequest& request, bool chat, Responder r
   writer->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", NextReplyId());
   writer->model = parsed.model;
   writer->chat = chat;
-  writer->thinks = chat && engine->chat_template() != nullptr && engine->chat_template()->thinks();
+  writer->thinks = chat && engine->chat_template() != nullptr && engine->chat_template()->reasons();
   writer->include_usage = parsed.include_usage;
   writer->top_logprobs = parsed.top_logprobs;
   writer->created = UnixSeconds();

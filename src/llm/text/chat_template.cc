@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "llm/text/harmony.h"
 #include "llm/text/template_filters.h"
 #include "llm/text/template_value.h"
 
@@ -860,6 +861,7 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::Parse(const std::string& sou
     return Status::InvalidArgument(fmt::format("chat template: {}", e.what()));
   }
   result->thinks_ = source.find("</think>") != std::string::npos;
+  result->harmony_ = IsHarmonyTemplate(source);
   for (const std::string_view test :
        {"['content'] is none", "['content'] is not none", "[\"content\"] is none",
         "[\"content\"] is not none", "message.content is none", "message.content is not none"}) {

@@ -60,6 +60,9 @@ class ChatTemplate {
   // Whether the template knows thinking blocks (it writes "</think>"): its replies' reasoning is
   // told apart from their answer (text/reasoning.h).
   bool thinks() const { return thinks_; }
+  // Whether its replies carry reasoning apart from their answer: a thinking block, or harmony's
+  // analysis channel (gpt-oss's, text/harmony.h), whose model always reasons.
+  bool reasons() const { return thinks_ || harmony_; }
   // Whether the template renders a `tools` variable (function definitions for tool calling).
   bool renders_tools() const { return renders_tools_; }
   const std::string& source() const { return source_; }
@@ -70,6 +73,7 @@ class ChatTemplate {
   ChatTemplate() = default;
   std::vector<std::unique_ptr<Node>> body_;
   bool thinks_ = false;
+  bool harmony_ = false;
   bool renders_tools_ = false;
   bool content_none_ = false;    // It tests a message's content against none.
   bool reads_thinking_ = false;  // It reads message.thinking (gpt-oss's): reasoning_content.

@@ -94,7 +94,13 @@ void HarmonyParser::Run(Pieces& out, bool end) {
         continue;
       }
       if (end || buffer_.size() > kLongestHeader) {
-        out.content += buffer_;  // No header: text outside the format.
+        // No header: text outside the format, less the end token that closed it.
+        for (std::string_view marker : kEnds) {
+          for (size_t at; (at = buffer_.find(marker)) != std::string::npos;) {
+            buffer_.erase(at, marker.size());
+          }
+        }
+        out.content += buffer_;
         buffer_.clear();
       }
       return;

@@ -75,8 +75,9 @@ TEST(HarmonyTest, WithoutToolsCutShortOrOutsideTheFormatItIsText) {
   EXPECT_EQ(cut_call.content, R"({"city": "Paris", "unit": )");
   // ... or inside the reasoning: the reasoning so far.
   EXPECT_EQ(Parse("<|channel|>analysis<|message|>half a tho", 3).reasoning, "half a tho");
-  // A model that writes no header at all.
+  // A model that writes no header at all (the end token that closes it is not text).
   EXPECT_EQ(Parse("just text", 2).content, "just text");
+  EXPECT_EQ(Parse("just text<|return|>", 3).content, "just text");
   const std::string long_text(300, 'x');
   EXPECT_EQ(Parse(long_text, 7).content, long_text);
   // Two calls in a row (parallel calls) and a preamble to the user (commentary, no recipient).
