@@ -5,8 +5,9 @@ under gpt-oss's own chat template (llama.cpp's copy). Its weights are random, so
 what a grammar makes them: tool_choice "required" gives a call of the function, its arguments
 under the schema, and the analysis message before it as reasoning_content, streamed and not; the
 call sent back with its reasoning and the tool's result (an agent's second turn) is answered; a
-json_schema response_format gives a document of the schema as the content; and an Anthropic
-`thinking` switch that would turn gpt-oss's reasoning off is refused.
+json_schema response_format gives a document of the schema as the content; the OpenAI Agents SDK
+runs a tool-calling agent (Responses and chat-completions modes) and a structured-output agent;
+and an Anthropic `thinking` switch that would turn gpt-oss's reasoning off is refused.
 
 A random model's analysis message ends where it picks <|end|>: some seeds reach the token limit
 first, so each check takes the first of several seeds whose reply ends.
@@ -120,11 +121,66 @@ def run(port):
         "stop")
     jsonschema.validate(json.loads(reply.choices[0].message.content), SCHEMA)
 
+    agents(port)
+
     # Anthropic's thinking switch: gpt-oss always reasons.
     status, _, body = raw(port, "POST", "/v1/messages", {
         "model": "m", "max_tokens": 8, "messages": MESSAGES,
         "thinking": {"type": "disabled"}}, key=None)
     check(status == 400 and b"always reasons" in body, f"thinking disabled: {status} {body}")
+
+
+def agents(port):
+    """The OpenAI Agents SDK on gpt-oss, in its Responses mode (the default) and its
+    chat-completions mode: a required tool call (the run stops at its output), and in Responses
+    mode an agent whose output_type is a schema. Each takes the first of several runs whose reply
+    ends (the Agents SDK sends no seed)."""
+    import asyncio
+    from typing import Literal
+
+    import pydantic
+    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel,
+                        Runner, function_tool, set_tracing_disabled)
+    from agents.exceptions import AgentsException
+    set_tracing_disabled(True)  # Traces would go to OpenAI's servers.
+
+    @function_tool
+    def get_weather(city: Literal["Paris", "Rome"]) -> str:
+        """Weather in a city."""
+        return f"18 degrees in {city}"
+
+    class Weather(pydantic.BaseModel):
+        unit: Literal["c", "f"]
+
+    async def first_good(agent, good):
+        outputs = []
+        for _ in range(len(SEEDS)):
+            try:  # A reply cut by the token limit is an error to the SDK.
+                result = await Runner.run(agent, "Weather in Paris?")
+            except AgentsException as error:
+                outputs.append(type(error).__name__)
+                continue
+            if good(result.final_output):
+                return
+            outputs.append(result.final_output)
+        raise AssertionError(f"{agent.name}: no good output in {len(SEEDS)} runs: {outputs}")
+
+    async def run_all():
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        settings = ModelSettings(tool_choice="required", max_tokens=400, parallel_tool_calls=False)
+        for model in (OpenAIResponsesModel(model="m", openai_client=client),
+                      OpenAIChatCompletionsModel(model="m", openai_client=client)):
+            agent = Agent(name=type(model).__name__, instructions="Answer with the tool.",
+                          tools=[get_weather], model=model, tool_use_behavior="stop_on_first_tool",
+                          model_settings=settings)
+            await first_good(agent, lambda out: out in ("18 degrees in Paris",
+                                                        "18 degrees in Rome"))
+        structured = Agent(name="structured", output_type=Weather,
+                           model=OpenAIResponsesModel(model="m", openai_client=client),
+                           model_settings=ModelSettings(max_tokens=400))
+        await first_good(structured, lambda out: isinstance(out, Weather))
+
+    asyncio.run(run_all())
 
 
 def main():
