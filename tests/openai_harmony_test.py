@@ -7,6 +7,7 @@ under the schema, and the analysis message before it as reasoning_content, strea
 call sent back with its reasoning and the tool's result (an agent's second turn) is answered; a
 json_schema response_format gives a document of the schema as the content; the OpenAI Agents SDK
 runs a tool-calling agent (Responses and chat-completions modes) and a structured-output agent;
+Anthropic's SDK gets a thinking block and a tool_use, and its agent's second turn is answered;
 and an Anthropic `thinking` switch that would turn gpt-oss's reasoning off is refused.
 
 A random model's analysis message ends where it picks <|end|>: some seeds reach the token limit
@@ -123,6 +124,8 @@ def run(port):
 
     agents(port)
 
+    anthropic_messages(port)
+
     # Anthropic's thinking switch: gpt-oss always reasons.
     status, _, body = raw(port, "POST", "/v1/messages", {
         "model": "m", "max_tokens": 8, "messages": MESSAGES,
@@ -181,6 +184,36 @@ def agents(port):
         await first_good(structured, lambda out: isinstance(out, Weather))
 
     asyncio.run(run_all())
+
+
+def anthropic_messages(port):
+    """Anthropic's SDK on gpt-oss: tool_choice any gives a thinking block (the analysis message)
+    and a tool_use valid under the input schema; the content sent back with a tool_result (an
+    agent's second turn) is answered."""
+    import anthropic
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="none")
+    tool = {"name": "get_weather", "description": WEATHER["function"]["description"],
+            "input_schema": SCHEMA}
+    seen = []
+    for _ in SEEDS:
+        message = client.messages.create(model="m", max_tokens=400, messages=MESSAGES,
+                                         tools=[tool], tool_choice={"type": "any"})
+        seen.append(message.stop_reason)
+        if message.stop_reason == "tool_use":
+            break
+    check(message.stop_reason == "tool_use", f"no reply of {len(SEEDS)} called the tool: {seen}")
+    kinds = [block.type for block in message.content]
+    check(kinds == ["thinking", "tool_use"], f"blocks: {kinds}")
+    check(message.content[0].thinking, f"an empty thinking block: {message.content[0]}")
+    use = message.content[1]
+    check(use.name == "get_weather", f"tool_use: {use}")
+    jsonschema.validate(use.input, SCHEMA)
+    history = [{"role": "user", "content": MESSAGES[0]["content"]},
+               {"role": "assistant", "content": message.content},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                             "content": "18 C, sunny"}]}]
+    answer = client.messages.create(model="m", max_tokens=16, messages=history, tools=[tool])
+    check(answer.stop_reason in ("end_turn", "max_tokens", "tool_use"), f"second turn: {answer}")
 
 
 def main():
