@@ -53,14 +53,20 @@ def gpt_oss_folder(test_models, templates, folder):
         f.write(template)
 
 
-def first_ended(create, finish):
-    """The first reply over SEEDS whose finish_reason is `finish`, with its seed."""
+def reasoning_of(message):
+    return (message.model_extra or {}).get("reasoning_content")
+
+
+def first_ended(create, finish, reasoned=False):
+    """The first reply over SEEDS whose finish_reason is `finish` (and, with `reasoned`, that
+    reasoned first: the grammar lets a reply skip its analysis), with its seed."""
     seen = []
     for seed in SEEDS:
         reply = create(seed)
-        if reply.choices[0].finish_reason == finish:
+        choice = reply.choices[0]
+        if choice.finish_reason == finish and (not reasoned or reasoning_of(choice.message)):
             return reply, seed
-        seen.append(reply.choices[0].finish_reason)
+        seen.append(choice.finish_reason)
     raise AssertionError(f"no reply of {len(SEEDS)} seeds ended with {finish}: {seen}")
 
 
@@ -71,13 +77,13 @@ def run(port):
     # A required call after the reasoning.
     reply, seed = first_ended(
         lambda s: client.chat.completions.create(**common, tool_choice="required", seed=s),
-        "tool_calls")
+        "tool_calls", reasoned=True)
     message = reply.choices[0].message
     check(len(message.tool_calls) == 1, f"one call: {message.tool_calls}")
     call = message.tool_calls[0]
     check(call.function.name == "get_weather" and call.id.startswith("call_"), f"call: {call}")
     jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
-    reasoning = (message.model_extra or {}).get("reasoning_content")
+    reasoning = reasoning_of(message)
     check(isinstance(reasoning, str) and reasoning, f"no reasoning_content: {message}")
     check(not message.content, f"content beside the call: {message.content!r}")
 
@@ -195,15 +201,17 @@ def anthropic_messages(port):
     tool = {"name": "get_weather", "description": WEATHER["function"]["description"],
             "input_schema": SCHEMA}
     seen = []
-    for _ in SEEDS:
+    for _ in SEEDS:  # The first call that reasoned first (the grammar lets a reply skip it).
         message = client.messages.create(model="m", max_tokens=400, messages=MESSAGES,
                                          tools=[tool], tool_choice={"type": "any"})
-        seen.append(message.stop_reason)
+        kinds = [block.type for block in message.content]
+        seen.append((message.stop_reason, kinds))
         if message.stop_reason == "tool_use":
+            check(kinds in (["tool_use"], ["thinking", "tool_use"]), f"blocks: {kinds}")
+        if kinds == ["thinking", "tool_use"]:
             break
-    check(message.stop_reason == "tool_use", f"no reply of {len(SEEDS)} called the tool: {seen}")
-    kinds = [block.type for block in message.content]
-    check(kinds == ["thinking", "tool_use"], f"blocks: {kinds}")
+    check(kinds == ["thinking", "tool_use"], f"no reply of {len(SEEDS)} reasoned, then called "
+          f"the tool: {seen}")
     check(message.content[0].thinking, f"an empty thinking block: {message.content[0]}")
     use = message.content[1]
     check(use.name == "get_weather", f"tool_use: {use}")
