@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -29,9 +30,18 @@ std::unique_ptr<Tokenizer> LoadTokenizer() {
   return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
 }
 
+// The noise Generate draws: over `vocab` logits, ending at one of `stops`, with `bias` added to
+// the `favoured` token's logit where there is one.
+struct Noise {
+  int vocab = kVocab;
+  std::vector<int32_t> stops = {kEos};
+  int32_t favoured = -1;
+  float bias = 0;
+};
+
 // Samples from noise under `grammar` until it terminates (true) or `max_tokens` run out.
 bool Generate(const std::shared_ptr<const Grammar>& grammar, uint64_t seed, int max_tokens,
-              std::vector<int32_t>* out) {
+              std::vector<int32_t>* out, const Noise& options = {}) {
   GrammarMatcher matcher(grammar);
   SamplingParams params;
   params.temperature = 1;
@@ -39,15 +49,17 @@ bool Generate(const std::shared_ptr<const Grammar>& grammar, uint64_t seed, int 
   Sampler sampler(params, {});
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::normal_distribution<float> noise(0, 2);
-  std::vector<float> logits(kVocab);
+  std::vector<float> logits(static_cast<size_t>(options.vocab));
   for (int i = 0; i < max_tokens; ++i) {
     for (float& x : logits) x = noise(rng);
-    matcher.Mask(logits.data(), kVocab);
-    const int32_t token = sampler.Next(logits.data(), kVocab);
+    if (options.favoured >= 0) logits[static_cast<size_t>(options.favoured)] += options.bias;
+    matcher.Mask(logits.data(), options.vocab);
+    const int32_t token = sampler.Next(logits.data(), options.vocab);
     EXPECT_FALSE(std::isinf(logits[token])) << "a masked token was drawn";
     EXPECT_TRUE(matcher.Accept(token)) << token;
     if (matcher.Terminated()) {
-      EXPECT_EQ(token, kEos);
+      EXPECT_NE(std::find(options.stops.begin(), options.stops.end(), token), options.stops.end())
+          << token;
       return true;
     }
     out->push_back(token);
@@ -295,26 +307,10 @@ TEST(GrammarTest, HarmonyRepliesAreItsMessagesAndTheirDocuments) {
   // Noise under the grammar.
   int answered = 0;
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    GrammarMatcher matcher(*grammar);
-    SamplingParams params;
-    params.temperature = 1;
-    params.seed = seed;
-    Sampler sampler(params, {});
-    std::mt19937 rng(static_cast<uint32_t>(seed));
-    std::normal_distribution<float> noise(0, 2);
-    const int vocab = vocabulary.vocab_size();
-    std::vector<float> logits(static_cast<size_t>(vocab));
     std::vector<int32_t> tokens;
-    for (int i = 0; i < 400 && !matcher.Terminated(); ++i) {
-      for (float& x : logits) x = noise(rng);
-      logits[static_cast<size_t>(end)] += 6;
-      matcher.Mask(logits.data(), vocab);
-      const int32_t token = sampler.Next(logits.data(), vocab);
-      ASSERT_TRUE(matcher.Accept(token)) << token << " after " << vocabulary.Decode(tokens);
-      tokens.push_back(token);
+    if (!Generate(*grammar, seed, 400, &tokens, {vocabulary.vocab_size(), {ret, call}, end, 6})) {
+      continue;
     }
-    if (!matcher.Terminated()) continue;
-    EXPECT_TRUE(tokens.back() == ret || tokens.back() == call) << tokens.back();
     ++answered;
     HarmonyParser parser(/*calls=*/false);
     HarmonyParser::Pieces pieces = parser.Add(vocabulary.Decode(tokens, /*skip_special=*/false));

@@ -274,7 +274,7 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
                                          rows.slice(0, 1, 2 * width, 2)};
         };
         // The released checkpoints' experts are MXFP4 (quantization_config mxfp4): blocks and
-        // scales, read as MXFP4 parts (mxfp4_experts, below).
+        // scales, read as MXFP4 parts (Mxfp4Experts).
         const bool mxfp4 = file.Find(name_of(names.expert_gate_up, i) + "_blocks") != nullptr;
         Result<at::Tensor> gate_up_all = at::Tensor(), down_all = at::Tensor();
         if (!mxfp4) {
