@@ -6,7 +6,8 @@
 #  1. nvidia-smi;
 #  2. resnet18_gpu exported for this GPU (tools/export_models.py --device cuda);
 #  3. `sluice serve` with the three variants on the GPU, their answers checked against PyTorch
-#     eager fp32 (tools/gpu_agreement.py), `sluice bench --url` at 64 connections of binary UINT8
+#     eager fp32 (tools/gpu_agreement.py: one batch, then 1,024 requests 64 at once, every answer
+#     against its own images' eager logits), `sluice bench --url` at 64 connections of binary UINT8
 #     images against two of them;
 #  4. batch 1 with one request in flight;
 #  5. in process (`sluice sweep`): batch 1, 32, 128, 256 x {fp32, fp16 + CUDA graphs, AOTInductor
@@ -91,8 +92,8 @@ for _ in $(seq 1 360); do
 done
 grep -E "loaded model|failed to load" "$WORK/serve.log" | cut -c1-400
 if [ $listening = 1 ]; then
-  timeout 120 $PY tools/gpu_agreement.py --url "http://127.0.0.1:$PORT" --out "$OUT/agreement.json" \
-    --models gpu_fp32:fp32 gpu_fp16_graphs:fp16 gpu_aoti:fp16 \
+  timeout 240 $PY tools/gpu_agreement.py --url "http://127.0.0.1:$PORT" --out "$OUT/agreement.json" \
+    --models gpu_fp32:fp32 gpu_fp16_graphs:fp16 gpu_aoti:fp16 --concurrency 64 --requests 1024 \
     || failed+=(agreement)
   DURATION=15; [ "$QUICK" = 1 ] && DURATION=6
   for m in gpu_fp16_graphs gpu_aoti; do

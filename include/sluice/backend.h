@@ -44,6 +44,10 @@ class BackendInstance {
   // the rest zero) so that the instance pads nothing itself; Run() then returns that many rows,
   // the padding's after the requests'.
   virtual int64_t BatchRows(int64_t samples) const { return samples; }
+
+  // OK, or why the instance's device can run nothing more in this process (a sticky CUDA error):
+  // asked after a failed Run(). May be called from any thread.
+  virtual Status DeviceFailure() const { return Status::Ok(); }
 };
 
 // Thread-safe.
@@ -55,6 +59,10 @@ class Backend {
   virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(int index) = 0;
 
   virtual const LoadReport& load_report() const = 0;
+
+  // The GPUs the model was loaded on (every visible one where its config named none); empty on
+  // CPU. Its instance count follows them (InstancesConfig::workers()).
+  virtual std::vector<int> gpus() const { return {}; }
 };
 
 }  // namespace sluice

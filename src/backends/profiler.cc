@@ -85,6 +85,8 @@ class ProfiledInstance final : public BackendInstance {
   }
 
   Status AttachToCurrentThread() override { return inner_->AttachToCurrentThread(); }
+  int64_t BatchRows(int64_t samples) const override { return inner_->BatchRows(samples); }
+  Status DeviceFailure() const override { return inner_->DeviceFailure(); }
 
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     if (state_ == State::kWaiting && seen_ >= options_.skip_runs) Start();
@@ -188,6 +190,7 @@ class ProfiledBackend final : public Backend {
         std::move(*instance), fmt::format("{}-{}", model_, index), options_, log_));
   }
   const LoadReport& load_report() const override { return inner_->load_report(); }
+  std::vector<int> gpus() const override { return inner_->gpus(); }
 
  private:
   std::shared_ptr<Backend> inner_;

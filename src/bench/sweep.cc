@@ -55,6 +55,7 @@ Result<std::vector<SweepCell>> RunSweep(const ModelConfig& base, const SweepOpti
       }
       auto backend_loaded = loader(config);
       if (!backend_loaded.ok()) return backend_loaded.status();
+      config = LoadedConfig(config, **backend_loaded);
       std::vector<std::unique_ptr<BackendInstance>> owned;
       std::vector<BackendInstance*> instances;
       for (int i = 0; i < config.instances.workers(); ++i) {

@@ -362,7 +362,10 @@ void NormalizeModelConfig(ModelConfig& c, int cores) {
   if (c.instances.on_gpu()) {
     // A GPU worker's host thread only stages bytes and launches work.
     if (c.instances.threads == 0) c.instances.threads = 1;
-    if (c.instances.gpus.empty() && IsValidDevice(c.instances.device)) {
+    // `instances.device` names one GPU; an instance_group that names none takes every visible
+    // GPU at load (as Triton's does), which only the CUDA runtime can count.
+    if (c.instances.gpus.empty() && c.instances.gpu_source_key == "instances.device" &&
+        IsValidDevice(c.instances.device)) {
       const std::string& d = c.instances.device;
       c.instances.gpus = {d == "cuda" ? 0
                                       : static_cast<int>(std::min<long>(

@@ -84,7 +84,9 @@ struct InstancesConfig {
   // How long an idle instance polls for work before it sleeps (dynamic_batcher.h); 0: never.
   Micros idle_spin{500};
   // GPU only. The GPUs' ordinals; normalised from `device` when unset ("cuda": {0}, "cuda:N":
-  // {N}). Each GPU instance owns a compute stream and a copy pipeline (device/copy_pipeline.h).
+  // {N}); left empty by an instance_group that names none: every visible GPU, resolved at load
+  // (engine.h's LoadedConfig). Each GPU instance owns a compute stream and a copy pipeline
+  // (device/copy_pipeline.h).
   std::vector<int> gpus;
   // GPU only: batches in flight per GPU instance (one copied in while another computes), each
   // fed by its own engine worker; 1..8, default 2.
@@ -93,7 +95,8 @@ struct InstancesConfig {
   std::string gpu_source_key = "instances.device";
 
   bool on_gpu() const { return device != "cpu"; }
-  // Engine workers: `count` on CPU; count x GPUs x copy_slots on GPU.
+  // Engine workers: `count` on CPU; count x GPUs x copy_slots on GPU (one GPU while `gpus` is
+  // still to be resolved).
   int workers() const {
     if (!on_gpu()) return count;
     return count * std::max<int>(1, static_cast<int>(gpus.size())) * copy_slots;

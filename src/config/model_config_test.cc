@@ -292,7 +292,10 @@ TEST(ModelConfigTest, InstanceGroupInTritonsTermsMakesGpuInstances) {
 
 TEST(ModelConfigTest, InstanceGroupDefaultsAndKinds) {
   ModelConfig gpu = Normalized(Edit(kCpuInstances, "instance_group: [{kind: KIND_GPU}]\n"));
-  EXPECT_EQ(gpu.instances.gpus, (std::vector<int>{0}));
+  // No GPUs named: every visible one, which the load resolves (Triton's default).
+  EXPECT_TRUE(gpu.instances.gpus.empty());
+  ModelConfig device_form = Normalized(Edit("device: cpu", "device: cuda"));
+  EXPECT_EQ(device_form.instances.gpus, (std::vector<int>{0}));
   EXPECT_EQ(gpu.instances.count, 1);
   EXPECT_EQ(gpu.instances.threads, 1);
   ModelConfig cpu =

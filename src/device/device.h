@@ -64,6 +64,11 @@ class Device {
   virtual Status Synchronize(Event& event) = 0;
   // The host waits for everything enqueued on `stream`.
   virtual Status Synchronize(Stream& stream) = 0;
+
+  // OK, or the error that left the device unusable for the rest of the process (CUDA's sticky
+  // errors: an illegal address, a kernel's assert, a launch failure; every later call fails the
+  // same way until the process restarts). Asked after a failure, to tell the two apart.
+  virtual Status Health() const { return Status::Ok(); }
 };
 
 }  // namespace sluice::device

@@ -8,10 +8,12 @@ GpuMonitor& GpuMonitor::Global() {
   // Leaked on purpose: readers may ask at exit, after static destructors would have run.
   static GpuMonitor* monitor = [] {
     auto nvml = std::make_shared<NvmlProbe>();
-    return new GpuMonitor([nvml](int gpu) -> std::optional<GpuDeviceReading> {
-      if (gpu < 0) return std::nullopt;
-      return nvml->ReadDevice(static_cast<unsigned>(gpu));
-    });
+    return new GpuMonitor(
+        [nvml](int gpu, const std::string& pci_bus_id) -> std::optional<GpuDeviceReading> {
+          if (!pci_bus_id.empty()) return nvml->ReadDeviceByPciBusId(pci_bus_id);
+          if (gpu < 0) return std::nullopt;
+          return nvml->ReadDevice(static_cast<unsigned>(gpu));
+        });
   }();
   return *monitor;
 }
@@ -37,6 +39,11 @@ void GpuMonitor::Watch(const std::vector<int>& gpus) {
   }
 }
 
+void GpuMonitor::Identify(int gpu, std::string pci_bus_id) {
+  MutexLock lock(mu_);
+  pci_bus_ids_[gpu] = std::move(pci_bus_id);
+}
+
 std::optional<GpuDeviceReading> GpuMonitor::Latest(int gpu) const {
   MutexLock lock(mu_);
   auto it = latest_.find(gpu);
@@ -48,10 +55,11 @@ void GpuMonitor::Loop() {
   MutexLock lock(mu_);
   while (!stop_) {
     std::set<int> gpus = watched_;
+    std::map<int, std::string> bus_ids = pci_bus_ids_;
     lock.Unlock();
     std::map<int, GpuDeviceReading> readings;
     for (int gpu : gpus) {
-      if (auto r = reader_(gpu)) readings[gpu] = *r;
+      if (auto r = reader_(gpu, bus_ids[gpu])) readings[gpu] = *r;
     }
     lock.Lock();
     for (int gpu : gpus) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,8 +17,10 @@
 
 namespace sluice {
 
-// Reads one GPU; nullopt when it cannot be read (no NVML, no such GPU).
-using GpuReader = std::function<std::optional<GpuDeviceReading>(int gpu)>;
+// Reads one GPU, by its CUDA ordinal and its PCI bus id ("" where not known); nullopt when it
+// cannot be read (no NVML, no such GPU).
+using GpuReader =
+    std::function<std::optional<GpuDeviceReading>(int gpu, const std::string& pci_bus_id)>;
 
 // Thread-safe.
 class GpuMonitor {
@@ -33,6 +36,10 @@ class GpuMonitor {
 
   // Adds `gpus` to those sampled; the first call starts the sampling thread.
   void Watch(const std::vector<int>& gpus);
+  // CUDA ordinal `gpu` is the GPU at `pci_bus_id` (what CUDA says, e.g. "0000:3B:00.0"). NVML
+  // counts GPUs in its own order, whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER make of
+  // CUDA's: the process's monitor reads a GPU by its bus id where it knows it.
+  void Identify(int gpu, std::string pci_bus_id);
   // The latest reading of `gpu`; nullopt before its first sample or when it cannot be read.
   std::optional<GpuDeviceReading> Latest(int gpu) const;
 
@@ -45,6 +52,7 @@ class GpuMonitor {
   CondVar wake_;
   std::set<int> watched_ GUARDED_BY(mu_);
   std::map<int, GpuDeviceReading> latest_ GUARDED_BY(mu_);
+  std::map<int, std::string> pci_bus_ids_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <string>
 #include <thread>
 
 namespace sluice {
@@ -23,7 +25,7 @@ TEST(GpuMonitorTest, SamplesOnlyTheWatchedGpusAndStartsOnFirstWatch) {
   std::atomic<int> reads{0};
   std::atomic<double> util{40};
   GpuMonitor monitor(
-      [&](int gpu) -> std::optional<GpuDeviceReading> {
+      [&](int gpu, const std::string&) -> std::optional<GpuDeviceReading> {
         ++reads;
         if (gpu == 7) return std::nullopt;  // A GPU NVML cannot read.
         return GpuDeviceReading{util.load() + gpu, 1e9 * (gpu + 1), 80e9};
@@ -54,10 +56,34 @@ TEST(GpuMonitorTest, SamplesOnlyTheWatchedGpusAndStartsOnFirstWatch) {
   EXPECT_EQ(r1->memory_used_bytes, 2e9);
 }
 
+// CUDA_VISIBLE_DEVICES=2,0 on a machine whose NVML counts 0, 1, 2: CUDA's ordinal 0 is NVML's
+// GPU 2. The reader is given the bus id CUDA named, never the ordinal alone, once it is known.
+TEST(GpuMonitorTest, ReadsAGpuByThePciBusIdCudaGaveIt) {
+  const std::map<std::string, double> used_by_bus{
+      {"0000:17:00.0", 1e9}, {"0000:65:00.0", 2e9}, {"0000:CA:00.0", 3e9}};
+  GpuMonitor monitor(
+      [&](int gpu, const std::string& bus) -> std::optional<GpuDeviceReading> {
+        if (bus.empty()) return GpuDeviceReading{0, 1e9 * (gpu + 1), 0};  // NVML's index.
+        auto it = used_by_bus.find(bus);
+        if (it == used_by_bus.end()) return std::nullopt;
+        return GpuDeviceReading{0, it->second, 0};
+      },
+      5ms);
+  monitor.Identify(0, "0000:CA:00.0");
+  monitor.Identify(1, "0000:17:00.0");
+  monitor.Watch({0, 1});
+  auto r0 = WaitForReading(monitor, 0);
+  auto r1 = WaitForReading(monitor, 1);
+  ASSERT_TRUE(r0.has_value() && r1.has_value());
+  EXPECT_EQ(r0->memory_used_bytes, 3e9) << "ordinal 0 read as NVML's GPU 0, not its bus id's";
+  EXPECT_EQ(r1->memory_used_bytes, 1e9);
+}
+
 TEST(GpuMonitorTest, NvmlWithoutAGpuReadsNothingAndDoesNotFail) {
   NvmlProbe probe;  // No GPU on CI machines.
   if (probe.available()) GTEST_SKIP() << "this machine has a GPU";
   EXPECT_FALSE(probe.ReadDevice(0).has_value());
+  EXPECT_FALSE(probe.ReadDeviceByPciBusId("0000:17:00.0").has_value());
   EXPECT_FALSE(probe.Read().has_value());
 }
 

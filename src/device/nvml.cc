@@ -20,6 +20,7 @@ struct NvmlProbe::Api {
   int (*shutdown)() = nullptr;
   int (*count)(unsigned*) = nullptr;
   int (*handle)(unsigned, Device*) = nullptr;
+  int (*handle_by_bus)(const char*, Device*) = nullptr;
   int (*utilization)(Device, Utilization*) = nullptr;
   int (*memory)(Device, Memory*) = nullptr;
 };
@@ -34,6 +35,7 @@ NvmlProbe::NvmlProbe() : api_(std::make_unique<Api>()) {
   bool ok = load(api_->init, "nvmlInit_v2") && load(api_->shutdown, "nvmlShutdown") &&
             load(api_->count, "nvmlDeviceGetCount_v2") &&
             load(api_->handle, "nvmlDeviceGetHandleByIndex_v2") &&
+            load(api_->handle_by_bus, "nvmlDeviceGetHandleByPciBusId_v2") &&
             load(api_->utilization, "nvmlDeviceGetUtilizationRates") &&
             load(api_->memory, "nvmlDeviceGetMemoryInfo");
   if (!ok || api_->init() != 0) {
@@ -54,10 +56,21 @@ NvmlProbe::~NvmlProbe() {
 std::optional<GpuDeviceReading> NvmlProbe::ReadDevice(unsigned index) {
   if (index >= device_count_) return std::nullopt;
   Api::Device device = nullptr;
+  if (api_->handle(index, &device) != 0) return std::nullopt;
+  return ReadHandle(device);
+}
+
+std::optional<GpuDeviceReading> NvmlProbe::ReadDeviceByPciBusId(const std::string& pci_bus_id) {
+  if (!available()) return std::nullopt;
+  Api::Device device = nullptr;
+  if (api_->handle_by_bus(pci_bus_id.c_str(), &device) != 0) return std::nullopt;
+  return ReadHandle(device);
+}
+
+std::optional<GpuDeviceReading> NvmlProbe::ReadHandle(void* device) {
   Api::Utilization util{};
   Api::Memory memory{};
-  if (api_->handle(index, &device) != 0 || api_->utilization(device, &util) != 0 ||
-      api_->memory(device, &memory) != 0) {
+  if (api_->utilization(device, &util) != 0 || api_->memory(device, &memory) != 0) {
     return std::nullopt;
   }
   return GpuDeviceReading{static_cast<double>(util.gpu), static_cast<double>(memory.used),

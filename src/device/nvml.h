@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace sluice {
 
@@ -34,9 +35,13 @@ class NvmlProbe {
   // GPU `index` in NVML's order (the CUDA runtime's with CUDA_DEVICE_ORDER=PCI_BUS_ID; the same
   // on one-GPU machines).
   std::optional<GpuDeviceReading> ReadDevice(unsigned index);
+  // The GPU at `pci_bus_id` ("domain:bus:device.function", as CUDA writes it).
+  std::optional<GpuDeviceReading> ReadDeviceByPciBusId(const std::string& pci_bus_id);
 
  private:
   struct Api;
+  std::optional<GpuDeviceReading> ReadHandle(void* device);
+
   std::unique_ptr<Api> api_;
   void* library_ = nullptr;
   unsigned device_count_ = 0;

@@ -32,9 +32,19 @@ Status Engine::AddModel(const ModelConfig& config) {
   // Loading takes seconds: done without the lock, so other models keep serving.
   auto backend = loader_(config);
   if (!backend.ok()) return backend.status();
-  auto instances = CreateInstances(config, **backend);
+  const ModelConfig loaded = LoadedConfig(config, **backend);
+  auto instances = CreateInstances(loaded, **backend);
   if (!instances.ok()) return instances.status();
-  auto scheduler = ModelScheduler::Start(config, std::move(*instances), clock_);
+  // Workers report from their threads; the engine outlives them (Stop() joins them).
+  auto on_failure = [this, name = config.name](const Status& why) {
+    DeviceFailureHandler handler;
+    {
+      MutexLock lock(mu_);
+      handler = on_device_failure_;
+    }
+    if (handler) handler(name, why);
+  };
+  auto scheduler = ModelScheduler::Start(loaded, std::move(*instances), clock_, on_failure);
   if (!scheduler.ok()) return scheduler.status();
   (*scheduler)->SeedCosts((*backend)->load_report().warmup_batch_seconds);
   MutexLock lock(mu_);
@@ -68,6 +78,19 @@ Result<RequestId> Engine::Submit(const std::string& model, std::unique_ptr<Infer
   std::shared_ptr<ModelScheduler> scheduler = Find(model);
   if (!scheduler) return Status::NotFound(fmt::format("model '{}' is not loaded", model));
   return scheduler->Submit(std::move(request));
+}
+
+void Engine::SetDeviceFailureHandler(DeviceFailureHandler handler) {
+  MutexLock lock(mu_);
+  on_device_failure_ = std::move(handler);
+}
+
+ModelConfig LoadedConfig(const ModelConfig& config, const Backend& backend) {
+  ModelConfig loaded = config;
+  if (loaded.instances.on_gpu() && loaded.instances.gpus.empty()) {
+    loaded.instances.gpus = backend.gpus();
+  }
+  return loaded;
 }
 
 std::vector<std::string> Engine::ModelNames() const {

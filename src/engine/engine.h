@@ -18,6 +18,10 @@ namespace sluice {
 // itself never depends on a particular backend.
 using BackendLoader = std::function<Result<std::shared_ptr<Backend>>(const ModelConfig& config)>;
 
+// Told, from a worker's thread, that model `name`'s device failed for good (ModelScheduler's
+// file comment); it must not wait on the model.
+using DeviceFailureHandler = std::function<void(const std::string& name, const Status& why)>;
+
 // Thread-safe. Models are added and removed while requests flow; a request holds a shared
 // reference to its model's scheduler, so removing a model never pulls it from under a request.
 class Engine {
@@ -40,6 +44,9 @@ class Engine {
 
   std::vector<std::string> ModelNames() const;
 
+  // Where models' device failures are reported (the repository reloads them); empty: nowhere.
+  void SetDeviceFailureHandler(DeviceFailureHandler handler);
+
   // Stops every model (draining each) and removes them all.
   void Stop(StopMode mode = StopMode::kDrain);
 
@@ -48,7 +55,11 @@ class Engine {
   Clock& clock_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<ModelScheduler>> models_ GUARDED_BY(mu_);
+  DeviceFailureHandler on_device_failure_ GUARDED_BY(mu_);
 };
+
+// `config` as `backend` loaded it: a GPU group that named no GPUs gets those it was loaded on.
+ModelConfig LoadedConfig(const ModelConfig& config, const Backend& backend);
 
 // Creates `config.instances.workers()` instances of `backend` (on GPU, one per copy slot).
 Result<std::vector<std::shared_ptr<BackendInstance>>> CreateInstances(const ModelConfig& config,

@@ -2,7 +2,8 @@
 //
 // EchoInstance returns its inputs as its outputs (no copy), so a test can check that each request
 // got its own rows back. It can hold every batch at a gate (to keep an instance busy), fail any
-// batch that contains a marker value (to test per-request retry), and it logs every batch.
+// batch that contains a marker value (to test per-request retry), lose its device for good on
+// another (a sticky CUDA error: that batch and every later one fail), and it logs every batch.
 #pragma once
 
 #include <memory>
@@ -66,6 +67,8 @@ class EchoLog {
 
 // A float input value that makes a batch fail.
 inline constexpr float kFailMarker = -12345.0f;
+// One that makes the instance's device fail for good.
+inline constexpr float kDeviceLossMarker = -54321.0f;
 
 class EchoInstance : public BackendInstance {
  public:
@@ -83,30 +86,49 @@ class EchoInstance : public BackendInstance {
       return Status::Internal("instance called from a thread it is not attached to");
     }
     if (log_) log_->EnterRun(inputs.empty() ? 0 : inputs[0].shape()[0]);
+    if (Status lost = DeviceFailure(); !lost.ok()) return lost;
     for (const Tensor& input : inputs) {
       if (input.dtype() != DataType::kFp32) continue;
       for (float v : input.values<float>()) {
         if (v == kFailMarker) return Status::Internal("marker input");
+        if (v == kDeviceLossMarker) {
+          MutexLock lock(mu_);
+          lost_ = Status::Unavailable(
+              "GPU 0 failed for the rest of this process: an illegal "
+              "memory access was encountered");
+          return lost_;
+        }
       }
     }
     return inputs;
   }
 
+  Status DeviceFailure() const override {
+    MutexLock lock(mu_);
+    return lost_;
+  }
+
  private:
   EchoLog* log_;
   std::thread::id thread_;
+  mutable Mutex mu_;
+  Status lost_ GUARDED_BY(mu_);
 };
 
 class EchoBackend : public Backend {
  public:
-  explicit EchoBackend(EchoLog* log = nullptr) : log_(log) {}
+  // `gpus`: those it says it loaded on (a GPU backend resolves a group that named none).
+  explicit EchoBackend(EchoLog* log = nullptr, std::vector<int> gpus = {})
+      : log_(log), gpus_(std::move(gpus)) {}
   Result<std::unique_ptr<BackendInstance>> CreateInstance(int) override {
     return std::unique_ptr<BackendInstance>(std::make_unique<EchoInstance>(log_));
   }
   const LoadReport& load_report() const override { return report_; }
+  std::vector<int> gpus() const override { return gpus_; }
 
  private:
   EchoLog* log_;
+  std::vector<int> gpus_;
   LoadReport report_{0, 0, 0, "echo", {}};
 };
 

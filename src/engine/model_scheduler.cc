@@ -135,11 +135,13 @@ ModelScheduler::ModelScheduler(ModelConfig config,
       stats_(config_.max_batch_size, static_cast<int>(instances_.size())) {}
 
 Result<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
-    ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances, Clock& clock) {
+    ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances, Clock& clock,
+    std::function<void(const Status&)> on_device_failure) {
   if (instances.empty()) return Status::InvalidArgument("a model needs at least one instance");
   if (config.instances.on_gpu()) GpuMonitor::Global().Watch(config.instances.gpus);
   std::unique_ptr<ModelScheduler> scheduler(
       new ModelScheduler(std::move(config), std::move(instances), clock));
+  scheduler->on_device_failure_ = std::move(on_device_failure);
   std::vector<std::promise<Status>> attached(scheduler->instances_.size());
   for (size_t i = 0; i < scheduler->instances_.size(); ++i) {
     scheduler->workers_.emplace_back([s = scheduler.get(), i, &attached] {
@@ -167,7 +169,8 @@ ModelScheduler::~ModelScheduler() { Stop(StopMode::kDrain); }
 
 Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) {
   stats_.RecordSubmitted();
-  Status status = ValidateRequestInputs(config_, *request);
+  Status status = failed_.load(std::memory_order_acquire) ? failure() : Status::Ok();
+  if (status.ok()) status = ValidateRequestInputs(config_, *request);
   if (status.ok() && !request->done) status = Status::InvalidArgument("request has no callback");
   if (status.ok()) {
     if (!request->deadline && options_.default_timeout.count() > 0) {
@@ -185,6 +188,11 @@ Result<RequestId> ModelScheduler::Submit(std::unique_ptr<InferRequest> request) 
 }
 
 Result<std::shared_ptr<const void>> ModelScheduler::Admit() {
+  if (failed_.load(std::memory_order_acquire)) {
+    stats_.RecordSubmitted();
+    stats_.RecordRefused(StatusCode::kUnavailable);
+    return failure();
+  }
   std::optional<Clock::time_point> deadline;
   if (options_.default_timeout.count() > 0) deadline = clock_.Now() + options_.default_timeout;
   auto ticket = batcher_.Admit(1, deadline);
@@ -288,9 +296,10 @@ void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Bat
   std::vector<std::vector<Tensor>> outputs;
   if (results.ok()) {
     outputs = std::move(*results);
-  } else if (batch.requests.size() == 1) {
-    statuses[0] = results.status();
-    outputs.resize(1);
+  } else if (batch.requests.size() == 1 || CheckDevice(instance)) {
+    // One request, or a device that can run nothing more: every request gets the batch's error.
+    for (Status& status : statuses) status = results.status();
+    outputs.resize(batch.requests.size());
   } else {
     // One bad input must not fail its neighbours: run each request alone.
     spdlog::warn("model '{}': batch of {} requests failed ({}); retrying one by one", config_.name,
@@ -306,6 +315,7 @@ void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Bat
       }
     }
   }
+  if (failed) CheckDevice(instance);
   const Clock::time_point end = clock_.Now();
   const double seconds = SecondsBetween(start, end);
   stats_.RecordBatch(batch.samples, seconds, failed);
@@ -324,6 +334,27 @@ void ModelScheduler::RunBatch(BackendInstance& instance, int instance_index, Bat
     response.instance = instance_index;
     Complete(std::move(batch.requests[r]), std::move(response));
   }
+}
+
+Status ModelScheduler::failure() const {
+  MutexLock lock(failure_mu_);
+  return failure_;
+}
+
+bool ModelScheduler::CheckDevice(const BackendInstance& instance) {
+  Status why = instance.DeviceFailure();
+  if (why.ok()) return false;
+  {
+    MutexLock lock(failure_mu_);
+    if (!failure_.ok()) return true;  // Reported already.
+    failure_ = Status::Unavailable(
+        fmt::format("model '{}' is not ready: {}", config_.name, why.message()));
+    failed_.store(true, std::memory_order_release);
+  }
+  spdlog::error("model '{}': its device failed ({}); it takes no requests until it is reloaded",
+                config_.name, why.message());
+  if (on_device_failure_) on_device_failure_(why);
+  return true;
 }
 
 void ModelScheduler::Complete(std::unique_ptr<InferRequest> request, InferResponse response) {

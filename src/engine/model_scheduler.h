@@ -7,15 +7,20 @@
 //  - Every accepted request completes exactly once (its callback runs once), whatever happens:
 //    success, model failure, deadline, cancellation or shutdown.
 //  - A batch that fails in the model is retried request by request, so one bad input fails alone.
+//  - An instance whose device failed for good (BackendInstance::DeviceFailure()) fails the model:
+//    from then on it takes no request (kUnavailable, naming the failure) and reports the failure
+//    once to `on_device_failure`, which reloads it.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "batching/dynamic_batcher.h"
+#include "common/mutex.h"
 #include "config/model_config.h"
 #include "engine/model_stats.h"
 #include "sluice/backend.h"
@@ -48,7 +53,7 @@ class ModelScheduler {
   // timer. Fails, with nothing left running, when an instance cannot attach.
   static Result<std::unique_ptr<ModelScheduler>> Start(
       ModelConfig config, std::vector<std::shared_ptr<BackendInstance>> instances,
-      Clock& clock = Clock::Real());
+      Clock& clock = Clock::Real(), std::function<void(const Status&)> on_device_failure = {});
 
   ModelScheduler(const ModelScheduler&) = delete;
   ModelScheduler& operator=(const ModelScheduler&) = delete;
@@ -73,6 +78,9 @@ class ModelScheduler {
   // joins every thread. Idempotent; the first call's mode wins.
   void Stop(StopMode mode = StopMode::kDrain);
 
+  // OK, or the device failure that made the model stop taking requests (see the file comment).
+  Status failure() const;
+
   ModelStatsSnapshot stats() const;
   // Seeds the batcher's cost model: (batch size, seconds) of warm-up runs.
   void SeedCosts(const std::vector<std::pair<int, double>>& costs);
@@ -87,6 +95,8 @@ class ModelScheduler {
   void TimerLoop();
   void RunBatch(BackendInstance& instance, int instance_index, Batch& batch);
   void Complete(std::unique_ptr<InferRequest> request, InferResponse response);
+  // Records `instance`'s device failure, if it has one (the first only), and reports it.
+  bool CheckDevice(const BackendInstance& instance);
 
   const ModelConfig config_;
   const SchedulerOptions options_;
@@ -96,6 +106,11 @@ class ModelScheduler {
   ModelStats stats_;
   std::atomic<RequestId> next_request_id_{1};
   std::atomic<uint64_t> next_batch_id_{1};
+
+  std::function<void(const Status&)> on_device_failure_;
+  std::atomic<bool> failed_{false};  // failure_ is set: read without the lock on every request.
+  mutable Mutex failure_mu_;
+  Status failure_ GUARDED_BY(failure_mu_);
 
   std::vector<std::thread> workers_;
   std::thread timer_;

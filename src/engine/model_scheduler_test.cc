@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -525,12 +526,74 @@ class FailingAttachInstance : public EchoInstance {
   Status AttachToCurrentThread() override { return Status::Internal("no threads left"); }
 };
 
+TEST_F(SchedulerTest, ADeviceFailureStopsTheModelAndIsReportedOnce) {
+  std::vector<std::shared_ptr<BackendInstance>> instances{std::make_shared<EchoInstance>(&log_)};
+  std::atomic<int> reported{0};
+  std::string why;
+  auto started = ModelScheduler::Start(EchoConfig(8, Micros(0)), std::move(instances),
+                                       Clock::Real(), [&](const Status& status) {
+                                         why = status.message();
+                                         ++reported;
+                                       });
+  ASSERT_TRUE(started.ok());
+  scheduler_ = std::move(*started);
+  Occupy(1);
+  auto lost = Request(responses_, 2);
+  lost->inputs[0].mutable_values<float>()[0] = testing::kDeviceLossMarker;
+  ASSERT_TRUE(scheduler_->Submit(std::move(lost)).ok());
+  Submit(3);
+  Submit(4);
+  log_.OpenGate();
+  ExpectEchoed(responses_.Get(1), 1);
+  // The batch of three fails on the device: each request gets its error, none is retried alone
+  // (the device can run nothing more).
+  for (int tag : {2, 3, 4}) {
+    InferResponse response = responses_.Get(tag);
+    EXPECT_EQ(response.status.code(), StatusCode::kUnavailable) << tag;
+    EXPECT_NE(response.status.message().find("illegal memory access"), std::string::npos);
+    EXPECT_EQ(responses_.Calls(tag), 1);
+  }
+  EXPECT_EQ(log_.batch_sizes(), (std::vector<int64_t>{1, 3}));
+  // From now on the model takes nothing, saying why.
+  Status failure = scheduler_->failure();
+  EXPECT_EQ(failure.code(), StatusCode::kUnavailable);
+  EXPECT_NE(failure.message().find("model 'echo' is not ready: GPU 0 failed"), std::string::npos)
+      << failure.message();
+  auto refused = scheduler_->Submit(Request(responses_, 5));
+  EXPECT_EQ(refused.status().message(), failure.message());
+  EXPECT_FALSE(responses_.Has(5));
+  EXPECT_EQ(scheduler_->Admit().status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(reported.load(), 1);
+  EXPECT_NE(why.find("illegal memory access"), std::string::npos);
+}
+
 TEST(SchedulerStartTest, InstanceThatCannotAttachFailsTheStart) {
   std::vector<std::shared_ptr<BackendInstance>> instances{
       std::make_shared<EchoInstance>(), std::make_shared<FailingAttachInstance>()};
   auto scheduler = ModelScheduler::Start(EchoConfig(4, Micros(0), 2), std::move(instances));
   ASSERT_FALSE(scheduler.ok());
   EXPECT_NE(scheduler.status().message().find("no threads left"), std::string::npos);
+}
+
+// Triton's instance_group without `gpus` runs on every GPU: the backend resolves them at load,
+// and the engine starts count x GPUs x copy_slots workers and watches those GPUs.
+TEST(EngineTest, AGpuGroupThatNamesNoGpusRunsOnThoseTheBackendLoadedOn) {
+  EchoLog log;
+  Engine engine([&](const ModelConfig&) -> Result<std::shared_ptr<Backend>> {
+    return std::shared_ptr<Backend>(std::make_shared<EchoBackend>(&log, std::vector<int>{0, 1}));
+  });
+  ModelConfig config = EchoConfig(4, Micros(0));
+  config.instances.device = "cuda";
+  config.instances.gpu_source_key = "instance_group[0].kind";
+  config.instances.copy_slots = 2;
+  ASSERT_EQ(config.instances.workers(), 2) << "one GPU counted before the load";
+  ASSERT_TRUE(engine.AddModel(config).ok());
+  EXPECT_EQ(log.attached(), 4);
+  EXPECT_EQ(engine.Find("echo")->config().instances.gpus, (std::vector<int>{0, 1}));
+  // GPUs the config names are kept as they are.
+  EchoBackend backend(&log, {0, 1});
+  config.instances.gpus = {1};
+  EXPECT_EQ(LoadedConfig(config, backend).instances.gpus, (std::vector<int>{1}));
 }
 
 TEST(EngineTest, RegistryFindsSubmitsAndRemovesModels) {

@@ -61,7 +61,18 @@ std::vector<std::string> ModelLocations::LanguageModels() const {
 
 ModelRepository::ModelRepository(Engine& engine, V2Service& v2, ThreadPool& control_pool,
                                  RepositoryOptions options)
-    : engine_(engine), v2_(v2), control_pool_(control_pool), options_(std::move(options)) {}
+    : engine_(engine), v2_(v2), control_pool_(control_pool), options_(std::move(options)) {
+  // A model whose device failed is reloaded: on a GPU left unusable the load fails and says why
+  // (the model UNAVAILABLE, the server not ready), on one that recovered it serves again.
+  engine_.SetDeviceFailureHandler([this](const std::string& name, const Status&) {
+    Change(
+        name, /*load=*/true,
+        [name](Status status) {
+          if (status.ok()) spdlog::info("model '{}' reloaded after its device failed", name);
+        },
+        /*unless_pending=*/true);
+  });
+}
 
 Status ModelRepository::LoadModel(const std::string& name) {
   if (!IsValidModelName(name)) {
@@ -209,6 +220,7 @@ void ModelRepository::Start() {
 }
 
 void ModelRepository::Stop() {
+  engine_.SetDeviceFailureHandler({});
   {
     MutexLock lock(mu_);
     stopping_ = true;
@@ -248,9 +260,8 @@ void ModelRepository::Resume(const std::string& name, bool expired_only) {
         continue;
       }
       auto& list = it->second;
-      auto keep = std::stable_partition(list.begin(), list.end(), [&](const Waiter& w) {
-        return expired_only && w.until > now;
-      });
+      auto keep = std::stable_partition(
+          list.begin(), list.end(), [&](const Waiter& w) { return expired_only && w.until > now; });
       for (auto w = keep; w != list.end(); ++w) resumes.push_back(std::move(w->resume));
       waiting_ -= static_cast<size_t>(list.end() - keep);
       list.erase(keep, list.end());
@@ -278,13 +289,11 @@ std::optional<Status> ModelRepository::Autoload(const std::string& name) {
             : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                   std::chrono::duration<double>(failed->second.why.retry_after_seconds()));
     if (failed != failed_.end() && now - failed->second.at < window) {
-      const double wait =
-          std::chrono::duration<double>(window - (now - failed->second.at)).count();
+      const double wait = std::chrono::duration<double>(window - (now - failed->second.at)).count();
       std::string why = failed->second.why.message();
       const std::string prefix = fmt::format("language model '{}': ", name);
       if (why.starts_with(prefix)) why.erase(0, prefix.size());
-      return Status::Unavailable(
-                 fmt::format("language model '{}' failed to load: {}", name, why))
+      return Status::Unavailable(fmt::format("language model '{}' failed to load: {}", name, why))
           .WithRetryAfter(wait);
     }
   }
@@ -327,8 +336,8 @@ Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEs
   const std::string sizes = fmt::format("'{}' needs about {} (weights {}, KV cache {})", name,
                                         Size(bytes), Size(need.weights), Size(need.kv_cache));
   if (options_.max_model_memory > 0 && bytes > options_.max_model_memory) {
-    return Status::Unavailable(fmt::format("{}: more than --max-model-memory {}", sizes,
-                                           Size(options_.max_model_memory)));
+    return Status::Unavailable(
+        fmt::format("{}: more than --max-model-memory {}", sizes, Size(options_.max_model_memory)));
   }
   int64_t freed = 0;  // Estimates of the models unloaded here (the machine's figure may lag).
   for (;;) {
@@ -366,8 +375,8 @@ Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEs
       if (stats.slots_busy + stats.waiting > 0) continue;
       MutexLock lock(mu_);
       auto use = use_.find(loaded);
-      const auto since = use != use_.end() ? use->second.since
-                                           : std::chrono::steady_clock::time_point::min();
+      const auto since =
+          use != use_.end() ? use->second.since : std::chrono::steady_clock::time_point::min();
       if (victim.empty() || since < oldest) {
         victim = loaded;
         oldest = since;
@@ -375,10 +384,10 @@ Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEs
     }
     if (victim.empty()) {
       if (over_count) {
-        return Status::Unavailable(fmt::format(
-                                       "{} language models are loaded (--max-loaded-models) and "
-                                       "every one is busy; '{}' cannot load now",
-                                       models.size(), name))
+        return Status::Unavailable(
+                   fmt::format("{} language models are loaded (--max-loaded-models) and "
+                               "every one is busy; '{}' cannot load now",
+                               models.size(), name))
             .WithRetryAfter(5);
       }
       if (over_budget) {
@@ -392,8 +401,9 @@ Status ModelRepository::MakeRoom(const std::string& name, const llm::LlmMemoryEs
                                              sizes, Size(*available + freed)))
           .WithRetryAfter(5);
     }
-    const char* why = over_count ? "--max-loaded-models" : over_budget ? "--max-model-memory"
-                                                                       : "the machine's memory";
+    const char* why = over_count    ? "--max-loaded-models"
+                      : over_budget ? "--max-model-memory"
+                                    : "the machine's memory";
     fmt::print("unloading language model '{}', the least recently used, to load '{}' ({})\n",
                victim, name, why);
     std::fflush(stdout);
@@ -456,8 +466,7 @@ void ModelRepository::Watch() {
   }
 }
 
-std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
-    bool ready_only) const {
+std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(bool ready_only) const {
   // Every model directory of the repository, and every loaded model (one may have been removed
   // from disk since it loaded).
   std::set<std::string> names;
@@ -485,7 +494,9 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
   }
   std::vector<IndexEntry> out;
   for (const std::string& name : names) {
-    const bool ready = engine_.Find(name) != nullptr || language.count(name) > 0;
+    std::shared_ptr<ModelScheduler> tensor_model = engine_.Find(name);
+    const Status failure = tensor_model ? tensor_model->failure() : Status::Ok();
+    const bool ready = (tensor_model != nullptr && failure.ok()) || language.count(name) > 0;
     if (ready_only && !ready) continue;
     IndexEntry& entry = out.emplace_back();
     entry.name = name;
@@ -494,7 +505,7 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::IndexEntries(
     auto change = changing.find(name);
     entry.state = change != changing.end() ? change->second : ready ? "READY" : "UNAVAILABLE";
     if (!ready) {
-      std::string error = v2_.LoadError(name);
+      std::string error = failure.ok() ? v2_.LoadError(name) : failure.message();
       if (auto refused = failed.find(name); refused != failed.end()) error = refused->second;
       entry.reason = !error.empty()          ? error
                      : on_demand.count(name) ? "not loaded; its first request loads it"
@@ -516,8 +527,8 @@ Status ModelRepository::UnloadModel(const std::string& name) {
              : Status::NotFound(fmt::format("model '{}' is not loaded", name));
 }
 
-bool ModelRepository::Change(const std::string& name, bool load,
-                                std::function<void(Status)> done, bool unless_pending) {
+bool ModelRepository::Change(const std::string& name, bool load, std::function<void(Status)> done,
+                             bool unless_pending) {
   if (!IsValidModelName(name)) {
     done(Status::InvalidArgument(fmt::format("invalid model name {}", JsonQuote(name))));
     return true;

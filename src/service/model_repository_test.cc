@@ -10,7 +10,11 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
+#include <thread>
+
+#include "engine/fake_backends.h"
 
 namespace sluice {
 namespace {
@@ -40,12 +44,12 @@ class ModelRepositoryTest : public ::testing::Test {
       released_cv_.wait(lock, [this] { return released_; });
       return Status::InvalidArgument("no weights in this test");
     };
-    repository_ = std::make_unique<ModelRepository>(
-        engine_, v2_, *control_pool_,
-        RepositoryOptions{.models = {.repository = dir_},
-                          .llm_loader = blocking,
-                          .autoload = true,
-                          .load_wait = load_wait});
+    repository_ =
+        std::make_unique<ModelRepository>(engine_, v2_, *control_pool_,
+                                          RepositoryOptions{.models = {.repository = dir_},
+                                                            .llm_loader = blocking,
+                                                            .autoload = true,
+                                                            .load_wait = load_wait});
     repository_->Start();
   }
   llm::GenerationService& service() { return repository_->generation_service(); }
@@ -119,6 +123,67 @@ TEST_F(ModelRepositoryTest, AWaitEndsWhenItsTimeHasPassedAndStopEndsTheRest) {
   Release();  // Let the load end, so Stop() does not wait on it.
   repository_->Stop();
   EXPECT_TRUE(ResumedWithin(stopped, 1, 10));
+}
+
+// A tensor model whose device fails for good is reloaded: a load that works serves it again, one
+// that fails (a GPU left unusable) leaves it UNAVAILABLE with the reason, the server not ready.
+TEST(ModelRepositoryDeviceTest, AModelWhoseDeviceFailedIsReloaded) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("model_repository_device_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "t");
+  std::ofstream(dir / "t" / "config.yaml")
+      << "max_batch_size: 4\ninstances: {count: 1, device: cpu, threads: 1}\n"
+         "inputs: [{name: x, datatype: FP32, shape: [2]}]\n"
+         "outputs: [{name: x, datatype: FP32, shape: [2]}]\n";
+  std::atomic<int> loads{0};
+  Engine engine([&](const ModelConfig&) -> Result<std::shared_ptr<Backend>> {
+    if (++loads == 3) {
+      return Status::Unavailable(
+          "GPU 0 failed for the rest of this process: unspecified launch "
+          "failure");
+    }
+    return std::shared_ptr<Backend>(std::make_shared<testing::EchoBackend>());
+  });
+  V2Service v2(engine);
+  ThreadPool control_pool(1, 16);
+  ModelRepository repository(engine, v2, control_pool,
+                             RepositoryOptions{.models = {.repository = dir}});
+  ASSERT_TRUE(repository.LoadModel("t").ok());
+  // Loses the device; returns the state the index shows once the reload it starts has run.
+  auto lose_device = [&](int loads_after) {
+    auto request = std::make_unique<InferRequest>();
+    request->inputs.push_back(Tensor::Zeros(DataType::kFp32, {1, 2}));
+    request->inputs[0].mutable_values<float>()[1] = testing::kDeviceLossMarker;
+    std::promise<StatusCode> done;
+    request->done = [&](InferResponse&& r) { done.set_value(r.status.code()); };
+    EXPECT_TRUE(engine.Submit("t", std::move(request)).ok());
+    EXPECT_EQ(done.get_future().get(), StatusCode::kUnavailable);
+    for (int i = 0; i < 1000; ++i) {
+      auto index = repository.IndexEntries(false);
+      if (loads.load() == loads_after && index.size() == 1 && index[0].state != "LOADING") {
+        return index[0];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return ModelRepository::IndexEntry{"t", "1", "timed out", ""};
+  };
+  ModelRepository::IndexEntry reloaded = lose_device(2);
+  EXPECT_EQ(reloaded.state, "READY");
+  EXPECT_TRUE(v2.IsReady());
+  auto request = std::make_unique<InferRequest>();
+  request->inputs.push_back(Tensor::Zeros(DataType::kFp32, {1, 2}));
+  std::promise<StatusCode> served;
+  request->done = [&](InferResponse&& r) { served.set_value(r.status.code()); };
+  ASSERT_TRUE(engine.Submit("t", std::move(request)).ok());
+  EXPECT_EQ(served.get_future().get(), StatusCode::kOk);
+
+  ModelRepository::IndexEntry failed = lose_device(3);
+  EXPECT_EQ(failed.state, "UNAVAILABLE");
+  EXPECT_NE(failed.reason.find("unspecified launch failure"), std::string::npos) << failed.reason;
+  EXPECT_FALSE(v2.IsReady());
+  EXPECT_EQ(v2.FindModel("t", "").status().code(), StatusCode::kUnavailable);
+  repository.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -29,6 +29,15 @@ bool V2Service::HasLoadErrors() const {
   return !load_errors_.empty();
 }
 
+bool V2Service::IsReady() const {
+  if (shutting_down_.load() || HasLoadErrors()) return false;
+  for (const std::string& name : engine_.ModelNames()) {
+    std::shared_ptr<ModelScheduler> scheduler = engine_.Find(name);
+    if (scheduler && !scheduler->failure().ok()) return false;
+  }
+  return true;
+}
+
 Result<std::shared_ptr<ModelScheduler>> V2Service::FindModel(std::string_view name,
                                                              std::string_view version) const {
   if (!IsValidModelName(name)) {
@@ -47,12 +56,12 @@ Result<std::shared_ptr<ModelScheduler>> V2Service::FindModel(std::string_view na
     }
     return Status::NotFound(fmt::format("unknown model '{}'", name));
   }
+  if (Status failure = scheduler->failure(); !failure.ok()) return failure;
   return scheduler;
 }
 
 Result<RequestId> V2Service::Submit(const std::shared_ptr<ModelScheduler>& scheduler,
-                                    V2InferRequest request, SubmitTiming timing,
-                                    V2Done done) {
+                                    V2InferRequest request, SubmitTiming timing, V2Done done) {
   auto infer = std::make_unique<InferRequest>();
   infer->inputs = std::move(request.inputs);
   infer->deadline = timing.deadline;

@@ -59,12 +59,13 @@ class V2Service {
   bool HasLoadErrors() const;
   // From now on the server is not ready (it is shutting down), whatever its models.
   void SetShuttingDown() { shutting_down_.store(true); }
-  // Ready: every model of the repository loaded, and not shutting down.
-  bool IsReady() const { return !shutting_down_.load() && !HasLoadErrors(); }
+  // Ready: every model of the repository loaded, none failed since (its device), and not
+  // shutting down.
+  bool IsReady() const;
 
   // The scheduler of `name` at `version` ("" or "1"), or the error: kInvalidArgument for a name
   // that cannot be a model's, kNotFound for an unknown model or version, kUnavailable (naming the
-  // reason) for a model that failed to load.
+  // reason) for a model that failed to load or whose device has failed since.
   Result<std::shared_ptr<ModelScheduler>> FindModel(std::string_view name,
                                                     std::string_view version) const;
 

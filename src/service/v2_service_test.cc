@@ -76,6 +76,31 @@ TEST_F(V2ServiceTest, AModelThatFailedToLoadIsUnavailableAndTheServerNotReady) {
   EXPECT_FALSE(service_.IsReady());
 }
 
+// Without a repository to reload it, a model whose device failed stays failed: not ready, and
+// found only to be refused with the failure.
+TEST_F(V2ServiceTest, AModelWhoseDeviceFailedIsNotReadyAndSaysWhy) {
+  testing::EchoLog log;
+  Engine engine([&](const ModelConfig&) -> Result<std::shared_ptr<Backend>> {
+    return std::shared_ptr<Backend>(std::make_shared<testing::EchoBackend>(&log));
+  });
+  V2Service service(engine);
+  ASSERT_TRUE(engine.AddModel(EchoConfig("gpu")).ok());
+  ASSERT_TRUE(service.IsReady());
+  auto request = std::make_unique<InferRequest>();
+  request->inputs.push_back(Tensor::Zeros(DataType::kFp32, {1, 2}));
+  request->inputs[0].mutable_values<float>()[0] = testing::kDeviceLossMarker;
+  std::promise<StatusCode> done;
+  request->done = [&](InferResponse&& r) { done.set_value(r.status.code()); };
+  ASSERT_TRUE(engine.Submit("gpu", std::move(request)).ok());
+  EXPECT_EQ(done.get_future().get(), StatusCode::kUnavailable);
+  EXPECT_FALSE(service.IsReady());
+  auto found = service.FindModel("gpu", "");
+  EXPECT_EQ(found.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(found.status().message().find("model 'gpu' is not ready: GPU 0 failed"),
+            std::string::npos)
+      << found.status().message();
+}
+
 TEST_F(V2ServiceTest, ASubmittedRequestIsAnsweredOnceWithItsParsedRequest) {
   auto scheduler = service_.FindModel("echo", "");
   ASSERT_TRUE(scheduler.ok());
@@ -113,10 +138,9 @@ TEST_F(V2ServiceTest, ARequestPastItsDeadlineIsNeverRun) {
       (*scheduler)->config());
   ASSERT_TRUE(first.ok());
   std::promise<StatusCode> first_done, second_done;
-  ASSERT_TRUE(
-      V2Service::Submit(*scheduler, std::move(*first), {}, [&](auto, InferResponse&& r) {
-        first_done.set_value(r.status.code());
-      }).ok());
+  ASSERT_TRUE(V2Service::Submit(*scheduler, std::move(*first), {}, [&](auto, InferResponse&& r) {
+                first_done.set_value(r.status.code());
+              }).ok());
   log_.WaitForBatchesStarted(1);
   auto second = ParseV2InferRequest(
       R"({"inputs":[{"name":"x","shape":[1,2],"datatype":"FP32","data":[1,1]}]})", {},

@@ -5,11 +5,21 @@
 // binary loads it with dlopen (backends/cuda_loader.cc) when a model asks for a GPU, so a CPU
 // server never loads libtorch_cuda, cuBLAS or cuDNN.
 //
-// Per GPU instance (`instance_group[0].count` on each of `gpus`): a CudaDevice, a CopyPipeline of
-// `copy_slots` slots and, for fixed-shape models, one CUDA graph per (slot, batch bucket), all
-// captured at load into one memory pool (every graph of an instance replays on its one compute
-// stream, one after another, so they may share it). The engine runs `copy_slots` workers per
-// instance: while one worker's batch computes, the next one's is copied in.
+// Per GPU instance (`instance_group[0].count` on each of `gpus`, every visible GPU where the group
+// names none): a CudaDevice, a CopyPipeline of `copy_slots` slots and, for fixed-shape models, one
+// CUDA graph per (slot, batch bucket). The engine runs `copy_slots` workers per instance: while
+// one worker's batch computes, the next one's is copied in, and the one before is copied out.
+//
+// Each slot's graphs are captured into a memory pool of the slot's own. A pool shared by every
+// graph is safe only when they replay in capture order: a graph captured later may place its
+// outputs where an earlier one kept its intermediates, so the earlier one's next replay (slot 0's
+// next batch) would overwrite them while they are still copied out (slot 1's answers). Within one
+// slot the graphs replay one batch at a time, each batch's outputs copied out before the next,
+// which a shared pool allows.
+//
+// A sticky CUDA error (device::Device::Health()) leaves the GPU unusable for the rest of the
+// process: the instance reports it (BackendInstance::DeviceFailure()) and fails at once from then
+// on, and the engine marks the model not ready and reloads it.
 //
 // On the device a batch is: raw bytes in (UINT8 images [N, H, W, C] are made [N, C, H, W]
 // channels-last by a view and normalised by preprocess.image's mean and std in the compute
@@ -18,6 +28,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -35,6 +46,7 @@
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/torch_tensors.h"
+#include "common/mutex.h"
 #include "config/model_config.h"
 #include "device/copy_pipeline.h"
 #include "sluice/backend.h"
@@ -76,6 +88,28 @@ struct Graph {
 
 // The key of a config's GPU request, for errors.
 const std::string& GpuKey(const ModelConfig& config) { return config.instances.gpu_source_key; }
+
+// cuDNN's benchmark flag is the process's: on, every convolution shape first seen is timed
+// against cuDNN's algorithms. Instances that capture CUDA graphs want it while they capture (the
+// graphs keep the algorithms chosen); eager instances run with cuDNN's heuristics, so that no
+// new batch size pays a benchmark on a request's time and no load changes how another model runs.
+// Held by one capture at a time (models load in parallel).
+class CudnnBenchmarkScope {
+ public:
+  CudnnBenchmarkScope() : lock_(Mu()) {
+    previous_ = at::globalContext().benchmarkCuDNN();
+    at::globalContext().setBenchmarkCuDNN(true);
+  }
+  ~CudnnBenchmarkScope() { at::globalContext().setBenchmarkCuDNN(previous_); }
+
+ private:
+  static Mutex& Mu() {
+    static Mutex mu;
+    return mu;
+  }
+  MutexLock lock_;
+  bool previous_ = false;
+};
 
 class GpuInstance {
  public:
@@ -133,6 +167,7 @@ class GpuInstance {
 
   // Called by the engine's workers, up to copy_slots at once.
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) {
+    if (Status failure = DeviceFailure(); !failure.ok()) return failure;
     SLUICE_RETURN_IF_ERROR(torch_backend::CheckInputCount(inputs, config_));
     const int64_t n = inputs[0].shape().empty() ? 0 : inputs[0].shape()[0];
     std::vector<std::span<const std::byte>> in_spans;
@@ -152,8 +187,21 @@ class GpuInstance {
     Status status = pipeline_->Run(
         in_spans, [this, n](const device::DeviceBatch& batch) { return Compute(batch, n); },
         out_spans);
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      // A sticky error fails this batch and every later one: kept, and answered from then on.
+      if (Status health = device_.Health(); !health.ok()) {
+        MutexLock lock(mu_);
+        if (failure_.ok()) failure_ = health;
+        return failure_;
+      }
+      return status;
+    }
     return outputs;
+  }
+
+  Status DeviceFailure() const {
+    MutexLock lock(mu_);
+    return failure_;
   }
 
   int gpu() const { return weights_->gpu; }
@@ -269,18 +317,19 @@ class GpuInstance {
     }
   }
 
-  // One graph per (slot, bucket), each bucket run a few times first (cuDNN picks its algorithms,
-  // TorchScript its plan), every graph in one pool. Thread-local capture: other models may be
-  // running on this GPU meanwhile.
+  // One graph per (slot, bucket), each bucket run a few times first (cuDNN benchmarks its
+  // algorithms, TorchScript picks its plan), each slot's graphs in a pool of their own (see the
+  // file comment). Thread-local capture: other models may be running on this GPU meanwhile.
   Status CaptureGraphs() {
     try {
+      CudnnBenchmarkScope benchmark;
       c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(weights_->gpu));
       c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(
           static_cast<cudaStream_t>(pipeline_->compute_stream().native()), weights_->gpu));
       c10::InferenceMode inference_mode;
       auto stream = c10::cuda::getCurrentCUDAStream(weights_->gpu);
-      const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
       for (int slot = 0; slot < pipeline_->slots(); ++slot) {
+        const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
         for (int64_t b : buckets_) {
           std::vector<at::Tensor> inputs = DeviceInputs(pipeline_->device_inputs(slot), b);
           for (at::Tensor& t : inputs) t.zero_();
@@ -318,6 +367,8 @@ class GpuInstance {
   std::vector<int64_t> buckets_;  // Captured batch sizes, ascending; empty: no graphs.
   // Written only while loading; read (and replayed, one at a time per slot) after.
   std::map<std::pair<int, int64_t>, Graph> graphs_;
+  mutable Mutex mu_;
+  Status failure_ GUARDED_BY(mu_);  // The device's sticky error, once there has been one.
 };
 
 // One engine worker: a slot's feeder on a GPU instance.
@@ -338,6 +389,8 @@ class GpuWorker final : public BackendInstance {
     return instance_->Run(inputs);
   }
 
+  Status DeviceFailure() const override { return instance_->DeviceFailure(); }
+
  private:
   std::shared_ptr<GpuInstance> instance_;
 };
@@ -357,6 +410,8 @@ class CudaBackend final : public Backend {
 
   const LoadReport& load_report() const override { return report_; }
 
+  std::vector<int> gpus() const override { return config_.instances.gpus; }
+
   Status Load() {
     std::string key = GpuKey(config_);
     const int visible = c10::cuda::device_count();
@@ -365,6 +420,10 @@ class CudaBackend final : public Backend {
           "model '{}': {}: asks for a GPU, and CUDA finds none on this machine (no NVIDIA "
           "driver or device; serve it with instance_group kind KIND_CPU)",
           config_.name, key));
+    }
+    // A group that names no GPUs takes every visible one, as Triton's does.
+    if (config_.instances.gpus.empty()) {
+      for (int gpu = 0; gpu < visible; ++gpu) config_.instances.gpus.push_back(gpu);
     }
     for (size_t i = 0; i < config_.instances.gpus.size(); ++i) {
       if (config_.instances.gpus[i] >= visible) {
@@ -402,7 +461,6 @@ class CudaBackend final : public Backend {
     report_.runtime =
         fmt::format("libtorch {} (CUDA {}{})", TORCH_VERSION, CUDA_VERSION / 1000,
                     config_.backend == BackendKind::kAotInductor ? ", AOTInductor" : "");
-    at::globalContext().setBenchmarkCuDNN(config_.optimize.cuda_graphs.value_or(false));
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<GpuWeights>> weights;
     try {
@@ -431,9 +489,18 @@ class CudaBackend final : public Backend {
       }
     }
     report_.optimize_seconds = SecondsSince(start);
-    GpuWorker warm(instances_[0]);
-    SLUICE_RETURN_IF_ERROR(warm.AttachToCurrentThread());
-    return torch_backend::WarmUp(warm, config_, report_);
+    // Every instance: the first request on each would otherwise pay for its lazy set-up (cuDNN
+    // and cuBLAS handles on its GPU, its first batch through its pipeline). The first instance's
+    // figures seed the batcher's costs; the others' time adds to the warm-up's.
+    double warmup_seconds = 0;
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      GpuWorker warm(instances_[i]);
+      LoadReport scratch;
+      SLUICE_RETURN_IF_ERROR(torch_backend::WarmUp(warm, config_, i == 0 ? report_ : scratch));
+      warmup_seconds += i == 0 ? report_.warmup_seconds : scratch.warmup_seconds;
+    }
+    report_.warmup_seconds = warmup_seconds;
+    return Status::Ok();
   }
 
  private:
@@ -493,6 +560,13 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 }  // namespace sluice
+
+// CUDA ordinal `ordinal`'s PCI bus id ("0000:3B:00.0") into `out`; 0 on success. The binary
+// finds it with dlsym, for NVML's readings.
+extern "C" __attribute__((visibility("default"))) int SluiceCudaPciBusId(int ordinal, char* out,
+                                                                         int size) {
+  return cudaDeviceGetPCIBusId(out, size, ordinal) == cudaSuccess ? 0 : 1;
+}
 
 // The entry point the binary finds with dlsym. On success returns a new backend (the caller owns
 // it); on failure returns null and sets `*status`.

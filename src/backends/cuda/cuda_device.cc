@@ -129,4 +129,34 @@ Status CudaDevice::Synchronize(Stream& stream) {
   return Check(cudaStreamSynchronize(Native(stream)), "cudaStreamSynchronize");
 }
 
+Status CudaDevice::Health() const {
+  DeviceScope scope(ordinal_);
+  // Any call on the context returns a sticky error once there has been one; a query of an idle
+  // stream does nothing else.
+  const cudaError_t error = cudaStreamQuery(cudaStreamPerThread);
+  switch (error) {
+    // The errors CUDA 13's driver_types.h documents as leaving the process "in an inconsistent
+    // state": it "must be terminated and relaunched" to use CUDA again.
+    case cudaErrorContained:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+      return Status::Unavailable(fmt::format(
+          "GPU {} failed for the rest of this process: {} ({}); the server must restart to use "
+          "it again",
+          ordinal_, cudaGetErrorString(error), cudaGetErrorName(error)));
+    default:
+      return Status::Ok();
+  }
+}
+
 }  // namespace sluice::device

@@ -30,6 +30,7 @@ class CudaDevice final : public Device {
   Status StreamWait(Stream& stream, Event& event) override;
   Status Synchronize(Event& event) override;
   Status Synchronize(Stream& stream) override;
+  Status Health() const override;
 
   int ordinal() const { return ordinal_; }
 
