@@ -7,6 +7,7 @@
   the CUDA library is loaded (it is what answered) and the CPU model still serves;
 - a missing CUDA library is named, with the key;
 - `sluice bench` on such a model fails with the same error, exit status 2;
+- a language model configured for a GPU is refused at `sluice serve`'s start, naming the key;
 - scripts/gpu-check.sh exits 2 with one line.
 
 Usage: gpu_path_test.py SLUICE TEST_MODELS
@@ -128,6 +129,26 @@ def test_bench_on_a_gpu_model_fails_clearly(sluice, tmp):
     check("instance_group[0].kind" in r.stderr, f"sluice bench's error: {r.stderr!r}")
 
 
+def test_language_model_on_a_gpu_without_one_is_refused(sluice, models, tmp):
+    """A language model whose config.yaml asks for a GPU (instance_group KIND_GPU) on a machine
+    without one: `sluice serve` refuses to start, naming the key and why."""
+    d = os.path.join(tmp, "llm_gpu")
+    shutil.copytree(os.path.join(models, "tiny_llm"), d)
+    with open(os.path.join(d, "config.yaml"), "a") as f:
+        f.write("\ninstance_group: [{kind: KIND_GPU}]\n")
+    try:
+        r = subprocess.run([sluice, "serve", d, "--port", "0"], capture_output=True, text=True,
+                           timeout=120)
+    except subprocess.TimeoutExpired:
+        check(False, "sluice serve started a language model on a GPU this machine lacks")
+    check(r.returncode != 0, "sluice serve exited 0")
+    check("instance_group[0].kind" in r.stderr and "GPU" in r.stderr,
+          f"the error does not name the key: {r.stderr!r}")
+    if os.path.exists(os.path.join(os.path.dirname(sluice), "libsluice_cuda.so")):
+        check("CUDA finds none" in r.stderr, f"not CUDA's answer: {r.stderr!r}")
+    print(f"gpu_path_test: llm_gpu: {r.stderr.strip().splitlines()[-1]}")
+
+
 def test_gpu_check_exits_2_without_a_gpu():
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"],
                                                     capture_output=True).returncode == 0:
@@ -147,6 +168,7 @@ def main():
         test_gpu_model_without_gpu_fails_alone(sluice, models, tmp)
         test_missing_cuda_library_is_named(sluice, models, tmp)
         test_bench_on_a_gpu_model_fails_clearly(sluice, tmp)
+        test_language_model_on_a_gpu_without_one_is_refused(sluice, models, tmp)
     test_gpu_check_exits_2_without_a_gpu()
     print("gpu_path_test: all checks passed")
 

@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "backends/cuda_loader.h"
 #include "bench_command.h"
+#include "llm/load_llm.h"
 #include "report_command.h"
 #include "serve_command.h"
 #include "sweep_command.h"
@@ -24,6 +26,8 @@ std::string CommandLine(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace sluice;
   spdlog::set_level(spdlog::level::warn);
+  // A language model on a GPU runs ATen's CUDA kernels, which Sluice's CUDA library brings.
+  llm::SetDeviceRuntimeLoader([](const std::string&) { return LoadCudaRuntime(); });
   CLI::App app{"Sluice: a C++ inference server for PyTorch models, and its benchmark harness"};
   app.require_subcommand(1);
   const std::string command_line = CommandLine(argc, argv);

@@ -8,13 +8,17 @@
 #include <string>
 #include <system_error>
 
+#include "device/gpu_monitor.h"
+
 namespace sluice {
 namespace {
 
 using LoadFn = Backend* (*)(const ModelConfig*, Status*);
+using PciBusIdFn = int (*)(int ordinal, char* out, int size);
 
 struct CudaLibrary {
   LoadFn load = nullptr;
+  PciBusIdFn pci_bus_id = nullptr;
   std::string error;  // Why it could not be loaded; empty when `load` is set.
 };
 
@@ -33,6 +37,7 @@ const CudaLibrary& Library() {
     }
     lib.load = reinterpret_cast<LoadFn>(dlsym(handle, "SluiceCudaLoadBackend"));
     if (!lib.load) lib.error = fmt::format("{} has no SluiceCudaLoadBackend", path);
+    lib.pci_bus_id = reinterpret_cast<PciBusIdFn>(dlsym(handle, "SluiceCudaPciBusId"));
     return lib;  // The handle stays open for the process's life.
   }();
   return library;
@@ -48,6 +53,11 @@ std::filesystem::path CudaLibraryPath() {
   return self.parent_path() / "libsluice_cuda.so";
 }
 
+Status LoadCudaRuntime() {
+  const CudaLibrary& lib = Library();
+  return lib.load ? Status::Ok() : Status::InvalidArgument(lib.error);
+}
+
 Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config) {
   const CudaLibrary& lib = Library();
   if (!lib.load) {
@@ -58,6 +68,13 @@ Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config) {
   Status status;
   Backend* backend = lib.load(&config, &status);
   if (!backend) return status;
+  // The GPU monitor reads each GPU the model runs on by its bus id (NVML's order is not CUDA's).
+  for (int gpu : backend->gpus()) {
+    char bus[64] = {};
+    if (lib.pci_bus_id && lib.pci_bus_id(gpu, bus, sizeof(bus)) == 0) {
+      GpuMonitor::Global().Identify(gpu, bus);
+    }
+  }
   return std::unique_ptr<Backend>(backend);
 }
 

@@ -19,4 +19,9 @@ std::filesystem::path CudaLibraryPath();
 // the config key that asked for a GPU), then the model on its GPUs.
 Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config);
 
+// Loads the library (once) for its runtime alone: libtorch_cuda's kernels registered with ATen,
+// for code that runs ATen on CUDA tensors (the language models' device executor). The error says
+// why it could not be loaded.
+Status LoadCudaRuntime();
+
 }  // namespace sluice

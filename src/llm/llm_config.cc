@@ -312,7 +312,45 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
   }
   for (const auto& item : root) {
     const std::string key = item.first.as<std::string>();
-    if (key != "llm") return Bad(path, key, "is not a language-model setting (expected 'llm:')");
+    if (key != "llm" && key != "instance_group") {
+      return Bad(path, key,
+                 "is not a language-model setting (expected 'llm:' or 'instance_group:')");
+    }
+  }
+  if (const YAML::Node group = root["instance_group"]) {
+    if (!group.IsSequence() || group.size() != 1 || !group[0].IsMap()) {
+      return Bad(path, "instance_group", "must be a list of one group {kind, gpus}");
+    }
+    std::string kind = "KIND_GPU";
+    std::vector<int> gpus;
+    try {
+      for (const auto& item : group[0]) {
+        const std::string key = item.first.as<std::string>();
+        if (key == "kind") {
+          kind = item.second.as<std::string>();
+        } else if (key == "gpus") {
+          gpus = item.second.as<std::vector<int>>();
+        } else {
+          return Bad(path, "instance_group[0]." + key,
+                     "is not a language model's key (kind, gpus: a language model runs one "
+                     "engine on one device)");
+        }
+      }
+    } catch (const YAML::Exception& e) {
+      return Bad(path, "instance_group[0]", e.what());
+    }
+    if (kind == "KIND_GPU" || kind == "gpu") {
+      if (gpus.size() > 1 || (gpus.size() == 1 && gpus[0] < 0)) {
+        return Bad(path, "instance_group[0].gpus",
+                   "must name one GPU ordinal: a language model runs on one GPU");
+      }
+      config.device = fmt::format("cuda:{}", gpus.empty() ? 0 : gpus[0]);
+    } else if (kind == "KIND_CPU" || kind == "cpu") {
+      if (!gpus.empty()) return Bad(path, "instance_group[0].gpus", "applies to KIND_GPU only");
+    } else {
+      return Bad(path, "instance_group[0].kind",
+                 fmt::format("must be KIND_GPU or KIND_CPU (got '{}')", kind));
+    }
   }
   const YAML::Node llm = root["llm"];
   if (!llm) return config;

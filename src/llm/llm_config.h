@@ -177,6 +177,10 @@ struct LlmServeConfig {
   int max_lora_rank = 16;
   bool lora_runtime_loading = false;
   std::map<std::string, std::string> lora_adapters;
+  // Where the decoder runs: "cpu" (the CPU decoder, llama/llama_model.h), or "cuda:N" (the device
+  // executor, llama/device_step.h, on GPU N), from config.yaml's Triton-style
+  // `instance_group: [{kind: KIND_GPU, gpus: [N]}]` (N 0 where it names none).
+  std::string device = "cpu";
 };
 
 // Parses config.json. Errors name the file and key.

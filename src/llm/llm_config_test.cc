@@ -106,6 +106,37 @@ TEST_F(ServeConfigTest, PagedCacheKeys) {
   EXPECT_EQ(cached->weights_cache, "/var/cache/sluice");
 }
 
+// Triton's instance_group picks the device a language model runs on: one GPU (the first where
+// none is named), or the CPU (the default).
+TEST_F(ServeConfigTest, InstanceGroupPicksTheDevice) {
+  auto cpu = Parse("llm:\n  slots: 2\n");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->device, "cpu");
+  auto gpu = Parse("instance_group: [{kind: KIND_GPU}]\nllm:\n  precision: bf16\n");
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ(gpu->device, "cuda:0");
+  auto second = Parse("instance_group:\n  - kind: KIND_GPU\n    gpus: [1]\n");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->device, "cuda:1");
+  auto on_cpu = Parse("instance_group: [{kind: KIND_CPU}]\n");
+  ASSERT_TRUE(on_cpu.ok());
+  EXPECT_EQ(on_cpu->device, "cpu");
+  auto error = [&](const std::string& yaml) { return Parse(yaml).status().message(); };
+  EXPECT_NE(error("instance_group: [{kind: KIND_GPU, gpus: [0, 1]}]\n")
+                .find("'instance_group[0].gpus' must name one GPU ordinal"),
+            std::string::npos);
+  EXPECT_NE(error("instance_group: [{kind: KIND_GPU, count: 2}]\n")
+                .find("'instance_group[0].count' is not a language model's key"),
+            std::string::npos);
+  EXPECT_NE(error("instance_group: [{kind: KIND_TPU}]\n").find("must be KIND_GPU or KIND_CPU"),
+            std::string::npos);
+  EXPECT_NE(error("instance_group: [{kind: KIND_CPU, gpus: [0]}]\n")
+                .find("'instance_group[0].gpus' applies to KIND_GPU only"),
+            std::string::npos);
+  EXPECT_NE(error("instances: {count: 2}\n").find("expected 'llm:' or 'instance_group:'"),
+            std::string::npos);
+}
+
 TEST_F(ServeConfigTest, ErrorsNameTheKey) {
   for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
            {"llm:\n  max_step_tokens: 0\n", "llm.max_step_tokens"},

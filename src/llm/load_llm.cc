@@ -1,5 +1,6 @@
 #include "llm/load_llm.h"
 
+#include <ATen/Context.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "llm/encoder/bert_model.h"
 #include "llm/encoder/encoder_config.h"
 #include "llm/files/gguf.h"
+#include "llm/llama/device_step.h"
 
 namespace sluice::llm {
 
@@ -119,6 +121,52 @@ Result<std::vector<std::string>> WeightFiles(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// Leaked: loads may run while the process exits.
+DeviceRuntimeLoader& RuntimeLoader() {
+  static DeviceRuntimeLoader* loader = new DeviceRuntimeLoader();
+  return *loader;
+}
+
+// The decoder where `options.serve.device` says: the CPU decoder, or the device executor on a GPU
+// (its weights in the precision's dtype; int8 is a CPU format).
+Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) {
+  const std::string& device = options.serve.device;
+  if (device == "cpu") return LoadLlamaModel(options);
+  const std::string key = "instance_group[0].kind";
+  if (!RuntimeLoader()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: {}: asks for a GPU, and this program has no GPU runtime", options.dir, key));
+  }
+  Status runtime = RuntimeLoader()(device);
+  if (!runtime.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {}: asks for a GPU, and {}", options.dir, key, runtime.message()));
+  }
+  const c10::Device where(device);
+  const size_t visible = at::getNumGPUs();
+  if (where.index() >= static_cast<int>(visible)) {
+    return Status::InvalidArgument(
+        visible == 0 ? fmt::format("{}: {}: asks for a GPU, and CUDA finds none on this machine",
+                                   options.dir, key)
+                     : fmt::format("{}: instance_group[0].gpus: GPU {} does not exist (CUDA sees "
+                                   "{})",
+                                   options.dir, where.index(), visible));
+  }
+  if (options.serve.precision == LlmPrecision::kInt8) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: llm.precision int8 is the CPU decoder's; on a GPU use bf16 or fp32", options.dir));
+  }
+  return llama::DeviceStepModel::Load(
+      options,
+      {where, options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16});
+}
+
+}  // namespace
+
+void SetDeviceRuntimeLoader(DeviceRuntimeLoader loader) { RuntimeLoader() = std::move(loader); }
+
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {
   if (IsEncoderModel(dir)) {
@@ -132,7 +180,7 @@ Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
   if (!arch.ok()) return arch.status();
   auto serve = ServeConfig(dir, *arch, overrides);
   if (!serve.ok()) return serve.status();
-  return LoadLlamaModel(ModelLoadOptions{dir, *serve});
+  return LoadDecoder(ModelLoadOptions{dir, *serve});
 }
 
 Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
@@ -207,7 +255,7 @@ Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
     }
     model = encoder::BertModel::Load(ModelLoadOptions{dir, *serve}, *encoder_config);
   } else {
-    model = LoadLlamaModel(ModelLoadOptions{dir, *serve});
+    model = LoadDecoder(ModelLoadOptions{dir, *serve});
   }
   if (!model.ok()) return model.status();
   std::shared_ptr<KvDiskStore> disk;

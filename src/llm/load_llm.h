@@ -12,17 +12,17 @@
 namespace sluice::llm {
 
 struct LlmLoadOverrides {
-  std::string precision;        // "fp32" | "bf16" | "int8"; empty: config.yaml's.
-  int slots = 0;                // 0: config.yaml's.
-  int64_t kv_cache_bytes = -1;  // -1: config.yaml's; 0: slots x context.
-  int threads = -1;             // -1: config.yaml's.
-  int max_step_tokens = 0;      // 0: config.yaml's.
-  int speculative_tokens = -1;  // -1: config.yaml's; 0: off.
-  std::string prefix_caching;   // "on" | "off"; empty: config.yaml's.
-  std::string kv_cache_dtype;   // "auto" | "fp32" | "bf16" | "q8_0"; empty: config.yaml's.
-  int context_length = 0;       // 0: config.yaml's.
-  std::string weights_cache;    // A folder; empty: config.yaml's.
-  std::string kv_cache_disk;    // A folder; empty: config.yaml's.
+  std::string precision;            // "fp32" | "bf16" | "int8"; empty: config.yaml's.
+  int slots = 0;                    // 0: config.yaml's.
+  int64_t kv_cache_bytes = -1;      // -1: config.yaml's; 0: slots x context.
+  int threads = -1;                 // -1: config.yaml's.
+  int max_step_tokens = 0;          // 0: config.yaml's.
+  int speculative_tokens = -1;      // -1: config.yaml's; 0: off.
+  std::string prefix_caching;       // "on" | "off"; empty: config.yaml's.
+  std::string kv_cache_dtype;       // "auto" | "fp32" | "bf16" | "q8_0"; empty: config.yaml's.
+  int context_length = 0;           // 0: config.yaml's.
+  std::string weights_cache;        // A folder; empty: config.yaml's.
+  std::string kv_cache_disk;        // A folder; empty: config.yaml's.
   int64_t kv_cache_disk_bytes = 0;  // 0: config.yaml's.
 };
 
@@ -43,6 +43,12 @@ struct LlmMemoryEstimate {
 };
 Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
                                             const LlmLoadOverrides& overrides = {});
+
+// Makes a device's kernels known to ATen before a language model loads on it ("cuda:N": the
+// server loads its CUDA library, which links libtorch_cuda). Set once, by the binary; unset, a
+// model configured for a GPU is refused with the key that asked for it.
+using DeviceRuntimeLoader = std::function<Status(const std::string& device)>;
+void SetDeviceRuntimeLoader(DeviceRuntimeLoader loader);
 
 // How `sluice serve` loads language models, and sizes them before loading (injected, so the
 // server builds without torch).

@@ -35,66 +35,39 @@
 #include <thread>
 
 #include "llm/kernels/kernels.h"
+#include "llm/llama/rope.h"
 #include "llm/llama/step_rows.h"
+#include "llm/step_batch.h"
 #include "llm/step_model.h"
 
 namespace sluice::llm::llama {
 
 Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
-  namespace fs = std::filesystem;
   auto model = std::make_unique<LlamaModel>();
-  auto gguf_path = FindGgufFile(options.dir);
-  if (!gguf_path.ok()) return gguf_path.status();
-  std::unique_ptr<GgufFile> gguf;
-  if (!gguf_path->empty()) {
-    auto opened = GgufFile::Open(*gguf_path);
-    if (!opened.ok()) return opened.status();
-    gguf = std::move(*opened);
-  }
-  auto arch = gguf != nullptr ? ArchitectureFromGguf(*gguf)
-                              : ParseArchitecture((fs::path(options.dir) / "config.json").string());
+  Decoder decoder;
+  auto arch = ReadArchitecture(options.dir, &decoder.gguf);
   if (!arch.ok()) return arch.status();
-  model->arch_ = *arch;
+  model->arch_ = decoder.arch = *arch;
   model->serve_ = options.serve;
   if (model->serve_.context_length > model->arch_.max_position_embeddings) {
     return Status::InvalidArgument(fmt::format(
         "{}: context_length {} exceeds the model's max_position_embeddings {}", options.dir,
         model->serve_.context_length, model->arch_.max_position_embeddings));
   }
-  model->weights_.dtype =
-      options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
   model->cache_dtype_ = ResolvedKvCacheDtype(options.serve);
   if (model->cache_dtype_ == KvCacheDtype::kQ8_0 && model->arch_.head_dim % 32 != 0) {
     return Status::InvalidArgument(fmt::format(
         "{}: kv_cache_dtype q8_0 needs a head size that is a multiple of 32; this model's is {}",
         options.dir, model->arch_.head_dim));
   }
-  std::unique_ptr<SafetensorsFile> safetensors;
-  if (gguf == nullptr) {
-    auto file = SafetensorsFile::OpenCheckpoint(options.dir);
-    if (!file.ok()) return file.status();
-    safetensors = std::move(*file);
-  }
   const OneOmpThread one_thread;  // Loading runs on one thread (linear.h says why).
   try {
     c10::InferenceMode guard;
-    if (gguf != nullptr) {
-      std::unique_ptr<WeightsCache> cache;
-      // With SLUICE_QUANT_REPACK=0 (the file's layout, to compare the two) there is nothing to
-      // cache.
-      if (!model->serve_.weights_cache.empty() && Linear::RepacksBlocks()) {
-        auto opened = WeightsCache::Open(model->serve_.weights_cache, *gguf);
-        if (!opened.ok()) return opened.status();
-        cache = std::move(*opened);
-      }
-      SLUICE_RETURN_IF_ERROR(LoadGgufWeights(*gguf, model->arch_, model->serve_.precision,
-                                             cache.get(), &model->weights_));
-      model->gguf_ = std::move(gguf);
-      model->from_gguf_ = true;
-    } else {
-      SLUICE_RETURN_IF_ERROR(LoadSafetensorsWeights(*safetensors, model->arch_,
-                                                    model->serve_.precision, &model->weights_));
-    }
+    SLUICE_RETURN_IF_ERROR(LoadDecoderWeights(options.dir, model->serve_.precision,
+                                              model->serve_.weights_cache, &decoder));
+    model->weights_ = std::move(decoder.weights);
+    model->from_gguf_ = decoder.gguf != nullptr;
+    model->gguf_ = std::move(decoder.gguf);
     model->BuildRope();
     const auto& a = model->arch_;
     const LlmServeConfig& serve = model->serve_;
@@ -137,71 +110,13 @@ Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& opti
   return std::unique_ptr<StepModel>(std::move(model));
 }
 
-// cos/sin of position x inverse frequency, in fp32 as transformers computes them; for the
-// sliding-window layers of a model that has them, a second table with their base and no scaling.
 void LlamaModel::BuildRope() {
-  const ModelArchitecture& a = arch_;
-  const int64_t half = a.head_dim / 2;
-  at::Tensor exponents = at::arange(0, a.head_dim, 2, at::kLong).to(at::kFloat) / a.head_dim;
-  at::Tensor positions = at::arange(serve_.context_length, at::kFloat).unsqueeze(1);
-  if (!a.local_layers.empty() && a.rope_theta_local > 0) {
-    at::Tensor local =
-        positions.matmul((1.0 / at::pow(a.rope_theta_local, exponents)).unsqueeze(0));
-    rope_local_cos_ = local.cos().contiguous();
-    rope_local_sin_ = local.sin().contiguous();
-  }
-  at::Tensor inv_freq = 1.0 / at::pow(a.rope_theta, exponents);
-  at::Tensor long_inv_freq;  // LongRoPE past the original context: the long factors' frequencies.
-  if (!a.rope_freq_factors.empty()) {
-    inv_freq = inv_freq / at::tensor(a.rope_freq_factors, at::kFloat);
-  } else if (a.rope_scaling == RopeScaling::kLongRope) {
-    if (serve_.context_length > a.rope_original_max_positions) {
-      long_inv_freq = inv_freq / at::tensor(a.rope_long_factors, at::kFloat);
-    }
-    inv_freq = inv_freq / at::tensor(a.rope_short_factors, at::kFloat);
-  }
-  if (a.rope_scaling == RopeScaling::kYarn) {
-    // Dimension pairs whose wavelength fits in the original context fewer than beta_slow times
-    // are interpolated (divided by the factor), those fitting more than beta_fast times kept,
-    // with a linear ramp between (the correction range rounded out to whole pairs, as llama.cpp
-    // and transformers round it unless the config says truncate: false).
-    const double d = a.head_dim, original = a.rope_original_max_positions;
-    auto pair_of = [&](double rotations) {
-      return d * std::log(original / (rotations * 2 * std::numbers::pi)) /
-             (2 * std::log(a.rope_theta));
-    };
-    double low = pair_of(a.rope_yarn_beta_fast), high = pair_of(a.rope_yarn_beta_slow);
-    if (a.rope_yarn_truncate) {
-      low = std::floor(low);
-      high = std::ceil(high);
-    }
-    low = std::max(0.0, low);
-    high = std::min(d - 1, high);
-    at::Tensor ramp = ((at::arange(half, at::kFloat) - low) / std::max(0.001, high - low))
-                          .clamp(0, 1);  // 0: extrapolated, 1: interpolated.
-    inv_freq = inv_freq / a.rope_factor * ramp + inv_freq * (1 - ramp);
-  } else if (a.rope_scaling == RopeScaling::kLinear) {
-    inv_freq = inv_freq / a.rope_factor;
-  } else if (a.rope_scaling == RopeScaling::kLlama3) {
-    const double original = a.rope_original_max_positions;
-    const double low_wavelen = original / a.rope_low_freq_factor;
-    const double high_wavelen = original / a.rope_high_freq_factor;
-    at::Tensor wavelen = 2 * std::numbers::pi / inv_freq;
-    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / a.rope_factor, inv_freq);
-    at::Tensor smooth = (original / wavelen - a.rope_low_freq_factor) /
-                        (a.rope_high_freq_factor - a.rope_low_freq_factor);
-    at::Tensor smoothed = (1 - smooth) * scaled / a.rope_factor + smooth * scaled;
-    at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
-    inv_freq = at::where(medium, smoothed, scaled);
-  }
-  at::Tensor freqs = positions.matmul(inv_freq.unsqueeze(0));  // [context, half]
-  if (long_inv_freq.defined()) {
-    long_rope_row_ = serve_.context_length;
-    freqs = at::cat({freqs, positions.matmul(long_inv_freq.unsqueeze(0))});
-  }
-  rope_cos_ = (freqs.cos() * a.rope_attention_factor).contiguous();
-  rope_sin_ = (freqs.sin() * a.rope_attention_factor).contiguous();
-  TORCH_CHECK(rope_cos_.size(1) == half);
+  RopeTables tables = BuildRopeTables(arch_, serve_.context_length);
+  rope_cos_ = std::move(tables.cos);
+  rope_sin_ = std::move(tables.sin);
+  rope_local_cos_ = std::move(tables.local_cos);
+  rope_local_sin_ = std::move(tables.local_sin);
+  long_rope_row_ = tables.long_row;
 }
 
 // The per-token work between the matrix products (norms, rotary embeddings, cache writes, decode
@@ -555,67 +470,22 @@ Status LlamaModel::WriteKvBlock(int32_t block, const std::string& data) {
 Status LlamaModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
-  std::vector<int64_t> tokens, positions, offsets, logit_rows;
-  std::vector<int64_t> long_rows;  // LongRoPE past the original context: each token's table row.
-  std::vector<int32_t> chunk_of;   // Each token's chunk.
-  const int64_t block = serve_.kv_block_size;
-  const int64_t per_slot = (serve_.context_length + block - 1) / block;
-  tables_.resize(chunks.size());
-  std::vector<int32_t> written;  // Blocks this step writes into: no two chunks share one.
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const SequenceChunk& chunk = chunks[i];
-    const int64_t len = static_cast<int64_t>(chunk.tokens.size());
-    if (len == 0 || chunk.start < 0 || chunk.start + len > serve_.context_length) {
-      return Status::Internal(fmt::format("chunk of {} tokens at {} exceeds the context of {}", len,
-                                          chunk.start, serve_.context_length));
-    }
-    std::vector<int32_t>& table = tables_[i];
-    if (chunk.blocks.empty()) {
-      if (chunk.slot < 0 || (chunk.slot + 1) * per_slot > blocks_) {
-        return Status::Internal(fmt::format("step names slot {}, out of range", chunk.slot));
-      }
-      table.resize(static_cast<size_t>(per_slot));
-      std::iota(table.begin(), table.end(), static_cast<int32_t>(chunk.slot * per_slot));
-    } else {
-      table = chunk.blocks;
-    }
-    const int64_t needed = (chunk.start + len + block - 1) / block;
-    if (static_cast<int64_t>(table.size()) < needed ||
-        std::any_of(table.begin(), table.begin() + needed,
-                    [this](int32_t b) { return b < 0 || b >= blocks_; })) {
-      return Status::Internal(
-          fmt::format("a block table of {} entries does not cover {} tokens "
-                      "in [0, {}) blocks",
-                      table.size(), chunk.start + len, blocks_));
-    }
-    for (int64_t b = chunk.start / block; b < needed; ++b) {
-      written.push_back(table[static_cast<size_t>(b)]);
-    }
-    offsets.push_back(static_cast<int64_t>(tokens.size()));
-    for (int64_t j = 0; j < len; ++j) {
-      const int32_t token = chunk.tokens[static_cast<size_t>(j)];
-      if (token < 0 || token >= a.vocab_size) {
-        return Status::InvalidArgument(fmt::format("token id {} is outside the vocab", token));
-      }
-      if (chunk.all_logits || j == len - 1) {
-        logit_rows.push_back(static_cast<int64_t>(tokens.size()));
-      }
-      tokens.push_back(token);
-      positions.push_back(chunk.start + j);
-      if (long_rope_row_ > 0) {
-        const int64_t prompt = chunk.prompt_length > 0 ? chunk.prompt_length : chunk.start + len;
-        const int64_t position = chunk.start + j;
-        const bool long_factors = std::max(prompt, position + 1) > a.rope_original_max_positions;
-        long_rows.push_back(position + (long_factors ? long_rope_row_ : 0));
-      }
-      chunk_of.push_back(static_cast<int32_t>(i));
-    }
-  }
-  const std::vector<int64_t>& rope_rows = long_rope_row_ > 0 ? long_rows : positions;
-  std::sort(written.begin(), written.end());
-  if (std::adjacent_find(written.begin(), written.end()) != written.end()) {
-    return Status::Internal("two chunks of a step write into the same cache block");
-  }
+  auto assembled =
+      AssembleStep(chunks, StepGeometry{.block_size = serve_.kv_block_size,
+                                        .context_length = serve_.context_length,
+                                        .blocks = blocks_,
+                                        .vocab_size = a.vocab_size,
+                                        .long_rope_row = long_rope_row_,
+                                        .rope_original_context = a.rope_original_max_positions});
+  if (!assembled.ok()) return assembled.status();
+  StepBatch& step = *assembled;
+  const std::vector<int64_t>& tokens = step.tokens;
+  const std::vector<int64_t>& positions = step.positions;
+  const std::vector<int64_t>& offsets = step.offsets;
+  const std::vector<int64_t>& logit_rows = step.logit_rows;
+  const std::vector<int64_t>& rope_rows = step.rope_rows;
+  const std::vector<int32_t>& chunk_of = step.chunk_of;
+  tables_ = std::move(step.tables);
   std::vector<LoraGroup> lora;
   {
     std::vector<std::pair<const LoraAdapter*, std::vector<int64_t>>> rows;

@@ -1,8 +1,10 @@
 #include "llm/llama/weights.h"
 
+#include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <string>
 
 #include "llm/kernels/ggml_blocks.h"
@@ -10,6 +12,40 @@
 #include "llm/models/family.h"
 
 namespace sluice::llm::llama {
+
+Result<ModelArchitecture> ReadArchitecture(const std::string& dir,
+                                           std::unique_ptr<GgufFile>* gguf) {
+  auto gguf_path = FindGgufFile(dir);
+  if (!gguf_path.ok()) return gguf_path.status();
+  if (gguf_path->empty()) {
+    return ParseArchitecture((std::filesystem::path(dir) / "config.json").string());
+  }
+  auto opened = GgufFile::Open(*gguf_path);
+  if (!opened.ok()) return opened.status();
+  *gguf = std::move(*opened);
+  return ArchitectureFromGguf(**gguf);
+}
+
+Status LoadDecoderWeights(const std::string& dir, LlmPrecision precision,
+                          const std::string& weights_cache, Decoder* decoder) {
+  decoder->weights.dtype = precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16;
+  const OneOmpThread one_thread;
+  c10::InferenceMode guard;
+  if (decoder->gguf == nullptr) {
+    auto file = SafetensorsFile::OpenCheckpoint(dir);
+    if (!file.ok()) return file.status();
+    return LoadSafetensorsWeights(**file, decoder->arch, precision, &decoder->weights);
+  }
+  std::unique_ptr<WeightsCache> cache;
+  // With SLUICE_QUANT_REPACK=0 (the file's layout, to compare the two) there is nothing to cache.
+  if (!weights_cache.empty() && Linear::RepacksBlocks()) {
+    auto opened = WeightsCache::Open(weights_cache, *decoder->gguf);
+    if (!opened.ok()) return opened.status();
+    cache = std::move(*opened);
+  }
+  return LoadGgufWeights(*decoder->gguf, decoder->arch, precision, cache.get(), &decoder->weights);
+}
+
 namespace {
 
 at::ScalarType TorchDtype(const std::string& dtype) {

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,5 +70,19 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, const ModelArchitectu
 // its file, or are written to it and then read from it (weights_cache.h).
 Status LoadGgufWeights(const GgufFile& file, const ModelArchitecture& arch, LlmPrecision precision,
                        WeightsCache* cache, Weights* out);
+
+// A decoder as a model directory holds it: its architecture and weights.
+struct Decoder {
+  ModelArchitecture arch;
+  Weights weights;
+  std::unique_ptr<GgufFile> gguf;  // A GGUF file's, mapped while its blocks are read.
+};
+// The architecture of the decoder in `dir` (its GGUF file, else its config.json).
+Result<ModelArchitecture> ReadArchitecture(const std::string& dir, std::unique_ptr<GgufFile>* gguf);
+// Its weights in `precision` (weights.dtype set), from `decoder->gguf` where ReadArchitecture
+// opened one (through a weights cache at `weights_cache`, if not empty), else from its
+// safetensors. On one thread (linear.h's OneOmpThread says why).
+Status LoadDecoderWeights(const std::string& dir, LlmPrecision precision,
+                          const std::string& weights_cache, Decoder* decoder);
 
 }  // namespace sluice::llm::llama

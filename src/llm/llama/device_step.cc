@@ -1,0 +1,385 @@
+#include "llm/llama/device_step.h"
+
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "llm/kernels/ggml_blocks.h"
+#include "llm/kernels/kernels.h"
+#include "llm/step_batch.h"
+
+namespace sluice::llm::llama {
+namespace {
+
+// A linear layer's weights as one fp32 matrix [out, in]: float parts as they are, GGUF blocks
+// dequantised row by row (from the repacked layout where they were repacked).
+at::Tensor DenseWeight(const Linear& linear) {
+  at::Tensor w = at::empty({linear.out, linear.in}, at::kFloat);
+  for (const Linear::Part& part : linear.parts) {
+    at::Tensor rows = w.narrow(0, part.first, part.rows);
+    if (part.blocks == nullptr) {
+      rows.copy_(part.weight.to(at::kFloat));
+      continue;
+    }
+    float* out = rows.data_ptr<float>();
+    const int64_t row_bytes = QuantRowBytes(part.type, linear.in);
+    for (int64_t r = 0; r < part.rows; ++r) {
+      if (part.repacked) {
+        DequantizeRepackedRow(part.type, part.blocks, linear.in, r, out + r * linear.in);
+      } else {
+        DequantizeRow(part.type, static_cast<const uint8_t*>(part.blocks) + r * row_bytes,
+                      linear.in, out + r * linear.in);
+      }
+    }
+  }
+  return w;
+}
+
+// Why `arch` and `serve` cannot run on this executor; empty when they can.
+std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& serve) {
+  if (arch.experts > 0) {
+    return fmt::format("'{}' is a mixture of experts, which the device executor does not run yet",
+                       arch.name);
+  }
+  if (arch.attention_sinks) return "attention sinks (gpt-oss) are not run on a device yet";
+  if (arch.activation == GateActivation::kSwigluClamped) {
+    return "the clamped SwiGLU (gpt-oss) is not run on a device yet";
+  }
+  if (serve.kv_cache_dtype == KvCacheDtype::kQ8_0) {
+    return "kv_cache_dtype q8_0 is a CPU cache; on a device the cache holds the weights' dtype";
+  }
+  if (serve.max_loras > 0 || !serve.lora_adapters.empty()) {
+    return "LoRA adapters are not applied on a device yet";
+  }
+  return "";
+}
+
+}  // namespace
+
+DeviceStepModel::AttentionBatch DeviceStepModel::Batch(
+    const StepBatch& step, const std::vector<int64_t>& sequences) const {
+  // Sequence c's query j at [c, j], its key m (its position m) at [c, m]; a padded query is token
+  // 0 at position 0 (its answer dropped), a padded key cache row 0, masked out.
+  AttentionBatch b;
+  b.sequences = static_cast<int64_t>(sequences.size());
+  for (int64_t c : sequences) {
+    b.queries = std::max<int64_t>(b.queries, step.qo_indptr[c + 1] - step.qo_indptr[c]);
+    b.keys = std::max(b.keys, step.kv_lengths[static_cast<size_t>(c)]);
+  }
+  const int64_t block = serve_.kv_block_size;
+  std::vector<int64_t> query_rows(b.sequences * b.queries, 0), positions(query_rows.size(), 0);
+  std::vector<int64_t> key_rows(b.sequences * b.keys, 0), tokens, slots;
+  for (int64_t i = 0; i < b.sequences; ++i) {
+    const auto c = static_cast<size_t>(sequences[static_cast<size_t>(i)]);
+    const int64_t first = step.qo_indptr[c], n = step.qo_indptr[c + 1] - first;
+    for (int64_t j = 0; j < n; ++j) {
+      query_rows[i * b.queries + j] = first + j;
+      positions[i * b.queries + j] = step.positions[static_cast<size_t>(first + j)];
+      tokens.push_back(first + j);
+      slots.push_back(i * b.queries + j);
+    }
+    const std::vector<int32_t>& table = step.tables[c];
+    for (int64_t m = 0; m < step.kv_lengths[c]; ++m) {
+      key_rows[i * b.keys + m] = table[static_cast<size_t>(m / block)] * block + m % block;
+    }
+  }
+  const at::Device dev = device_.device;
+  const auto on = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).to(dev); };
+  b.query_rows = on(query_rows);
+  b.key_rows = on(key_rows);
+  b.tokens = on(tokens);
+  b.slots = on(slots);
+  // Which keys each query sees: its own position and those before; on sliding-window layers,
+  // the last `sliding_window` of them.
+  const at::Tensor q_pos = on(positions).view({b.sequences, 1, 1, b.queries, 1});
+  const at::Tensor k_pos =
+      at::arange(b.keys, at::TensorOptions().dtype(at::kLong).device(dev)).view({1, 1, 1, 1, -1});
+  b.causal = k_pos <= q_pos;
+  b.windowed = arch_.sliding_window > 0 ? b.causal.logical_and(k_pos > q_pos - arch_.sliding_window)
+                                        : b.causal;
+  return b;
+}
+
+Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions& options,
+                                                         const DeviceOptions& device) {
+  std::unique_ptr<DeviceStepModel> model(new DeviceStepModel());
+  Decoder decoder;
+  auto arch = ReadArchitecture(options.dir, &decoder.gguf);
+  if (!arch.ok()) return arch.status();
+  decoder.arch = *arch;
+  const ModelArchitecture& a = decoder.arch;
+  if (std::string why = Unsupported(a, options.serve); !why.empty()) {
+    return Status::InvalidArgument(fmt::format("{}: {}", options.dir, why));
+  }
+  if (options.serve.context_length > a.max_position_embeddings) {
+    return Status::InvalidArgument(
+        fmt::format("{}: context_length {} exceeds the model's max_position_embeddings {}",
+                    options.dir, options.serve.context_length, a.max_position_embeddings));
+  }
+  model->arch_ = a;
+  model->serve_ = options.serve;
+  model->device_ = device;
+  try {
+    // fp32 parts (and the file's blocks), made dense below: what the device multiplies.
+    SLUICE_RETURN_IF_ERROR(LoadDecoderWeights(options.dir, LlmPrecision::kFp32, "", &decoder));
+    c10::InferenceMode guard;
+    const Weights& w = decoder.weights;
+    std::set<std::string> formats;
+    const auto on_device = [&](const at::Tensor& t, at::ScalarType type) {
+      return t.defined() ? t.to(device.device, type).contiguous() : at::Tensor();
+    };
+    const auto matrix = [&](const Linear& linear) {
+      for (const Linear::Part& part : linear.parts) {
+        formats.insert(part.blocks != nullptr
+                           ? std::string(GgmlTypeName(part.type))
+                           : std::string(c10::toString(part.weight.scalar_type())));
+      }
+      at::Tensor dense = on_device(DenseWeight(linear), device.dtype);
+      model->weight_bytes_ += static_cast<int64_t>(dense.nbytes());
+      return dense;
+    };
+    for (const Layer& layer : w.layers) {
+      DeviceLayer d;
+      d.attn_norm = on_device(layer.attn_norm, at::kFloat);
+      d.ffn_norm = on_device(layer.ffn_norm, at::kFloat);
+      d.q_norm = on_device(layer.q_norm, at::kFloat);
+      d.k_norm = on_device(layer.k_norm, at::kFloat);
+      d.post_attn_norm = on_device(layer.post_attn_norm, at::kFloat);
+      d.post_ffn_norm = on_device(layer.post_ffn_norm, at::kFloat);
+      d.qkv = matrix(layer.qkv);
+      d.qkv_bias = on_device(layer.qkv.bias, at::kFloat);
+      d.out = matrix(layer.out);
+      d.out_bias = on_device(layer.out.bias, at::kFloat);
+      d.gate_up = matrix(layer.gate_up);
+      d.down = matrix(layer.down);
+      model->layers_.push_back(std::move(d));
+    }
+    at::Tensor embedding = w.embedding;
+    if (w.embedding_blocks != nullptr) {
+      embedding = at::empty({a.vocab_size, a.hidden_size}, at::kFloat);
+      float* rows = embedding.data_ptr<float>();
+      const int64_t row_bytes = QuantRowBytes(w.embedding_type, a.hidden_size);
+      for (int64_t t = 0; t < a.vocab_size; ++t) {
+        if (w.embedding_repacked) {
+          DequantizeRepackedRow(w.embedding_type, w.embedding_blocks, a.hidden_size, t,
+                                rows + t * a.hidden_size);
+        } else {
+          DequantizeRow(w.embedding_type,
+                        static_cast<const uint8_t*>(w.embedding_blocks) + t * row_bytes,
+                        a.hidden_size, rows + t * a.hidden_size);
+        }
+      }
+    }
+    model->embedding_ = on_device(embedding, device.dtype);
+    model->weight_bytes_ += static_cast<int64_t>(model->embedding_.nbytes());
+    model->final_norm_ = on_device(w.final_norm, at::kFloat);
+    model->lm_head_ = matrix(w.lm_head);
+    for (const std::string& f : formats) {
+      model->formats_ += (model->formats_.empty() ? "" : "+") + f;
+    }
+    RopeTables rope = BuildRopeTables(a, options.serve.context_length);
+    model->rope_ = RopeTables{on_device(rope.cos, at::kFloat), on_device(rope.sin, at::kFloat),
+                              on_device(rope.local_cos, at::kFloat),
+                              on_device(rope.local_sin, at::kFloat), rope.long_row};
+    const LlmServeConfig& serve = options.serve;
+    const int64_t block = serve.kv_block_size;
+    const int64_t per_slot = (serve.context_length + block - 1) / block;
+    const int64_t block_bytes = int64_t{2} * a.layers * block * a.kv_heads * a.head_dim *
+                                static_cast<int64_t>(c10::elementSize(device.dtype));
+    const int64_t blocks =
+        serve.kv_cache_bytes > 0 ? serve.kv_cache_bytes / block_bytes : serve.slots * per_slot;
+    if (blocks < per_slot) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: llm.kv_cache_bytes {} holds {} blocks of {} tokens ({} bytes each); one sequence of "
+          "context_length {} needs {}",
+          options.dir, serve.kv_cache_bytes, blocks, block, block_bytes, serve.context_length,
+          per_slot));
+    }
+    model->blocks_ = static_cast<int>(blocks);
+    model->kv_cache_bytes_ = blocks * block_bytes;
+    const auto cache_options = at::TensorOptions().device(device.device).dtype(device.dtype);
+    for (int l = 0; l < a.layers; ++l) {
+      // Zeroed: a padded read of a row never written must not bring NaN into a masked product.
+      model->cache_k_.push_back(at::zeros({blocks * block, a.kv_heads, a.head_dim}, cache_options));
+      model->cache_v_.push_back(at::zeros({blocks * block, a.kv_heads, a.head_dim}, cache_options));
+    }
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("{}: loading the model on {} failed: {}", options.dir,
+                                        device.device.str(), e.what_without_backtrace()));
+  }
+  return std::unique_ptr<StepModel>(std::move(model));
+}
+
+std::string DeviceStepModel::weight_formats() const {
+  return fmt::format("{} as {}", formats_, c10::toString(device_.dtype));
+}
+
+std::string DeviceStepModel::kv_cache_format() const {
+  return std::string(c10::toString(device_.dtype));
+}
+
+at::Tensor DeviceStepModel::Product(const at::Tensor& x, const at::Tensor& w,
+                                    const at::Tensor& bias) const {
+  at::Tensor y = at::matmul(x.to(device_.dtype), w.t()).to(at::kFloat);
+  return bias.defined() ? y.add_(bias) : y;
+}
+
+// weight * x / sqrt(mean(x^2) + eps) over the last dimension, in fp32.
+at::Tensor DeviceStepModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
+  at::Tensor inverse = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
+  return x * inverse * weight;
+}
+
+at::Tensor DeviceStepModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
+                                   const at::Tensor& sin) const {
+  const int64_t half = arch_.head_dim / 2;
+  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // Over the heads.
+  if (arch_.rope_interleaved) {                                 // Pairs (2i, 2i + 1).
+    at::Tensor pairs = x.unflatten(-1, {half, 2});
+    at::Tensor x1 = pairs.select(-1, 0), x2 = pairs.select(-1, 1);
+    return at::stack({x1 * c - x2 * s, x2 * c + x1 * s}, -1).flatten(-2);
+  }
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // Pairs (i, i + D/2).
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+Status DeviceStepModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) {
+  if (copies.empty()) return Status::Ok();
+  const int64_t block = serve_.kv_block_size;
+  std::vector<int64_t> from, to;
+  for (const auto& [source, target] : copies) {
+    if (source < 0 || source >= blocks_ || target < 0 || target >= blocks_) {
+      return Status::Internal(
+          fmt::format("block copy {} -> {} outside [0, {})", source, target, blocks_));
+    }
+    for (int64_t r = 0; r < block; ++r) {
+      from.push_back(source * block + r);
+      to.push_back(target * block + r);
+    }
+  }
+  try {
+    c10::InferenceMode guard;
+    const at::Tensor from_rows = at::tensor(from, at::kLong).to(device_.device);
+    const at::Tensor to_rows = at::tensor(to, at::kLong).to(device_.device);
+    for (size_t l = 0; l < cache_k_.size(); ++l) {
+      cache_k_[l].index_copy_(0, to_rows, cache_k_[l].index_select(0, from_rows));
+      cache_v_[l].index_copy_(0, to_rows, cache_v_[l].index_select(0, from_rows));
+    }
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("copying blocks failed: {}", e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
+Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
+  if (chunks.empty()) return Status::Ok();
+  const ModelArchitecture& a = arch_;
+  for (const SequenceChunk& chunk : chunks) {
+    if (chunk.lora != nullptr) {
+      return Status::InvalidArgument("LoRA adapters are not applied on a device yet");
+    }
+  }
+  auto assembled =
+      AssembleStep(chunks, StepGeometry{.block_size = serve_.kv_block_size,
+                                        .context_length = serve_.context_length,
+                                        .blocks = blocks_,
+                                        .vocab_size = a.vocab_size,
+                                        .long_rope_row = rope_.long_row,
+                                        .rope_original_context = a.rope_original_max_positions});
+  if (!assembled.ok()) return assembled.status();
+  const StepBatch& step = *assembled;
+  try {
+    c10::InferenceMode guard;
+    const at::Device dev = device_.device;
+    const auto on = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).to(dev); };
+    const int64_t t_count = step.size(), hidden = a.hidden_size, d = a.head_dim, kv = a.kv_heads,
+                  groups = a.heads / a.kv_heads;
+    const at::Tensor cache_rows = on(step.cache_rows);
+    // The step's attention in padded batches: its decoding sequences (one query each) together,
+    // each prompt chunk alone (padding a decode to a prompt's length would multiply its work).
+    std::vector<int64_t> decodes, prompts;
+    for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+      (step.qo_indptr[c + 1] - step.qo_indptr[c] == 1 ? decodes : prompts).push_back(c);
+    }
+    std::vector<AttentionBatch> batches;
+    if (!decodes.empty()) batches.push_back(Batch(step, decodes));
+    for (int64_t c : prompts) batches.push_back(Batch(step, {c}));
+    const at::Tensor positions = on(step.positions), rope_rows = on(step.rope_rows);
+    const at::Tensor cos = rope_.cos.index_select(0, rope_rows);
+    const at::Tensor sin = rope_.sin.index_select(0, rope_rows);
+    at::Tensor local_cos, local_sin;
+    if (rope_.local_cos.defined()) {
+      local_cos = rope_.local_cos.index_select(0, positions);
+      local_sin = rope_.local_sin.index_select(0, positions);
+    }
+    const double scale = a.attention_scale > 0 ? a.attention_scale : 1.0 / std::sqrt(double(d));
+    at::Tensor x = embedding_.index_select(0, on(step.tokens)).to(at::kFloat);
+    if (a.scale_embedding) x = x * std::sqrt(static_cast<float>(hidden));
+    for (int l = 0; l < a.layers; ++l) {
+      const DeviceLayer& layer = layers_[static_cast<size_t>(l)];
+      const at::Tensor qkv = Product(Norm(x, layer.attn_norm), layer.qkv, layer.qkv_bias);
+      at::Tensor q = qkv.narrow(1, 0, a.heads * d).view({t_count, a.heads, d});
+      at::Tensor k = qkv.narrow(1, a.heads * d, kv * d).view({t_count, kv, d});
+      const at::Tensor v = qkv.narrow(1, (a.heads + kv) * d, kv * d).view({t_count, kv, d});
+      if (a.qk_norm) {
+        q = Norm(q, layer.q_norm);
+        k = Norm(k, layer.k_norm);
+      }
+      const bool local = IsLocal(l);
+      const bool local_tables = local && local_cos.defined();
+      q = Rotate(q, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
+      k = Rotate(k, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
+      at::Tensor& keys = cache_k_[static_cast<size_t>(l)];
+      at::Tensor& values = cache_v_[static_cast<size_t>(l)];
+      keys.index_copy_(0, cache_rows, k.to(device_.dtype));
+      values.index_copy_(0, cache_rows, v.to(device_.dtype));
+      at::Tensor heads = at::empty({t_count, a.heads * d}, x.options());
+      for (const AttentionBatch& b : batches) {
+        const at::Tensor kk =
+            keys.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
+        const at::Tensor vv =
+            values.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
+        const at::Tensor qq =
+            q.index_select(0, b.query_rows).view({b.sequences, b.queries, kv, groups, d});
+        at::Tensor scores = at::einsum("cnkgd,cmkd->ckgnm", {qq, kk}) * scale;
+        scores.masked_fill_((local ? b.windowed : b.causal).logical_not(),
+                            -std::numeric_limits<float>::infinity());
+        const at::Tensor probs = at::softmax(scores, -1);
+        heads.index_copy_(0, b.tokens,
+                          at::einsum("ckgnm,cmkd->cnkgd", {probs, vv})
+                              .reshape({b.sequences * b.queries, a.heads * d})
+                              .index_select(0, b.slots));
+      }
+      at::Tensor attn = Product(heads, layer.out, layer.out_bias);
+      if (a.post_norms) attn = Norm(attn, layer.post_attn_norm);
+      x = x + attn;
+      const at::Tensor gate_up = Product(Norm(x, layer.ffn_norm), layer.gate_up, at::Tensor());
+      const int64_t inter = gate_up.size(1) / 2;
+      const at::Tensor gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);
+      const at::Tensor act =
+          (a.activation == GateActivation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) *
+          up;
+      at::Tensor down = Product(act, layer.down, at::Tensor());
+      if (a.post_norms) down = Norm(down, layer.post_ffn_norm);
+      x = x + down;
+    }
+    const at::Tensor last = Norm(x.index_select(0, on(step.logit_rows)), final_norm_);
+    at::Tensor rows = serve_.pooling != Pooling::kNone ? last : Product(last, lm_head_, {});
+    if (serve_.pooling == Pooling::kNone && a.final_logit_softcap > 0) {
+      rows = at::tanh(rows / a.final_logit_softcap) * a.final_logit_softcap;
+    }
+    rows = rows.to(at::kCPU).contiguous();
+    const float* p = rows.data_ptr<float>();
+    logits->insert(logits->end(), p, p + rows.numel());
+  } catch (const c10::Error& e) {
+    return Status::Internal(fmt::format("model step on {} failed: {}", device_.device.str(),
+                                        e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::llm::llama

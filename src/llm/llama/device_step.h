@@ -1,0 +1,96 @@
+// The decoder's step over ATen operations, for any device ATen has kernels for: the executor the
+// same scheduler, block pool, prefix cache and sampling run on a GPU. Its weights are dense
+// matrices in the device's compute dtype (a GGUF file's blocks dequantised at load), its paged KV
+// cache a pair of tensors per layer on the device ([blocks x block_size, KV heads, head_dim]),
+// written at each token's cache row (step_batch.h) and read through each sequence's block table.
+// A step's attention runs in padded, masked batches ([sequences, queries, positions]): its
+// decoding sequences together (the shapes a CUDA graph per decode bucket captures), each prompt
+// chunk alone.
+//
+// The code is device-neutral: on CPU tensors it runs here, held to the CPU decoder's logits
+// (device_step_test.cc); on CUDA it runs once libtorch_cuda is loaded into the process (the CUDA
+// library registers its kernels with ATen's dispatcher), which a GPU model's load does.
+//
+// Served: the dense families (llama, mistral, qwen2, qwen3, phi3, gemma3) with every RoPE
+// scaling, q/k norms, biases, sliding windows, post-norms, GeGLU and final soft-capping, from HF
+// folders and GGUF files. Refused by name: mixtures of experts, attention sinks (gpt-oss), LoRA,
+// a q8_0 KV cache.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llm/llama/rope.h"
+#include "llm/llama/weights.h"
+#include "llm/step_batch.h"
+#include "llm/step_model.h"
+
+namespace sluice::llm::llama {
+
+struct DeviceOptions {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;  // Of the weights, activations' products and the KV cache.
+};
+
+class DeviceStepModel final : public StepModel {
+ public:
+  static Result<std::unique_ptr<StepModel>> Load(const ModelLoadOptions& options,
+                                                 const DeviceOptions& device);
+
+  const ModelArchitecture& architecture() const override { return arch_; }
+  int slots() const override { return serve_.slots; }
+  int context_length() const override { return serve_.context_length; }
+  int kv_block_size() const override { return serve_.kv_block_size; }
+  int kv_blocks() const override { return blocks_; }
+  int64_t kv_cache_bytes() const override { return kv_cache_bytes_; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string weight_formats() const override;
+  std::string kernel_paths() const override { return "aten:" + device_.device.str(); }
+  std::string kv_cache_format() const override;
+  uint64_t CacheSalt(int prompt_length) const override {
+    return rope_.long_row > 0 && prompt_length > arch_.rope_original_max_positions ? 1 : 0;
+  }
+  Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
+  Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+
+ private:
+  // A padded batch of a step's sequences for attention: [sequences, queries] queries over
+  // [sequences, keys] cached positions.
+  struct AttentionBatch {
+    int64_t sequences = 0, queries = 0, keys = 0;
+    at::Tensor query_rows;        // [sequences x queries]: each query's token (padding: 0).
+    at::Tensor key_rows;          // [sequences x keys]: each key's cache row (padding: 0).
+    at::Tensor tokens, slots;     // The batch's tokens, and each one's row of the padded output.
+    at::Tensor causal, windowed;  // [sequences, 1, 1, queries, keys]: the keys each query sees.
+  };
+  AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
+  struct DeviceLayer {
+    at::Tensor attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;  // fp32.
+    at::Tensor qkv, qkv_bias, out, out_bias, gate_up, down;  // dtype; biases fp32.
+  };
+  // x [rows, in] fp32 -> [rows, out] fp32 through `w` (dtype) and `bias`.
+  at::Tensor Product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) const;
+  at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
+  // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
+  at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  bool IsLocal(int layer) const {
+    return !arch_.local_layers.empty() && arch_.local_layers[static_cast<size_t>(layer)];
+  }
+
+  ModelArchitecture arch_;
+  LlmServeConfig serve_;
+  DeviceOptions device_;
+  std::string formats_;  // The file's weight formats, dequantised to dtype at load.
+  std::vector<DeviceLayer> layers_;
+  at::Tensor embedding_, final_norm_, lm_head_;
+  RopeTables rope_;                            // On the device.
+  std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [blocks x block_size, KV, D].
+  int blocks_ = 0;
+  int64_t kv_cache_bytes_ = 0, weight_bytes_ = 0;
+};
+
+}  // namespace sluice::llm::llama

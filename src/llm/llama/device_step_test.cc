@@ -1,0 +1,173 @@
+// The device executor's step (device_step.h) on CPU tensors, held to the CPU decoder's logits on
+// the same files: every dense family from transformers' folders and llama.cpp's GGUF files, two
+// sequences whose block tables interleave (a step that read a table wrong, or wrote a token's keys
+// at the wrong row, would read the other sequence's keys), prompts in chunks beside decodes in one
+// step, block copies (the prefix cache's copy-on-write), and what it refuses.
+#include "llm/llama/device_step.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "llm/step_model.h"
+
+namespace sluice::llm {
+namespace {
+
+std::string ModelDir(const std::string& name) {
+  return std::string(SLUICE_TEST_MODELS) + "/" + name;
+}
+
+// LongRoPE's test models were trained at 256 positions: served at 512, prompts longer than 256
+// take the long factors.
+bool LongRope(const std::string& name) { return name.find("longrope") != std::string::npos; }
+
+ModelLoadOptions Options(const std::string& name) {
+  ModelLoadOptions options;
+  options.dir = ModelDir(name);
+  options.serve.precision = LlmPrecision::kFp32;
+  options.serve.kv_cache_dtype = KvCacheDtype::kFp32;
+  options.serve.slots = 4;
+  options.serve.context_length = LongRope(name) ? 512 : 128;
+  options.serve.threads = 1;
+  return options;
+}
+
+// Two sequences in interleaved blocks of 16: A's 21-token prompt in chunks of 16 and 5 (the
+// second beside B's whole 9-token prompt in one step), then 5 steps decoding both at once (every
+// logit of every step; each decodes its own greedy choice). `prompt_length`: the prompts' length
+// as the chunks declare it (LongRoPE's factors follow it), 0: their own.
+std::vector<float> Schedule(StepModel& model, int prompt_length) {
+  const int vocab = model.architecture().vocab_size;
+  const std::vector<int32_t> a_blocks{5, 2, 9}, b_blocks{7, 3, 1};
+  std::vector<int32_t> a_prompt, b_prompt;
+  for (int i = 0; i < 21; ++i) a_prompt.push_back((i * 37 + 11) % vocab);
+  for (int i = 0; i < 9; ++i) b_prompt.push_back((i * 53 + 5) % vocab);
+  std::vector<float> logits;
+  auto run = [&](std::vector<SequenceChunk> chunks) {
+    for (SequenceChunk& chunk : chunks) chunk.prompt_length = prompt_length;
+    Status status = model.Run(chunks, &logits);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+  };
+  run({SequenceChunk{0, 0, {a_prompt.begin(), a_prompt.begin() + 16}, true, a_blocks}});
+  run({SequenceChunk{0, 16, {a_prompt.begin() + 16, a_prompt.end()}, true, a_blocks},
+       SequenceChunk{1, 0, b_prompt, true, b_blocks}});
+  int a_at = 21, b_at = 9;
+  for (int step = 0; step < 5; ++step) {
+    // The last rows are A's then B's latest logits.
+    const float* b_last = logits.data() + logits.size() - vocab;
+    const float* a_last = b_last - vocab;
+    const auto a_next = static_cast<int32_t>(std::max_element(a_last, a_last + vocab) - a_last);
+    const auto b_next = static_cast<int32_t>(std::max_element(b_last, b_last + vocab) - b_last);
+    run({SequenceChunk{0, a_at++, {a_next}, false, a_blocks},
+         SequenceChunk{1, b_at++, {b_next}, false, b_blocks}});
+  }
+  return logits;
+}
+
+// max |a - b| over max |b|, and the share of rows whose top token agrees.
+std::pair<double, double> Agreement(const std::vector<float>& a, const std::vector<float>& b,
+                                    int vocab) {
+  double diff = 0, scale = 0;
+  int same = 0, rows = 0;
+  for (size_t r = 0; r + vocab <= b.size(); r += vocab, ++rows) {
+    for (size_t i = r; i < r + vocab; ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+    }
+    same += std::max_element(a.begin() + r, a.begin() + r + vocab) - a.begin() ==
+            std::max_element(b.begin() + r, b.begin() + r + vocab) - b.begin();
+  }
+  return {diff / scale, static_cast<double>(same) / rows};
+}
+
+class DeviceStepTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceStepTest, LogitsEqualTheCpuDecodersOnInterleavedBlocks) {
+  const ModelLoadOptions options = Options(GetParam());
+  auto cpu = LoadLlamaModel(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  auto device = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  const int vocab = (*cpu)->architecture().vocab_size;
+  const int prompt_length = LongRope(GetParam()) ? 300 : 0;
+  const std::vector<float> want = Schedule(**cpu, prompt_length);
+  const std::vector<float> got = Schedule(**device, prompt_length);
+  ASSERT_EQ(got.size(), want.size());
+  // Quantised files: the CPU decoder multiplies int8-rounded activations by the blocks, the
+  // device executor fp32 activations by the dequantised weights.
+  const bool quantised = GetParam().find("q4_k") != std::string::npos;
+  const auto [diff, top1] = Agreement(got, want, vocab);
+  EXPECT_LT(diff, quantised ? 3e-2 : 1e-4) << GetParam();
+  EXPECT_GE(top1, quantised ? 0.9 : 1.0) << GetParam();
+}
+
+std::vector<std::string> DenseModels() {
+  // RoPE's scalings: Llama 3's (tiny_llm_scaled), LongRoPE's long factors, YaRN's.
+  std::vector<std::string> dirs = {"tiny_llm",
+                                   "tiny_llm_scaled",
+                                   "gguf_llama_q4_k_m",
+                                   "converted/hf_phi3_longrope",
+                                   "converted/gguf_phi3_longrope_f32",
+                                   "converted/hf_qwen2_yarn",
+                                   "converted/gguf_qwen2_yarn_f32"};
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"}) {
+    dirs.push_back(std::string("converted/hf_") + family);
+    dirs.push_back(std::string("gguf_") + family + "_f32");
+  }
+  return dirs;
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseModels, DeviceStepTest, ::testing::ValuesIn(DenseModels()),
+                         [](const auto& info) {
+                           std::string dir = info.param;
+                           return dir.substr(dir.rfind('/') + 1);
+                         });
+
+// The prefix cache's copy-on-write: a block copied, then a sequence continued from the copy reads
+// what the original held.
+TEST(DeviceStepLoadTest, CopiedBlocksContinueAsTheOriginal) {
+  auto device = llama::DeviceStepModel::Load(Options("converted/hf_qwen3"), {at::kCPU, at::kFloat});
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  StepModel& model = **device;
+  const int vocab = model.architecture().vocab_size;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 7 + 3) % vocab);
+  std::vector<float> first, second;
+  ASSERT_TRUE(model.Run({SequenceChunk{0, 0, prompt, false, {4, 6}}}, &first).ok());
+  ASSERT_TRUE(model.CopyBlocks({{4, 10}, {6, 11}}).ok());
+  // The same next token at position 20 of the original and of the copy.
+  std::vector<float> from_original, from_copy;
+  ASSERT_TRUE(model.Run({SequenceChunk{0, 20, {42}, false, {4, 6}}}, &from_original).ok());
+  ASSERT_TRUE(model.Run({SequenceChunk{1, 20, {42}, false, {10, 11}}}, &from_copy).ok());
+  EXPECT_EQ(from_original, from_copy);
+  // A table that is not the copy's gives other logits (the test can fail).
+  ASSERT_TRUE(model.Run({SequenceChunk{1, 20, {42}, false, {10, 12}}}, &second).ok());
+  EXPECT_NE(second, from_copy);
+  EXPECT_FALSE(model.CopyBlocks({{4, 1000}}).ok());
+}
+
+TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
+  auto moe = llama::DeviceStepModel::Load(Options("converted/hf_qwen3moe"), {});
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(moe.status().message().find("mixture of experts"), std::string::npos)
+      << moe.status().ToString();
+  ModelLoadOptions q8 = Options("tiny_llm");
+  q8.serve.kv_cache_dtype = KvCacheDtype::kQ8_0;
+  auto q8_cache = llama::DeviceStepModel::Load(q8, {});
+  ASSERT_FALSE(q8_cache.ok());
+  EXPECT_NE(q8_cache.status().message().find("kv_cache_dtype q8_0"), std::string::npos);
+  auto model = llama::DeviceStepModel::Load(Options("tiny_llm"), {});
+  ASSERT_TRUE(model.ok());
+  std::vector<float> logits;
+  Status wrong = (*model)->Run(
+      {SequenceChunk{0, 0, {1, 2, 3}, false, {0}}, SequenceChunk{1, 0, {4}, false, {0}}}, &logits);
+  EXPECT_EQ(wrong.message(), "two chunks of a step write into the same cache block");
+  EXPECT_TRUE(logits.empty());
+}
+
+}  // namespace
+}  // namespace sluice::llm
