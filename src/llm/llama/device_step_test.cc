@@ -8,11 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <future>
 #include <string>
 #include <vector>
 
+#include "llm/llm_engine.h"
 #include "llm/step_model.h"
+#include "llm/text/tokenizer.h"
 
 namespace sluice::llm {
 namespace {
@@ -148,6 +152,66 @@ TEST(DeviceStepLoadTest, CopiedBlocksContinueAsTheOriginal) {
   ASSERT_TRUE(model.Run({SequenceChunk{1, 20, {42}, false, {10, 12}}}, &second).ok());
   EXPECT_NE(second, from_copy);
   EXPECT_FALSE(model.CopyBlocks({{4, 1000}}).ok());
+}
+
+// The generation loop on the device step (CPU tensors), as on a GPU: eight greedy requests at
+// once, some sharing a prompt's blocks through the prefix cache, give the CPU decoder's texts.
+TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 8;
+  options.serve.context_length = 256;
+  options.serve.kv_block_size = 16;
+  auto texts = [&](bool device) {
+    auto model = device ? llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat})
+                        : LoadLlamaModel(options);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    auto tokenizer = Tokenizer::Load(options.dir);
+    EXPECT_TRUE(tokenizer.ok());
+    LlmEngine engine(std::move(*model), std::move(*tokenizer), nullptr, options.serve);
+    const std::string shared = "serving models batch latency token cache prefill decode ";
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 8; ++i) {
+      prompts.push_back(i % 2 == 0 ? shared + shared + std::to_string(i)
+                                   : "hello " + std::to_string(i));
+    }
+    std::vector<std::promise<std::vector<int32_t>>> done(prompts.size());
+    std::vector<std::future<std::vector<int32_t>>> results;
+    for (auto& d : done) results.push_back(d.get_future());
+    std::vector<std::vector<int32_t>> tokens(prompts.size());
+    std::atomic<int> cached{0};
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      // The first alone: its prompt's full blocks are cached once it ends, for the others.
+      if (i == 1) results[0].wait();
+      GenerationRequest r;
+      r.prompt = engine.tokenizer().Encode(prompts[i]);
+      r.max_tokens = 24;
+      r.sampling.temperature = 0;
+      r.ignore_eos = true;
+      EXPECT_TRUE(engine
+                      .Submit(std::move(r),
+                              [&, i](const GenerationEvent& event) {
+                                if (event.finish == FinishReason::kNone ||
+                                    event.finish == FinishReason::kLength) {
+                                  tokens[i].push_back(event.token);
+                                }
+                                if (event.finish != FinishReason::kNone) {
+                                  cached += event.cached_prompt_tokens;
+                                  done[i].set_value(tokens[i]);
+                                }
+                              })
+                      .ok());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& r : results) out.push_back(r.get());
+    EXPECT_GE(cached.load(), 3 * 16) << "the shared prompts' blocks were not reused";
+    return out;
+  };
+  const auto want = texts(false);
+  const auto got = texts(true);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].size(), 24u) << i;
+    EXPECT_EQ(got[i], want[i]) << "request " << i;
+  }
 }
 
 TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
