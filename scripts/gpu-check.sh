@@ -12,7 +12,13 @@
 #  4. batch 1 with one request in flight;
 #  5. in process (`sluice sweep`): batch 1, 32, 128, 256 x {fp32, fp16 + CUDA graphs, AOTInductor
 #     fp16} x instances 1, 2, 4: samples/s, p50/p99, GPU utilisation;
-#  6. Python's torch.compile(mode="reduce-overhead") loop on the same model and work.
+#  6. Python's torch.compile(mode="reduce-overhead") loop on the same model and work;
+#  7. language models (LLM_SHAPES, default smollm2-135m and qwen2.5-0.5b; random weights from
+#     tools/random_llm.py): Sluice's device executor (bf16) against its CPU decoder (fp32) on fixed
+#     prompts (same next token >= 90%), its decoding at 1 and 64 streams (TPOT, ITL p99,
+#     tokens/s), and benchmarks/gpu_llm_baseline.py's PyTorch loop beside it (eager, static cache
+#     + torch.compile(mode="reduce-overhead"), int8 weights) at batch 1.
+# LLM_ONLY=1 runs only step 7 (with steps 1 and the bundle's unpacking).
 # Everything goes under $OUT (default results/gpu-check-<time>): check.log, inprocess.csv,
 # python_baseline.csv, agreement.json, served_<model>.json, report.html, metrics.txt.
 # Without a GPU it exits 2 with one line saying so. Each step is bounded by a timeout and a failed
@@ -30,6 +36,9 @@ PY=${PYTHON:-python3}
 BUNDLE=${BUNDLE:-.gpu-bundle/sluice-gpu.tar.xz}
 WORK=${WORK:-/tmp/sluice-gpu-check}
 QUICK=${QUICK:-0}  # 1: instances 1 only, fewer iterations (a rerun that must be short).
+LLM_ONLY=${LLM_ONLY:-0}
+LLM_SHAPES=${LLM_SHAPES:-smollm2-135m qwen2.5-0.5b}
+[ "$QUICK" = 1 ] && LLM_SHAPES=${LLM_SHAPES_QUICK:-smollm2-135m}
 failed=()
 step() { echo; echo "=== $1 ($(date +%T))"; }
 
@@ -53,6 +62,7 @@ if ! sluice --help >/dev/null; then
 fi
 
 MODELS="$WORK/models"
+if [ "$LLM_ONLY" != 1 ]; then
 step "export resnet18_gpu for this GPU"
 if ! timeout 420 $PY tools/export_models.py --device cuda --out "$MODELS"; then
   failed+=(export)
@@ -159,8 +169,48 @@ else
   failed+=(python)
 fi
 
+fi  # LLM_ONLY
+
+step "language models: the device executor against the CPU decoder; 1 and 64 streams; PyTorch's loop"
+echo "llm,shape,line" > "$OUT/llm.csv"
+for shape in $LLM_SHAPES; do
+  d="$WORK/llm/$shape"
+  echo "--- $shape"
+  if ! timeout 300 $PY tools/random_llm.py --shape "$shape" \
+      --tokenizer "$WORK/sluice-gpu/llm-tokenizer" --out "$d"; then
+    failed+=("llm-make-$shape"); continue
+  fi
+  printf 'instance_group: [{kind: KIND_GPU}]\nllm:\n  slots: 64\n  context_length: 1024\n' \
+    > "$d/config.yaml"
+  if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
+      --in-process --model-dir "$d" --llm-device cpu --precision fp32 --agreement bf16@cuda:0 \
+      --output-tokens 32 | tee "$WORK/agreement.txt"; then
+    same=$(grep -oE "same next token [0-9.]+" "$WORK/agreement.txt" | grep -oE "[0-9.]+$")
+    awk -v s="${same:-0}" 'BEGIN { exit !(s >= 90) }' || failed+=("llm-agreement-$shape")
+    grep -E "same next token|identical" "$WORK/agreement.txt" | sed "s/^/agreement,$shape,/" \
+      >> "$OUT/llm.csv"
+  else
+    failed+=("llm-agreement-$shape")
+  fi
+  if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
+      --in-process --model-dir "$d" --concurrency 1,64 --prompt-tokens 128 \
+      --output-tokens 128 --no-results | tee "$WORK/sluice_llm.txt"; then
+    grep -E "^concurrency" "$WORK/sluice_llm.txt" | sed "s/^/sluice,$shape,/" >> "$OUT/llm.csv"
+  else
+    failed+=("llm-sluice-$shape")
+  fi
+  if timeout 420 $PY benchmarks/gpu_llm_baseline.py --model "$d" --batch-sizes 1 --tokens 128 \
+      --out "$OUT/llm_python_$shape.json" | tee "$WORK/python_llm.txt"; then
+    grep -E "^gpu_llm_baseline" "$WORK/python_llm.txt" | sed "s/^/python,$shape,/" \
+      >> "$OUT/llm.csv"
+  else
+    failed+=("llm-python-$shape")
+  fi
+  rm -rf "$d"
+done
+
 step "summary"
-$PY - "$OUT" <<'PYEOF'
+[ -f "$OUT/inprocess.csv" ] && $PY - "$OUT" <<'PYEOF'
 import csv, json, os, sys
 out = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(out, "inprocess.csv"))))
@@ -183,6 +233,8 @@ for m in ("gpu_fp16_graphs", "gpu_aoti"):
               f"mean batch {level.get('server_mean_batch_size', 0):.1f}, "
               f"gpu {level['utilization'].get('gpu_percent')} %")
 PYEOF
+echo "language models (llm.csv):"
+tail -n +2 "$OUT/llm.csv"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu-check: failed steps: ${failed[*]}"
   exit 1

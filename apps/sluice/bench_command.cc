@@ -181,8 +181,12 @@ int RunLlmAgreement(const BenchCommand& cmd) {
   reference_overrides.precision = m.precision.empty() ? "bf16" : m.precision;
   reference_overrides.slots = 1;
   reference_overrides.threads = m.threads > 0 ? m.threads : -1;
+  reference_overrides.device = cmd.llm_device;
   llm::LlmLoadOverrides candidate_overrides = reference_overrides;
-  candidate_overrides.precision = cmd.agreement;
+  // PRECISION[@DEVICE]: bf16@cuda:0 is the model on GPU 0 against the reference on the CPU.
+  const size_t at = cmd.agreement.find('@');
+  candidate_overrides.precision = cmd.agreement.substr(0, at);
+  if (at != std::string::npos) candidate_overrides.device = cmd.agreement.substr(at + 1);
   candidate_overrides.slots = 2;
   auto reference = llm::LoadStepModel(dir, reference_overrides);
   if (!reference.ok()) return Fail(reference.status());
@@ -200,7 +204,10 @@ int RunLlmAgreement(const BenchCommand& cmd) {
       "  teacher-forced ({} positions): same next token {:.1f}%, logits cosine mean {:.5f}, "
       "min {:.5f}\n"
       "  free-running: identical completions {}/{}, mean common prefix {:.1f} tokens\n",
-      dir, cmd.agreement, reference_overrides.precision, result->prompts, tokens, result->positions,
+      dir, cmd.agreement,
+      reference_overrides.precision +
+          (reference_overrides.device.empty() ? "" : "@" + reference_overrides.device),
+      result->prompts, tokens, result->positions,
       100.0 * result->same_next_token / std::max(1, result->positions), result->mean_cosine,
       result->min_cosine, result->identical_completions, result->prompts,
       result->mean_common_prefix);
@@ -216,6 +223,7 @@ int RunLlmInProcess(const BenchCommand& cmd) {
   llm::LlmLoadOverrides overrides;
   overrides.precision = m.precision;
   overrides.threads = m.threads > 0 ? m.threads : -1;
+  overrides.device = cmd.llm_device;
   auto engine = llm::LoadLlmEngine(dir, overrides);
   if (!engine.ok()) return Fail(engine.status());
   const LlmBenchOptions& o = cmd.llm_options;
@@ -261,6 +269,7 @@ int RunLlmInProcess(const BenchCommand& cmd) {
     std::vector<double> first(static_cast<size_t>(concurrency), 0),
         last(static_cast<size_t>(concurrency), 0);
     std::vector<int> tokens(static_cast<size_t>(concurrency), 0);
+    std::vector<double> gaps;  // Between a stream's consecutive tokens (inter-token latency).
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < concurrency; ++i) {
       llm::GenerationRequest request;
@@ -273,7 +282,11 @@ int RunLlmInProcess(const BenchCommand& cmd) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         MutexLock lock(mu);
         const size_t k = static_cast<size_t>(i);
-        if (first[k] == 0) first[k] = now;
+        if (first[k] == 0) {
+          first[k] = now;
+        } else {
+          gaps.push_back(now - last[k]);
+        }
         last[k] = now;
         tokens[k] = e.completion_tokens;
         if (e.finish != llm::FinishReason::kNone) {
@@ -298,12 +311,15 @@ int RunLlmInProcess(const BenchCommand& cmd) {
     }
     std::sort(ttft.begin(), ttft.end());
     std::sort(tpot.begin(), tpot.end());
+    std::sort(gaps.begin(), gaps.end());
     fmt::print(
         "concurrency {:>3}: first token (prefill) median {:.1f} ms, max {:.1f} ms; TPOT median "
-        "{:.2f} ms ({:.1f} tokens/s per stream); {:.1f} output tokens/s overall\n",
+        "{:.2f} ms ({:.1f} tokens/s per stream); ITL p99 {:.2f} ms; {:.1f} output tokens/s "
+        "overall\n",
         concurrency, NearestRankPercentile(ttft, 50) * 1e3, ttft.back() * 1e3,
         tpot.empty() ? 0.0 : NearestRankPercentile(tpot, 50) * 1e3,
-        tpot.empty() ? 0.0 : 1.0 / NearestRankPercentile(tpot, 50), generated / end);
+        tpot.empty() ? 0.0 : 1.0 / NearestRankPercentile(tpot, 50),
+        gaps.empty() ? 0.0 : NearestRankPercentile(gaps, 99) * 1e3, generated / end);
   }
   return 0;
 }
@@ -572,9 +588,17 @@ CLI::App* AddBenchCommand(CLI::App& parent, BenchCommand& cmd) {
   app->add_flag("!--no-ignore-eos", cmd.llm_options.ignore_eos,
                 "--llm: let the model stop at its end-of-sequence token");
   app->add_option("--agreement", cmd.agreement,
-                  "--llm --in-process: compare this precision with --precision's (default "
-                  "bf16) on a fixed prompt set: greedy choices and logits, --output-tokens each")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+                  "--llm --in-process: compare this precision (PRECISION[@DEVICE], e.g. "
+                  "bf16@cuda:0) with --precision's (default bf16) on a fixed prompt set: greedy "
+                  "choices and logits, --output-tokens each")
+      ->check([](const std::string& value) -> std::string {
+        const std::string precision = value.substr(0, value.find('@'));
+        if (precision == "fp32" || precision == "bf16" || precision == "int8") return "";
+        return "must be fp32, bf16 or int8, optionally @DEVICE (bf16@cuda:0)";
+      });
+  app->add_option("--llm-device", cmd.llm_device,
+                  "--llm --in-process: run the model on this device (cpu, cuda, cuda:N; "
+                  "default: its config.yaml's instance_group)");
 
   return app;
 }

@@ -32,7 +32,10 @@ struct BenchCommand {
   // --llm: a language model over the OpenAI API (--url), or in this process (--in-process).
   bool llm = false;
   LlmBenchOptions llm_options;
-  std::string agreement;  // --llm --in-process: this precision compared with --precision's.
+  // --llm --in-process: this precision (PRECISION[@DEVICE]) compared with --precision's on the
+  // CPU (or --llm-device).
+  std::string agreement;
+  std::string llm_device;  // --llm --in-process: where the model runs (cpu, cuda, cuda:N).
   // Trace-event JSON of the requests' stages (in-process, or --url's client side); off if empty.
   std::string trace_file;
   double trace_sample_rate = 1;

@@ -41,6 +41,9 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "Image decode threads for /predict and /predictions")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app->add_option("--llm-device", cmd.llm_overrides.device,
+                  "Language models' device: cpu, cuda or cuda:N (default: each config.yaml's "
+                  "instance_group; cpu)");
   app->add_option("--llm-precision", cmd.llm_overrides.precision,
                   "Language models' precision, over their config.yaml (fp32, bf16, int8)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));

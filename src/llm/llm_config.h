@@ -181,6 +181,7 @@ struct LlmServeConfig {
   // executor, llama/device_step.h, on GPU N), from config.yaml's Triton-style
   // `instance_group: [{kind: KIND_GPU, gpus: [N]}]` (N 0 where it names none).
   std::string device = "cpu";
+  std::string device_key = "instance_group[0].kind";  // What asked for it, for errors.
 };
 
 // Parses config.json. Errors name the file and key.

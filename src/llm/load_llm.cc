@@ -65,6 +65,16 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
     return Status::InvalidArgument(fmt::format(
         "kv_cache_dtype '{}' is not auto, fp32, bf16 or q8_0", overrides.kv_cache_dtype));
   }
+  if (!overrides.device.empty()) {
+    const std::string& d = overrides.device;
+    const bool ordinal = d.size() > 5 && d.rfind("cuda:", 0) == 0 &&
+                         d.find_first_not_of("0123456789", 5) == std::string::npos;
+    if (d != "cpu" && d != "cuda" && !ordinal) {
+      return Status::InvalidArgument(fmt::format("device '{}' is not cpu, cuda or cuda:N", d));
+    }
+    serve->device = d == "cuda" ? "cuda:0" : d;
+    serve->device_key = "--llm-device";
+  }
   return serve;
 }
 
@@ -134,7 +144,7 @@ DeviceRuntimeLoader& RuntimeLoader() {
 Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) {
   const std::string& device = options.serve.device;
   if (device == "cpu") return LoadLlamaModel(options);
-  const std::string key = "instance_group[0].kind";
+  const std::string& key = options.serve.device_key;
   if (!RuntimeLoader()) {
     return Status::InvalidArgument(fmt::format(
         "{}: {}: asks for a GPU, and this program has no GPU runtime", options.dir, key));
@@ -150,9 +160,8 @@ Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) 
     return Status::InvalidArgument(
         visible == 0 ? fmt::format("{}: {}: asks for a GPU, and CUDA finds none on this machine",
                                    options.dir, key)
-                     : fmt::format("{}: instance_group[0].gpus: GPU {} does not exist (CUDA sees "
-                                   "{})",
-                                   options.dir, where.index(), visible));
+                     : fmt::format("{}: {}: GPU {} does not exist (CUDA sees {})", options.dir, key,
+                                   where.index(), visible));
   }
   if (options.serve.precision == LlmPrecision::kInt8) {
     return Status::InvalidArgument(fmt::format(

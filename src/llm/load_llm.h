@@ -24,6 +24,7 @@ struct LlmLoadOverrides {
   std::string weights_cache;        // A folder; empty: config.yaml's.
   std::string kv_cache_disk;        // A folder; empty: config.yaml's.
   int64_t kv_cache_disk_bytes = 0;  // 0: config.yaml's.
+  std::string device;               // "cpu" | "cuda" | "cuda:N"; empty: config.yaml's.
 };
 
 Result<std::shared_ptr<LlmEngine>> LoadLlmEngine(const std::string& dir,
