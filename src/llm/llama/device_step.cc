@@ -41,10 +41,7 @@ at::Tensor DenseWeight(const Linear& linear) {
 
 // Why `arch` and `serve` cannot run on this executor; empty when they can.
 std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& serve) {
-  if (arch.experts > 0) {
-    return fmt::format("'{}' is a mixture of experts, which the device executor does not run yet",
-                       arch.name);
-  }
+  if (arch.expert_biases) return "gpt-oss's expert biases are not run on a device yet";
   if (arch.attention_sinks) return "attention sinks (gpt-oss) are not run on a device yet";
   if (arch.activation == GateActivation::kSwigluClamped) {
     return "the clamped SwiGLU (gpt-oss) is not run on a device yet";
@@ -154,8 +151,15 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       d.qkv_bias = on_device(layer.qkv.bias, at::kFloat);
       d.out = matrix(layer.out);
       d.out_bias = on_device(layer.out.bias, at::kFloat);
-      d.gate_up = matrix(layer.gate_up);
-      d.down = matrix(layer.down);
+      if (a.experts > 0) {
+        d.router = on_device(layer.router, at::kFloat);
+        for (const Layer::Expert& expert : layer.experts) {
+          d.experts.emplace_back(matrix(expert.gate_up), matrix(expert.down));
+        }
+      } else {
+        d.gate_up = matrix(layer.gate_up);
+        d.down = matrix(layer.down);
+      }
       model->layers_.push_back(std::move(d));
     }
     at::Tensor embedding = w.embedding;
@@ -232,6 +236,33 @@ at::Tensor DeviceStepModel::Product(const at::Tensor& x, const at::Tensor& w,
 at::Tensor DeviceStepModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
   at::Tensor inverse = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
   return x * inverse * weight;
+}
+
+at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& x) const {
+  const int64_t rows = x.size(0), used = arch_.experts_used;
+  const at::Tensor probabilities = at::softmax(at::matmul(x, layer.router.t()), -1);
+  auto [weights, chosen] = probabilities.topk(used, -1);
+  if (arch_.expert_weights_norm) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  // The (row, expert) pairs ordered by expert; each expert's count read once (the loop's bounds).
+  const at::Tensor order = chosen.flatten().argsort(/*stable=*/true);
+  const at::Tensor pair_rows =
+      at::arange(rows, chosen.options()).repeat_interleave(used).index_select(0, order);
+  const at::Tensor pair_weights = weights.flatten().index_select(0, order).unsqueeze(1);
+  const at::Tensor counts =
+      at::bincount(chosen.flatten(), {}, arch_.experts).to(at::kCPU).contiguous();
+  const int64_t* count = counts.data_ptr<int64_t>();
+  at::Tensor out = at::zeros_like(x);
+  for (int64_t e = 0, first = 0; e < arch_.experts; first += count[e], ++e) {
+    if (count[e] == 0) continue;
+    const at::Tensor mine = pair_rows.narrow(0, first, count[e]);
+    const auto& [gate_up_w, down_w] = layer.experts[static_cast<size_t>(e)];
+    const at::Tensor gate_up = Product(x.index_select(0, mine), gate_up_w, at::Tensor());
+    const int64_t inter = gate_up.size(1) / 2;
+    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    out.index_add_(0, mine,
+                   Product(act, down_w, at::Tensor()) * pair_weights.narrow(0, first, count[e]));
+  }
+  return out;
 }
 
 at::Tensor DeviceStepModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
@@ -357,6 +388,12 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
       at::Tensor attn = Product(heads, layer.out, layer.out_bias);
       if (a.post_norms) attn = Norm(attn, layer.post_attn_norm);
       x = x + attn;
+      if (a.experts > 0) {
+        at::Tensor experts = Experts(layer, Norm(x, layer.ffn_norm));
+        if (a.post_norms) experts = Norm(experts, layer.post_ffn_norm);
+        x = x + experts;
+        continue;
+      }
       const at::Tensor gate_up = Product(Norm(x, layer.ffn_norm), layer.gate_up, at::Tensor());
       const int64_t inter = gate_up.size(1) / 2;
       const at::Tensor gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);

@@ -12,9 +12,9 @@
 // library registers its kernels with ATen's dispatcher), which a GPU model's load does.
 //
 // Served: the dense families (llama, mistral, qwen2, qwen3, phi3, gemma3) with every RoPE
-// scaling, q/k norms, biases, sliding windows, post-norms, GeGLU and final soft-capping, from HF
-// folders and GGUF files. Refused by name: mixtures of experts, attention sinks (gpt-oss), LoRA,
-// a q8_0 KV cache.
+// scaling, q/k norms, biases, sliding windows, post-norms, GeGLU and final soft-capping, and the
+// mixtures of experts without gpt-oss's terms (qwen3moe, Mixtral's llama), from HF folders and
+// GGUF files. Refused by name: gpt-oss (its sinks and clamped SwiGLU), LoRA, a q8_0 KV cache.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -71,7 +71,12 @@ class DeviceStepModel final : public StepModel {
   struct DeviceLayer {
     at::Tensor attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;  // fp32.
     at::Tensor qkv, qkv_bias, out, out_bias, gate_up, down;  // dtype; biases fp32.
+    at::Tensor router;                                       // fp32 [experts, hidden].
+    std::vector<std::pair<at::Tensor, at::Tensor>> experts;  // Each one's gate_up and down.
   };
+  // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
+  // the router's softmax (renormalised where the model says), each expert's rows as one product.
+  at::Tensor Experts(const DeviceLayer& layer, const at::Tensor& x) const;
   // x [rows, in] fp32 -> [rows, out] fp32 through `w` (dtype) and `bias`.
   at::Tensor Product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
