@@ -41,11 +41,6 @@ at::Tensor DenseWeight(const Linear& linear) {
 
 // Why `arch` and `serve` cannot run on this executor; empty when they can.
 std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& serve) {
-  if (arch.expert_biases) return "gpt-oss's expert biases are not run on a device yet";
-  if (arch.attention_sinks) return "attention sinks (gpt-oss) are not run on a device yet";
-  if (arch.activation == GateActivation::kSwigluClamped) {
-    return "the clamped SwiGLU (gpt-oss) is not run on a device yet";
-  }
   if (serve.kv_cache_dtype == KvCacheDtype::kQ8_0) {
     return "kv_cache_dtype q8_0 is a CPU cache; on a device the cache holds the weights' dtype";
   }
@@ -151,10 +146,13 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       d.qkv_bias = on_device(layer.qkv.bias, at::kFloat);
       d.out = matrix(layer.out);
       d.out_bias = on_device(layer.out.bias, at::kFloat);
+      d.sinks = on_device(layer.sinks, at::kFloat);
       if (a.experts > 0) {
         d.router = on_device(layer.router, at::kFloat);
+        d.router_bias = on_device(layer.router_bias, at::kFloat);
         for (const Layer::Expert& expert : layer.experts) {
-          d.experts.emplace_back(matrix(expert.gate_up), matrix(expert.down));
+          d.experts.push_back({matrix(expert.gate_up), on_device(expert.gate_up.bias, at::kFloat),
+                               matrix(expert.down), on_device(expert.down.bias, at::kFloat)});
         }
       } else {
         d.gate_up = matrix(layer.gate_up);
@@ -240,7 +238,9 @@ at::Tensor DeviceStepModel::Norm(const at::Tensor& x, const at::Tensor& weight) 
 
 at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& x) const {
   const int64_t rows = x.size(0), used = arch_.experts_used;
-  const at::Tensor probabilities = at::softmax(at::matmul(x, layer.router.t()), -1);
+  at::Tensor logits = at::matmul(x, layer.router.t());
+  if (layer.router_bias.defined()) logits = logits + layer.router_bias;
+  const at::Tensor probabilities = at::softmax(logits, -1);
   auto [weights, chosen] = probabilities.topk(used, -1);
   if (arch_.expert_weights_norm) weights = weights / weights.sum(-1, /*keepdim=*/true);
   // The (row, expert) pairs ordered by expert; each expert's count read once (the loop's bounds).
@@ -255,14 +255,32 @@ at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& 
   for (int64_t e = 0, first = 0; e < arch_.experts; first += count[e], ++e) {
     if (count[e] == 0) continue;
     const at::Tensor mine = pair_rows.narrow(0, first, count[e]);
-    const auto& [gate_up_w, down_w] = layer.experts[static_cast<size_t>(e)];
-    const at::Tensor gate_up = Product(x.index_select(0, mine), gate_up_w, at::Tensor());
-    const int64_t inter = gate_up.size(1) / 2;
-    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-    out.index_add_(0, mine,
-                   Product(act, down_w, at::Tensor()) * pair_weights.narrow(0, first, count[e]));
+    const DeviceLayer::Expert& expert = layer.experts[static_cast<size_t>(e)];
+    const at::Tensor act =
+        Gate(Product(x.index_select(0, mine), expert.gate_up, expert.gate_up_bias));
+    out.index_add_(
+        0, mine,
+        Product(act, expert.down, expert.down_bias) * pair_weights.narrow(0, first, count[e]));
   }
   return out;
+}
+
+at::Tensor DeviceStepModel::Gate(const at::Tensor& gate_up) const {
+  const int64_t inter = gate_up.size(1) / 2;
+  const at::Tensor gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);
+  switch (arch_.activation) {
+    case GateActivation::kGeluTanh:
+      return at::gelu(gate, "tanh") * up;
+    case GateActivation::kSwigluClamped: {
+      // gpt-oss's: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) g sigmoid(alpha g).
+      const at::Tensor g = gate.clamp_max(arch_.swiglu_limit);
+      const at::Tensor u = up.clamp(-arch_.swiglu_limit, arch_.swiglu_limit);
+      return (u + 1) * g * at::sigmoid(g * arch_.swiglu_alpha);
+    }
+    case GateActivation::kSilu:
+      break;
+  }
+  return at::silu(gate) * up;
 }
 
 at::Tensor DeviceStepModel::Rotate(const at::Tensor& x, const at::Tensor& cos,
@@ -379,7 +397,16 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
         at::Tensor scores = at::einsum("cnkgd,cmkd->ckgnm", {qq, kk}) * scale;
         scores.masked_fill_((local ? b.windowed : b.causal).logical_not(),
                             -std::numeric_limits<float>::infinity());
-        const at::Tensor probs = at::softmax(scores, -1);
+        at::Tensor probs;
+        if (layer.sinks.defined()) {
+          // gpt-oss's sinks: each head's learned logit joins its softmax's denominator and adds no
+          // value.
+          const at::Tensor sink = layer.sinks.view({1, kv, groups, 1, 1})
+                                      .expand({b.sequences, kv, groups, b.queries, 1});
+          probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, b.keys);
+        } else {
+          probs = at::softmax(scores, -1);
+        }
         heads.index_copy_(0, b.tokens,
                           at::einsum("ckgnm,cmkd->cnkgd", {probs, vv})
                               .reshape({b.sequences * b.queries, a.heads * d})
@@ -394,12 +421,7 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
         x = x + experts;
         continue;
       }
-      const at::Tensor gate_up = Product(Norm(x, layer.ffn_norm), layer.gate_up, at::Tensor());
-      const int64_t inter = gate_up.size(1) / 2;
-      const at::Tensor gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);
-      const at::Tensor act =
-          (a.activation == GateActivation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) *
-          up;
+      const at::Tensor act = Gate(Product(Norm(x, layer.ffn_norm), layer.gate_up, at::Tensor()));
       at::Tensor down = Product(act, layer.down, at::Tensor());
       if (a.post_norms) down = Norm(down, layer.post_ffn_norm);
       x = x + down;

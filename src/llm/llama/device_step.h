@@ -13,8 +13,8 @@
 //
 // Served: the dense families (llama, mistral, qwen2, qwen3, phi3, gemma3) with every RoPE
 // scaling, q/k norms, biases, sliding windows, post-norms, GeGLU and final soft-capping, and the
-// mixtures of experts without gpt-oss's terms (qwen3moe, Mixtral's llama), from HF folders and
-// GGUF files. Refused by name: gpt-oss (its sinks and clamped SwiGLU), LoRA, a q8_0 KV cache.
+// mixtures of experts (qwen3moe, Mixtral's llama, gpt-oss with its sinks, biases and clamped
+// SwiGLU), from HF folders and GGUF files. Refused by name: LoRA, a q8_0 KV cache.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -71,9 +71,15 @@ class DeviceStepModel final : public StepModel {
   struct DeviceLayer {
     at::Tensor attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;  // fp32.
     at::Tensor qkv, qkv_bias, out, out_bias, gate_up, down;  // dtype; biases fp32.
-    at::Tensor router;                                       // fp32 [experts, hidden].
-    std::vector<std::pair<at::Tensor, at::Tensor>> experts;  // Each one's gate_up and down.
+    at::Tensor sinks;                                        // fp32 [heads]: gpt-oss's.
+    at::Tensor router, router_bias;                          // fp32 [experts, hidden], [experts].
+    struct Expert {
+      at::Tensor gate_up, gate_up_bias, down, down_bias;  // dtype; biases fp32 (gpt-oss's).
+    };
+    std::vector<Expert> experts;
   };
+  // The feed-forward's gate (arch_.activation) over gate_up ([rows, 2 inter]: gate, then up).
+  at::Tensor Gate(const at::Tensor& gate_up) const;
   // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
   // the router's softmax (renormalised where the model says), each expert's rows as one product.
   at::Tensor Experts(const DeviceLayer& layer, const at::Tensor& x) const;
