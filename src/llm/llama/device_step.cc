@@ -44,9 +44,6 @@ std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& ser
   if (serve.kv_cache_dtype == KvCacheDtype::kQ8_0) {
     return "kv_cache_dtype q8_0 is a CPU cache; on a device the cache holds the weights' dtype";
   }
-  if (serve.max_loras > 0 || !serve.lora_adapters.empty()) {
-    return "LoRA adapters are not applied on a device yet";
-  }
   return "";
 }
 
@@ -265,6 +262,16 @@ at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& 
   return out;
 }
 
+void DeviceStepModel::ApplyLora(const std::vector<LoraRows>& groups, int layer, LoraProduct product,
+                                const at::Tensor& in, at::Tensor& out) {
+  for (const LoraRows& group : groups) {
+    const auto& [a, b] = (*group.weights)[static_cast<size_t>(layer)][static_cast<size_t>(product)];
+    if (!a.defined()) continue;
+    out.index_add_(0, group.rows,
+                   at::matmul(at::matmul(in.index_select(0, group.rows), a.t()), b.t()));
+  }
+}
+
 at::Tensor DeviceStepModel::Gate(const at::Tensor& gate_up) const {
   const int64_t inter = gate_up.size(1) / 2;
   const at::Tensor gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);
@@ -327,11 +334,6 @@ Status DeviceStepModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>
 Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
-  for (const SequenceChunk& chunk : chunks) {
-    if (chunk.lora != nullptr) {
-      return Status::InvalidArgument("LoRA adapters are not applied on a device yet");
-    }
-  }
   auto assembled =
       AssembleStep(chunks, StepGeometry{.block_size = serve_.kv_block_size,
                                         .context_length = serve_.context_length,
@@ -366,11 +368,45 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
       local_sin = rope_.local_sin.index_select(0, positions);
     }
     const double scale = a.attention_scale > 0 ? a.attention_scale : 1.0 / std::sqrt(double(d));
+    // Each adapter the step's chunks name: its tokens, and its matrices on the device.
+    std::vector<LoraRows> lora;
+    {
+      std::vector<std::pair<const LoraAdapter*, std::vector<int64_t>>> rows;
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        const LoraAdapter* adapter = chunks[i].lora;
+        if (adapter == nullptr) continue;
+        auto it = std::find_if(rows.begin(), rows.end(),
+                               [adapter](const auto& entry) { return entry.first == adapter; });
+        if (it == rows.end()) it = rows.insert(rows.end(), {adapter, {}});
+        for (int64_t t = step.qo_indptr[i]; t < step.qo_indptr[i + 1]; ++t) it->second.push_back(t);
+      }
+      if (lora_weights_.size() + rows.size() > 16) lora_weights_.clear();
+      for (auto& [adapter, indices] : rows) {
+        auto& weights = lora_weights_[adapter->id];
+        if (weights.empty()) {
+          for (const auto& products : adapter->layers) {
+            auto& mine = weights.emplace_back();
+            for (int p = 0; p < kLoraProducts; ++p) {
+              const LoraWeights& w = products[static_cast<size_t>(p)];
+              if (w.empty()) continue;
+              const auto in = static_cast<int64_t>(w.a.size()) / w.rank;
+              const auto out = static_cast<int64_t>(w.b.size()) / w.rank;
+              mine[static_cast<size_t>(p)] = {
+                  at::tensor(w.a, at::kFloat).view({w.rank, in}).to(dev),
+                  at::tensor(w.b, at::kFloat).view({out, w.rank}).to(dev)};
+            }
+          }
+        }
+        lora.push_back({adapter, on(indices), &weights});
+      }
+    }
     at::Tensor x = embedding_.index_select(0, on(step.tokens)).to(at::kFloat);
     if (a.scale_embedding) x = x * std::sqrt(static_cast<float>(hidden));
     for (int l = 0; l < a.layers; ++l) {
       const DeviceLayer& layer = layers_[static_cast<size_t>(l)];
-      const at::Tensor qkv = Product(Norm(x, layer.attn_norm), layer.qkv, layer.qkv_bias);
+      const at::Tensor normed = Norm(x, layer.attn_norm);
+      at::Tensor qkv = Product(normed, layer.qkv, layer.qkv_bias);
+      ApplyLora(lora, l, LoraProduct::kQkv, normed, qkv);
       at::Tensor q = qkv.narrow(1, 0, a.heads * d).view({t_count, a.heads, d});
       at::Tensor k = qkv.narrow(1, a.heads * d, kv * d).view({t_count, kv, d});
       const at::Tensor v = qkv.narrow(1, (a.heads + kv) * d, kv * d).view({t_count, kv, d});
@@ -413,6 +449,7 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
                               .index_select(0, b.slots));
       }
       at::Tensor attn = Product(heads, layer.out, layer.out_bias);
+      ApplyLora(lora, l, LoraProduct::kO, heads, attn);
       if (a.post_norms) attn = Norm(attn, layer.post_attn_norm);
       x = x + attn;
       if (a.experts > 0) {
@@ -421,8 +458,12 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
         x = x + experts;
         continue;
       }
-      const at::Tensor act = Gate(Product(Norm(x, layer.ffn_norm), layer.gate_up, at::Tensor()));
+      const at::Tensor ffn_in = Norm(x, layer.ffn_norm);
+      at::Tensor gate_up = Product(ffn_in, layer.gate_up, at::Tensor());
+      ApplyLora(lora, l, LoraProduct::kGateUp, ffn_in, gate_up);
+      const at::Tensor act = Gate(gate_up);
       at::Tensor down = Product(act, layer.down, at::Tensor());
+      ApplyLora(lora, l, LoraProduct::kDown, act, down);
       if (a.post_norms) down = Norm(down, layer.post_ffn_norm);
       x = x + down;
     }

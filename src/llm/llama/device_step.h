@@ -14,11 +14,15 @@
 // Served: the dense families (llama, mistral, qwen2, qwen3, phi3, gemma3) with every RoPE
 // scaling, q/k norms, biases, sliding windows, post-norms, GeGLU and final soft-capping, and the
 // mixtures of experts (qwen3moe, Mixtral's llama, gpt-oss with its sinks, biases and clamped
-// SwiGLU), from HF folders and GGUF files. Refused by name: LoRA, a q8_0 KV cache.
+// SwiGLU), from HF folders and GGUF files, with LoRA adapters (each adapter's rows of a step one
+// pair of products beside each base product, as the CPU decoder applies them). Refused by name: a
+// q8_0 KV cache.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,6 +59,7 @@ class DeviceStepModel final : public StepModel {
     return rope_.long_row > 0 && prompt_length > arch_.rope_original_max_positions ? 1 : 0;
   }
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
+  Status CanApplyLora() const override { return Status::Ok(); }
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
 
  private:
@@ -78,6 +83,16 @@ class DeviceStepModel final : public StepModel {
     };
     std::vector<Expert> experts;
   };
+  // A step's rows of one LoRA adapter, and its A and B matrices on the device ([layer][product],
+  // undefined where the adapter has none).
+  struct LoraRows {
+    const LoraAdapter* adapter;
+    at::Tensor rows;
+    const std::vector<std::array<std::pair<at::Tensor, at::Tensor>, kLoraProducts>>* weights;
+  };
+  // out[rows] += (in[rows] A^T) B^T for each adapter with `product` in `layer`.
+  static void ApplyLora(const std::vector<LoraRows>& groups, int layer, LoraProduct product,
+                        const at::Tensor& in, at::Tensor& out);
   // The feed-forward's gate (arch_.activation) over gate_up ([rows, 2 inter]: gate, then up).
   at::Tensor Gate(const at::Tensor& gate_up) const;
   // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
@@ -100,6 +115,10 @@ class DeviceStepModel final : public StepModel {
   at::Tensor embedding_, final_norm_, lm_head_;
   RopeTables rope_;                            // On the device.
   std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [blocks x block_size, KV, D].
+  // Adapters' matrices on the device, by adapter id (ids are never reused): kept while steps
+  // name them, dropped once more than a few are held.
+  std::map<uint64_t, std::vector<std::array<std::pair<at::Tensor, at::Tensor>, kLoraProducts>>>
+      lora_weights_;
   int blocks_ = 0;
   int64_t kv_cache_bytes_ = 0, weight_bytes_ = 0;
 };
