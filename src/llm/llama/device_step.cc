@@ -41,6 +41,10 @@ at::Tensor DenseWeight(const Linear& linear) {
 
 // Why `arch` and `serve` cannot run on this executor; empty when they can.
 std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& serve) {
+  if (!serve.kv_cache_disk.empty()) {
+    return "llm.kv_cache_disk (the prefix cache's disk tier) is the CPU decoder's; not on a device "
+           "yet";
+  }
   if (serve.kv_cache_dtype == KvCacheDtype::kQ8_0) {
     return "kv_cache_dtype q8_0 is a CPU cache; on a device the cache holds the weights' dtype";
   }

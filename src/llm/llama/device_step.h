@@ -16,7 +16,7 @@
 // mixtures of experts (qwen3moe, Mixtral's llama, gpt-oss with its sinks, biases and clamped
 // SwiGLU), from HF folders and GGUF files, with LoRA adapters (each adapter's rows of a step one
 // pair of products beside each base product, as the CPU decoder applies them). Refused by name: a
-// q8_0 KV cache.
+// q8_0 KV cache, the prefix cache's disk tier.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -326,6 +326,11 @@ TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
   auto q8_cache = llama::DeviceStepModel::Load(q8, {});
   ASSERT_FALSE(q8_cache.ok());
   EXPECT_NE(q8_cache.status().message().find("kv_cache_dtype q8_0"), std::string::npos);
+  ModelLoadOptions disk = Options("tiny_llm");
+  disk.serve.kv_cache_disk = "/tmp/kv";
+  auto disk_tier = llama::DeviceStepModel::Load(disk, {});
+  ASSERT_FALSE(disk_tier.ok());
+  EXPECT_NE(disk_tier.status().message().find("llm.kv_cache_disk"), std::string::npos);
   auto model = llama::DeviceStepModel::Load(Options("tiny_llm"), {});
   ASSERT_TRUE(model.ok());
   std::vector<float> logits;
