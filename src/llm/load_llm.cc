@@ -140,7 +140,7 @@ DeviceRuntimeLoader& RuntimeLoader() {
 }
 
 // The decoder where `options.serve.device` says: the CPU decoder, or the device executor on a GPU
-// (its weights in the precision's dtype; int8 is a CPU format).
+// (its weights in the precision's dtype; int8: int8 rows beside a bf16 cache).
 Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) {
   const std::string& device = options.serve.device;
   if (device == "cpu") return LoadLlamaModel(options);
@@ -163,13 +163,11 @@ Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) 
                      : fmt::format("{}: {}: GPU {} does not exist (CUDA sees {})", options.dir, key,
                                    where.index(), visible));
   }
-  if (options.serve.precision == LlmPrecision::kInt8) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: llm.precision int8 is the CPU decoder's; on a GPU use bf16 or fp32", options.dir));
-  }
+  const LlmPrecision precision = options.serve.precision;
   return llama::DeviceStepModel::Load(
-      options,
-      {where, options.serve.precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16});
+      options, {.device = where,
+                .dtype = precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16,
+                .int8_weights = precision == LlmPrecision::kInt8});
 }
 
 }  // namespace

@@ -131,9 +131,20 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
                            ? std::string(GgmlTypeName(part.type))
                            : std::string(c10::toString(part.weight.scalar_type())));
       }
-      at::Tensor dense = on_device(DenseWeight(linear), device.dtype);
-      model->weight_bytes_ += static_cast<int64_t>(dense.nbytes());
-      return dense;
+      const at::Tensor dense = DenseWeight(linear);
+      Matrix m;
+      if (device.int8_weights) {
+        // Per row: scale = max |w| / 127, q = round(w / scale) (the CPU decoder's int8).
+        const at::Tensor scales = dense.abs().amax(1).clamp_min(1e-8) / 127.0;
+        m.weight = on_device(at::round(dense / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar),
+                             at::kChar);
+        m.scales = on_device(scales, at::kFloat);
+        model->weight_bytes_ += static_cast<int64_t>(m.scales.nbytes());
+      } else {
+        m.weight = on_device(dense, device.dtype);
+      }
+      model->weight_bytes_ += static_cast<int64_t>(m.weight.nbytes());
+      return m;
     };
     for (const Layer& layer : w.layers) {
       DeviceLayer d;
@@ -152,8 +163,9 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
         d.router = on_device(layer.router, at::kFloat);
         d.router_bias = on_device(layer.router_bias, at::kFloat);
         for (const Layer::Expert& expert : layer.experts) {
-          d.experts.push_back({matrix(expert.gate_up), on_device(expert.gate_up.bias, at::kFloat),
-                               matrix(expert.down), on_device(expert.down.bias, at::kFloat)});
+          d.experts.push_back({matrix(expert.gate_up), matrix(expert.down),
+                               on_device(expert.gate_up.bias, at::kFloat),
+                               on_device(expert.down.bias, at::kFloat)});
         }
       } else {
         d.gate_up = matrix(layer.gate_up);
@@ -218,16 +230,27 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
 }
 
 std::string DeviceStepModel::weight_formats() const {
-  return fmt::format("{} as {}", formats_, c10::toString(device_.dtype));
+  return fmt::format(
+      "{} as {}", formats_,
+      device_.int8_weights ? "int8 (a scale per row)" : c10::toString(device_.dtype));
 }
 
 std::string DeviceStepModel::kv_cache_format() const {
   return std::string(c10::toString(device_.dtype));
 }
 
-at::Tensor DeviceStepModel::Product(const at::Tensor& x, const at::Tensor& w,
+at::Tensor DeviceStepModel::Product(const at::Tensor& x, const Matrix& w,
                                     const at::Tensor& bias) const {
-  at::Tensor y = at::matmul(x.to(device_.dtype), w.t()).to(at::kFloat);
+  at::Tensor y;
+  if (!w.scales.defined()) {
+    y = at::matmul(x.to(device_.dtype), w.weight.t()).to(at::kFloat);
+  } else if (x.size(0) <= device_.int8_packed_rows) {
+    y = at::_weight_int8pack_mm(x.to(at::kFloat).contiguous(), w.weight, w.scales);
+  } else {
+    // int8 values are exact in bf16 and fp16: the rows' product in dtype, then each column's
+    // scale.
+    y = at::matmul(x.to(device_.dtype), w.weight.to(device_.dtype).t()).to(at::kFloat) * w.scales;
+  }
   return bias.defined() ? y.add_(bias) : y;
 }
 

@@ -1,8 +1,9 @@
 // The decoder's step over ATen operations, for any device ATen has kernels for: the executor the
 // same scheduler, block pool, prefix cache and sampling run on a GPU. Its weights are dense
-// matrices in the device's compute dtype (a GGUF file's blocks dequantised at load), its paged KV
-// cache a pair of tensors per layer on the device ([blocks x block_size, KV heads, head_dim]),
-// written at each token's cache row (step_batch.h) and read through each sequence's block table.
+// matrices in the device's compute dtype (a GGUF file's blocks dequantised at load), or int8 rows
+// with a scale each (DeviceOptions::int8_weights), its paged KV cache a pair of tensors per layer
+// on the device ([blocks x block_size, KV heads, head_dim]), written at each token's cache row
+// (step_batch.h) and read through each sequence's block table.
 // A step's attention runs in padded, masked batches ([sequences, queries, positions]): its
 // decoding sequences together (the shapes a CUDA graph per decode bucket captures), each prompt
 // chunk alone.
@@ -38,6 +39,13 @@ namespace sluice::llm::llama {
 struct DeviceOptions {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;  // Of the weights, activations' products and the KV cache.
+  // Weight-only int8: each weight matrix's rows as int8 with an fp32 scale per row (max |w| /
+  // 127, as the CPU decoder's int8), half of bf16's bytes; dtype stays the KV cache's and the
+  // embedding's. A product of at most `int8_packed_rows` rows of x (a decode step's) reads the
+  // int8 rows as they are (ATen's _weight_int8pack_mm, fp32 activations); a longer one (a prompt's)
+  // converts them to dtype for the device's matrix units and scales its outputs.
+  bool int8_weights = false;
+  int64_t int8_packed_rows = 16;
 };
 
 class DeviceStepModel final : public StepModel {
@@ -73,13 +81,19 @@ class DeviceStepModel final : public StepModel {
     at::Tensor causal, windowed;  // [sequences, 1, 1, queries, keys]: the keys each query sees.
   };
   AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
+  // A weight matrix [out, in] on the device: dtype, or int8 with `scales` (fp32 [out]).
+  struct Matrix {
+    at::Tensor weight, scales;
+  };
   struct DeviceLayer {
     at::Tensor attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;  // fp32.
-    at::Tensor qkv, qkv_bias, out, out_bias, gate_up, down;  // dtype; biases fp32.
-    at::Tensor sinks;                                        // fp32 [heads]: gpt-oss's.
-    at::Tensor router, router_bias;                          // fp32 [experts, hidden], [experts].
+    Matrix qkv, out, gate_up, down;
+    at::Tensor qkv_bias, out_bias;   // fp32.
+    at::Tensor sinks;                // fp32 [heads]: gpt-oss's.
+    at::Tensor router, router_bias;  // fp32 [experts, hidden], [experts].
     struct Expert {
-      at::Tensor gate_up, gate_up_bias, down, down_bias;  // dtype; biases fp32 (gpt-oss's).
+      Matrix gate_up, down;
+      at::Tensor gate_up_bias, down_bias;  // fp32 (gpt-oss's).
     };
     std::vector<Expert> experts;
   };
@@ -98,8 +112,8 @@ class DeviceStepModel final : public StepModel {
   // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
   // the router's softmax (renormalised where the model says), each expert's rows as one product.
   at::Tensor Experts(const DeviceLayer& layer, const at::Tensor& x) const;
-  // x [rows, in] fp32 -> [rows, out] fp32 through `w` (dtype) and `bias`.
-  at::Tensor Product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) const;
+  // x [rows, in] fp32 -> [rows, out] fp32 through `w` and `bias`.
+  at::Tensor Product(const at::Tensor& x, const Matrix& w, const at::Tensor& bias) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
@@ -112,7 +126,8 @@ class DeviceStepModel final : public StepModel {
   DeviceOptions device_;
   std::string formats_;  // The file's weight formats, dequantised to dtype at load.
   std::vector<DeviceLayer> layers_;
-  at::Tensor embedding_, final_norm_, lm_head_;
+  at::Tensor embedding_, final_norm_;
+  Matrix lm_head_;
   RopeTables rope_;                            // On the device.
   std::vector<at::Tensor> cache_k_, cache_v_;  // Per layer: [blocks x block_size, KV, D].
   // Adapters' matrices on the device, by adapter id (ids are never reused): kept while steps

@@ -47,9 +47,11 @@ ModelLoadOptions Options(const std::string& name) {
 
 // Two sequences in interleaved blocks of 16: A's 21-token prompt in chunks of 16 and 5 (the
 // second beside B's whole 9-token prompt in one step), then 5 steps decoding both at once (every
-// logit of every step; each decodes its own greedy choice). `prompt_length`: the prompts' length
-// as the chunks declare it (LongRoPE's factors follow it), 0: their own.
-std::vector<float> Schedule(StepModel& model, int prompt_length) {
+// logit of every step; each decodes its own greedy choice, or that of `follow`, another model's
+// logits on this schedule). `prompt_length`: the prompts' length as the chunks declare it
+// (LongRoPE's factors follow it), 0: their own.
+std::vector<float> Schedule(StepModel& model, int prompt_length,
+                            const std::vector<float>* follow = nullptr) {
   const int vocab = model.architecture().vocab_size;
   const std::vector<int32_t> a_blocks{5, 2, 9}, b_blocks{7, 3, 1};
   std::vector<int32_t> a_prompt, b_prompt;
@@ -67,7 +69,8 @@ std::vector<float> Schedule(StepModel& model, int prompt_length) {
   int a_at = 21, b_at = 9;
   for (int step = 0; step < 5; ++step) {
     // The last rows are A's then B's latest logits.
-    const float* b_last = logits.data() + logits.size() - vocab;
+    const float* b_last =
+        (follow != nullptr ? follow->data() : logits.data()) + logits.size() - vocab;
     const float* a_last = b_last - vocab;
     const auto a_next = static_cast<int32_t>(std::max_element(a_last, a_last + vocab) - a_last);
     const auto b_next = static_cast<int32_t>(std::max_element(b_last, b_last + vocab) - b_last);
@@ -137,6 +140,68 @@ std::vector<std::string> Models() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceStepTest, ::testing::ValuesIn(Models()),
+                         [](const auto& info) {
+                           std::string dir = info.param;
+                           return dir.substr(dir.rfind('/') + 1);
+                         });
+
+// Weight-only int8 (every weight matrix's rows as int8 with a scale per row): its two products,
+// the int8 rows read as they are (_weight_int8pack_mm, a decode's) and converted for the matrix
+// units (a prompt's), agree with each other to fp32's rounding on every row of the schedule, and
+// with the fp32 weights' logits to int8's rounding (mean cosine, top-1), which must show (the
+// weights were rounded),
+// each decoding the fp32 weights' tokens; the weights take under half of fp32's bytes (the
+// embedding stays in dtype).
+class DeviceStepInt8Test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceStepInt8Test, BothProductsAgreeAndHoldTheFp32LogitsToInt8Rounding) {
+  const ModelLoadOptions options = Options(GetParam());
+  auto fp32 = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  auto packed = llama::DeviceStepModel::Load(
+      options,
+      {.device = at::kCPU, .dtype = at::kFloat, .int8_weights = true, .int8_packed_rows = 1 << 20});
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  auto converted = llama::DeviceStepModel::Load(
+      options,
+      {.device = at::kCPU, .dtype = at::kFloat, .int8_weights = true, .int8_packed_rows = 0});
+  ASSERT_TRUE(converted.ok()) << converted.status().ToString();
+  EXPECT_LT((*packed)->weight_bytes() * 2, (*fp32)->weight_bytes());
+  EXPECT_NE((*packed)->weight_formats().find("as int8"), std::string::npos);
+  const int vocab = (*fp32)->architecture().vocab_size;
+  const int prompt_length = LongRope(GetParam()) ? 300 : 0;
+  const std::vector<float> want = Schedule(**fp32, prompt_length);
+  const std::vector<float> a = Schedule(**packed, prompt_length, &want);
+  const std::vector<float> b = Schedule(**converted, prompt_length, &want);
+  ASSERT_EQ(a.size(), want.size());
+  ASSERT_EQ(b.size(), want.size());
+  const auto [between, same] = Agreement(a, b, vocab);
+  EXPECT_LT(between, 1e-5) << GetParam();
+  EXPECT_EQ(same, 1.0) << GetParam();
+  const auto [diff, top1] = Agreement(a, want, vocab);
+  double cosine = 0;
+  const size_t rows = want.size() / vocab;
+  for (size_t r = 0; r < rows; ++r) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = r * vocab; i < (r + 1) * vocab; ++i) {
+      ab += double(a[i]) * want[i];
+      aa += double(a[i]) * a[i];
+      bb += double(want[i]) * want[i];
+    }
+    cosine += ab / std::sqrt(aa * bb) / static_cast<double>(rows);
+  }
+  // Mixtures of experts: a rounded input can change a row's chosen experts (the router stays
+  // fp32), which moves that row's logits further.
+  const bool experts = (*fp32)->architecture().experts > 0;
+  EXPECT_GT(cosine, experts ? 0.99 : 0.998) << GetParam();
+  EXPECT_GE(top1, 0.9) << GetParam();
+  EXPECT_GT(diff, 1e-5) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceStepInt8Test,
+                         ::testing::Values("tiny_llm", "gguf_llama_q4_k_m", "converted/hf_qwen2",
+                                           "gguf_gemma3_f32", "converted/hf_qwen3moe",
+                                           "converted/gguf_gpt_oss_f32"),
                          [](const auto& info) {
                            std::string dir = info.param;
                            return dir.substr(dir.rfind('/') + 1);
