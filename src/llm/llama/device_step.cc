@@ -125,18 +125,13 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
     const auto on_device = [&](const at::Tensor& t, at::ScalarType type) {
       return t.defined() ? t.to(device.device, type).contiguous() : at::Tensor();
     };
-    const auto matrix = [&](const Linear& linear) {
-      for (const Linear::Part& part : linear.parts) {
-        formats.insert(part.blocks != nullptr
-                           ? std::string(GgmlTypeName(part.type))
-                           : std::string(c10::toString(part.weight.scalar_type())));
-      }
-      const at::Tensor dense = DenseWeight(linear);
+    // `dense` ([out, in] or stacked experts' [experts, out, in], fp32) on the device.
+    const auto to_matrix = [&](const at::Tensor& dense) {
       Matrix m;
       if (device.int8_weights) {
         // Per row: scale = max |w| / 127, q = round(w / scale) (the CPU decoder's int8).
-        const at::Tensor scales = dense.abs().amax(1).clamp_min(1e-8) / 127.0;
-        m.weight = on_device(at::round(dense / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar),
+        const at::Tensor scales = dense.abs().amax(-1).clamp_min(1e-8) / 127.0;
+        m.weight = on_device(at::round(dense / scales.unsqueeze(-1)).clamp(-127, 127).to(at::kChar),
                              at::kChar);
         m.scales = on_device(scales, at::kFloat);
         model->weight_bytes_ += static_cast<int64_t>(m.scales.nbytes());
@@ -146,6 +141,15 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       model->weight_bytes_ += static_cast<int64_t>(m.weight.nbytes());
       return m;
     };
+    const auto dense = [&](const Linear& linear) {
+      for (const Linear::Part& part : linear.parts) {
+        formats.insert(part.blocks != nullptr
+                           ? std::string(GgmlTypeName(part.type))
+                           : std::string(c10::toString(part.weight.scalar_type())));
+      }
+      return DenseWeight(linear);
+    };
+    const auto matrix = [&](const Linear& linear) { return to_matrix(dense(linear)); };
     for (const Layer& layer : w.layers) {
       DeviceLayer d;
       d.attn_norm = on_device(layer.attn_norm, at::kFloat);
@@ -162,11 +166,21 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       if (a.experts > 0) {
         d.router = on_device(layer.router, at::kFloat);
         d.router_bias = on_device(layer.router_bias, at::kFloat);
+        std::vector<at::Tensor> gate_up, down, gate_up_bias, down_bias;
         for (const Layer::Expert& expert : layer.experts) {
-          d.experts.push_back({matrix(expert.gate_up), matrix(expert.down),
-                               on_device(expert.gate_up.bias, at::kFloat),
-                               on_device(expert.down.bias, at::kFloat)});
+          gate_up.push_back(dense(expert.gate_up));
+          down.push_back(dense(expert.down));
+          if (expert.gate_up.bias.defined()) gate_up_bias.push_back(expert.gate_up.bias);
+          if (expert.down.bias.defined()) down_bias.push_back(expert.down.bias);
         }
+        d.experts_gate_up = to_matrix(at::stack(gate_up));
+        gate_up.clear();
+        d.experts_down = to_matrix(at::stack(down));
+        down.clear();
+        if (!gate_up_bias.empty()) {
+          d.experts_gate_up_bias = on_device(at::stack(gate_up_bias), at::kFloat);
+        }
+        if (!down_bias.empty()) d.experts_down_bias = on_device(at::stack(down_bias), at::kFloat);
       } else {
         d.gate_up = matrix(layer.gate_up);
         d.down = matrix(layer.down);
@@ -235,6 +249,13 @@ std::string DeviceStepModel::weight_formats() const {
       device_.int8_weights ? "int8 (a scale per row)" : c10::toString(device_.dtype));
 }
 
+std::string DeviceStepModel::kernel_paths() const {
+  std::string paths = "aten:" + device_.device.str();
+  if (arch_.experts == 0) return paths;
+  const bool grouped = !device_.int8_weights && grouped_experts_.load();
+  return paths + (grouped ? ", experts grouped" : ", experts one at a time");
+}
+
 std::string DeviceStepModel::kv_cache_format() const {
   return std::string(c10::toString(device_.dtype));
 }
@@ -267,26 +288,47 @@ at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& 
   const at::Tensor probabilities = at::softmax(logits, -1);
   auto [weights, chosen] = probabilities.topk(used, -1);
   if (arch_.expert_weights_norm) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  // The (row, expert) pairs ordered by expert; each expert's count read once (the loop's bounds).
+  // The (row, expert) pairs ordered by expert.
   const at::Tensor order = chosen.flatten().argsort(/*stable=*/true);
   const at::Tensor pair_rows =
       at::arange(rows, chosen.options()).repeat_interleave(used).index_select(0, order);
+  const at::Tensor pair_experts = chosen.flatten().index_select(0, order);
   const at::Tensor pair_weights = weights.flatten().index_select(0, order).unsqueeze(1);
-  const at::Tensor counts =
-      at::bincount(chosen.flatten(), {}, arch_.experts).to(at::kCPU).contiguous();
-  const int64_t* count = counts.data_ptr<int64_t>();
-  at::Tensor out = at::zeros_like(x);
-  for (int64_t e = 0, first = 0; e < arch_.experts; first += count[e], ++e) {
-    if (count[e] == 0) continue;
-    const at::Tensor mine = pair_rows.narrow(0, first, count[e]);
-    const DeviceLayer::Expert& expert = layer.experts[static_cast<size_t>(e)];
-    const at::Tensor act =
-        Gate(Product(x.index_select(0, mine), expert.gate_up, expert.gate_up_bias));
-    out.index_add_(
-        0, mine,
-        Product(act, expert.down, expert.down_bias) * pair_weights.narrow(0, first, count[e]));
+  const at::Tensor counts = at::bincount(chosen.flatten(), {}, arch_.experts);
+  const at::Tensor in = x.index_select(0, pair_rows);
+  // Each pair's expert's bias row added to y ([pairs, out]).
+  const auto bias = [&](at::Tensor y, const at::Tensor& b) {
+    return b.defined() ? y.add_(b.index_select(0, pair_experts)) : y;
+  };
+  at::Tensor down;
+  if (!layer.experts_gate_up.scales.defined() && grouped_experts_.load()) {
+    try {
+      const at::Tensor ends = counts.cumsum(0).to(at::kInt);
+      const auto grouped = [&](const at::Tensor& a, const Matrix& w) {
+        return at::_grouped_mm(a.to(device_.dtype), w.weight.transpose(1, 2), ends).to(at::kFloat);
+      };
+      const at::Tensor act =
+          Gate(bias(grouped(in, layer.experts_gate_up), layer.experts_gate_up_bias));
+      down = bias(grouped(act, layer.experts_down), layer.experts_down_bias);
+    } catch (const c10::Error&) {
+      grouped_experts_.store(false);  // Each expert's rows as one product from now on.
+    }
   }
-  return out;
+  if (!down.defined()) {
+    const at::Tensor host_counts = counts.to(at::kCPU).contiguous();
+    const int64_t* count = host_counts.data_ptr<int64_t>();
+    down = at::empty({in.size(0), x.size(1)}, x.options());
+    for (int64_t e = 0, first = 0; e < arch_.experts; first += count[e], ++e) {
+      if (count[e] == 0) continue;
+      const auto select = [&](const at::Tensor& b) { return b.defined() ? b.select(0, e) : b; };
+      const at::Tensor act =
+          Gate(Product(in.narrow(0, first, count[e]), layer.experts_gate_up.Select(e),
+                       select(layer.experts_gate_up_bias)));
+      down.narrow(0, first, count[e])
+          .copy_(Product(act, layer.experts_down.Select(e), select(layer.experts_down_bias)));
+    }
+  }
+  return at::zeros_like(x).index_add_(0, pair_rows, down * pair_weights);
 }
 
 void DeviceStepModel::ApplyLora(const std::vector<LoraRows>& groups, int layer, LoraProduct product,

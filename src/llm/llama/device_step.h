@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,7 +62,9 @@ class DeviceStepModel final : public StepModel {
   int64_t kv_cache_bytes() const override { return kv_cache_bytes_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
   std::string weight_formats() const override;
-  std::string kernel_paths() const override { return "aten:" + device_.device.str(); }
+  // "aten:DEVICE"; a mixture of experts adds how its experts' products run (grouped, or one
+  // expert at a time).
+  std::string kernel_paths() const override;
   std::string kv_cache_format() const override;
   uint64_t CacheSalt(int prompt_length) const override {
     return rope_.long_row > 0 && prompt_length > arch_.rope_original_max_positions ? 1 : 0;
@@ -81,21 +84,22 @@ class DeviceStepModel final : public StepModel {
     at::Tensor causal, windowed;  // [sequences, 1, 1, queries, keys]: the keys each query sees.
   };
   AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
-  // A weight matrix [out, in] on the device: dtype, or int8 with `scales` (fp32 [out]).
+  // A weight matrix [out, in] on the device (a mixture's experts stacked: [experts, out, in]):
+  // dtype, or int8 with `scales` (fp32 [out], [experts, out]).
   struct Matrix {
     at::Tensor weight, scales;
+    Matrix Select(int64_t expert) const {
+      return {weight.select(0, expert), scales.defined() ? scales.select(0, expert) : scales};
+    }
   };
   struct DeviceLayer {
     at::Tensor attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;  // fp32.
     Matrix qkv, out, gate_up, down;
-    at::Tensor qkv_bias, out_bias;   // fp32.
-    at::Tensor sinks;                // fp32 [heads]: gpt-oss's.
-    at::Tensor router, router_bias;  // fp32 [experts, hidden], [experts].
-    struct Expert {
-      Matrix gate_up, down;
-      at::Tensor gate_up_bias, down_bias;  // fp32 (gpt-oss's).
-    };
-    std::vector<Expert> experts;
+    at::Tensor qkv_bias, out_bias;                       // fp32.
+    at::Tensor sinks;                                    // fp32 [heads]: gpt-oss's.
+    at::Tensor router, router_bias;                      // fp32 [experts, hidden], [experts].
+    Matrix experts_gate_up, experts_down;                // Stacked: [experts, out, in].
+    at::Tensor experts_gate_up_bias, experts_down_bias;  // fp32 [experts, out] (gpt-oss's).
   };
   // A step's rows of one LoRA adapter, and its A and B matrices on the device ([layer][product],
   // undefined where the adapter has none).
@@ -110,7 +114,11 @@ class DeviceStepModel final : public StepModel {
   // The feed-forward's gate (arch_.activation) over gate_up ([rows, 2 inter]: gate, then up).
   at::Tensor Gate(const at::Tensor& gate_up) const;
   // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
-  // the router's softmax (renormalised where the model says), each expert's rows as one product.
+  // the router's softmax (renormalised where the model says). The (row, expert) pairs sorted by
+  // expert go through one grouped product per matrix (ATen's _grouped_mm: every expert's rows in
+  // one kernel, its group bounds computed on the device, nothing read back to the host); int8
+  // experts, or a device whose grouped product fails, take each expert's rows as one product
+  // (their counts read back once a layer).
   at::Tensor Experts(const DeviceLayer& layer, const at::Tensor& x) const;
   // x [rows, in] fp32 -> [rows, out] fp32 through `w` and `bias`.
   at::Tensor Product(const at::Tensor& x, const Matrix& w, const at::Tensor& bias) const;
@@ -134,6 +142,8 @@ class DeviceStepModel final : public StepModel {
   // name them, dropped once more than a few are held.
   std::map<uint64_t, std::vector<std::array<std::pair<at::Tensor, at::Tensor>, kLoraProducts>>>
       lora_weights_;
+  // Cleared when the device refused a grouped product (a dtype or GPU it lacks a kernel for).
+  mutable std::atomic<bool> grouped_experts_{true};
   int blocks_ = 0;
   int64_t kv_cache_bytes_ = 0, weight_bytes_ = 0;
 };

@@ -109,6 +109,9 @@ TEST_P(DeviceStepTest, LogitsEqualTheCpuDecodersOnInterleavedBlocks) {
   const std::vector<float> want = Schedule(**cpu, prompt_length);
   const std::vector<float> got = Schedule(**device, prompt_length);
   ASSERT_EQ(got.size(), want.size());
+  // A mixture's experts ran as grouped products (the device did not refuse them).
+  const bool experts = (*cpu)->architecture().experts > 0;
+  EXPECT_EQ((*device)->kernel_paths(), experts ? "aten:cpu, experts grouped" : "aten:cpu");
   // Quantised files: the CPU decoder multiplies int8-rounded activations by the blocks, the
   // device executor fp32 activations by the dequantised weights.
   const bool quantised = GetParam().find("q4_k") != std::string::npos;
@@ -168,6 +171,8 @@ TEST_P(DeviceStepInt8Test, BothProductsAgreeAndHoldTheFp32LogitsToInt8Rounding) 
   ASSERT_TRUE(converted.ok()) << converted.status().ToString();
   EXPECT_LT((*packed)->weight_bytes() * 2, (*fp32)->weight_bytes());
   EXPECT_NE((*packed)->weight_formats().find("as int8"), std::string::npos);
+  const bool experts = (*fp32)->architecture().experts > 0;
+  EXPECT_EQ((*packed)->kernel_paths(), experts ? "aten:cpu, experts one at a time" : "aten:cpu");
   const int vocab = (*fp32)->architecture().vocab_size;
   const int prompt_length = LongRope(GetParam()) ? 300 : 0;
   const std::vector<float> want = Schedule(**fp32, prompt_length);
@@ -192,7 +197,6 @@ TEST_P(DeviceStepInt8Test, BothProductsAgreeAndHoldTheFp32LogitsToInt8Rounding) 
   }
   // Mixtures of experts: a rounded input can change a row's chosen experts (the router stays
   // fp32), which moves that row's logits further.
-  const bool experts = (*fp32)->architecture().experts > 0;
   EXPECT_GT(cosine, experts ? 0.99 : 0.998) << GetParam();
   EXPECT_GE(top1, 0.9) << GetParam();
   EXPECT_GT(diff, 1e-5) << GetParam();
