@@ -246,8 +246,9 @@ SLUICE_AVX512 void SwiGlu(const float* gate_up, int64_t rows, int64_t inter, flo
 // A q8_0 cache (T int8_t): v_scales[(element offset from column 0) / 32] scales each 32 values,
 // v being column c0's.
 template <class T, int G, int V>
-SLUICE_AVX512 void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p,
-                                int64_t p_stride, float* out, const float* v_scales, int64_t c0) {
+SLUICE_AVX512_BASE void AccumulatePv(const T* v, int64_t d, int64_t len, const float* p,
+                                     int64_t p_stride, float* out, const float* v_scales,
+                                     int64_t c0) {
   __m512 acc[G][V];
   for (int g = 0; g < G; ++g) {
     for (int u = 0; u < V; ++u) acc[g][u] = _mm512_setzero_ps();
@@ -285,8 +286,8 @@ constexpr AccumulatePvFn<T> kAccumulatePv[4][4] = {
 // out[g] = sum_j p[g, j] v[j] for `groups` rows of p (p_stride apart) over `len` positions: 64
 // columns (four vectors) of up to four groups per pass over v.
 template <class T>
-SLUICE_AVX512 void PvSums(int groups, const T* v, int64_t len, int64_t d, const float* p,
-                          int64_t p_stride, float* out, const float* v_scales) {
+SLUICE_AVX512_BASE void PvSums(int groups, const T* v, int64_t len, int64_t d, const float* p,
+                               int64_t p_stride, float* out, const float* v_scales) {
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     const int vectors = static_cast<int>(std::min<int64_t>(4, (d - c0) / 16));
     for (int g0 = 0; g0 < groups; g0 += 4) {
@@ -299,7 +300,7 @@ SLUICE_AVX512 void PvSums(int groups, const T* v, int64_t len, int64_t d, const 
 
 // The largest of row[0 .. count) (as std::max_element's: max is exact in any order), 16 at a
 // time; -inf where count is 0.
-SLUICE_AVX512 inline float RowMax(const float* row, int64_t count) {
+SLUICE_AVX512_BASE inline float RowMax(const float* row, int64_t count) {
   __m512 largest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < count; j += 16) {
     largest = _mm512_mask_max_ps(largest, FirstLanes(count - j), largest,
@@ -309,7 +310,7 @@ SLUICE_AVX512 inline float RowMax(const float* row, int64_t count) {
 }
 
 // row[j] = exp(row[j] - max) for j < count, in place; returns their sum (16 lanes, then reduced).
-SLUICE_AVX512 inline float ExpLessMax(float* row, int64_t count, float max) {
+SLUICE_AVX512_BASE inline float ExpLessMax(float* row, int64_t count, float max) {
   const __m512 max_v = _mm512_set1_ps(max);
   __m512 total_v = _mm512_setzero_ps();
   for (int64_t j = 0; j < count; j += 16) {
@@ -329,9 +330,9 @@ SLUICE_AVX512 inline float ExpLessMax(float* row, int64_t count, float max) {
 // j goes to *where(r, g, j), scaled. A score's arithmetic does not depend on the rows beside it.
 // The values of each block are asked for too (into L2), for the p.V sums that follow.
 template <class T, class Where>
-SLUICE_AVX512 void Scores(const float* q, int64_t q_stride, int rows, int groups, const T* k,
-                          const T* v, int64_t j_begin, int64_t j_end, int64_t first_len, int64_t d,
-                          float scale, const float* k_scales, Where where) {
+SLUICE_AVX512_BASE void Scores(const float* q, int64_t q_stride, int rows, int groups, const T* k,
+                               const T* v, int64_t j_begin, int64_t j_end, int64_t first_len,
+                               int64_t d, float scale, const float* k_scales, Where where) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   alignas(64) float widened[16 * 256];
   // The cache rows of one (sequence, KV head) are short streams, a few KB each, that the hardware
@@ -411,11 +412,11 @@ SLUICE_AVX512 void Scores(const float* q, int64_t q_stride, int rows, int groups
 constexpr int64_t kTile = 2048, kTiledFrom = 4 * kTile;
 
 template <class T>
-SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
-                                      const T* k, const T* v, int64_t first_len, int64_t d,
-                                      float scale, float* out, int64_t out_stride, float* scratch,
-                                      const float* k_scales, const float* v_scales,
-                                      const float* sinks) {
+SLUICE_AVX512_BASE void TiledAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                           const T* k, const T* v, int64_t first_len, int64_t d,
+                                           float scale, float* out, int64_t out_stride,
+                                           float* scratch, const float* k_scales,
+                                           const float* v_scales, const float* sinks) {
   // scratch: the tile's scores ([rows][groups][kTile]), then the sums ([rows][groups][d]), the
   // tile's p.V sums ([groups][d]), the maxima and the totals ([rows][groups] each), a row's
   // rescaling factors ([groups]): the callers' rows x groups x len floats hold them, len being
@@ -487,11 +488,11 @@ SLUICE_AVX512 void TiledAttentionRows(const float* q, int64_t q_stride, int rows
 // (TiledAttentionRows). A row's arithmetic does not depend on the rows beside it, so each row
 // has the bits it has alone (rows = 1: DecodeAttention).
 template <class T>
-SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
-                                       const T* k, const T* v, int64_t len, int64_t d, float scale,
-                                       float* out, int64_t out_stride, float* scratch,
-                                       const float* k_scales, const float* v_scales,
-                                       const float* sinks) {
+SLUICE_AVX512_BASE void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                            const T* k, const T* v, int64_t len, int64_t d,
+                                            float scale, float* out, int64_t out_stride,
+                                            float* scratch, const float* k_scales,
+                                            const float* v_scales, const float* sinks) {
   const int64_t first_len = len - (rows - 1);  // Row r attends first_len + r positions.
   if (first_len > kTiledFrom) {
     return TiledAttentionRows(q, q_stride, rows, groups, k, v, first_len, d, scale, out, out_stride,
@@ -515,9 +516,9 @@ SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int row
 }
 
 template <class T>
-SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                   int64_t d, float scale, float* out, float* scratch,
-                                   const float* sinks) {
+SLUICE_AVX512_BASE void DecodeAttention(const float* q, int groups, const T* k, const T* v,
+                                        int64_t len, int64_t d, float scale, float* out,
+                                        float* scratch, const float* sinks) {
   DecodeAttentionRows(q, 0, 1, groups, k, v, len, d, scale, out, 0, scratch, nullptr, nullptr,
                       sinks);
 }
@@ -526,8 +527,8 @@ SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const
 // softmax, then out[g] = sum_j p[g, j] v[j], 64 columns (four vectors) of up to four groups per
 // pass over v.
 template <class T>
-SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch, const float* v_scales, const float* sinks) {
+SLUICE_AVX512_BASE void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
+                                  float* scratch, const float* v_scales, const float* sinks) {
   for (int g = 0; g < groups; ++g) {
     float* row = scratch + g * len;
     float max = RowMax(row, len), sink = 0;
@@ -549,24 +550,26 @@ template SLUICE_AVX512 void Matmul(const MatmulInput&, const uint16_t*, const fl
                                    float*, int64_t, int64_t);
 template SLUICE_AVX512 void Matmul(const MatmulInput&, const int8_t*, const float*, int64_t, float*,
                                    int64_t, int64_t);
-template SLUICE_AVX512 void DecodeAttention(const float*, int, const float*, const float*, int64_t,
-                                            int64_t, float, float*, float*, const float*);
-template SLUICE_AVX512 void DecodeAttention(const float*, int, const uint16_t*, const uint16_t*,
-                                            int64_t, int64_t, float, float*, float*, const float*);
-template SLUICE_AVX512 void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*,
-                                      const float*, const float*);
-template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const float*,
-                                                const float*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*,
-                                                const float*);
-template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const uint16_t*,
-                                                const uint16_t*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*,
-                                                const float*);
-template SLUICE_AVX512 void DecodeAttentionRows(const float*, int64_t, int, int, const int8_t*,
-                                                const int8_t*, int64_t, int64_t, float, float*,
-                                                int64_t, float*, const float*, const float*,
-                                                const float*);
+template SLUICE_AVX512_BASE void DecodeAttention(const float*, int, const float*, const float*,
+                                                 int64_t, int64_t, float, float*, float*,
+                                                 const float*);
+template SLUICE_AVX512_BASE void DecodeAttention(const float*, int, const uint16_t*,
+                                                 const uint16_t*, int64_t, int64_t, float, float*,
+                                                 float*, const float*);
+template SLUICE_AVX512_BASE void SoftmaxPv(int, const uint16_t*, int64_t, int64_t, float*, float*,
+                                           const float*, const float*);
+template SLUICE_AVX512_BASE void DecodeAttentionRows(const float*, int64_t, int, int, const float*,
+                                                     const float*, int64_t, int64_t, float, float*,
+                                                     int64_t, float*, const float*, const float*,
+                                                     const float*);
+template SLUICE_AVX512_BASE void DecodeAttentionRows(const float*, int64_t, int, int,
+                                                     const uint16_t*, const uint16_t*, int64_t,
+                                                     int64_t, float, float*, int64_t, float*,
+                                                     const float*, const float*, const float*);
+template SLUICE_AVX512_BASE void DecodeAttentionRows(const float*, int64_t, int, int, const int8_t*,
+                                                     const int8_t*, int64_t, int64_t, float, float*,
+                                                     int64_t, float*, const float*, const float*,
+                                                     const float*);
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -64,6 +64,17 @@ KernelIsa Supported() {
   }();
   return best;
 }
+
+// Whether attention takes avx512.cc's kernels (SLUICE_AVX512_BASE: AVX-512 F, BW and VL): on the
+// AVX-512 BF16 and AMX paths, and on the AVX2 path of a CPU whose AVX-512 lacks BF16 (Ice Lake and
+// Cascade Lake Xeons), unless the path was capped below the CPU's best (to compare the paths).
+bool Avx512Attention() {
+  static const bool base = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  const KernelIsa active = Active();
+  return active >= KernelIsa::kAvx512Bf16 ||
+         (base && active == KernelIsa::kAvx2 && Supported() == KernelIsa::kAvx2);
+}
 #else
 std::atomic<KernelIsa> isa_limit{KernelIsa::kAmx};
 KernelIsa Supported() { return KernelIsa::kPortable; }
@@ -235,7 +246,7 @@ void DecodeAttentionOn(const float* q, int groups, const T* k, const T* v, int64
       return amx::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch);
     }
   }
-  if (Active() >= KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
+  if (kernels::Avx512Attention() && d % 16 == 0 && d <= 256) {
     return avx512::DecodeAttention(q, groups, k, v, len, d, scale, out, scratch, sinks);
   }
   if (Active() >= KernelIsa::kAvx2 && d % 8 == 0) {
@@ -250,7 +261,7 @@ void DecodeAttentionRowsOn(const float* q, int64_t q_stride, int rows, int group
                            const T* v, int64_t len, int64_t d, float scale, float* out,
                            int64_t out_stride, float* scratch, const float* sinks) {
 #ifdef SLUICE_X86
-  if (Active() == KernelIsa::kAvx512Bf16 && d % 16 == 0 && d <= 256) {
+  if (kernels::Avx512Attention() && Active() != KernelIsa::kAmx && d % 16 == 0 && d <= 256) {
     return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
                                        out_stride, scratch, nullptr, nullptr, sinks);
   }
@@ -289,7 +300,7 @@ void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
                          int64_t d, float scale, float* out, int64_t out_stride, float* scratch,
                          const float* sinks) {
 #ifdef SLUICE_X86
-  if (Active() >= KernelIsa::kAvx512Bf16 && d % 32 == 0 && d <= 256) {
+  if (kernels::Avx512Attention() && d % 32 == 0 && d <= 256) {
     return avx512::DecodeAttentionRows(q, q_stride, rows, groups, k, v, len, d, scale, out,
                                        out_stride, scratch, k_scales, v_scales, sinks);
   }

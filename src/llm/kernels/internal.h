@@ -21,6 +21,10 @@
 #define SLUICE_X86 1
 #define SLUICE_AVX2 __attribute__((target("avx2,fma")))
 #define SLUICE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// The AVX-512 of every AVX-512 CPU (Skylake-SP and later, Zen 4 and later), without BF16: the
+// attention kernels (they widen bf16 by shifts) run on it wherever the CPU has it (Ice Lake and
+// Cascade Lake Xeons have no AVX-512 BF16), beside the AVX2 path's products.
+#define SLUICE_AVX512_BASE __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define SLUICE_AMX                                                              \
   __attribute__((                                                               \
       target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16,amx-int8," \
@@ -224,7 +228,7 @@ inline __mmask16 FirstLanes(int64_t count) {
 // e^x for x <= 0 (softmax scores less their maximum), 16 lanes: x = n ln 2 + r with |r| <= ln 2 /
 // 2, e^r by its degree-6 Taylor polynomial (relative error below 3e-7 on that range), times 2^n
 // built in the exponent bits. Below -87 the result is 0, as expf's would underflow to denormals.
-SLUICE_AVX512 inline __m512 Exp16(__m512 x) {
+SLUICE_AVX512_BASE inline __m512 Exp16(__m512 x) {
   const __m512 floor_x = _mm512_set1_ps(-87.0f);
   const __mmask16 tiny = _mm512_cmp_ps_mask(x, floor_x, _CMP_LT_OQ);
   x = _mm512_max_ps(x, floor_x);
@@ -284,12 +288,12 @@ SLUICE_AVX512F inline __m512 ReduceLanes16(const __m512 (&a)[16], Op op) {
 }
 
 // 16 values widened to fp32.
-SLUICE_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-SLUICE_AVX512 inline __m512 Load16(const int8_t* p) {
+SLUICE_AVX512_BASE inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+SLUICE_AVX512_BASE inline __m512 Load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-SLUICE_AVX512 inline __m512 Load16(const uint16_t* p) {
+SLUICE_AVX512_BASE inline __m512 Load16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
@@ -321,24 +325,24 @@ SLUICE_AVX512 void Matmul(const MatmulInput& x, const T* w, const float* scales,
 // x rounded to bf16, rows of `stride` values (zeros past k).
 SLUICE_AVX512 void RoundRows(const float* x, int64_t m, int64_t k, int64_t stride, uint16_t* out);
 template <class T>
-SLUICE_AVX512 void DecodeAttention(const float* q, int groups, const T* k, const T* v, int64_t len,
-                                   int64_t d, float scale, float* out, float* scratch,
-                                   const float* sinks = nullptr);
+SLUICE_AVX512_BASE void DecodeAttention(const float* q, int groups, const T* k, const T* v,
+                                        int64_t len, int64_t d, float scale, float* out,
+                                        float* scratch, const float* sinks = nullptr);
 // T int8_t: a q8_0 cache, each 32 values of k (v) times their scale in k_scales (v_scales),
 // indexed by the element's offset / 32.
 template <class T>
-SLUICE_AVX512 void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
-                                       const T* k, const T* v, int64_t len, int64_t d, float scale,
-                                       float* out, int64_t out_stride, float* scratch,
-                                       const float* k_scales = nullptr,
-                                       const float* v_scales = nullptr,
-                                       const float* sinks = nullptr);
+SLUICE_AVX512_BASE void DecodeAttentionRows(const float* q, int64_t q_stride, int rows, int groups,
+                                            const T* k, const T* v, int64_t len, int64_t d,
+                                            float scale, float* out, int64_t out_stride,
+                                            float* scratch, const float* k_scales = nullptr,
+                                            const float* v_scales = nullptr,
+                                            const float* sinks = nullptr);
 // softmax of the scores in `scratch` (with sinks: portable's SoftmaxRows'), then out[g] =
 // sum_j p[g, j] v[j].
 template <class T>
-SLUICE_AVX512 void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
-                             float* scratch, const float* v_scales = nullptr,
-                             const float* sinks = nullptr);
+SLUICE_AVX512_BASE void SoftmaxPv(int groups, const T* v, int64_t len, int64_t d, float* out,
+                                  float* scratch, const float* v_scales = nullptr,
+                                  const float* sinks = nullptr);
 SLUICE_AVX512 int64_t ArgMax(const float* x, int64_t n);
 SLUICE_AVX512 void RmsNorm(const float* x, int64_t rows, int64_t width, const float* weight,
                            float eps, float* out);
