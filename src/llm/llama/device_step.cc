@@ -15,10 +15,11 @@
 namespace sluice::llm::llama {
 namespace {
 
-// A linear layer's weights as one fp32 matrix [out, in]: float parts as they are, GGUF blocks
-// dequantised row by row (from the repacked layout where they were repacked).
-at::Tensor DenseWeight(const Linear& linear) {
-  at::Tensor w = at::empty({linear.out, linear.in}, at::kFloat);
+// A linear layer's weights as one fp32 matrix [out, in] (into `w` where given: a stacked
+// expert's slice): float parts as they are, GGUF blocks dequantised row by row (from the repacked
+// layout where they were repacked).
+at::Tensor DenseWeight(const Linear& linear, at::Tensor w = {}) {
+  if (!w.defined()) w = at::empty({linear.out, linear.in}, at::kFloat);
   for (const Linear::Part& part : linear.parts) {
     at::Tensor rows = w.narrow(0, part.first, part.rows);
     if (part.blocks == nullptr) {
@@ -131,8 +132,9 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       if (device.int8_weights) {
         // Per row: scale = max |w| / 127, q = round(w / scale) (the CPU decoder's int8).
         const at::Tensor scales = dense.abs().amax(-1).clamp_min(1e-8) / 127.0;
-        m.weight = on_device(at::round(dense / scales.unsqueeze(-1)).clamp(-127, 127).to(at::kChar),
-                             at::kChar);
+        // One fp32 temporary (a layer's stacked experts can be gigabytes).
+        at::Tensor q = dense / scales.unsqueeze(-1);
+        m.weight = on_device(q.round_().clamp_(-127, 127).to(at::kChar), at::kChar);
         m.scales = on_device(scales, at::kFloat);
         model->weight_bytes_ += static_cast<int64_t>(m.scales.nbytes());
       } else {
@@ -141,13 +143,13 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       model->weight_bytes_ += static_cast<int64_t>(m.weight.nbytes());
       return m;
     };
-    const auto dense = [&](const Linear& linear) {
+    const auto dense = [&](const Linear& linear, at::Tensor into = {}) {
       for (const Linear::Part& part : linear.parts) {
         formats.insert(part.blocks != nullptr
                            ? std::string(GgmlTypeName(part.type))
                            : std::string(c10::toString(part.weight.scalar_type())));
       }
-      return DenseWeight(linear);
+      return DenseWeight(linear, std::move(into));
     };
     const auto matrix = [&](const Linear& linear) { return to_matrix(dense(linear)); };
     for (const Layer& layer : w.layers) {
@@ -166,17 +168,23 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       if (a.experts > 0) {
         d.router = on_device(layer.router, at::kFloat);
         d.router_bias = on_device(layer.router_bias, at::kFloat);
-        std::vector<at::Tensor> gate_up, down, gate_up_bias, down_bias;
+        // Each matrix's experts dequantised straight into their slice of one stack.
+        const auto stacked = [&](const Linear Layer::Expert::*matrix) {
+          const Linear& first = layer.experts.front().*matrix;
+          at::Tensor stack =
+              at::empty({static_cast<int64_t>(layer.experts.size()), first.out, first.in});
+          for (size_t e = 0; e < layer.experts.size(); ++e) {
+            dense(layer.experts[e].*matrix, stack.select(0, static_cast<int64_t>(e)));
+          }
+          return to_matrix(stack);
+        };
+        d.experts_gate_up = stacked(&Layer::Expert::gate_up);
+        d.experts_down = stacked(&Layer::Expert::down);
+        std::vector<at::Tensor> gate_up_bias, down_bias;
         for (const Layer::Expert& expert : layer.experts) {
-          gate_up.push_back(dense(expert.gate_up));
-          down.push_back(dense(expert.down));
           if (expert.gate_up.bias.defined()) gate_up_bias.push_back(expert.gate_up.bias);
           if (expert.down.bias.defined()) down_bias.push_back(expert.down.bias);
         }
-        d.experts_gate_up = to_matrix(at::stack(gate_up));
-        gate_up.clear();
-        d.experts_down = to_matrix(at::stack(down));
-        down.clear();
         if (!gate_up_bias.empty()) {
           d.experts_gate_up_bias = on_device(at::stack(gate_up_bias), at::kFloat);
         }
