@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "backends/vector_math.h"
 #include "llm/files/gguf.h"
 #include "llm/files/safetensors.h"
 #include "llm/kernels/kernels.h"
@@ -175,6 +176,7 @@ bool Has(const SafetensorsFile* safetensors, const GgufFile* gguf, const std::st
 
 Result<std::unique_ptr<StepModel>> BertModel::Load(const ModelLoadOptions& options,
                                                    const EncoderConfig& config) {
+  ResolveVectorMath();
   auto model = std::make_unique<BertModel>();
   model->config_ = config;
   model->serve_ = options.serve;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "backends/vector_math.h"
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 #include "llm/step_batch.h"
@@ -100,6 +101,7 @@ DeviceStepModel::AttentionBatch DeviceStepModel::Batch(
 
 Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions& options,
                                                          const DeviceOptions& device) {
+  ResolveVectorMath();
   std::unique_ptr<DeviceStepModel> model(new DeviceStepModel());
   Decoder decoder;
   auto arch = ReadArchitecture(options.dir, &decoder.gguf);

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <thread>
 
+#include "backends/vector_math.h"
 #include "llm/kernels/kernels.h"
 #include "llm/llama/rope.h"
 #include "llm/llama/step_rows.h"
@@ -43,6 +44,7 @@
 namespace sluice::llm::llama {
 
 Result<std::unique_ptr<StepModel>> LlamaModel::Load(const ModelLoadOptions& options) {
+  ResolveVectorMath();
   auto model = std::make_unique<LlamaModel>();
   Decoder decoder;
   auto arch = ReadArchitecture(options.dir, &decoder.gguf);
