@@ -14,10 +14,11 @@
 #     fp16} x instances 1, 2, 4: samples/s, p50/p99, GPU utilisation;
 #  6. Python's torch.compile(mode="reduce-overhead") loop on the same model and work;
 #  7. language models (LLM_SHAPES, default smollm2-135m and qwen2.5-0.5b; random weights from
-#     tools/random_llm.py): Sluice's device executor (bf16, then int8 weights) against its CPU
-#     decoder (fp32) on fixed prompts (same next token >= 90%), its decoding at 1 and 64 streams
-#     (TPOT, ITL p99, tokens/s), and benchmarks/gpu_llm_baseline.py's PyTorch loop beside it
-#     (eager, static cache + torch.compile(mode="reduce-overhead"), int8 weights) at batch 1.
+#     tools/random_llm.py): Sluice's device executor (bf16, int8, then int4 weights) against its
+#     CPU decoder (fp32) on fixed prompts (same next token >= 90%; int4 70%), its decoding at 1
+#     and 64 streams (TPOT, ITL p99, tokens/s), and benchmarks/gpu_llm_baseline.py's PyTorch loop
+#     beside it (eager, static cache + torch.compile(mode="reduce-overhead"), int8 weights) at
+#     batch 1.
 # LLM_ONLY=1 runs only step 7 (with steps 1 and the bundle's unpacking).
 # Everything goes under $OUT (default results/gpu-check-<time>): check.log, inprocess.csv,
 # python_baseline.csv, agreement.json, served_<model>.json, report.html, metrics.txt.
@@ -182,12 +183,15 @@ for shape in $LLM_SHAPES; do
   fi
   printf 'instance_group: [{kind: KIND_GPU}]\nllm:\n  slots: 64\n  context_length: 1024\n' \
     > "$d/config.yaml"
-  for precision in bf16 int8; do  # int8: weight-only, a scale per row.
+  # int8: weight-only, a scale per row; int4: groups of 128 with a scale and offset each.
+  for precision in bf16 int8 int4; do
     if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
         --in-process --model-dir "$d" --llm-device cpu --precision fp32 \
         --agreement "$precision@cuda:0" --output-tokens 32 | tee "$WORK/agreement.txt"; then
       same=$(grep -oE "same next token [0-9.]+" "$WORK/agreement.txt" | grep -oE "[0-9.]+$")
-      awk -v s="${same:-0}" 'BEGIN { exit !(s >= 90) }' ||
+      # int4's rounding moves random weights' near-tied choices more: 70% for it.
+      floor=90; [ "$precision" = int4 ] && floor=70
+      awk -v s="${same:-0}" -v f="$floor" 'BEGIN { exit !(s >= f) }' ||
         failed+=("llm-agreement-$precision-$shape")
       grep -E "same next token|identical" "$WORK/agreement.txt" |
         sed "s/^/agreement-$precision,$shape,/" >> "$OUT/llm.csv"

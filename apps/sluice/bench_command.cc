@@ -593,8 +593,11 @@ CLI::App* AddBenchCommand(CLI::App& parent, BenchCommand& cmd) {
                   "choices and logits, --output-tokens each")
       ->check([](const std::string& value) -> std::string {
         const std::string precision = value.substr(0, value.find('@'));
-        if (precision == "fp32" || precision == "bf16" || precision == "int8") return "";
-        return "must be fp32, bf16 or int8, optionally @DEVICE (bf16@cuda:0)";
+        if (precision == "fp32" || precision == "bf16" || precision == "int8" ||
+            precision == "int4") {
+          return "";
+        }
+        return "must be fp32, bf16, int8 or int4, optionally @DEVICE (int4@cuda:0)";
       });
   app->add_option("--llm-device", cmd.llm_device,
                   "--llm --in-process: run the model on this device (cpu, cuda, cuda:N; "

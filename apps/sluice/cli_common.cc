@@ -92,8 +92,9 @@ void AddModelOptions(CLI::App& app, ModelSelection& s) {
       "--no-share-cores", [&s] { s.share_cores = false; },
       "Each instance keeps its own threads, whatever the config says");
   app.add_option("--precision", s.precision,
-                 "fp32, bf16 or int8 (int8: AOTInductor only; default: config)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8"}));
+                 "fp32, bf16 or int8 (int8: AOTInductor only; int4: a language model on a GPU; "
+                 "default: config)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8", "int4"}));
   app.add_option("--backend", s.backend,
                  "torchscript (model.pt) or aotinductor (model.pt2; default: config, else the "
                  "package when present)")

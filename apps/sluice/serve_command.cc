@@ -45,8 +45,9 @@ CLI::App* AddServeCommand(CLI::App& parent, ServeCommand& cmd) {
                   "Language models' device: cpu, cuda or cuda:N (default: each config.yaml's "
                   "instance_group; cpu)");
   app->add_option("--llm-precision", cmd.llm_overrides.precision,
-                  "Language models' precision, over their config.yaml (fp32, bf16, int8)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+                  "Language models' precision, over their config.yaml (fp32, bf16, int8; int4 "
+                  "on a GPU)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8", "int4"}));
   app->add_option("--llm-slots", cmd.llm_overrides.slots,
                   "Language models' sequences run together (at most), over their config.yaml")
       ->check(CLI::Range(1, 1024));

@@ -144,6 +144,8 @@ std::string_view LlmPrecisionName(LlmPrecision precision) {
       return "bf16";
     case LlmPrecision::kInt8:
       return "int8";
+    case LlmPrecision::kInt4:
+      return "int4";
   }
   return "?";
 }
@@ -379,8 +381,11 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
         config.precision = LlmPrecision::kBf16;
       } else if (value == "int8") {
         config.precision = LlmPrecision::kInt8;
+      } else if (value == "int4") {
+        config.precision = LlmPrecision::kInt4;
       } else {
-        return Bad(path, "llm.precision", fmt::format("'{}' is not fp32, bf16 or int8", value));
+        return Bad(path, "llm.precision",
+                   fmt::format("'{}' is not fp32, bf16, int8 or int4", value));
       }
     }
     if (llm["model_file"]) config.model_file = llm["model_file"].as<std::string>();

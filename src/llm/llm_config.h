@@ -102,7 +102,9 @@ struct ModelArchitecture {
   std::vector<int> eos_token_ids;
 };
 
-enum class LlmPrecision { kFp32, kBf16, kInt8 };
+// int4: weight-only, groups of 128 inputs with a scale and offset each; the device executor's
+// (on a GPU), refused on the CPU decoder.
+enum class LlmPrecision { kFp32, kBf16, kInt8, kInt4 };
 std::string_view LlmPrecisionName(LlmPrecision precision);
 
 // What the KV cache holds: auto (bf16, or fp32 with fp32 weights), fp32, bf16, or q8_0 (each 32

@@ -115,6 +115,15 @@ TEST_F(ServeConfigTest, InstanceGroupPicksTheDevice) {
   auto gpu = Parse("instance_group: [{kind: KIND_GPU}]\nllm:\n  precision: bf16\n");
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   EXPECT_EQ(gpu->device, "cuda:0");
+  auto int4 = Parse("instance_group: [{kind: KIND_GPU}]\nllm:\n  precision: int4\n");
+  ASSERT_TRUE(int4.ok()) << int4.status().ToString();
+  EXPECT_EQ(int4->precision, LlmPrecision::kInt4);
+  EXPECT_EQ(LlmPrecisionName(int4->precision), "int4");
+  EXPECT_NE(Parse("llm:\n  precision: int3\n")
+                .status()
+                .message()
+                .find("'int3' is not fp32, bf16, int8 or int4"),
+            std::string::npos);
   auto second = Parse("instance_group:\n  - kind: KIND_GPU\n    gpus: [1]\n");
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->device, "cuda:1");

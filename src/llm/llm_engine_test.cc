@@ -177,6 +177,29 @@ TEST(LlmEngineTest, ContextAndQueueLimits) {
   EXPECT_FALSE(engine->Submit(GenerationRequest{}, [](const GenerationEvent&) {}).ok());
 }
 
+// int4 weights are the GPU executor's: on the CPU (config's or --llm-device's) and for an
+// encoder the load refuses them naming the precision and what to use instead; an unknown
+// precision names the ones there are.
+TEST(LlmEngineTest, Int4IsRefusedWhereItDoesNotRun) {
+  LlmLoadOverrides overrides;
+  overrides.precision = "int4";
+  auto cpu = LoadLlmEngine(Dir(), overrides);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("precision int4 is the GPU executor's"), std::string::npos)
+      << cpu.status().ToString();
+  EXPECT_NE(cpu.status().message().find("Q4_K_M"), std::string::npos);
+  auto encoder = LoadLlmEngine(std::string(SLUICE_TEST_MODELS) + "/encoders/gguf_bert_mean_f32",
+                               LlmLoadOverrides{.precision = "int4", .device = "cuda:0"});
+  ASSERT_FALSE(encoder.ok());
+  EXPECT_NE(encoder.status().message().find("an encoder takes fp32, bf16 or int8"),
+            std::string::npos)
+      << encoder.status().ToString();
+  overrides.precision = "int3";
+  auto unknown = LoadLlmEngine(Dir(), overrides);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("is not fp32, bf16, int8 or int4"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::llm
 

@@ -38,9 +38,11 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
       serve->precision = LlmPrecision::kBf16;
     } else if (overrides.precision == "int8") {
       serve->precision = LlmPrecision::kInt8;
+    } else if (overrides.precision == "int4") {
+      serve->precision = LlmPrecision::kInt4;
     } else {
       return Status::InvalidArgument(
-          fmt::format("precision '{}' is not fp32, bf16 or int8", overrides.precision));
+          fmt::format("precision '{}' is not fp32, bf16, int8 or int4", overrides.precision));
     }
   }
   if (overrides.slots > 0) serve->slots = overrides.slots;
@@ -75,6 +77,12 @@ Result<LlmServeConfig> ServeConfig(const std::string& dir, const ModelArchitectu
     serve->device = d == "cuda" ? "cuda:0" : d;
     serve->device_key = "--llm-device";
   }
+  if (serve->precision == LlmPrecision::kInt4 && serve->device == "cpu") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: precision int4 is the GPU executor's (instance_group: [{{kind: KIND_GPU}}]); on the "
+        "CPU serve a Q4_K_M or Q4_0 GGUF file (kept quantised), or precision int8",
+        dir));
+  }
   return serve;
 }
 
@@ -95,6 +103,10 @@ Result<LlmServeConfig> EncoderServeConfig(const std::string& dir, const EncoderC
                                           const LlmLoadOverrides& overrides) {
   auto serve = ServeConfig(dir, config.arch, overrides);
   if (!serve.ok()) return serve.status();
+  if (serve->precision == LlmPrecision::kInt4) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: precision int4 is the GPU decoder's; an encoder takes fp32, bf16 or int8", dir));
+  }
   if (config.num_labels > 0) {
     serve->pooling = Pooling::kCls;
     serve->normalize = false;
@@ -140,7 +152,7 @@ DeviceRuntimeLoader& RuntimeLoader() {
 }
 
 // The decoder where `options.serve.device` says: the CPU decoder, or the device executor on a GPU
-// (its weights in the precision's dtype; int8: int8 rows beside a bf16 cache).
+// (its weights in the precision's dtype; int8 or int4: quantised rows beside a bf16 cache).
 Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) {
   const std::string& device = options.serve.device;
   if (device == "cpu") return LoadLlamaModel(options);
@@ -167,7 +179,8 @@ Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) 
   return llama::DeviceStepModel::Load(
       options, {.device = where,
                 .dtype = precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16,
-                .int8_weights = precision == LlmPrecision::kInt8});
+                .int8_weights = precision == LlmPrecision::kInt8,
+                .int4_weights = precision == LlmPrecision::kInt4});
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 namespace sluice::llm {
 
 struct LlmLoadOverrides {
-  std::string precision;            // "fp32" | "bf16" | "int8"; empty: config.yaml's.
+  std::string precision;            // "fp32" | "bf16" | "int8" | "int4"; empty: config.yaml's.
   int slots = 0;                    // 0: config.yaml's.
   int64_t kv_cache_bytes = -1;      // -1: config.yaml's; 0: slots x context.
   int threads = -1;                 // -1: config.yaml's.

@@ -55,6 +55,55 @@ std::string Unsupported(const ModelArchitecture& arch, const LlmServeConfig& ser
 
 }  // namespace
 
+Int4Packed PackInt4(const at::Tensor& dense, const at::Device& device, at::ScalarType scale_type) {
+  Int4Packed result;
+  const int64_t in = dense.size(-1), out = dense.size(-2);
+  result.out = out;
+  result.group = in % 128 == 0 ? 128 : in % 64 == 0 ? 64 : in % 32 == 0 ? 32 : 0;
+  if (result.group == 0) return result;
+  const int64_t padded = (out + 15) / 16 * 16;
+  const at::Tensor matrices = dense.reshape({-1, out, in});
+  std::vector<at::Tensor> packs, scales;
+  for (int64_t m = 0; m < matrices.size(0); ++m) {
+    // Zero rows pad the outputs to the packings' tile of 16 (their products are dropped).
+    at::Tensor w = at::zeros({padded, in}, at::kFloat);
+    w.narrow(0, 0, out).copy_(matrices.select(0, m));
+    w = w.view({padded, in / result.group, result.group});
+    const at::Tensor low = w.amin(-1), scale = ((w.amax(-1) - low) / 15.0).clamp_min(1e-10);
+    // q = round((w - min) / scale) in [0, 15]; (q - 8) scale + (min + 8 scale) is w to scale / 2.
+    const at::Tensor q = w.sub_(low.unsqueeze(-1))
+                             .div_(scale.unsqueeze(-1))
+                             .round_()
+                             .clamp_(0, 15)
+                             .to(at::kInt)
+                             .view({padded, in});
+    scales.push_back(
+        at::stack({scale, low + 8.0 * scale}, -1).transpose(0, 1).to(device, scale_type));
+    if (device.is_cuda()) {
+      // The CUDA packing takes two inputs a byte, the even one in the high half, and tiles
+      // inputs by 16 x (2, 4 or 8).
+      const at::Tensor pairs = q.view({padded, in / 2, 2});
+      const at::Tensor bytes = (pairs.select(-1, 0) * 16 + pairs.select(-1, 1)).to(at::kByte);
+      const int64_t tiles = in % 128 == 0 ? 8 : in % 64 == 0 ? 4 : 2;
+      packs.push_back(at::_convert_weight_to_int4pack(bytes.to(device), tiles));
+    } else {
+      packs.push_back(at::_convert_weight_to_int4pack_for_cpu(q, 1).to(device));
+    }
+  }
+  result.packed = dense.dim() == 2 ? packs[0] : at::stack(packs);
+  result.scales = dense.dim() == 2 ? scales[0].contiguous() : at::stack(scales);
+  return result;
+}
+
+at::Tensor Int4Product(const at::Tensor& x, const Int4Packed& w, const at::Device& device) {
+  const at::Tensor y =
+      device.is_cuda()
+          ? at::_weight_int4pack_mm(x.to(at::kBFloat16).contiguous(), w.packed, w.group, w.scales)
+          : at::_weight_int4pack_mm_for_cpu(x.to(at::kFloat).contiguous(), w.packed, w.group,
+                                            w.scales);
+  return y.narrow(1, 0, w.out).to(at::kFloat);
+}
+
 DeviceStepModel::AttentionBatch DeviceStepModel::Batch(
     const StepBatch& step, const std::vector<int64_t>& sequences) const {
   // Sequence c's query j at [c, j], its key m (its position m) at [c, m]; a padded query is token
@@ -116,6 +165,12 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
         fmt::format("{}: context_length {} exceeds the model's max_position_embeddings {}",
                     options.dir, options.serve.context_length, a.max_position_embeddings));
   }
+  if (device.int4_weights &&
+      (device.int8_weights || (!device.device.is_cuda() && !device.device.is_cpu()))) {
+    return Status::InvalidArgument(
+        fmt::format("{}: int4 weights are packed for CUDA or the CPU, alone (asked: {}{})",
+                    options.dir, device.device.str(), device.int8_weights ? " with int8" : ""));
+  }
   model->arch_ = a;
   model->serve_ = options.serve;
   model->device_ = device;
@@ -131,7 +186,21 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
     // `dense` ([out, in] or stacked experts' [experts, out, in], fp32) on the device.
     const auto to_matrix = [&](const at::Tensor& dense) {
       Matrix m;
-      if (device.int8_weights) {
+      if (device.int4_weights) {
+        // The CUDA kernel multiplies bf16 activations by bf16 scales; the CPU's, fp32 by fp32.
+        const Int4Packed packed =
+            PackInt4(dense, device.device, device.device.is_cuda() ? at::kBFloat16 : at::kFloat);
+        if (packed.group > 0) {
+          m.weight = packed.packed;
+          m.scales = packed.scales;
+          m.group = packed.group;
+          m.out = dense.size(-2);
+          model->weight_bytes_ += static_cast<int64_t>(m.weight.nbytes() + m.scales.nbytes());
+          return m;
+        }
+        ++model->int4_dense_;  // Its rows' length is not a multiple of 32: it stays in dtype.
+        m.weight = on_device(dense, device.dtype);
+      } else if (device.int8_weights) {
         // Per row: scale = max |w| / 127, q = round(w / scale) (the CPU decoder's int8).
         const at::Tensor scales = dense.abs().amax(-1).clamp_min(1e-8) / 127.0;
         // One fp32 temporary (a layer's stacked experts can be gigabytes).
@@ -254,6 +323,12 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
 }
 
 std::string DeviceStepModel::weight_formats() const {
+  if (device_.int4_weights) {
+    return fmt::format(
+        "{} as int4 (groups of up to 128, a scale and offset each{})", formats_,
+        int4_dense_ > 0 ? fmt::format("; {} matrices {}", int4_dense_, c10::toString(device_.dtype))
+                        : "");
+  }
   return fmt::format(
       "{} as {}", formats_,
       device_.int8_weights ? "int8 (a scale per row)" : c10::toString(device_.dtype));
@@ -262,7 +337,7 @@ std::string DeviceStepModel::weight_formats() const {
 std::string DeviceStepModel::kernel_paths() const {
   std::string paths = "aten:" + device_.device.str();
   if (arch_.experts == 0) return paths;
-  const bool grouped = !device_.int8_weights && grouped_experts_.load();
+  const bool grouped = !Quantised(layers_.front()) && grouped_experts_.load();
   return paths + (grouped ? ", experts grouped" : ", experts one at a time");
 }
 
@@ -273,7 +348,11 @@ std::string DeviceStepModel::kv_cache_format() const {
 at::Tensor DeviceStepModel::Product(const at::Tensor& x, const Matrix& w,
                                     const at::Tensor& bias) const {
   at::Tensor y;
-  if (!w.scales.defined()) {
+  if (w.group > 0) {
+    // The packed rows as they are, for any number of rows of x; the padding rows' outputs
+    // dropped.
+    y = Int4Product(x, {w.weight, w.scales, w.group, w.out}, device_.device);
+  } else if (!w.scales.defined()) {
     y = at::matmul(x.to(device_.dtype), w.weight.t()).to(at::kFloat);
   } else if (x.size(0) <= device_.int8_packed_rows) {
     y = at::_weight_int8pack_mm(x.to(at::kFloat).contiguous(), w.weight, w.scales);
@@ -311,7 +390,7 @@ at::Tensor DeviceStepModel::Experts(const DeviceLayer& layer, const at::Tensor& 
     return b.defined() ? y.add_(b.index_select(0, pair_experts)) : y;
   };
   at::Tensor down;
-  if (!layer.experts_gate_up.scales.defined() && grouped_experts_.load()) {
+  if (!Quantised(layer) && grouped_experts_.load()) {
     try {
       const at::Tensor ends = counts.cumsum(0).to(at::kInt);
       const auto grouped = [&](const at::Tensor& a, const Matrix& w) {

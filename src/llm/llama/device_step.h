@@ -1,7 +1,8 @@
 // The decoder's step over ATen operations, for any device ATen has kernels for: the executor the
 // same scheduler, block pool, prefix cache and sampling run on a GPU. Its weights are dense
-// matrices in the device's compute dtype (a GGUF file's blocks dequantised at load), or int8 rows
-// with a scale each (DeviceOptions::int8_weights), its paged KV cache a pair of tensors per layer
+// matrices in the device's compute dtype (a GGUF file's blocks dequantised at load), int8 rows
+// with a scale each (DeviceOptions::int8_weights) or int4 groups with a scale and offset each
+// (DeviceOptions::int4_weights), its paged KV cache a pair of tensors per layer
 // on the device ([blocks x block_size, KV heads, head_dim]), written at each token's cache row
 // (step_batch.h) and read through each sequence's block table.
 // A step's attention runs in padded, masked batches ([sequences, queries, positions]): its
@@ -47,7 +48,30 @@ struct DeviceOptions {
   // converts them to dtype for the device's matrix units and scales its outputs.
   bool int8_weights = false;
   int64_t int8_packed_rows = 16;
+  // Weight-only int4 (asymmetric, as ATen's tinygemm kernels and torchao's int4 weight-only
+  // read it): each row's groups of 128 inputs (64 or 32 where the row's length asks; a matrix
+  // whose inputs are not a multiple of 32 stays in dtype) as 4-bit q in [0, 15] with a scale
+  // (max - min) / 15 and an offset, w = (q - 8) scale + (min + 8 scale): a quarter of bf16's
+  // bytes. Every product reads the packed rows as they are: on CUDA ATen's _weight_int4pack_mm
+  // (bf16 activations, tensor cores on sm80+), on the CPU its _weight_int4pack_mm_for_cpu (fp32).
+  // Outputs are padded to a multiple of 16 rows (the packings' tile), the padding dropped after
+  // each product. Devices other than CUDA and the CPU are refused at load.
+  bool int4_weights = false;
 };
+
+// A weight matrix in DeviceOptions::int4_weights' layout: `packed` the device's packing of its
+// rows (one per matrix, stacked for a mixture's experts), `scales` its groups' scales and offsets
+// ([in / group, out padded to 16, 2], stacked), `out` its rows before padding. `group` 0: its rows'
+// length is not a multiple of 32, and it was not packed.
+struct Int4Packed {
+  at::Tensor packed, scales;
+  int64_t group = 0, out = 0;
+};
+// `dense` (fp32 [out, in] or stacked [experts, out, in], on the CPU) as int4 for `device`
+// (CUDA or the CPU), its scales and offsets in `scale_type` (the kernel's activations' dtype).
+Int4Packed PackInt4(const at::Tensor& dense, const at::Device& device, at::ScalarType scale_type);
+// x [rows, in] -> [rows, out] fp32 through one (unstacked) int4 matrix on `device`.
+at::Tensor Int4Product(const at::Tensor& x, const Int4Packed& w, const at::Device& device);
 
 class DeviceStepModel final : public StepModel {
  public:
@@ -85,11 +109,15 @@ class DeviceStepModel final : public StepModel {
   };
   AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
   // A weight matrix [out, in] on the device (a mixture's experts stacked: [experts, out, in]):
-  // dtype, or int8 with `scales` (fp32 [out], [experts, out]).
+  // dtype, or int8 with `scales` (fp32 [out], [experts, out]), or int4 (group > 0): `weight` in
+  // the device's packed layout (one per expert, stacked), `scales` its scales and offsets
+  // ([in / group, padded out, 2], stacked), `out` the rows before padding.
   struct Matrix {
     at::Tensor weight, scales;
+    int64_t group = 0, out = 0;
     Matrix Select(int64_t expert) const {
-      return {weight.select(0, expert), scales.defined() ? scales.select(0, expert) : scales};
+      return {weight.select(0, expert), scales.defined() ? scales.select(0, expert) : scales, group,
+              out};
     }
   };
   struct DeviceLayer {
@@ -116,10 +144,14 @@ class DeviceStepModel final : public StepModel {
   // A mixture of experts' feed-forward of `x` ([rows, hidden] fp32): each row's top experts by
   // the router's softmax (renormalised where the model says). The (row, expert) pairs sorted by
   // expert go through one grouped product per matrix (ATen's _grouped_mm: every expert's rows in
-  // one kernel, its group bounds computed on the device, nothing read back to the host); int8
-  // experts, or a device whose grouped product fails, take each expert's rows as one product
+  // one kernel, its group bounds computed on the device, nothing read back to the host); int8 or
+  // int4 experts, or a device whose grouped product fails, take each expert's rows as one product
   // (their counts read back once a layer).
   at::Tensor Experts(const DeviceLayer& layer, const at::Tensor& x) const;
+  // Whether the layer's experts are int8 or int4 (no grouped product reads them).
+  static bool Quantised(const DeviceLayer& layer) {
+    return layer.experts_gate_up.scales.defined() || layer.experts_down.scales.defined();
+  }
   // x [rows, in] fp32 -> [rows, out] fp32 through `w` and `bias`.
   at::Tensor Product(const at::Tensor& x, const Matrix& w, const at::Tensor& bias) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -145,6 +177,7 @@ class DeviceStepModel final : public StepModel {
   // Cleared when the device refused a grouped product (a dtype or GPU it lacks a kernel for).
   mutable std::atomic<bool> grouped_experts_{true};
   int blocks_ = 0;
+  int int4_dense_ = 0;  // int4 weights: matrices left in dtype (rows not a multiple of 32).
   int64_t kv_cache_bytes_ = 0, weight_bytes_ = 0;
 };
 
