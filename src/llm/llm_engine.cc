@@ -482,15 +482,28 @@ void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>
   }
 }
 
+void LlmEngine::MarkGreedy(StepPlan& plan) const {
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const Sequence& seq = *sequences_.at(plan.ids[i]);
+    const SamplingParams& s = seq.request.sampling;
+    // As Sampler::Next picks with these parameters: the first largest logit.
+    const bool greedy = (s.temperature <= 0.0 || s.top_k == 1) && s.repetition_penalty == 1.0 &&
+                        s.frequency_penalty == 0.0 && s.presence_penalty == 0.0;
+    plan.chunks[i].greedy =
+        !plan.samples[i] || (greedy && seq.matcher == nullptr && seq.request.top_logprobs < 0);
+  }
+}
+
 Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
   logits_.clear();
+  picked_.clear();
   const Clock::time_point start = clock_.Now();
   // Blocks from the disk tier first: a copy this step may read one.
   for (const auto& [block, data] : plan.loads) {
     SLUICE_RETURN_IF_ERROR(model_->WriteKvBlock(block, *data));
   }
   if (!plan.copies.empty()) SLUICE_RETURN_IF_ERROR(model_->CopyBlocks(plan.copies));
-  SLUICE_RETURN_IF_ERROR(model_->Run(plan.chunks, &logits_));
+  SLUICE_RETURN_IF_ERROR(model_->RunPicking(plan.chunks, &logits_, &picked_));
   {
     MutexLock lock(mu_);
     step_seconds_ = 0.9 * step_seconds_ + 0.1 * SecondsBetween(start, clock_.Now());
@@ -501,25 +514,38 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
   }
   const int vocab = model_->architecture().vocab_size;
   tokens->assign(plan.chunks.size(), {});
-  size_t row = 0;
+  const bool picks = model_->picks_greedy();
+  size_t row = 0, pick = 0;  // Logits rows and picked tokens taken so far.
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const std::vector<int32_t>& input = plan.chunks[i].tokens;
+    const auto rows = static_cast<size_t>(plan.rows[i]);
+    // The model picked this chunk's tokens itself (StepModel::RunPicking): no logits for it.
+    const bool picked = picks && plan.chunks[i].greedy;
+    if (picked && pick + rows > picked_.size()) {
+      return Status::Internal(
+          fmt::format("the model picked {} tokens; the step needs more", picked_.size()));
+    }
     if (plan.samples[i]) {
       Sequence& seq = *sequences_.at(plan.ids[i]);
       const int top_logprobs = seq.request.top_logprobs;
       // Row j follows input[j]: its token is what plain decoding would have sampled there, so a
       // draft (input[j + 1]) is kept while it equals it, and the first that differs is replaced.
-      for (size_t j = 0; j < static_cast<size_t>(plan.rows[i]); ++j) {
-        float* logits = logits_.data() + (row + j) * vocab;
-        // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.
-        if (top_logprobs >= 0) raw_row_.assign(logits, logits + vocab);
-        // Drafts need no rollback: the matcher follows each sampled token, and a row is only
-        // sampled while the tokens before it were the ones sampled.
-        if (seq.matcher != nullptr) seq.matcher->Mask(logits, vocab);
-        const int32_t token = seq.sampler->Next(logits, vocab);
-        if (seq.matcher != nullptr && !seq.matcher->Accept(token)) seq.grammar_failed = true;
-        if (top_logprobs >= 0) {
-          seq.logprobs.push_back(LogProbabilities(raw_row_.data(), vocab, token, top_logprobs));
+      for (size_t j = 0; j < rows; ++j) {
+        int32_t token = 0;
+        if (picked) {
+          token = picked_[pick + j];
+        } else {
+          float* logits = logits_.data() + (row + j) * vocab;
+          // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.
+          if (top_logprobs >= 0) raw_row_.assign(logits, logits + vocab);
+          // Drafts need no rollback: the matcher follows each sampled token, and a row is only
+          // sampled while the tokens before it were the ones sampled.
+          if (seq.matcher != nullptr) seq.matcher->Mask(logits, vocab);
+          token = seq.sampler->Next(logits, vocab);
+          if (seq.matcher != nullptr && !seq.matcher->Accept(token)) seq.grammar_failed = true;
+          if (top_logprobs >= 0) {
+            seq.logprobs.push_back(LogProbabilities(raw_row_.data(), vocab, token, top_logprobs));
+          }
         }
         (*tokens)[i].push_back(token);
         if (j + 1 >= input.size() || token != input[j + 1]) break;
@@ -529,7 +555,7 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
         accepted_draft_tokens_.fetch_add(static_cast<int64_t>((*tokens)[i].size()) - 1);
       }
     }
-    row += static_cast<size_t>(plan.rows[i]);
+    (picked ? pick : row) += rows;
   }
   return Status::Ok();
 }
@@ -581,6 +607,7 @@ void LlmEngine::Loop() {
     PublishCounts();
     if (plan.empty()) continue;
     if (config_.max_loras > 0) GroupByAdapter(plan);
+    if (model_->picks_greedy() && config_.pooling == Pooling::kNone) MarkGreedy(plan);
 
     const Status status = RunStep(plan, &tokens);
     const Clock::time_point now = clock_.Now();

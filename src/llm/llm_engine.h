@@ -191,6 +191,10 @@ class LlmEngine {
   void WriteThrough();
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
+  // Marks the chunks whose rows the model may pick greedily itself (StepModel::picks_greedy):
+  // plain greedy sequences (no penalties, grammar or log-probabilities) and prompt chunks whose
+  // logits are not sampled.
+  void MarkGreedy(StepPlan& plan) const;
 
   // Destroyed last: gives back to the system what the engine and its threads freed (glibc keeps
   // free pages inside its arenas resident; a model reloaded under traffic left its predecessors'
@@ -227,7 +231,8 @@ class LlmEngine {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
   std::shared_ptr<KvDiskStore> disk_in_use_;  // kv_disk_ as the loop last took it.
   std::vector<float> logits_;
-  std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.
+  std::vector<int32_t> picked_;  // Tokens the model picked for greedy chunks (RunPicking).
+  std::vector<float> raw_row_;   // A row of logits before sampling, for log-probabilities.
 
   static constexpr int64_t kNoKeepAlive = INT64_MIN;
   std::atomic<int64_t> keep_alive_ms_{kNoKeepAlive};

@@ -30,6 +30,10 @@ struct SequenceChunk {
   // The sequence's prompt length, for what a model chooses by it (LongRoPE's factors); 0: the
   // prompt ends with this chunk (start + tokens).
   int prompt_length = 0;
+  // Its rows' tokens are their logits' first largest (plain greedy decoding), or not wanted (a
+  // prompt chunk before the prompt's last): a model that picks_greedy() picks them where the
+  // logits are and hands back the tokens alone (RunPicking).
+  bool greedy = false;
 };
 
 // Thread-compatible: one step at a time, from one thread (the scheduler's loop).
@@ -65,6 +69,15 @@ class StepModel {
   // embedding model (LlmServeConfig::pooling set) appends rows of hidden_size floats instead:
   // the hidden states after the final norm.
   virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
+  // Whether RunPicking picks greedy chunks' tokens itself (a GPU's step: a row's token crosses
+  // to the host, not its vocab_size logits).
+  virtual bool picks_greedy() const { return false; }
+  // Run, except that where picks_greedy() a chunk marked `greedy` appends no logits: its rows'
+  // tokens (each row's first largest logit) are appended to `picked` instead, in order.
+  virtual Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
+                            std::vector<int32_t>* picked) {
+    return Run(chunks, logits);
+  }
 
   // Bytes of weights read per decode step (for the bandwidth roofline in reports).
   virtual int64_t weight_bytes() const = 0;

@@ -490,6 +490,11 @@ Status DeviceStepModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>
 }
 
 Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
+  return RunPicking(chunks, logits, nullptr);
+}
+
+Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
+                                   std::vector<float>* logits, std::vector<int32_t>* picked) {
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
   auto assembled =
@@ -629,6 +634,23 @@ Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vecto
     at::Tensor rows = serve_.pooling != Pooling::kNone ? last : Product(last, lm_head_, {});
     if (serve_.pooling == Pooling::kNone && a.final_logit_softcap > 0) {
       rows = at::tanh(rows / a.final_logit_softcap) * a.final_logit_softcap;
+    }
+    if (picked != nullptr && serve_.pooling == Pooling::kNone) {
+      // Greedy chunks' rows picked here (the first largest, as the host's sampler picks), the
+      // others' logits copied out.
+      std::vector<int64_t> pick, keep;
+      int64_t row = 0;
+      for (const SequenceChunk& chunk : chunks) {
+        const auto n = static_cast<int64_t>(chunk.all_logits ? chunk.tokens.size() : 1);
+        for (int64_t j = 0; j < n; ++j, ++row) (chunk.greedy ? pick : keep).push_back(row);
+      }
+      if (!pick.empty()) {
+        const at::Tensor tokens =
+            rows.index_select(0, on(pick)).argmax(-1).to(at::kInt).to(at::kCPU).contiguous();
+        const int32_t* t = tokens.data_ptr<int32_t>();
+        picked->insert(picked->end(), t, t + tokens.numel());
+        rows = rows.index_select(0, on(keep));
+      }
     }
     rows = rows.to(at::kCPU).contiguous();
     const float* p = rows.data_ptr<float>();

@@ -96,6 +96,11 @@ class DeviceStepModel final : public StepModel {
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
   Status CanApplyLora() const override { return Status::Ok(); }
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
+  // A generating model's greedy rows are picked on the device (at::argmax), and only their
+  // tokens copied to the host.
+  bool picks_greedy() const override { return serve_.pooling == Pooling::kNone; }
+  Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
+                    std::vector<int32_t>* picked) override;
 
  private:
   // A padded batch of a step's sequences for attention: [sequences, queries] queries over

@@ -435,20 +435,54 @@ TEST(DeviceStepLoadTest, CopiedBlocksContinueAsTheOriginal) {
   EXPECT_FALSE(model.CopyBlocks({{4, 1000}}).ok());
 }
 
+// A model that forwards to another and counts the tokens it picked (RunPicking).
+class CountingPicks final : public StepModel {
+ public:
+  CountingPicks(std::unique_ptr<StepModel> model, std::atomic<int64_t>* picked)
+      : model_(std::move(model)), picked_(picked) {}
+  const ModelArchitecture& architecture() const override { return model_->architecture(); }
+  int slots() const override { return model_->slots(); }
+  int context_length() const override { return model_->context_length(); }
+  int kv_block_size() const override { return model_->kv_block_size(); }
+  int kv_blocks() const override { return model_->kv_blocks(); }
+  Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override {
+    return model_->CopyBlocks(copies);
+  }
+  Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override {
+    return model_->Run(chunks, logits);
+  }
+  bool picks_greedy() const override { return model_->picks_greedy(); }
+  Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
+                    std::vector<int32_t>* picked) override {
+    const size_t before = picked->size();
+    Status status = model_->RunPicking(chunks, logits, picked);
+    *picked_ += static_cast<int64_t>(picked->size() - before);
+    return status;
+  }
+  int64_t weight_bytes() const override { return model_->weight_bytes(); }
+
+ private:
+  std::unique_ptr<StepModel> model_;
+  std::atomic<int64_t>* picked_;
+};
+
 // The generation loop on the device step (CPU tensors), as on a GPU: eight greedy requests at
-// once, some sharing a prompt's blocks through the prefix cache, give the CPU decoder's texts.
+// once, some sharing a prompt's blocks through the prefix cache, give the CPU decoder's texts;
+// the device step picks the plain greedy ones' tokens itself.
 TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
   ModelLoadOptions options = Options("tiny_llm");
   options.serve.slots = 8;
   options.serve.context_length = 256;
   options.serve.kv_block_size = 16;
+  std::atomic<int64_t> picked{0};
   auto texts = [&](bool device) {
     auto model = device ? llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat})
                         : LoadLlamaModel(options);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     auto tokenizer = Tokenizer::Load(options.dir);
     EXPECT_TRUE(tokenizer.ok());
-    LlmEngine engine(std::move(*model), std::move(*tokenizer), nullptr, options.serve);
+    LlmEngine engine(std::make_unique<CountingPicks>(std::move(*model), &picked),
+                     std::move(*tokenizer), nullptr, options.serve);
     const std::string shared = "serving models batch latency token cache prefill decode ";
     std::vector<std::string> prompts;
     for (int i = 0; i < 8; ++i) {
@@ -468,6 +502,8 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
       r.max_tokens = 24;
       r.sampling.temperature = 0;
       r.ignore_eos = true;
+      // Greedy too, but its log-probabilities need the logits: the host picks its tokens.
+      if (i == 3) r.top_logprobs = 2;
       EXPECT_TRUE(engine
                       .Submit(std::move(r),
                               [&, i](const GenerationEvent& event) {
@@ -488,11 +524,50 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
     return out;
   };
   const auto want = texts(false);
+  EXPECT_EQ(picked.load(), 0);  // The CPU decoder hands back logits.
   const auto got = texts(true);
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(got[i].size(), 24u) << i;
     EXPECT_EQ(got[i], want[i]) << "request " << i;
   }
+  // The device step picked the greedy requests' tokens (seven of eight: 7 x 24 at least, each
+  // prompt's last chunk included), the eighth's came from its logits.
+  EXPECT_GE(picked.load(), 7 * 24);
+}
+
+// RunPicking on the device step: greedy chunks (a decode, a draft chunk's every row, a prompt
+// chunk whose logits are not wanted) hand back each row's first largest logit, as the host's
+// sampler picks it from Run's logits of the same step, and the other chunks' logits alone, as
+// Run gives them.
+TEST(DeviceStepPickTest, GreedyChunksHandBackTheirRowsArgmaxAndTheRestTheirLogits) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 4;
+  auto model = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_TRUE((*model)->picks_greedy());
+  const int vocab = (*model)->architecture().vocab_size;
+  std::vector<SequenceChunk> chunks = {
+      SequenceChunk{0, 0, {5, 6, 7, 8}, false, {0}},         // Greedy.
+      SequenceChunk{1, 0, {9, 10, 11}, false, {1}},          // Sampled: its logits.
+      SequenceChunk{2, 0, {12, 13, 14, 15, 16}, true, {2}},  // Greedy, with drafts.
+      SequenceChunk{3, 0, {17, 18}, true, {3}}};             // Sampled, every row.
+  chunks[0].greedy = chunks[2].greedy = true;
+  std::vector<float> all, kept;
+  const Status ran = (*model)->Run(chunks, &all);  // Run ignores the marks.
+  ASSERT_TRUE(ran.ok()) << ran.ToString();
+  ASSERT_EQ(all.size(), static_cast<size_t>((1 + 1 + 5 + 2) * vocab));
+  std::vector<int32_t> picked;
+  ASSERT_TRUE((*model)->RunPicking(chunks, &kept, &picked).ok());
+  // Greedy rows: chunk 0's one, chunk 2's five (rows 2-6 of Run's).
+  std::vector<int32_t> want_picked;
+  for (const int r : {0, 2, 3, 4, 5, 6}) {
+    const float* row = all.data() + static_cast<size_t>(r) * vocab;
+    want_picked.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+  }
+  EXPECT_EQ(picked, want_picked);
+  std::vector<float> want_kept(all.begin() + vocab, all.begin() + 2 * vocab);
+  want_kept.insert(want_kept.end(), all.begin() + 7 * vocab, all.end());
+  EXPECT_EQ(kept, want_kept);
 }
 
 TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
