@@ -482,15 +482,25 @@ void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>
   }
 }
 
-void LlmEngine::MarkGreedy(StepPlan& plan) const {
+void LlmEngine::MarkPicks(StepPlan& plan) {
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    TokenPick& pick = plan.chunks[i].pick;
+    pick = TokenPick{};
+    if (!plan.samples[i]) {
+      pick.kind = TokenPick::kGreedy;  // Nobody reads its token.
+      continue;
+    }
     const Sequence& seq = *sequences_.at(plan.ids[i]);
     const SamplingParams& s = seq.request.sampling;
-    // As Sampler::Next picks with these parameters: the first largest logit.
-    const bool greedy = (s.temperature <= 0.0 || s.top_k == 1) && s.repetition_penalty == 1.0 &&
-                        s.frequency_penalty == 0.0 && s.presence_penalty == 0.0;
-    plan.chunks[i].greedy =
-        !plan.samples[i] || (greedy && seq.matcher == nullptr && seq.request.top_logprobs < 0);
+    if (s.repetition_penalty != 1.0 || s.frequency_penalty != 0.0 || s.presence_penalty != 0.0 ||
+        seq.matcher != nullptr || seq.request.top_logprobs >= 0) {
+      continue;  // The host's sampler: the counts, the grammar or the raw logits it needs.
+    }
+    if (s.temperature <= 0.0 || s.top_k == 1) {  // As Sampler::Next picks: the first largest.
+      pick.kind = TokenPick::kGreedy;
+    } else if (plan.rows[i] == 1) {  // Drafts' rows take draws only as they are kept: the host.
+      pick = {TokenPick::kSample, s.temperature, s.top_k, s.top_p, seq.sampler->Draw()};
+    }
   }
 }
 
@@ -514,13 +524,13 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
   }
   const int vocab = model_->architecture().vocab_size;
   tokens->assign(plan.chunks.size(), {});
-  const bool picks = model_->picks_greedy();
+  const bool picks = model_->picks_tokens();
   size_t row = 0, pick = 0;  // Logits rows and picked tokens taken so far.
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const std::vector<int32_t>& input = plan.chunks[i].tokens;
     const auto rows = static_cast<size_t>(plan.rows[i]);
     // The model picked this chunk's tokens itself (StepModel::RunPicking): no logits for it.
-    const bool picked = picks && plan.chunks[i].greedy;
+    const bool picked = picks && plan.chunks[i].pick.kind != TokenPick::kHost;
     if (picked && pick + rows > picked_.size()) {
       return Status::Internal(
           fmt::format("the model picked {} tokens; the step needs more", picked_.size()));
@@ -607,7 +617,7 @@ void LlmEngine::Loop() {
     PublishCounts();
     if (plan.empty()) continue;
     if (config_.max_loras > 0) GroupByAdapter(plan);
-    if (model_->picks_greedy() && config_.pooling == Pooling::kNone) MarkGreedy(plan);
+    if (model_->picks_tokens() && config_.pooling == Pooling::kNone) MarkPicks(plan);
 
     const Status status = RunStep(plan, &tokens);
     const Clock::time_point now = clock_.Now();

@@ -191,10 +191,11 @@ class LlmEngine {
   void WriteThrough();
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
-  // Marks the chunks whose rows the model may pick greedily itself (StepModel::picks_greedy):
-  // plain greedy sequences (no penalties, grammar or log-probabilities) and prompt chunks whose
-  // logits are not sampled.
-  void MarkGreedy(StepPlan& plan) const;
+  // Sets how the model picks each chunk's tokens where it picks them itself
+  // (StepModel::picks_tokens): greedy or sampled without penalties, grammar or log-probabilities
+  // (sampled: one row, its draw from the sequence's generator), greedy for prompt chunks whose
+  // logits are not sampled; the rest on the host.
+  void MarkPicks(StepPlan& plan);
 
   // Destroyed last: gives back to the system what the engine and its threads freed (glibc keeps
   // free pages inside its arenas resident; a model reloaded under traffic left its predecessors'

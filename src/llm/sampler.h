@@ -41,6 +41,10 @@ class Sampler {
   Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
   // Chooses a token from `logits` (vocab floats, modified in place) and records it.
   int32_t Next(float* logits, int vocab);
+  // The draw in [0, 1) that Next would scale by the kept mass for a sampled token, taken from the
+  // same generator: for a model that samples where the logits are (TokenPick::kSample), so a
+  // seed gives the same tokens there (with no penalties, whose counts this does not record).
+  double Draw() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
  private:
   SamplingParams params_;

@@ -15,6 +15,20 @@
 
 namespace sluice::llm {
 
+// How a model that picks tokens itself (StepModel::picks_tokens) picks a chunk's rows' tokens:
+// on the host from the logits (kHost: the logits are handed back), the first largest logit
+// (kGreedy; also a prompt chunk whose logits nobody samples), or drawn as Sampler::Next draws
+// without penalties (kSample: the logits over `temperature`, the `top_k` largest and the
+// smallest set with `top_p` of the probability kept, ties by id, in id order where neither cuts;
+// `draw`, in [0, 1), of the kept mass picks the token).
+struct TokenPick {
+  enum Kind { kHost, kGreedy, kSample } kind = kHost;
+  double temperature = 1.0;
+  int top_k = 0;
+  double top_p = 1.0;
+  double draw = 0.0;
+};
+
 // A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled
 // (decode), with drafts to verify. The tokens take cache positions [start, start + tokens.size())
 // of the sequence; positions below `start` already hold its keys and values. Position p lives in
@@ -30,10 +44,8 @@ struct SequenceChunk {
   // The sequence's prompt length, for what a model chooses by it (LongRoPE's factors); 0: the
   // prompt ends with this chunk (start + tokens).
   int prompt_length = 0;
-  // Its rows' tokens are their logits' first largest (plain greedy decoding), or not wanted (a
-  // prompt chunk before the prompt's last): a model that picks_greedy() picks them where the
-  // logits are and hands back the tokens alone (RunPicking).
-  bool greedy = false;
+  // Where a model that picks_tokens() picks its rows' tokens (RunPicking).
+  TokenPick pick;
 };
 
 // Thread-compatible: one step at a time, from one thread (the scheduler's loop).
@@ -69,11 +81,11 @@ class StepModel {
   // embedding model (LlmServeConfig::pooling set) appends rows of hidden_size floats instead:
   // the hidden states after the final norm.
   virtual Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) = 0;
-  // Whether RunPicking picks greedy chunks' tokens itself (a GPU's step: a row's token crosses
-  // to the host, not its vocab_size logits).
-  virtual bool picks_greedy() const { return false; }
-  // Run, except that where picks_greedy() a chunk marked `greedy` appends no logits: its rows'
-  // tokens (each row's first largest logit) are appended to `picked` instead, in order.
+  // Whether RunPicking picks tokens itself (a GPU's step: a row's token crosses to the host, not
+  // its vocab_size logits).
+  virtual bool picks_tokens() const { return false; }
+  // Run, except that where picks_tokens() a chunk whose `pick` is not kHost appends no logits:
+  // its rows' tokens are appended to `picked` instead, in order.
   virtual Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
                             std::vector<int32_t>* picked) {
     return Run(chunks, logits);

@@ -364,6 +364,46 @@ at::Tensor DeviceStepModel::Product(const at::Tensor& x, const Matrix& w,
   return bias.defined() ? y.add_(bias) : y;
 }
 
+at::Tensor DeviceStepModel::Sample(const at::Tensor& logits,
+                                   const std::vector<const TokenPick*>& picks) const {
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  std::vector<float> inverse;
+  std::vector<int64_t> top_k, sorts;
+  std::vector<double> top_p, draw;
+  for (const TokenPick* p : picks) {
+    inverse.push_back(static_cast<float>(1.0 / p->temperature));
+    const int64_t k = p->top_k > 0 && p->top_k < vocab ? p->top_k : vocab;
+    top_k.push_back(k);
+    sorts.push_back(k < vocab || p->top_p < 1.0);
+    top_p.push_back(p->top_p);
+    draw.push_back(p->draw);
+  }
+  const at::Device dev = logits.device();
+  const auto column = [&](const at::Tensor& t) { return t.to(dev).unsqueeze(1); };
+  const at::Tensor scaled = logits * column(at::tensor(inverse));
+  // Each row's candidates: by logit, highest first, where top-k or top-p cuts; else in id order.
+  const auto [sorted_values, sorted_ids] = scaled.sort(/*stable=*/true, -1, /*descending=*/true);
+  const at::Tensor sorted = column(at::tensor(sorts)).to(at::kBool);
+  const at::Tensor positions = at::arange(vocab, logits.options().dtype(at::kLong)).unsqueeze(0);
+  const at::Tensor order = at::where(sorted, sorted_ids, positions.expand({rows, vocab}));
+  const at::Tensor values = at::where(sorted, sorted_values, scaled);
+  at::Tensor probs = (values - scaled.amax(-1, /*keepdim=*/true)).to(at::kDouble).exp() *
+                     (positions < column(at::tensor(top_k)));
+  // Top-p: up to the first candidate at which the running share reaches it.
+  const at::Tensor p = column(at::tensor(top_p));
+  const at::Tensor reached =
+      ((probs / probs.sum(-1, /*keepdim=*/true)).cumsum(-1) >= p).logical_and(p < 1.0);
+  const at::Tensor cut = at::where(reached.any(-1, /*keepdim=*/true),
+                                   reached.to(at::kInt).argmax(-1, /*keepdim=*/true) + 1,
+                                   at::full({rows, 1}, vocab, positions.options()));
+  probs = probs * (positions < cut);
+  const at::Tensor running = probs.cumsum(-1);
+  const at::Tensor target = column(at::tensor(draw)) * running.narrow(-1, vocab - 1, 1);
+  // The first candidate whose running sum passes the target (the last kept one at worst).
+  const at::Tensor index = at::minimum((running <= target).sum(-1, /*keepdim=*/true), cut - 1);
+  return order.gather(1, index).squeeze(1);
+}
+
 // weight * x / sqrt(mean(x^2) + eps) over the last dimension, in fp32.
 at::Tensor DeviceStepModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
   at::Tensor inverse = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
@@ -636,19 +676,42 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
       rows = at::tanh(rows / a.final_logit_softcap) * a.final_logit_softcap;
     }
     if (picked != nullptr && serve_.pooling == Pooling::kNone) {
-      // Greedy chunks' rows picked here (the first largest, as the host's sampler picks), the
-      // others' logits copied out.
-      std::vector<int64_t> pick, keep;
+      // Picked rows' tokens made here, the host's rows' logits copied out.
+      std::vector<int64_t> greedy, sampled, keep, order;  // order: each picked row's kind.
+      std::vector<const TokenPick*> picks;
       int64_t row = 0;
       for (const SequenceChunk& chunk : chunks) {
         const auto n = static_cast<int64_t>(chunk.all_logits ? chunk.tokens.size() : 1);
-        for (int64_t j = 0; j < n; ++j, ++row) (chunk.greedy ? pick : keep).push_back(row);
+        for (int64_t j = 0; j < n; ++j, ++row) {
+          switch (chunk.pick.kind) {
+            case TokenPick::kHost:
+              keep.push_back(row);
+              break;
+            case TokenPick::kGreedy:
+              order.push_back(0);
+              greedy.push_back(row);
+              break;
+            case TokenPick::kSample:
+              order.push_back(1);
+              sampled.push_back(row);
+              picks.push_back(&chunk.pick);
+              break;
+          }
+        }
       }
-      if (!pick.empty()) {
-        const at::Tensor tokens =
-            rows.index_select(0, on(pick)).argmax(-1).to(at::kInt).to(at::kCPU).contiguous();
-        const int32_t* t = tokens.data_ptr<int32_t>();
-        picked->insert(picked->end(), t, t + tokens.numel());
+      if (!order.empty()) {
+        at::Tensor tokens = at::empty({static_cast<int64_t>(order.size())},
+                                      at::TensorOptions().dtype(at::kLong).device(rows.device()));
+        const at::Tensor kinds = on(order);
+        if (!greedy.empty()) {
+          tokens.masked_scatter_(kinds == 0, rows.index_select(0, on(greedy)).argmax(-1));
+        }
+        if (!sampled.empty()) {
+          tokens.masked_scatter_(kinds == 1, Sample(rows.index_select(0, on(sampled)), picks));
+        }
+        const at::Tensor host = tokens.to(at::kInt).to(at::kCPU).contiguous();
+        const int32_t* t = host.data_ptr<int32_t>();
+        picked->insert(picked->end(), t, t + host.numel());
         rows = rows.index_select(0, on(keep));
       }
     }

@@ -96,9 +96,9 @@ class DeviceStepModel final : public StepModel {
   Status CopyBlocks(const std::vector<std::pair<int32_t, int32_t>>& copies) override;
   Status CanApplyLora() const override { return Status::Ok(); }
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override;
-  // A generating model's greedy rows are picked on the device (at::argmax), and only their
-  // tokens copied to the host.
-  bool picks_greedy() const override { return serve_.pooling == Pooling::kNone; }
+  // A generating model's greedy and sampled rows (TokenPick) are picked on the device, and only
+  // their tokens copied to the host.
+  bool picks_tokens() const override { return serve_.pooling == Pooling::kNone; }
   Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
                     std::vector<int32_t>* picked) override;
 
@@ -160,6 +160,11 @@ class DeviceStepModel final : public StepModel {
   // x [rows, in] fp32 -> [rows, out] fp32 through `w` and `bias`.
   at::Tensor Product(const at::Tensor& x, const Matrix& w, const at::Tensor& bias) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
+  // The tokens (int64 [rows]) of `logits`' rows ([rows, vocab] fp32), each drawn as
+  // Sampler::Next draws with its pick's parameters and draw (TokenPick::kSample): the logits
+  // times 1 / temperature in fp32, sorted (stable: ties by id) where top-k or top-p cuts, the
+  // probabilities in fp64, the draw times the kept mass against their running sum.
+  at::Tensor Sample(const at::Tensor& logits, const std::vector<const TokenPick*>& picks) const;
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   bool IsLocal(int layer) const {

@@ -15,12 +15,14 @@
 #include <future>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "llm/files/safetensors.h"
 #include "llm/llm_engine.h"
 #include "llm/lora.h"
+#include "llm/sampler.h"
 #include "llm/step_model.h"
 #include "llm/text/tokenizer.h"
 
@@ -451,7 +453,8 @@ class CountingPicks final : public StepModel {
   Status Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) override {
     return model_->Run(chunks, logits);
   }
-  bool picks_greedy() const override { return model_->picks_greedy(); }
+  bool picks_tokens() const override { return picks_ && model_->picks_tokens(); }
+  void set_picks(bool picks) { picks_ = picks; }
   Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
                     std::vector<int32_t>* picked) override {
     const size_t before = picked->size();
@@ -464,7 +467,30 @@ class CountingPicks final : public StepModel {
  private:
   std::unique_ptr<StepModel> model_;
   std::atomic<int64_t>* picked_;
+  bool picks_ = true;
 };
+
+// Submits `r` to `engine`; the future holds its generated tokens once it ends, and `cached`
+// (where given) gains its prompt tokens the prefix cache held.
+std::future<std::vector<int32_t>> Generate(LlmEngine& engine, GenerationRequest r,
+                                           std::atomic<int>* cached = nullptr) {
+  auto done = std::make_shared<std::promise<std::vector<int32_t>>>();
+  auto tokens = std::make_shared<std::vector<int32_t>>();
+  std::future<std::vector<int32_t>> result = done->get_future();
+  EXPECT_TRUE(engine
+                  .Submit(std::move(r),
+                          [done, tokens, cached](const GenerationEvent& event) {
+                            if (event.finish == FinishReason::kNone ||
+                                event.finish == FinishReason::kLength) {
+                              tokens->push_back(event.token);
+                            }
+                            if (event.finish == FinishReason::kNone) return;
+                            if (cached != nullptr) *cached += event.cached_prompt_tokens;
+                            done->set_value(*tokens);
+                          })
+                  .ok());
+  return result;
+}
 
 // The generation loop on the device step (CPU tensors), as on a GPU: eight greedy requests at
 // once, some sharing a prompt's blocks through the prefix cache, give the CPU decoder's texts;
@@ -489,10 +515,7 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
       prompts.push_back(i % 2 == 0 ? shared + shared + std::to_string(i)
                                    : "hello " + std::to_string(i));
     }
-    std::vector<std::promise<std::vector<int32_t>>> done(prompts.size());
     std::vector<std::future<std::vector<int32_t>>> results;
-    for (auto& d : done) results.push_back(d.get_future());
-    std::vector<std::vector<int32_t>> tokens(prompts.size());
     std::atomic<int> cached{0};
     for (size_t i = 0; i < prompts.size(); ++i) {
       // The first alone: its prompt's full blocks are cached once it ends, for the others.
@@ -504,19 +527,7 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
       r.ignore_eos = true;
       // Greedy too, but its log-probabilities need the logits: the host picks its tokens.
       if (i == 3) r.top_logprobs = 2;
-      EXPECT_TRUE(engine
-                      .Submit(std::move(r),
-                              [&, i](const GenerationEvent& event) {
-                                if (event.finish == FinishReason::kNone ||
-                                    event.finish == FinishReason::kLength) {
-                                  tokens[i].push_back(event.token);
-                                }
-                                if (event.finish != FinishReason::kNone) {
-                                  cached += event.cached_prompt_tokens;
-                                  done[i].set_value(tokens[i]);
-                                }
-                              })
-                      .ok());
+      results.push_back(Generate(engine, std::move(r), &cached));
     }
     std::vector<std::vector<int32_t>> out;
     for (auto& r : results) out.push_back(r.get());
@@ -544,14 +555,14 @@ TEST(DeviceStepPickTest, GreedyChunksHandBackTheirRowsArgmaxAndTheRestTheirLogit
   options.serve.slots = 4;
   auto model = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  ASSERT_TRUE((*model)->picks_greedy());
+  ASSERT_TRUE((*model)->picks_tokens());
   const int vocab = (*model)->architecture().vocab_size;
   std::vector<SequenceChunk> chunks = {
       SequenceChunk{0, 0, {5, 6, 7, 8}, false, {0}},         // Greedy.
-      SequenceChunk{1, 0, {9, 10, 11}, false, {1}},          // Sampled: its logits.
+      SequenceChunk{1, 0, {9, 10, 11}, false, {1}},          // The host's: its logits.
       SequenceChunk{2, 0, {12, 13, 14, 15, 16}, true, {2}},  // Greedy, with drafts.
-      SequenceChunk{3, 0, {17, 18}, true, {3}}};             // Sampled, every row.
-  chunks[0].greedy = chunks[2].greedy = true;
+      SequenceChunk{3, 0, {17, 18}, true, {3}}};             // The host's, every row.
+  chunks[0].pick.kind = chunks[2].pick.kind = TokenPick::kGreedy;
   std::vector<float> all, kept;
   const Status ran = (*model)->Run(chunks, &all);  // Run ignores the marks.
   ASSERT_TRUE(ran.ok()) << ran.ToString();
@@ -568,6 +579,96 @@ TEST(DeviceStepPickTest, GreedyChunksHandBackTheirRowsArgmaxAndTheRestTheirLogit
   std::vector<float> want_kept(all.begin() + vocab, all.begin() + 2 * vocab);
   want_kept.insert(want_kept.end(), all.begin() + 7 * vocab, all.end());
   EXPECT_EQ(kept, want_kept);
+}
+
+// Sampled picks on the device step: with a draw from a generator seeded as a request's, each
+// row's token is the one the host's Sampler draws from the same row's logits with the same seed
+// (temperature alone, top-k, top-p, both), over 60 seeds; and the draws do move the tokens.
+TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 4;
+  auto model = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const int vocab = (*model)->architecture().vocab_size;
+  std::vector<SequenceChunk> chunks = {
+      SequenceChunk{0, 0, {5, 6, 7}, false, {0}}, SequenceChunk{1, 0, {9, 10}, false, {1}},
+      SequenceChunk{2, 0, {12, 13, 14}, false, {2}}, SequenceChunk{3, 0, {17}, false, {3}}};
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Run(chunks, &logits).ok());
+  const std::vector<SamplingParams> params = {{.temperature = 0.8},
+                                              {.temperature = 1.0, .top_k = 5},
+                                              {.temperature = 0.7, .top_p = 0.9},
+                                              {.temperature = 1.3, .top_k = 20, .top_p = 0.8}};
+  std::vector<std::set<int32_t>> seen(params.size());
+  int same = 0, draws = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    std::vector<int32_t> want;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      SamplingParams p = params[i];
+      p.seed = seed;
+      Sampler host(p, {}), twin(p, {});
+      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      want.push_back(host.Next(row.data(), vocab));
+      chunks[i].pick = {TokenPick::kSample, p.temperature, p.top_k, p.top_p, twin.Draw()};
+    }
+    std::vector<float> none;
+    std::vector<int32_t> picked;
+    ASSERT_TRUE((*model)->RunPicking(chunks, &none, &picked).ok());
+    EXPECT_TRUE(none.empty());
+    ASSERT_EQ(picked.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      same += picked[i] == want[i];
+      ++draws;
+      seen[i].insert(picked[i]);
+    }
+  }
+  EXPECT_EQ(same, draws);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_GE(seen[i].size(), 3u) << "row " << i;
+  EXPECT_LE(seen[1].size(), 5u);  // top_k 5.
+}
+
+// The engine on the device step: sampled requests (seeded; top-k, top-p) drawn on the device
+// give the tokens the host's sampler gives over the same step's logits, and the device drew
+// them (one draw a token from each request's generator either way).
+TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 4;
+  options.serve.context_length = 256;
+  std::atomic<int64_t> picked{0};
+  const auto run = [&](bool picks) {
+    auto model = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    auto counting = std::make_unique<CountingPicks>(std::move(*model), &picked);
+    counting->set_picks(picks);
+    auto tokenizer = Tokenizer::Load(options.dir);
+    EXPECT_TRUE(tokenizer.ok());
+    LlmEngine engine(std::move(counting), std::move(*tokenizer), nullptr, options.serve);
+    const std::vector<SamplingParams> params = {
+        {.temperature = 0.9, .top_p = 0.95, .seed = 11},
+        {.temperature = 1.2, .top_k = 10, .seed = 12},
+        {.temperature = 0.7, .seed = 13},
+        {.temperature = 1.0, .top_k = 40, .top_p = 0.8, .seed = 14}};
+    std::vector<std::future<std::vector<int32_t>>> results;
+    for (size_t i = 0; i < params.size(); ++i) {
+      GenerationRequest r;
+      r.prompt = engine.tokenizer().Encode("sampling on the device " + std::to_string(i));
+      r.max_tokens = 16;
+      r.sampling = params[i];
+      r.ignore_eos = true;
+      results.push_back(Generate(engine, std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& f : results) out.push_back(f.get());
+    return out;
+  };
+  const auto on_host = run(false);
+  EXPECT_EQ(picked.load(), 0);
+  const auto on_device = run(true);
+  EXPECT_GE(picked.load(), 4 * 16);
+  for (size_t i = 0; i < on_host.size(); ++i) {
+    EXPECT_EQ(on_host[i].size(), 16u) << i;
+    EXPECT_EQ(on_device[i], on_host[i]) << "request " << i;
+  }
 }
 
 TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
