@@ -492,14 +492,27 @@ void LlmEngine::MarkPicks(StepPlan& plan) {
     }
     const Sequence& seq = *sequences_.at(plan.ids[i]);
     const SamplingParams& s = seq.request.sampling;
-    if (s.repetition_penalty != 1.0 || s.frequency_penalty != 0.0 || s.presence_penalty != 0.0 ||
-        seq.matcher != nullptr || seq.request.top_logprobs >= 0) {
-      continue;  // The host's sampler: the counts, the grammar or the raw logits it needs.
+    if (seq.matcher != nullptr || seq.request.top_logprobs >= 0) {
+      continue;  // The host's: the grammar's state, or the raw logits.
     }
-    if (s.temperature <= 0.0 || s.top_k == 1) {  // As Sampler::Next picks: the first largest.
+    const bool greedy = s.temperature <= 0.0 || s.top_k == 1;  // Next's first largest.
+    const bool penalties =
+        s.repetition_penalty != 1.0 || s.frequency_penalty != 0.0 || s.presence_penalty != 0.0;
+    // A draft's row takes a draw, or the counts of the rows before it, only once kept: drafts
+    // that sample or are penalised stay on the host.
+    if (plan.rows[i] > 1 && (!greedy || penalties)) continue;
+    if (penalties) {
+      pick.repetition = static_cast<float>(s.repetition_penalty);
+      seq.sampler->PenaltyEdits(&pick.repeated, &pick.counted, &pick.amounts);
+    }
+    if (greedy) {
       pick.kind = TokenPick::kGreedy;
-    } else if (plan.rows[i] == 1) {  // Drafts' rows take draws only as they are kept: the host.
-      pick = {TokenPick::kSample, s.temperature, s.top_k, s.top_p, seq.sampler->Draw()};
+    } else {
+      pick.kind = TokenPick::kSample;
+      pick.temperature = s.temperature;
+      pick.top_k = s.top_k;
+      pick.top_p = s.top_p;
+      pick.draw = seq.sampler->Draw();
     }
   }
 }
@@ -544,6 +557,7 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
         int32_t token = 0;
         if (picked) {
           token = picked_[pick + j];
+          seq.sampler->Record(token);  // The counts its later penalties read.
         } else {
           float* logits = logits_.data() + (row + j) * vocab;
           // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.

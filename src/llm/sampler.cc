@@ -110,16 +110,32 @@ int32_t Sampler::Next(float* logits, int vocab) {
       }
     }
   }
-  ++generated_[chosen];
+  Record(chosen);
+  return chosen;
+}
+
+void Sampler::Record(int32_t token) {
+  ++generated_[token];
   if (params_.repetition_penalty != 1.0) {
-    if (static_cast<size_t>(chosen) >= seen_mask_.size())
-      seen_mask_.resize(static_cast<size_t>(chosen) + 1);
-    if (!seen_mask_[static_cast<size_t>(chosen)]) {
-      seen_mask_[static_cast<size_t>(chosen)] = true;
-      seen_.push_back(chosen);
+    if (static_cast<size_t>(token) >= seen_mask_.size())
+      seen_mask_.resize(static_cast<size_t>(token) + 1);
+    if (!seen_mask_[static_cast<size_t>(token)]) {
+      seen_mask_[static_cast<size_t>(token)] = true;
+      seen_.push_back(token);
     }
   }
-  return chosen;
+}
+
+void Sampler::PenaltyEdits(std::vector<int32_t>* repeated, std::vector<int32_t>* counted,
+                           std::vector<float>* amounts) const {
+  if (params_.repetition_penalty != 1.0) *repeated = seen_;
+  if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
+    for (const auto& [token, count] : generated_) {
+      counted->push_back(token);
+      amounts->push_back(
+          static_cast<float>(count * params_.frequency_penalty + params_.presence_penalty));
+    }
+  }
 }
 
 }  // namespace sluice::llm

@@ -45,6 +45,14 @@ class Sampler {
   // same generator: for a model that samples where the logits are (TokenPick::kSample), so a
   // seed gives the same tokens there (with no penalties, whose counts this does not record).
   double Draw() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+  // The penalties Next applies to a row, as edits: the tokens whose logits are divided by the
+  // repetition penalty (multiplied, where negative), then the tokens less their amounts
+  // (frequency x count + presence), in Next's order and fp32 values. None where none is set.
+  void PenaltyEdits(std::vector<int32_t>* repeated, std::vector<int32_t>* counted,
+                    std::vector<float>* amounts) const;
+  // Records `token` as the next one where another picked it (a model picking on the device), as
+  // Next records its own: the counts and seen tokens later penalties read.
+  void Record(int32_t token);
 
  private:
   SamplingParams params_;

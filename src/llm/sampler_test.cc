@@ -43,6 +43,46 @@ TEST(LogProbabilitiesTest, EqualALogSoftmaxOfTheRawLogits) {
   EXPECT_TRUE(LogProbabilities(logits.data(), vocab, 3, 0).top.empty());
 }
 
+// PenaltyEdits are the edits Next makes to a row: applied to a copy in their order (repeated
+// tokens divided by the penalty, or multiplied where negative; then the counted tokens less
+// their amounts), the copy equals the row Next left, bit for bit, after tokens Record counted
+// as Next would have.
+TEST(SamplerTest, PenaltyEditsAreWhatNextDoesToTheRow) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 3);
+  const int vocab = 300;
+  SamplingParams params;
+  params.temperature = 0.9;
+  params.seed = 3;
+  params.repetition_penalty = 1.3;
+  params.frequency_penalty = 0.4;
+  params.presence_penalty = 0.25;
+  const std::vector<int32_t> prompt = {4, 9, 9, 250, 400};  // 400: past the vocabulary.
+  Sampler sampler(params, prompt), twin(params, prompt);
+  for (const int32_t token : {9, 17, 17, 120}) {
+    sampler.Record(token);
+    twin.Record(token);
+  }
+  std::vector<float> row(vocab);
+  for (float& x : row) x = normal(rng);
+  row[9] = -2.0f;  // A negative repeated logit: multiplied.
+  std::vector<int32_t> repeated, counted;
+  std::vector<float> amounts;
+  twin.PenaltyEdits(&repeated, &counted, &amounts);
+  EXPECT_EQ(repeated.size(), 6u);  // 4, 9, 250, 400 and the generated 17, 120.
+  EXPECT_EQ(counted.size(), 3u);   // 9, 17, 120.
+  std::vector<float> edited = row;
+  for (const int32_t t : repeated) {
+    if (t >= vocab) continue;
+    float& x = edited[static_cast<size_t>(t)];
+    x = x > 0 ? x / 1.3f : x * 1.3f;
+  }
+  for (size_t i = 0; i < counted.size(); ++i) edited[static_cast<size_t>(counted[i])] -= amounts[i];
+  EXPECT_NE(edited, row);
+  sampler.Next(row.data(), vocab);
+  EXPECT_EQ(edited, row);
+}
+
 TEST(LogProbabilitiesTest, GreedyChoosesTheMostLikelyToken) {
   std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f};
   SamplingParams params;

@@ -18,15 +18,20 @@ namespace sluice::llm {
 // How a model that picks tokens itself (StepModel::picks_tokens) picks a chunk's rows' tokens:
 // on the host from the logits (kHost: the logits are handed back), the first largest logit
 // (kGreedy; also a prompt chunk whose logits nobody samples), or drawn as Sampler::Next draws
-// without penalties (kSample: the logits over `temperature`, the `top_k` largest and the
-// smallest set with `top_p` of the probability kept, ties by id, in id order where neither cuts;
-// `draw`, in [0, 1), of the kept mass picks the token).
+// (kSample: the logits over `temperature`, the `top_k` largest and the smallest set with `top_p`
+// of the probability kept, ties by id, in id order where neither cuts; `draw`, in [0, 1), of the
+// kept mass picks the token). Either way the penalties come first, as Sampler::PenaltyEdits
+// gives them: the `repeated` tokens' logits divided by `repetition` (multiplied where negative),
+// then the `counted` tokens' less their `amounts`.
 struct TokenPick {
   enum Kind { kHost, kGreedy, kSample } kind = kHost;
   double temperature = 1.0;
   int top_k = 0;
   double top_p = 1.0;
   double draw = 0.0;
+  float repetition = 1.0f;
+  std::vector<int32_t> repeated, counted;
+  std::vector<float> amounts;
 };
 
 // A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled

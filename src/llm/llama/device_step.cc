@@ -679,11 +679,28 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
       // Picked rows' tokens made here, the host's rows' logits copied out.
       std::vector<int64_t> greedy, sampled, keep, order;  // order: each picked row's kind.
       std::vector<const TokenPick*> picks;
+      // The penalties' edits: (row x vocab + token) of the repeated tokens with their factors,
+      // then of the counted ones with their amounts.
+      std::vector<int64_t> repeated, counted;
+      std::vector<float> factors, amounts;
       int64_t row = 0;
       for (const SequenceChunk& chunk : chunks) {
         const auto n = static_cast<int64_t>(chunk.all_logits ? chunk.tokens.size() : 1);
         for (int64_t j = 0; j < n; ++j, ++row) {
-          switch (chunk.pick.kind) {
+          const TokenPick& p = chunk.pick;
+          if (p.kind != TokenPick::kHost) {
+            for (const int32_t t : p.repeated) {
+              if (t >= a.vocab_size) continue;  // As Sampler::Next skips them.
+              repeated.push_back(row * a.vocab_size + t);
+              factors.push_back(p.repetition);
+            }
+            for (size_t i = 0; i < p.counted.size(); ++i) {
+              if (p.counted[i] >= a.vocab_size) continue;
+              counted.push_back(row * a.vocab_size + p.counted[i]);
+              amounts.push_back(p.amounts[i]);
+            }
+          }
+          switch (p.kind) {
             case TokenPick::kHost:
               keep.push_back(row);
               break;
@@ -694,9 +711,23 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
             case TokenPick::kSample:
               order.push_back(1);
               sampled.push_back(row);
-              picks.push_back(&chunk.pick);
+              picks.push_back(&p);
               break;
           }
+        }
+      }
+      if (!repeated.empty() || !counted.empty()) {
+        rows = rows.contiguous();
+        at::Tensor flat = rows.view({-1});
+        if (!repeated.empty()) {
+          const at::Tensor where = on(repeated), v = flat.index_select(0, where);
+          const at::Tensor f = at::tensor(factors).to(rows.device());
+          flat.index_copy_(0, where, at::where(v > 0, v / f, v * f));
+        }
+        if (!counted.empty()) {
+          const at::Tensor where = on(counted);
+          flat.index_copy_(0, where,
+                           flat.index_select(0, where) - at::tensor(amounts).to(rows.device()));
         }
       }
       if (!order.empty()) {

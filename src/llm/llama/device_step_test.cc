@@ -581,9 +581,10 @@ TEST(DeviceStepPickTest, GreedyChunksHandBackTheirRowsArgmaxAndTheRestTheirLogit
   EXPECT_EQ(kept, want_kept);
 }
 
-// Sampled picks on the device step: with a draw from a generator seeded as a request's, each
-// row's token is the one the host's Sampler draws from the same row's logits with the same seed
-// (temperature alone, top-k, top-p, both), over 60 seeds; and the draws do move the tokens.
+// Sampled picks on the device step: with a draw from a generator seeded as a request's and the
+// sampler's penalty edits, each row's token is the one the host's Sampler draws from the same
+// row's logits with the same seed and history (temperature alone, top-k, top-p, both; repetition,
+// frequency and presence penalties), over 60 seeds; and the draws do move the tokens.
 TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
   ModelLoadOptions options = Options("tiny_llm");
   options.serve.slots = 4;
@@ -595,10 +596,11 @@ TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
       SequenceChunk{2, 0, {12, 13, 14}, false, {2}}, SequenceChunk{3, 0, {17}, false, {3}}};
   std::vector<float> logits;
   ASSERT_TRUE((*model)->Run(chunks, &logits).ok());
-  const std::vector<SamplingParams> params = {{.temperature = 0.8},
-                                              {.temperature = 1.0, .top_k = 5},
-                                              {.temperature = 0.7, .top_p = 0.9},
-                                              {.temperature = 1.3, .top_k = 20, .top_p = 0.8}};
+  const std::vector<SamplingParams> params = {
+      {.temperature = 0.8},
+      {.temperature = 1.0, .top_k = 5, .repetition_penalty = 1.4},
+      {.temperature = 0.7, .top_p = 0.9, .frequency_penalty = 0.6, .presence_penalty = 0.3},
+      {.temperature = 1.3, .top_k = 20, .top_p = 0.8, .repetition_penalty = 0.9}};
   std::vector<std::set<int32_t>> seen(params.size());
   int same = 0, draws = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
@@ -606,10 +608,25 @@ TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
     for (size_t i = 0; i < chunks.size(); ++i) {
       SamplingParams p = params[i];
       p.seed = seed;
-      Sampler host(p, {}), twin(p, {});
+      // Penalised tokens: the prompt's and some generated, among the likeliest (so that the
+      // penalties move the draws).
+      Sampler host(p, chunks[i].tokens), twin(p, chunks[i].tokens);
       std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      for (int32_t t = 0; t < 3; ++t) {
+        const auto likeliest =
+            static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+        for (Sampler* s : {&host, &twin}) s->Record(t == 2 ? likeliest : t + 40);
+      }
       want.push_back(host.Next(row.data(), vocab));
-      chunks[i].pick = {TokenPick::kSample, p.temperature, p.top_k, p.top_p, twin.Draw()};
+      TokenPick& pick = chunks[i].pick;
+      pick = {TokenPick::kSample,
+              p.temperature,
+              p.top_k,
+              p.top_p,
+              0.0,
+              static_cast<float>(p.repetition_penalty)};
+      twin.PenaltyEdits(&pick.repeated, &pick.counted, &pick.amounts);
+      pick.draw = twin.Draw();
     }
     std::vector<float> none;
     std::vector<int32_t> picked;
@@ -627,9 +644,10 @@ TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
   EXPECT_LE(seen[1].size(), 5u);  // top_k 5.
 }
 
-// The engine on the device step: sampled requests (seeded; top-k, top-p) drawn on the device
-// give the tokens the host's sampler gives over the same step's logits, and the device drew
-// them (one draw a token from each request's generator either way).
+// The engine on the device step: sampled requests (seeded; top-k, top-p, penalties) and a
+// penalised greedy one picked on the device get the tokens the host's sampler gives over the
+// same step's logits, and the device picked them (one draw a token from each request's
+// generator either way; the counts recorded either way).
 TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   ModelLoadOptions options = Options("tiny_llm");
   options.serve.slots = 4;
@@ -645,9 +663,10 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
     LlmEngine engine(std::move(counting), std::move(*tokenizer), nullptr, options.serve);
     const std::vector<SamplingParams> params = {
         {.temperature = 0.9, .top_p = 0.95, .seed = 11},
-        {.temperature = 1.2, .top_k = 10, .seed = 12},
-        {.temperature = 0.7, .seed = 13},
-        {.temperature = 1.0, .top_k = 40, .top_p = 0.8, .seed = 14}};
+        {.temperature = 1.2, .top_k = 10, .seed = 12, .frequency_penalty = 0.8},
+        {.temperature = 0.7, .seed = 13, .presence_penalty = 1.0},
+        {.temperature = 1.0, .top_k = 40, .top_p = 0.8, .seed = 14},
+        {.temperature = 0, .repetition_penalty = 1.5}};  // Greedy, penalised.
     std::vector<std::future<std::vector<int32_t>>> results;
     for (size_t i = 0; i < params.size(); ++i) {
       GenerationRequest r;
@@ -664,7 +683,7 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   const auto on_host = run(false);
   EXPECT_EQ(picked.load(), 0);
   const auto on_device = run(true);
-  EXPECT_GE(picked.load(), 4 * 16);
+  EXPECT_GE(picked.load(), 5 * 16);
   for (size_t i = 0; i < on_host.size(); ++i) {
     EXPECT_EQ(on_host[i].size(), 16u) << i;
     EXPECT_EQ(on_device[i], on_host[i]) << "request " << i;
