@@ -181,7 +181,8 @@ struct GrammarMatcher::Impl {
   std::vector<int32_t> bitmask;  // Bit i of word i / 32: token i is allowed.
   int64_t shape = 0;
   DLTensor tensor{};
-  int utf8_state = 0;  // Of the text accepted so far.
+  int utf8_state = 0;             // Of the text accepted so far.
+  std::vector<uint32_t> allowed;  // Mask's, from Allowed.
 };
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
@@ -189,19 +190,26 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
 
 GrammarMatcher::~GrammarMatcher() = default;
 
-void GrammarMatcher::Mask(float* logits, int vocab) {
+void GrammarMatcher::Allowed(int vocab, std::vector<uint32_t>* bits) {
   const bool restricted = impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
   const int32_t* words = impl_->bitmask.data();
   const Utf8Table& utf8 = *impl_->grammar->utf8;
   const int8_t* next = utf8.row(impl_->utf8_state);
   const int covered = std::min({vocab, static_cast<int>(impl_->bitmask.size()) * 32, utf8.vocab});
-  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  bits->assign(static_cast<size_t>((vocab + 31) / 32), 0u);  // Past `covered`: never.
   for (int i = 0; i < covered; ++i) {
     const bool allowed =
         !restricted || ((static_cast<uint32_t>(words[i >> 5]) >> (i & 31)) & 1u) != 0;
-    if (!allowed || next[i] < 0) logits[i] = kNever;
+    if (allowed && next[i] >= 0) (*bits)[static_cast<size_t>(i >> 5)] |= 1u << (i & 31);
   }
-  for (int i = covered; i < vocab; ++i) logits[i] = kNever;
+}
+
+void GrammarMatcher::Mask(float* logits, int vocab) {
+  Allowed(vocab, &impl_->allowed);
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    if (((impl_->allowed[static_cast<size_t>(i >> 5)] >> (i & 31)) & 1u) == 0) logits[i] = kNever;
+  }
 }
 
 bool GrammarMatcher::Accept(int32_t token) {

@@ -56,6 +56,9 @@ class GrammarMatcher {
   // every token that would make the text invalid UTF-8 (XGrammar alone lets a byte-level
   // vocabulary spell surrogates).
   void Mask(float* logits, int vocab);
+  // The same tokens as bits (token t: bit t % 32 of word t / 32, set where allowed next): what
+  // Mask leaves, for a model that masks where the logits are.
+  void Allowed(int vocab, std::vector<uint32_t>* bits);
   // Follows `token`; false (and no change) when the grammar or UTF-8 does not allow it.
   bool Accept(int32_t token);
   // The document is complete and an end-of-sequence token was accepted.

@@ -219,6 +219,15 @@ TEST(GrammarTest, TheMaskAllowsExactlyWhatAcceptTakes) {
   }
   EXPECT_GE(allowed, 1);
   for (int id = 384; id < kVocab; ++id) EXPECT_TRUE(std::isinf(logits[id])) << id;
+  // Allowed's bits are the tokens Mask leaves.
+  std::vector<uint32_t> bits;
+  matcher.Allowed(kVocab, &bits);
+  ASSERT_EQ(bits.size(), static_cast<size_t>((kVocab + 31) / 32));
+  for (int id = 0; id < kVocab; ++id) {
+    EXPECT_EQ(((bits[static_cast<size_t>(id / 32)] >> (id % 32)) & 1u) != 0,
+              !std::isinf(logits[id]))
+        << id;
+  }
   EXPECT_FALSE(matcher.Accept(tokenizer->Encode("maybe")[0]));  // Refused, and nothing changes.
   for (int32_t id : tokenizer->Encode("\"no\"")) ASSERT_TRUE(matcher.Accept(id)) << id;
   // The document is complete: only the end-of-sequence token remains.

@@ -483,6 +483,7 @@ void LlmEngine::PoolStep(const StepPlan& plan, std::vector<std::vector<int32_t>>
 }
 
 void LlmEngine::MarkPicks(StepPlan& plan) {
+  const int vocab = model_->architecture().vocab_size;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     TokenPick& pick = plan.chunks[i].pick;
     pick = TokenPick{};
@@ -492,15 +493,14 @@ void LlmEngine::MarkPicks(StepPlan& plan) {
     }
     const Sequence& seq = *sequences_.at(plan.ids[i]);
     const SamplingParams& s = seq.request.sampling;
-    if (seq.matcher != nullptr || seq.request.top_logprobs >= 0) {
-      continue;  // The host's: the grammar's state, or the raw logits.
-    }
+    if (seq.request.top_logprobs >= 0) continue;               // The raw logits: the host's.
     const bool greedy = s.temperature <= 0.0 || s.top_k == 1;  // Next's first largest.
     const bool penalties =
         s.repetition_penalty != 1.0 || s.frequency_penalty != 0.0 || s.presence_penalty != 0.0;
-    // A draft's row takes a draw, or the counts of the rows before it, only once kept: drafts
-    // that sample or are penalised stay on the host.
-    if (plan.rows[i] > 1 && (!greedy || penalties)) continue;
+    // A draft's row takes a draw, the counts or the grammar's state of the rows before it only
+    // once they are kept: drafts that sample, are penalised or follow a grammar stay on the host.
+    if (plan.rows[i] > 1 && (!greedy || penalties || seq.matcher != nullptr)) continue;
+    if (seq.matcher != nullptr) seq.matcher->Allowed(vocab, &pick.allowed);
     if (penalties) {
       pick.repetition = static_cast<float>(s.repetition_penalty);
       seq.sampler->PenaltyEdits(&pick.repeated, &pick.counted, &pick.amounts);
@@ -558,6 +558,7 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
         if (picked) {
           token = picked_[pick + j];
           seq.sampler->Record(token);  // The counts its later penalties read.
+          if (seq.matcher != nullptr && !seq.matcher->Accept(token)) seq.grammar_failed = true;
         } else {
           float* logits = logits_.data() + (row + j) * vocab;
           // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.

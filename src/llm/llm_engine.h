@@ -192,10 +192,10 @@ class LlmEngine {
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
   // Sets how the model picks each chunk's tokens where it picks them itself
-  // (StepModel::picks_tokens): greedy or sampled, with their penalties, without a grammar or
-  // log-probabilities (sampled: its draw from the sequence's generator; with penalties or
-  // sampled, one row), greedy for prompt chunks whose logits are not sampled; the rest on the
-  // host.
+  // (StepModel::picks_tokens): greedy or sampled, with their penalties and grammar's mask,
+  // without log-probabilities (sampled: its draw from the sequence's generator; sampled,
+  // penalised or with a grammar, one row), greedy for prompt chunks whose logits are not
+  // sampled; the rest on the host.
   void MarkPicks(StepPlan& plan);
 
   // Destroyed last: gives back to the system what the engine and its threads freed (glibc keeps

@@ -20,9 +20,10 @@ namespace sluice::llm {
 // (kGreedy; also a prompt chunk whose logits nobody samples), or drawn as Sampler::Next draws
 // (kSample: the logits over `temperature`, the `top_k` largest and the smallest set with `top_p`
 // of the probability kept, ties by id, in id order where neither cuts; `draw`, in [0, 1), of the
-// kept mass picks the token). Either way the penalties come first, as Sampler::PenaltyEdits
-// gives them: the `repeated` tokens' logits divided by `repetition` (multiplied where negative),
-// then the `counted` tokens' less their `amounts`.
+// kept mass picks the token). Either way a grammar's mask comes first (the tokens whose bit in
+// `allowed` is clear set to -infinity, as GrammarMatcher::Mask; empty: none), then the penalties,
+// as Sampler::PenaltyEdits gives them: the `repeated` tokens' logits divided by `repetition`
+// (multiplied where negative), then the `counted` tokens' less their `amounts`.
 struct TokenPick {
   enum Kind { kHost, kGreedy, kSample } kind = kHost;
   double temperature = 1.0;
@@ -32,6 +33,7 @@ struct TokenPick {
   float repetition = 1.0f;
   std::vector<int32_t> repeated, counted;
   std::vector<float> amounts;
+  std::vector<uint32_t> allowed;  // GrammarMatcher::Allowed's bits.
 };
 
 // A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled

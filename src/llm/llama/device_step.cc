@@ -681,14 +681,19 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
       std::vector<const TokenPick*> picks;
       // The penalties' edits: (row x vocab + token) of the repeated tokens with their factors,
       // then of the counted ones with their amounts.
-      std::vector<int64_t> repeated, counted;
+      std::vector<int64_t> repeated, counted, masked;  // masked: rows with a grammar's bits.
       std::vector<float> factors, amounts;
+      std::vector<int64_t> words;  // Their bits, (vocab + 31) / 32 words a row.
       int64_t row = 0;
       for (const SequenceChunk& chunk : chunks) {
         const auto n = static_cast<int64_t>(chunk.all_logits ? chunk.tokens.size() : 1);
         for (int64_t j = 0; j < n; ++j, ++row) {
           const TokenPick& p = chunk.pick;
           if (p.kind != TokenPick::kHost) {
+            if (!p.allowed.empty()) {
+              masked.push_back(row);
+              words.insert(words.end(), p.allowed.begin(), p.allowed.end());
+            }
             for (const int32_t t : p.repeated) {
               if (t >= a.vocab_size) continue;  // As Sampler::Next skips them.
               repeated.push_back(row * a.vocab_size + t);
@@ -715,6 +720,20 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
               break;
           }
         }
+      }
+      if (!masked.empty()) {  // A grammar's mask first, as the host masks before sampling.
+        const auto n = static_cast<int64_t>(masked.size());
+        const at::Tensor bits =
+            on(words)
+                .view({n, -1, 1})
+                .bitwise_right_shift(at::arange(32, rows.options().dtype(at::kLong)))
+                .bitwise_and(1)
+                .view({n, -1})
+                .narrow(1, 0, a.vocab_size);
+        const at::Tensor where = on(masked);
+        rows = rows.index_copy(0, where,
+                               rows.index_select(0, where).masked_fill(
+                                   bits.eq(0), -std::numeric_limits<float>::infinity()));
       }
       if (!repeated.empty() || !counted.empty()) {
         rows = rows.contiguous();

@@ -644,10 +644,10 @@ TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
   EXPECT_LE(seen[1].size(), 5u);  // top_k 5.
 }
 
-// The engine on the device step: sampled requests (seeded; top-k, top-p, penalties) and a
-// penalised greedy one picked on the device get the tokens the host's sampler gives over the
-// same step's logits, and the device picked them (one draw a token from each request's
-// generator either way; the counts recorded either way).
+// The engine on the device step: sampled requests (seeded; top-k, top-p, penalties, a grammar)
+// and greedy ones (penalised, a grammar) picked on the device get the tokens the host's sampler
+// gives over the same step's logits, and the device picked every one (one draw a token from each
+// request's generator either way; the counts and the grammar's state followed either way).
 TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   ModelLoadOptions options = Options("tiny_llm");
   options.serve.slots = 4;
@@ -666,14 +666,17 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
         {.temperature = 1.2, .top_k = 10, .seed = 12, .frequency_penalty = 0.8},
         {.temperature = 0.7, .seed = 13, .presence_penalty = 1.0},
         {.temperature = 1.0, .top_k = 40, .top_p = 0.8, .seed = 14},
-        {.temperature = 0, .repetition_penalty = 1.5}};  // Greedy, penalised.
+        {.temperature = 0, .repetition_penalty = 1.5},  // Greedy, penalised.
+        {.temperature = 0.8, .seed = 15},               // With a grammar (below).
+        {.temperature = 0}};                            // Greedy, with a grammar.
     std::vector<std::future<std::vector<int32_t>>> results;
     for (size_t i = 0; i < params.size(); ++i) {
       GenerationRequest r;
       r.prompt = engine.tokenizer().Encode("sampling on the device " + std::to_string(i));
       r.max_tokens = 16;
       r.sampling = params[i];
-      r.ignore_eos = true;
+      r.ignore_eos = i < 5;  // A grammar's request ends with its document.
+      if (i >= 5) r.grammar = *engine.grammars().JsonObject();
       results.push_back(Generate(engine, std::move(r)));
     }
     std::vector<std::vector<int32_t>> out;
@@ -683,11 +686,15 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   const auto on_host = run(false);
   EXPECT_EQ(picked.load(), 0);
   const auto on_device = run(true);
-  EXPECT_GE(picked.load(), 5 * 16);
+  size_t generated = 0;
   for (size_t i = 0; i < on_host.size(); ++i) {
-    EXPECT_EQ(on_host[i].size(), 16u) << i;
+    // The grammar's requests may end with their document.
+    if (i < 5) EXPECT_EQ(on_host[i].size(), 16u) << i;
+    EXPECT_GE(on_host[i].size(), 2u) << i;
     EXPECT_EQ(on_device[i], on_host[i]) << "request " << i;
+    generated += on_device[i].size();
   }
+  EXPECT_GE(picked.load(), static_cast<int64_t>(generated));  // Every token, on the device.
 }
 
 TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
