@@ -493,13 +493,17 @@ void LlmEngine::MarkPicks(StepPlan& plan) {
     }
     const Sequence& seq = *sequences_.at(plan.ids[i]);
     const SamplingParams& s = seq.request.sampling;
-    if (seq.request.top_logprobs >= 0) continue;               // The raw logits: the host's.
     const bool greedy = s.temperature <= 0.0 || s.top_k == 1;  // Next's first largest.
     const bool penalties =
         s.repetition_penalty != 1.0 || s.frequency_penalty != 0.0 || s.presence_penalty != 0.0;
-    // A draft's row takes a draw, the counts or the grammar's state of the rows before it only
-    // once they are kept: drafts that sample, are penalised or follow a grammar stay on the host.
-    if (plan.rows[i] > 1 && (!greedy || penalties || seq.matcher != nullptr)) continue;
+    // A draft's row takes a draw, the counts or the grammar's state of the rows before it (and
+    // reports its log-probabilities) only once they are kept: drafts that sample, are
+    // penalised, follow a grammar or report log-probabilities stay on the host.
+    if (plan.rows[i] > 1 &&
+        (!greedy || penalties || seq.matcher != nullptr || seq.request.top_logprobs >= 0)) {
+      continue;
+    }
+    pick.logprobs = seq.request.top_logprobs;
     if (seq.matcher != nullptr) seq.matcher->Allowed(vocab, &pick.allowed);
     if (penalties) {
       pick.repetition = static_cast<float>(s.repetition_penalty);
@@ -520,13 +524,14 @@ void LlmEngine::MarkPicks(StepPlan& plan) {
 Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>>* tokens) {
   logits_.clear();
   picked_.clear();
+  picked_logprobs_.clear();
   const Clock::time_point start = clock_.Now();
   // Blocks from the disk tier first: a copy this step may read one.
   for (const auto& [block, data] : plan.loads) {
     SLUICE_RETURN_IF_ERROR(model_->WriteKvBlock(block, *data));
   }
   if (!plan.copies.empty()) SLUICE_RETURN_IF_ERROR(model_->CopyBlocks(plan.copies));
-  SLUICE_RETURN_IF_ERROR(model_->RunPicking(plan.chunks, &logits_, &picked_));
+  SLUICE_RETURN_IF_ERROR(model_->RunPicking(plan.chunks, &logits_, &picked_, &picked_logprobs_));
   {
     MutexLock lock(mu_);
     step_seconds_ = 0.9 * step_seconds_ + 0.1 * SecondsBetween(start, clock_.Now());
@@ -538,7 +543,8 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
   const int vocab = model_->architecture().vocab_size;
   tokens->assign(plan.chunks.size(), {});
   const bool picks = model_->picks_tokens();
-  size_t row = 0, pick = 0;  // Logits rows and picked tokens taken so far.
+  // Logits rows, picked tokens and their log-probabilities taken so far.
+  size_t row = 0, pick = 0, scored = 0;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const std::vector<int32_t>& input = plan.chunks[i].tokens;
     const auto rows = static_cast<size_t>(plan.rows[i]);
@@ -559,6 +565,12 @@ Status LlmEngine::RunStep(const StepPlan& plan, std::vector<std::vector<int32_t>
           token = picked_[pick + j];
           seq.sampler->Record(token);  // The counts its later penalties read.
           if (seq.matcher != nullptr && !seq.matcher->Accept(token)) seq.grammar_failed = true;
+          if (top_logprobs >= 0) {
+            if (scored >= picked_logprobs_.size()) {
+              return Status::Internal("the model scored fewer picked tokens than asked");
+            }
+            seq.logprobs.push_back(std::move(picked_logprobs_[scored++]));
+          }
         } else {
           float* logits = logits_.data() + (row + j) * vocab;
           // The sampler rewrites the row (penalties, temperature): log-probabilities need it raw.

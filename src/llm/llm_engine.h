@@ -192,10 +192,10 @@ class LlmEngine {
   // Sets each chunk's LoRA adapter and orders the chunks by adapter (a step's order is free).
   void GroupByAdapter(StepPlan& plan) const;
   // Sets how the model picks each chunk's tokens where it picks them itself
-  // (StepModel::picks_tokens): greedy or sampled, with their penalties and grammar's mask,
-  // without log-probabilities (sampled: its draw from the sequence's generator; sampled,
-  // penalised or with a grammar, one row), greedy for prompt chunks whose logits are not
-  // sampled; the rest on the host.
+  // (StepModel::picks_tokens): greedy or sampled, with their penalties, grammar's mask and
+  // log-probabilities (sampled: its draw from the sequence's generator; anything but plain
+  // greedy, one row), greedy for prompt chunks whose logits are not sampled; the rest (drafts
+  // that are not plain greedy) on the host.
   void MarkPicks(StepPlan& plan);
 
   // Destroyed last: gives back to the system what the engine and its threads freed (glibc keeps
@@ -233,8 +233,9 @@ class LlmEngine {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // Scheduled ones.
   std::shared_ptr<KvDiskStore> disk_in_use_;  // kv_disk_ as the loop last took it.
   std::vector<float> logits_;
-  std::vector<int32_t> picked_;  // Tokens the model picked for greedy chunks (RunPicking).
-  std::vector<float> raw_row_;   // A row of logits before sampling, for log-probabilities.
+  std::vector<int32_t> picked_;                 // Tokens the model picked itself (RunPicking),
+  std::vector<TokenLogprobs> picked_logprobs_;  // and their log-probabilities where asked.
+  std::vector<float> raw_row_;  // A row of logits before sampling, for log-probabilities.
 
   static constexpr int64_t kNoKeepAlive = INT64_MIN;
   std::atomic<int64_t> keep_alive_ms_{kNoKeepAlive};

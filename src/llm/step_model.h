@@ -11,6 +11,7 @@
 
 #include "llm/llm_config.h"
 #include "llm/lora.h"
+#include "llm/sampler.h"
 #include "sluice/status.h"
 
 namespace sluice::llm {
@@ -34,6 +35,9 @@ struct TokenPick {
   std::vector<int32_t> repeated, counted;
   std::vector<float> amounts;
   std::vector<uint32_t> allowed;  // GrammarMatcher::Allowed's bits.
+  // >= 0: the picked token's log-probability and this many most likely tokens', under the raw
+  // logits (LogProbabilities' definition).
+  int logprobs = -1;
 };
 
 // A run of tokens of one sequence: a prompt chunk (prefill) or the one token just sampled
@@ -92,9 +96,10 @@ class StepModel {
   // its vocab_size logits).
   virtual bool picks_tokens() const { return false; }
   // Run, except that where picks_tokens() a chunk whose `pick` is not kHost appends no logits:
-  // its rows' tokens are appended to `picked` instead, in order.
+  // its rows' tokens are appended to `picked` instead, in order, and for each such row whose
+  // pick asks for log-probabilities, those to `logprobs`.
   virtual Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
-                            std::vector<int32_t>* picked) {
+                            std::vector<int32_t>* picked, std::vector<TokenLogprobs>* logprobs) {
     return Run(chunks, logits);
   }
 

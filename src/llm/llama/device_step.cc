@@ -404,6 +404,36 @@ at::Tensor DeviceStepModel::Sample(const at::Tensor& logits,
   return order.gather(1, index).squeeze(1);
 }
 
+void DeviceStepModel::Score(const at::Tensor& logits, const at::Tensor& chosen,
+                            const std::vector<int>& tops, std::vector<TokenLogprobs>* out) {
+  // As LogProbabilities: log_z = max + log(sum(exp(l - max))) in fp64, l - log_z to fp32.
+  const at::Tensor max = logits.amax(-1, /*keepdim=*/true);
+  const at::Tensor log_z =
+      max.to(at::kDouble) + (logits - max).to(at::kDouble).exp().sum(-1, true).log();
+  const int top = *std::max_element(tops.begin(), tops.end());
+  const int64_t keep = std::min<int64_t>(top, logits.size(1));
+  const auto [values, ids] = logits.sort(/*stable=*/true, -1, /*descending=*/true);
+  const auto logprob = [&](const at::Tensor& l) {
+    return (l.to(at::kDouble) - log_z).to(at::kFloat).to(at::kCPU).contiguous();
+  };
+  const at::Tensor chosen_lp = logprob(logits.gather(1, chosen.unsqueeze(1)));
+  const at::Tensor top_lp = logprob(values.narrow(1, 0, keep));
+  const at::Tensor top_ids = ids.narrow(1, 0, keep).to(at::kCPU).contiguous();
+  const at::Tensor chosen_ids = chosen.to(at::kCPU).contiguous();
+  const int64_t* id = top_ids.data_ptr<int64_t>();
+  const float* lp = top_lp.data_ptr<float>();
+  for (size_t r = 0; r < tops.size(); ++r) {
+    const auto i = static_cast<int64_t>(r);
+    TokenLogprobs p;
+    p.chosen = {static_cast<int32_t>(chosen_ids.data_ptr<int64_t>()[i]),
+                chosen_lp.data_ptr<float>()[i]};
+    for (int64_t k = 0; k < std::min<int64_t>(tops[r], keep); ++k) {
+      p.top.push_back({static_cast<int32_t>(id[i * keep + k]), lp[i * keep + k]});
+    }
+    out->push_back(std::move(p));
+  }
+}
+
 // weight * x / sqrt(mean(x^2) + eps) over the last dimension, in fp32.
 at::Tensor DeviceStepModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
   at::Tensor inverse = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + arch_.rms_norm_eps);
@@ -530,11 +560,12 @@ Status DeviceStepModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>
 }
 
 Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
-  return RunPicking(chunks, logits, nullptr);
+  return RunPicking(chunks, logits, nullptr, nullptr);
 }
 
 Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
-                                   std::vector<float>* logits, std::vector<int32_t>* picked) {
+                                   std::vector<float>* logits, std::vector<int32_t>* picked,
+                                   std::vector<TokenLogprobs>* logprobs) {
   if (chunks.empty()) return Status::Ok();
   const ModelArchitecture& a = arch_;
   auto assembled =
@@ -684,12 +715,21 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
       std::vector<int64_t> repeated, counted, masked;  // masked: rows with a grammar's bits.
       std::vector<float> factors, amounts;
       std::vector<int64_t> words;  // Their bits, (vocab + 31) / 32 words a row.
+      // Rows whose log-probabilities are asked for, how many top tokens each, and each one's
+      // place among the picked rows.
+      std::vector<int64_t> scored, scored_at;
+      std::vector<int> tops;
       int64_t row = 0;
       for (const SequenceChunk& chunk : chunks) {
         const auto n = static_cast<int64_t>(chunk.all_logits ? chunk.tokens.size() : 1);
         for (int64_t j = 0; j < n; ++j, ++row) {
           const TokenPick& p = chunk.pick;
           if (p.kind != TokenPick::kHost) {
+            if (p.logprobs >= 0 && logprobs != nullptr) {
+              scored.push_back(row);
+              scored_at.push_back(static_cast<int64_t>(order.size()));
+              tops.push_back(p.logprobs);
+            }
             if (!p.allowed.empty()) {
               masked.push_back(row);
               words.insert(words.end(), p.allowed.begin(), p.allowed.end());
@@ -721,6 +761,8 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
           }
         }
       }
+      // Log-probabilities are of the raw logits, before a mask or a penalty.
+      const at::Tensor raw = scored.empty() ? at::Tensor() : rows.index_select(0, on(scored));
       if (!masked.empty()) {  // A grammar's mask first, as the host masks before sampling.
         const auto n = static_cast<int64_t>(masked.size());
         const at::Tensor bits =
@@ -762,6 +804,7 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
         const at::Tensor host = tokens.to(at::kInt).to(at::kCPU).contiguous();
         const int32_t* t = host.data_ptr<int32_t>();
         picked->insert(picked->end(), t, t + host.numel());
+        if (!scored.empty()) Score(raw, tokens.index_select(0, on(scored_at)), tops, logprobs);
         rows = rows.index_select(0, on(keep));
       }
     }

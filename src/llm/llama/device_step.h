@@ -100,7 +100,7 @@ class DeviceStepModel final : public StepModel {
   // their tokens copied to the host.
   bool picks_tokens() const override { return serve_.pooling == Pooling::kNone; }
   Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
-                    std::vector<int32_t>* picked) override;
+                    std::vector<int32_t>* picked, std::vector<TokenLogprobs>* logprobs) override;
 
  private:
   // A padded batch of a step's sequences for attention: [sequences, queries] queries over
@@ -165,6 +165,10 @@ class DeviceStepModel final : public StepModel {
   // times 1 / temperature in fp32, sorted (stable: ties by id) where top-k or top-p cuts, the
   // probabilities in fp64, the draw times the kept mass against their running sum.
   at::Tensor Sample(const at::Tensor& logits, const std::vector<const TokenPick*>& picks) const;
+  // Appends each row's LogProbabilities: `chosen`'s (int64 [rows]) log-probability under the
+  // row's `logits` ([rows, vocab] fp32, raw) and its `tops[i]` most likely tokens', ties by id.
+  static void Score(const at::Tensor& logits, const at::Tensor& chosen,
+                    const std::vector<int>& tops, std::vector<TokenLogprobs>* out);
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   bool IsLocal(int layer) const {

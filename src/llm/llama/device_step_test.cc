@@ -456,9 +456,9 @@ class CountingPicks final : public StepModel {
   bool picks_tokens() const override { return picks_ && model_->picks_tokens(); }
   void set_picks(bool picks) { picks_ = picks; }
   Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
-                    std::vector<int32_t>* picked) override {
+                    std::vector<int32_t>* picked, std::vector<TokenLogprobs>* logprobs) override {
     const size_t before = picked->size();
-    Status status = model_->RunPicking(chunks, logits, picked);
+    Status status = model_->RunPicking(chunks, logits, picked, logprobs);
     *picked_ += static_cast<int64_t>(picked->size() - before);
     return status;
   }
@@ -470,19 +470,24 @@ class CountingPicks final : public StepModel {
   bool picks_ = true;
 };
 
-// Submits `r` to `engine`; the future holds its generated tokens once it ends, and `cached`
-// (where given) gains its prompt tokens the prefix cache held.
+// Submits `r` to `engine`; the future holds its generated tokens once it ends, `cached` (where
+// given) gains its prompt tokens the prefix cache held, and `logprobs` (where given) its tokens'
+// log-probabilities.
 std::future<std::vector<int32_t>> Generate(LlmEngine& engine, GenerationRequest r,
-                                           std::atomic<int>* cached = nullptr) {
+                                           std::atomic<int>* cached = nullptr,
+                                           std::vector<TokenLogprobs>* logprobs = nullptr) {
   auto done = std::make_shared<std::promise<std::vector<int32_t>>>();
   auto tokens = std::make_shared<std::vector<int32_t>>();
   std::future<std::vector<int32_t>> result = done->get_future();
   EXPECT_TRUE(engine
                   .Submit(std::move(r),
-                          [done, tokens, cached](const GenerationEvent& event) {
+                          [done, tokens, cached, logprobs](const GenerationEvent& event) {
                             if (event.finish == FinishReason::kNone ||
                                 event.finish == FinishReason::kLength) {
                               tokens->push_back(event.token);
+                              if (logprobs != nullptr && event.logprobs) {
+                                logprobs->push_back(*event.logprobs);
+                              }
                             }
                             if (event.finish == FinishReason::kNone) return;
                             if (cached != nullptr) *cached += event.cached_prompt_tokens;
@@ -494,7 +499,7 @@ std::future<std::vector<int32_t>> Generate(LlmEngine& engine, GenerationRequest 
 
 // The generation loop on the device step (CPU tensors), as on a GPU: eight greedy requests at
 // once, some sharing a prompt's blocks through the prefix cache, give the CPU decoder's texts;
-// the device step picks the plain greedy ones' tokens itself.
+// the device step picks every token itself (one request's log-probabilities too).
 TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
   ModelLoadOptions options = Options("tiny_llm");
   options.serve.slots = 8;
@@ -525,8 +530,7 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
       r.max_tokens = 24;
       r.sampling.temperature = 0;
       r.ignore_eos = true;
-      // Greedy too, but its log-probabilities need the logits: the host picks its tokens.
-      if (i == 3) r.top_logprobs = 2;
+      if (i == 3) r.top_logprobs = 2;  // Greedy too, with its log-probabilities.
       results.push_back(Generate(engine, std::move(r), &cached));
     }
     std::vector<std::vector<int32_t>> out;
@@ -541,9 +545,8 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
     EXPECT_EQ(got[i].size(), 24u) << i;
     EXPECT_EQ(got[i], want[i]) << "request " << i;
   }
-  // The device step picked the greedy requests' tokens (seven of eight: 7 x 24 at least, each
-  // prompt's last chunk included), the eighth's came from its logits.
-  EXPECT_GE(picked.load(), 7 * 24);
+  // The device step picked every token (8 x 24 at least, each prompt's last chunk included).
+  EXPECT_GE(picked.load(), 8 * 24);
 }
 
 // RunPicking on the device step: greedy chunks (a decode, a draft chunk's every row, a prompt
@@ -568,7 +571,7 @@ TEST(DeviceStepPickTest, GreedyChunksHandBackTheirRowsArgmaxAndTheRestTheirLogit
   ASSERT_TRUE(ran.ok()) << ran.ToString();
   ASSERT_EQ(all.size(), static_cast<size_t>((1 + 1 + 5 + 2) * vocab));
   std::vector<int32_t> picked;
-  ASSERT_TRUE((*model)->RunPicking(chunks, &kept, &picked).ok());
+  ASSERT_TRUE((*model)->RunPicking(chunks, &kept, &picked, nullptr).ok());
   // Greedy rows: chunk 0's one, chunk 2's five (rows 2-6 of Run's).
   std::vector<int32_t> want_picked;
   for (const int r : {0, 2, 3, 4, 5, 6}) {
@@ -630,7 +633,7 @@ TEST(DeviceStepPickTest, SampledRowsDrawTheHostSamplersTokens) {
     }
     std::vector<float> none;
     std::vector<int32_t> picked;
-    ASSERT_TRUE((*model)->RunPicking(chunks, &none, &picked).ok());
+    ASSERT_TRUE((*model)->RunPicking(chunks, &none, &picked, nullptr).ok());
     EXPECT_TRUE(none.empty());
     ASSERT_EQ(picked.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
@@ -653,6 +656,7 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   options.serve.slots = 4;
   options.serve.context_length = 256;
   std::atomic<int64_t> picked{0};
+  std::vector<std::vector<TokenLogprobs>> logprobs(2);  // The last request's, host then device.
   const auto run = [&](bool picks) {
     auto model = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
     EXPECT_TRUE(model.ok()) << model.status().ToString();
@@ -666,18 +670,21 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
         {.temperature = 1.2, .top_k = 10, .seed = 12, .frequency_penalty = 0.8},
         {.temperature = 0.7, .seed = 13, .presence_penalty = 1.0},
         {.temperature = 1.0, .top_k = 40, .top_p = 0.8, .seed = 14},
-        {.temperature = 0, .repetition_penalty = 1.5},  // Greedy, penalised.
-        {.temperature = 0.8, .seed = 15},               // With a grammar (below).
-        {.temperature = 0}};                            // Greedy, with a grammar.
+        {.temperature = 0, .repetition_penalty = 1.5},   // Greedy, penalised.
+        {.temperature = 0.8, .seed = 15},                // With a grammar (below).
+        {.temperature = 0},                              // Greedy, with a grammar.
+        {.temperature = 1.1, .top_k = 30, .seed = 16}};  // With log-probabilities (below).
     std::vector<std::future<std::vector<int32_t>>> results;
     for (size_t i = 0; i < params.size(); ++i) {
       GenerationRequest r;
       r.prompt = engine.tokenizer().Encode("sampling on the device " + std::to_string(i));
       r.max_tokens = 16;
       r.sampling = params[i];
-      r.ignore_eos = i < 5;  // A grammar's request ends with its document.
-      if (i >= 5) r.grammar = *engine.grammars().JsonObject();
-      results.push_back(Generate(engine, std::move(r)));
+      r.ignore_eos = i != 5 && i != 6;  // A grammar's request ends with its document.
+      if (i == 5 || i == 6) r.grammar = *engine.grammars().JsonObject();
+      if (i == 7) r.top_logprobs = 3;
+      results.push_back(
+          Generate(engine, std::move(r), nullptr, i == 7 ? &logprobs[picks ? 1 : 0] : nullptr));
     }
     std::vector<std::vector<int32_t>> out;
     for (auto& f : results) out.push_back(f.get());
@@ -689,12 +696,25 @@ TEST(DeviceStepEngineTest, SampledRequestsGetTheSameTokensDrawnOnTheDevice) {
   size_t generated = 0;
   for (size_t i = 0; i < on_host.size(); ++i) {
     // The grammar's requests may end with their document.
-    if (i < 5) EXPECT_EQ(on_host[i].size(), 16u) << i;
+    if (i != 5 && i != 6) EXPECT_EQ(on_host[i].size(), 16u) << i;
     EXPECT_GE(on_host[i].size(), 2u) << i;
     EXPECT_EQ(on_device[i], on_host[i]) << "request " << i;
     generated += on_device[i].size();
   }
   EXPECT_GE(picked.load(), static_cast<int64_t>(generated));  // Every token, on the device.
+  // The log-probabilities made on the device are the host's to fp32's rounding of log_z.
+  ASSERT_EQ(logprobs[0].size(), 16u);
+  ASSERT_EQ(logprobs[1].size(), logprobs[0].size());
+  for (size_t t = 0; t < logprobs[0].size(); ++t) {
+    const TokenLogprobs &want = logprobs[0][t], &got = logprobs[1][t];
+    EXPECT_EQ(got.chosen.token, want.chosen.token) << t;
+    EXPECT_NEAR(got.chosen.logprob, want.chosen.logprob, 1e-5) << t;
+    ASSERT_EQ(got.top.size(), 3u) << t;
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(got.top[k].token, want.top[k].token) << t << " " << k;
+      EXPECT_NEAR(got.top[k].logprob, want.top[k].logprob, 1e-5) << t << " " << k;
+    }
+  }
 }
 
 TEST(DeviceStepLoadTest, WhatItDoesNotRunIsRefusedByName) {
