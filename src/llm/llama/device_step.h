@@ -160,6 +160,11 @@ class DeviceStepModel final : public StepModel {
   // x [rows, in] fp32 -> [rows, out] fp32 through `w` and `bias`.
   at::Tensor Product(const at::Tensor& x, const Matrix& w, const at::Tensor& bias) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
+  // Picks the tokens of the step's `rows` of logits ([rows, vocab] fp32, the chunks' in order)
+  // whose chunks' TokenPick says so (device_pick.cc), appending them to `picked` (and their
+  // log-probabilities where asked); returns the other rows, whose logits go to the host.
+  at::Tensor Pick(const std::vector<SequenceChunk>& chunks, at::Tensor rows,
+                  std::vector<int32_t>* picked, std::vector<TokenLogprobs>* logprobs) const;
   // The tokens (int64 [rows]) of `logits`' rows ([rows, vocab] fp32), each drawn as
   // Sampler::Next draws with its pick's parameters and draw (TokenPick::kSample): the logits
   // times 1 / temperature in fp32, sorted (stable: ties by id) where top-k or top-p cuts, the
