@@ -16,7 +16,8 @@
 #  7. language models (LLM_SHAPES, default smollm2-135m and qwen2.5-0.5b; random weights from
 #     tools/random_llm.py): Sluice's device executor (bf16, int8, then int4 weights) against its
 #     CPU decoder (fp32) on fixed prompts (same next token >= 90%; int4 70%), its decoding at 1
-#     and 64 streams (TPOT, ITL p99, tokens/s), and benchmarks/gpu_llm_baseline.py's PyTorch loop
+#     and 64 streams (TPOT, ITL p99, tokens/s), a 960-token prompt's prefill alone, and
+#     benchmarks/gpu_llm_baseline.py's PyTorch loop
 #     beside it (eager, static cache + torch.compile(mode="reduce-overhead"), int8 weights) at
 #     batch 1.
 # LLM_ONLY=1 runs only step 7 (with steps 1 and the bundle's unpacking).
@@ -205,6 +206,17 @@ for shape in $LLM_SHAPES; do
         >> "$OUT/llm.csv"
     else
       failed+=("llm-sluice-$precision-$shape")
+    fi
+    # A long prompt alone: int4's products run ATen's tinygemm kernel at every row count, bf16's
+    # and int8's prompts cuBLAS; this line says whether int4's prefill needs another path.
+    if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
+        --in-process --model-dir "$d" --precision "$precision" --concurrency 1 \
+        --prompt-tokens 960 --output-tokens 1 --requests 4 --no-results |
+        tee "$WORK/sluice_prefill.txt"; then
+      grep -E "^concurrency" "$WORK/sluice_prefill.txt" |
+        sed "s/^/sluice-prefill960-$precision,$shape,/" >> "$OUT/llm.csv"
+    else
+      failed+=("llm-prefill-$precision-$shape")
     fi
   done
   if timeout 420 $PY benchmarks/gpu_llm_baseline.py --model "$d" --batch-sizes 1 --tokens 128 \
