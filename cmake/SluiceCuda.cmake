@@ -25,6 +25,7 @@ file(GLOB _sluice_nvidia_includes LIST_DIRECTORIES true "${_sluice_site}/nvidia/
 add_library(sluice_cuda SHARED
   src/backends/cuda/cuda_backend.cc
   src/backends/cuda/cuda_device.cc
+  src/backends/cuda/step_graphs.cc
   src/device/copy_pipeline.cc)
 target_include_directories(sluice_cuda PRIVATE include src)
 target_include_directories(sluice_cuda SYSTEM PRIVATE

@@ -16,7 +16,8 @@
 #  7. language models (LLM_SHAPES, default smollm2-135m and qwen2.5-0.5b; random weights from
 #     tools/random_llm.py): Sluice's device executor (bf16, int8, then int4 weights) against its
 #     CPU decoder (fp32) on fixed prompts (same next token >= 90%; int4 70%), its decoding at 1
-#     and 64 streams (TPOT, ITL p99, tokens/s), a 960-token prompt's prefill alone, and
+#     and 64 streams (TPOT, ITL p99, tokens/s; bf16 also with llm.cuda_graphs: false), a
+#     960-token prompt's prefill alone, and
 #     benchmarks/gpu_llm_baseline.py's PyTorch loop
 #     beside it (eager, static cache + torch.compile(mode="reduce-overhead"), int8 weights) at
 #     batch 1.
@@ -202,10 +203,26 @@ for shape in $LLM_SHAPES; do
     if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
         --in-process --model-dir "$d" --precision "$precision" --concurrency 1,64 \
         --prompt-tokens 128 --output-tokens 128 --no-results | tee "$WORK/sluice_llm.txt"; then
-      grep -E "^concurrency" "$WORK/sluice_llm.txt" | sed "s/^/sluice-$precision,$shape,/" \
-        >> "$OUT/llm.csv"
+      # The in-process line names the kernels: "decode graphs", or "decode graphs off (why)".
+      grep -E "^(concurrency|in-process)" "$WORK/sluice_llm.txt" |
+        sed "s/^/sluice-$precision,$shape,/" >> "$OUT/llm.csv"
     else
       failed+=("llm-sluice-$precision-$shape")
+    fi
+    # bf16 again with its decode steps launched op by op (llm.cuda_graphs: false): what the
+    # graphs gain.
+    if [ "$precision" = bf16 ]; then
+      rm -rf "$d-op-by-op" && cp -rs "$(realpath "$d")" "$d-op-by-op" &&
+        rm -f "$d-op-by-op/config.yaml" &&
+        { cat "$d/config.yaml"; printf '  cuda_graphs: false\n'; } > "$d-op-by-op/config.yaml"
+      if timeout 300 env LD_LIBRARY_PATH="$SLUICE_LD" "$WORK/sluice-gpu/sluice" bench --llm \
+          --in-process --model-dir "$d-op-by-op" --precision bf16 --concurrency 1,64 \
+          --prompt-tokens 128 --output-tokens 128 --no-results | tee "$WORK/sluice_llm.txt"; then
+        grep -E "^concurrency" "$WORK/sluice_llm.txt" |
+          sed "s/^/sluice-bf16-op-by-op,$shape,/" >> "$OUT/llm.csv"
+      else
+        failed+=("llm-sluice-op-by-op-$shape")
+      fi
     fi
     # A long prompt alone: int4's products run ATen's tinygemm kernel at every row count, bf16's
     # and int8's prompts cuBLAS; this line says whether int4's prefill needs another path.

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   // A language model on a GPU runs ATen's CUDA kernels, which Sluice's CUDA library brings.
   llm::SetDeviceRuntimeLoader([](const std::string&) { return LoadCudaRuntime(); });
+  // Its decode steps replay CUDA graphs from the same library (device: "cuda:N").
+  llm::SetDeviceGraphsMaker([](const std::string& device) {
+    return LoadCudaStepGraphs(std::stoi(device.substr(device.find(':') + 1)));
+  });
   CLI::App app{"Sluice: a C++ inference server for PyTorch models, and its benchmark harness"};
   app.require_subcommand(1);
   const std::string command_line = CommandLine(argc, argv);

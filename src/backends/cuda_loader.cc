@@ -15,10 +15,12 @@ namespace {
 
 using LoadFn = Backend* (*)(const ModelConfig*, Status*);
 using PciBusIdFn = int (*)(int ordinal, char* out, int size);
+using StepGraphsFn = llm::llama::StepGraphs* (*)(int device);
 
 struct CudaLibrary {
   LoadFn load = nullptr;
   PciBusIdFn pci_bus_id = nullptr;
+  StepGraphsFn step_graphs = nullptr;
   std::string error;  // Why it could not be loaded; empty when `load` is set.
 };
 
@@ -38,6 +40,7 @@ const CudaLibrary& Library() {
     lib.load = reinterpret_cast<LoadFn>(dlsym(handle, "SluiceCudaLoadBackend"));
     if (!lib.load) lib.error = fmt::format("{} has no SluiceCudaLoadBackend", path);
     lib.pci_bus_id = reinterpret_cast<PciBusIdFn>(dlsym(handle, "SluiceCudaPciBusId"));
+    lib.step_graphs = reinterpret_cast<StepGraphsFn>(dlsym(handle, "SluiceCudaStepGraphs"));
     return lib;  // The handle stays open for the process's life.
   }();
   return library;
@@ -56,6 +59,16 @@ std::filesystem::path CudaLibraryPath() {
 Status LoadCudaRuntime() {
   const CudaLibrary& lib = Library();
   return lib.load ? Status::Ok() : Status::InvalidArgument(lib.error);
+}
+
+Result<std::shared_ptr<llm::llama::StepGraphs>> LoadCudaStepGraphs(int device) {
+  const CudaLibrary& lib = Library();
+  if (!lib.load) return Status::InvalidArgument(lib.error);
+  if (!lib.step_graphs) {
+    return Status::InvalidArgument(
+        fmt::format("{} has no SluiceCudaStepGraphs", CudaLibraryPath().string()));
+  }
+  return std::shared_ptr<llm::llama::StepGraphs>(lib.step_graphs(device));
 }
 
 Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config) {

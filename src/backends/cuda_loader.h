@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "config/model_config.h"
+#include "llm/llama/step_graphs.h"
 #include "sluice/backend.h"
 
 namespace sluice {
@@ -23,5 +24,9 @@ Result<std::unique_ptr<Backend>> LoadCudaBackend(const ModelConfig& config);
 // for code that runs ATen on CUDA tensors (the language models' device executor). The error says
 // why it could not be loaded.
 Status LoadCudaRuntime();
+
+// CUDA graphs for a language model's decode steps on GPU `device` (llm/llama/step_graphs.h),
+// from the library (loaded once, as above); the error says why there are none.
+Result<std::shared_ptr<llm::llama::StepGraphs>> LoadCudaStepGraphs(int device);
 
 }  // namespace sluice

@@ -367,7 +367,7 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
                                               "kv_cache_dtype",    "weights_cache",
                                               "embedding",         "lora",
                                               "kv_cache_disk",     "kv_cache_disk_bytes",
-                                              "keep_alive"};
+                                              "keep_alive",        "cuda_graphs"};
   try {
     for (const auto& item : llm) {
       const std::string key = item.first.as<std::string>();
@@ -479,6 +479,18 @@ Result<LlmServeConfig> ParseServeConfig(const std::string& path,
           !YAML::convert<bool>::decode(embedding["normalize"], config.normalize)) {
         return Bad(path, "llm.embedding.normalize", "must be true or false");
       }
+    }
+    if (llm["cuda_graphs"]) {
+      bool on = true;
+      if (!YAML::convert<bool>::decode(llm["cuda_graphs"], on)) {
+        return Bad(path, "llm.cuda_graphs", "must be true or false");
+      }
+      if (on && config.device == "cpu") {
+        return Bad(path, "llm.cuda_graphs",
+                   "is for a GPU model (instance_group: [{kind: KIND_GPU}]); the CPU decoder "
+                   "captures no graphs");
+      }
+      config.cuda_graphs = on;
     }
     if (llm["prefix_caching"]) {
       bool on = true;

@@ -184,6 +184,10 @@ struct LlmServeConfig {
   // `instance_group: [{kind: KIND_GPU, gpus: [N]}]` (N 0 where it names none).
   std::string device = "cpu";
   std::string device_key = "instance_group[0].kind";  // What asked for it, for errors.
+  // `cuda_graphs`: on a GPU, each decode step of up to `slots` sequences replays a CUDA graph
+  // captured for its batch bucket and key length (llama/step_graphs.h) instead of launching its
+  // operations one by one. Default on; true on the CPU decoder is refused.
+  bool cuda_graphs = true;
 };
 
 // Parses config.json. Errors name the file and key.

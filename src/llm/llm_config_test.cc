@@ -124,6 +124,19 @@ TEST_F(ServeConfigTest, InstanceGroupPicksTheDevice) {
                 .message()
                 .find("'int3' is not fp32, bf16, int8 or int4"),
             std::string::npos);
+  // Decode graphs: on by default, off where asked; asked for on the CPU, refused by name.
+  EXPECT_TRUE(gpu->cuda_graphs);
+  auto eager = Parse("instance_group: [{kind: KIND_GPU}]\nllm:\n  cuda_graphs: false\n");
+  ASSERT_TRUE(eager.ok()) << eager.status().ToString();
+  EXPECT_FALSE(eager->cuda_graphs);
+  EXPECT_NE(Parse("llm:\n  cuda_graphs: true\n").status().message().find("llm.cuda_graphs"),
+            std::string::npos);
+  EXPECT_TRUE(Parse("llm:\n  cuda_graphs: false\n").ok());
+  EXPECT_NE(Parse("instance_group: [{kind: KIND_GPU}]\nllm:\n  cuda_graphs: often\n")
+                .status()
+                .message()
+                .find("llm.cuda_graphs"),
+            std::string::npos);
   auto second = Parse("instance_group:\n  - kind: KIND_GPU\n    gpus: [1]\n");
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->device, "cuda:1");

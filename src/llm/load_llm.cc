@@ -151,6 +151,11 @@ DeviceRuntimeLoader& RuntimeLoader() {
   return *loader;
 }
 
+DeviceGraphsMaker& GraphsMaker() {
+  static DeviceGraphsMaker* maker = new DeviceGraphsMaker();
+  return *maker;
+}
+
 // The decoder where `options.serve.device` says: the CPU decoder, or the device executor on a GPU
 // (its weights in the precision's dtype; int8 or int4: quantised rows beside a bf16 cache).
 Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) {
@@ -176,16 +181,27 @@ Result<std::unique_ptr<StepModel>> LoadDecoder(const ModelLoadOptions& options) 
                                    where.index(), visible));
   }
   const LlmPrecision precision = options.serve.precision;
-  return llama::DeviceStepModel::Load(
-      options, {.device = where,
-                .dtype = precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16,
-                .int8_weights = precision == LlmPrecision::kInt8,
-                .int4_weights = precision == LlmPrecision::kInt4});
+  llama::DeviceOptions on{.device = where,
+                          .dtype = precision == LlmPrecision::kFp32 ? at::kFloat : at::kBFloat16,
+                          .int8_weights = precision == LlmPrecision::kInt8,
+                          .int4_weights = precision == LlmPrecision::kInt4};
+  if (options.serve.cuda_graphs && where.is_cuda()) {
+    Result<std::shared_ptr<llama::StepGraphs>> graphs =
+        Status::Unavailable("this program makes no CUDA graphs");
+    if (GraphsMaker()) graphs = GraphsMaker()(device);
+    if (graphs.ok()) {
+      on.graphs = *graphs;
+    } else {
+      on.graphs_off = graphs.status().message();
+    }
+  }
+  return llama::DeviceStepModel::Load(options, on);
 }
 
 }  // namespace
 
 void SetDeviceRuntimeLoader(DeviceRuntimeLoader loader) { RuntimeLoader() = std::move(loader); }
+void SetDeviceGraphsMaker(DeviceGraphsMaker maker) { GraphsMaker() = std::move(maker); }
 
 Result<std::unique_ptr<StepModel>> LoadStepModel(const std::string& dir,
                                                  const LlmLoadOverrides& overrides) {

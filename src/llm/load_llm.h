@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "llm/llama/step_graphs.h"
 #include "llm/llm_engine.h"
 
 namespace sluice::llm {
@@ -50,6 +51,14 @@ Result<LlmMemoryEstimate> EstimateLlmMemory(const std::string& dir,
 // model configured for a GPU is refused with the key that asked for it.
 using DeviceRuntimeLoader = std::function<Status(const std::string& device)>;
 void SetDeviceRuntimeLoader(DeviceRuntimeLoader loader);
+
+// Makes the graphs a language model's decode steps replay on a GPU ("cuda:N": CUDA graphs from
+// the server's CUDA library; llama/step_graphs.h). Set once, by the binary; unset, or where it
+// fails (the error is kept in the model's kernel paths), a model on a GPU launches each step's
+// operations one by one.
+using DeviceGraphsMaker =
+    std::function<Result<std::shared_ptr<llama::StepGraphs>>(const std::string& device)>;
+void SetDeviceGraphsMaker(DeviceGraphsMaker maker);
 
 // How `sluice serve` loads language models, and sizes them before loading (injected, so the
 // server builds without torch).

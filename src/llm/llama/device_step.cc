@@ -173,6 +173,7 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
   model->arch_ = a;
   model->serve_ = options.serve;
   model->device_ = device;
+  model->graphs_off_ = device.graphs_off;
   try {
     // fp32 parts (and the file's blocks), made dense below: what the device multiplies.
     SLUICE_RETURN_IF_ERROR(LoadDecoderWeights(options.dir, LlmPrecision::kFp32, "", &decoder));
@@ -309,10 +310,23 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
     model->blocks_ = static_cast<int>(blocks);
     model->kv_cache_bytes_ = blocks * block_bytes;
     const auto cache_options = at::TensorOptions().device(device.device).dtype(device.dtype);
+    // With graphs, one block more than the pool's: the rows padded sequences write.
+    const int64_t rows = (blocks + (device.graphs != nullptr ? 1 : 0)) * block;
     for (int l = 0; l < a.layers; ++l) {
       // Zeroed: a padded read of a row never written must not bring NaN into a masked product.
-      model->cache_k_.push_back(at::zeros({blocks * block, a.kv_heads, a.head_dim}, cache_options));
-      model->cache_v_.push_back(at::zeros({blocks * block, a.kv_heads, a.head_dim}, cache_options));
+      model->cache_k_.push_back(at::zeros({rows, a.kv_heads, a.head_dim}, cache_options));
+      model->cache_v_.push_back(at::zeros({rows, a.kv_heads, a.head_dim}, cache_options));
+    }
+    if (device.graphs != nullptr) {
+      model->scratch_row_ = blocks * block;
+      model->buckets_ = DecodeBuckets(serve.slots);
+      model->graph_keys_ = (serve.context_length + kGraphKeys - 1) / kGraphKeys * kGraphKeys;
+      const int64_t most = model->buckets_.back();
+      const int64_t size = 4 * most + most * model->graph_keys_;
+      const auto longs = at::TensorOptions().dtype(at::kLong);
+      model->graph_inputs_ = at::zeros({size}, longs.device(device.device));
+      model->graph_host_ = at::zeros({size}, longs.pinned_memory(device.device.is_cuda()));
+      model->iota_ = at::arange(std::max(most, model->graph_keys_), longs.device(device.device));
     }
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("{}: loading the model on {} failed: {}", options.dir,
@@ -335,6 +349,9 @@ std::string DeviceStepModel::weight_formats() const {
 
 std::string DeviceStepModel::kernel_paths() const {
   std::string paths = "aten:" + device_.device.str();
+  if (device_.graphs != nullptr || !graphs_off_.empty()) {
+    paths += graphs_off_.empty() ? ", decode graphs" : ", decode graphs off (" + graphs_off_ + ")";
+  }
   if (arch_.experts == 0) return paths;
   const bool grouped = !Quantised(layers_.front()) && grouped_experts_.load();
   return paths + (grouped ? ", experts grouped" : ", experts one at a time");
@@ -488,6 +505,174 @@ Status DeviceStepModel::CopyBlocks(const std::vector<std::pair<int32_t, int32_t>
   return Status::Ok();
 }
 
+at::Tensor DeviceStepModel::Forward(const StepTensors& in, const std::vector<LoraRows>& lora) {
+  const ModelArchitecture& a = arch_;
+  const int64_t t_count = in.tokens.size(0), hidden = a.hidden_size, d = a.head_dim,
+                kv = a.kv_heads, groups = a.heads / a.kv_heads;
+  const at::Tensor cos = rope_.cos.index_select(0, in.rope_rows);
+  const at::Tensor sin = rope_.sin.index_select(0, in.rope_rows);
+  at::Tensor local_cos, local_sin;
+  if (rope_.local_cos.defined()) {
+    local_cos = rope_.local_cos.index_select(0, in.positions);
+    local_sin = rope_.local_sin.index_select(0, in.positions);
+  }
+  const double scale = a.attention_scale > 0 ? a.attention_scale : 1.0 / std::sqrt(double(d));
+  at::Tensor x = embedding_.index_select(0, in.tokens).to(at::kFloat);
+  if (a.scale_embedding) x = x * std::sqrt(static_cast<float>(hidden));
+  for (int l = 0; l < a.layers; ++l) {
+    const DeviceLayer& layer = layers_[static_cast<size_t>(l)];
+    const at::Tensor normed = Norm(x, layer.attn_norm);
+    at::Tensor qkv = Product(normed, layer.qkv, layer.qkv_bias);
+    ApplyLora(lora, l, LoraProduct::kQkv, normed, qkv);
+    at::Tensor q = qkv.narrow(1, 0, a.heads * d).view({t_count, a.heads, d});
+    at::Tensor k = qkv.narrow(1, a.heads * d, kv * d).view({t_count, kv, d});
+    const at::Tensor v = qkv.narrow(1, (a.heads + kv) * d, kv * d).view({t_count, kv, d});
+    if (a.qk_norm) {
+      q = Norm(q, layer.q_norm);
+      k = Norm(k, layer.k_norm);
+    }
+    const bool local = IsLocal(l);
+    const bool local_tables = local && local_cos.defined();
+    q = Rotate(q, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
+    k = Rotate(k, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
+    at::Tensor& keys = cache_k_[static_cast<size_t>(l)];
+    at::Tensor& values = cache_v_[static_cast<size_t>(l)];
+    keys.index_copy_(0, in.cache_rows, k.to(device_.dtype));
+    values.index_copy_(0, in.cache_rows, v.to(device_.dtype));
+    at::Tensor heads = at::empty({t_count, a.heads * d}, x.options());
+    for (const AttentionBatch& b : in.batches) {
+      const at::Tensor kk =
+          keys.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
+      const at::Tensor vv =
+          values.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
+      const at::Tensor qq =
+          q.index_select(0, b.query_rows).view({b.sequences, b.queries, kv, groups, d});
+      at::Tensor scores = at::einsum("cnkgd,cmkd->ckgnm", {qq, kk}) * scale;
+      scores.masked_fill_((local ? b.windowed : b.causal).logical_not(),
+                          -std::numeric_limits<float>::infinity());
+      at::Tensor probs;
+      if (layer.sinks.defined()) {
+        // gpt-oss's sinks: each head's learned logit joins its softmax's denominator and adds no
+        // value.
+        const at::Tensor sink =
+            layer.sinks.view({1, kv, groups, 1, 1}).expand({b.sequences, kv, groups, b.queries, 1});
+        probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, b.keys);
+      } else {
+        probs = at::softmax(scores, -1);
+      }
+      heads.index_copy_(0, b.tokens,
+                        at::einsum("ckgnm,cmkd->cnkgd", {probs, vv})
+                            .reshape({b.sequences * b.queries, a.heads * d})
+                            .index_select(0, b.slots));
+    }
+    at::Tensor attn = Product(heads, layer.out, layer.out_bias);
+    ApplyLora(lora, l, LoraProduct::kO, heads, attn);
+    if (a.post_norms) attn = Norm(attn, layer.post_attn_norm);
+    x = x + attn;
+    if (a.experts > 0) {
+      at::Tensor experts = Experts(layer, Norm(x, layer.ffn_norm));
+      if (a.post_norms) experts = Norm(experts, layer.post_ffn_norm);
+      x = x + experts;
+      continue;
+    }
+    const at::Tensor ffn_in = Norm(x, layer.ffn_norm);
+    at::Tensor gate_up = Product(ffn_in, layer.gate_up, at::Tensor());
+    ApplyLora(lora, l, LoraProduct::kGateUp, ffn_in, gate_up);
+    const at::Tensor act = Gate(gate_up);
+    at::Tensor down = Product(act, layer.down, at::Tensor());
+    ApplyLora(lora, l, LoraProduct::kDown, act, down);
+    if (a.post_norms) down = Norm(down, layer.post_ffn_norm);
+    x = x + down;
+  }
+  const at::Tensor last = Norm(x.index_select(0, in.logit_rows), final_norm_);
+  at::Tensor rows = serve_.pooling != Pooling::kNone ? last : Product(last, lm_head_, {});
+  if (serve_.pooling == Pooling::kNone && a.final_logit_softcap > 0) {
+    rows = at::tanh(rows / a.final_logit_softcap) * a.final_logit_softcap;
+  }
+  return rows;
+}
+
+at::Tensor DeviceStepModel::DecodeBody(int64_t sequences, int64_t keys) {
+  const int64_t most = buckets_.back();
+  const at::Tensor rows = iota_.narrow(0, 0, sequences);
+  StepTensors in{.tokens = graph_inputs_.narrow(0, 0, sequences),
+                 .positions = graph_inputs_.narrow(0, most, sequences),
+                 .rope_rows = graph_inputs_.narrow(0, 2 * most, sequences),
+                 .cache_rows = graph_inputs_.narrow(0, 3 * most, sequences),
+                 .logit_rows = rows};
+  // Sequence i's one query is token i; its keys are positions 0 .. keys - 1, those past its own
+  // masked (as Batch masks them), whatever row they read.
+  AttentionBatch b{.sequences = sequences, .queries = 1, .keys = keys};
+  b.query_rows = b.tokens = b.slots = rows;
+  b.key_rows = graph_inputs_.narrow(0, 4 * most, sequences * keys);
+  const at::Tensor q_pos = in.positions.view({sequences, 1, 1, 1, 1});
+  const at::Tensor k_pos = iota_.narrow(0, 0, keys).view({1, 1, 1, 1, keys});
+  b.causal = k_pos <= q_pos;
+  b.windowed = arch_.sliding_window > 0 ? b.causal.logical_and(k_pos > q_pos - arch_.sliding_window)
+                                        : b.causal;
+  in.batches.push_back(std::move(b));
+  return Forward(in, {});
+}
+
+at::Tensor DeviceStepModel::Graphed(const StepBatch& step) {
+  const int64_t n = step.size();
+  if (device_.graphs == nullptr || !graphs_off_.empty() || arch_.experts > 0 ||
+      serve_.pooling != Pooling::kNone || static_cast<int64_t>(step.logit_rows.size()) != n) {
+    return {};
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (step.logit_rows[static_cast<size_t>(i)] != i) return {};
+  }
+  const int64_t bucket = DecodeBucket(static_cast<int>(n), buckets_);
+  if (bucket == 0) return {};
+  int64_t keys = 0;
+  for (int64_t length : step.kv_lengths) keys = std::max(keys, length);
+  keys = std::min((keys + kGraphKeys - 1) / kGraphKeys * kGraphKeys, graph_keys_);
+  const std::pair<int64_t, int64_t> shape{bucket, keys};
+  auto it = graphs_.find(shape);
+  if (it == graphs_.end() && static_cast<int>(graphs_.size()) >= device_.max_graphs) return {};
+  // The step's values where the graph reads them: sequence i (token i) in row i of each block,
+  // the bucket's padded sequences token 0 at position 0 writing the scratch row.
+  const int64_t most = buckets_.back(), block = serve_.kv_block_size,
+                used = 4 * most + bucket * keys;
+  int64_t* h = graph_host_.data_ptr<int64_t>();
+  std::fill(h, h + used, 0);
+  for (int64_t i = 0; i < bucket; ++i) {
+    h[3 * most + i] = scratch_row_;
+    if (i >= n) continue;
+    const auto t = static_cast<size_t>(i);
+    h[i] = step.tokens[t];
+    h[most + i] = step.positions[t];
+    h[2 * most + i] = step.rope_rows[t];
+    h[3 * most + i] = step.cache_rows[t];
+    const std::vector<int32_t>& table = step.tables[t];
+    for (int64_t m = 0; m < step.kv_lengths[t]; ++m) {
+      h[4 * most + i * keys + m] = table[static_cast<size_t>(m / block)] * block + m % block;
+    }
+  }
+  graph_inputs_.narrow(0, 0, used).copy_(graph_host_.narrow(0, 0, used));
+  if (it == graphs_.end()) {
+    DecodeGraph& g = graphs_[shape];
+    try {
+      g.graph =
+          device_.graphs->Capture([this, &g, bucket, keys] { g.out = DecodeBody(bucket, keys); });
+    } catch (const c10::Error& e) {
+      // The device cannot capture this step: every later step runs op by op.
+      graphs_.erase(shape);
+      graphs_off_ = e.what_without_backtrace();
+      return {};
+    } catch (const std::exception& e) {
+      graphs_.erase(shape);
+      graphs_off_ = e.what();
+      return {};
+    }
+    it = graphs_.find(shape);
+  }
+  it->second.graph->Replay();
+  ++graph_replays_;
+  return it->second.out.narrow(0, 0, n);
+}
+
 Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
   return RunPicking(chunks, logits, nullptr, nullptr);
 }
@@ -510,27 +695,12 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
     c10::InferenceMode guard;
     const at::Device dev = device_.device;
     const auto on = [&](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).to(dev); };
-    const int64_t t_count = step.size(), hidden = a.hidden_size, d = a.head_dim, kv = a.kv_heads,
-                  groups = a.heads / a.kv_heads;
-    const at::Tensor cache_rows = on(step.cache_rows);
     // The step's attention in padded batches: its decoding sequences (one query each) together,
     // each prompt chunk alone (padding a decode to a prompt's length would multiply its work).
     std::vector<int64_t> decodes, prompts;
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
       (step.qo_indptr[c + 1] - step.qo_indptr[c] == 1 ? decodes : prompts).push_back(c);
     }
-    std::vector<AttentionBatch> batches;
-    if (!decodes.empty()) batches.push_back(Batch(step, decodes));
-    for (int64_t c : prompts) batches.push_back(Batch(step, {c}));
-    const at::Tensor positions = on(step.positions), rope_rows = on(step.rope_rows);
-    const at::Tensor cos = rope_.cos.index_select(0, rope_rows);
-    const at::Tensor sin = rope_.sin.index_select(0, rope_rows);
-    at::Tensor local_cos, local_sin;
-    if (rope_.local_cos.defined()) {
-      local_cos = rope_.local_cos.index_select(0, positions);
-      local_sin = rope_.local_sin.index_select(0, positions);
-    }
-    const double scale = a.attention_scale > 0 ? a.attention_scale : 1.0 / std::sqrt(double(d));
     // Each adapter the step's chunks name: its tokens, and its matrices on the device.
     std::vector<LoraRows> lora;
     {
@@ -563,77 +733,17 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
         lora.push_back({adapter, on(indices), &weights});
       }
     }
-    at::Tensor x = embedding_.index_select(0, on(step.tokens)).to(at::kFloat);
-    if (a.scale_embedding) x = x * std::sqrt(static_cast<float>(hidden));
-    for (int l = 0; l < a.layers; ++l) {
-      const DeviceLayer& layer = layers_[static_cast<size_t>(l)];
-      const at::Tensor normed = Norm(x, layer.attn_norm);
-      at::Tensor qkv = Product(normed, layer.qkv, layer.qkv_bias);
-      ApplyLora(lora, l, LoraProduct::kQkv, normed, qkv);
-      at::Tensor q = qkv.narrow(1, 0, a.heads * d).view({t_count, a.heads, d});
-      at::Tensor k = qkv.narrow(1, a.heads * d, kv * d).view({t_count, kv, d});
-      const at::Tensor v = qkv.narrow(1, (a.heads + kv) * d, kv * d).view({t_count, kv, d});
-      if (a.qk_norm) {
-        q = Norm(q, layer.q_norm);
-        k = Norm(k, layer.k_norm);
-      }
-      const bool local = IsLocal(l);
-      const bool local_tables = local && local_cos.defined();
-      q = Rotate(q, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
-      k = Rotate(k, local_tables ? local_cos : cos, local_tables ? local_sin : sin);
-      at::Tensor& keys = cache_k_[static_cast<size_t>(l)];
-      at::Tensor& values = cache_v_[static_cast<size_t>(l)];
-      keys.index_copy_(0, cache_rows, k.to(device_.dtype));
-      values.index_copy_(0, cache_rows, v.to(device_.dtype));
-      at::Tensor heads = at::empty({t_count, a.heads * d}, x.options());
-      for (const AttentionBatch& b : batches) {
-        const at::Tensor kk =
-            keys.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
-        const at::Tensor vv =
-            values.index_select(0, b.key_rows).view({b.sequences, b.keys, kv, d}).to(at::kFloat);
-        const at::Tensor qq =
-            q.index_select(0, b.query_rows).view({b.sequences, b.queries, kv, groups, d});
-        at::Tensor scores = at::einsum("cnkgd,cmkd->ckgnm", {qq, kk}) * scale;
-        scores.masked_fill_((local ? b.windowed : b.causal).logical_not(),
-                            -std::numeric_limits<float>::infinity());
-        at::Tensor probs;
-        if (layer.sinks.defined()) {
-          // gpt-oss's sinks: each head's learned logit joins its softmax's denominator and adds no
-          // value.
-          const at::Tensor sink = layer.sinks.view({1, kv, groups, 1, 1})
-                                      .expand({b.sequences, kv, groups, b.queries, 1});
-          probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, b.keys);
-        } else {
-          probs = at::softmax(scores, -1);
-        }
-        heads.index_copy_(0, b.tokens,
-                          at::einsum("ckgnm,cmkd->cnkgd", {probs, vv})
-                              .reshape({b.sequences * b.queries, a.heads * d})
-                              .index_select(0, b.slots));
-      }
-      at::Tensor attn = Product(heads, layer.out, layer.out_bias);
-      ApplyLora(lora, l, LoraProduct::kO, heads, attn);
-      if (a.post_norms) attn = Norm(attn, layer.post_attn_norm);
-      x = x + attn;
-      if (a.experts > 0) {
-        at::Tensor experts = Experts(layer, Norm(x, layer.ffn_norm));
-        if (a.post_norms) experts = Norm(experts, layer.post_ffn_norm);
-        x = x + experts;
-        continue;
-      }
-      const at::Tensor ffn_in = Norm(x, layer.ffn_norm);
-      at::Tensor gate_up = Product(ffn_in, layer.gate_up, at::Tensor());
-      ApplyLora(lora, l, LoraProduct::kGateUp, ffn_in, gate_up);
-      const at::Tensor act = Gate(gate_up);
-      at::Tensor down = Product(act, layer.down, at::Tensor());
-      ApplyLora(lora, l, LoraProduct::kDown, act, down);
-      if (a.post_norms) down = Norm(down, layer.post_ffn_norm);
-      x = x + down;
-    }
-    const at::Tensor last = Norm(x.index_select(0, on(step.logit_rows)), final_norm_);
-    at::Tensor rows = serve_.pooling != Pooling::kNone ? last : Product(last, lm_head_, {});
-    if (serve_.pooling == Pooling::kNone && a.final_logit_softcap > 0) {
-      rows = at::tanh(rows / a.final_logit_softcap) * a.final_logit_softcap;
+    at::Tensor rows;
+    if (lora.empty() && prompts.empty()) rows = Graphed(step);
+    if (!rows.defined()) {
+      StepTensors in{.tokens = on(step.tokens),
+                     .positions = on(step.positions),
+                     .rope_rows = on(step.rope_rows),
+                     .cache_rows = on(step.cache_rows),
+                     .logit_rows = on(step.logit_rows)};
+      if (!decodes.empty()) in.batches.push_back(Batch(step, decodes));
+      for (int64_t c : prompts) in.batches.push_back(Batch(step, {c}));
+      rows = Forward(in, lora);
     }
     if (picked != nullptr && serve_.pooling == Pooling::kNone) {
       rows = Pick(chunks, rows, picked, logprobs);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "llm/llama/rope.h"
+#include "llm/llama/step_graphs.h"
 #include "llm/llama/weights.h"
 #include "llm/step_batch.h"
 #include "llm/step_model.h"
@@ -57,6 +58,15 @@ struct DeviceOptions {
   // Outputs are padded to a multiple of 16 rows (the packings' tile), the padding dropped after
   // each product. Devices other than CUDA and the CPU are refused at load.
   bool int4_weights = false;
+  // Where set, a step whose chunks all decode one token (no LoRA adapter, no mixture of experts,
+  // every row's logits wanted) replays a graph captured for its batch bucket (DecodeBuckets of
+  // the slots) and its longest sequence's positions rounded up to kGraphKeys: its tokens,
+  // positions and cache rows in static buffers, padded sequences writing a cache row of their
+  // own, their keys masked. At most `max_graphs` are captured; a step past them, or any step
+  // after a capture failed, runs op by op.
+  std::shared_ptr<StepGraphs> graphs;
+  int max_graphs = 64;
+  std::string graphs_off;  // Why there are no graphs where they were asked for (kernel_paths).
 };
 
 // A weight matrix in DeviceOptions::int4_weights' layout: `packed` the device's packing of its
@@ -101,6 +111,11 @@ class DeviceStepModel final : public StepModel {
   bool picks_tokens() const override { return serve_.pooling == Pooling::kNone; }
   Status RunPicking(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits,
                     std::vector<int32_t>* picked, std::vector<TokenLogprobs>* logprobs) override;
+  // Graphs captured, and steps that replayed one (DeviceOptions::graphs).
+  int graphs_captured() const { return static_cast<int>(graphs_.size()); }
+  int64_t graph_replays() const { return graph_replays_; }
+  // A graph's key lengths are multiples of this many positions.
+  static constexpr int64_t kGraphKeys = 128;
 
  private:
   // A padded batch of a step's sequences for attention: [sequences, queries] queries over
@@ -113,6 +128,12 @@ class DeviceStepModel final : public StepModel {
     at::Tensor causal, windowed;  // [sequences, 1, 1, queries, keys]: the keys each query sees.
   };
   AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
+  // What the layers read of a step: its tokens' ids, positions, rows of the RoPE tables and
+  // of the cache, the rows whose logits are wanted, and its attention batches.
+  struct StepTensors {
+    at::Tensor tokens, positions, rope_rows, cache_rows, logit_rows;
+    std::vector<AttentionBatch> batches;
+  };
   // A weight matrix [out, in] on the device (a mixture's experts stacked: [experts, out, in]):
   // dtype, or int8 with `scales` (fp32 [out], [experts, out]), or int4 (group > 0): `weight` in
   // the device's packed layout (one per expert, stacked), `scales` its scales and offsets
@@ -174,6 +195,16 @@ class DeviceStepModel final : public StepModel {
   // row's `logits` ([rows, vocab] fp32, raw) and its `tops[i]` most likely tokens', ties by id.
   static void Score(const at::Tensor& logits, const at::Tensor& chosen,
                     const std::vector<int>& tops, std::vector<TokenLogprobs>* out);
+  // The layers over a step, then the final norm and the output product (or the pooled rows):
+  // [logit rows, vocab] fp32. Launches no host copy and reads nothing back unless the model
+  // has experts or `lora` adapters, so a graph can capture it.
+  at::Tensor Forward(const StepTensors& in, const std::vector<LoraRows>& lora);
+  // A decode-only step through its graph (DeviceOptions::graphs): its rows' logits, or an
+  // undefined tensor where the step runs op by op.
+  at::Tensor Graphed(const StepBatch& step);
+  // The captured body: Forward over the static buffers' first `sequences` sequences and `keys`
+  // positions.
+  at::Tensor DecodeBody(int64_t sequences, int64_t keys);
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   bool IsLocal(int layer) const {
@@ -195,6 +226,22 @@ class DeviceStepModel final : public StepModel {
       lora_weights_;
   // Cleared when the device refused a grouped product (a dtype or GPU it lacks a kernel for).
   mutable std::atomic<bool> grouped_experts_{true};
+  // Decode graphs by (bucket, key length), each with its output (kept from its capture).
+  struct DecodeGraph {
+    std::unique_ptr<StepGraph> graph;
+    at::Tensor out;
+  };
+  std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;
+  std::vector<int> buckets_;  // DecodeBuckets(slots), where graphs are on.
+  int64_t graph_keys_ = 0;    // The longest key length: context_length rounded up.
+  // int64 [4 x largest bucket + largest bucket x graph_keys_]: tokens, positions, RoPE rows and
+  // cache rows (a block of each, padded), then each sequence's key rows; the device's copy the
+  // graphs read, the host's (pinned on CUDA) where a step writes them.
+  at::Tensor graph_inputs_, graph_host_;
+  at::Tensor iota_;          // int64 0, 1, ... on the device: identity rows and key positions.
+  int64_t scratch_row_ = 0;  // A cache row no block holds: padded sequences write there.
+  std::string graphs_off_;   // Why captures stopped (a failed capture), empty while on.
+  int64_t graph_replays_ = 0;
   int blocks_ = 0;
   int int4_dense_ = 0;  // int4 weights: matrices left in dtype (rows not a multiple of 32).
   int64_t kv_cache_bytes_ = 0, weight_bytes_ = 0;

@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <numeric>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llm/files/safetensors.h"
@@ -437,6 +439,95 @@ TEST(DeviceStepLoadTest, CopiedBlocksContinueAsTheOriginal) {
   EXPECT_FALSE(model.CopyBlocks({{4, 1000}}).ok());
 }
 
+// Graphs for a device without capture: each replay runs the recorded body again, on the same
+// static buffers a CUDA graph's replay reads (the capture's warm-up runs it once, as CUDA's does).
+class RerunGraphs final : public llama::StepGraphs {
+ public:
+  std::unique_ptr<llama::StepGraph> Capture(const std::function<void()>& body) override {
+    ++captures;
+    body();
+    auto graph = std::make_unique<Rerun>();
+    graph->body = body;
+    return graph;
+  }
+  int captures = 0;
+
+ private:
+  struct Rerun final : llama::StepGraph {
+    std::function<void()> body;
+    void Replay() override { body(); }
+  };
+};
+
+// Decode steps through graphs: three sequences (bucket 4, one sequence padded) whose block
+// tables interleave, the first holding block 0 (a padded sequence writing a row of the pool
+// would overwrite its first position), decoding across 128 positions (a second graph, of 256
+// keys), give the logits of the same steps launched op by op; steps with a prompt run op by op.
+TEST(DeviceStepGraphTest, DecodeStepsReplayTheirBucketsGraphWithTheStepByStepLogits) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 8;
+  options.serve.context_length = 256;
+  auto eager = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  ASSERT_TRUE(eager.ok()) << eager.status().ToString();
+  auto graphs = std::make_shared<RerunGraphs>();
+  auto graphed = llama::DeviceStepModel::Load(
+      options, {.device = at::kCPU, .dtype = at::kFloat, .graphs = graphs});
+  ASSERT_TRUE(graphed.ok()) << graphed.status().ToString();
+  auto& model = dynamic_cast<llama::DeviceStepModel&>(**graphed);
+  EXPECT_NE(model.kernel_paths().find("decode graphs"), std::string::npos) << model.kernel_paths();
+  const int vocab = model.architecture().vocab_size;
+  std::vector<std::vector<int32_t>> tables(3);
+  for (int b = 0; b < 9; ++b) {
+    for (int i = 0; i < 3; ++i) tables[static_cast<size_t>(i)].push_back(3 * b + i);
+  }
+  const std::vector<int> lengths{120, 30, 7};
+  std::vector<float> want, got;
+  auto run = [&](const std::vector<SequenceChunk>& chunks) {
+    ASSERT_TRUE((*eager)->Run(chunks, &want).ok());
+    ASSERT_TRUE(model.Run(chunks, &got).ok());
+  };
+  std::vector<int> at(3);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < lengths[static_cast<size_t>(i)]; ++t) {
+      prompt.push_back((t * 31 + 7 * i + 3) % vocab);
+    }
+    run({SequenceChunk{i, 0, prompt, false, tables[static_cast<size_t>(i)]}});
+    at[static_cast<size_t>(i)] = lengths[static_cast<size_t>(i)];
+  }
+  EXPECT_EQ(model.graph_replays(), 0);  // Prompts run op by op.
+  for (int step = 0; step < 12; ++step) {
+    std::vector<SequenceChunk> chunks;
+    for (int i = 0; i < 3; ++i) {
+      // Each sequence's next token: the op-by-op model's greedy choice.
+      const float* last = want.data() + want.size() - static_cast<size_t>((3 - i) * vocab);
+      const auto next = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+      chunks.push_back(SequenceChunk{
+          i, at[static_cast<size_t>(i)]++, {next}, false, tables[static_cast<size_t>(i)]});
+    }
+    if (step == 0) {
+      // The first decode: one sequence at a time, so the three steps' rows are the last three.
+      for (const SequenceChunk& chunk : chunks) run({chunk});
+    } else {
+      run(chunks);
+    }
+  }
+  ASSERT_EQ(got.size(), want.size());
+  const auto [diff, same] = Agreement(got, want, vocab);
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_EQ(same, 1.0);
+  // Three single-sequence steps (bucket 1, 128 keys), then bucket 4 at 128 keys until the first
+  // sequence passes 128 positions, then at 256.
+  EXPECT_EQ(model.graph_replays(), 3 + 11);
+  EXPECT_EQ(model.graphs_captured(), 3);
+  EXPECT_EQ(graphs->captures, 3);
+  // A step with a prompt beside a decode runs op by op.
+  const int64_t replays = model.graph_replays();
+  run({SequenceChunk{1, at[1], {5}, false, tables[1]},
+       SequenceChunk{3, 0, {1, 2, 3}, false, {40}}});
+  EXPECT_EQ(model.graph_replays(), replays);
+}
+
 // A model that forwards to another and counts the tokens it picked (RunPicking).
 class CountingPicks final : public StepModel {
  public:
@@ -547,6 +638,60 @@ TEST(DeviceStepEngineTest, TheEngineOnTheDeviceStepAnswersAsOnTheCpuDecoder) {
   }
   // The device step picked every token (8 x 24 at least, each prompt's last chunk included).
   EXPECT_GE(picked.load(), 8 * 24);
+}
+
+// The generation loop with decode graphs: six greedy requests arriving one after another (decode
+// steps of 1 to 6 sequences: buckets 1, 2, 4 and 8, padded) give the CPU decoder's texts, most of
+// their steps replaying a graph.
+TEST(DeviceStepEngineTest, DecodeGraphsGiveTheCpuDecodersTexts) {
+  ModelLoadOptions options = Options("tiny_llm");
+  options.serve.slots = 8;
+  options.serve.context_length = 256;
+  auto graphs = std::make_shared<RerunGraphs>();
+  // kind 0: the CPU decoder; 1: the device step op by op; 2: with graphs. Each request's tokens
+  // and their log-probabilities.
+  using Answers = std::vector<std::pair<std::vector<int32_t>, std::vector<TokenLogprobs>>>;
+  auto answers = [&](int kind) {
+    llama::DeviceOptions on{.device = at::kCPU, .dtype = at::kFloat};
+    if (kind == 2) on.graphs = graphs;
+    Result<std::unique_ptr<StepModel>> model =
+        kind == 0 ? LoadLlamaModel(options) : llama::DeviceStepModel::Load(options, on);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    auto* device = kind == 2 ? dynamic_cast<llama::DeviceStepModel*>(model->get()) : nullptr;
+    auto tokenizer = Tokenizer::Load(options.dir);
+    EXPECT_TRUE(tokenizer.ok());
+    LlmEngine engine(std::move(*model), std::move(*tokenizer), nullptr, options.serve);
+    std::vector<std::future<std::vector<int32_t>>> results;
+    std::vector<std::vector<TokenLogprobs>> logprobs(6);
+    for (int i = 0; i < 6; ++i) {
+      GenerationRequest r;
+      r.prompt = engine.tokenizer().Encode("request " + std::to_string(i) + " of a batch");
+      r.max_tokens = 20 + 3 * i;
+      r.sampling.temperature = 0;
+      r.ignore_eos = true;
+      r.top_logprobs = 1;
+      results.push_back(Generate(engine, std::move(r), nullptr, &logprobs[i]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    Answers out;
+    for (size_t i = 0; i < results.size(); ++i) out.emplace_back(results[i].get(), logprobs[i]);
+    if (device != nullptr) {
+      // Read before the engine (which owns the model) goes.
+      EXPECT_GE(device->graph_replays(), 20);
+      EXPECT_LE(device->graphs_captured(), 4);
+    }
+    return out;
+  };
+  const Answers cpu = answers(0), eager = answers(1), graphed = answers(2);
+  EXPECT_GE(graphs->captures, 1);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(graphed[i].first, cpu[i].first) << "request " << i;
+    ASSERT_EQ(graphed[i].second.size(), eager[i].second.size()) << "request " << i;
+    for (size_t t = 0; t < eager[i].second.size(); ++t) {
+      EXPECT_NEAR(graphed[i].second[t].chosen.logprob, eager[i].second[t].chosen.logprob, 1e-5)
+          << "request " << i << " token " << t;
+    }
+  }
 }
 
 // RunPicking on the device step: greedy chunks (a decode, a draft chunk's every row, a prompt
