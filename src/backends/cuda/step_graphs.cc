@@ -10,6 +10,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <memory>
 
@@ -42,7 +43,18 @@ class CudaStepGraphs final : public StepGraphs {
       }
       // Thread-local: other models' threads may be using the GPU meanwhile.
       graph->graph.capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
-      body();
+      try {
+        body();
+      } catch (...) {
+        // Something in the step cannot be captured: end the capture, so the stream is usable
+        // again, and let the caller run op by op.
+        cudaGraph_t partial = nullptr;
+        if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr) {
+          cudaGraphDestroy(partial);
+        }
+        cudaGetLastError();
+        throw;
+      }
       graph->graph.capture_end();
     }
     return graph;
