@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -526,6 +527,40 @@ TEST(DeviceStepGraphTest, DecodeStepsReplayTheirBucketsGraphWithTheStepByStepLog
   run({SequenceChunk{1, at[1], {5}, false, tables[1]},
        SequenceChunk{3, 0, {1, 2, 3}, false, {40}}});
   EXPECT_EQ(model.graph_replays(), replays);
+}
+
+// A device that cannot capture the step: the first decode step runs op by op and gives the same
+// logits, graphs stay off from then on, and the kernel paths say why.
+TEST(DeviceStepGraphTest, AFailedCaptureRunsOpByOpAndSaysWhy) {
+  class Refusing final : public llama::StepGraphs {
+   public:
+    std::unique_ptr<llama::StepGraph> Capture(const std::function<void()>&) override {
+      ++tries;
+      throw std::runtime_error("operation not permitted when stream is capturing");
+    }
+    int tries = 0;
+  };
+  ModelLoadOptions options = Options("tiny_llm");
+  auto refusing = std::make_shared<Refusing>();
+  auto eager = llama::DeviceStepModel::Load(options, {at::kCPU, at::kFloat});
+  auto graphed = llama::DeviceStepModel::Load(
+      options, {.device = at::kCPU, .dtype = at::kFloat, .graphs = refusing});
+  ASSERT_TRUE(eager.ok() && graphed.ok());
+  auto& model = dynamic_cast<llama::DeviceStepModel&>(**graphed);
+  std::vector<float> want, got;
+  for (StepModel* m : {eager->get(), graphed->get()}) {
+    std::vector<float>& out = m == eager->get() ? want : got;
+    ASSERT_TRUE(m->Run({SequenceChunk{0, 0, {3, 4, 5}, false, {2}}}, &out).ok());
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_TRUE(m->Run({SequenceChunk{0, 3 + t, {7 + t}, false, {2}}}, &out).ok());
+    }
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(refusing->tries, 1);
+  EXPECT_EQ(model.graph_replays(), 0);
+  EXPECT_NE(model.kernel_paths().find("decode graphs off (operation not permitted"),
+            std::string::npos)
+      << model.kernel_paths();
 }
 
 // A model that forwards to another and counts the tokens it picked (RunPicking).
