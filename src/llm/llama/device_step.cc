@@ -327,6 +327,7 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
       model->graph_inputs_ = at::zeros({size}, longs.device(device.device));
       model->graph_host_ = at::zeros({size}, longs.pinned_memory(device.device.is_cuda()));
       model->iota_ = at::arange(std::max(most, model->graph_keys_), longs.device(device.device));
+      if (model->arch_.experts == 0 && serve.pooling == Pooling::kNone) model->CaptureAtLoad();
     }
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("{}: loading the model on {} failed: {}", options.dir,
@@ -614,6 +615,42 @@ at::Tensor DeviceStepModel::DecodeBody(int64_t sequences, int64_t keys) {
   return Forward(in, {});
 }
 
+bool DeviceStepModel::CaptureGraph(int64_t bucket, int64_t keys) {
+  const std::pair<int64_t, int64_t> shape{bucket, keys};
+  DecodeGraph& g = graphs_[shape];
+  try {
+    g.graph =
+        device_.graphs->Capture([this, &g, bucket, keys] { g.out = DecodeBody(bucket, keys); });
+    return true;
+  } catch (const c10::Error& e) {
+    // The device cannot capture the step: every later step runs op by op.
+    graphs_off_ = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    graphs_off_ = e.what();
+  }
+  graphs_.erase(shape);
+  return false;
+}
+
+void DeviceStepModel::CaptureAtLoad() {
+  // Every bucket at the shortest key lengths: the shapes a server's first steps meet, captured
+  // before it serves rather than in a step's time. Their inputs are all padding (the scratch row
+  // written, every key masked but the first).
+  const int64_t most = buckets_.back();
+  for (int64_t keys = kGraphKeys; keys <= std::min(graph_keys_, kGraphKeysAtLoad);
+       keys += kGraphKeys) {
+    for (int bucket : buckets_) {
+      if (!graphs_off_.empty() || static_cast<int>(graphs_.size()) >= device_.max_graphs) return;
+      const int64_t used = 4 * most + bucket * keys;
+      int64_t* h = graph_host_.data_ptr<int64_t>();
+      std::fill(h, h + used, 0);
+      std::fill(h + 3 * most, h + 3 * most + bucket, scratch_row_);
+      graph_inputs_.narrow(0, 0, used).copy_(graph_host_.narrow(0, 0, used));
+      CaptureGraph(bucket, keys);
+    }
+  }
+}
+
 at::Tensor DeviceStepModel::Graphed(const StepBatch& step) {
   const int64_t n = step.size();
   if (device_.graphs == nullptr || !graphs_off_.empty() || arch_.experts > 0 ||
@@ -652,20 +689,7 @@ at::Tensor DeviceStepModel::Graphed(const StepBatch& step) {
   }
   graph_inputs_.narrow(0, 0, used).copy_(graph_host_.narrow(0, 0, used));
   if (it == graphs_.end()) {
-    DecodeGraph& g = graphs_[shape];
-    try {
-      g.graph =
-          device_.graphs->Capture([this, &g, bucket, keys] { g.out = DecodeBody(bucket, keys); });
-    } catch (const c10::Error& e) {
-      // The device cannot capture this step: every later step runs op by op.
-      graphs_.erase(shape);
-      graphs_off_ = e.what_without_backtrace();
-      return {};
-    } catch (const std::exception& e) {
-      graphs_.erase(shape);
-      graphs_off_ = e.what();
-      return {};
-    }
+    if (!CaptureGraph(bucket, keys)) return {};
     it = graphs_.find(shape);
   }
   it->second.graph->Replay();

@@ -62,8 +62,9 @@ struct DeviceOptions {
   // every row's logits wanted) replays a graph captured for its batch bucket (DecodeBuckets of
   // the slots) and its longest sequence's positions rounded up to kGraphKeys: its tokens,
   // positions and cache rows in static buffers, padded sequences writing a cache row of their
-  // own, their keys masked. At most `max_graphs` are captured; a step past them, or any step
-  // after a capture failed, runs op by op.
+  // own, their keys masked. Every bucket's graphs up to kGraphKeysAtLoad keys are captured at
+  // load, the others when first met; at most `max_graphs`; a step past them, or any step after a
+  // capture failed, runs op by op.
   std::shared_ptr<StepGraphs> graphs;
   int max_graphs = 64;
   std::string graphs_off;  // Why there are no graphs where they were asked for (kernel_paths).
@@ -116,6 +117,9 @@ class DeviceStepModel final : public StepModel {
   int64_t graph_replays() const { return graph_replays_; }
   // A graph's key lengths are multiples of this many positions.
   static constexpr int64_t kGraphKeys = 128;
+  // Graphs of every bucket up to this key length are captured at load, the others when a step
+  // first meets their shape.
+  static constexpr int64_t kGraphKeysAtLoad = 512;
 
  private:
   // A padded batch of a step's sequences for attention: [sequences, queries] queries over
@@ -205,6 +209,11 @@ class DeviceStepModel final : public StepModel {
   // The captured body: Forward over the static buffers' first `sequences` sequences and `keys`
   // positions.
   at::Tensor DecodeBody(int64_t sequences, int64_t keys);
+  // Captures the graph of (bucket, keys) over whatever the static buffers hold; false (graphs
+  // off from then on, graphs_off_ saying why) where the device cannot.
+  bool CaptureGraph(int64_t bucket, int64_t keys);
+  // Load's captures: every bucket at key lengths up to kGraphKeysAtLoad.
+  void CaptureAtLoad();
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   bool IsLocal(int layer) const {
