@@ -127,7 +127,7 @@ DeviceStepModel::AttentionBatch DeviceStepModel::Batch(
     }
     const std::vector<int32_t>& table = step.tables[c];
     for (int64_t m = 0; m < step.kv_lengths[c]; ++m) {
-      key_rows[i * b.keys + m] = table[static_cast<size_t>(m / block)] * block + m % block;
+      key_rows[i * b.keys + m] = KeyRow(table, m, block);
     }
   }
   const at::Device dev = device_.device;
@@ -136,15 +136,20 @@ DeviceStepModel::AttentionBatch DeviceStepModel::Batch(
   b.key_rows = on(key_rows);
   b.tokens = on(tokens);
   b.slots = on(slots);
+  Mask(on(positions).view({b.sequences, 1, 1, b.queries, 1}),
+       at::arange(b.keys, at::TensorOptions().dtype(at::kLong).device(dev)), &b);
+  return b;
+}
+
+void DeviceStepModel::Mask(const at::Tensor& q_pos, const at::Tensor& keys,
+                           AttentionBatch* b) const {
   // Which keys each query sees: its own position and those before; on sliding-window layers,
   // the last `sliding_window` of them.
-  const at::Tensor q_pos = on(positions).view({b.sequences, 1, 1, b.queries, 1});
-  const at::Tensor k_pos =
-      at::arange(b.keys, at::TensorOptions().dtype(at::kLong).device(dev)).view({1, 1, 1, 1, -1});
-  b.causal = k_pos <= q_pos;
-  b.windowed = arch_.sliding_window > 0 ? b.causal.logical_and(k_pos > q_pos - arch_.sliding_window)
-                                        : b.causal;
-  return b;
+  const at::Tensor k_pos = keys.view({1, 1, 1, 1, -1});
+  b->causal = k_pos <= q_pos;
+  b->windowed = arch_.sliding_window > 0
+                    ? b->causal.logical_and(k_pos > q_pos - arch_.sliding_window)
+                    : b->causal;
 }
 
 Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions& options,
@@ -310,25 +315,21 @@ Result<std::unique_ptr<StepModel>> DeviceStepModel::Load(const ModelLoadOptions&
     model->blocks_ = static_cast<int>(blocks);
     model->kv_cache_bytes_ = blocks * block_bytes;
     const auto cache_options = at::TensorOptions().device(device.device).dtype(device.dtype);
+    if (device.graphs != nullptr && (a.experts > 0 || serve.pooling != Pooling::kNone)) {
+      // Their steps read counts back (experts) or want no logits: no graph can hold them.
+      model->device_.graphs = nullptr;
+      model->graphs_off_ = a.experts > 0 ? "a mixture of experts' steps run op by op"
+                                         : "an embedding model's steps run op by op";
+    }
+    const bool graphed = model->device_.graphs != nullptr;
     // With graphs, one block more than the pool's: the rows padded sequences write.
-    const int64_t rows = (blocks + (device.graphs != nullptr ? 1 : 0)) * block;
+    const int64_t rows = (blocks + (graphed ? 1 : 0)) * block;
     for (int l = 0; l < a.layers; ++l) {
       // Zeroed: a padded read of a row never written must not bring NaN into a masked product.
       model->cache_k_.push_back(at::zeros({rows, a.kv_heads, a.head_dim}, cache_options));
       model->cache_v_.push_back(at::zeros({rows, a.kv_heads, a.head_dim}, cache_options));
     }
-    if (device.graphs != nullptr) {
-      model->scratch_row_ = blocks * block;
-      model->buckets_ = DecodeBuckets(serve.slots);
-      model->graph_keys_ = (serve.context_length + kGraphKeys - 1) / kGraphKeys * kGraphKeys;
-      const int64_t most = model->buckets_.back();
-      const int64_t size = 4 * most + most * model->graph_keys_;
-      const auto longs = at::TensorOptions().dtype(at::kLong);
-      model->graph_inputs_ = at::zeros({size}, longs.device(device.device));
-      model->graph_host_ = at::zeros({size}, longs.pinned_memory(device.device.is_cuda()));
-      model->iota_ = at::arange(std::max(most, model->graph_keys_), longs.device(device.device));
-      if (model->arch_.experts == 0 && serve.pooling == Pooling::kNone) model->CaptureAtLoad();
-    }
+    if (graphed) model->SetUpGraphs(blocks * block);
   } catch (const c10::Error& e) {
     return Status::Internal(fmt::format("{}: loading the model on {} failed: {}", options.dir,
                                         device.device.str(), e.what_without_backtrace()));
@@ -593,110 +594,6 @@ at::Tensor DeviceStepModel::Forward(const StepTensors& in, const std::vector<Lor
   return rows;
 }
 
-at::Tensor DeviceStepModel::DecodeBody(int64_t sequences, int64_t keys) {
-  const int64_t most = buckets_.back();
-  const at::Tensor rows = iota_.narrow(0, 0, sequences);
-  StepTensors in{.tokens = graph_inputs_.narrow(0, 0, sequences),
-                 .positions = graph_inputs_.narrow(0, most, sequences),
-                 .rope_rows = graph_inputs_.narrow(0, 2 * most, sequences),
-                 .cache_rows = graph_inputs_.narrow(0, 3 * most, sequences),
-                 .logit_rows = rows};
-  // Sequence i's one query is token i; its keys are positions 0 .. keys - 1, those past its own
-  // masked (as Batch masks them), whatever row they read.
-  AttentionBatch b{.sequences = sequences, .queries = 1, .keys = keys};
-  b.query_rows = b.tokens = b.slots = rows;
-  b.key_rows = graph_inputs_.narrow(0, 4 * most, sequences * keys);
-  const at::Tensor q_pos = in.positions.view({sequences, 1, 1, 1, 1});
-  const at::Tensor k_pos = iota_.narrow(0, 0, keys).view({1, 1, 1, 1, keys});
-  b.causal = k_pos <= q_pos;
-  b.windowed = arch_.sliding_window > 0 ? b.causal.logical_and(k_pos > q_pos - arch_.sliding_window)
-                                        : b.causal;
-  in.batches.push_back(std::move(b));
-  return Forward(in, {});
-}
-
-bool DeviceStepModel::CaptureGraph(int64_t bucket, int64_t keys) {
-  const std::pair<int64_t, int64_t> shape{bucket, keys};
-  DecodeGraph& g = graphs_[shape];
-  try {
-    g.graph =
-        device_.graphs->Capture([this, &g, bucket, keys] { g.out = DecodeBody(bucket, keys); });
-    return true;
-  } catch (const c10::Error& e) {
-    // The device cannot capture the step: every later step runs op by op.
-    graphs_off_ = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    graphs_off_ = e.what();
-  }
-  graphs_.erase(shape);
-  return false;
-}
-
-void DeviceStepModel::CaptureAtLoad() {
-  // Every bucket at the shortest key lengths: the shapes a server's first steps meet, captured
-  // before it serves rather than in a step's time. Their inputs are all padding (the scratch row
-  // written, every key masked but the first).
-  const int64_t most = buckets_.back();
-  for (int64_t keys = kGraphKeys; keys <= std::min(graph_keys_, kGraphKeysAtLoad);
-       keys += kGraphKeys) {
-    for (int bucket : buckets_) {
-      if (!graphs_off_.empty() || static_cast<int>(graphs_.size()) >= device_.max_graphs) return;
-      const int64_t used = 4 * most + bucket * keys;
-      int64_t* h = graph_host_.data_ptr<int64_t>();
-      std::fill(h, h + used, 0);
-      std::fill(h + 3 * most, h + 3 * most + bucket, scratch_row_);
-      graph_inputs_.narrow(0, 0, used).copy_(graph_host_.narrow(0, 0, used));
-      CaptureGraph(bucket, keys);
-    }
-  }
-}
-
-at::Tensor DeviceStepModel::Graphed(const StepBatch& step) {
-  const int64_t n = step.size();
-  if (device_.graphs == nullptr || !graphs_off_.empty() || arch_.experts > 0 ||
-      serve_.pooling != Pooling::kNone || static_cast<int64_t>(step.logit_rows.size()) != n) {
-    return {};
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (step.logit_rows[static_cast<size_t>(i)] != i) return {};
-  }
-  const int64_t bucket = DecodeBucket(static_cast<int>(n), buckets_);
-  if (bucket == 0) return {};
-  int64_t keys = 0;
-  for (int64_t length : step.kv_lengths) keys = std::max(keys, length);
-  keys = std::min((keys + kGraphKeys - 1) / kGraphKeys * kGraphKeys, graph_keys_);
-  const std::pair<int64_t, int64_t> shape{bucket, keys};
-  auto it = graphs_.find(shape);
-  if (it == graphs_.end() && static_cast<int>(graphs_.size()) >= device_.max_graphs) return {};
-  // The step's values where the graph reads them: sequence i (token i) in row i of each block,
-  // the bucket's padded sequences token 0 at position 0 writing the scratch row.
-  const int64_t most = buckets_.back(), block = serve_.kv_block_size,
-                used = 4 * most + bucket * keys;
-  int64_t* h = graph_host_.data_ptr<int64_t>();
-  std::fill(h, h + used, 0);
-  for (int64_t i = 0; i < bucket; ++i) {
-    h[3 * most + i] = scratch_row_;
-    if (i >= n) continue;
-    const auto t = static_cast<size_t>(i);
-    h[i] = step.tokens[t];
-    h[most + i] = step.positions[t];
-    h[2 * most + i] = step.rope_rows[t];
-    h[3 * most + i] = step.cache_rows[t];
-    const std::vector<int32_t>& table = step.tables[t];
-    for (int64_t m = 0; m < step.kv_lengths[t]; ++m) {
-      h[4 * most + i * keys + m] = table[static_cast<size_t>(m / block)] * block + m % block;
-    }
-  }
-  graph_inputs_.narrow(0, 0, used).copy_(graph_host_.narrow(0, 0, used));
-  if (it == graphs_.end()) {
-    if (!CaptureGraph(bucket, keys)) return {};
-    it = graphs_.find(shape);
-  }
-  it->second.graph->Replay();
-  ++graph_replays_;
-  return it->second.out.narrow(0, 0, n);
-}
-
 Status DeviceStepModel::Run(const std::vector<SequenceChunk>& chunks, std::vector<float>* logits) {
   return RunPicking(chunks, logits, nullptr, nullptr);
 }
@@ -760,11 +657,12 @@ Status DeviceStepModel::RunPicking(const std::vector<SequenceChunk>& chunks,
     at::Tensor rows;
     if (lora.empty() && prompts.empty()) rows = Graphed(step);
     if (!rows.defined()) {
-      StepTensors in{.tokens = on(step.tokens),
-                     .positions = on(step.positions),
-                     .rope_rows = on(step.rope_rows),
-                     .cache_rows = on(step.cache_rows),
-                     .logit_rows = on(step.logit_rows)};
+      StepTensors in;
+      in.tokens = on(step.tokens);
+      in.positions = on(step.positions);
+      in.rope_rows = on(step.rope_rows);
+      in.cache_rows = on(step.cache_rows);
+      in.logit_rows = on(step.logit_rows);
       if (!decodes.empty()) in.batches.push_back(Batch(step, decodes));
       for (int64_t c : prompts) in.batches.push_back(Batch(step, {c}));
       rows = Forward(in, lora);

@@ -132,6 +132,13 @@ class DeviceStepModel final : public StepModel {
     at::Tensor causal, windowed;  // [sequences, 1, 1, queries, keys]: the keys each query sees.
   };
   AttentionBatch Batch(const StepBatch& step, const std::vector<int64_t>& sequences) const;
+  // b's causal and windowed masks: queries at `q_pos` ([sequences, 1, 1, queries, 1]) over keys at
+  // positions `keys` (int64 [b.keys]: 0, 1, ...).
+  void Mask(const at::Tensor& q_pos, const at::Tensor& keys, AttentionBatch* b) const;
+  // The cache row of a sequence's position m under its block `table`.
+  static int64_t KeyRow(const std::vector<int32_t>& table, int64_t m, int64_t block) {
+    return table[static_cast<size_t>(m / block)] * block + m % block;
+  }
   // What the layers read of a step: its tokens' ids, positions, rows of the RoPE tables and
   // of the cache, the rows whose logits are wanted, and its attention batches.
   struct StepTensors {
@@ -212,8 +219,11 @@ class DeviceStepModel final : public StepModel {
   // Captures the graph of (bucket, keys) over whatever the static buffers hold; false (graphs
   // off from then on, graphs_off_ saying why) where the device cannot.
   bool CaptureGraph(int64_t bucket, int64_t keys);
-  // Load's captures: every bucket at key lengths up to kGraphKeysAtLoad.
-  void CaptureAtLoad();
+  // Load's part (device_graphs.cc): the static buffers, `scratch_row` the row padded sequences
+  // write, and every bucket's graphs at key lengths up to kGraphKeysAtLoad.
+  void SetUpGraphs(int64_t scratch_row);
+  // `step`'s values (null: padding alone) where the graph of (bucket, keys) reads them.
+  void WriteGraphInputs(const StepBatch* step, int64_t bucket, int64_t keys);
   // Rotates [tokens, heads, D] by the rows' cos and sin ([tokens, D / 2]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   bool IsLocal(int layer) const {
@@ -249,7 +259,7 @@ class DeviceStepModel final : public StepModel {
   at::Tensor graph_inputs_, graph_host_;
   at::Tensor iota_;          // int64 0, 1, ... on the device: identity rows and key positions.
   int64_t scratch_row_ = 0;  // A cache row no block holds: padded sequences write there.
-  std::string graphs_off_;   // Why captures stopped (a failed capture), empty while on.
+  std::string graphs_off_;  // Why there are none (a failed capture, a model none holds); empty: on.
   int64_t graph_replays_ = 0;
   int blocks_ = 0;
   int int4_dense_ = 0;  // int4 weights: matrices left in dtype (rows not a multiple of 32).
