@@ -113,7 +113,7 @@ inline float E8m0Half(uint8_t e) {
 }
 // IQ2_XS's eight sign bits of a grid entry from the 7 its word holds: the eighth makes the count of
 // set bits even (ggml's ksigns_iq2xs).
-inline int Iq2Signs(int seven) { return seven | ((__builtin_popcount(seven) & 1) << 7); }
+constexpr int Iq2Signs(int seven) { return seven | ((__builtin_popcount(seven) & 1) << 7); }
 // IQ2_XS: the 8 weights of one 16-bit word (grid index and signs) as signed bytes, and a run's two
 // half scales from its block's d and scale byte (quant.cc; the file's and the repacked layouts').
 void UnpackIq2XsWord(uint16_t word, int8_t* q);
@@ -412,6 +412,14 @@ SLUICE_AVX512VNNI void RepackedMatmul(const QuantInput& x, uint32_t type, const 
 SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                                 float* q_sum);
 }  // namespace quant_avx512vnni
+// IQ2_XS's repacked products with AVX-512 VBMI's permutes (quant_avx512vbmi.cc): its grid read in
+// registers. MatmulQuantRepacked sends it no other type (one would take the portable loop).
+#define SLUICE_AVX512VBMI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+namespace quant_avx512vbmi {
+SLUICE_AVX512VBMI void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
+                                      float* y, int64_t n_begin, int64_t n_end);
+}  // namespace quant_avx512vbmi
 // AMX's int8 tiles for repacked Q8_0 and Q4_0 weights (quant_amx.cc), with the AVX-512 VNNI path's
 // results to the bit; and the same code over tiles emulated in C++ (AVX2), for tests.
 #define SLUICE_QUANT_AMX                                                           \

@@ -188,6 +188,11 @@ const char* QuantIsaName(QuantIsa isa);
 const char* QuantKernelIsa();
 void LimitQuantIsa(QuantIsa limit);
 void UseAmxQuant(bool on);  // Where the CPU has the tiles.
+// IQ2_XS's repacked products on the AVX-512 VNNI path read its grid with AVX-512 VBMI's permutes
+// where the CPU has them, with the same results: on unless SLUICE_QUANT_KERNELS names a path
+// (avx512vnni: that path without them) or turned off here.
+void UseVbmiGrids(bool on);
+bool VbmiGridsInUse();
 
 // Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
 bool IsQuantType(uint32_t ggml_type);

@@ -373,6 +373,12 @@ bool AmxQuantFromEnvironment() {
 }
 
 std::atomic<QuantIsa> quant_limit{QuantLimitFromEnvironment()};
+// IQ2_XS's grid read by AVX-512 VBMI's permutes where the CPU has them: on unless
+// SLUICE_QUANT_KERNELS names a path (=avx512vnni is the path without them).
+std::atomic<bool> vbmi_grids{[] {
+  const char* name = std::getenv("SLUICE_QUANT_KERNELS");
+  return name == nullptr || std::strcmp(name, "amx") == 0;
+}()};
 std::atomic<bool> amx_quant{AmxQuantFromEnvironment()};
 
 // The best path within the limit. AVX-VNNI and AVX-512 VNNI are not ordered by what a CPU has
@@ -417,6 +423,18 @@ const char* QuantKernelIsa() {
 }
 
 void LimitQuantIsa(QuantIsa limit) { quant_limit.store(limit); }
+
+void UseVbmiGrids(bool on) { vbmi_grids.store(on); }
+
+bool VbmiGridsInUse() {
+#ifdef SLUICE_X86
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && vbmi_grids.load(std::memory_order_relaxed) &&
+         ActiveQuant() == QuantIsa::kAvx512Vnni;
+#else
+  return false;
+#endif
+}
 
 void UseAmxQuant(bool on) { amx_quant.store(on); }
 
@@ -605,6 +623,9 @@ void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w,
     case QuantIsa::kAvx512Vnni:
       if (x.m >= 16 && kernels::quant_amx::Handles(ggml_type) && ActiveAmxQuant()) {
         return kernels::quant_amx::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
+      }
+      if (ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) && VbmiGridsInUse()) {
+        return kernels::quant_avx512vbmi::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
       }
       return kernels::quant_avx512vnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
     case QuantIsa::kAvxVnni:

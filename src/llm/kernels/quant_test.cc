@@ -363,11 +363,19 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 // Repacked weights give every product the bits the file's layout gives it, on every path, for
 // every count of x's rows (the vector paths take them four or eight at a time) and for column
 // ranges that start and end inside a group of eight rows, or take whole groups (AVX-512's path
-// takes two whole groups, sixteen rows, at once).
+// takes two whole groups, sixteen rows, at once). Where the CPU has AVX-512 VBMI, IQ2_XS's
+// products with its grid read by permutes (one row of x, and sixteen columns at once) and
+// without them.
 TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
-  for (QuantIsa isa : kPaths) {
+  for (const auto& [isa, vbmi] : {std::pair{QuantIsa::kPortable, false},
+                                  {QuantIsa::kAvx2, false},
+                                  {QuantIsa::kAvxVnni, false},
+                                  {QuantIsa::kAvx512Vnni, false},
+                                  {QuantIsa::kAvx512Vnni, true}}) {
     if (!PathOnThisCpu(isa)) continue;
     LimitQuantIsa(isa);
+    UseVbmiGrids(vbmi);
+    if (VbmiGridsInUse() != vbmi) continue;  // No VBMI on this CPU.
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
@@ -399,14 +407,16 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
           }
           for (int64_t i = 0; i < m * n; ++i) {
             ASSERT_EQ(packed[static_cast<size_t>(i)], file[static_cast<size_t>(i)])
-                << GgmlTypeName(type) << " on " << QuantIsaName(isa) << ", " << m << " rows, row "
-                << i / n << ", column " << i % n << ", " << ranges.size() << " ranges";
+                << GgmlTypeName(type) << " on " << QuantIsaName(isa) << (vbmi ? " with VBMI" : "")
+                << ", " << m << " rows, row " << i / n << ", column " << i % n << ", "
+                << ranges.size() << " ranges";
           }
         }
       }
     }
   }
   LimitQuantIsa(QuantIsa::kAvx512Vnni);
+  UseVbmiGrids(true);
 }
 
 // x's grouped layout: 13 rows in a group of 8 and one of 5, each run's steps of the group's rows
