@@ -160,6 +160,10 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   options.serve.threads = 2;
   auto model = LoadLlamaModel(options);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // IQ2_XS's products say where its grid is read by VBMI's permutes (and are checked below).
+  EXPECT_EQ((*model)->kernel_paths().find("+vbmi") != std::string::npos,
+            GetParam().ends_with("_iq2_xs") && VbmiGridsInUse())
+      << (*model)->kernel_paths();
   const int vocab = (*model)->architecture().vocab_size;
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);

@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "backends/vector_math.h"
+#include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/kernels.h"
 #include "llm/llama/rope.h"
 #include "llm/llama/step_rows.h"
@@ -655,17 +656,21 @@ std::string LlamaModel::weight_formats() const {
 }
 
 std::string LlamaModel::kernel_paths() const {
-  bool blocks = false, vectors = false;
+  bool blocks = false, vectors = false, grid = false;
   for (const Layer& layer : weights_.layers) {
     for (const Linear* linear : layer.Linears()) {
       for (const Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());
+        grid = grid || (part.blocks != nullptr && part.repacked &&
+                        part.type == static_cast<uint32_t>(GgmlType::kIQ2_XS));
       }
     }
   }
   std::vector<std::string> paths;
-  if (blocks) paths.emplace_back(QuantKernelIsa());
+  // IQ2_XS's grid read by AVX-512 VBMI's permutes (kernels.h): "avx512vnni+vbmi".
+  if (blocks)
+    paths.emplace_back(std::string(QuantKernelIsa()) + (grid && VbmiGridsInUse() ? "+vbmi" : ""));
   if (vectors || !blocks) paths.emplace_back(CpuKernelIsa());
   return fmt::format("{}", fmt::join(paths, "+"));
 }
