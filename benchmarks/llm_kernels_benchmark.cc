@@ -249,7 +249,7 @@ void Quant(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(Quant)
-    ->ArgsProduct({{1, 2, 3, 4, 5, 8, 16, 128},
+    ->ArgsProduct({{1, 2, 3, 4, 5, 8, 16, 32, 64, 128, 256},
                    {1, std::max(1u, std::thread::hardware_concurrency())},
                    {2 /* Q4_0 */, 3 /* Q4_1 */, 8 /* Q8_0 */, 12 /* Q4_K */, 13 /* Q5_K */,
                     14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */, 23 /* IQ4_XS */,

@@ -411,6 +411,9 @@ SLUICE_AVX512VNNI void RepackedMatmul(const QuantInput& x, uint32_t type, const 
 // As quant::PortableQuantize, sixteen blocks at a time, with the same results.
 SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t* q, float* scale,
                                 float* q_sum);
+// Rows [row_begin, row_end) of x per 256 columns into QuantInput's tile_q, tile_scale and
+// tile_offset (their layout there).
+SLUICE_AVX512VNNI void QuantizeTileRows(QuantInput* x, int64_t row_begin, int64_t row_end);
 }  // namespace quant_avx512vnni
 // IQ2_XS's repacked products with AVX-512 VBMI's permutes (quant_avx512vbmi.cc): its grid read in
 // registers. MatmulQuantRepacked sends it no other type (one would take the portable loop).

@@ -193,6 +193,16 @@ void UseAmxQuant(bool on);  // Where the CPU has the tiles.
 // (avx512vnni: that path without them) or turned off here.
 void UseVbmiGrids(bool on);
 bool VbmiGridsInUse();
+// Products of kInt8TileRows rows of x or more (prompts) over repacked K-quant weights (Q3_K, Q4_K,
+// Q5_K, Q6_K) on the AVX-512 VNNI path: each sixteen weight rows converted once a product to int8
+// (a scale per row and 256 columns: the file's values rounded a second time, to within half of
+// 1/127 of the super-block's largest magnitude) and x quantised per 256 columns (llama.cpp's
+// Q8_K), so the inner loop is VPDPBUSD and its loads alone, with one fp32 step per 256 columns.
+// Their results are not the bits of fewer rows' products. On unless SLUICE_INT8_TILES=off, or
+// SLUICE_QUANT_KERNELS names a path (that path exactly), or turned off here.
+inline constexpr int64_t kInt8TileRows = 48;
+void UseInt8Tiles(bool on);
+bool Int8TilesInUse();
 
 // Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
 bool IsQuantType(uint32_t ggml_type);
@@ -227,7 +237,17 @@ struct QuantInput {
   ScratchVector<int8_t> grouped_q;
   ScratchVector<float> grouped_scale, grouped_q_sum;
   ScratchVector<int32_t> grouped_half_sum;
+  // With kInt8TileRows rows or more where Int8TilesInUse() (and k a multiple of 256): x quantised
+  // per 256 columns as well (d = max |x| / 127, q = round(x / d)), in groups of kTileGroupRows
+  // rows laid out as grouped_q is (step s of 256-column block b of row i of the group from row g
+  // at tile_q[g k + 256 R b + 4 (R s + i)]), d at tile_scale[g k / 256 + R b + i] and -128 times
+  // the block's sum of q at tile_offset's same place (the tiles' weights are 128 high).
+  bool tiles = false;
+  ScratchVector<int8_t> tile_q;
+  ScratchVector<float> tile_scale;
+  ScratchVector<int32_t> tile_offset;
 };
+inline constexpr int64_t kTileGroupRows = 8;
 // Rows [row_begin, row_end) of x's quantisation into the layout the repacked products read: the m
 // rows in groups of `group_rows` and a last group of the rest; in a group of R rows from row g,
 // run c's step s (4 bytes) of row g + i at q[g k + 32 R c + 4 (R s + i)], its scale and sum at

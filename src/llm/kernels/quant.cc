@@ -380,6 +380,17 @@ std::atomic<bool> vbmi_grids{[] {
   return name == nullptr || std::strcmp(name, "amx") == 0;
 }()};
 std::atomic<bool> amx_quant{AmxQuantFromEnvironment()};
+// The int8 tiles of many-row K-quant products: on unless SLUICE_INT8_TILES=off or
+// SLUICE_QUANT_KERNELS names a path.
+std::atomic<bool> int8_tiles{[] {
+  const char* name = std::getenv("SLUICE_QUANT_KERNELS");
+  const char* tiles = std::getenv("SLUICE_INT8_TILES");
+  if (tiles != nullptr && std::strcmp(tiles, "off") != 0 && std::strcmp(tiles, "on") != 0) {
+    std::fprintf(stderr, "SLUICE_INT8_TILES=%s is neither on nor off: ignored\n", tiles);
+  }
+  if (tiles != nullptr && std::strcmp(tiles, "off") == 0) return false;
+  return name == nullptr || std::strcmp(name, "amx") == 0;
+}()};
 
 // The best path within the limit. AVX-VNNI and AVX-512 VNNI are not ordered by what a CPU has
 // (one may have either): below a limit the CPU does not reach, the next lower path it has.
@@ -437,6 +448,12 @@ bool VbmiGridsInUse() {
 }
 
 void UseAmxQuant(bool on) { amx_quant.store(on); }
+
+void UseInt8Tiles(bool on) { int8_tiles.store(on); }
+
+bool Int8TilesInUse() {
+  return int8_tiles.load(std::memory_order_relaxed) && ActiveQuant() == QuantIsa::kAvx512Vnni;
+}
 
 bool IsQuantType(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
@@ -535,6 +552,12 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
     grouped_q_sum.resize(q_sum.size());
     grouped_half_sum.resize(half_sum.size());
   }
+  tiles = m >= kInt8TileRows && k % 256 == 0 && Int8TilesInUse();
+  if (tiles) {
+    tile_q.resize(q.size());
+    tile_scale.resize(static_cast<size_t>(m * (k / 256)));
+    tile_offset.resize(tile_scale.size());
+  }
 }
 
 void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, int64_t row_end,
@@ -566,6 +589,9 @@ void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
     GroupQuantRows(*this, group_rows, row_begin, row_end, grouped_q.data(), grouped_scale.data(),
                    grouped_q_sum.data(), grouped_half_sum.data());
   }
+#ifdef SLUICE_X86
+  if (tiles) kernels::quant_avx512vnni::QuantizeTileRows(this, row_begin, row_end);
+#endif
 }
 
 namespace {

@@ -71,6 +71,41 @@ SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t*
   }
 }
 
+// Each row's blocks of 256: the largest magnitude over sixteen vectors, d = it / 127, the
+// products rounded to nearest even and narrowed with signed saturation as Quantize's are, then
+// each step of four bytes put where the group's layout has it.
+SLUICE_AVX512VNNI void QuantizeTileRows(QuantInput* x, int64_t row_begin, int64_t row_end) {
+  const int64_t k = x->k, blocks = k / 256, full = x->m / kTileGroupRows * kTileGroupRows;
+  alignas(64) int8_t q[256];
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t first = r < full ? r / kTileGroupRows * kTileGroupRows : full;
+    const int64_t rows = r < full ? kTileGroupRows : x->m - full, i = r - first;
+    int8_t* to = x->tile_q.data() + first * k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* from = x->x + r * k + 256 * b;
+      __m512 largest = _mm512_setzero_ps();
+      for (int v = 0; v < 16; ++v) {
+        largest = _mm512_max_ps(largest, _mm512_abs_ps(_mm512_loadu_ps(from + 16 * v)));
+      }
+      const float d = _mm512_reduce_max_ps(largest) / 127.0f;
+      const __m512 multiplier = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      __m512i total = _mm512_setzero_si512();
+      for (int v = 0; v < 16; ++v) {
+        const __m512i ints =
+            _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(from + 16 * v), multiplier),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_store_si128(reinterpret_cast<__m128i*>(q + 16 * v), _mm512_cvtsepi32_epi8(ints));
+        total = _mm512_add_epi32(total, ints);
+      }
+      int8_t* block = to + 256 * rows * b;
+      for (int64_t s = 0; s < 64; ++s) std::memcpy(block + 4 * (rows * s + i), q + 4 * s, 4);
+      const int64_t at = first * blocks + rows * b + i;
+      x->tile_scale[static_cast<size_t>(at)] = d;
+      x->tile_offset[static_cast<size_t>(at)] = -128 * _mm512_reduce_add_epi32(total);
+    }
+  }
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -656,21 +656,27 @@ std::string LlamaModel::weight_formats() const {
 }
 
 std::string LlamaModel::kernel_paths() const {
-  bool blocks = false, vectors = false, grid = false;
+  bool blocks = false, vectors = false, grid = false, tiles = false;
   for (const Layer& layer : weights_.layers) {
     for (const Linear* linear : layer.Linears()) {
       for (const Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());
-        grid = grid || (part.blocks != nullptr && part.repacked &&
-                        part.type == static_cast<uint32_t>(GgmlType::kIQ2_XS));
+        if (part.blocks == nullptr || !part.repacked) continue;
+        const auto type = static_cast<GgmlType>(part.type);
+        grid = grid || type == GgmlType::kIQ2_XS;
+        tiles = tiles || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
+                type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
       }
     }
   }
   std::vector<std::string> paths;
-  // IQ2_XS's grid read by AVX-512 VBMI's permutes (kernels.h): "avx512vnni+vbmi".
-  if (blocks)
-    paths.emplace_back(std::string(QuantKernelIsa()) + (grid && VbmiGridsInUse() ? "+vbmi" : ""));
+  // IQ2_XS's grid read by AVX-512 VBMI's permutes and the K-quants' prompt products on int8
+  // tiles (kernels.h): "avx512vnni+vbmi", "avx512vnni+tiles".
+  if (blocks) {
+    paths.emplace_back(std::string(QuantKernelIsa()) + (grid && VbmiGridsInUse() ? "+vbmi" : "") +
+                       (tiles && Int8TilesInUse() ? "+tiles" : ""));
+  }
   if (vectors || !blocks) paths.emplace_back(CpuKernelIsa());
   return fmt::format("{}", fmt::join(paths, "+"));
 }
