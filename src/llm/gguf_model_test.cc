@@ -116,7 +116,11 @@ std::vector<Reference> ReadReference(const std::string& dir,
 // may pick another expert here than in llama.cpp (their activations differ by the quantisation of
 // x), and its logits then differ by far more than the products' rounding (0.15-0.44 of the
 // largest at 9 of 169 positions of qwen3moe's Q4_K_M file, with 0.05 or less next to them); the
-// bound holds for 90% of the positions instead of all (the F32 file, 2e-6, routes alike).
+// bound holds for 90% of the positions instead of all (the F32 file, 2e-6, routes alike). Where
+// the K-quants' prompt products run on int8 tiles (kernels.h: x per 256 columns, the weights
+// rounded a second time, about twice the 32-column path's error), more positions route elsewhere:
+// the top token agreed at 150 of 169 positions of that file with the tiles, 156 without, so 85% is
+// asked of these files.
 struct Tolerance {
   double relative;
   double top1;
@@ -143,7 +147,7 @@ Tolerance ToleranceFor(const std::string& path) {
   if (low_bit && table_gelu > 1) return {0.1 * table_gelu, 0.85, 0.0};
   if (dir.starts_with("gguf_qwen3moe") || dir.starts_with("gguf_mixtral") ||
       dir.starts_with("gguf_gpt_oss") || dir.starts_with("hf_gpt_oss")) {
-    return {0.1, 0.9, 0.0, 0.9};
+    return {0.1, 0.85, 0.0, 0.9};
   }
   return {0.1 * table_gelu, 0.9, 0.0};  // Quantised weights and x.
 }
@@ -164,6 +168,14 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   EXPECT_EQ((*model)->kernel_paths().find("+vbmi") != std::string::npos,
             GetParam().ends_with("_iq2_xs") && VbmiGridsInUse())
       << (*model)->kernel_paths();
+  // So do the K-quants' prompt products on int8 tiles.
+  bool k_quants = false;
+  for (const char* type : {"Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
+    k_quants = k_quants || (*model)->weight_formats().find(type) != std::string::npos;
+  }
+  EXPECT_EQ((*model)->kernel_paths().find("+tiles") != std::string::npos,
+            k_quants && Int8TilesInUse())
+      << (*model)->kernel_paths() << " for " << (*model)->weight_formats();
   const int vocab = (*model)->architecture().vocab_size;
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);

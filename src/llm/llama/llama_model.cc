@@ -657,19 +657,25 @@ std::string LlamaModel::weight_formats() const {
 
 std::string LlamaModel::kernel_paths() const {
   bool blocks = false, vectors = false, grid = false, tiles = false;
+  auto repacked = [&](const Linear& linear) {
+    for (const Linear::Part& part : linear.parts) {
+      if (part.blocks == nullptr || !part.repacked) continue;
+      const auto type = static_cast<GgmlType>(part.type);
+      grid = grid || type == GgmlType::kIQ2_XS;
+      tiles = tiles || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
+              type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+    }
+  };
   for (const Layer& layer : weights_.layers) {
     for (const Linear* linear : layer.Linears()) {
       for (const Linear::Part& part : linear->parts) {
         blocks = blocks || part.blocks != nullptr;
         vectors = vectors || (part.blocks == nullptr && !part.fp32());
-        if (part.blocks == nullptr || !part.repacked) continue;
-        const auto type = static_cast<GgmlType>(part.type);
-        grid = grid || type == GgmlType::kIQ2_XS;
-        tiles = tiles || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
-                type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
       }
+      repacked(*linear);
     }
   }
+  repacked(weights_.lm_head);
   std::vector<std::string> paths;
   // IQ2_XS's grid read by AVX-512 VBMI's permutes and the K-quants' prompt products on int8
   // tiles (kernels.h): "avx512vnni+vbmi", "avx512vnni+tiles".
