@@ -203,6 +203,8 @@ bool VbmiGridsInUse();
 inline constexpr int64_t kInt8TileRows = 48;
 void UseInt8Tiles(bool on);
 bool Int8TilesInUse();
+// Whether repacked weights of this type take the int8 tiles (Q3_K, Q4_K, Q5_K, Q6_K).
+bool TakesInt8Tiles(uint32_t ggml_type);
 
 // Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
 bool IsQuantType(uint32_t ggml_type);
@@ -219,8 +221,9 @@ void DequantizeRow(uint32_t ggml_type, const void* row, int64_t k, float* out);
 struct QuantInput {
   void Prepare(const float* x_rows, int64_t rows, int64_t columns);
   // Prepare in two parts, for threads to share: Reserve on one thread, then Fill over disjoint
-  // ranges of rows, all of them done before the products start.
-  void Reserve(const float* x_rows, int64_t rows, int64_t columns);
+  // ranges of rows, all of them done before the products start. tiles_wanted: whether x is
+  // made for the int8 tiles as well where they apply (false: no weights it meets take them).
+  void Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted = true);
   void Fill(int64_t row_begin, int64_t row_end);
   void Quantize(int64_t row_begin, int64_t row_end);  // Fill's first part.
   const float* x = nullptr;                           // Not owned.

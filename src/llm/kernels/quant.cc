@@ -455,6 +455,12 @@ bool Int8TilesInUse() {
   return int8_tiles.load(std::memory_order_relaxed) && ActiveQuant() == QuantIsa::kAvx512Vnni;
 }
 
+bool TakesInt8Tiles(uint32_t ggml_type) {
+  const auto type = static_cast<GgmlType>(ggml_type);
+  return type == GgmlType::kQ3_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+         type == GgmlType::kQ6_K;
+}
+
 bool IsQuantType(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_0:
@@ -537,7 +543,7 @@ void QuantInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
   Fill(0, rows);
 }
 
-void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
+void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted) {
   x = x_rows;
   m = rows;
   k = columns;
@@ -552,7 +558,7 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns) {
     grouped_q_sum.resize(q_sum.size());
     grouped_half_sum.resize(half_sum.size());
   }
-  tiles = m >= kInt8TileRows && k % 256 == 0 && Int8TilesInUse();
+  tiles = tiles_wanted && m >= kInt8TileRows && k % 256 == 0 && Int8TilesInUse();
   if (tiles) {
     tile_q.resize(q.size());
     tile_scale.resize(static_cast<size_t>(m * (k / 256)));

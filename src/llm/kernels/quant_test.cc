@@ -750,6 +750,15 @@ TEST(QuantTileTest, ManyRowProductsWithinTheirBound) {
   std::vector<float> x(static_cast<size_t>((kInt8TileRows - 1) * 512), 0.5f);
   few.Prepare(x.data(), kInt8TileRows - 1, 512);
   EXPECT_FALSE(few.tiles);
+  // Nor is x made for them where no weights it meets take them.
+  x.resize(static_cast<size_t>(kInt8TileRows * 512), 0.5f);
+  QuantInput unwanted;
+  unwanted.Reserve(x.data(), kInt8TileRows, 512, /*tiles_wanted=*/false);
+  EXPECT_FALSE(unwanted.tiles);
+  unwanted.Reserve(x.data(), kInt8TileRows, 512);
+  EXPECT_TRUE(unwanted.tiles);
+  EXPECT_TRUE(TakesInt8Tiles(static_cast<uint32_t>(GgmlType::kQ6_K)));
+  EXPECT_FALSE(TakesInt8Tiles(static_cast<uint32_t>(GgmlType::kQ8_0)));
 }
 
 TEST(QuantBatchTest, EachRowEqualsItselfAlone) {

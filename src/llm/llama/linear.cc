@@ -176,7 +176,15 @@ void Linear::Products(const at::Tensor& x, float* yp, bool vector_parts, bool in
     shared_input.Reserve(xp, m, k, int8_parts);
     x_units = shared_input.Units();
   }
-  if (block_parts) quantised.Reserve(xp, m, k);
+  if (block_parts) {
+    // x per 256 columns as well only where a part's products take the int8 tiles.
+    bool tile_parts = false;
+    for (const Part& part : parts) {
+      tile_parts =
+          tile_parts || (part.blocks != nullptr && part.repacked && TakesInt8Tiles(part.type));
+    }
+    quantised.Reserve(xp, m, k, tile_parts);
+  }
   const bool shared_prepare = threads > 1 && m > 16 && (block_parts || x_units > 1);
   if (!shared_prepare) {
     if (vector_parts) shared_input.Fill(0, x_units);

@@ -660,10 +660,8 @@ std::string LlamaModel::kernel_paths() const {
   auto repacked = [&](const Linear& linear) {
     for (const Linear::Part& part : linear.parts) {
       if (part.blocks == nullptr || !part.repacked) continue;
-      const auto type = static_cast<GgmlType>(part.type);
-      grid = grid || type == GgmlType::kIQ2_XS;
-      tiles = tiles || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
-              type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+      grid = grid || part.type == static_cast<uint32_t>(GgmlType::kIQ2_XS);
+      tiles = tiles || TakesInt8Tiles(part.type);
     }
   };
   for (const Layer& layer : weights_.layers) {
