@@ -31,6 +31,13 @@ enum class GgmlType : uint32_t {
 
 // "Q4_K", "F16", ...; for a number outside the list, "type <n>".
 std::string GgmlTypeName(uint32_t type);
+// Whether repacked weights of this type take the int8 tiles of many-row products (kernels.h's
+// Int8TilesInUse): Q3_K, Q4_K, Q5_K, Q6_K.
+constexpr bool TakesInt8Tiles(uint32_t ggml_type) {
+  const auto type = static_cast<GgmlType>(ggml_type);
+  return type == GgmlType::kQ3_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+         type == GgmlType::kQ6_K;
+}
 // Elements a block and bytes a block of a type Sluice reads; false for any other type.
 bool GgmlBlockLayout(uint32_t type, int64_t* elements, int64_t* bytes);
 

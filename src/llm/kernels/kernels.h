@@ -203,8 +203,7 @@ bool VbmiGridsInUse();
 inline constexpr int64_t kInt8TileRows = 48;
 void UseInt8Tiles(bool on);
 bool Int8TilesInUse();
-// Whether repacked weights of this type take the int8 tiles (Q3_K, Q4_K, Q5_K, Q6_K).
-bool TakesInt8Tiles(uint32_t ggml_type);
+// ggml_blocks.h's TakesInt8Tiles names the types whose repacked weights take them.
 
 // Whether Sluice multiplies by weights of this ggml type in their blocks (the types above).
 bool IsQuantType(uint32_t ggml_type);

@@ -455,12 +455,6 @@ bool Int8TilesInUse() {
   return int8_tiles.load(std::memory_order_relaxed) && ActiveQuant() == QuantIsa::kAvx512Vnni;
 }
 
-bool TakesInt8Tiles(uint32_t ggml_type) {
-  const auto type = static_cast<GgmlType>(ggml_type);
-  return type == GgmlType::kQ3_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
-         type == GgmlType::kQ6_K;
-}
-
 bool IsQuantType(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_0:

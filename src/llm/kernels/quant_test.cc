@@ -101,6 +101,13 @@ constexpr GgmlType kTypes[] = {
 constexpr QuantIsa kPaths[] = {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvxVnni,
                                QuantIsa::kAvx512Vnni};
 
+// Rows RandomRows made, as RepackQuant lays them out.
+std::vector<uint8_t> Repacked(uint32_t type, const std::vector<uint8_t>& w, int64_t n, int64_t k) {
+  std::vector<uint8_t> repacked(w.size(), 0);
+  RepackQuant(type, w.data(), n, k, repacked.data());
+  return repacked;
+}
+
 bool PathOnThisCpu(QuantIsa isa) {
   const QuantIsa best = BestQuantIsa();
   if (isa == best || isa <= QuantIsa::kAvx2) return best >= isa;
@@ -390,8 +397,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
       ASSERT_TRUE(CanRepackQuant(type, n));
       std::mt19937 rng(static_cast<unsigned>(type) + 11);
       const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
-      std::vector<uint8_t> repacked(w.size(), 0);
-      RepackQuant(type, w.data(), n, k, repacked.data());
+      const std::vector<uint8_t> repacked = Repacked(type, w, n, k);
       ASSERT_NE(w, repacked);
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 14, 17}) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -489,8 +495,7 @@ TEST(QuantAmxTest, TilesGiveTheVectorPathsBits) {
     constexpr int64_t n = 40, k = 320;
     std::mt19937 rng(static_cast<unsigned>(type) + 41);
     const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
-    std::vector<uint8_t> repacked(w.size(), 0);
-    RepackQuant(type, w.data(), n, k, repacked.data());
+    const std::vector<uint8_t> repacked = Repacked(type, w, n, k);
     for (int64_t m : {1, 5, 16, 17, 31, 40}) {
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> x(static_cast<size_t>(m * k));
@@ -532,8 +537,7 @@ TEST(QuantRepackTest, RowsReadBackEqualTheFileRows) {
     const int64_t k = kernels::quant::BlockElements(type) == 256 ? 768 : 96;
     std::mt19937 rng(static_cast<unsigned>(type) + 29);
     const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
-    std::vector<uint8_t> repacked(w.size(), 0);
-    RepackQuant(type, w.data(), n, k, repacked.data());
+    const std::vector<uint8_t> repacked = Repacked(type, w, n, k);
     const int64_t row_bytes = QuantRowBytes(type, k);
     std::vector<float> expected(static_cast<size_t>(k)), actual(static_cast<size_t>(k));
     for (int64_t row = 0; row < n; ++row) {
@@ -682,8 +686,7 @@ TEST(QuantTileTest, ManyRowProductsWithinTheirBound) {
     constexpr int64_t n = 48, k = 768;
     std::mt19937 rng(static_cast<unsigned>(type) + 5);
     const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
-    std::vector<uint8_t> repacked(w.size(), 0);
-    RepackQuant(type, w.data(), n, k, repacked.data());
+    const std::vector<uint8_t> repacked = Repacked(type, w, n, k);
     std::vector<double> weights(static_cast<size_t>(n * k));
     const int64_t row_bytes = QuantRowBytes(type, k);
     for (int64_t j = 0; j < n; ++j) {
