@@ -191,6 +191,31 @@ std::shared_ptr<Recorder> Generate(GenerationService& service, GenerateRequest r
   return recorder;
 }
 
+// A step's prompt budget left unset in config.yaml is the model's (64 where its products take the
+// int8 tiles); one set is kept.
+TEST(GenerationServiceTest, TheStepBudgetLeftUnsetIsTheModels) {
+  class Budgeted : public ScriptedModel {
+   public:
+    using ScriptedModel::ScriptedModel;
+    int default_step_tokens() const override { return 5; }
+  };
+  for (int configured : {0, 7}) {
+    auto shape = LoadStepModel(Dir(), Overrides());
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    EXPECT_EQ((*shape)->default_step_tokens(), StepModel::kStepTokens);  // fp32: no tiles.
+    auto tokenizer = Tokenizer::Load(Dir());
+    ASSERT_TRUE(tokenizer.ok());
+    auto parsed = ChatTemplate::Parse(kHermesTemplate);
+    ASSERT_TRUE(parsed.ok());
+    LlmServeConfig config;
+    config.max_step_tokens = configured;
+    LlmEngine engine(std::make_unique<Budgeted>(std::move(*shape), std::vector<int32_t>{}),
+                     std::move(*tokenizer), std::move(*parsed), config);
+    EXPECT_EQ(engine.config().max_step_tokens, configured == 0 ? 5 : configured);
+  }
+  EXPECT_EQ(LlmServeConfig{}.max_step_tokens, 0);
+}
+
 TEST(GenerationServiceTest, AStopStringEndsTheChoiceBeforeIt) {
   auto engine = LoadLlmEngine(Dir(), Overrides());
   ASSERT_TRUE(engine.ok());

@@ -176,6 +176,8 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   EXPECT_EQ((*model)->kernel_paths().find("+tiles") != std::string::npos,
             k_quants && Int8TilesInUse())
       << (*model)->kernel_paths() << " for " << (*model)->weight_formats();
+  EXPECT_EQ((*model)->default_step_tokens(),
+            k_quants && Int8TilesInUse() ? StepModel::kTileStepTokens : StepModel::kStepTokens);
   const int vocab = (*model)->architecture().vocab_size;
   const std::vector<Reference> references = ReadReference(dir);
   ASSERT_GE(references.size(), 3u);

@@ -43,6 +43,12 @@ struct LlmEngine::Sequence {
 
 namespace {
 
+// config.yaml's settings with what it leaves to the model filled in.
+LlmServeConfig WithModelDefaults(LlmServeConfig config, const StepModel& model) {
+  if (config.max_step_tokens <= 0) config.max_step_tokens = model.default_step_tokens();
+  return config;
+}
+
 SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
                             const LlmServeConfig& config) {
   SchedulerOptions options;
@@ -67,7 +73,7 @@ SchedulerOptions OptionsFor(const StepModel& model, const Tokenizer& tokenizer,
   options.context_length = model.context_length();
   options.block_size = model.kv_block_size();
   options.blocks = model.kv_blocks();
-  options.max_step_tokens = config.max_step_tokens;
+  options.max_step_tokens = config.max_step_tokens;  // Resolved (WithModelDefaults).
   options.prefill_chunk = config.prefill_chunk;
   options.speculative_tokens = config.speculative_tokens;
   options.speculative_ngram = config.speculative_ngram;
@@ -86,7 +92,7 @@ LlmEngine::LlmEngine(std::unique_ptr<StepModel> model, std::unique_ptr<Tokenizer
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)),
-      config_(config),
+      config_(WithModelDefaults(std::move(config), *model_)),
       clock_(clock),
       scheduler_(OptionsFor(*model_, *tokenizer_, config_)),
       grammars_(std::make_unique<GrammarCompiler>(*tokenizer_, model_->architecture().vocab_size,

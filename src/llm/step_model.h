@@ -109,6 +109,13 @@ class StepModel {
   // their products run on ("avx512bf16"; "avx512vnni"), for the startup line and /metrics.
   virtual std::string weight_formats() const { return ""; }
   virtual std::string kernel_paths() const { return ""; }
+  // The prompt tokens a step takes beside decoding streams where config.yaml names none
+  // (LlmServeConfig::max_step_tokens 0): kTileStepTokens where the products take the int8 tiles
+  // (kernels.h), so that a step of 16 streams and a newcomer's chunk passes kInt8TileRows (at 32,
+  // 15 streams and 32 prompt rows stayed a row short), else kStepTokens.
+  static constexpr int kStepTokens = 32;
+  static constexpr int kTileStepTokens = 64;
+  virtual int default_step_tokens() const { return kStepTokens; }
   // Where a weights cache served the weights from ("repacked weights mapped from <file>"); empty
   // without one.
   virtual std::string weights_cache() const { return ""; }

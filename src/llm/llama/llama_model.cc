@@ -655,8 +655,9 @@ std::string LlamaModel::weight_formats() const {
   return fmt::format("{}", fmt::join(formats, "+"));
 }
 
-std::string LlamaModel::kernel_paths() const {
-  bool blocks = false, vectors = false, grid = false, tiles = false;
+LlamaModel::KernelUse LlamaModel::Kernels() const {
+  KernelUse use;
+  auto& [blocks, vectors, grid, tiles] = use;
   auto repacked = [&](const Linear& linear) {
     for (const Linear::Part& part : linear.parts) {
       if (part.blocks == nullptr || !part.repacked) continue;
@@ -674,6 +675,15 @@ std::string LlamaModel::kernel_paths() const {
     }
   }
   repacked(weights_.lm_head);
+  return use;
+}
+
+int LlamaModel::default_step_tokens() const {
+  return Kernels().tiles && Int8TilesInUse() ? kTileStepTokens : kStepTokens;
+}
+
+std::string LlamaModel::kernel_paths() const {
+  const auto [blocks, vectors, grid, tiles] = Kernels();
   std::vector<std::string> paths;
   // IQ2_XS's grid read by AVX-512 VBMI's permutes and the K-quants' prompt products on int8
   // tiles (kernels.h): "avx512vnni+vbmi", "avx512vnni+tiles".

@@ -31,6 +31,7 @@ class LlamaModel final : public StepModel {
   int64_t weight_bytes() const override { return weights_.bytes; }
   std::string weight_formats() const override;
   std::string kernel_paths() const override;
+  int default_step_tokens() const override;
   std::string weights_cache() const override { return weights_.weights_cache; }
   std::string kv_cache_format() const override {
     return std::string(KvCacheDtypeName(cache_dtype_));
@@ -46,6 +47,12 @@ class LlamaModel final : public StepModel {
   }
 
  private:
+  // Which kernels the linear layers' products take: blocks (GGUF), vectors (bf16, int8), and among
+  // the repacked blocks IQ2_XS's grid and the int8 tiles' K-quants.
+  struct KernelUse {
+    bool blocks = false, vectors = false, grid = false, tiles = false;
+  };
+  KernelUse Kernels() const;
   void BuildRope();
   void Attention(int layer, const at::Tensor& qkv, const std::vector<SequenceChunk>& chunks,
                  const std::vector<int64_t>& offsets, at::Tensor& out);
@@ -91,7 +98,7 @@ class LlamaModel final : public StepModel {
   Weights weights_;
   std::unique_ptr<GgufFile> gguf_;  // Mapped while its blocks are read.
   bool from_gguf_ = false;
-  at::Tensor rope_cos_, rope_sin_;              // [context, D/2], fp32 (LongRoPE: see below).
+  at::Tensor rope_cos_, rope_sin_;  // [context, D/2], fp32 (LongRoPE: see below).
   // LongRoPE served past its original context: rope_cos_ / rope_sin_ hold the short factors' rows,
   // then from this row the long factors'; a token takes the long ones where its sequence's prompt,
   // or the token's own position, passes the original context (as transformers chooses by the
