@@ -11,14 +11,16 @@ same client, `sluice bench --llm` (streamed /v1/completions, ignore_eos, prompts
 own token count), at 1, 4 and 16 streams, in interleaved rounds (A B B A ...), so that drift in the
 machine's speed falls on every server alike. Each server's resident memory is read from
 /proc/PID/status after its runs. Prints the medians of the rounds per server and stream count, and
-writes them as CSV; every process started is stopped by its PID.
+writes them as CSV; every process started is stopped by its PID. `--binary NAME=PATH` serves one
+model with another build of Sluice (two builds compared in the same interleaved rounds; the
+client is always --sluice).
 
 benchmarks/build_llama_cpp.sh builds llama-server first.
 
 Usage: benchmarks/llm_side_by_side.py [--sluice build/sluice] [--llama-server PATH]
            [--model NAME=DIR[@PRECISION] ...] [--gguf FILE] [--rounds 4] [--concurrency 1,4,16]
            [--prompt-tokens 128] [--output-tokens 128] [--requests N]
-           [--slots 16] [--context-length N]
+           [--slots 16] [--context-length N] [--binary NAME=PATH ...]
 """
 import argparse
 import csv
@@ -136,10 +138,16 @@ def main():
     parser.add_argument("--context-length", type=int,
                         help="Sluice's tokens per sequence (--llm-context-length), for prompts "
                              "past its config's")
+    parser.add_argument("--binary", action="append", default=[],
+                        help="NAME=PATH: serve model NAME with this sluice binary instead of "
+                             "--sluice (repeatable)")
     args = parser.parse_args()
     # SIGTERM (a stopped run) unwinds as an exception, so `finally` stops the servers started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))
     models = dict(m.split("=", 1) for m in (args.model or ["smollm2=models/smollm2"]))
+    binaries = dict(b.split("=", 1) for b in args.binary)
+    if set(binaries) - set(models):
+        sys.exit(f"--binary names no --model: {', '.join(sorted(set(binaries) - set(models)))}")
     first_dir = next(iter(models.values())).partition("@")[0]
     gguf = args.gguf or glob.glob(os.path.join(first_dir, "*.gguf"))[0]
     threads = os.cpu_count() or 1
@@ -150,7 +158,7 @@ def main():
         for name, spec in models.items():
             path, _, precision = spec.partition("@")
             port = free_port()
-            command = [args.sluice, "serve", "--port", str(port), "--model-dir",
+            command = [binaries.get(name, args.sluice), "serve", "--port", str(port), "--model-dir",
                        os.path.abspath(path), "--model-name", name, "--llm-prefix-caching", "off"]
             if precision:
                 command += ["--llm-precision", precision]
