@@ -135,7 +135,7 @@ struct LlmServeConfig {
   // The token budget of a step (vLLM's chunked prefill): prompt tokens run beside decoding
   // sequences. A newcomer's prompt is spread over steps, so a decoding stream waits out at most
   // this much prompt work per token: larger budgets prefill sooner and stall streams longer.
-  // config.yaml's value is >= 1; left out (0), the model's (StepModel::default_step_tokens: 64
+  // config.yaml's value is >= 1; left out (0), the model's (StepModel::default_step_tokens: 128
   // where its products take the int8 tiles, else 32).
   int max_step_tokens = 0;
   // Prompt tokens per step while no sequence decodes (nobody waits on the step); >= 1.

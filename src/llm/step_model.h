@@ -111,10 +111,12 @@ class StepModel {
   virtual std::string kernel_paths() const { return ""; }
   // The prompt tokens a step takes beside decoding streams where config.yaml names none
   // (LlmServeConfig::max_step_tokens 0): kTileStepTokens where the products take the int8 tiles
-  // (kernels.h), so that a step of 16 streams and a newcomer's chunk passes kInt8TileRows (at 32,
-  // 15 streams and 32 prompt rows stayed a row short), else kStepTokens.
+  // (kernels.h), so that a step with a newcomer's chunk is well past kInt8TileRows whatever the
+  // streams (the tiles' conversion, made once a step, is spread over twice the rows of 64: at 16
+  // streams more output tokens a second and sooner first tokens, each stream's longest wait
+  // between two tokens a step of 128 prompt tokens), else kStepTokens.
   static constexpr int kStepTokens = 32;
-  static constexpr int kTileStepTokens = 64;
+  static constexpr int kTileStepTokens = 128;
   virtual int default_step_tokens() const { return kStepTokens; }
   // Where a weights cache served the weights from ("repacked weights mapped from <file>"); empty
   // without one.
