@@ -2,7 +2,8 @@
 """The OpenAI-style API of the real `sluice serve`, driven by the OpenAI Python SDK (and raw HTTP
 where the SDK hides what is checked): /v1/models, chat and text completions, streaming with a
 usage chunk, /tokenize and /detokenize, vLLM's render routes, the error shapes, a disconnect mid-stream, the API key;
-two servers sharing one weights cache; a thinking template's reasoning_content.
+two servers sharing one weights cache; a thinking template's reasoning_content; `sluice bench
+--llm`, over HTTP and in process.
 
 Usage: tests/openai_api_test.py SLUICE TEST_MODELS
 """
@@ -65,7 +66,38 @@ def main():
             bench(sluice, port)
     weights_cache(sluice, test_models)
     reasoning(sluice, test_models)
+    in_process_bench(sluice, test_models)
     print("openai_api_test: all checks passed")
+
+
+def in_process_bench(sluice, test_models):
+    """`sluice bench --llm --in-process`: --requests requests in all through --concurrency streams
+    (each ended request replaced), the engine's slots and step budget as given and named on the
+    first line; the two engine flags refused where they would set nothing."""
+    out = subprocess.run(
+        [sluice, "bench", "--llm", "--in-process", "--model-dir",
+         os.path.join(test_models, "tiny_llm"), "--threads", "1", "--concurrency", "2",
+         "--requests", "5", "--llm-slots", "1", "--llm-max-step-tokens", "7", "--prompt-tokens",
+         "20", "--output-tokens", "48"],
+        capture_output=True, text=True, timeout=300)
+    check(out.returncode == 0, f"in-process bench failed: {out.stdout} {out.stderr}")
+    check("slots 1, step budget 7 prompt tokens" in out.stdout, out.stdout)
+    line = re.search(r"concurrency +2, (\d+) requests, (\d+) output tokens in ([\d.]+) s: "
+                     r"first token \(prefill\) median ([\d.]+) ms, max ([\d.]+) ms", out.stdout)
+    check(line is not None, out.stdout)
+    # Every one of the 5 requests ran its 48 tokens (not just one a stream).
+    check(int(line.group(1)) == 5 and int(line.group(2)) == 5 * 48, out.stdout)
+    # One slot: the requests run one after another. Each one's first token is timed from its own
+    # submission (the fifth's waits out the fourth, about 2/5 of the run), not from the run's
+    # start (4/5 of it).
+    check(float(line.group(5)) < 0.6 * 1e3 * float(line.group(3)), out.stdout)
+    for flags in (["--url", "http://127.0.0.1:9", "--llm-slots", "2"],
+                  ["--in-process", "--llm-max-step-tokens", "16", "--agreement", "int8"]):
+        refused = subprocess.run(
+            [sluice, "bench", "--llm", "--model-dir", os.path.join(test_models, "tiny_llm")] +
+            flags, capture_output=True, text=True, timeout=60)
+        check(refused.returncode != 0 and "--llm-slots and --llm-max-step-tokens" in
+              refused.stdout + refused.stderr, f"{flags}: {refused.stdout} {refused.stderr}")
 
 
 THINKING_TEMPLATE = (

@@ -216,7 +216,9 @@ int RunLlmAgreement(const BenchCommand& cmd) {
 
 // The engine alone, no HTTP: the same prompts through LlmEngine::Submit, timed at its events. The
 // first event of a request is its first token, so its time is the in-process prefill time (plus
-// one sampling step) of the prompt, the reference for the TTFT over HTTP.
+// one sampling step) of the prompt, the reference for the TTFT over HTTP. Closed loop, as --url's
+// levels: `concurrency` streams, each submitting its next request when one ends, --requests in
+// all (default: one a stream).
 int RunLlmInProcess(const BenchCommand& cmd) {
   const ModelSelection& m = cmd.model;
   const std::string dir = LlmModelDir(m);
@@ -224,6 +226,8 @@ int RunLlmInProcess(const BenchCommand& cmd) {
   overrides.precision = m.precision;
   overrides.threads = m.threads > 0 ? m.threads : -1;
   overrides.device = cmd.llm_device;
+  overrides.slots = cmd.llm_slots;
+  overrides.max_step_tokens = cmd.llm_max_step_tokens;
   auto engine = llm::LoadLlmEngine(dir, overrides);
   if (!engine.ok()) return Fail(engine.status());
   const LlmBenchOptions& o = cmd.llm_options;
@@ -237,9 +241,12 @@ int RunLlmInProcess(const BenchCommand& cmd) {
                             (o.prompt_tokens > static_cast<int>(counted) ? 1 : -1));
   }
   const std::vector<int> levels = cmd.concurrency.empty() ? std::vector<int>{1} : cmd.concurrency;
-  fmt::print("in-process {} (weights {}, kernels {}): prompts of {} tokens, {} output tokens\n",
-             dir, (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(), counted,
-             o.output_tokens);
+  const llm::LlmServeConfig& served = (*engine)->config();
+  fmt::print(
+      "in-process {} (weights {}, kernels {}; slots {}, step budget {} prompt tokens): prompts "
+      "of {} tokens, {} output tokens\n",
+      dir, (*engine)->model().weight_formats(), (*engine)->model().kernel_paths(), served.slots,
+      served.max_step_tokens, counted, o.output_tokens);
   // Warm-up, untimed: one request through every step shape the levels will use.
   for (int concurrency : {1, *std::max_element(levels.begin(), levels.end())}) {
     Mutex mu;
@@ -262,49 +269,68 @@ int RunLlmInProcess(const BenchCommand& cmd) {
     while (remaining > 0) done_cv.Wait(lock);
   }
   for (int concurrency : levels) {
-    const auto prompts = MakeLlmPrompts(concurrency, words, cmd.run.seed + 7);
+    const int total = o.requests > 0 ? o.requests : concurrency;
+    const auto prompts = MakeLlmPrompts(total, words, cmd.run.seed + 7);
     Mutex mu;
     CondVar done_cv;
-    int remaining = concurrency;
-    std::vector<double> first(static_cast<size_t>(concurrency), 0),
-        last(static_cast<size_t>(concurrency), 0);
-    std::vector<int> tokens(static_cast<size_t>(concurrency), 0);
+    int finished = 0;
+    // Per request, seconds from the start: submitted, its first and its latest token.
+    std::vector<double> start(static_cast<size_t>(total), 0), first(static_cast<size_t>(total), 0),
+        last(static_cast<size_t>(total), 0);
+    std::vector<int> tokens(static_cast<size_t>(total), 0);
     std::vector<double> gaps;  // Between a stream's consecutive tokens (inter-token latency).
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < concurrency; ++i) {
+    const auto since_t0 = [t0] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    auto submit = [&](int i) {
+      {
+        MutexLock lock(mu);
+        start[static_cast<size_t>(i)] = since_t0();
+      }
       llm::GenerationRequest request;
       request.prompt = (*engine)->tokenizer().Encode(prompts[static_cast<size_t>(i)]);
       request.max_tokens = o.output_tokens;
       request.ignore_eos = o.ignore_eos;
       request.sampling.temperature = 0;  // Greedy, as the HTTP bench asks.
-      auto id = (*engine)->Submit(std::move(request), [&, i](const llm::GenerationEvent& e) {
-        const double now =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return (*engine)
+          ->Submit(std::move(request),
+                   [&, i](const llm::GenerationEvent& e) {
+                     const double now = since_t0();
+                     MutexLock lock(mu);
+                     const size_t k = static_cast<size_t>(i);
+                     if (first[k] == 0) {
+                       first[k] = now;
+                     } else {
+                       gaps.push_back(now - last[k]);
+                     }
+                     last[k] = now;
+                     tokens[k] = e.completion_tokens;
+                     if (e.finish != llm::FinishReason::kNone) {
+                       ++finished;
+                       done_cv.SignalAll();
+                     }
+                   })
+          .status();
+    };
+    // A stream's next request as soon as one of its requests ends.
+    for (int submitted = 0;;) {
+      {
         MutexLock lock(mu);
-        const size_t k = static_cast<size_t>(i);
-        if (first[k] == 0) {
-          first[k] = now;
-        } else {
-          gaps.push_back(now - last[k]);
+        while (finished < total && !(submitted < total && submitted - finished < concurrency)) {
+          done_cv.Wait(lock);
         }
-        last[k] = now;
-        tokens[k] = e.completion_tokens;
-        if (e.finish != llm::FinishReason::kNone) {
-          --remaining;
-          done_cv.SignalAll();
-        }
-      });
-      if (!id.ok()) return Fail(id.status());
+        if (finished == total) break;
+      }
+      const Status status = submit(submitted++);
+      if (!status.ok()) return Fail(status);
     }
-    {
-      MutexLock lock(mu);
-      while (remaining > 0) done_cv.Wait(lock);
-    }
-    std::vector<double> ttft = first, tpot;
+    std::vector<double> ttft, tpot;
     int64_t generated = 0;
     double end = 0;
-    for (int i = 0; i < concurrency; ++i) {
+    for (int i = 0; i < total; ++i) {
       const size_t k = static_cast<size_t>(i);
+      ttft.push_back(first[k] - start[k]);
       generated += tokens[k];
       end = std::max(end, last[k]);
       if (tokens[k] > 1) tpot.push_back((last[k] - first[k]) / (tokens[k] - 1));
@@ -313,11 +339,11 @@ int RunLlmInProcess(const BenchCommand& cmd) {
     std::sort(tpot.begin(), tpot.end());
     std::sort(gaps.begin(), gaps.end());
     fmt::print(
-        "concurrency {:>3}: first token (prefill) median {:.1f} ms, max {:.1f} ms; TPOT median "
-        "{:.2f} ms ({:.1f} tokens/s per stream); ITL p99 {:.2f} ms; {:.1f} output tokens/s "
-        "overall\n",
-        concurrency, NearestRankPercentile(ttft, 50) * 1e3, ttft.back() * 1e3,
-        tpot.empty() ? 0.0 : NearestRankPercentile(tpot, 50) * 1e3,
+        "concurrency {:>3}, {} requests, {} output tokens in {:.3f} s: first token (prefill) "
+        "median {:.1f} ms, max {:.1f} ms; TPOT median {:.2f} ms ({:.1f} tokens/s per stream); "
+        "ITL p99 {:.2f} ms; {:.1f} output tokens/s overall\n",
+        concurrency, total, generated, end, NearestRankPercentile(ttft, 50) * 1e3,
+        ttft.back() * 1e3, tpot.empty() ? 0.0 : NearestRankPercentile(tpot, 50) * 1e3,
         tpot.empty() ? 0.0 : 1.0 / NearestRankPercentile(tpot, 50),
         gaps.empty() ? 0.0 : NearestRankPercentile(gaps, 99) * 1e3, generated / end);
   }
@@ -325,6 +351,12 @@ int RunLlmInProcess(const BenchCommand& cmd) {
 }
 
 int RunBench(const BenchCommand& cmd, const std::string& command_line) {
+  if ((cmd.llm_slots > 0 || cmd.llm_max_step_tokens > 0) &&
+      !(cmd.llm && cmd.in_process && cmd.agreement.empty())) {
+    return Fail(Status::InvalidArgument(
+        "--llm-slots and --llm-max-step-tokens set the engine of --llm --in-process (without "
+        "--agreement); a server's are its own (sluice serve --llm-slots, --llm-max-step-tokens)"));
+  }
   if (cmd.llm && !cmd.url.empty()) return RunLlmBenchCommand(cmd, command_line);
   if (!cmd.agreement.empty() && !(cmd.llm && cmd.in_process)) {
     return Fail(Status::InvalidArgument("--agreement needs --llm --in-process"));
@@ -583,7 +615,8 @@ CLI::App* AddBenchCommand(CLI::App& parent, BenchCommand& cmd) {
                   "--llm: tokens generated per request")
       ->capture_default_str();
   app->add_option("--requests", cmd.llm_options.requests,
-                  "--llm: requests per level (default max(8, 2 x concurrency); 16 per rate)");
+                  "--llm: requests per level (default max(8, 2 x concurrency); 16 per rate; "
+                  "--in-process: one a stream)");
   app->add_option("--api-key", cmd.llm_options.api_key, "--llm: sent as a Bearer token");
   app->add_flag("!--no-ignore-eos", cmd.llm_options.ignore_eos,
                 "--llm: let the model stop at its end-of-sequence token");
@@ -599,6 +632,14 @@ CLI::App* AddBenchCommand(CLI::App& parent, BenchCommand& cmd) {
         }
         return "must be fp32, bf16, int8 or int4, optionally @DEVICE (int4@cuda:0)";
       });
+  app->add_option("--llm-slots", cmd.llm_slots,
+                  "--llm --in-process: the engine's sequences run together (at most), over "
+                  "config.yaml's (streams beyond them wait for a slot)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--llm-max-step-tokens", cmd.llm_max_step_tokens,
+                  "--llm --in-process: prompt tokens per step beside decoding streams, over "
+                  "config.yaml's")
+      ->check(CLI::Range(1, 8192));
   app->add_option("--llm-device", cmd.llm_device,
                   "--llm --in-process: run the model on this device (cpu, cuda, cuda:N; "
                   "default: its config.yaml's instance_group)");

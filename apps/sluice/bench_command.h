@@ -36,6 +36,10 @@ struct BenchCommand {
   // CPU (or --llm-device).
   std::string agreement;
   std::string llm_device;  // --llm --in-process: where the model runs (cpu, cuda, cuda:N).
+  // --llm --in-process: the engine's slots and step budget over config.yaml's (0: its own), as
+  // `sluice serve --llm-slots / --llm-max-step-tokens` set them.
+  int llm_slots = 0;
+  int llm_max_step_tokens = 0;
   // Trace-event JSON of the requests' stages (in-process, or --url's client side); off if empty.
   std::string trace_file;
   double trace_sample_rate = 1;
