@@ -113,8 +113,8 @@ class StepModel {
   // (LlmServeConfig::max_step_tokens 0): kTileStepTokens where the products take the int8 tiles
   // (kernels.h), so that a step with a newcomer's chunk is well past kInt8TileRows whatever the
   // streams (the tiles' conversion, made once a step, is spread over twice the rows of 64: at 16
-  // streams more output tokens a second and sooner first tokens, each stream's longest wait
-  // between two tokens a step of 128 prompt tokens), else kStepTokens.
+  // streams more output tokens a second, each stream's longest wait between two tokens a step of
+  // 128 prompt tokens), else kStepTokens.
   static constexpr int kStepTokens = 32;
   static constexpr int kTileStepTokens = 128;
   virtual int default_step_tokens() const { return kStepTokens; }
