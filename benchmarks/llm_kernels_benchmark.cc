@@ -173,16 +173,21 @@ void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
 
 // The GGUF block products (MatmulQuant) at the same shapes: one layer's matrices x 30 in one
 // block format (model 0), or Llama-3.2-1B's layer x 8 (model 1: 272 MB in Q4_K, well past the
-// caches), x quantised once per width beforehand (the decoder does it once per layer input), on
-// the quantised path this CPU has (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
+// caches), or one 2,048 x 2,048 matrix of that layer read again and again (model 2: 2.4 MB in
+// Q4_K, from the caches: what the products compute a second with memory out of the way, to hold
+// against model 1's rate at one row and against PeakInt8 at many; at one thread, as each pass
+// starts its other threads anew, which costs more than such a product), x quantised once per width
+// beforehand (the decoder does it once per layer input), on the quantised path this CPU has
+// (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
 //   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:16/threads:2'
 //   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:1/threads:1/type:12/.*/model:1'
+//   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:16/threads:1/.*/repacked:1/model:2'
 void Quant(benchmark::State& state) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const auto type = static_cast<uint32_t>(state.range(2));
   const bool repacked = state.range(3) != 0;
-  const bool llama1b = state.range(4) != 0;
+  const bool llama1b = state.range(4) != 0, in_cache = state.range(4) == 2;
   int64_t block = 0, block_bytes = 0;
   sluice::llm::GgmlBlockLayout(type, &block, &block_bytes);
   const bool k_quant = block == 256;
@@ -197,10 +202,11 @@ void Quant(benchmark::State& state) {
   state.SetLabel(std::string(sluice::llm::QuantKernelIsa()) + " " +
                  sluice::llm::GgmlTypeName(type) + (repacked ? " repacked" : ""));
   std::mt19937 rng(5);
-  const int copies = llama1b ? 8 : 30;
+  const int copies = in_cache ? 1 : llama1b ? 8 : 30;
   const std::vector<Shape> layer =
-      llama1b ? std::vector<Shape>(std::begin(kLlama1bLayer), std::end(kLlama1bLayer))
-              : std::vector<Shape>(std::begin(kLayer), std::end(kLayer));
+      in_cache  ? std::vector<Shape>{kLlama1bLayer[1]}
+      : llama1b ? std::vector<Shape>(std::begin(kLlama1bLayer), std::end(kLlama1bLayer))
+                : std::vector<Shape>(std::begin(kLayer), std::end(kLayer));
   int64_t widest = 0;
   for (const Shape& s : layer) widest = std::max({widest, s.k, s.n});
   std::vector<std::vector<uint8_t>> weights;
@@ -255,7 +261,7 @@ BENCHMARK(Quant)
                     14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */, 23 /* IQ4_XS */,
                     21 /* IQ3_S */, 17 /* IQ2_XS */, 39 /* MXFP4 */},
                    {0, 1},
-                   {0, 1}})
+                   {0, 1, 2}})
     ->ArgNames({"rows", "threads", "type", "repacked", "model"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
