@@ -1,6 +1,6 @@
 // IQ2_XS's repacked products on AVX-512 VNNI with VBMI (Ice Lake and later, AMD Zen 4 and later):
 // quant_x86.inc's repacked products with the grid read by byte and word permutes in registers
-// (quant_x86_repacked_iq2xs.inc's Iq2XsRun), the same integer sums and fp32 steps, so the same bits.
+// (quant_x86_repacked_iq2xs.inc's Iq2XsRun), the same integer sums and fp32 steps: the same bits.
 // Apart from quant_avx512vnni.cc because AVX-512 VNNI CPUs without VBMI (Cascade Lake) exist.
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"
