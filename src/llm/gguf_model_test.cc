@@ -164,9 +164,13 @@ TEST_P(GgufModelTest, LogitsAgreeWithLlamaCpp) {
   options.serve.threads = 2;
   auto model = LoadLlamaModel(options);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  // IQ2_XS's products say where its grid is read by VBMI's permutes (and are checked below).
+  // IQ2_XS's and IQ3_S's products say where their grid is read by VBMI's permutes (and are
+  // checked below).
   EXPECT_EQ((*model)->kernel_paths().find("+vbmi") != std::string::npos,
-            GetParam().ends_with("_iq2_xs") && VbmiGridsInUse())
+            (GetParam().ends_with("_iq2_xs") &&
+             VbmiGridsInUse(static_cast<uint32_t>(GgmlType::kIQ2_XS))) ||
+                (GetParam().ends_with("_iq3_s") &&
+                 VbmiGridsInUse(static_cast<uint32_t>(GgmlType::kIQ3_S))))
       << (*model)->kernel_paths();
   // So do the K-quants' prompt products on int8 tiles.
   bool k_quants = false;

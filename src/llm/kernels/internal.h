@@ -415,8 +415,9 @@ SLUICE_AVX512VNNI void Quantize(const float* x, int64_t rows, int64_t k, int8_t*
 // tile_offset (their layout there).
 SLUICE_AVX512VNNI void QuantizeTileRows(QuantInput* x, int64_t row_begin, int64_t row_end);
 }  // namespace quant_avx512vnni
-// IQ2_XS's repacked products with AVX-512 VBMI's permutes (quant_avx512vbmi.cc): its grid read in
-// registers. MatmulQuantRepacked sends it no other type (one would take the portable loop).
+// IQ2_XS's and IQ3_S's repacked products with AVX-512 VBMI's permutes (quant_avx512vbmi.cc): their
+// grids read in registers. MatmulQuantRepacked sends it no other type (one would take the portable
+// loop).
 #define SLUICE_AVX512VBMI \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 namespace quant_avx512vbmi {

@@ -188,11 +188,14 @@ const char* QuantIsaName(QuantIsa isa);
 const char* QuantKernelIsa();
 void LimitQuantIsa(QuantIsa limit);
 void UseAmxQuant(bool on);  // Where the CPU has the tiles.
-// IQ2_XS's repacked products on the AVX-512 VNNI path read its grid with AVX-512 VBMI's permutes
-// where the CPU has them, with the same results: on unless SLUICE_QUANT_KERNELS names a path
-// (avx512vnni: that path without them) or turned off here.
-void UseVbmiGrids(bool on);
-bool VbmiGridsInUse();
+// The grid types' repacked products on the AVX-512 VNNI path (IQ2_XS, IQ3_S) read their grids
+// with AVX-512 VBMI's permutes where the CPU has them, with the same results: kWhereFaster (IQ2_XS
+// everywhere, IQ3_S on AMD CPUs, whose gathers are slow) unless SLUICE_QUANT_KERNELS names a path
+// (avx512vnni: that path without them, kNone) or set here (kAll: both types on every such CPU).
+enum class VbmiGrids { kNone, kWhereFaster, kAll };
+void UseVbmiGrids(VbmiGrids which);
+// Whether products of `ggml_type` read its grid by the permutes.
+bool VbmiGridsInUse(uint32_t ggml_type);
 // Products of kInt8TileRows rows of x or more (prompts) over repacked K-quant weights (Q3_K, Q4_K,
 // Q5_K, Q6_K) on the AVX-512 VNNI path: each sixteen weight rows converted once a product to int8
 // (a scale per row and 256 columns: the file's values rounded a second time, to within half of

@@ -373,11 +373,12 @@ bool AmxQuantFromEnvironment() {
 }
 
 std::atomic<QuantIsa> quant_limit{QuantLimitFromEnvironment()};
-// IQ2_XS's grid read by AVX-512 VBMI's permutes where the CPU has them: on unless
-// SLUICE_QUANT_KERNELS names a path (=avx512vnni is the path without them).
-std::atomic<bool> vbmi_grids{[] {
+// The grids read by AVX-512 VBMI's permutes where the CPU has them (kernels.h): where they are
+// faster unless SLUICE_QUANT_KERNELS names a path (=avx512vnni is the path without them).
+std::atomic<VbmiGrids> vbmi_grids{[] {
   const char* name = std::getenv("SLUICE_QUANT_KERNELS");
-  return name == nullptr || std::strcmp(name, "amx") == 0;
+  return name == nullptr || std::strcmp(name, "amx") == 0 ? VbmiGrids::kWhereFaster
+                                                          : VbmiGrids::kNone;
 }()};
 std::atomic<bool> amx_quant{AmxQuantFromEnvironment()};
 // The int8 tiles of many-row K-quant products: on unless SLUICE_INT8_TILES=off or
@@ -435,14 +436,27 @@ const char* QuantKernelIsa() {
 
 void LimitQuantIsa(QuantIsa limit) { quant_limit.store(limit); }
 
-void UseVbmiGrids(bool on) { vbmi_grids.store(on); }
+void UseVbmiGrids(VbmiGrids which) { vbmi_grids.store(which); }
 
-bool VbmiGridsInUse() {
+bool VbmiGridsInUse(uint32_t ggml_type) {
 #ifdef SLUICE_X86
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
-  return vbmi && vbmi_grids.load(std::memory_order_relaxed) &&
-         ActiveQuant() == QuantIsa::kAvx512Vnni;
+  // IQ3_S's eight-lane gathers against its permutes (build/llm_kernels_benchmark
+  // --benchmark_filter='Quant/rows:(1|16)/threads:(1|2)/type:21/repacked:1/model:1', alternated):
+  // on an AMD EPYC Zen 4 the gathers took 1.6 x the permutes' time at one row of x and 1.3 x at
+  // 16; on an Intel Xeon (family 6 model 207) the permutes took 1.2-1.6 x the gathers' time at
+  // one core (Intel's VPERMT2W is three micro-ops on one port, its gathers cheap; AMD's gathers
+  // are microcoded).
+  static const bool slow_gathers = __builtin_cpu_is("amd");
+  const VbmiGrids which = vbmi_grids.load(std::memory_order_relaxed);
+  const bool faster = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) ||
+                      (ggml_type == static_cast<uint32_t>(GgmlType::kIQ3_S) && slow_gathers);
+  const bool grid = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) ||
+                    ggml_type == static_cast<uint32_t>(GgmlType::kIQ3_S);
+  return vbmi && grid && ActiveQuant() == QuantIsa::kAvx512Vnni &&
+         (which == VbmiGrids::kAll || (which == VbmiGrids::kWhereFaster && faster));
 #else
+  (void)ggml_type;
   return false;
 #endif
 }
@@ -650,7 +664,7 @@ void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w,
       if (x.m >= 16 && kernels::quant_amx::Handles(ggml_type) && ActiveAmxQuant()) {
         return kernels::quant_amx::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
       }
-      if (ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) && VbmiGridsInUse()) {
+      if (VbmiGridsInUse(ggml_type)) {
         return kernels::quant_avx512vbmi::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);
       }
       return kernels::quant_avx512vnni::RepackedMatmul(x, ggml_type, w, n, y, n_begin, n_end);

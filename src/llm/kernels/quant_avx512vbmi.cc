@@ -1,6 +1,7 @@
-// IQ2_XS's repacked products on AVX-512 VNNI with VBMI (Ice Lake and later, AMD Zen 4 and later):
-// quant_x86.inc's repacked products with the grid read by byte and word permutes in registers
-// (quant_x86_repacked_iq2xs.inc's Iq2XsRun), the same integer sums and fp32 steps: the same bits.
+// IQ2_XS's and IQ3_S's repacked products on AVX-512 VNNI with VBMI (Ice Lake and later, AMD Zen 4
+// and later): quant_x86.inc's repacked products with the grids read by byte and word permutes in
+// registers (quant_x86_repacked_iq2xs.inc's Iq2XsRun, quant_x86_repacked_iq3s.inc's
+// RepackedSteps), the same integer sums and fp32 steps: the same bits.
 // Apart from quant_avx512vnni.cc because AVX-512 VNNI CPUs without VBMI (Cascade Lake) exist.
 #include "llm/kernels/ggml_blocks.h"
 #include "llm/kernels/internal.h"

@@ -372,9 +372,9 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 // Repacked weights give every product the bits the file's layout gives it, on every path, for
 // every count of x's rows (the vector paths take them four or eight at a time) and for column
 // ranges that start and end inside a group of eight rows, or take whole groups (AVX-512's path
-// takes two whole groups, sixteen rows, at once). Where the CPU has AVX-512 VBMI, IQ2_XS's
-// products with its grid read by permutes (one row of x, and sixteen columns at once) and
-// without them.
+// takes two whole groups, sixteen rows, at once). Where the CPU has AVX-512 VBMI, IQ2_XS's and
+// IQ3_S's products with their grids read by permutes (one row of x, and sixteen columns at once;
+// on every such CPU, not only where they are faster) and without them.
 TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
   for (const auto& [isa, vbmi] : {std::pair{QuantIsa::kPortable, false},
                                   {QuantIsa::kAvx2, false},
@@ -383,8 +383,8 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
                                   {QuantIsa::kAvx512Vnni, true}}) {
     if (!PathOnThisCpu(isa)) continue;
     LimitQuantIsa(isa);
-    UseVbmiGrids(vbmi);
-    if (VbmiGridsInUse() != vbmi) continue;  // No VBMI on this CPU.
+    UseVbmiGrids(vbmi ? VbmiGrids::kAll : VbmiGrids::kNone);
+    if (VbmiGridsInUse(static_cast<uint32_t>(GgmlType::kIQ3_S)) != vbmi) continue;  // No VBMI.
     for (GgmlType type_enum :
          {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K, GgmlType::kQ3_K,
@@ -424,7 +424,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
     }
   }
   LimitQuantIsa(QuantIsa::kAvx512Vnni);
-  UseVbmiGrids(true);
+  UseVbmiGrids(VbmiGrids::kWhereFaster);
 }
 
 // x's grouped layout: 13 rows in a group of 8 and one of 5, each run's steps of the group's rows

@@ -661,7 +661,7 @@ LlamaModel::KernelUse LlamaModel::Kernels() const {
   auto repacked = [&](const Linear& linear) {
     for (const Linear::Part& part : linear.parts) {
       if (part.blocks == nullptr || !part.repacked) continue;
-      grid = grid || part.type == static_cast<uint32_t>(GgmlType::kIQ2_XS);
+      grid = grid || VbmiGridsInUse(part.type);
       tiles = tiles || TakesInt8Tiles(part.type);
     }
   };
@@ -685,10 +685,10 @@ int LlamaModel::default_step_tokens() const {
 std::string LlamaModel::kernel_paths() const {
   const auto [blocks, vectors, grid, tiles] = Kernels();
   std::vector<std::string> paths;
-  // IQ2_XS's grid read by AVX-512 VBMI's permutes and the K-quants' prompt products on int8
-  // tiles (kernels.h): "avx512vnni+vbmi", "avx512vnni+tiles".
+  // A grid read by AVX-512 VBMI's permutes and the K-quants' prompt products on int8 tiles
+  // (kernels.h): "avx512vnni+vbmi", "avx512vnni+tiles".
   if (blocks) {
-    paths.emplace_back(std::string(QuantKernelIsa()) + (grid && VbmiGridsInUse() ? "+vbmi" : "") +
+    paths.emplace_back(std::string(QuantKernelIsa()) + (grid ? "+vbmi" : "") +
                        (tiles && Int8TilesInUse() ? "+tiles" : ""));
   }
   if (vectors || !blocks) paths.emplace_back(CpuKernelIsa());

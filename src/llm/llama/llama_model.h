@@ -48,7 +48,7 @@ class LlamaModel final : public StepModel {
 
  private:
   // Which kernels the linear layers' products take: blocks (GGUF), vectors (bf16, int8), and among
-  // the repacked blocks IQ2_XS's grid and the int8 tiles' K-quants.
+  // the repacked blocks a grid read by VBMI's permutes and the int8 tiles' K-quants.
   struct KernelUse {
     bool blocks = false, vectors = false, grid = false, tiles = false;
   };
