@@ -443,10 +443,10 @@ bool VbmiGridsInUse(uint32_t ggml_type) {
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
   // IQ3_S's eight-lane gathers against its permutes (build/llm_kernels_benchmark
   // --benchmark_filter='Quant/rows:(1|16)/threads:(1|2)/type:21/repacked:1/model:1', alternated):
-  // on an AMD EPYC Zen 4 the gathers took 1.6 x the permutes' time at one row of x and 1.3 x at
-  // 16; on an Intel Xeon (family 6 model 207) the permutes took 1.2-1.6 x the gathers' time at
-  // one core (Intel's VPERMT2W is three micro-ops on one port, its gathers cheap; AMD's gathers
-  // are microcoded).
+  // on an AMD EPYC Zen 4 the gathers took 2.2 x the permutes' time at one row of x and 1.6 x at
+  // 16 (AMD's gathers are microcoded). On an Intel Xeon (family 6 model 207) an earlier form of
+  // the permutes (16-bit codes, VPERMT2W: three micro-ops on one port there) took 1.2-1.6 x the
+  // gathers' time at one core; this byte form is not measured on Intel, which keeps its gathers.
   static const bool slow_gathers = __builtin_cpu_is("amd");
   const VbmiGrids which = vbmi_grids.load(std::memory_order_relaxed);
   const bool faster = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) ||
