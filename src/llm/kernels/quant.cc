@@ -440,6 +440,10 @@ void UseVbmiGrids(VbmiGrids which) { vbmi_grids.store(which); }
 
 bool VbmiGridsInUse(uint32_t ggml_type) {
 #ifdef SLUICE_X86
+  // Every repacked product asks (MatmulQuantRepacked): the other types answered first.
+  const bool iq2_xs = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS);
+  const bool iq3_s = ggml_type == static_cast<uint32_t>(GgmlType::kIQ3_S);
+  if (!iq2_xs && !iq3_s) return false;
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
   // IQ3_S's eight-lane gathers against its permutes (build/llm_kernels_benchmark
   // --benchmark_filter='Quant/rows:(1|16)/threads:(1|2)/type:21/repacked:1/model:1', alternated):
@@ -449,11 +453,8 @@ bool VbmiGridsInUse(uint32_t ggml_type) {
   // gathers' time at one core; this byte form is not measured on Intel, which keeps its gathers.
   static const bool slow_gathers = __builtin_cpu_is("amd");
   const VbmiGrids which = vbmi_grids.load(std::memory_order_relaxed);
-  const bool faster = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) ||
-                      (ggml_type == static_cast<uint32_t>(GgmlType::kIQ3_S) && slow_gathers);
-  const bool grid = ggml_type == static_cast<uint32_t>(GgmlType::kIQ2_XS) ||
-                    ggml_type == static_cast<uint32_t>(GgmlType::kIQ3_S);
-  return vbmi && grid && ActiveQuant() == QuantIsa::kAvx512Vnni &&
+  const bool faster = iq2_xs || slow_gathers;
+  return vbmi && ActiveQuant() == QuantIsa::kAvx512Vnni &&
          (which == VbmiGrids::kAll || (which == VbmiGrids::kWhereFaster && faster));
 #else
   (void)ggml_type;
