@@ -171,7 +171,8 @@ constexpr int RepackedHeader(uint32_t type) {
 // Bytes of one run of 32 columns of eight rows in a K-quant record (after its header): the
 // nibbles (16 a row), then Q5_K's fifth bits (4 a row) or Q6_K's high pairs of bits (8 a row);
 // Q2_K's bit pairs (8 a row), then Q3_K's third bits (4 a row); IQ3_S's grid indices' low bytes
-// (8 a row), ninth bits (1) and signs (4); IQ2_XS's words (8 a row).
+// (byte 8 s + r: row r's step s), ninth bits (byte 64 + r, bit s: row r's step s) and signs (byte
+// 72 + 8 t + r: row r's sign byte t, bit b the sign of weight 8 t + b); IQ2_XS's words (8 a row).
 constexpr int RepackedRunBytes(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ5_K:
@@ -419,7 +420,7 @@ SLUICE_AVX512VNNI void QuantizeTileRows(QuantInput* x, int64_t row_begin, int64_
 // grids read in registers. MatmulQuantRepacked sends it no other type (one would take the portable
 // loop).
 #define SLUICE_AVX512VBMI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+  __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 namespace quant_avx512vbmi {
 SLUICE_AVX512VBMI void RepackedMatmul(const QuantInput& x, uint32_t type, const void* w, int64_t n,
                                       float* y, int64_t n_begin, int64_t n_end);

@@ -72,13 +72,12 @@ void UnpackRepackedIq3S(const uint8_t* record, int r, int c, Chunk* out) {
   out->scale[0] = out->scale[1] =
       Fp16ToFp32(Half(record + 2 * r)) * static_cast<float>(1 + 2 * scale);
   out->bias = 0;
-  uint32_t signs;
-  std::memcpy(&signs, run + 72 + 4 * r, 4);
   for (int s = 0; s < 8; ++s) {
     const uint32_t entry = kIq3sGrid[run[8 * s + r] | (((run[64 + r] >> s) & 1) << 8)];
     for (int b = 0; b < 4; ++b) {
       const int l = 4 * s + b, magnitude = static_cast<int>((entry >> (8 * b)) & 0xFF);
-      out->q[l] = static_cast<int8_t>((signs >> l) & 1 ? -magnitude : magnitude);
+      out->q[l] =
+          static_cast<int8_t>((run[72 + 8 * (l / 8) + r] >> (l % 8)) & 1 ? -magnitude : magnitude);
     }
   }
 }
@@ -258,7 +257,7 @@ void RepackKBlocks(GgmlType kind, const uint8_t* blocks[8], uint8_t* record) {
         uint8_t* run = record + header + run_bytes * c;
         for (int s = 0; s < 8; ++s) run[8 * s + r] = block[2 + 8 * c + s];
         run[64 + r] = block[66 + c];
-        std::memcpy(run + 72 + 4 * r, block + 74 + 4 * c, 4);
+        for (int t = 0; t < 4; ++t) run[72 + 8 * t + r] = block[74 + 4 * c + t];
       }
       continue;
     }

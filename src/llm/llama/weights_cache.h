@@ -32,7 +32,7 @@ namespace sluice::llm::llama {
 class WeightsCache {
  public:
   // Bumped whenever RepackQuant's layout or this file's changes.
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;
 
   // The cache of `file` in `dir`: mapped when a valid one is there; otherwise empty (a file that
   // is there but not valid, truncated or of another identity, is ignored and later replaced).
