@@ -372,7 +372,8 @@ TEST(QuantInputTest, BlocksOfThirtyTwoRoundToNearest) {
 // Repacked weights give every product the bits the file's layout gives it, on every path, for
 // every count of x's rows (the vector paths take them four or eight at a time) and for column
 // ranges that start and end inside a group of eight rows, or take whole groups (AVX-512's path
-// takes two whole groups, sixteen rows, at once). Where the CPU has AVX-512 VBMI, IQ2_XS's and
+// takes two whole groups, sixteen rows, at once, their scales made as it goes or, above 32 rows of
+// x, from a table made first). Where the CPU has AVX-512 VBMI, IQ2_XS's and
 // IQ3_S's products with their grids read by permutes (one row of x, and sixteen columns at once;
 // on every such CPU, not only where they are faster) and without them.
 TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
@@ -399,7 +400,7 @@ TEST(QuantRepackTest, RepackedProductsEqualTheFileLayouts) {
       const std::vector<uint8_t> w = RandomRows(type, n, k, rng);
       const std::vector<uint8_t> repacked = Repacked(type, w, n, k);
       ASSERT_NE(w, repacked);
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 14, 17}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 14, 17, 40}) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> x(static_cast<size_t>(m * k));
         for (float& v : x) v = normal(rng);
