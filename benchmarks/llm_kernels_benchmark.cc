@@ -32,6 +32,7 @@ const Shape kLayer[] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
 // Llama-3.2-1B's layer (hidden 2048, 32 query and 8 KV heads of 64, intermediate 8192): the
 // shapes of the GGUF files people run, whose K-quant blocks of 256 need k a multiple of 256.
 const Shape kLlama1bLayer[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
+const Shape kLlama1bHead = {128256, 2048};  // Its output head (the embedding, tied): n, k.
 
 // A weight value that is a normal number in its type: bf16 bits 0x0001 would be a denormal float,
 // which the FMA path handles in microcode, hundreds of times slower.
@@ -176,7 +177,9 @@ void SetBlockScales(uint32_t type, std::vector<uint8_t>* blocks) {
 // caches), or one 2,048 x 2,048 matrix of that layer read again and again (model 2: 2.4 MB in
 // Q4_K, from the caches: what the products compute a second with memory out of the way, to hold
 // against model 1's rate at one row and against PeakInt8 at many; at one thread, as each pass
-// starts its other threads anew, which costs more than such a product), x quantised once per width
+// starts its other threads anew, which costs more than such a product), or Llama-3.2-1B's output
+// head, 128,256 x 2,048 (model 3: 216 MB in Q6_K, its type in Q4_K_M files; at 16 streams the
+// largest single product of a decoding step, a fifth to a third of it), x quantised once per width
 // beforehand (the decoder does it once per layer input), on the quantised path this CPU has
 // (SLUICE_QUANT_KERNELS caps it). The bytes are the blocks'.
 //   build/llm_kernels_benchmark --benchmark_filter='Quant/rows:16/threads:2'
@@ -188,6 +191,7 @@ void Quant(benchmark::State& state) {
   const auto type = static_cast<uint32_t>(state.range(2));
   const bool repacked = state.range(3) != 0;
   const bool llama1b = state.range(4) != 0, in_cache = state.range(4) == 2;
+  const bool head = state.range(4) == 3;
   int64_t block = 0, block_bytes = 0;
   sluice::llm::GgmlBlockLayout(type, &block, &block_bytes);
   const bool k_quant = block == 256;
@@ -202,11 +206,12 @@ void Quant(benchmark::State& state) {
   state.SetLabel(std::string(sluice::llm::QuantKernelIsa()) + " " +
                  sluice::llm::GgmlTypeName(type) + (repacked ? " repacked" : ""));
   std::mt19937 rng(5);
-  const int copies = in_cache ? 1 : llama1b ? 8 : 30;
+  const int copies = in_cache || head ? 1 : llama1b ? 8 : 30;
   const std::vector<Shape> layer =
-      in_cache  ? std::vector<Shape>{kLlama1bLayer[1]}
-      : llama1b ? std::vector<Shape>(std::begin(kLlama1bLayer), std::end(kLlama1bLayer))
-                : std::vector<Shape>(std::begin(kLayer), std::end(kLayer));
+      head       ? std::vector<Shape>{kLlama1bHead}
+      : in_cache ? std::vector<Shape>{kLlama1bLayer[1]}
+      : llama1b  ? std::vector<Shape>(std::begin(kLlama1bLayer), std::end(kLlama1bLayer))
+                 : std::vector<Shape>(std::begin(kLayer), std::end(kLayer));
   int64_t widest = 0;
   for (const Shape& s : layer) widest = std::max({widest, s.k, s.n});
   std::vector<std::vector<uint8_t>> weights;
@@ -261,7 +266,7 @@ BENCHMARK(Quant)
                     14 /* Q6_K */, 10 /* Q2_K */, 11 /* Q3_K */, 20 /* IQ4_NL */, 23 /* IQ4_XS */,
                     21 /* IQ3_S */, 17 /* IQ2_XS */, 39 /* MXFP4 */},
                    {0, 1},
-                   {0, 1, 2}})
+                   {0, 1, 2, 3}})
     ->ArgNames({"rows", "threads", "type", "repacked", "model"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
