@@ -225,7 +225,10 @@ struct QuantInput {
   // Prepare in two parts, for threads to share: Reserve on one thread, then Fill over disjoint
   // ranges of rows, all of them done before the products start. tiles_wanted: whether x is
   // made for the int8 tiles as well where they apply (false: no weights it meets take them).
-  void Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted = true);
+  // tiles_alone: the tiles take every product on x whole (repacked Q3_K-Q6_K weights, column
+  // ranges of whole sixteens), so where they apply x is quantised per 256 alone (per_run false).
+  void Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted = true,
+               bool tiles_alone = false);
   void Fill(int64_t row_begin, int64_t row_end);
   void Quantize(int64_t row_begin, int64_t row_end);  // Fill's first part.
   const float* x = nullptr;                           // Not owned.
@@ -248,6 +251,10 @@ struct QuantInput {
   // at tile_q[g k + 256 R b + 4 (R s + i)]), d at tile_scale[g k / 256 + R b + i] and -128 times
   // the block's sum of q at tile_offset's same place (the tiles' weights are 128 high).
   bool tiles = false;
+  // Whether q, scale, q_sum, half_sum and their grouped forms are made: false where Reserve was
+  // told that the tiles take every product and they apply. A product the tiles do not take whole
+  // meets such an input with x quantised again for it (MatmulQuant, MatmulQuantRepacked).
+  bool per_run = true;
   ScratchVector<int8_t> tile_q;
   ScratchVector<float> tile_scale;
   ScratchVector<int32_t> tile_offset;

@@ -552,7 +552,8 @@ void QuantInput::Prepare(const float* x_rows, int64_t rows, int64_t columns) {
   Fill(0, rows);
 }
 
-void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted) {
+void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, bool tiles_wanted,
+                         bool tiles_alone) {
   x = x_rows;
   m = rows;
   k = columns;
@@ -573,6 +574,7 @@ void QuantInput::Reserve(const float* x_rows, int64_t rows, int64_t columns, boo
     tile_scale.resize(static_cast<size_t>(m * (k / 256)));
     tile_offset.resize(tile_scale.size());
   }
+  per_run = !(tiles && tiles_alone);
 }
 
 void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, int64_t row_end,
@@ -599,8 +601,8 @@ void GroupQuantRows(const QuantInput& x, int64_t group_rows, int64_t row_begin, 
 
 void QuantInput::Fill(int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
-  Quantize(row_begin, row_end);
-  if (group_rows > 0) {
+  if (per_run) Quantize(row_begin, row_end);
+  if (per_run && group_rows > 0) {
     GroupQuantRows(*this, group_rows, row_begin, row_end, grouped_q.data(), grouped_scale.data(),
                    grouped_q_sum.data(), grouped_half_sum.data());
   }
@@ -640,8 +642,34 @@ void QuantInput::Quantize(int64_t row_begin, int64_t row_end) {
   }
 }
 
+namespace {
+
+// x made again, per 32 as well, for a product that meets an input made for the int8 tiles alone
+// (per_run false) and that the tiles do not take whole: the bits of an input made for both.
+const QuantInput& PerRun(const QuantInput& x) {
+  thread_local QuantInput made;
+  made.Reserve(x.x, x.m, x.k, /*tiles_wanted=*/x.tiles);
+  made.Fill(0, x.m);
+  return made;
+}
+
+// Whether a repacked product over columns [n_begin, n_end) takes the int8 tiles for every column
+// (RepackedColumns on AVX-512 VNNI: whole sixteens from a multiple of 16).
+bool TilesTakeWhole(const QuantInput& x, uint32_t ggml_type, int64_t n_begin, int64_t n_end) {
+#ifdef SLUICE_X86
+  return x.tiles && TakesInt8Tiles(ggml_type) && ActiveQuant() == QuantIsa::kAvx512Vnni &&
+         !(x.m >= 16 && kernels::quant_amx::Handles(ggml_type) && ActiveAmxQuant()) &&
+         !VbmiGridsInUse(ggml_type) && n_begin % 16 == 0 && (n_end - n_begin) % 16 == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n, float* y,
                  int64_t n_begin, int64_t n_end) {
+  if (!x.per_run) return MatmulQuant(PerRun(x), ggml_type, w, n, y, n_begin, n_end);
 #ifdef SLUICE_X86
   switch (ActiveQuant()) {
     case QuantIsa::kAvx512Vnni:
@@ -659,6 +687,9 @@ void MatmulQuant(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t
 
 void MatmulQuantRepacked(const QuantInput& x, uint32_t ggml_type, const void* w, int64_t n,
                          float* y, int64_t n_begin, int64_t n_end) {
+  if (!x.per_run && !TilesTakeWhole(x, ggml_type, n_begin, n_end)) {
+    return MatmulQuantRepacked(PerRun(x), ggml_type, w, n, y, n_begin, n_end);
+  }
 #ifdef SLUICE_X86
   switch (ActiveQuant()) {
     case QuantIsa::kAvx512Vnni:

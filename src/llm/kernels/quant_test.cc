@@ -745,8 +745,50 @@ TEST(QuantTileTest, ManyRowProductsWithinTheirBound) {
         }
       }
       EXPECT_GT(differ, m * n / 2) << name;
+      // x made for the tiles alone (not per 32): the same bits, whole and ragged (the ranges the
+      // tiles do not take whole quantise x again for themselves).
+      QuantInput alone;
+      alone.Reserve(x.data(), m, k, /*tiles_wanted=*/true, /*tiles_alone=*/true);
+      alone.Fill(0, m);
+      ASSERT_TRUE(alone.tiles) << name;
+      ASSERT_FALSE(alone.per_run) << name;
+      std::vector<float> alone_whole(exact.size(), -3.0f), alone_ragged(exact.size(), -4.0f);
+      MatmulQuantRepacked(alone, type, repacked.data(), n, alone_whole.data(), 0, n);
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 16}, {16, 24}, {24, n}}) {
+        MatmulQuantRepacked(alone, type, repacked.data(), n, alone_ragged.data(), begin, end);
+      }
+      EXPECT_EQ(alone_whole, whole) << name;
+      EXPECT_EQ(alone_ragged, ragged) << name;
       std::printf("%s: relative error %.5f with the tiles, %.5f without\n", name.c_str(),
                   error(whole), error(vectors));
+    }
+  }
+  // A type the tiles never take (Q8_0, repacked and in the file's layout) meets x made for them
+  // alone with x quantised again: the bits of x made for both.
+  {
+    const auto q8 = static_cast<uint32_t>(GgmlType::kQ8_0);
+    constexpr int64_t n = 32, k = 512, m = kInt8TileRows;
+    std::mt19937 rng(11);
+    const std::vector<uint8_t> w = RandomRows(q8, n, k, rng);
+    const std::vector<uint8_t> repacked = Repacked(q8, w, n, k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(m * k));
+    for (float& v : x) v = normal(rng);
+    QuantInput both, alone;
+    both.Prepare(x.data(), m, k);
+    alone.Reserve(x.data(), m, k, /*tiles_wanted=*/true, /*tiles_alone=*/true);
+    alone.Fill(0, m);
+    ASSERT_FALSE(alone.per_run);
+    for (bool packed : {true, false}) {
+      std::vector<float> want(static_cast<size_t>(m * n), -1.0f), got(want.size(), -2.0f);
+      if (packed) {
+        MatmulQuantRepacked(both, q8, repacked.data(), n, want.data(), 0, n);
+        MatmulQuantRepacked(alone, q8, repacked.data(), n, got.data(), 0, n);
+      } else {
+        MatmulQuant(both, q8, w.data(), n, want.data(), 0, n);
+        MatmulQuant(alone, q8, w.data(), n, got.data(), 0, n);
+      }
+      EXPECT_EQ(got, want) << (packed ? "repacked" : "file layout");
     }
   }
   // Fewer rows keep the 32-column path's bits.

@@ -177,13 +177,18 @@ void Linear::Products(const at::Tensor& x, float* yp, bool vector_parts, bool in
     x_units = shared_input.Units();
   }
   if (block_parts) {
-    // x per 256 columns as well only where a part's products take the int8 tiles.
-    bool tile_parts = false;
+    // x per 256 columns as well only where a part's products take the int8 tiles, and per 256
+    // alone where they take every part whole (the runs below are whole sixteens of columns): the
+    // per-32 forms were a third of x's preparation in a prompt step, and no tiled product reads
+    // them.
+    bool tile_parts = false, tiles_alone = n % 16 == 0;
     for (const Part& part : parts) {
-      tile_parts =
-          tile_parts || (part.blocks != nullptr && part.repacked && TakesInt8Tiles(part.type));
+      if (part.blocks == nullptr) continue;
+      const bool tiled = part.repacked && TakesInt8Tiles(part.type);
+      tile_parts = tile_parts || tiled;
+      tiles_alone = tiles_alone && tiled && part.first % 16 == 0 && part.rows % 16 == 0;
     }
-    quantised.Reserve(xp, m, k, tile_parts);
+    quantised.Reserve(xp, m, k, tile_parts, tiles_alone);
   }
   const bool shared_prepare = threads > 1 && m > 16 && (block_parts || x_units > 1);
   if (!shared_prepare) {
