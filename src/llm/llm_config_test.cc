@@ -33,11 +33,11 @@ class ServeConfigTest : public ::testing::Test {
 
 TEST_F(ServeConfigTest, StepBudgetAndSpeculativeKeys) {
   auto config = Parse(
-      "llm:\n  max_step_tokens: 48\n  prefill_chunk: 512\n  speculative_tokens: 5\n"
+      "llm:\n  max_step_tokens: 48\n  prefill_chunk: 384\n  speculative_tokens: 5\n"
       "  speculative_ngram: 2\n");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->max_step_tokens, 48);
-  EXPECT_EQ(config->prefill_chunk, 512);
+  EXPECT_EQ(config->prefill_chunk, 384);
   EXPECT_EQ(config->speculative_tokens, 5);
   EXPECT_EQ(config->speculative_ngram, 2);
   auto defaults = Parse("llm:\n  slots: 4\n");

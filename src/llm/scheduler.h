@@ -33,7 +33,7 @@ struct SchedulerOptions {
   int max_step_tokens = 32;
   // Prompt tokens per step while no sequence decodes: nobody waits on the step, so chunks may be
   // larger (larger products, fewer steps, sooner first tokens).
-  int prefill_chunk = 256;
+  int prefill_chunk = 512;
   // Prompt-lookup speculative decoding: up to this many draft tokens per decoding sequence and
   // step, copied from where the latest n-gram last occurred in its prompt or output; 0: off.
   int speculative_tokens = 0;
