@@ -179,8 +179,8 @@ void Linear::Products(const at::Tensor& x, float* yp, bool vector_parts, bool in
   if (block_parts) {
     // x per 256 columns as well only where a part's products take the int8 tiles, and per 256
     // alone where they take every part whole (the runs below are whole sixteens of columns): the
-    // per-32 forms were a third of x's preparation in a prompt step, and no tiled product reads
-    // them.
+    // per-32 forms were three fifths of x's preparation in a prompt step, and no tiled product
+    // reads them.
     bool tile_parts = false, tiles_alone = n % 16 == 0;
     for (const Part& part : parts) {
       if (part.blocks == nullptr) continue;
